@@ -1,0 +1,1 @@
+"""ferro's benchmark scripts (plain argparse scripts; see docs/benchmarks.md)."""

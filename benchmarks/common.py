@@ -1,0 +1,86 @@
+"""The benchmark protocol shared by every ``bench_*.py``: warm-up, interleaved repeats, medians,
+ratios against peers measured in the same run, a table for people and a JSON line per case.
+
+Absolute times on shared machines are noise; the ratios are the figures that matter.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+
+
+def thread_info() -> dict:
+    """Thread settings that change the figures (printed by every script)."""
+    info = {"cpu_count": os.cpu_count()}
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        if var in os.environ:
+            info[var] = os.environ[var]
+    try:
+        import torch
+
+        info["torch_threads"] = torch.get_num_threads()
+    except ImportError:
+        pass
+    return info
+
+
+def header(name: str) -> None:
+    import numpy as np
+
+    print(f"# {name}  python {platform.python_version()}  numpy {np.__version__}")
+    print(f"# threads: {json.dumps(thread_info())}")
+
+
+def optional_torch():
+    """PyTorch when installed, else None (its rows are then reported as skipped)."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch
+
+
+def measure(cases: dict[str, Callable[[], object]], repeats: int, warmup: int = 1) -> dict:
+    """Run each case ``warmup`` times, then ``repeats`` rounds interleaving the cases.
+
+    Returns the median seconds per call of each case. Interleaving spreads machine noise over
+    every case instead of penalising whichever ran during a busy moment.
+    """
+    for fn in cases.values():
+        for _ in range(warmup):
+            fn()
+    samples: dict[str, list[float]] = {k: [] for k in cases}
+    for _ in range(repeats):
+        for name, fn in cases.items():
+            t0 = time.perf_counter()
+            fn()
+            samples[name].append(time.perf_counter() - t0)
+    return {k: statistics.median(v) for k, v in samples.items()}
+
+
+def emit(bench: str, case: str, **fields) -> dict:
+    """Print one JSON line (``BENCH {...}``) for a case and return the record."""
+    rec = {"bench": bench, "case": case, **fields}
+    print("BENCH " + json.dumps(rec, sort_keys=True))
+    return rec
+
+
+def table(rows: list[list], headers: list[str]) -> None:
+    """Print an aligned plain-text table."""
+    cells = [headers] + [[_fmt(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    for j, r in enumerate(cells):
+        print("  ".join(c.rjust(w) for c, w in zip(r, widths)))
+        if j == 0:
+            print("  ".join("-" * w for w in widths))
+
+
+def _fmt(c) -> str:
+    if isinstance(c, float):
+        return f"{c:.3g}"
+    return str(c)

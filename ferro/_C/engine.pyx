@@ -1,0 +1,1135 @@
+# cython: language_level=3
+"""ferro's autograd engine: grad mode, op application, the backward walk, accumulation.
+
+Read DESIGN.md first. In short:
+
+* :func:`apply` runs one op: it reads grad mode, unwraps the arrays, calls the op's Python
+  ``forward`` once with a fresh :class:`Node` as ``ctx``, and, when some input requires grad,
+  links that node to its inputs (a leaf input is its own target; a non-leaf input's target is its
+  ``grad_fn``) and wraps the outputs.
+* :func:`run_backward` collects the nodes reachable from the roots with an explicit stack (no
+  recursion), counts dependencies, and runs nodes in Kahn order. Each node's Python ``backward``
+  is called once with the summed gradient of each output. Broadcasting is undone here, in one
+  place, and every gradient is checked against the shape and dtype of the tensor it belongs to.
+* Note [Grad ownership]: a pending gradient lives in an :class:`_Entry` the engine owns. A later
+  contribution is added in place only when the entry's array is owned (the engine allocated it,
+  or nobody else holds it and it owns its writeable contiguous data) *and* its refcount shows no
+  other holder (:func:`_slot_exclusive`, calibrated at import). Otherwise the add is out of place
+  and its fresh result becomes owned. A leaf's ``.grad`` takes an owned array without a copy.
+* Nothing the user can see is touched until the walk has succeeded: ``.grad`` writes
+  (accumulation, retain_grad) and the release of saved arrays are committed at the end, so an
+  error inside backward leaves the graph and every ``.grad`` as they were.
+"""
+
+cimport numpy as cnp
+from cpython.contextvars cimport PyContextVar_Get
+from cpython.long cimport PyLong_AsLong
+from cpython.ref cimport Py_INCREF, Py_XDECREF
+from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
+from cpython.object cimport PyObject
+
+from ferro._C cimport cpu_kernels
+from ferro._C.tensor cimport TensorBase, new_tensor
+
+import contextvars
+import weakref
+
+import numpy as np
+
+from ferro.errors import DeviceError, DtypeError, GradientError, GraphError, ShapeError
+
+cnp.import_array()
+
+cdef extern from "Python.h":
+    Py_ssize_t _refcnt "Py_REFCNT"(PyObject* o)
+
+cdef object _np = np
+cdef object _generic = np.generic
+
+# ---------------------------------------------------------------------------------------------
+# Grad mode. One ContextVar: each thread starts with grad enabled (a thread-local in effect) and
+# asyncio tasks see the mode of the code that created them. One C call reads it per op.
+# ---------------------------------------------------------------------------------------------
+
+cdef enum:
+    MODE_NO_GRAD = 0
+    MODE_GRAD = 1
+    MODE_INFERENCE = 2
+
+cdef object _MODE = contextvars.ContextVar("ferro_grad_mode", default=MODE_GRAD)
+
+
+cdef inline long _mode() except -1:
+    cdef PyObject* v = NULL
+    PyContextVar_Get(_MODE, NULL, &v)
+    cdef long m = PyLong_AsLong(<object>v)
+    Py_XDECREF(v)
+    return m
+
+
+def is_grad_enabled():
+    """True if ops record a graph in the current thread/context."""
+    return _mode() == MODE_GRAD
+
+
+def is_inference_mode_enabled():
+    """True inside ``ferro.inference_mode()``."""
+    return _mode() == MODE_INFERENCE
+
+
+def _set_mode(int mode):
+    """Set the grad mode (0 no_grad, 1 grad, 2 inference); returns a token for :func:`_reset_mode`."""
+    if mode not in (MODE_NO_GRAD, MODE_GRAD, MODE_INFERENCE):
+        raise ValueError(f"invalid grad mode {mode}")
+    return _MODE.set(mode)
+
+
+def _reset_mode(token):
+    _MODE.reset(token)
+
+
+def _get_mode():
+    return _mode()
+
+
+# ---------------------------------------------------------------------------------------------
+# Counters the tests read to check Note [Grad ownership] (a C increment each; never on a path
+# that could not afford it).
+# ---------------------------------------------------------------------------------------------
+
+cdef Py_ssize_t _n_inplace_adds = 0
+cdef Py_ssize_t _n_outofplace_adds = 0
+cdef Py_ssize_t _n_steals = 0
+cdef Py_ssize_t _n_grad_copies = 0
+
+
+def stats():
+    """Accumulation counters since the last :func:`reset_stats` (for tests and profiling)."""
+    return {
+        "inplace_adds": _n_inplace_adds,
+        "outofplace_adds": _n_outofplace_adds,
+        "steals": _n_steals,
+        "grad_copies": _n_grad_copies,
+    }
+
+
+def reset_stats():
+    global _n_inplace_adds, _n_outofplace_adds, _n_steals, _n_grad_copies
+    _n_inplace_adds = _n_outofplace_adds = _n_steals = _n_grad_copies = 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Backends. An array's type decides it; mixing types (or CuPy devices) in one op is an error.
+# ---------------------------------------------------------------------------------------------
+
+cdef dict _xp_by_type = {cnp.ndarray: np}
+
+
+cdef object _xp_of(object arr):
+    cdef type t = type(arr)
+    if t is cnp.ndarray:
+        return _np
+    xp = _xp_by_type.get(t)
+    if xp is None:
+        mod = t.__module__.split(".")[0]
+        if mod == "cupy":
+            import cupy
+            xp = cupy
+        else:
+            raise TypeError(f"ferro: unsupported array type {t.__module__}.{t.__name__}")
+        _xp_by_type[t] = xp
+    return xp
+
+
+cdef str _device_name(object arr):
+    if type(arr) is cnp.ndarray:
+        return "cpu"
+    dev = getattr(arr, "device", None)
+    return f"cuda:{getattr(dev, 'id', 0)}" if dev is not None else type(arr).__module__
+
+
+cdef inline object _as_array(object x):
+    # NumPy turns 0-d results into scalars; the engine only ever holds arrays.
+    if type(x) is cnp.ndarray or x is None:
+        return x
+    if isinstance(x, _generic):
+        return _np.asarray(x)
+    return x
+
+
+# ---------------------------------------------------------------------------------------------
+# Ops and nodes
+# ---------------------------------------------------------------------------------------------
+
+cdef class OpDef:
+    """A registered op: its name, its Python ``forward``/``backward`` and flags for the engine.
+
+    Args:
+        name: registry key (snake_case).
+        forward: ``forward(ctx, *arrays, **params) -> array | tuple[array, ...]``.
+        backward: ``backward(ctx, *grad_outputs) -> array | None | tuple`` with one entry per
+            positional argument of ``forward`` (None where no gradient flows).
+        broadcasts: the op broadcasts its inputs, so the engine sums gradients back to shape.
+        differentiable: outputs never require grad (comparisons, argmax...).
+        same_dtype: every array argument must have one dtype (no silent promotion).
+        view: the (single) output shares the first input's memory (shares its version counter).
+        display: the class name shown in ``grad_fn`` reprs.
+    """
+
+    cdef readonly str name
+    cdef readonly object forward
+    cdef readonly object backward
+    cdef readonly bint broadcasts
+    cdef readonly bint differentiable
+    cdef readonly bint same_dtype
+    cdef readonly bint view
+    cdef readonly str display
+
+    def __init__(self, str name, forward, backward=None, *, bint broadcasts=False,
+                 bint differentiable=True, bint same_dtype=True, bint view=False,
+                 str display=None):
+        if differentiable and backward is None:
+            raise TypeError(f"op {name!r}: a differentiable op needs a backward")
+        self.name = name
+        self.forward = forward
+        self.backward = backward
+        self.broadcasts = broadcasts
+        self.differentiable = differentiable
+        self.same_dtype = same_dtype
+        self.view = view
+        self.display = display or "".join(p.capitalize() for p in name.split("_"))
+
+    def __repr__(self):
+        return f"<OpDef {self.name}>"
+
+
+cdef class Node:
+    """One recorded op application: the ``ctx`` its forward and backward receive.
+
+    Ops store what backward needs with :meth:`save` (arrays) or as attributes (anything else).
+    """
+
+    cdef readonly OpDef op
+    cdef readonly object xp
+    cdef object _saved
+    cdef bint _released
+    cdef tuple _next           # per positional input: Node, leaf TensorBase, or None
+    cdef tuple _next_nr        # per positional input: which output of the target Node
+    cdef Py_ssize_t _n_out
+    cdef tuple _shape0         # shape and dtype of output 0 (every node has one)
+    cdef object _dtype0
+    cdef tuple _out_shape      # per output, only when there are several
+    cdef tuple _out_dtype
+    cdef dict _pre_hooks
+    cdef dict _post_hooks
+    cdef dict _tensor_hooks    # output nr -> {handle id: fn}
+    cdef dict _retained        # output nr -> weakref to the non-leaf tensor
+    cdef dict __dict__
+    cdef object __weakref__
+
+    def save(self, *arrays):
+        """Keep ``arrays`` for backward (released after backward unless ``retain_graph``)."""
+        self._saved = arrays
+
+    @property
+    def saved(self):
+        """The arrays given to :meth:`save`."""
+        if self._released:
+            raise GraphError(
+                f"{self.name()}: trying to backward through the graph a second time (or to "
+                "read saved arrays after they were freed). Saved arrays are released after "
+                "backward; pass retain_graph=True to the first backward to keep them."
+            )
+        return self._saved if self._saved is not None else ()
+
+    @property
+    def needs_input_grad(self):
+        """Per positional input of forward: does a gradient need to flow to it?"""
+        if self._next is None:
+            return ()
+        return tuple(t is not None for t in self._next)
+
+    def name(self):
+        """``<Op>Backward``, as PyTorch names its nodes."""
+        return self.op.display + "Backward"
+
+    @property
+    def next_functions(self):
+        """Per positional input: ``(target, output_nr)`` where target is a Node, a leaf Tensor
+        (which accumulates into ``.grad``) or None."""
+        if self._next is None:
+            return ()
+        return tuple(
+            (t, nr) for t, nr in zip(self._next, self._next_nr)
+        )
+
+    def __repr__(self):
+        return f"<{self.name()} at 0x{id(self):x}>"
+
+
+cdef inline bint _is_float_array(object arr):
+    if type(arr) is cnp.ndarray:
+        return cnp.PyArray_ISFLOAT(<cnp.ndarray>arr)
+    return arr.dtype.kind == "f"
+
+
+cdef inline bint _same_dtype(object a, object b):
+    if type(a) is cnp.ndarray and type(b) is cnp.ndarray:
+        if <object>cnp.PyArray_DESCR(<cnp.ndarray>a) is <object>cnp.PyArray_DESCR(<cnp.ndarray>b):
+            return True
+    return a.dtype == b.dtype
+
+
+cdef inline bint _shape_is(object arr, tuple shape):
+    cdef int nd, i
+    if type(arr) is cnp.ndarray:
+        nd = cnp.PyArray_NDIM(<cnp.ndarray>arr)
+        if nd != len(shape):
+            return False
+        for i in range(nd):
+            if cnp.PyArray_DIMS(<cnp.ndarray>arr)[i] != <Py_ssize_t>shape[i]:
+                return False
+        return True
+    return arr.shape == shape
+
+
+cdef TensorBase _wrap(object arr, Node node, Py_ssize_t nr, bint inference):
+    cdef TensorBase t = new_tensor(arr)
+    t._is_inference = inference
+    if node is not None:
+        t._grad_fn = node
+        t._output_nr = nr
+        t._requires_grad = True
+    return t
+
+
+def apply(OpDef op, *args, **params):
+    """Run ``op`` on ``args`` (tensors, arrays or Python scalars) and record it when needed.
+
+    Returns one Tensor, or a tuple of Tensors when the op's forward returns a tuple.
+    """
+    cdef Py_ssize_t n = len(args), i, k, n_out
+    cdef long mode = _mode()
+    cdef bint record = False, inference = mode == MODE_INFERENCE
+    cdef TensorBase t, first_t = None
+    cdef Node node = Node.__new__(Node)
+    cdef object arr, first_arr = None, a
+    cdef bint is_array
+    cdef tuple call = PyTuple_New(n + 1)
+    cdef type atype = None
+
+    Py_INCREF(node)
+    PyTuple_SET_ITEM(call, 0, node)
+    node.op = op
+    for i in range(n):
+        a = args[i]
+        if isinstance(a, TensorBase):
+            t = <TensorBase>a
+            arr = t._data
+            is_array = True
+            if t._requires_grad and mode == MODE_GRAD:
+                record = True
+            if first_t is None:
+                first_t = t
+        elif type(a) is cnp.ndarray:
+            arr = a
+            is_array = True
+        elif isinstance(a, _generic):
+            # NumPy scalars promote strongly; a Python scalar keeps the tensor's dtype.
+            arr = a.item()
+            is_array = False
+        else:
+            arr = a
+            is_array = type(a) in _xp_by_type
+        if is_array:
+            if atype is None:
+                atype = type(arr)
+                first_arr = arr
+            else:
+                if type(arr) is not atype or (
+                    atype is not cnp.ndarray and arr.device != first_arr.device
+                ):
+                    raise DeviceError(
+                        f"{op.name}: arguments are on different devices: "
+                        f"{_device_name(first_arr)} and {_device_name(arr)}"
+                    )
+                if op.same_dtype and not _same_dtype(first_arr, arr):
+                    raise DtypeError(
+                        f"{op.name}: arguments have different dtypes: {first_arr.dtype} and "
+                        f"{arr.dtype}; convert one with .to(dtype) or .astype"
+                    )
+        Py_INCREF(arr)
+        PyTuple_SET_ITEM(call, i + 1, arr)
+    if atype is None:
+        raise TypeError(f"{op.name}: expected at least one tensor argument")
+    node.xp = _xp_of(first_arr)
+    if record:
+        for i in range(n):
+            a = args[i]
+            if isinstance(a, TensorBase) and (<TensorBase>a)._is_inference:
+                raise GraphError(
+                    f"{op.name}: an inference tensor cannot take part in a recorded op; "
+                    "clone it outside inference_mode() first"
+                )
+    record = record and op.differentiable
+
+    if params:
+        out = op.forward(*call, **params)
+    else:
+        out = op.forward(*call)
+
+    if type(out) is tuple:
+        outs = tuple([_as_array(o) for o in out])
+        n_out = len(outs)
+    else:
+        outs = None
+        out = _as_array(out)
+        n_out = 1
+
+    if not record:
+        if outs is None:
+            res = _wrap(out, None, 0, inference)
+            if op.view and first_t is not None:
+                _share_version(<TensorBase>res, first_t)
+            return res
+        return tuple([_wrap(o, None, 0, inference) for o in outs])
+
+    # Link the node to its inputs.
+    cdef tuple nexts = PyTuple_New(n)
+    cdef tuple nrs = PyTuple_New(n)
+    for i in range(n):
+        a = args[i]
+        target = None
+        nr_obj = 0
+        if isinstance(a, TensorBase):
+            t = <TensorBase>a
+            if t._requires_grad:
+                if t._grad_fn is None:
+                    target = t
+                else:
+                    target = t._grad_fn
+                    nr_obj = t._output_nr
+        Py_INCREF(target)
+        PyTuple_SET_ITEM(nexts, i, target)
+        Py_INCREF(nr_obj)
+        PyTuple_SET_ITEM(nrs, i, nr_obj)
+    node._next = nexts
+    node._next_nr = nrs
+    node._n_out = n_out
+    if outs is None:
+        node._shape0 = out.shape
+        node._dtype0 = out.dtype
+        if _is_float_array(out):
+            res = _wrap(out, node, 0, False)
+        else:
+            res = _wrap(out, None, 0, False)
+        if op.view and first_t is not None:
+            _share_version(<TensorBase>res, first_t)
+        return res
+    node._out_shape = tuple([o.shape for o in outs])
+    node._out_dtype = tuple([o.dtype for o in outs])
+    node._shape0 = node._out_shape[0]
+    node._dtype0 = node._out_dtype[0]
+    results = []
+    for k in range(n_out):
+        o = outs[k]
+        results.append(_wrap(o, node if _is_float_array(o) else None, k, False))
+    return tuple(results)
+
+
+cdef inline void _share_version(TensorBase view, TensorBase src):
+    view._base = src._base if src._base is not None else src
+
+
+def bump_version(TensorBase t):
+    """Record an in-place modification of ``t``'s data (shared with its views)."""
+    cdef TensorBase owner = t._base if t._base is not None else t
+    owner._version += 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Hooks storage (the contract and its tests belong to ferro.autograd; the engine runs them).
+# ---------------------------------------------------------------------------------------------
+
+cdef Py_ssize_t _next_handle_id = 0
+
+
+cdef class RemovableHandle:
+    """Returned by every ``register_*``; ``remove()`` unregisters (safe during backward)."""
+
+    cdef object _dict_ref
+    cdef readonly Py_ssize_t id
+
+    def __init__(self, dict hooks):
+        global _next_handle_id
+        _next_handle_id += 1
+        self.id = _next_handle_id
+        self._dict_ref = hooks
+
+    def remove(self):
+        """Unregister the hook; removing twice is harmless."""
+        (<dict>self._dict_ref).pop(self.id, None)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.remove()
+
+
+cdef RemovableHandle _add_hook(dict hooks, fn):
+    if not callable(fn):
+        raise TypeError(f"hook must be callable, got {type(fn).__name__}")
+    h = RemovableHandle(hooks)
+    hooks[h.id] = fn
+    return h
+
+
+def register_tensor_hook(TensorBase t, fn):
+    """``t.register_hook(fn)``: ``fn(grad) -> Tensor | None`` runs once on the summed gradient."""
+    if not t._requires_grad:
+        raise GraphError("register_hook: cannot register a hook on a tensor that does not require grad")
+    cdef Node node
+    if t._grad_fn is None:
+        if t._hooks is None:
+            t._hooks = {}
+        return _add_hook(t._hooks, fn)
+    node = <Node>t._grad_fn
+    if node._tensor_hooks is None:
+        node._tensor_hooks = {}
+    hooks = node._tensor_hooks.get(t._output_nr)
+    if hooks is None:
+        hooks = node._tensor_hooks[t._output_nr] = {}
+    return _add_hook(hooks, fn)
+
+
+def register_post_accumulate_grad_hook(TensorBase t, fn):
+    """``fn(tensor)`` runs after a leaf's ``.grad`` has been updated."""
+    if t._grad_fn is not None or not t._requires_grad:
+        raise GraphError(
+            "register_post_accumulate_grad_hook: only leaf tensors that require grad accumulate"
+        )
+    if t._post_acc_hooks is None:
+        t._post_acc_hooks = {}
+    return _add_hook(t._post_acc_hooks, fn)
+
+
+def retain_grad(TensorBase t):
+    """Make a non-leaf tensor keep its gradient in ``.grad`` (written last, after its hooks)."""
+    if not t._requires_grad:
+        raise GraphError("retain_grad: cannot retain the gradient of a tensor that does not require grad")
+    if t._grad_fn is None:
+        return
+    cdef Node node = <Node>t._grad_fn
+    if node._retained is None:
+        node._retained = {}
+    node._retained[t._output_nr] = weakref.ref(t)
+
+
+def retains_grad(TensorBase t):
+    if t._grad_fn is None:
+        return False
+    cdef Node node = <Node>t._grad_fn
+    return node._retained is not None and t._output_nr in node._retained
+
+
+def register_node_prehook(Node node, fn):
+    """``fn(grad_outputs) -> tuple | None`` runs before the node's backward."""
+    if node._pre_hooks is None:
+        node._pre_hooks = {}
+    return _add_hook(node._pre_hooks, fn)
+
+
+def register_node_hook(Node node, fn):
+    """``fn(grad_inputs, grad_outputs) -> tuple | None`` runs after the node's backward."""
+    if node._post_hooks is None:
+        node._post_hooks = {}
+    return _add_hook(node._post_hooks, fn)
+
+
+# ---------------------------------------------------------------------------------------------
+# Backward
+# ---------------------------------------------------------------------------------------------
+
+cdef class _Entry:
+    """Per-walk state of one graph target (a Node, or a leaf tensor) or one node output."""
+
+    cdef object target
+    cdef Py_ssize_t deps
+    cdef object grad           # the pending (summed) gradient array
+    cdef bint owned            # the engine may write into grad (still refcount-checked)
+    cdef bint wanted           # its gradient is an output of this walk (grad() / inputs=)
+    cdef bint needed           # a node whose backward must run
+    cdef list subs             # multi-output nodes: one _Entry per output
+    cdef list captures         # positions in the result of grad()
+
+
+# Refcount of an array held by exactly one _Entry, as _slot_exclusive reads it. Calibrated at
+# import so the rule follows the interpreter (3.14's borrowed references, free-threading).
+cdef Py_ssize_t _REF_BASELINE = -1
+
+
+cdef bint _slot_exclusive(_Entry e):
+    """True if ``e.grad`` is referenced by ``e`` and nothing else. The one refcount check."""
+    return _refcnt(<PyObject*>e.grad) == _REF_BASELINE
+
+
+cdef bint _plain_array(object arr):
+    # An exact ndarray that owns writeable, C-contiguous data: writing it touches nobody else.
+    if type(arr) is not cnp.ndarray:
+        return False
+    cdef cnp.ndarray a = <cnp.ndarray>arr
+    return (cnp.PyArray_CHKFLAGS(a, cnp.NPY_ARRAY_OWNDATA)
+            and cnp.PyArray_ISWRITEABLE(a)
+            and cnp.PyArray_IS_C_CONTIGUOUS(a))
+
+
+cdef bint _can_write(_Entry e):
+    """Note [Grad ownership]: may the engine write into ``e.grad`` now?"""
+    if not e.owned and _plain_array(e.grad) and _slot_exclusive(e):
+        e.owned = True
+    return e.owned and _slot_exclusive(e)
+
+
+def _calibrate():
+    global _REF_BASELINE
+    cdef _Entry probe = _Entry()
+    probe.grad = np.empty(1)
+    _REF_BASELINE = _refcnt(<PyObject*>probe.grad)
+    # The rule must accept an array only the entry holds and refuse one held twice.
+    if not _slot_exclusive(probe):
+        raise RuntimeError("ferro: refcount calibration failed")
+    other = probe.grad
+    if _slot_exclusive(probe):
+        raise RuntimeError("ferro: refcount calibration cannot see a second holder")
+    return _REF_BASELINE
+
+
+_calibrate()
+
+
+cdef int _add_to(_Entry e, object g) except -1:
+    """Accumulate ``g`` into ``e`` following Note [Grad ownership]."""
+    global _n_inplace_adds, _n_outofplace_adds
+    if e.grad is None:
+        e.grad = g
+        e.owned = False
+        return 0
+    if _can_write(e) and cpu_kernels.supports(e.grad) and _same_dtype(e.grad, g):
+        cpu_kernels.add_inplace(<cnp.ndarray>e.grad, g if type(g) is cnp.ndarray else _np.asarray(g))
+        _n_inplace_adds += 1
+        return 0
+    e.grad = _as_array(e.grad + g)
+    e.owned = True
+    _n_outofplace_adds += 1
+    return 0
+
+
+cdef object _sum_to_shape(object g, tuple shape):
+    """Undo broadcasting: sum ``g`` back to ``shape``. The one place it happens."""
+    if cpu_kernels.supports(g):
+        return cpu_kernels.sum_to_shape(<cnp.ndarray>g, shape)
+    return sum_to_shape_generic(g, shape)
+
+
+def sum_to_shape_generic(g, tuple shape):
+    """Reference implementation of sum-to-shape with array-API calls (NumPy or CuPy)."""
+    cdef Py_ssize_t lead = g.ndim - len(shape)
+    if lead < 0:
+        raise ShapeError(f"sum_to_shape: cannot reduce shape {g.shape} to {shape}")
+    axes = list(range(lead))
+    for i, s in enumerate(shape):
+        gs = g.shape[lead + i]
+        if s == 1 and gs != 1:
+            axes.append(lead + i)
+        elif s != gs:
+            raise ShapeError(f"sum_to_shape: cannot reduce shape {g.shape} to {shape}")
+    if axes:
+        g = g.sum(axis=tuple(axes), keepdims=True)
+    if lead:
+        g = g.reshape(shape)
+    return _as_array(g)
+
+
+def sum_to_shape(g, tuple shape):
+    """Sum the array ``g`` back to ``shape`` (fused on the CPU, generic elsewhere)."""
+    if _shape_is(g, shape):
+        return g
+    return _sum_to_shape(g, shape)
+
+
+cdef inline tuple _out_shape(Node node, Py_ssize_t nr):
+    return node._shape0 if nr == 0 else <tuple>node._out_shape[nr]
+
+
+cdef inline object _out_dtype(Node node, Py_ssize_t nr):
+    return node._dtype0 if nr == 0 else node._out_dtype[nr]
+
+
+cdef inline _Entry _slot(_Entry e, Py_ssize_t nr, Py_ssize_t n_out):
+    # The entry for output ``nr`` of a target: the target's own entry unless it is a node with
+    # several outputs.
+    if n_out == 1:
+        return e
+    if e.subs is None:
+        e.subs = [None] * n_out
+    s = e.subs[nr]
+    if s is None:
+        s = _Entry()
+        e.subs[nr] = s
+    return <_Entry>s
+
+
+cdef tuple _target_of(TensorBase t):
+    if t._grad_fn is not None:
+        return (t._grad_fn, t._output_nr)
+    return (t, 0)
+
+
+cdef object _check_grad(object g, object who, Py_ssize_t index, tuple shape, object dtype,
+                        bint broadcasts):
+    """Validate one gradient against the tensor it flows to; undo broadcasting if allowed.
+
+    ``who`` names the producer in errors: a Node (its name is only computed on error) or a str.
+    """
+    if type(g) is not cnp.ndarray:
+        g = _as_array(g)
+        if not hasattr(g, "shape") or not hasattr(g, "dtype"):
+            raise GradientError(
+                f"{_who(who)} returned a {type(g).__name__} as gradient {index}; expected an array"
+            )
+    if not _shape_is(g, shape):
+        if broadcasts:
+            try:
+                g = _sum_to_shape(g, shape)
+            except (ValueError, ShapeError):
+                raise GradientError(
+                    f"{_who(who)} returned a gradient of shape {tuple(g.shape)} for input {index}, "
+                    f"which does not broadcast to the input's shape {shape}"
+                ) from None
+        else:
+            raise GradientError(
+                f"{_who(who)} returned a gradient of shape {tuple(g.shape)} for input {index}; "
+                f"expected shape {shape}"
+            )
+    if not (type(g) is cnp.ndarray and <object>cnp.PyArray_DESCR(<cnp.ndarray>g) is dtype) \
+            and g.dtype != dtype:
+        raise GradientError(
+            f"{_who(who)} returned a gradient of dtype {g.dtype} for input {index}; "
+            f"expected {dtype}"
+        )
+    return g
+
+
+cdef str _who(object who):
+    return (<Node>who).name() if type(who) is Node else str(who)
+
+
+cdef object _run_tensor_hooks(dict hooks, object g, str who, tuple shape, object dtype):
+    """Run tensor hooks in registration order on the summed gradient ``g``."""
+    for fn in list(hooks.values()):
+        r = fn(new_tensor(g))
+        if r is None:
+            continue
+        if isinstance(r, TensorBase):
+            r = (<TensorBase>r)._data
+        name = getattr(fn, "__qualname__", repr(fn))
+        g = _check_grad(r, f"hook {name} on {who}", 0, shape, dtype, False)
+    return g
+
+
+cdef inline int _decrement(_Entry child, list ready) except -1:
+    child.deps -= 1
+    if child.deps == 0:
+        ready.append(child)
+    return 0
+
+
+def run_backward(tuple roots, tuple root_grads, bint retain_graph=False, tuple inputs=None,
+                 bint accumulate=True, bint allow_unused=False):
+    """The backward walk behind ``Tensor.backward``, ``autograd.backward`` and ``autograd.grad``.
+
+    Args:
+        roots: tensors to differentiate.
+        root_grads: per root, the gradient array (or None for an implicit 1 on a 1-element root).
+        retain_graph: keep saved arrays for another backward.
+        inputs: tensors whose gradients are wanted; None means every leaf that requires grad.
+        accumulate: write into ``.grad`` (backward) or return gradients (grad).
+        allow_unused: with ``accumulate=False``, return None for inputs the roots do not reach.
+
+    Returns:
+        With ``accumulate=False``, a tuple of arrays (or None) aligned with ``inputs``.
+    """
+    global _n_steals, _n_grad_copies
+    cdef dict table = {}
+    cdef list stack = []
+    cdef list ready = []
+    cdef list ran = []
+    cdef list commits = []         # (_Entry holding the final array, tensor)
+    cdef _Entry e, s, child
+    cdef Node node = None
+    cdef TensorBase t
+    cdef Py_ssize_t k, i, n_in, nr, n_out
+    cdef bint selective = inputs is not None
+
+    if len(roots) != len(root_grads):
+        raise ValueError(f"backward: got {len(roots)} tensors but {len(root_grads)} gradients")
+
+    # Seed the roots.
+    for k in range(len(roots)):
+        if not isinstance(roots[k], TensorBase):
+            raise TypeError(f"backward: element {k} is a {type(roots[k]).__name__}, not a Tensor")
+        t = <TensorBase>roots[k]
+        if not t._requires_grad:
+            raise GraphError(
+                f"backward: element {k} of tensors does not require grad and has no grad_fn"
+            )
+        g = root_grads[k]
+        if g is None:
+            if t._data.size != 1:
+                raise GraphError(
+                    f"backward: grad can be implicitly created only for 1-element outputs; "
+                    f"got shape {tuple(t._data.shape)}. Pass gradient= of that shape"
+                )
+            g = _xp_of(t._data).ones(t._data.shape, dtype=t._data.dtype)
+            owned = True
+        else:
+            if isinstance(g, TensorBase):
+                g = (<TensorBase>g)._data
+            if type(g) is not type(t._data):
+                raise DeviceError(
+                    f"backward: gradient {k} is a {type(g).__module__}.{type(g).__name__}, the "
+                    f"tensor's data a {type(t._data).__module__}.{type(t._data).__name__}"
+                )
+            if not _shape_is(g, t._data.shape):
+                raise ShapeError(
+                    f"backward: gradient {k} has shape {tuple(g.shape)}, expected the tensor's "
+                    f"shape {tuple(t._data.shape)}"
+                )
+            if not _same_dtype(g, t._data):
+                raise DtypeError(
+                    f"backward: gradient {k} has dtype {g.dtype}, expected the tensor's dtype "
+                    f"{t._data.dtype}"
+                )
+            owned = False
+        target, nr = _target_of(t)
+        e = table.get(target)
+        if e is None:
+            e = _Entry()
+            e.target = target
+            e.needed = True
+            table[target] = e
+            if type(target) is Node:
+                stack.append(target)
+        n_out = (<Node>target)._n_out if type(target) is Node else 1
+        s = _slot(e, nr, n_out)
+        if s.grad is None:
+            s.grad = _as_array(g)
+            s.owned = owned
+        else:
+            _add_to(s, g)
+
+    root_entries = list(table.values())
+
+    # Collect the reachable graph and count dependencies (explicit stack: no recursion).
+    while stack:
+        node = <Node>stack.pop()
+        for target in node._next:
+            if target is None:
+                continue
+            e = table.get(target)
+            if e is None:
+                e = _Entry()
+                e.target = target
+                e.deps = 1
+                e.needed = True
+                table[target] = e
+                if type(target) is Node:
+                    stack.append(target)
+            else:
+                e.deps += 1
+
+    results = None
+    if selective:
+        results = [None] * len(inputs)
+        for k in range(len(inputs)):
+            if not isinstance(inputs[k], TensorBase):
+                raise TypeError(f"inputs: element {k} is a {type(inputs[k]).__name__}, not a Tensor")
+            t = <TensorBase>inputs[k]
+            if not t._requires_grad:
+                raise GraphError(f"inputs: element {k} does not require grad")
+            target, nr = _target_of(t)
+            e = table.get(target)
+            if e is None:
+                if not accumulate and not allow_unused:
+                    raise GraphError(
+                        f"grad: input {k} (shape {tuple(t._data.shape)}) was not used in the "
+                        "graph of the outputs; pass allow_unused=True to get None for it"
+                    )
+                continue
+            e.wanted = True
+            if e.captures is None:
+                e.captures = []
+            e.captures.append((nr, k, t))
+        _mark_needed(table, root_entries)
+
+    ready = [e for e in root_entries if e.deps == 0]
+    try:
+        while ready:
+            e = <_Entry>ready.pop()
+            target = e.target
+            if type(target) is not Node:
+                _finish_leaf(e, <TensorBase>target, selective, accumulate, results, commits)
+                continue
+            node = <Node>target
+            n_out = node._n_out
+            if node._tensor_hooks is not None or node._retained is not None or e.captures is not None:
+                _finish_outputs(e, node, accumulate, results, commits)
+            n_in = len(node._next)
+            if not e.needed or not _has_grad(e, n_out):
+                for i in range(n_in):
+                    target = node._next[i]
+                    if target is not None:
+                        _decrement(<_Entry>table[target], ready)
+                continue
+            grads = _run_node(node, e, n_out, n_in)
+            ran.append(node)
+            for i in range(n_in):
+                target = node._next[i]
+                if target is None:
+                    continue
+                child = <_Entry>table[target]
+                g = grads[i]
+                if g is not None and child.needed | child.wanted:
+                    if type(target) is Node:
+                        nr = node._next_nr[i]
+                        g = _check_grad(g, node, i, _out_shape(<Node>target, nr),
+                                        _out_dtype(<Node>target, nr), node.op.broadcasts)
+                        _add_to(_slot(child, nr, (<Node>target)._n_out), g)
+                    else:
+                        t = <TensorBase>target
+                        g = _check_grad(g, node, i, t._data.shape, t._data.dtype,
+                                        node.op.broadcasts)
+                        _add_to(child, g)
+                g = None
+                _decrement(child, ready)
+            grads = None
+    except Exception as exc:
+        if node is not None and isinstance(exc, Exception):
+            exc.add_note(f"(raised while running {node.name()} in backward)")
+        raise
+
+    # The walk succeeded: commit .grad writes, then post-accumulate hooks, then free the graph.
+    for item in commits:
+        s = <_Entry>item[0]
+        t = <TensorBase>item[1]
+        _commit_grad(s, t)
+    for item in commits:
+        t = <TensorBase>item[1]
+        if t._post_acc_hooks is not None and t._grad_fn is None:
+            for fn in list(t._post_acc_hooks.values()):
+                fn(t)
+    if not retain_graph:
+        for node in ran:
+            node._saved = None
+            node._released = True
+    if results is not None and not accumulate:
+        return tuple(results)
+    return None
+
+
+cdef bint _has_grad(_Entry e, Py_ssize_t n_out):
+    if n_out == 1:
+        return e.grad is not None
+    if e.subs is None:
+        return False
+    for s in e.subs:
+        if s is not None and (<_Entry>s).grad is not None:
+            return True
+    return False
+
+
+cdef void _mark_needed(dict table, list root_entries) except *:
+    """With ``inputs=``: a node runs only if one of its edges leads to a wanted target."""
+    # Dry Kahn pass for a topological order, then propagate from the leaves up.
+    cdef dict deps = {}
+    cdef list order = []
+    cdef list ready = [e for e in root_entries if e.deps == 0]
+    cdef _Entry e, c
+    cdef Node node
+    while ready:
+        e = <_Entry>ready.pop()
+        order.append(e)
+        if type(e.target) is Node:
+            for target in (<Node>e.target)._next:
+                if target is None:
+                    continue
+                c = <_Entry>table[target]
+                left = deps.get(c, c.deps) - 1
+                deps[c] = left
+                if left == 0:
+                    ready.append(c)
+    for e in reversed(order):
+        if type(e.target) is not Node:
+            e.needed = False
+            continue
+        node = <Node>e.target
+        e.needed = False
+        for target in node._next:
+            if target is None:
+                continue
+            c = <_Entry>table[target]
+            if c.wanted or c.needed:
+                e.needed = True
+                break
+
+
+cdef void _finish_leaf(_Entry e, TensorBase t, bint selective, bint accumulate, list results,
+                       list commits) except *:
+    """A leaf's gradient is complete: tensor hooks, then capture or a deferred .grad write."""
+    if e.grad is None:
+        return
+    if selective and not e.wanted:
+        return
+    if t._hooks:
+        g = _run_tensor_hooks(t._hooks, e.grad, "a leaf tensor", t._data.shape, t._data.dtype)
+        if g is not e.grad:
+            e.grad = g
+            e.owned = False
+        g = None
+    if e.captures is not None and not accumulate:
+        for cap in e.captures:
+            results[cap[1]] = e.grad
+        return
+    if accumulate and t._requires_grad:
+        commits.append((e, t))
+
+
+cdef void _finish_outputs(_Entry e, Node node, bint accumulate, list results,
+                          list commits) except *:
+    """A node's output gradients are complete: tensor hooks, capture, retain_grad (deferred)."""
+    cdef Py_ssize_t nr, n_out = node._n_out
+    cdef _Entry s, h
+    for nr in range(n_out):
+        s = _slot(e, nr, n_out)
+        if s.grad is None:
+            continue
+        if node._tensor_hooks is not None:
+            hooks = node._tensor_hooks.get(nr)
+            if hooks:
+                s.grad = _run_tensor_hooks(hooks, s.grad, node.name() + f" output {nr}",
+                                           _out_shape(node, nr), _out_dtype(node, nr))
+                s.owned = False
+        if e.captures is not None:
+            for cap in e.captures:
+                if cap[0] != nr:
+                    continue
+                if accumulate:
+                    h = _Entry()
+                    h.grad = s.grad
+                    commits.append((h, cap[2]))
+                else:
+                    results[cap[1]] = s.grad
+        if accumulate and node._retained is not None:
+            ref = node._retained.get(nr)
+            tensor = ref() if ref is not None else None
+            if tensor is not None:
+                h = _Entry()
+                h.grad = s.grad
+                commits.append((h, tensor))
+
+
+cdef tuple _run_node(Node node, _Entry e, Py_ssize_t n_out, Py_ssize_t n_in):
+    """Call the node's backward once; returns one gradient (or None) per positional input."""
+    cdef Py_ssize_t nr
+    cdef _Entry s
+    if n_out == 1:
+        gys = [e.grad]
+        e.grad = None
+    else:
+        gys = []
+        for nr in range(n_out):
+            s = _slot(e, nr, n_out)
+            g = s.grad
+            s.grad = None
+            if g is None:
+                g = node.xp.zeros(_out_shape(node, nr), dtype=_out_dtype(node, nr))
+            gys.append(g)
+    if node._pre_hooks:
+        for fn in list(node._pre_hooks.values()):
+            r = fn(tuple([new_tensor(g) for g in gys]))
+            if r is not None:
+                gys = _check_hook_grads(r, node, fn, gys)
+    if node.op.backward is None:
+        raise GraphError(f"{node.name()}: op {node.op.name} is not differentiable")
+    res = node.op.backward(node, *gys)
+    if type(res) is not tuple:
+        if type(res) is list:
+            res = tuple(res)
+        elif n_in == 1:
+            res = (res,)
+        else:
+            raise GradientError(
+                f"{node.name()} returned a single gradient; expected {n_in} (one per input)"
+            )
+    if len(res) != n_in:
+        raise GradientError(
+            f"{node.name()} returned {len(res)} gradients; expected {n_in} (one per input)"
+        )
+    if node._post_hooks:
+        for fn in list(node._post_hooks.values()):
+            r = fn(tuple([None if g is None else new_tensor(_as_array(g)) for g in res]),
+                   tuple([new_tensor(g) for g in gys]))
+            if r is not None:
+                res = _check_post_hook(r, node, fn, res)
+    return res
+
+
+cdef list _check_hook_grads(object r, Node node, object fn, list gys):
+    name = getattr(fn, "__qualname__", repr(fn))
+    if not isinstance(r, (tuple, list)) or len(r) != len(gys):
+        raise GradientError(
+            f"pre-hook {name} on {node.name()} must return None or a tuple of {len(gys)} gradients"
+        )
+    out = []
+    for nr, g in enumerate(r):
+        if isinstance(g, TensorBase):
+            g = (<TensorBase>g)._data
+        out.append(_check_grad(g, f"pre-hook {name} on {node.name()}", nr, _out_shape(node, nr),
+                               _out_dtype(node, nr), False))
+    return out
+
+
+cdef tuple _check_post_hook(object r, Node node, object fn, tuple res):
+    name = getattr(fn, "__qualname__", repr(fn))
+    if not isinstance(r, (tuple, list)) or len(r) != len(res):
+        raise GradientError(
+            f"hook {name} on {node.name()} must return None or a tuple of {len(res)} gradients"
+        )
+    return tuple([(<TensorBase>g)._data if isinstance(g, TensorBase) else g for g in r])
+
+
+cdef int _commit_grad(_Entry s, TensorBase t) except -1:
+    """Write a finished gradient into ``t.grad``: steal it when owned, else copy; later calls
+    add into ``.grad`` in place, as PyTorch does."""
+    global _n_steals, _n_grad_copies, _n_inplace_adds, _n_outofplace_adds
+    cur = t._grad
+    if cur is None:
+        if _can_write(s):
+            t._grad = new_tensor(s.grad)
+            _n_steals += 1
+        else:
+            t._grad = new_tensor(s.grad.copy())
+            _n_grad_copies += 1
+    else:
+        arr = (<TensorBase>cur)._data
+        if (cpu_kernels.supports(arr) and _shape_is(arr, s.grad.shape)
+                and _same_dtype(arr, s.grad) and cnp.PyArray_ISWRITEABLE(<cnp.ndarray>arr)
+                and cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>arr)):
+            cpu_kernels.add_inplace(<cnp.ndarray>arr, <cnp.ndarray>s.grad)
+            _n_inplace_adds += 1
+        else:
+            t._grad = new_tensor(_as_array(arr + s.grad))
+            _n_outofplace_adds += 1
+    s.grad = None
+    return 0

@@ -1,0 +1,18 @@
+# Contract of ferro._C.tensor: the tensor core the engine reads and writes directly.
+
+cdef class TensorBase:
+    cdef object _data            # numpy.ndarray (CPU) or cupy.ndarray (GPU)
+    cdef object _grad            # TensorBase or None
+    cdef object _grad_fn         # ferro._C.engine.Node or None (leaf)
+    cdef Py_ssize_t _output_nr   # which output of _grad_fn this tensor is
+    cdef bint _requires_grad
+    cdef bint _is_inference      # created under inference_mode
+    cdef Py_ssize_t _version     # bumped by in-place ops; read through _base for views
+    cdef object _base            # TensorBase whose version counter this view shares, or None
+    cdef dict _hooks             # leaf tensor hooks: handle id -> fn
+    cdef dict _post_acc_hooks    # leaf post-accumulate hooks: handle id -> fn
+    cdef object __weakref__
+
+    cdef int _set_requires_grad(self, bint value) except -1
+
+cdef TensorBase new_tensor(object data)

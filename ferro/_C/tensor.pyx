@@ -1,0 +1,167 @@
+# cython: language_level=3
+"""The tensor core: a Cython extension type holding the array and the autograd fields.
+
+The Python face (operators, methods that call ops) is ``ferro.tensor.Tensor``, a subclass with
+no ``__dict__``; it registers itself with :func:`set_tensor_type` so the engine creates outputs
+of that type without going through Python.
+"""
+
+from cpython.object cimport PyObject, PyTypeObject
+
+from ferro.errors import DtypeError, GraphError, ShapeError
+
+cdef type _tensor_type = TensorBase
+cdef tuple _EMPTY = ()
+
+# The dtypes a tensor may hold; only the floating ones may require grad.
+_FLOAT_KINDS = frozenset("f")
+
+
+def set_tensor_type(type cls):
+    """Make the engine create tensors of ``cls`` (a subclass of TensorBase)."""
+    global _tensor_type
+    if not issubclass(cls, TensorBase):
+        raise TypeError(f"{cls!r} is not a subclass of TensorBase")
+    _tensor_type = cls
+
+
+cdef TensorBase new_tensor(object data):
+    # tp_new directly: no __init__, no argument parsing.
+    cdef TensorBase t = <TensorBase>(<PyTypeObject*>_tensor_type).tp_new(
+        _tensor_type, <PyObject*>_EMPTY, NULL)
+    t._data = data
+    return t
+
+
+cdef class TensorBase:
+    """Compiled core of :class:`ferro.Tensor`. Use ``ferro.tensor`` and friends to create one."""
+
+    @property
+    def data(self):
+        """The underlying array (``numpy.ndarray`` or ``cupy.ndarray``), without autograd."""
+        return self._data
+
+    @data.setter
+    def data(self, value):
+        if isinstance(value, TensorBase):
+            value = (<TensorBase>value)._data
+        if not hasattr(value, "shape") or not hasattr(value, "dtype"):
+            raise TypeError(f"Tensor.data: expected an array or Tensor, got {type(value).__name__}")
+        self._data = value
+
+    @property
+    def requires_grad(self):
+        """Whether gradients are computed for this tensor."""
+        return self._requires_grad
+
+    @requires_grad.setter
+    def requires_grad(self, bint value):
+        self._set_requires_grad(value)
+
+    cdef int _set_requires_grad(self, bint value) except -1:
+        if self._grad_fn is not None and not value:
+            raise GraphError(
+                "requires_grad: only leaf tensors can change requires_grad; "
+                "use .detach() to get a tensor that does not require grad"
+            )
+        if value and self._data.dtype.kind not in _FLOAT_KINDS:
+            raise DtypeError(
+                f"requires_grad: only floating point tensors can require gradients, "
+                f"got dtype {self._data.dtype}"
+            )
+        self._requires_grad = value
+        return 0
+
+    def requires_grad_(self, bint requires_grad=True):
+        """Set ``requires_grad`` in place and return ``self``."""
+        self._set_requires_grad(requires_grad)
+        return self
+
+    @property
+    def grad(self):
+        """The accumulated gradient (a Tensor) of a leaf, or None."""
+        return self._grad
+
+    @grad.setter
+    def grad(self, value):
+        if value is not None:
+            if not isinstance(value, TensorBase):
+                raise TypeError(f"Tensor.grad: expected a Tensor or None, got {type(value).__name__}")
+            g = (<TensorBase>value)._data
+            if g.shape != self._data.shape:
+                raise ShapeError(
+                    f"Tensor.grad: gradient shape {g.shape} does not match tensor shape "
+                    f"{self._data.shape}"
+                )
+            if g.dtype != self._data.dtype:
+                raise DtypeError(
+                    f"Tensor.grad: gradient dtype {g.dtype} does not match tensor dtype "
+                    f"{self._data.dtype}"
+                )
+        self._grad = value
+
+    @property
+    def grad_fn(self):
+        """The node that created this tensor, or None for a leaf."""
+        return self._grad_fn
+
+    @property
+    def output_nr(self):
+        """Which output of ``grad_fn`` this tensor is."""
+        return self._output_nr
+
+    @property
+    def is_leaf(self):
+        """True for tensors not created by a recorded op (user-created or ``requires_grad=False``)."""
+        return self._grad_fn is None
+
+    @property
+    def is_inference(self):
+        """True for tensors created under ``ferro.inference_mode``."""
+        return self._is_inference
+
+    @property
+    def _version(self):
+        """In-place modification counter (shared by views of the same data)."""
+        if self._base is not None:
+            return (<TensorBase>self._base)._version
+        return self._version
+
+    @property
+    def shape(self):
+        """The shape as a tuple of ints."""
+        return self._data.shape
+
+    @property
+    def dtype(self):
+        """The NumPy dtype of the data."""
+        return self._data.dtype
+
+    @property
+    def ndim(self):
+        """Number of dimensions."""
+        return self._data.ndim
+
+    def dim(self):
+        """Number of dimensions."""
+        return self._data.ndim
+
+    def numel(self):
+        """Number of elements."""
+        return self._data.size
+
+    def size(self, dim=None):
+        """The shape, or the length of dimension ``dim``."""
+        if dim is None:
+            return self._data.shape
+        return self._data.shape[dim]
+
+    def __len__(self):
+        if self._data.ndim == 0:
+            raise TypeError("len() of a 0-d tensor")
+        return self._data.shape[0]
+
+
+def wrap(data):
+    """Wrap an array as a Tensor without copying or checking (internal; use ferro.from_numpy)."""
+    return new_tensor(data)

@@ -1,0 +1,111 @@
+"""ferro: a define-by-run reverse-mode autograd with a Cython-compiled core.
+
+NumPy on the CPU, CuPy on NVIDIA GPUs, an API that feels like PyTorch's.
+
+Example:
+    >>> import ferro
+    >>> x = ferro.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    >>> y = (x * x).sum()
+    >>> y.backward()
+    >>> x.grad
+    tensor([2., 4., 6.])
+"""
+
+from ferro import _C  # noqa: F401  (raises a friendly error when the core is not built)
+from ferro._tensor import Tensor
+from ferro.autograd import (
+    enable_grad,
+    grad,
+    inference_mode,
+    is_grad_enabled,
+    is_inference_mode_enabled,
+    no_grad,
+    set_grad_enabled,
+)
+from ferro.creation import (
+    arange,
+    bool_,
+    empty,
+    float32,
+    float64,
+    from_numpy,
+    full,
+    full_like,
+    int64,
+    ones,
+    ones_like,
+    rand,
+    randn,
+    tensor,
+    zeros,
+    zeros_like,
+)
+from ferro.ops import (
+    add,
+    cast,
+    detach,
+    div,
+    exp,
+    log,
+    matmul,
+    mean,
+    mul,
+    neg,
+    permute,
+    pow,
+    reshape,
+    sub,
+    sum,
+    tanh,
+    transpose,
+)
+from ferro.random import get_rng_state, manual_seed, set_rng_state
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Tensor",
+    "tensor",
+    "from_numpy",
+    "zeros",
+    "ones",
+    "empty",
+    "full",
+    "zeros_like",
+    "ones_like",
+    "full_like",
+    "arange",
+    "rand",
+    "randn",
+    "manual_seed",
+    "get_rng_state",
+    "set_rng_state",
+    "float32",
+    "float64",
+    "int64",
+    "bool_",
+    "no_grad",
+    "enable_grad",
+    "set_grad_enabled",
+    "inference_mode",
+    "is_grad_enabled",
+    "is_inference_mode_enabled",
+    "grad",
+    "add",
+    "sub",
+    "mul",
+    "div",
+    "neg",
+    "pow",
+    "exp",
+    "log",
+    "tanh",
+    "cast",
+    "sum",
+    "mean",
+    "matmul",
+    "reshape",
+    "permute",
+    "transpose",
+    "detach",
+]

@@ -1,0 +1,204 @@
+"""The user-facing :class:`Tensor`: Python operators and methods over the compiled core.
+
+The autograd fields (data, grad, grad_fn, requires_grad, version) live in the Cython base class
+:class:`ferro._C.tensor.TensorBase`; this subclass adds no instance state (``__slots__ = ()``)
+and only forwards to ops, so an op output is created by the engine directly as a ``Tensor``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ferro import autograd as _autograd
+from ferro._C import engine as _engine
+from ferro._C.tensor import TensorBase, set_tensor_type
+from ferro.errors import GraphError, ShapeError
+from ferro.ops import elementwise as _ew
+from ferro.ops import linalg as _la
+from ferro.ops import reduction as _red
+from ferro.ops import shape as _sh
+
+
+def _rsub(self, other):
+    return _ew.sub(other, self)
+
+
+def _rdiv(self, other):
+    return _ew.div(other, self)
+
+
+def _rpow(self, other):
+    return _ew.pow(other, self)
+
+
+def _rmatmul(self, other):
+    return _la.matmul(other, self)
+
+
+class Tensor(TensorBase):
+    """A multi-dimensional array with reverse-mode autograd.
+
+    Create one with :func:`ferro.tensor`, :func:`ferro.from_numpy` or a factory such as
+    :func:`ferro.zeros`. Operators follow NumPy broadcasting; ``.backward()`` fills the ``.grad``
+    of the leaves that require grad.
+
+    Example:
+        >>> x = ferro.tensor([1.0, 2.0, 3.0], requires_grad=True)
+        >>> (x * x).sum().backward()
+        >>> x.grad
+        tensor([2., 4., 6.])
+    """
+
+    __slots__ = ()
+    # Make ``ndarray * Tensor`` defer to Tensor's reflected operators.
+    __array_priority__ = 1000
+
+    # Arithmetic. The forward functions take (a, b), so they serve directly as methods.
+    __add__ = _ew.add
+    __radd__ = _ew.add
+    __sub__ = _ew.sub
+    __rsub__ = _rsub
+    __mul__ = _ew.mul
+    __rmul__ = _ew.mul
+    __truediv__ = _ew.div
+    __rtruediv__ = _rdiv
+    __pow__ = _ew.pow
+    __rpow__ = _rpow
+    __matmul__ = _la.matmul
+    __rmatmul__ = _rmatmul
+    __neg__ = _ew.neg
+
+    def __pos__(self):
+        return self
+
+    # Methods that mirror the functions in ferro.ops.
+    add = _ew.add
+    sub = _ew.sub
+    mul = _ew.mul
+    div = _ew.div
+    pow = _ew.pow
+    neg = _ew.neg
+    exp = _ew.exp
+    log = _ew.log
+    tanh = _ew.tanh
+    matmul = _la.matmul
+    sum = _red.sum
+    mean = _red.mean
+    reshape = _sh.reshape
+    view = _sh.reshape
+    permute = _sh.permute
+    transpose = _sh.transpose
+
+    @property
+    def T(self) -> Tensor:
+        """All dimensions reversed."""
+        return _sh.permute(self, tuple(range(self.ndim - 1, -1, -1)))
+
+    @property
+    def mT(self) -> Tensor:
+        """The last two dimensions swapped (batched matrix transpose)."""
+        return _sh.transpose(self, -2, -1)
+
+    def to(self, dtype) -> Tensor:
+        """Convert to ``dtype`` (differentiable between float dtypes)."""
+        return _ew.cast(self, dtype)
+
+    def float(self) -> Tensor:
+        """Convert to float32."""
+        return _ew.cast(self, np.float32)
+
+    def double(self) -> Tensor:
+        """Convert to float64."""
+        return _ew.cast(self, np.float64)
+
+    # Autograd.
+    def backward(self, gradient=None, retain_graph: bool = False, inputs=None) -> None:
+        """Accumulate the gradient of this tensor into the ``.grad`` of the leaves.
+
+        Args:
+            gradient: the gradient of this tensor; may be omitted for a 1-element tensor.
+            retain_graph: keep saved arrays so the graph can be walked again.
+            inputs: accumulate only into these tensors.
+        """
+        _autograd.backward((self,), None if gradient is None else (gradient,), retain_graph, inputs)
+
+    def detach(self) -> Tensor:
+        """A tensor that shares this one's data but is not part of any graph."""
+        return _sh.detach(self)
+
+    def register_hook(self, hook):
+        """Run ``hook(grad) -> Tensor | None`` once on this tensor's summed gradient.
+
+        Returns a handle whose ``remove()`` unregisters the hook.
+        """
+        return _engine.register_tensor_hook(self, hook)
+
+    def register_post_accumulate_grad_hook(self, hook):
+        """Run ``hook(tensor)`` after this leaf's ``.grad`` is updated by a backward."""
+        return _engine.register_post_accumulate_grad_hook(self, hook)
+
+    def retain_grad(self) -> None:
+        """Keep this non-leaf tensor's gradient in ``.grad`` after backward."""
+        _engine.retain_grad(self)
+
+    @property
+    def retains_grad(self) -> bool:
+        """True if :meth:`retain_grad` was called on this non-leaf tensor."""
+        return _engine.retains_grad(self)
+
+    # Conversion.
+    def numpy(self) -> np.ndarray:
+        """The data as a NumPy array sharing memory with the tensor (CPU tensors only)."""
+        if self.requires_grad:
+            raise GraphError(
+                "numpy(): the tensor requires grad; call tensor.detach().numpy() instead"
+            )
+        if type(self.data) is not np.ndarray:
+            raise TypeError("numpy(): the tensor is not on the CPU; call .cpu() first")
+        return self.data
+
+    def __array__(self, dtype=None, copy=None):
+        data = self.data
+        if type(data) is not np.ndarray:
+            data = data.get()
+        if copy:
+            return np.array(data, dtype=dtype, copy=True)
+        return data if dtype is None else data.astype(dtype, copy=False)
+
+    def item(self):
+        """The value of a 1-element tensor as a Python number."""
+        if self.data.size != 1:
+            raise ShapeError(f"item(): the tensor has {self.data.size} elements (shape {self.shape})")
+        return self.data.item()
+
+    def tolist(self):
+        """The data as (nested) Python lists."""
+        return np.asarray(self).tolist()
+
+    def __float__(self) -> float:
+        return float(self.item())
+
+    def __int__(self) -> int:
+        return int(self.item())
+
+    def __bool__(self) -> bool:
+        if self.data.size != 1:
+            raise ShapeError(
+                f"bool(): the truth value of a tensor with {self.data.size} elements is ambiguous"
+            )
+        return bool(self.item())
+
+    def __repr__(self) -> str:
+        data = np.asarray(self)
+        body = np.array2string(data, separator=", ", prefix="tensor(", threshold=1000)
+        extras = []
+        if data.dtype not in (np.float32, np.int64, np.bool_) or data.size == 0:
+            extras.append(f"dtype={data.dtype}")
+        if self.grad_fn is not None:
+            extras.append(f"grad_fn=<{self.grad_fn.name()}>")
+        elif self.requires_grad:
+            extras.append("requires_grad=True")
+        return "tensor(" + body + "".join(", " + e for e in extras) + ")"
+
+
+set_tensor_type(Tensor)

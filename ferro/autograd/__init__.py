@@ -1,0 +1,99 @@
+"""The autograd API over the compiled engine: ``backward``, ``grad`` and grad mode."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ferro._C import engine as _engine
+from ferro._C.tensor import TensorBase, wrap
+from ferro.autograd.grad_mode import (
+    enable_grad,
+    inference_mode,
+    is_grad_enabled,
+    is_inference_mode_enabled,
+    no_grad,
+    set_grad_enabled,
+)
+
+
+def _as_tuple(x, what: str) -> tuple:
+    if x is None:
+        return ()
+    if isinstance(x, TensorBase):
+        return (x,)
+    if isinstance(x, Sequence):
+        return tuple(x)
+    raise TypeError(f"{what}: expected a Tensor or a sequence of Tensors, got {type(x).__name__}")
+
+
+def _grad_arrays(grads, n: int, what: str) -> tuple:
+    if grads is None:
+        return (None,) * n
+    grads = _as_tuple(grads, what) if not isinstance(grads, TensorBase) else (grads,)
+    if len(grads) != n:
+        raise ValueError(f"{what}: got {len(grads)} gradients for {n} tensors")
+    return tuple(None if g is None else (g.data if isinstance(g, TensorBase) else g) for g in grads)
+
+
+def backward(tensors, grad_tensors=None, retain_graph: bool = False, inputs=None) -> None:
+    """Accumulate the gradients of ``tensors`` into the ``.grad`` of the leaves (or ``inputs``).
+
+    Args:
+        tensors: a Tensor or a sequence of Tensors to differentiate.
+        grad_tensors: their gradients (None for an implicit 1 on a 1-element tensor).
+        retain_graph: keep the saved arrays so the graph can be walked again.
+        inputs: accumulate only into these tensors (leaves or not).
+
+    Example:
+        >>> x = ferro.tensor([1.0, 2.0], requires_grad=True)
+        >>> ferro.autograd.backward([(x * x).sum()])
+        >>> x.grad
+        tensor([2., 4.])
+    """
+    roots = _as_tuple(tensors, "backward")
+    grads = _grad_arrays(grad_tensors, len(roots), "backward")
+    ins = None if inputs is None else _as_tuple(inputs, "backward inputs")
+    if ins is not None and not ins:
+        raise ValueError("backward: inputs= must not be empty")
+    _engine.run_backward(roots, grads, bool(retain_graph), ins, True, False)
+
+
+def grad(outputs, inputs, grad_outputs=None, retain_graph=None, allow_unused: bool = False):
+    """Return the gradients of ``outputs`` with respect to ``inputs``; ``.grad`` is left alone.
+
+    Only the nodes that lead to ``inputs`` run.
+
+    Args:
+        outputs: a Tensor or a sequence of Tensors.
+        inputs: the Tensors to differentiate with respect to.
+        grad_outputs: gradients of ``outputs`` (None for an implicit 1 on 1-element outputs).
+        retain_graph: keep the graph for another walk (default False).
+        allow_unused: return None for an input the outputs do not depend on, instead of raising.
+
+    Returns:
+        A tuple of Tensors (or None), one per input.
+
+    Example:
+        >>> x = ferro.tensor(3.0, requires_grad=True)
+        >>> ferro.autograd.grad(x * x, x)
+        (tensor(6.),)
+    """
+    outs = _as_tuple(outputs, "grad outputs")
+    ins = _as_tuple(inputs, "grad inputs")
+    if not ins:
+        raise ValueError("grad: inputs must not be empty")
+    grads = _grad_arrays(grad_outputs, len(outs), "grad")
+    res = _engine.run_backward(outs, grads, bool(retain_graph), ins, False, bool(allow_unused))
+    return tuple(None if g is None else wrap(g) for g in res)
+
+
+__all__ = [
+    "backward",
+    "grad",
+    "no_grad",
+    "enable_grad",
+    "set_grad_enabled",
+    "inference_mode",
+    "is_grad_enabled",
+    "is_inference_mode_enabled",
+]

@@ -1,0 +1,49 @@
+"""ferro's one exception hierarchy.
+
+Every error ferro raises on purpose is a :class:`FerroError`. Each subclass also derives from the
+builtin a Python user would expect, so ``except ValueError`` keeps working:
+
+- :class:`ShapeError` (``ValueError``): shapes that do not fit the op.
+- :class:`DtypeError` (``TypeError``): dtypes that do not fit or mix.
+- :class:`DeviceError` (``TypeError``): arrays on different devices in one op.
+- :class:`GraphError` (``RuntimeError``): misuse of the autograd graph (freed graph, non-scalar
+  root without a gradient, a tensor that does not require grad, ...).
+- :class:`GradientError` (``GraphError``): an op's or a hook's backward returned the wrong number,
+  shape or dtype of gradients.
+
+Messages name the op, what was expected and what was received.
+"""
+
+
+class FerroError(Exception):
+    """Base class of every error ferro raises on purpose."""
+
+
+class ShapeError(FerroError, ValueError):
+    """Shapes that do not fit the op."""
+
+
+class DtypeError(FerroError, TypeError):
+    """Dtypes that do not fit the op, or that mix where they must not."""
+
+
+class DeviceError(FerroError, TypeError):
+    """Arrays on different devices (or backends) in one op."""
+
+
+class GraphError(FerroError, RuntimeError):
+    """Misuse of the autograd graph."""
+
+
+class GradientError(GraphError):
+    """A backward function or hook returned the wrong number, shape or dtype of gradients."""
+
+
+__all__ = [
+    "FerroError",
+    "ShapeError",
+    "DtypeError",
+    "DeviceError",
+    "GraphError",
+    "GradientError",
+]

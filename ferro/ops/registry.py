@@ -1,0 +1,54 @@
+"""The op registry: every differentiable op is an :class:`~ferro._C.engine.OpDef` registered here.
+
+An op is written as a class with static ``forward(ctx, *args, **params)`` and
+``backward(ctx, *grad_outputs)`` against ``ctx.xp`` (NumPy or CuPy), and registered with
+:func:`register`, which turns the class into its OpDef::
+
+    @register("tanh")
+    class Tanh:
+        @staticmethod
+        def forward(ctx, x):
+            y = ctx.xp.tanh(x)
+            ctx.save(y)
+            return y
+
+        @staticmethod
+        def backward(ctx, gy):
+            (y,) = ctx.saved
+            return gy * (1 - y * y)
+
+    def tanh(x):
+        return apply(Tanh, x)
+
+``backward`` returns one gradient per positional argument of ``forward`` (None where none
+flows; ``ctx.needs_input_grad`` says which are wanted). The engine undoes broadcasting for ops
+registered with ``broadcasts=True`` and checks every gradient's shape and dtype.
+"""
+
+from __future__ import annotations
+
+from ferro._C.engine import OpDef, apply
+
+REGISTRY: dict[str, OpDef] = {}
+
+
+def register(name: str, **flags) -> callable:
+    """Class decorator: build the OpDef for an op class and record it under ``name``."""
+
+    def deco(cls) -> OpDef:
+        if name in REGISTRY:
+            raise ValueError(f"op {name!r} is registered twice")
+        op = OpDef(
+            name,
+            cls.forward,
+            getattr(cls, "backward", None),
+            display=cls.__name__,
+            **flags,
+        )
+        REGISTRY[name] = op
+        return op
+
+    return deco
+
+
+__all__ = ["REGISTRY", "register", "apply", "OpDef"]

@@ -131,15 +131,19 @@ def main(argv=None) -> list[dict]:
         x, w, b = make_inputs(size)
         fx, fw, fb = (ferro.tensor(a, requires_grad=True) for a in (x, w, b))
         cases = {
-            "numpy_fwd": lambda: numpy_chain(x, w, b, args.ops, False),
-            "numpy_fwdbwd": lambda: numpy_chain(x, w, b, args.ops, True),
-            "ferro_fwd": lambda: ferro_chain(ferro, fx, fw, fb, args.ops, False),
-            "ferro_fwdbwd": lambda: ferro_chain(ferro, fx, fw, fb, args.ops, True),
+            "numpy_fwd": lambda x=x, w=w, b=b: numpy_chain(x, w, b, args.ops, False),
+            "numpy_fwdbwd": lambda x=x, w=w, b=b: numpy_chain(x, w, b, args.ops, True),
+            "ferro_fwd": lambda x=fx, w=fw, b=fb: ferro_chain(ferro, x, w, b, args.ops, False),
+            "ferro_fwdbwd": lambda x=fx, w=fw, b=fb: ferro_chain(ferro, x, w, b, args.ops, True),
         }
         if torch is not None:
             tx, tw, tb = (torch.tensor(a, requires_grad=True) for a in (x, w, b))
-            cases["torch_fwd"] = lambda: torch_chain(torch, tx, tw, tb, args.ops, False)
-            cases["torch_fwdbwd"] = lambda: torch_chain(torch, tx, tw, tb, args.ops, True)
+            cases["torch_fwd"] = lambda x=tx, w=tw, b=tb: torch_chain(
+                torch, x, w, b, args.ops, False
+            )
+            cases["torch_fwdbwd"] = lambda x=tx, w=tw, b=tb: torch_chain(
+                torch, x, w, b, args.ops, True
+            )
         med = measure(cases, args.repeats, warmup=2)
         per_op = {k: v / args.ops * 1e6 for k, v in med.items()}
         for phase in ("fwd", "fwdbwd"):
@@ -162,7 +166,15 @@ def main(argv=None) -> list[dict]:
     print()
     table(
         rows,
-        ["size", "phase", "ferro us/op", "numpy us/op", "torch us/op", "ferro/numpy", "ferro/torch"],
+        [
+            "size",
+            "phase",
+            "ferro us/op",
+            "numpy us/op",
+            "torch us/op",
+            "ferro/numpy",
+            "ferro/torch",
+        ],
     )
     return records
 

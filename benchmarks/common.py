@@ -75,7 +75,7 @@ def table(rows: list[list], headers: list[str]) -> None:
     cells = [headers] + [[_fmt(c) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
     for j, r in enumerate(cells):
-        print("  ".join(c.rjust(w) for c, w in zip(r, widths)))
+        print("  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)))
         if j == 0:
             print("  ".join("-" * w for w in widths))
 

@@ -168,7 +168,9 @@ class Tensor(TensorBase):
     def item(self):
         """The value of a 1-element tensor as a Python number."""
         if self.data.size != 1:
-            raise ShapeError(f"item(): the tensor has {self.data.size} elements (shape {self.shape})")
+            raise ShapeError(
+                f"item(): the tensor has {self.data.size} elements (shape {self.shape})"
+            )
         return self.data.item()
 
     def tolist(self):

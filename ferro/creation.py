@@ -1,4 +1,4 @@
-"""Tensor creation: ``tensor``, ``from_numpy``, ``zeros``, ``ones``, ``full``, ``arange``, ``rand``...
+"""Tensor creation: ``tensor``, ``from_numpy``, ``zeros``, ``ones``, ``full``, ``arange``, ``rand``.
 
 Dtypes follow PyTorch: Python floats give float32 (the default dtype), Python ints give int64,
 bools give bool. NumPy arrays keep float32/float64; other integer widths become int64. A tensor

@@ -10,6 +10,7 @@ builtin a Python user would expect, so ``except ValueError`` keeps working:
   root without a gradient, a tensor that does not require grad, ...).
 - :class:`GradientError` (``GraphError``): an op's or a hook's backward returned the wrong number,
   shape or dtype of gradients.
+- :class:`GradcheckError` (``AssertionError``): ``ferro.testing.gradcheck`` found a wrong gradient.
 
 Messages name the op, what was expected and what was received.
 """
@@ -39,6 +40,10 @@ class GradientError(GraphError):
     """A backward function or hook returned the wrong number, shape or dtype of gradients."""
 
 
+class GradcheckError(FerroError, AssertionError):
+    """``ferro.testing.gradcheck`` found analytical and numerical gradients that disagree."""
+
+
 __all__ = [
     "FerroError",
     "ShapeError",
@@ -46,4 +51,5 @@ __all__ = [
     "DeviceError",
     "GraphError",
     "GradientError",
+    "GradcheckError",
 ]

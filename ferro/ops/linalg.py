@@ -21,11 +21,14 @@ class Matmul:
         # Treat 1-D operands as matrices (a row, b a column), as matmul itself does.
         a2 = a[None, :] if a.ndim == 1 else a
         b2 = b[:, None] if b.ndim == 1 else b
-        g2 = gy
-        if a.ndim == 1:
-            g2 = xp.expand_dims(g2, -2)
-        if b.ndim == 1:
-            g2 = xp.expand_dims(g2, -1)
+        if a.ndim == 1 and b.ndim == 1:
+            g2 = gy.reshape(1, 1)
+        elif a.ndim == 1:
+            g2 = xp.expand_dims(gy, -2)
+        elif b.ndim == 1:
+            g2 = xp.expand_dims(gy, -1)
+        else:
+            g2 = gy
         ga = gb = None
         if need_a:
             ga = g2 @ xp.swapaxes(b2, -1, -2)

@@ -58,8 +58,10 @@ def reshape(x, *shape):
                 raise ShapeError(f"reshape: invalid size {s} in {shape}")
             known *= s
     size = x.numel()
-    if n_infer > 1 or (n_infer == 0 and known != size) or (
-        n_infer == 1 and (known == 0 or size % known != 0)
+    if (
+        n_infer > 1
+        or (n_infer == 0 and known != size)
+        or (n_infer == 1 and (known == 0 or size % known != 0))
     ):
         raise ShapeError(f"reshape: cannot reshape a tensor of shape {x.shape} into {shape}")
     return apply(Reshape, x, shape=shape)

@@ -1,0 +1,66 @@
+"""The nogil kernels against their generic NumPy references (parity)."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import array_shapes
+
+from ferro._C import cpu_kernels
+from ferro._C.engine import sum_to_shape, sum_to_shape_generic
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    big=array_shapes(min_dims=0, max_dims=4, min_side=0, max_side=4),
+    data=st.data(),
+    dtype=st.sampled_from([np.float32, np.float64]),
+    transpose=st.booleans(),
+)
+def test_sum_to_shape_matches_generic(big, data, dtype, transpose):
+    # A target that broadcasts to `big`: drop some leading dims, set some others to 1.
+    lead = data.draw(st.integers(0, len(big)))
+    small = tuple(1 if data.draw(st.booleans()) else s for s in big[lead:])
+    rng = np.random.default_rng(0)
+    src = rng.normal(size=big[::-1] if transpose else big).astype(dtype)
+    if transpose:
+        src = src.T  # a non-contiguous view of shape `big`
+    got = cpu_kernels.sum_to_shape(src, small)
+    want = sum_to_shape_generic(src, small)
+    assert got.shape == small and got.dtype == src.dtype
+    np.testing.assert_allclose(got, want, rtol=1e-5 if dtype == np.float32 else 1e-12, atol=1e-5)
+
+
+def test_sum_to_shape_rejects_bad_target():
+    with pytest.raises(ValueError):
+        cpu_kernels.sum_to_shape(np.ones((2, 3)), (4,))
+
+
+def test_sum_to_shape_same_shape_is_identity():
+    a = np.ones((2, 3))
+    assert sum_to_shape(a, (2, 3)) is a
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("n", [1, 7, 1000, 300_000])
+def test_add_inplace_matches_numpy(dtype, n):
+    rng = np.random.default_rng(n)
+    dst = rng.normal(size=n).astype(dtype)
+    src = rng.normal(size=n).astype(dtype)
+    want = dst + src
+    cpu_kernels.add_inplace(dst, src)
+    np.testing.assert_array_equal(dst, want)
+
+
+def test_add_inplace_with_noncontiguous_source():
+    dst = np.zeros((3, 4))
+    src = np.arange(12.0).reshape(4, 3).T
+    cpu_kernels.add_inplace(dst, src)
+    np.testing.assert_array_equal(dst, src)
+
+
+def test_add_inplace_refuses_mismatch():
+    with pytest.raises(ValueError):
+        cpu_kernels.add_inplace(np.zeros(3), np.zeros(4))
+    with pytest.raises(ValueError):
+        cpu_kernels.add_inplace(np.zeros(3), np.zeros(3, np.float32))

@@ -1,0 +1,121 @@
+"""Generic op tests generated from the op database (opdb.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from opdb import BY_NAME, OPS
+
+import ferro
+from ferro.ops import REGISTRY
+from ferro.testing import gradcheck
+
+CASES = [(op, i) for op in OPS for i in range(len(op.samples(np.random.default_rng(0))))]
+
+
+def _ids(case):
+    op, i = case
+    return f"{op.name}-{op.samples(np.random.default_rng(0))[i].label or i}"
+
+
+def _build(sample, dtype, requires_grad=True):
+    """Tensors (and the NumPy arrays they wrap) for one sample."""
+    tensors, arrays = [], []
+    for k, a in enumerate(sample.args):
+        if k in sample.same:
+            tensors.append(tensors[0])
+            arrays.append(arrays[0])
+            continue
+        if isinstance(a, np.ndarray):
+            arr = a.astype(dtype)
+            if sample.noncontig and arr.ndim >= 2:
+                arr = np.ascontiguousarray(arr.T).T  # same values, Fortran order: non-contiguous
+                assert not arr.flags.c_contiguous
+            t = ferro.from_numpy(arr)
+            if requires_grad and sample.grad:
+                t.requires_grad_(True)
+            tensors.append(t)
+            arrays.append(arr)
+        else:
+            tensors.append(a)
+            arrays.append(a)
+    return tensors, arrays
+
+
+@pytest.mark.parametrize("case", CASES, ids=[_ids(c) for c in CASES])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_forward_matches_reference(case, dtype):
+    op, i = case
+    sample = op.samples(np.random.default_rng(0))[i]
+    tensors, arrays = _build(sample, dtype)
+    out = op.fn(*tensors, **sample.kwargs)
+    want = op.ref(*arrays, **sample.kwargs)
+    rtol = op.fwd_rtol32 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(out.data, want, rtol=rtol, atol=rtol)
+    assert out.shape == np.shape(want)
+    assert out.dtype == np.dtype(dtype) or op.name == "cast"
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c[0].grad], ids=_ids)
+def test_grad_matches_numeric(case):
+    op, i = case
+    sample = op.samples(np.random.default_rng(0))[i]
+    if not sample.grad:
+        pytest.skip("sample is not differentiable")
+    tensors, _ = _build(sample, np.float64)
+    diff = [t for t in tensors if isinstance(t, ferro.Tensor)]
+    positions = [k for k, t in enumerate(tensors) if isinstance(t, ferro.Tensor)]
+
+    # Repeated arguments: gradcheck the shared tensor once.
+    uniq = [t for k, t in zip(positions, diff, strict=True) if k not in sample.same]
+    uniq_pos = [k for k in positions if k not in sample.same]
+
+    def fn_uniq(*ts):
+        args = list(tensors)
+        for k, t in zip(uniq_pos, ts, strict=True):
+            args[k] = t
+        for k in sample.same:
+            args[k] = args[0]
+        return op.fn(*args, **sample.kwargs)
+
+    assert gradcheck(fn_uniq, tuple(uniq), **op.gradcheck_kwargs)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[_ids(c) for c in CASES])
+def test_inputs_not_mutated(case):
+    op, i = case
+    sample = op.samples(np.random.default_rng(0))[i]
+    tensors, arrays = _build(sample, np.float64)
+    before = [a.copy() if isinstance(a, np.ndarray) else a for a in arrays]
+    out = op.fn(*tensors, **sample.kwargs)
+    if out.requires_grad:
+        g = np.full(out.shape, 0.5)
+        out.backward(ferro.from_numpy(g))
+        np.testing.assert_array_equal(g, np.full(out.shape, 0.5))
+    for a, b in zip(arrays, before, strict=True):
+        if isinstance(a, np.ndarray):
+            np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c[0].grad], ids=_ids)
+def test_float32_and_float64_agree(case):
+    op, i = case
+    sample = op.samples(np.random.default_rng(0))[i]
+    grads = {}
+    for dtype in (np.float32, np.float64):
+        tensors, _ = _build(sample, dtype)
+        out = op.fn(*tensors, **sample.kwargs)
+        out.backward(ferro.ones_like(out))
+        grads[dtype] = [
+            t.grad.data for t in tensors if isinstance(t, ferro.Tensor) and t.grad is not None
+        ]
+        for t in tensors:
+            if isinstance(t, ferro.Tensor) and t.grad is not None:
+                assert t.grad.dtype == np.dtype(dtype)
+    for g32, g64 in zip(grads[np.float32], grads[np.float64], strict=True):
+        np.testing.assert_allclose(g32, g64, rtol=1e-4, atol=1e-4)
+
+
+def test_every_registered_op_has_an_entry():
+    missing = sorted(set(REGISTRY) - set(BY_NAME))
+    assert not missing, f"ops without an op database entry: {missing}"

@@ -68,8 +68,14 @@ def accuracy(params, x: np.ndarray, y: np.ndarray) -> float:
     return float((logits.numpy().argmax(axis=1) == y).mean())
 
 
-def train(epochs: int = 30, batch_size: int = 32, lr: float = 0.1, hidden: int = 128,
-          seed: int = 0, progress: bool = True) -> dict:
+def train(
+    epochs: int = 30,
+    batch_size: int = 32,
+    lr: float = 0.1,
+    hidden: int = 128,
+    seed: int = 0,
+    progress: bool = True,
+) -> dict:
     """Train with minibatch SGD and momentum; returns the per-epoch history."""
     from tqdm import tqdm
 
@@ -83,10 +89,15 @@ def train(epochs: int = 30, batch_size: int = 32, lr: float = 0.1, hidden: int =
     for epoch in range(epochs):
         order = gen.permutation(len(x_tr))
         total, batches = 0.0, range(0, len(order), batch_size)
-        bar = tqdm(batches, desc=f"epoch {epoch + 1:2d}/{epochs}", leave=False,
-                   disable=not progress, unit="batch")
+        bar = tqdm(
+            batches,
+            desc=f"epoch {epoch + 1:2d}/{epochs}",
+            leave=False,
+            disable=not progress,
+            unit="batch",
+        )
         for start in bar:
-            idx = order[start:start + batch_size]
+            idx = order[start : start + batch_size]
             xb = ferro.from_numpy(x_tr[idx])
             yb = ferro.from_numpy(onehot_tr[idx])
             loss = cross_entropy(forward(params, xb), yb)
@@ -104,9 +115,11 @@ def train(epochs: int = 30, batch_size: int = 32, lr: float = 0.1, hidden: int =
         history["train_acc"].append(accuracy(params, x_tr, y_tr))
         history["test_acc"].append(accuracy(params, x_te, y_te))
         if progress:
-            tqdm.write(f"epoch {epoch + 1:2d}: loss {history['loss'][-1]:.4f}  "
-                       f"train acc {history['train_acc'][-1]:.3f}  "
-                       f"test acc {history['test_acc'][-1]:.3f}")
+            tqdm.write(
+                f"epoch {epoch + 1:2d}: loss {history['loss'][-1]:.4f}  "
+                f"train acc {history['train_acc'][-1]:.3f}  "
+                f"test acc {history['test_acc'][-1]:.3f}"
+            )
     return history
 
 
@@ -141,8 +154,9 @@ def main(argv=None) -> float:
     ap.add_argument("--quiet", action="store_true", help="no progress bars")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
-    history = train(args.epochs, args.batch_size, args.lr, args.hidden, args.seed,
-                    progress=not args.quiet)
+    history = train(
+        args.epochs, args.batch_size, args.lr, args.hidden, args.seed, progress=not args.quiet
+    )
     plot(history, args.plot)
     acc = history["test_acc"][-1]
     print(f"test accuracy: {acc:.4f}  ({time.perf_counter() - t0:.1f} s; curves in {args.plot})")

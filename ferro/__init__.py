@@ -59,6 +59,7 @@ from ferro.ops import (
     tanh,
     transpose,
 )
+from ferro import autograd, errors, random, testing  # noqa: F401  (public submodules)
 from ferro.random import get_rng_state, manual_seed, set_rng_state
 
 __version__ = "0.1.0"

@@ -40,25 +40,8 @@ from ferro.creation import (
     zeros,
     zeros_like,
 )
-from ferro.ops import (
-    add,
-    cast,
-    detach,
-    div,
-    exp,
-    log,
-    matmul,
-    mean,
-    mul,
-    neg,
-    permute,
-    pow,
-    reshape,
-    sub,
-    sum,
-    tanh,
-    transpose,
-)
+from ferro.ops import *  # noqa: F403  (every public op)
+from ferro.ops import __all__ as _ops_all
 from ferro import autograd, errors, random, testing  # noqa: F401  (public submodules)
 from ferro.random import get_rng_state, manual_seed, set_rng_state
 
@@ -92,21 +75,5 @@ __all__ = [
     "is_grad_enabled",
     "is_inference_mode_enabled",
     "grad",
-    "add",
-    "sub",
-    "mul",
-    "div",
-    "neg",
-    "pow",
-    "exp",
-    "log",
-    "tanh",
-    "cast",
-    "sum",
-    "mean",
-    "matmul",
-    "reshape",
-    "permute",
-    "transpose",
-    "detach",
+    *_ops_all,
 ]

@@ -13,7 +13,9 @@ from ferro import autograd as _autograd
 from ferro._C import engine as _engine
 from ferro._C.tensor import TensorBase, set_tensor_type
 from ferro.errors import GraphError, ShapeError
+from ferro.ops import activation as _act
 from ferro.ops import elementwise as _ew
+from ferro.ops import inplace as _ip
 from ferro.ops import linalg as _la
 from ferro.ops import reduction as _red
 from ferro.ops import shape as _sh
@@ -71,6 +73,35 @@ class Tensor(TensorBase):
     def __pos__(self):
         return self
 
+    __abs__ = _ew.abs
+    __getitem__ = _sh.getitem
+    # Comparisons return bool tensors; hashing stays by identity (tensors are dict keys).
+    __eq__ = _ew.eq
+    __ne__ = _ew.ne
+    __lt__ = _ew.lt
+    __le__ = _ew.le
+    __gt__ = _ew.gt
+    __ge__ = _ew.ge
+    __hash__ = object.__hash__
+
+    # In place: x += y writes into x's memory (see ferro.ops.inplace).
+    __iadd__ = _ip.add_
+    __isub__ = _ip.sub_
+    __imul__ = _ip.mul_
+    __itruediv__ = _ip.div_
+    add_ = _ip.add_
+    sub_ = _ip.sub_
+    mul_ = _ip.mul_
+    div_ = _ip.div_
+    clamp_ = _ip.clamp_
+    fill_ = _ip.fill_
+    zero_ = _ip.zero_
+
+    def __iter__(self):
+        if self.ndim == 0:
+            raise TypeError("iteration over a 0-d tensor")
+        return (self[i] for i in range(self.shape[0]))
+
     # Methods that mirror the functions in ferro.ops.
     add = _ew.add
     sub = _ew.sub
@@ -81,13 +112,75 @@ class Tensor(TensorBase):
     exp = _ew.exp
     log = _ew.log
     tanh = _ew.tanh
+    abs = _ew.abs
+    clamp = _ew.clamp
+    clip = _ew.clamp
+    expm1 = _ew.expm1
+    log1p = _ew.log1p
+    sqrt = _ew.sqrt
+    rsqrt = _ew.rsqrt
+    sin = _ew.sin
+    cos = _ew.cos
+    sigmoid = _ew.sigmoid
+    sign = _ew.sign
+    maximum = _ew.maximum
+    minimum = _ew.minimum
+    eq = _ew.eq
+    ne = _ew.ne
+    lt = _ew.lt
+    le = _ew.le
+    gt = _ew.gt
+    ge = _ew.ge
+    relu = _act.relu
+    softmax = _act.softmax
+    log_softmax = _act.log_softmax
     matmul = _la.matmul
     sum = _red.sum
     mean = _red.mean
+    var = _red.var
+    std = _red.std
+    prod = _red.prod
+    max = _red.max
+    min = _red.min
+    amax = _red.amax
+    amin = _red.amin
+    logsumexp = _red.logsumexp
+    norm = _red.norm
+    cumsum = _red.cumsum
     reshape = _sh.reshape
     view = _sh.reshape
     permute = _sh.permute
     transpose = _sh.transpose
+    flatten = _sh.flatten
+    squeeze = _sh.squeeze
+    unsqueeze = _sh.unsqueeze
+    expand = _sh.expand
+    broadcast_to = _sh.broadcast_to
+    narrow = _sh.narrow
+    select = _sh.select
+    index_select = _sh.index_select
+    gather = _sh.gather
+    scatter = _sh.scatter
+    scatter_add = _sh.scatter_add
+    masked_fill = _sh.masked_fill
+    repeat = _sh.repeat
+    tile = _sh.tile
+    flip = _sh.flip
+    roll = _sh.roll
+    split = _sh.split
+    chunk = _sh.chunk
+
+    def clone(self) -> Tensor:
+        """A copy with its own memory; gradients flow back to this tensor."""
+        return _ew.mul(self, 1)
+
+    def long(self) -> Tensor:
+        """Convert to int64 (not differentiable)."""
+        return _ew.cast(self.detach(), np.int64)
+
+    def bool(self) -> Tensor:
+        """Convert to bool (not differentiable)."""
+        return _ew.cast(self.detach(), np.bool_)
 
     @property
     def T(self) -> Tensor:

@@ -29,7 +29,7 @@ from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from cpython.object cimport PyObject
 
 from ferro._C cimport cpu_kernels
-from ferro._C.tensor cimport TensorBase, new_tensor
+from ferro._C.tensor cimport TensorBase, VersionCounter, new_tensor, version_counter
 
 import contextvars
 import weakref
@@ -184,6 +184,8 @@ cdef class OpDef:
     cdef readonly bint same_dtype
     cdef readonly bint view
     cdef readonly str display
+    cdef readonly object cpu_forward     # fused CPU overrides (None: use forward/backward)
+    cdef readonly object cpu_backward
 
     def __init__(self, str name, forward, backward=None, *, bint broadcasts=False,
                  bint differentiable=True, bint same_dtype=True, bint view=False,
@@ -199,8 +201,29 @@ cdef class OpDef:
         self.view = view
         self.display = display or "".join(p.capitalize() for p in name.split("_"))
 
+    def set_cpu_override(self, forward=None, backward=None):
+        """Register fused CPU versions of forward and/or backward (same signatures).
+
+        They run for NumPy arrays unless overrides are disabled (:func:`set_overrides_enabled`);
+        the generic ``forward``/``backward`` stay the reference they are tested against.
+        """
+        self.cpu_forward = forward
+        self.cpu_backward = backward
+
     def __repr__(self):
         return f"<OpDef {self.name}>"
+
+
+cdef bint _use_overrides = True
+
+
+def set_overrides_enabled(bint enabled):
+    """Turn the fused backend overrides on or off (for parity tests and benchmarks); returns
+    the previous setting."""
+    global _use_overrides
+    prev = _use_overrides
+    _use_overrides = enabled
+    return prev
 
 
 cdef class Node:
@@ -212,7 +235,14 @@ cdef class Node:
     cdef readonly OpDef op
     cdef readonly object xp
     cdef object _saved
+    # Versions of the tensors whose data the node saved (index in _saved, counter, version):
+    # two inline slots (no allocation for the common case), more in _sv_more.
+    cdef int _n_sv
+    cdef Py_ssize_t _sj0, _sj1, _sv0, _sv1
+    cdef VersionCounter _svc0, _svc1
+    cdef list _sv_more
     cdef bint _released
+    cdef bint _fused           # forward ran the op's CPU override: backward must too
     cdef tuple _next           # per positional input: Node, leaf TensorBase, or None
     cdef tuple _next_nr        # per positional input: which output of the target Node
     cdef Py_ssize_t _n_out
@@ -363,20 +393,27 @@ def apply(OpDef op, *args, **params):
     if atype is None:
         raise TypeError(f"{op.name}: expected at least one tensor argument")
     node.xp = _xp_of(first_arr)
-    if record:
-        for i in range(n):
-            a = args[i]
-            if isinstance(a, TensorBase) and (<TensorBase>a)._is_inference:
-                raise GraphError(
-                    f"{op.name}: an inference tensor cannot take part in a recorded op; "
-                    "clone it outside inference_mode() first"
-                )
     record = record and op.differentiable
+    if record:
+        _link(node, args, n, op)
 
-    if params:
-        out = op.forward(*call, **params)
-    else:
-        out = op.forward(*call)
+    fwd = op.forward
+    if _use_overrides and op.cpu_forward is not None and atype is cnp.ndarray:
+        fwd = op.cpu_forward
+        node._fused = True
+    try:
+        if params:
+            out = fwd(*call, **params)
+        else:
+            out = fwd(*call)
+    except ValueError as exc:
+        if op.broadcasts and "broadcast" in str(exc):
+            raise ShapeError(
+                f"{op.name}: shapes "
+                + ", ".join(str(tuple(x.shape)) for x in call[1:] if hasattr(x, "shape"))
+                + " do not broadcast together"
+            ) from None
+        raise
 
     if type(out) is tuple:
         outs = tuple([_as_array(o) for o in out])
@@ -392,18 +429,64 @@ def apply(OpDef op, *args, **params):
             if op.view and first_t is not None:
                 _share_version(<TensorBase>res, first_t)
             return res
-        return tuple([_wrap(o, None, 0, inference) for o in outs])
+        results = tuple([_wrap(o, None, 0, inference) for o in outs])
+        if op.view and first_t is not None:
+            for r in results:
+                _share_version(<TensorBase>r, first_t)
+        return results
 
-    # Link the node to its inputs.
+    node._n_out = n_out
+    if outs is None:
+        node._shape0 = out.shape
+        node._dtype0 = out.dtype
+        if _is_float_array(out):
+            res = _wrap(out, node, 0, False)
+        else:
+            res = _wrap(out, None, 0, False)
+        if op.view and first_t is not None:
+            _share_version(<TensorBase>res, first_t)
+        if node._saved is not None:
+            _record_saved_versions(node, args, n, res)
+        return res
+    node._out_shape = tuple([o.shape for o in outs])
+    node._out_dtype = tuple([o.dtype for o in outs])
+    node._shape0 = node._out_shape[0]
+    node._dtype0 = node._out_dtype[0]
+    results = []
+    for k in range(n_out):
+        o = outs[k]
+        results.append(_wrap(o, node if _is_float_array(o) else None, k, False))
+        if op.view and first_t is not None:
+            _share_version(<TensorBase>results[k], first_t)
+    results = tuple(results)
+    if node._saved is not None:
+        _record_saved_versions(node, args, n, results)
+    return results
+
+
+cdef int _link(Node node, tuple args, Py_ssize_t n, OpDef op) except -1:
+    """Record the node's edges (before forward runs, so forward can read needs_input_grad)."""
     cdef tuple nexts = PyTuple_New(n)
     cdef tuple nrs = PyTuple_New(n)
+    cdef TensorBase t
     for i in range(n):
         a = args[i]
         target = None
         nr_obj = 0
         if isinstance(a, TensorBase):
             t = <TensorBase>a
+            if t._is_inference:
+                raise GraphError(
+                    f"{op.name}: an inference tensor cannot take part in a recorded op; "
+                    "clone it outside inference_mode() first"
+                )
             if t._requires_grad:
+                if t._vc is not None and t._grad_fn is not None and t._vc.value != t._birth:
+                    raise GraphError(
+                        f"{op.name}: an input of shape {tuple(t._data.shape)} was modified in "
+                        "place through a view or its base after it was computed, so its "
+                        "autograd history is stale; clone before modifying in place"
+                    )
                 if t._grad_fn is None:
                     target = t
                 else:
@@ -415,36 +498,111 @@ def apply(OpDef op, *args, **params):
         PyTuple_SET_ITEM(nrs, i, nr_obj)
     node._next = nexts
     node._next_nr = nrs
-    node._n_out = n_out
-    if outs is None:
-        node._shape0 = out.shape
-        node._dtype0 = out.dtype
-        if _is_float_array(out):
-            res = _wrap(out, node, 0, False)
+    return 0
+
+
+cdef int _record_saved_versions(Node node, tuple args, Py_ssize_t n, object outputs) except -1:
+    """For each saved array that is a tensor's data, remember that tensor's version now.
+
+    Backward compares: a saved tensor modified in place since then is an error, not a silently
+    wrong gradient. ``outputs`` is the output tensor or a tuple of them.
+    """
+    cdef TensorBase t
+    cdef VersionCounter vc
+    cdef Py_ssize_t j, i
+    cdef tuple saved = <tuple>node._saved
+    for j in range(len(saved)):
+        s = saved[j]
+        if s is None:
+            continue
+        t = None
+        for i in range(n):
+            a = args[i]
+            if isinstance(a, TensorBase) and (<TensorBase>a)._data is s:
+                t = <TensorBase>a
+                break
+        if t is None:
+            if isinstance(outputs, TensorBase):
+                if (<TensorBase>outputs)._data is s:
+                    t = <TensorBase>outputs
+            else:
+                for o in outputs:
+                    if (<TensorBase>o)._data is s:
+                        t = <TensorBase>o
+                        break
+        if t is None:
+            continue
+        vc = version_counter(t)
+        if node._n_sv == 0:
+            node._sj0, node._svc0, node._sv0 = j, vc, vc.value
+        elif node._n_sv == 1:
+            node._sj1, node._svc1, node._sv1 = j, vc, vc.value
         else:
-            res = _wrap(out, None, 0, False)
-        if op.view and first_t is not None:
-            _share_version(<TensorBase>res, first_t)
-        return res
-    node._out_shape = tuple([o.shape for o in outs])
-    node._out_dtype = tuple([o.dtype for o in outs])
-    node._shape0 = node._out_shape[0]
-    node._dtype0 = node._out_dtype[0]
-    results = []
-    for k in range(n_out):
-        o = outs[k]
-        results.append(_wrap(o, node if _is_float_array(o) else None, k, False))
-    return tuple(results)
+            if node._sv_more is None:
+                node._sv_more = []
+            node._sv_more.append((j, vc, vc.value))
+        node._n_sv += 1
+    return 0
+
+
+cdef int _retarget_version(Node node, object old_data, VersionCounter vc) except -1:
+    # commit_inplace: the node's saved output now lives in another tensor's memory.
+    cdef tuple saved = <tuple>node._saved
+    if node._n_sv > 0 and saved[node._sj0] is old_data:
+        node._svc0, node._sv0 = vc, vc.value
+    if node._n_sv > 1 and saved[node._sj1] is old_data:
+        node._svc1, node._sv1 = vc, vc.value
+    if node._sv_more is not None:
+        node._sv_more = [(j, vc if saved[j] is old_data else c, vc.value if saved[j] is old_data
+                          else v) for (j, c, v) in node._sv_more]
+    return 0
 
 
 cdef inline void _share_version(TensorBase view, TensorBase src):
-    view._base = src._base if src._base is not None else src
+    view._vc = version_counter(src)
+    view._birth = view._vc.value
 
 
 def bump_version(TensorBase t):
     """Record an in-place modification of ``t``'s data (shared with its views)."""
-    cdef TensorBase owner = t._base if t._base is not None else t
-    owner._version += 1
+    cdef VersionCounter vc = version_counter(t)
+    vc.value += 1
+
+
+def commit_inplace(TensorBase t, TensorBase out, str op_name):
+    """Finish an in-place op: write ``out``'s values into ``t``'s memory and give ``t`` the
+    history of ``out`` (``t`` becomes a non-leaf when ``out`` was recorded).
+
+    A leaf that requires grad cannot be modified in place while grad mode is on.
+    """
+    if t._grad_fn is None and t._requires_grad and _mode() == MODE_GRAD:
+        raise GraphError(
+            f"{op_name}: a leaf tensor that requires grad cannot be modified in place; "
+            "wrap the update in ferro.no_grad() or work on a clone"
+        )
+    if tuple(out._data.shape) != tuple(t._data.shape):
+        raise ShapeError(
+            f"{op_name}: the result has shape {tuple(out._data.shape)} but the tensor modified in "
+            f"place has shape {tuple(t._data.shape)}"
+        )
+    if not _same_dtype(out._data, t._data):
+        raise DtypeError(
+            f"{op_name}: the result has dtype {out._data.dtype} but the tensor modified in place "
+            f"has dtype {t._data.dtype}"
+        )
+    if out._data is not t._data:
+        t._data[...] = out._data
+    cdef VersionCounter vc = version_counter(t)
+    vc.value += 1
+    if out._grad_fn is not None:
+        t._grad_fn = out._grad_fn
+        t._output_nr = out._output_nr
+        t._requires_grad = True
+        t._birth = t._vc.value
+        # The recorded output is now t: later in-place changes to t must be seen by the node.
+        if (<Node>out._grad_fn)._saved is not None:
+            _retarget_version(<Node>out._grad_fn, out._data, vc)
+    return t
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1062,7 +1220,15 @@ cdef tuple _run_node(Node node, _Entry e, Py_ssize_t n_out, Py_ssize_t n_in):
                 gys = _check_hook_grads(r, node, fn, gys)
     if node.op.backward is None:
         raise GraphError(f"{node.name()}: op {node.op.name} is not differentiable")
-    res = node.op.backward(node, *gys)
+    if node._n_sv and not node._released:
+        _check_versions(node)
+    bwd = node.op.backward
+    if node.op.cpu_backward is not None:
+        # An op with a fused forward pairs it with its fused backward (they share saved state);
+        # an op with only a fused backward takes it whenever overrides are on.
+        if node._fused if node.op.cpu_forward is not None else (_use_overrides and node.xp is _np):
+            bwd = node.op.cpu_backward
+    res = bwd(node, *gys)
     if type(res) is not tuple:
         if type(res) is list:
             res = tuple(res)
@@ -1083,6 +1249,27 @@ cdef tuple _run_node(Node node, _Entry e, Py_ssize_t n_out, Py_ssize_t n_in):
             if r is not None:
                 res = _check_post_hook(r, node, fn, res)
     return res
+
+
+cdef int _check_versions(Node node) except -1:
+    if node._svc0.value != node._sv0:
+        _version_error(node, node._sj0, node._sv0, node._svc0.value)
+    if node._n_sv > 1 and node._svc1.value != node._sv1:
+        _version_error(node, node._sj1, node._sv1, node._svc1.value)
+    if node._sv_more is not None:
+        for j, vc, v in node._sv_more:
+            if (<VersionCounter>vc).value != v:
+                _version_error(node, j, v, (<VersionCounter>vc).value)
+    return 0
+
+
+cdef int _version_error(Node node, Py_ssize_t j, Py_ssize_t then, Py_ssize_t now) except -1:
+    arr = node._saved[j]
+    raise GraphError(
+        f"{node.name()}: a tensor of shape {tuple(arr.shape)} that it saved for backward "
+        f"was modified in place afterwards (version {then} when saved, {now} now). Clone "
+        "the tensor before modifying it, or do the in-place op before it is used."
+    )
 
 
 cdef list _check_hook_grads(object r, Node node, object fn, list gys):

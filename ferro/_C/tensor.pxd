@@ -1,5 +1,10 @@
 # Contract of ferro._C.tensor: the tensor core the engine reads and writes directly.
 
+cdef class VersionCounter:
+    # Shared by a tensor and its views; bumped by every in-place op on any of them.
+    cdef public Py_ssize_t value
+
+
 cdef class TensorBase:
     cdef object _data            # numpy.ndarray (CPU) or cupy.ndarray (GPU)
     cdef object _grad            # TensorBase or None
@@ -7,8 +12,8 @@ cdef class TensorBase:
     cdef Py_ssize_t _output_nr   # which output of _grad_fn this tensor is
     cdef bint _requires_grad
     cdef bint _is_inference      # created under inference_mode
-    cdef Py_ssize_t _version     # bumped by in-place ops; read through _base for views
-    cdef object _base            # TensorBase whose version counter this view shares, or None
+    cdef VersionCounter _vc      # created lazily: when saved, viewed or modified in place
+    cdef Py_ssize_t _birth       # _vc's value when this tensor's history (grad_fn) was made
     cdef dict _hooks             # leaf tensor hooks: handle id -> fn
     cdef dict _post_acc_hooks    # leaf post-accumulate hooks: handle id -> fn
     cdef object __weakref__
@@ -16,3 +21,4 @@ cdef class TensorBase:
     cdef int _set_requires_grad(self, bint value) except -1
 
 cdef TensorBase new_tensor(object data)
+cdef VersionCounter version_counter(TensorBase t)

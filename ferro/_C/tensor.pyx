@@ -25,6 +25,19 @@ def set_tensor_type(type cls):
     _tensor_type = cls
 
 
+cdef VersionCounter version_counter(TensorBase t):
+    if t._vc is None:
+        t._vc = VersionCounter()
+    return t._vc
+
+
+cdef class VersionCounter:
+    """How many in-place modifications the data of a tensor (and its views) has seen."""
+
+    def __repr__(self):
+        return f"VersionCounter({self.value})"
+
+
 cdef TensorBase new_tensor(object data):
     # tp_new directly: no __init__, no argument parsing.
     cdef TensorBase t = <TensorBase>(<PyTypeObject*>_tensor_type).tp_new(
@@ -123,9 +136,7 @@ cdef class TensorBase:
     @property
     def _version(self):
         """In-place modification counter (shared by views of the same data)."""
-        if self._base is not None:
-            return (<TensorBase>self._base)._version
-        return self._version
+        return 0 if self._vc is None else self._vc.value
 
     @property
     def shape(self):

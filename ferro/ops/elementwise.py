@@ -36,7 +36,9 @@ class Sub:
 class Mul:
     @staticmethod
     def forward(ctx, a, b):
-        ctx.save(a, b)
+        need_a, need_b = ctx.needs_input_grad or (False, False)
+        # Save only what backward reads: gb needs a, ga needs b.
+        ctx.save(a if need_b else None, b if need_a else None)
         return a * b
 
     @staticmethod
@@ -51,7 +53,8 @@ class Div:
     @staticmethod
     def forward(ctx, a, b):
         y = a / b
-        ctx.save(b, y)
+        need_b = ctx.needs_input_grad[1] if ctx.needs_input_grad else False
+        ctx.save(b, y if need_b else None)
         return y
 
     @staticmethod
@@ -245,3 +248,365 @@ def cast(x, dtype):
     if x.dtype == dt:
         return x
     return apply(Cast, x, dtype=dt)
+
+
+@register("abs")
+class Abs:
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save(x)
+        return ctx.xp.abs(x)
+
+    @staticmethod
+    def backward(ctx, gy):
+        (x,) = ctx.saved
+        return gy * ctx.xp.sign(x)
+
+
+@register("clamp", same_dtype=False, broadcasts=True)
+class Clamp:
+    @staticmethod
+    def forward(ctx, x, lo, hi):
+        xp = ctx.xp
+        ctx.save(x, lo, hi)
+        y = x
+        if lo is not None:
+            y = xp.maximum(y, lo)
+        if hi is not None:
+            y = xp.minimum(y, hi)
+        return y if y is not x else x.copy()
+
+    @staticmethod
+    def backward(ctx, gy):
+        x, lo, hi = ctx.saved
+        xp = ctx.xp
+        need_x, need_lo, need_hi = ctx.needs_input_grad
+        inside = xp.ones(x.shape, dtype=bool)
+        if lo is not None:
+            inside &= x >= lo
+        if hi is not None:
+            inside &= x <= hi
+        gx = xp.where(inside, gy, 0) if need_x else None
+        glo = xp.where(x < lo, gy, 0) if need_lo else None
+        ghi = xp.where(x > hi, gy, 0) if need_hi else None
+        if need_lo and hi is not None:
+            glo = xp.where(x > hi, 0, glo)
+        return gx, glo, ghi
+
+
+@register("expm1")
+class Expm1:
+    @staticmethod
+    def forward(ctx, x):
+        y = ctx.xp.expm1(x)
+        ctx.save(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, gy):
+        (y,) = ctx.saved
+        return gy * (y + 1)
+
+
+@register("log1p")
+class Log1p:
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save(x)
+        return ctx.xp.log1p(x)
+
+    @staticmethod
+    def backward(ctx, gy):
+        (x,) = ctx.saved
+        return gy / (x + 1)
+
+
+@register("sqrt")
+class Sqrt:
+    @staticmethod
+    def forward(ctx, x):
+        y = ctx.xp.sqrt(x)
+        ctx.save(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, gy):
+        (y,) = ctx.saved
+        return gy / (2 * y)
+
+
+@register("rsqrt")
+class Rsqrt:
+    @staticmethod
+    def forward(ctx, x):
+        y = 1 / ctx.xp.sqrt(x)
+        ctx.save(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, gy):
+        (y,) = ctx.saved
+        return gy * (-0.5 * y * y * y)
+
+
+@register("sin")
+class Sin:
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save(x)
+        return ctx.xp.sin(x)
+
+    @staticmethod
+    def backward(ctx, gy):
+        (x,) = ctx.saved
+        return gy * ctx.xp.cos(x)
+
+
+@register("cos")
+class Cos:
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save(x)
+        return ctx.xp.cos(x)
+
+    @staticmethod
+    def backward(ctx, gy):
+        (x,) = ctx.saved
+        return -gy * ctx.xp.sin(x)
+
+
+@register("sigmoid")
+class Sigmoid:
+    @staticmethod
+    def forward(ctx, x):
+        # 0.5 * (1 + tanh(x / 2)) equals 1 / (1 + exp(-x)) without overflow for large |x|.
+        y = 0.5 * (1 + ctx.xp.tanh(0.5 * x))
+        ctx.save(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, gy):
+        (y,) = ctx.saved
+        return gy * y * (1 - y)
+
+
+def _split_ties(xp, gy, a_wins, tie):
+    # PyTorch's convention for maximum/minimum: ties share the gradient evenly.
+    ga = xp.where(tie, gy * 0.5, xp.where(a_wins, gy, 0))
+    gb = xp.where(tie, gy * 0.5, xp.where(a_wins, 0, gy))
+    return ga, gb
+
+
+@register("maximum", broadcasts=True)
+class Maximum:
+    @staticmethod
+    def forward(ctx, a, b):
+        ctx.save(a, b)
+        return ctx.xp.maximum(a, b)
+
+    @staticmethod
+    def backward(ctx, gy):
+        a, b = ctx.saved
+        return _split_ties(ctx.xp, gy, a > b, a == b)
+
+
+@register("minimum", broadcasts=True)
+class Minimum:
+    @staticmethod
+    def forward(ctx, a, b):
+        ctx.save(a, b)
+        return ctx.xp.minimum(a, b)
+
+    @staticmethod
+    def backward(ctx, gy):
+        a, b = ctx.saved
+        return _split_ties(ctx.xp, gy, a < b, a == b)
+
+
+@register("where", broadcasts=True, same_dtype=False)
+class Where:
+    @staticmethod
+    def forward(ctx, cond, a, b):
+        ctx.save(cond)
+        return ctx.xp.where(cond, a, b)
+
+    @staticmethod
+    def backward(ctx, gy):
+        (cond,) = ctx.saved
+        xp = ctx.xp
+        _, need_a, need_b = ctx.needs_input_grad
+        ga = xp.where(cond, gy, 0) if need_a else None
+        gb = xp.where(cond, 0, gy) if need_b else None
+        return None, ga, gb
+
+
+def _comparison(name, fn):
+    @register(name, differentiable=False, broadcasts=True, same_dtype=False)
+    class Compare:
+        forward = staticmethod(lambda ctx, a, b: fn(a, b))
+
+    return Compare
+
+
+Eq = _comparison("eq", lambda a, b: a == b)
+Ne = _comparison("ne", lambda a, b: a != b)
+Lt = _comparison("lt", lambda a, b: a < b)
+Le = _comparison("le", lambda a, b: a <= b)
+Gt = _comparison("gt", lambda a, b: a > b)
+Ge = _comparison("ge", lambda a, b: a >= b)
+
+
+@register("sign", differentiable=False)
+class Sign:
+    @staticmethod
+    def forward(ctx, x):
+        return ctx.xp.sign(x)
+
+
+def abs(x):  # noqa: A001 - mirrors torch.abs
+    """Absolute value.
+
+    Gradient: gx = gy * sign(x) (0 at x = 0).
+    """
+    return apply(Abs, x)
+
+
+def clamp(x, min=None, max=None):  # noqa: A002 - PyTorch's argument names
+    """Limit ``x`` to ``[min, max]``; each bound may be None, a scalar or a tensor.
+
+    Gradient: gx = gy where min <= x <= max, else 0; a tensor bound receives gy where it is the
+    value taken.
+    """
+    if min is None and max is None:
+        raise ValueError("clamp: at least one of min and max must be given")
+    for bound in (min, max):
+        if hasattr(bound, "dtype") and bound.dtype != x.dtype:
+            from ferro.errors import DtypeError
+
+            raise DtypeError(f"clamp: bound dtype {bound.dtype} differs from tensor dtype {x.dtype}")
+    return apply(Clamp, x, min, max)
+
+
+clip = clamp
+
+
+def expm1(x):
+    """``exp(x) - 1``, accurate near 0.
+
+    Gradient: gx = gy * (y + 1).
+    """
+    return apply(Expm1, x)
+
+
+def log1p(x):
+    """``log(1 + x)``, accurate near 0.
+
+    Gradient: gx = gy / (1 + x).
+    """
+    return apply(Log1p, x)
+
+
+def sqrt(x):
+    """Square root.
+
+    Gradient: gx = gy / (2 * y).
+    """
+    return apply(Sqrt, x)
+
+
+def rsqrt(x):
+    """``1 / sqrt(x)``.
+
+    Gradient: gx = -gy * y**3 / 2.
+    """
+    return apply(Rsqrt, x)
+
+
+def sin(x):
+    """Sine.
+
+    Gradient: gx = gy * cos(x).
+    """
+    return apply(Sin, x)
+
+
+def cos(x):
+    """Cosine.
+
+    Gradient: gx = -gy * sin(x).
+    """
+    return apply(Cos, x)
+
+
+def sigmoid(x):
+    """Logistic sigmoid ``1 / (1 + exp(-x))``.
+
+    Gradient: gx = gy * y * (1 - y).
+    """
+    return apply(Sigmoid, x)
+
+
+def maximum(a, b):
+    """Elementwise maximum with broadcasting.
+
+    Gradient: to the larger input; ties split gy evenly (PyTorch's convention).
+    """
+    return apply(Maximum, a, b)
+
+
+def minimum(a, b):
+    """Elementwise minimum with broadcasting.
+
+    Gradient: to the smaller input; ties split gy evenly (PyTorch's convention).
+    """
+    return apply(Minimum, a, b)
+
+
+def where(cond, a, b):
+    """``a`` where ``cond`` is true, else ``b`` (all three broadcast).
+
+    Gradient: ga = gy where cond, gb = gy where not cond; cond gets none.
+    """
+    from ferro.errors import DtypeError
+
+    if getattr(cond, "dtype", None) is None or cond.dtype != bool:
+        raise DtypeError(f"where: cond must be a bool tensor, got {getattr(cond, 'dtype', type(cond))}")
+    da, db = getattr(a, "dtype", None), getattr(b, "dtype", None)
+    if da is not None and db is not None and da != db:
+        raise DtypeError(f"where: a and b have different dtypes: {da} and {db}")
+    return apply(Where, cond, a, b)
+
+
+def eq(a, b):
+    """``a == b`` elementwise (bool tensor; not differentiable)."""
+    return apply(Eq, a, b)
+
+
+def ne(a, b):
+    """``a != b`` elementwise (bool tensor; not differentiable)."""
+    return apply(Ne, a, b)
+
+
+def lt(a, b):
+    """``a < b`` elementwise (bool tensor; not differentiable)."""
+    return apply(Lt, a, b)
+
+
+def le(a, b):
+    """``a <= b`` elementwise (bool tensor; not differentiable)."""
+    return apply(Le, a, b)
+
+
+def gt(a, b):
+    """``a > b`` elementwise (bool tensor; not differentiable)."""
+    return apply(Gt, a, b)
+
+
+def ge(a, b):
+    """``a >= b`` elementwise (bool tensor; not differentiable)."""
+    return apply(Ge, a, b)
+
+
+def sign(x):
+    """-1, 0 or 1 by the sign of ``x``, in x's dtype (not differentiable: its gradient is 0)."""
+    return apply(Sign, x)

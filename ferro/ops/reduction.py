@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import builtins
+
 from ferro.errors import ShapeError
 from ferro.ops.registry import apply, register
 
@@ -15,7 +17,7 @@ def normalize_axes(axis, ndim: int, op: str) -> tuple | None:
     for a in axes:
         if not isinstance(a, int) or isinstance(a, bool):
             raise TypeError(f"{op}: axis must be an int or a tuple of ints, got {axis!r}")
-        if not -ndim <= a < max(ndim, 1):
+        if not -ndim <= a < builtins.max(ndim, 1):
             raise ShapeError(f"{op}: axis {a} is out of range for a tensor of {ndim} dimensions")
         out.append(a % ndim if ndim else 0)
     if len(set(out)) != len(out):
@@ -85,3 +87,308 @@ def mean(x, axis=None, keepdims: bool = False):
 
         raise DtypeError(f"mean: needs a floating tensor, got {x.dtype}")
     return apply(Mean, x, axes=normalize_axes(axis, x.ndim, "mean"), keepdims=bool(keepdims))
+
+
+def _expand(xp, g, ndim, axes, keepdims):
+    # Reinsert reduced axes (as size 1) so g broadcasts against the input.
+    if not keepdims and axes is not None and g.ndim != ndim:
+        g = xp.expand_dims(g, axes)
+    return g
+
+
+@register("var")
+class Var:
+    @staticmethod
+    def forward(ctx, x, *, axes, correction, keepdims):
+        n = x.size if axes is None else _count(x.shape, axes)
+        dof = n - correction
+        mu = x.mean(axis=axes, keepdims=True)
+        d = x - mu
+        ctx.save(d)
+        ctx.axes, ctx.keepdims = axes, keepdims
+        ctx.scale = 1.0 / dof if dof > 0 else float("nan")
+        return (d * d).sum(axis=axes, keepdims=keepdims) * ctx.scale
+
+    @staticmethod
+    def backward(ctx, gy):
+        (d,) = ctx.saved
+        g = _expand(ctx.xp, gy, d.ndim, ctx.axes, ctx.keepdims)
+        return g * (2 * ctx.scale) * d
+
+
+@register("prod")
+class Prod:
+    @staticmethod
+    def forward(ctx, x, *, axes, keepdims):
+        ctx.save(x)
+        ctx.axes, ctx.keepdims = axes, keepdims
+        return x.prod(axis=axes, keepdims=keepdims)
+
+    @staticmethod
+    def backward(ctx, gy):
+        (x,) = ctx.saved
+        xp = ctx.xp
+        axes = tuple(range(x.ndim)) if ctx.axes is None else ctx.axes
+        # Product of all *other* elements of each reduced group, exact even with zeros:
+        # move the reduced axes last, flatten them, take exclusive prefix and suffix products.
+        keep = [d for d in range(x.ndim) if d not in axes]
+        perm = keep + list(axes)
+        xt = x.transpose(perm)
+        lead = xt.shape[: len(keep)]
+        flat = xt.reshape(lead + (-1,))
+        ones = xp.ones(lead + (1,), dtype=x.dtype)
+        left = xp.cumprod(xp.concatenate([ones, flat[..., :-1]], axis=-1), axis=-1)
+        right = xp.flip(
+            xp.cumprod(xp.concatenate([ones, xp.flip(flat, -1)[..., :-1]], axis=-1), axis=-1), -1
+        )
+        others = (left * right).reshape(xt.shape)
+        inv = [0] * x.ndim
+        for i, p in enumerate(perm):
+            inv[p] = i
+        others = others.transpose(inv)
+        g = _expand(xp, gy, x.ndim, ctx.axes, ctx.keepdims)
+        return g * others
+
+
+@register("max_dim")
+class MaxDim:
+    @staticmethod
+    def forward(ctx, x, *, axis, keepdims, largest):
+        xp = ctx.xp
+        idx = x.argmax(axis=axis) if largest else x.argmin(axis=axis)
+        idx_k = xp.expand_dims(idx, axis)
+        values = xp.take_along_axis(x, idx_k, axis=axis)
+        ctx.save(idx_k)
+        ctx.shape, ctx.axis, ctx.keepdims = x.shape, axis, keepdims
+        if not keepdims:
+            values = values.squeeze(axis)
+            idx_k = idx
+        return values, idx_k.astype(xp.int64)
+
+    @staticmethod
+    def backward(ctx, gy, gi):
+        (idx_k,) = ctx.saved
+        xp = ctx.xp
+        g = gy if ctx.keepdims else xp.expand_dims(gy, ctx.axis)
+        gx = xp.zeros(ctx.shape, dtype=gy.dtype)
+        xp.put_along_axis(gx, idx_k, g, axis=ctx.axis)
+        return gx
+
+
+@register("amax")
+class Amax:
+    @staticmethod
+    def forward(ctx, x, *, axes, keepdims, largest):
+        y = x.max(axis=axes, keepdims=True) if largest else x.min(axis=axes, keepdims=True)
+        ctx.save(x, y)
+        ctx.axes, ctx.keepdims = axes, keepdims
+        return y if keepdims else y.reshape(_reduced_shape(x.shape, axes))
+
+    @staticmethod
+    def backward(ctx, gy):
+        x, y = ctx.saved
+        # Ties share the gradient evenly (PyTorch's convention for amax/amin and max()).
+        mask = x == y
+        count = mask.sum(axis=ctx.axes, keepdims=True).astype(x.dtype)
+        g = _expand(ctx.xp, gy, x.ndim, ctx.axes, ctx.keepdims)
+        return g * mask / count
+
+
+def _reduced_shape(shape, axes):
+    if axes is None:
+        return ()
+    return tuple(s for d, s in enumerate(shape) if d not in axes)
+
+
+@register("logsumexp")
+class Logsumexp:
+    @staticmethod
+    def forward(ctx, x, *, axes, keepdims):
+        xp = ctx.xp
+        m = x.max(axis=axes, keepdims=True)
+        m = xp.where(xp.isfinite(m), m, 0)
+        y = m + xp.log(xp.exp(x - m).sum(axis=axes, keepdims=True))
+        ctx.save(x, y)
+        ctx.axes, ctx.keepdims = axes, keepdims
+        return y if keepdims else y.reshape(_reduced_shape(x.shape, axes))
+
+    @staticmethod
+    def backward(ctx, gy):
+        x, y = ctx.saved
+        g = _expand(ctx.xp, gy, x.ndim, ctx.axes, ctx.keepdims)
+        return g * ctx.xp.exp(x - y)
+
+
+@register("norm")
+class Norm:
+    @staticmethod
+    def forward(ctx, x, *, p, axes, keepdims):
+        xp = ctx.xp
+        a = xp.abs(x)
+        if p == 1:
+            y = a.sum(axis=axes, keepdims=True)
+        elif p == 2:
+            y = xp.sqrt((x * x).sum(axis=axes, keepdims=True))
+        else:
+            y = a.max(axis=axes, keepdims=True) if x.size else a.sum(axis=axes, keepdims=True)
+        ctx.save(x, y)
+        ctx.p, ctx.axes, ctx.keepdims = p, axes, keepdims
+        return y if keepdims else y.reshape(_reduced_shape(x.shape, axes))
+
+    @staticmethod
+    def backward(ctx, gy):
+        x, y = ctx.saved
+        xp = ctx.xp
+        g = _expand(xp, gy, x.ndim, ctx.axes, ctx.keepdims)
+        if ctx.p == 1:
+            return g * xp.sign(x)
+        if ctx.p == 2:
+            # The subgradient 0 at the origin, as PyTorch defines it.
+            safe = xp.where(y == 0, 1, y)
+            return xp.where(y == 0, 0, g * x / safe)
+        mask = xp.abs(x) == y
+        count = xp.maximum(mask.sum(axis=ctx.axes, keepdims=True), 1).astype(x.dtype)
+        return g * xp.sign(x) * mask / count
+
+
+@register("cumsum")
+class Cumsum:
+    @staticmethod
+    def forward(ctx, x, *, axis):
+        ctx.axis = axis
+        return ctx.xp.cumsum(x, axis=axis)
+
+    @staticmethod
+    def backward(ctx, gy):
+        xp = ctx.xp
+        return xp.flip(xp.cumsum(xp.flip(gy, ctx.axis), axis=ctx.axis), ctx.axis)
+
+
+def _float_only(x, op):
+    if x.dtype.kind != "f":
+        from ferro.errors import DtypeError
+
+        raise DtypeError(f"{op}: needs a floating tensor, got {x.dtype}")
+
+
+def var(x, axis=None, correction: int = 1, keepdims: bool = False):
+    """Variance over ``axis`` with ``correction`` (1: unbiased, 0: population).
+
+    Gradient: gx = gy * 2 * (x - mean) / (n - correction).
+    """
+    _float_only(x, "var")
+    return apply(Var, x, axes=normalize_axes(axis, x.ndim, "var"), correction=int(correction),
+                 keepdims=bool(keepdims))
+
+
+def std(x, axis=None, correction: int = 1, keepdims: bool = False):
+    """Standard deviation over ``axis``: ``sqrt(var(x, axis, correction))``.
+
+    Gradient: gx = gy * (x - mean) / ((n - correction) * y).
+    """
+    from ferro.ops.elementwise import sqrt
+
+    return sqrt(var(x, axis, correction, keepdims))
+
+
+def prod(x, axis=None, keepdims: bool = False):
+    """Product over ``axis``.
+
+    Gradient: gx = gy * (product of the other elements of the group), exact with zeros.
+    """
+    return apply(Prod, x, axes=normalize_axes(axis, x.ndim, "prod"), keepdims=bool(keepdims))
+
+
+def _extreme(x, axis, keepdims, largest, op):
+    if x.size == 0:
+        from ferro.errors import ShapeError
+
+        raise ShapeError(f"{op}: cannot reduce an empty tensor of shape {x.shape}")
+    if axis is None:
+        return apply(Amax, x, axes=None, keepdims=False, largest=largest)
+    if not isinstance(axis, int):
+        raise TypeError(f"{op}: axis must be an int (use amax/amin for several axes)")
+    (a,) = normalize_axes(axis, x.ndim, op)
+    return apply(MaxDim, x, axis=a, keepdims=bool(keepdims), largest=largest)
+
+
+def max(x, axis=None, keepdims: bool = False):  # noqa: A001 - mirrors torch.max
+    """Maximum. Without ``axis``: the value (ties share the gradient evenly). With an int
+    ``axis``: ``(values, indices)``; indices are int64 and not differentiable, and the gradient
+    goes to the first maximal element, the one ``indices`` names.
+
+    Gradient: gx = gy at the selected element(s), else 0.
+    """
+    return _extreme(x, axis, keepdims, True, "max")
+
+
+def min(x, axis=None, keepdims: bool = False):  # noqa: A001 - mirrors torch.min
+    """Minimum; see :func:`max` for the return values and tie convention.
+
+    Gradient: gx = gy at the selected element(s), else 0.
+    """
+    return _extreme(x, axis, keepdims, False, "min")
+
+
+def amax(x, axis=None, keepdims: bool = False):
+    """Maximum over ``axis`` (an int or a tuple); ties share the gradient evenly.
+
+    Gradient: gx = gy / (number of maximal elements) at each maximal element, else 0.
+    """
+    if x.size == 0:
+        from ferro.errors import ShapeError
+
+        raise ShapeError(f"amax: cannot reduce an empty tensor of shape {x.shape}")
+    return apply(Amax, x, axes=normalize_axes(axis, x.ndim, "amax"), keepdims=bool(keepdims),
+                 largest=True)
+
+
+def amin(x, axis=None, keepdims: bool = False):
+    """Minimum over ``axis`` (an int or a tuple); ties share the gradient evenly.
+
+    Gradient: gx = gy / (number of minimal elements) at each minimal element, else 0.
+    """
+    if x.size == 0:
+        from ferro.errors import ShapeError
+
+        raise ShapeError(f"amin: cannot reduce an empty tensor of shape {x.shape}")
+    return apply(Amax, x, axes=normalize_axes(axis, x.ndim, "amin"), keepdims=bool(keepdims),
+                 largest=False)
+
+
+def logsumexp(x, axis=None, keepdims: bool = False):
+    """``log(sum(exp(x)))`` over ``axis``, numerically stable.
+
+    Gradient: gx = gy * exp(x - y).
+    """
+    _float_only(x, "logsumexp")
+    return apply(Logsumexp, x, axes=normalize_axes(axis, x.ndim, "logsumexp"),
+                 keepdims=bool(keepdims))
+
+
+def norm(x, p=2, axis=None, keepdims: bool = False):
+    """Vector p-norm over ``axis`` for p in 1, 2, inf.
+
+    Gradient: p=1: gy * sign(x); p=2: gy * x / y (0 at y = 0); p=inf: gy * sign(x) at the
+    maximal |x| (ties share evenly).
+    """
+    import math
+
+    if p not in (1, 2, math.inf, float("inf"), "inf"):
+        raise ValueError(f"norm: p must be 1, 2 or inf, got {p!r}")
+    p = math.inf if p in ("inf", float("inf")) else int(p)
+    _float_only(x, "norm")
+    return apply(Norm, x, p=p, axes=normalize_axes(axis, x.ndim, "norm"), keepdims=bool(keepdims))
+
+
+def cumsum(x, axis: int):
+    """Cumulative sum along ``axis``.
+
+    Gradient: gx = reversed cumulative sum of gy along ``axis``.
+    """
+    (a,) = normalize_axes(axis, x.ndim, "cumsum")
+    if x.ndim == 0:
+        from ferro.ops.shape import reshape
+
+        return reshape(apply(Cumsum, reshape(x, 1), axis=0), ())
+    return apply(Cumsum, x, axis=a)

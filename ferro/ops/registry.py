@@ -32,6 +32,17 @@ from ferro._C.engine import OpDef, apply
 REGISTRY: dict[str, OpDef] = {}
 
 
+def array_of(x):
+    """The array behind an index/target/weight argument: a Tensor's data, or ``np.asarray``."""
+    from ferro._C.tensor import TensorBase
+
+    if isinstance(x, TensorBase):
+        return x.data
+    import numpy as np
+
+    return x if type(x).__module__.startswith("cupy") else np.asarray(x)
+
+
 def register(name: str, **flags) -> callable:
     """Class decorator: build the OpDef for an op class and record it under ``name``."""
 
@@ -51,4 +62,4 @@ def register(name: str, **flags) -> callable:
     return deco
 
 
-__all__ = ["REGISTRY", "register", "apply", "OpDef"]
+__all__ = ["REGISTRY", "register", "apply", "array_of", "OpDef"]

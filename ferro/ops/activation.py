@@ -1,0 +1,342 @@
+"""Activations: relu and its relatives, gelu, silu, mish, softplus, softmax, log_softmax, prelu.
+
+Ops whose generic NumPy expression makes several passes over memory get a fused nogil CPU
+override (``ferro._C.cpu_kernels``) registered in :mod:`ferro.ops.fused`; the classes here stay
+the reference implementations the overrides are tested against.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ferro.errors import ShapeError
+from ferro.ops.reduction import normalize_axes
+from ferro.ops.registry import apply, register
+
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+_INV_SQRT_2 = 1.0 / math.sqrt(2.0)
+_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
+SELU_ALPHA = 1.6732632423543772848170429916717
+SELU_SCALE = 1.0507009873554804934193349852946
+
+
+def erf(xp, x):
+    """Elementwise erf for NumPy (no SciPy dependency) or CuPy."""
+    if xp.__name__ == "numpy":
+        return xp.frompyfunc(math.erf, 1, 1)(x).astype(x.dtype)
+    from cupyx.scipy.special import erf as cupy_erf
+
+    return cupy_erf(x)
+
+
+@register("relu")
+class Relu:
+    @staticmethod
+    def forward(ctx, x):
+        y = ctx.xp.maximum(x, 0)
+        ctx.save(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, gy):
+        (y,) = ctx.saved
+        return gy * (y > 0)
+
+
+@register("leaky_relu")
+class LeakyRelu:
+    @staticmethod
+    def forward(ctx, x, *, slope):
+        ctx.save(x)
+        ctx.slope = slope
+        return ctx.xp.where(x > 0, x, x * slope)
+
+    @staticmethod
+    def backward(ctx, gy):
+        (x,) = ctx.saved
+        return ctx.xp.where(x > 0, gy, gy * ctx.slope)
+
+
+@register("elu")
+class Elu:
+    @staticmethod
+    def forward(ctx, x, *, alpha, scale):
+        xp = ctx.xp
+        neg = alpha * xp.expm1(xp.minimum(x, 0))
+        y = scale * xp.where(x > 0, x, neg)
+        ctx.save(x, y)
+        ctx.alpha, ctx.scale = alpha, scale
+        return y
+
+    @staticmethod
+    def backward(ctx, gy):
+        x, y = ctx.saved
+        s = ctx.scale
+        return gy * ctx.xp.where(x > 0, s, y + s * ctx.alpha)
+
+
+@register("gelu")
+class Gelu:
+    @staticmethod
+    def forward(ctx, x, *, approximate):
+        xp = ctx.xp
+        ctx.save(x)
+        ctx.approximate = approximate
+        if approximate == "tanh":
+            return 0.5 * x * (1 + xp.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)))
+        return 0.5 * x * (1 + erf(xp, x * _INV_SQRT_2))
+
+    @staticmethod
+    def backward(ctx, gy):
+        (x,) = ctx.saved
+        xp = ctx.xp
+        if ctx.approximate == "tanh":
+            inner = _SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)
+            t = xp.tanh(inner)
+            dinner = _SQRT_2_OVER_PI * (1 + 3 * 0.044715 * x * x)
+            return gy * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * dinner)
+        cdf = 0.5 * (1 + erf(xp, x * _INV_SQRT_2))
+        pdf = _INV_SQRT_2PI * xp.exp(-0.5 * x * x)
+        return gy * (cdf + x * pdf)
+
+
+@register("silu")
+class Silu:
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save(x)
+        return x * (0.5 * (1 + ctx.xp.tanh(0.5 * x)))
+
+    @staticmethod
+    def backward(ctx, gy):
+        (x,) = ctx.saved
+        s = 0.5 * (1 + ctx.xp.tanh(0.5 * x))
+        return gy * s * (1 + x * (1 - s))
+
+
+def _softplus(xp, x):
+    # log(1 + exp(x)) without overflow: max(x, 0) + log1p(exp(-|x|)).
+    return xp.maximum(x, 0) + xp.log1p(xp.exp(-xp.abs(x)))
+
+
+@register("mish")
+class Mish:
+    @staticmethod
+    def forward(ctx, x):
+        xp = ctx.xp
+        t = xp.tanh(_softplus(xp, x))
+        ctx.save(x, t)
+        return x * t
+
+    @staticmethod
+    def backward(ctx, gy):
+        x, t = ctx.saved
+        s = 0.5 * (1 + ctx.xp.tanh(0.5 * x))
+        return gy * (t + x * s * (1 - t * t))
+
+
+@register("softplus")
+class Softplus:
+    @staticmethod
+    def forward(ctx, x, *, beta, threshold):
+        xp = ctx.xp
+        bx = x * beta
+        ctx.save(bx)
+        ctx.threshold = threshold
+        return xp.where(bx > threshold, x, _softplus(xp, bx) / beta)
+
+    @staticmethod
+    def backward(ctx, gy):
+        (bx,) = ctx.saved
+        xp = ctx.xp
+        s = 0.5 * (1 + xp.tanh(0.5 * bx))
+        return gy * xp.where(bx > ctx.threshold, 1, s)
+
+
+@register("hardtanh")
+class Hardtanh:
+    @staticmethod
+    def forward(ctx, x, *, lo, hi):
+        ctx.save(x)
+        ctx.lo, ctx.hi = lo, hi
+        return ctx.xp.clip(x, lo, hi)
+
+    @staticmethod
+    def backward(ctx, gy):
+        (x,) = ctx.saved
+        return gy * ((x > ctx.lo) & (x < ctx.hi))
+
+
+@register("softmax")
+class Softmax:
+    @staticmethod
+    def forward(ctx, x, *, axis):
+        xp = ctx.xp
+        e = xp.exp(x - x.max(axis=axis, keepdims=True))
+        y = e / e.sum(axis=axis, keepdims=True)
+        ctx.save(y)
+        ctx.axis = axis
+        return y
+
+    @staticmethod
+    def backward(ctx, gy):
+        (y,) = ctx.saved
+        return y * (gy - (gy * y).sum(axis=ctx.axis, keepdims=True))
+
+
+@register("log_softmax")
+class LogSoftmax:
+    @staticmethod
+    def forward(ctx, x, *, axis):
+        xp = ctx.xp
+        z = x - x.max(axis=axis, keepdims=True)
+        y = z - xp.log(xp.exp(z).sum(axis=axis, keepdims=True))
+        ctx.save(y)
+        ctx.axis = axis
+        return y
+
+    @staticmethod
+    def backward(ctx, gy):
+        (y,) = ctx.saved
+        return gy - ctx.xp.exp(y) * gy.sum(axis=ctx.axis, keepdims=True)
+
+
+@register("prelu")
+class Prelu:
+    @staticmethod
+    def forward(ctx, x, w):
+        wb = w.reshape((1, -1) + (1,) * (x.ndim - 2)) if x.ndim >= 2 else w
+        ctx.save(x, wb)
+        ctx.w_shape = w.shape
+        return ctx.xp.where(x > 0, x, wb * x)
+
+    @staticmethod
+    def backward(ctx, gy):
+        x, wb = ctx.saved
+        xp = ctx.xp
+        need_x, need_w = ctx.needs_input_grad
+        gx = xp.where(x > 0, gy, gy * wb) if need_x else None
+        gw = None
+        if need_w:
+            contrib = xp.where(x > 0, 0, gy * x)
+            if x.ndim >= 2 and ctx.w_shape[0] != 1:
+                axes = (0,) + tuple(range(2, x.ndim))
+                gw = contrib.sum(axis=axes).reshape(ctx.w_shape)
+            else:
+                gw = contrib.sum().reshape(ctx.w_shape)
+        return gx, gw
+
+
+def _axis1(axis, ndim, op):
+    if ndim == 0:
+        raise ShapeError(f"{op}: needs at least 1 dimension")
+    (a,) = normalize_axes(axis, ndim, op)
+    return a
+
+
+def relu(x):
+    """``max(x, 0)``.
+
+    Gradient: gx = gy where x > 0, else 0.
+    """
+    return apply(Relu, x)
+
+
+def leaky_relu(x, negative_slope: float = 0.01):
+    """``x`` for x > 0, else ``negative_slope * x``.
+
+    Gradient: gx = gy where x > 0, else negative_slope * gy.
+    """
+    return apply(LeakyRelu, x, slope=float(negative_slope))
+
+
+def elu(x, alpha: float = 1.0):
+    """``x`` for x > 0, else ``alpha * (exp(x) - 1)``.
+
+    Gradient: gx = gy where x > 0, else gy * (y + alpha).
+    """
+    return apply(Elu, x, alpha=float(alpha), scale=1.0)
+
+
+def selu(x):
+    """``scale * elu(x, alpha)`` with the self-normalizing constants.
+
+    Gradient: gx = scale * gy where x > 0, else gy * (y + scale * alpha).
+    """
+    return apply(Elu, x, alpha=SELU_ALPHA, scale=SELU_SCALE)
+
+
+def gelu(x, approximate: str = "none"):
+    """Gaussian error linear unit: ``x * Phi(x)`` (``approximate="tanh"`` for the tanh form).
+
+    Gradient: gx = gy * (Phi(x) + x * phi(x)) (or the derivative of the tanh form).
+    """
+    if approximate not in ("none", "tanh"):
+        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    return apply(Gelu, x, approximate=approximate)
+
+
+def silu(x):
+    """``x * sigmoid(x)`` (swish).
+
+    Gradient: gx = gy * s * (1 + x * (1 - s)) with s = sigmoid(x).
+    """
+    return apply(Silu, x)
+
+
+def mish(x):
+    """``x * tanh(softplus(x))``.
+
+    Gradient: gx = gy * (t + x * sigmoid(x) * (1 - t**2)) with t = tanh(softplus(x)).
+    """
+    return apply(Mish, x)
+
+
+def softplus(x, beta: float = 1.0, threshold: float = 20.0):
+    """``log(1 + exp(beta * x)) / beta``, linear where ``beta * x > threshold``.
+
+    Gradient: gx = gy * sigmoid(beta * x) (gy in the linear region).
+    """
+    return apply(Softplus, x, beta=float(beta), threshold=float(threshold))
+
+
+def hardtanh(x, min_val: float = -1.0, max_val: float = 1.0):
+    """``x`` clipped to ``[min_val, max_val]``.
+
+    Gradient: gx = gy strictly inside the interval, else 0.
+    """
+    if min_val > max_val:
+        raise ValueError(f"hardtanh: min_val {min_val} > max_val {max_val}")
+    return apply(Hardtanh, x, lo=float(min_val), hi=float(max_val))
+
+
+def softmax(x, axis: int = -1):
+    """``exp(x) / sum(exp(x))`` along ``axis`` (numerically stable).
+
+    Gradient: gx = y * (gy - sum(gy * y, axis)).
+    """
+    return apply(Softmax, x, axis=_axis1(axis, x.ndim, "softmax"))
+
+
+def log_softmax(x, axis: int = -1):
+    """``x - logsumexp(x)`` along ``axis`` (numerically stable).
+
+    Gradient: gx = gy - exp(y) * sum(gy, axis).
+    """
+    return apply(LogSoftmax, x, axis=_axis1(axis, x.ndim, "log_softmax"))
+
+
+def prelu(x, weight):
+    """``x`` for x > 0, else ``weight * x``; ``weight`` has 1 or C (= x.shape[1]) elements.
+
+    Gradient: gx = gy where x > 0, else gy * weight; gweight = sum of gy * x where x <= 0.
+    """
+    if weight.ndim != 1:
+        raise ShapeError(f"prelu: weight must be 1-D, got shape {weight.shape}")
+    channels = x.shape[1] if x.ndim >= 2 else 1
+    if weight.shape[0] not in (1, channels):
+        raise ShapeError(
+            f"prelu: weight has {weight.shape[0]} elements; x of shape {x.shape} needs 1 or "
+            f"{channels}"
+        )
+    return apply(Prelu, x, weight)

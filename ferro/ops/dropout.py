@@ -1,0 +1,45 @@
+"""Dropout, drawing its mask from ferro's generator (so ``manual_seed`` reproduces it and
+checkpointing can replay it)."""
+
+from __future__ import annotations
+
+from ferro.ops.registry import apply, register
+
+
+@register("dropout")
+class Dropout:
+    @staticmethod
+    def forward(ctx, x, *, p):
+        from ferro.random import default_generator
+
+        # uint32 draws against a threshold: the same seed gives the same mask in any dtype.
+        bits = default_generator().integers(0, 2**32, size=x.shape, dtype="uint32")
+        keep = bits >= int(p * 2**32)
+        if ctx.xp.__name__ != "numpy":
+            keep = ctx.xp.asarray(keep)
+        scale = ctx.xp.asarray(1.0 / (1.0 - p), dtype=x.dtype)
+        mask = keep * scale
+        ctx.save(mask)
+        return x * mask
+
+    @staticmethod
+    def backward(ctx, gy):
+        (mask,) = ctx.saved
+        return gy * mask
+
+
+def dropout(x, p: float = 0.5, training: bool = True):
+    """Zero each element with probability ``p`` and scale the rest by ``1 / (1 - p)``; the
+    identity when not ``training`` or ``p == 0``.
+
+    Gradient: gx = gy * mask / (1 - p), with the same mask as the forward.
+    """
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"dropout: p must be in [0, 1], got {p}")
+    if not training or p == 0.0:
+        return x
+    if p == 1.0:
+        from ferro.ops.elementwise import mul
+
+        return mul(x, 0.0)
+    return apply(Dropout, x, p=float(p))

@@ -1,0 +1,53 @@
+"""In-place ops: ``add_``, ``sub_``, ``mul_``, ``div_``, ``clamp_``, ``fill_``, ``zero_`` and the
+augmented operators (``+=`` ...).
+
+Each computes the out-of-place result with the differentiable op, then
+:func:`ferro._C.engine.commit_inplace` writes it into the tensor's memory, bumps the version
+counter shared with its views, and moves the tensor's history to the new node. Backward then
+refuses any node that saved the old contents (the versions differ) instead of computing a wrong
+gradient. A leaf that requires grad cannot be modified in place while grad mode is on.
+"""
+
+from __future__ import annotations
+
+from ferro._C.engine import commit_inplace
+from ferro.ops import elementwise as ew
+
+
+def add_(t, other):
+    """``t += other`` in place; returns ``t``."""
+    return commit_inplace(t, ew.add(t, other), "add_")
+
+
+def sub_(t, other):
+    """``t -= other`` in place; returns ``t``."""
+    return commit_inplace(t, ew.sub(t, other), "sub_")
+
+
+def mul_(t, other):
+    """``t *= other`` in place; returns ``t``."""
+    return commit_inplace(t, ew.mul(t, other), "mul_")
+
+
+def div_(t, other):
+    """``t /= other`` in place; returns ``t``."""
+    return commit_inplace(t, ew.div(t, other), "div_")
+
+
+def clamp_(t, min=None, max=None):  # noqa: A002 - PyTorch's argument names
+    """Clamp ``t`` to ``[min, max]`` in place; returns ``t``."""
+    return commit_inplace(t, ew.clamp(t, min, max), "clamp_")
+
+
+def fill_(t, value):
+    """Set every element of ``t`` to ``value``; returns ``t``."""
+    from ferro.autograd.grad_mode import no_grad
+
+    with no_grad():
+        out = ew.add(ew.mul(t, 0), value)
+    return commit_inplace(t, out, "fill_")
+
+
+def zero_(t):
+    """Set every element of ``t`` to zero; returns ``t``."""
+    return fill_(t, 0)

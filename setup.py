@@ -36,7 +36,7 @@ def _extensions():
         Extension(
             f"ferro._C.{name}",
             [f"ferro/_C/{name}.pyx"],
-            include_dirs=[np.get_include()],
+            include_dirs=[np.get_include(), "ferro/_C"],
             define_macros=macros,
             extra_compile_args=list(compile_args),
         )

@@ -13,11 +13,17 @@ import statistics
 import time
 from collections.abc import Callable
 
+# Interleaved cases share 2 cores: an OpenMP pool (ferro's kernels, PyTorch's intra-op threads)
+# that busy-waits after a region steals the cores from whichever case runs next, OpenBLAS
+# included. Passive waiting, for every library alike, keeps the cases independent. Set before
+# ferro or torch load their OpenMP runtime; an explicit setting by the user wins.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 
 def thread_info() -> dict:
     """Thread settings that change the figures (printed by every script)."""
     info = {"cpu_count": os.cpu_count()}
-    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    for var in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         if var in os.environ:
             info[var] = os.environ[var]
     try:

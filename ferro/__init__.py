@@ -11,7 +11,13 @@ Example:
     tensor([2., 4., 6.])
 """
 
-from ferro import _C  # noqa: F401  (raises a friendly error when the core is not built)
+from ferro import (  # noqa: F401  (public submodules)
+    _C,  # noqa: F401  (raises a friendly error when the core is not built)
+    autograd,
+    errors,
+    random,
+    testing,
+)
 from ferro._tensor import Tensor
 from ferro.autograd import (
     enable_grad,
@@ -42,7 +48,6 @@ from ferro.creation import (
 )
 from ferro.ops import *  # noqa: F403  (every public op)
 from ferro.ops import __all__ as _ops_all
-from ferro import autograd, errors, random, testing  # noqa: F401  (public submodules)
 from ferro.random import get_rng_state, manual_seed, set_rng_state
 
 __version__ = "0.1.0"

@@ -156,87 +156,29 @@ cpdef object sum_to_shape(cnp.ndarray src, tuple shape):
 
 
 # ---------------------------------------------------------------------------------------------
-# Fused activation kernels. Each has one scalar body (a ``cdef inline`` function) used by a
-# serial loop for small arrays and a prange loop for large ones, so a 1-element tensor never
-# pays for entering a parallel region. Callers (ferro/ops/fused.py) pass C-contiguous arrays of
-# one float dtype, checked by ``same_layout``.
+# Fused activation kernels, generated in kernels.h (one loop per op and dtype, computed in the
+# array's own precision). Callers (ferro/ops/fused.py) pass C-contiguous arrays of one float
+# dtype, checked by ``same_layout``.
 # ---------------------------------------------------------------------------------------------
 
-from libc.math cimport erf, exp, log, sqrt, tanh
+from libc.math cimport exp, expf, log, logf
 
-cdef double SQRT_2_OVER_PI = 0.7978845608028654
-cdef double INV_SQRT_2 = 0.7071067811865476
-cdef double INV_SQRT_2PI = 0.3989422804014327
+cdef extern from "kernels.h" nogil:
+    void ferro_tanh_bwd_f32(const float*, const float*, float*, Py_ssize_t)
+    void ferro_tanh_bwd_f64(const double*, const double*, double*, Py_ssize_t)
+    void ferro_sigmoid_bwd_f32(const float*, const float*, float*, Py_ssize_t)
+    void ferro_sigmoid_bwd_f64(const double*, const double*, double*, Py_ssize_t)
+    void ferro_relu_bwd_f32(const float*, const float*, float*, Py_ssize_t)
+    void ferro_relu_bwd_f64(const double*, const double*, double*, Py_ssize_t)
+    void ferro_gelu_bwd_f32(const float*, const float*, float*, Py_ssize_t)
+    void ferro_gelu_bwd_f64(const double*, const double*, double*, Py_ssize_t)
+    void ferro_silu_bwd_f32(const float*, const float*, const float*, float*, Py_ssize_t)
+    void ferro_silu_bwd_f64(const double*, const double*, const double*, double*, Py_ssize_t)
+    void ferro_gelu_fwd_f32(const float*, float*, Py_ssize_t)
+    void ferro_gelu_fwd_f64(const double*, double*, Py_ssize_t)
 
-cdef enum:
-    K_TANH_BWD = 0
-    K_SIGMOID_FWD = 1
-    K_SIGMOID_BWD = 2
-    K_GELU_FWD = 3
-    K_GELU_BWD = 4
-    K_GELU_TANH_FWD = 5
-    K_GELU_TANH_BWD = 6
-    K_SILU_FWD = 7
-    K_SILU_BWD = 8
-    K_RELU_BWD = 9
-
-
-cdef inline double _sigmoid(double x) noexcept nogil:
-    return 0.5 * (1.0 + tanh(0.5 * x))
-
-
-cdef inline double _unary(int k, double x) noexcept nogil:
-    cdef double t
-    if k == K_SIGMOID_FWD:
-        return _sigmoid(x)
-    if k == K_GELU_FWD:
-        return 0.5 * x * (1.0 + erf(x * INV_SQRT_2))
-    if k == K_GELU_TANH_FWD:
-        return 0.5 * x * (1.0 + tanh(SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)))
-    # K_SILU_FWD
-    return x * _sigmoid(x)
-
-
-cdef inline double _binary(int k, double g, double v) noexcept nogil:
-    # v is the saved array: y for tanh/sigmoid/relu, x for gelu/silu.
-    cdef double s, t, inner
-    if k == K_TANH_BWD:
-        return g * (1.0 - v * v)
-    if k == K_SIGMOID_BWD:
-        return g * v * (1.0 - v)
-    if k == K_RELU_BWD:
-        return g if v > 0 else 0.0
-    if k == K_GELU_BWD:
-        return g * (0.5 * (1.0 + erf(v * INV_SQRT_2)) + v * INV_SQRT_2PI * exp(-0.5 * v * v))
-    if k == K_GELU_TANH_BWD:
-        inner = SQRT_2_OVER_PI * (v + 0.044715 * v * v * v)
-        t = tanh(inner)
-        return g * (0.5 * (1.0 + t)
-                    + 0.5 * v * (1.0 - t * t) * SQRT_2_OVER_PI * (1.0 + 3 * 0.044715 * v * v))
-    # K_SILU_BWD
-    s = _sigmoid(v)
-    return g * s * (1.0 + v * (1.0 - s))
-
-
-cdef void _map1(int k, const floating_t* x, floating_t* out, Py_ssize_t n) noexcept nogil:
-    cdef Py_ssize_t i
-    if n >= PARALLEL_MIN:
-        for i in prange(n, schedule="static"):
-            out[i] = <floating_t>_unary(k, x[i])
-    else:
-        for i in range(n):
-            out[i] = <floating_t>_unary(k, x[i])
-
-
-cdef void _map2(int k, const floating_t* g, const floating_t* v, floating_t* out,
-                Py_ssize_t n) noexcept nogil:
-    cdef Py_ssize_t i
-    if n >= PARALLEL_MIN:
-        for i in prange(n, schedule="static"):
-            out[i] = <floating_t>_binary(k, g[i], v[i])
-    else:
-        for i in range(n):
-            out[i] = <floating_t>_binary(k, g[i], v[i])
+ctypedef void (*map2_f32)(const float*, const float*, float*, Py_ssize_t) noexcept nogil
+ctypedef void (*map2_f64)(const double*, const double*, double*, Py_ssize_t) noexcept nogil
 
 
 cpdef bint same_layout(tuple arrays):
@@ -257,121 +199,99 @@ cpdef bint same_layout(tuple arrays):
     return True
 
 
-_UNARY = {"sigmoid": K_SIGMOID_FWD, "gelu": K_GELU_FWD, "gelu_tanh": K_GELU_TANH_FWD,
-          "silu": K_SILU_FWD}
-_BINARY = {"tanh": K_TANH_BWD, "sigmoid": K_SIGMOID_BWD, "relu": K_RELU_BWD,
-           "gelu": K_GELU_BWD, "gelu_tanh": K_GELU_TANH_BWD, "silu": K_SILU_BWD}
-
-
-def unary_forward(str name, cnp.ndarray x):
-    """Fused forward of ``name`` (sigmoid, gelu, gelu_tanh, silu) into a new array."""
-    cdef int k = _UNARY[name]
-    cdef cnp.ndarray out = np.empty_like(x)
-    cdef Py_ssize_t n = cnp.PyArray_SIZE(x)
-    if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT32:
-        with nogil:
-            _map1(k, <const float*>cnp.PyArray_DATA(x), <float*>cnp.PyArray_DATA(out), n)
+def activation_backward(str name, cnp.ndarray gy, cnp.ndarray saved):
+    """Fused ``gx = f(gy, saved)`` for tanh, sigmoid, relu (saved y) and gelu (saved x)."""
+    cdef map2_f32 f32
+    cdef map2_f64 f64
+    if name == "tanh":
+        f32, f64 = ferro_tanh_bwd_f32, ferro_tanh_bwd_f64
+    elif name == "sigmoid":
+        f32, f64 = ferro_sigmoid_bwd_f32, ferro_sigmoid_bwd_f64
+    elif name == "relu":
+        f32, f64 = ferro_relu_bwd_f32, ferro_relu_bwd_f64
+    elif name == "gelu":
+        f32, f64 = ferro_gelu_bwd_f32, ferro_gelu_bwd_f64
     else:
-        with nogil:
-            _map1(k, <const double*>cnp.PyArray_DATA(x), <double*>cnp.PyArray_DATA(out), n)
-    return out
-
-
-def binary_backward(str name, cnp.ndarray gy, cnp.ndarray saved):
-    """Fused backward ``gx = f(gy, saved)`` of ``name`` into a new array."""
-    cdef int k = _BINARY[name]
+        raise ValueError(f"activation_backward: no kernel for {name!r}")
     cdef cnp.ndarray out = np.empty_like(gy)
     cdef Py_ssize_t n = cnp.PyArray_SIZE(gy)
     if cnp.PyArray_TYPE(gy) == cnp.NPY_FLOAT32:
         with nogil:
-            _map2(k, <const float*>cnp.PyArray_DATA(gy), <const float*>cnp.PyArray_DATA(saved),
-                  <float*>cnp.PyArray_DATA(out), n)
+            f32(<const float*>cnp.PyArray_DATA(gy), <const float*>cnp.PyArray_DATA(saved),
+                <float*>cnp.PyArray_DATA(out), n)
     else:
         with nogil:
-            _map2(k, <const double*>cnp.PyArray_DATA(gy), <const double*>cnp.PyArray_DATA(saved),
-                  <double*>cnp.PyArray_DATA(out), n)
+            f64(<const double*>cnp.PyArray_DATA(gy), <const double*>cnp.PyArray_DATA(saved),
+                <double*>cnp.PyArray_DATA(out), n)
     return out
 
 
-# ---------------------------------------------------------------------------------------------
-# Row kernels over the last axis of a C-contiguous (rows, cols) array: softmax, log_softmax,
-# and softmax cross-entropy. One row per iteration; rows run in parallel when there are many.
-# ---------------------------------------------------------------------------------------------
-
-cdef inline void _softmax_row(const floating_t* x, floating_t* y, Py_ssize_t c,
-                              bint log_out) noexcept nogil:
-    cdef Py_ssize_t j
-    cdef double m = x[0], s = 0.0, lse
-    for j in range(1, c):
-        if x[j] > m:
-            m = x[j]
-    for j in range(c):
-        s += exp(x[j] - m)
-    lse = m + log(s)
-    if log_out:
-        for j in range(c):
-            y[j] = <floating_t>(x[j] - lse)
+def silu_backward(cnp.ndarray gy, cnp.ndarray x, cnp.ndarray s):
+    """Fused silu backward ``gy * s * (1 + x * (1 - s))`` from x and s = sigmoid(x)."""
+    cdef cnp.ndarray out = np.empty_like(gy)
+    cdef Py_ssize_t n = cnp.PyArray_SIZE(gy)
+    if cnp.PyArray_TYPE(gy) == cnp.NPY_FLOAT32:
+        with nogil:
+            ferro_silu_bwd_f32(<const float*>cnp.PyArray_DATA(gy), <const float*>cnp.PyArray_DATA(x),
+                               <const float*>cnp.PyArray_DATA(s), <float*>cnp.PyArray_DATA(out), n)
     else:
-        for j in range(c):
-            y[j] = <floating_t>exp(x[j] - lse)
+        with nogil:
+            ferro_silu_bwd_f64(<const double*>cnp.PyArray_DATA(gy),
+                               <const double*>cnp.PyArray_DATA(x),
+                               <const double*>cnp.PyArray_DATA(s), <double*>cnp.PyArray_DATA(out),
+                               n)
+    return out
 
+
+def gelu_forward(cnp.ndarray x):
+    """Exact gelu ``x * Phi(x)`` (NumPy has no erf; this is the fast path for it)."""
+    cdef cnp.ndarray out = np.empty_like(x)
+    cdef Py_ssize_t n = cnp.PyArray_SIZE(x)
+    if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT32:
+        with nogil:
+            ferro_gelu_fwd_f32(<const float*>cnp.PyArray_DATA(x), <float*>cnp.PyArray_DATA(out), n)
+    else:
+        with nogil:
+            ferro_gelu_fwd_f64(<const double*>cnp.PyArray_DATA(x), <double*>cnp.PyArray_DATA(out),
+                               n)
+    return out
+
+
+cdef inline floating_t _exp(floating_t x) noexcept nogil:
+    if floating_t is float:
+        return expf(x)
+    else:
+        return exp(x)
+
+
+# ---------------------------------------------------------------------------------------------
+# Row kernels over the last axis of a C-contiguous (rows, cols) array: softmax backward and
+# softmax cross-entropy. One row per iteration; rows run in parallel when there are many.
+# ---------------------------------------------------------------------------------------------
 
 cdef inline void _softmax_bwd_row(const floating_t* g, const floating_t* y, floating_t* out,
-                                  Py_ssize_t c, bint log_out) noexcept nogil:
+                                  Py_ssize_t c) noexcept nogil:
     cdef Py_ssize_t j
     cdef double d = 0.0
-    if log_out:
-        for j in range(c):
-            d += g[j]
-        for j in range(c):
-            out[j] = <floating_t>(g[j] - exp(y[j]) * d)
-    else:
-        for j in range(c):
-            d += g[j] * y[j]
-        for j in range(c):
-            out[j] = <floating_t>(y[j] * (g[j] - d))
-
-
-cdef void _rows_fwd(const floating_t* x, floating_t* y, Py_ssize_t r, Py_ssize_t c,
-                    bint log_out) noexcept nogil:
-    cdef Py_ssize_t i
-    if r * c >= PARALLEL_MIN and r > 1:
-        for i in prange(r, schedule="static"):
-            _softmax_row(x + i * c, y + i * c, c, log_out)
-    else:
-        for i in range(r):
-            _softmax_row(x + i * c, y + i * c, c, log_out)
+    for j in range(c):
+        d += g[j] * y[j]
+    for j in range(c):
+        out[j] = <floating_t>(y[j] * (g[j] - d))
 
 
 cdef void _rows_bwd(const floating_t* g, const floating_t* y, floating_t* out, Py_ssize_t r,
-                    Py_ssize_t c, bint log_out) noexcept nogil:
+                    Py_ssize_t c) noexcept nogil:
     cdef Py_ssize_t i
     if r * c >= PARALLEL_MIN and r > 1:
         for i in prange(r, schedule="static"):
-            _softmax_bwd_row(g + i * c, y + i * c, out + i * c, c, log_out)
+            _softmax_bwd_row(g + i * c, y + i * c, out + i * c, c)
     else:
         for i in range(r):
-            _softmax_bwd_row(g + i * c, y + i * c, out + i * c, c, log_out)
+            _softmax_bwd_row(g + i * c, y + i * c, out + i * c, c)
 
 
-def softmax_forward(cnp.ndarray x, bint log):
-    """Softmax (or log-softmax) over the last axis of a C-contiguous float array."""
-    cdef cnp.ndarray y = np.empty_like(x)
-    cdef Py_ssize_t c = x.shape[x.ndim - 1] if x.ndim else 1
-    cdef Py_ssize_t r = cnp.PyArray_SIZE(x) // c if c else 0
-    if c == 0 or r == 0:
-        return y
-    if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT32:
-        with nogil:
-            _rows_fwd(<const float*>cnp.PyArray_DATA(x), <float*>cnp.PyArray_DATA(y), r, c, log)
-    else:
-        with nogil:
-            _rows_fwd(<const double*>cnp.PyArray_DATA(x), <double*>cnp.PyArray_DATA(y), r, c, log)
-    return y
-
-
-def softmax_backward(cnp.ndarray gy, cnp.ndarray y, bint log):
-    """Backward of softmax (or log-softmax) over the last axis, from the forward output ``y``."""
+def softmax_backward(cnp.ndarray gy, cnp.ndarray y):
+    """Softmax backward over the last axis, ``y * (gy - sum(gy * y))``, from the output ``y``."""
     cdef cnp.ndarray out = np.empty_like(gy)
     cdef Py_ssize_t c = gy.shape[gy.ndim - 1] if gy.ndim else 1
     cdef Py_ssize_t r = cnp.PyArray_SIZE(gy) // c if c else 0
@@ -380,72 +300,95 @@ def softmax_backward(cnp.ndarray gy, cnp.ndarray y, bint log):
     if cnp.PyArray_TYPE(gy) == cnp.NPY_FLOAT32:
         with nogil:
             _rows_bwd(<const float*>cnp.PyArray_DATA(gy), <const float*>cnp.PyArray_DATA(y),
-                      <float*>cnp.PyArray_DATA(out), r, c, log)
+                      <float*>cnp.PyArray_DATA(out), r, c)
     else:
         with nogil:
             _rows_bwd(<const double*>cnp.PyArray_DATA(gy), <const double*>cnp.PyArray_DATA(y),
-                      <double*>cnp.PyArray_DATA(out), r, c, log)
+                      <double*>cnp.PyArray_DATA(out), r, c)
     return out
 
 
 cdef void _ce_fwd(const floating_t* x, const long long* t, const floating_t* w, bint has_w,
                   long long ignore, double eps, Py_ssize_t r, Py_ssize_t c,
                   double* loss, double* lse, double* wy) noexcept nogil:
-    cdef Py_ssize_t i, j
-    cdef double m, s, l, smooth, wj
-    cdef long long y
-    for i in prange(r, schedule="static"):
-        y = t[i]
-        if y == ignore:
-            loss[i] = 0.0
-            wy[i] = 0.0
-            lse[i] = 0.0
-            continue
-        m = x[i * c]
-        for j in range(1, c):
-            if x[i * c + j] > m:
-                m = x[i * c + j]
-        s = 0.0
+    cdef Py_ssize_t i
+    if r * c >= PARALLEL_MIN and r > 1:
+        for i in prange(r, schedule="static"):
+            _ce_fwd_row(x, t, w, has_w, ignore, eps, i, c, loss, lse, wy)
+    else:
+        for i in range(r):
+            _ce_fwd_row(x, t, w, has_w, ignore, eps, i, c, loss, lse, wy)
+
+
+cdef inline void _ce_fwd_row(const floating_t* x, const long long* t, const floating_t* w,
+                             bint has_w, long long ignore, double eps, Py_ssize_t i, Py_ssize_t c,
+                             double* loss, double* lse, double* wy) noexcept nogil:
+    cdef Py_ssize_t j
+    cdef double m, s = 0.0, l, smooth = 0.0, wj
+    cdef long long y = t[i]
+    if y == ignore:
+        loss[i] = 0.0
+        wy[i] = 0.0
+        lse[i] = 0.0
+        return
+    m = x[i * c]
+    for j in range(1, c):
+        if x[i * c + j] > m:
+            m = x[i * c + j]
+    for j in range(c):
+        s += _exp(<floating_t>(x[i * c + j] - m))
+    l = m + log(s)
+    lse[i] = l
+    wy[i] = w[y] if has_w else 1.0
+    loss[i] = -(1.0 - eps) * wy[i] * (x[i * c + y] - l)
+    if eps != 0.0:
         for j in range(c):
-            s = s + exp(x[i * c + j] - m)
-        l = m + log(s)
-        lse[i] = l
-        wy[i] = w[y] if has_w else 1.0
-        loss[i] = -(1.0 - eps) * wy[i] * (x[i * c + y] - l)
-        if eps != 0.0:
-            smooth = 0.0
-            for j in range(c):
-                wj = w[j] if has_w else 1.0
-                smooth = smooth + wj * (x[i * c + j] - l)
-            loss[i] = loss[i] - eps / c * smooth
+            wj = w[j] if has_w else 1.0
+            smooth += wj * (x[i * c + j] - l)
+        loss[i] -= eps / c * smooth
 
 
 cdef void _ce_bwd(const floating_t* x, const long long* t, const floating_t* w, bint has_w,
                   long long ignore, double eps, Py_ssize_t r, Py_ssize_t c, const double* lse,
-                  const double* wy, const double* scale, bint per_row, floating_t* out) noexcept nogil:
+                  const double* wy, const double* scale, bint per_row,
+                  floating_t* out) noexcept nogil:
     cdef Py_ssize_t i, j
-    cdef double p, sc, wsum = 0.0, g, wj
+    cdef double wsum = 0.0
     if eps != 0.0:
         if has_w:
             for j in range(c):
                 wsum += w[j]
         else:
             wsum = c
-    for i in prange(r, schedule="static"):
-        if t[i] == ignore:
-            for j in range(c):
-                out[i * c + j] = 0
-            continue
-        sc = scale[i] if per_row else scale[0]
+    if r * c >= PARALLEL_MIN and r > 1:
+        for i in prange(r, schedule="static"):
+            _ce_bwd_row(x, t, w, has_w, ignore, eps, i, c, lse, wy,
+                        scale[i] if per_row else scale[0], wsum, out)
+    else:
+        for i in range(r):
+            _ce_bwd_row(x, t, w, has_w, ignore, eps, i, c, lse, wy,
+                        scale[i] if per_row else scale[0], wsum, out)
+
+
+cdef inline void _ce_bwd_row(const floating_t* x, const long long* t, const floating_t* w,
+                             bint has_w, long long ignore, double eps, Py_ssize_t i, Py_ssize_t c,
+                             const double* lse, const double* wy, double sc, double wsum,
+                             floating_t* out) noexcept nogil:
+    cdef Py_ssize_t j
+    cdef double p, g, wj
+    if t[i] == ignore:
         for j in range(c):
-            p = exp(x[i * c + j] - lse[i])
-            g = (1.0 - eps) * wy[i] * p
-            if j == t[i]:
-                g = g - (1.0 - eps) * wy[i]
-            if eps != 0.0:
-                wj = w[j] if has_w else 1.0
-                g = g + eps / c * (wsum * p - wj)
-            out[i * c + j] = <floating_t>(g * sc)
+            out[i * c + j] = 0
+        return
+    for j in range(c):
+        p = _exp(<floating_t>(x[i * c + j] - lse[i]))
+        g = (1.0 - eps) * wy[i] * p
+        if j == t[i]:
+            g = g - (1.0 - eps) * wy[i]
+        if eps != 0.0:
+            wj = w[j] if has_w else 1.0
+            g = g + eps / c * (wsum * p - wj)
+        out[i * c + j] = <floating_t>(g * sc)
 
 
 def cross_entropy_forward(cnp.ndarray x, cnp.ndarray target, object weight, long long ignore,

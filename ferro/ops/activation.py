@@ -104,13 +104,13 @@ class Gelu:
 class Silu:
     @staticmethod
     def forward(ctx, x):
-        ctx.save(x)
-        return x * (0.5 * (1 + ctx.xp.tanh(0.5 * x)))
+        s = 0.5 * (1 + ctx.xp.tanh(0.5 * x))
+        ctx.save(x, s)
+        return x * s
 
     @staticmethod
     def backward(ctx, gy):
-        (x,) = ctx.saved
-        s = 0.5 * (1 + ctx.xp.tanh(0.5 * x))
+        x, s = ctx.saved
         return gy * s * (1 + x * (1 - s))
 
 

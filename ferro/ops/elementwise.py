@@ -483,7 +483,9 @@ def clamp(x, min=None, max=None):  # noqa: A002 - PyTorch's argument names
         if hasattr(bound, "dtype") and bound.dtype != x.dtype:
             from ferro.errors import DtypeError
 
-            raise DtypeError(f"clamp: bound dtype {bound.dtype} differs from tensor dtype {x.dtype}")
+            raise DtypeError(
+                f"clamp: bound dtype {bound.dtype} differs from tensor dtype {x.dtype}"
+            )
     return apply(Clamp, x, min, max)
 
 
@@ -570,7 +572,9 @@ def where(cond, a, b):
     from ferro.errors import DtypeError
 
     if getattr(cond, "dtype", None) is None or cond.dtype != bool:
-        raise DtypeError(f"where: cond must be a bool tensor, got {getattr(cond, 'dtype', type(cond))}")
+        raise DtypeError(
+            f"where: cond must be a bool tensor, got {getattr(cond, 'dtype', type(cond))}"
+        )
     da, db = getattr(a, "dtype", None), getattr(b, "dtype", None)
     if da is not None and db is not None and da != db:
         raise DtypeError(f"where: a and b have different dtypes: {da} and {db}")

@@ -140,8 +140,10 @@ def _parse_einsum(subscripts: str, n: int):
         if not sub.isalpha() and sub:
             raise ValueError(f"einsum: {subscripts!r}: subscripts must be letters")
         if len(set(sub)) != len(sub):
-            raise ValueError(f"einsum: {subscripts!r}: a repeated letter in one operand "
-                             "(a diagonal) is not supported")
+            raise ValueError(
+                f"einsum: {subscripts!r}: a repeated letter in one operand "
+                "(a diagonal) is not supported"
+            )
     if not set(out) <= set("".join(ins)):
         raise ValueError(f"einsum: {subscripts!r}: output letters must appear in the inputs")
     return ins, out

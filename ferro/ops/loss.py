@@ -20,8 +20,9 @@ _REDUCTIONS = ("none", "mean", "sum")
 
 def _check_reduction(reduction, op, extra=()):
     if reduction not in _REDUCTIONS + tuple(extra):
-        raise ValueError(f"{op}: reduction must be one of {_REDUCTIONS + tuple(extra)}, "
-                         f"got {reduction!r}")
+        raise ValueError(
+            f"{op}: reduction must be one of {_REDUCTIONS + tuple(extra)}, got {reduction!r}"
+        )
 
 
 def _reduce(loss, reduction):
@@ -177,7 +178,9 @@ class NllLoss:
         xp = ctx.xp
         m = ctx.shape[0]
         g = xp.zeros(ctx.shape, dtype=gy.dtype)
-        scale = gy if ctx.reduction == "none" else (gy / ctx.denom if ctx.reduction == "mean" else gy)
+        scale = (
+            gy if ctx.reduction == "none" else (gy / ctx.denom if ctx.reduction == "mean" else gy)
+        )
         g[xp.arange(m), ctx.t] = -ctx.wy * scale
         return g
 
@@ -209,12 +212,19 @@ def _check_logits(input, target, op):
         return
     expected = (input.shape[0],) + tuple(input.shape[2:])
     if tuple(target.shape) != expected:
-        raise ShapeError(f"{op}: input {input.shape} needs target of shape {expected}, "
-                         f"got {target.shape}")
+        raise ShapeError(
+            f"{op}: input {input.shape} needs target of shape {expected}, got {target.shape}"
+        )
 
 
-def cross_entropy(input, target, weight=None, ignore_index: int = -100,  # noqa: A002
-                  reduction: str = "mean", label_smoothing: float = 0.0):
+def cross_entropy(
+    input,
+    target,
+    weight=None,
+    ignore_index: int = -100,  # noqa: A002
+    reduction: str = "mean",
+    label_smoothing: float = 0.0,
+):
     """Softmax cross-entropy of logits ``input`` (N, C) or (N, C, d1, ...) against class indices
     (N, d1, ...) or class probabilities (same shape as input), as PyTorch defines it.
 
@@ -237,8 +247,15 @@ def cross_entropy(input, target, weight=None, ignore_index: int = -100,  # noqa:
     if x.ndim == 1:
         x, t = x.reshape(1, -1), t.reshape(1)
     rows, perm = _to_rows_tensor(x)
-    out = apply(CrossEntropy, rows, target=t.reshape(-1), weight=w, ignore_index=ignore_index,
-                smoothing=float(label_smoothing), reduction=reduction)
+    out = apply(
+        CrossEntropy,
+        rows,
+        target=t.reshape(-1),
+        weight=w,
+        ignore_index=ignore_index,
+        smoothing=float(label_smoothing),
+        reduction=reduction,
+    )
     if reduction == "none":
         out = out.reshape(tuple(target.shape))
     return out
@@ -280,8 +297,13 @@ def _cross_entropy_probs(input, target, weight, reduction, smoothing):  # noqa: 
     return reshape(total, ())
 
 
-def nll_loss(input, target, weight=None, ignore_index: int = -100,  # noqa: A002
-             reduction: str = "mean"):
+def nll_loss(
+    input,
+    target,
+    weight=None,
+    ignore_index: int = -100,  # noqa: A002
+    reduction: str = "mean",
+):
     """Negative log-likelihood of log-probabilities ``input`` (N, C) or (N, C, d1, ...) at class
     indices ``target``; "mean" divides by the total weight of the rows that are not ignored.
 
@@ -296,8 +318,14 @@ def nll_loss(input, target, weight=None, ignore_index: int = -100,  # noqa: A002
     if x.ndim == 1:
         x, t = x.reshape(1, -1), t.reshape(1)
     rows, _ = _to_rows_tensor(x)
-    out = apply(NllLoss, rows, target=t.reshape(-1), weight=w, ignore_index=ignore_index,
-                reduction=reduction)
+    out = apply(
+        NllLoss,
+        rows,
+        target=t.reshape(-1),
+        weight=w,
+        ignore_index=ignore_index,
+        reduction=reduction,
+    )
     if reduction == "none":
         out = out.reshape(tuple(target.shape))
     return out
@@ -323,8 +351,13 @@ def binary_cross_entropy(input, target, weight=None, reduction: str = "mean"):  
     return _reduce(loss, reduction)
 
 
-def binary_cross_entropy_with_logits(input, target, weight=None,  # noqa: A002
-                                     reduction: str = "mean", pos_weight=None):
+def binary_cross_entropy_with_logits(
+    input,
+    target,
+    weight=None,  # noqa: A002
+    reduction: str = "mean",
+    pos_weight=None,
+):
     """Sigmoid + binary cross-entropy in one stable expression:
     ``(1 - t) x + (1 + (pw - 1) t) softplus(-x)``.
 

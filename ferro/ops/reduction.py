@@ -277,8 +277,13 @@ def var(x, axis=None, correction: int = 1, keepdims: bool = False):
     Gradient: gx = gy * 2 * (x - mean) / (n - correction).
     """
     _float_only(x, "var")
-    return apply(Var, x, axes=normalize_axes(axis, x.ndim, "var"), correction=int(correction),
-                 keepdims=bool(keepdims))
+    return apply(
+        Var,
+        x,
+        axes=normalize_axes(axis, x.ndim, "var"),
+        correction=int(correction),
+        keepdims=bool(keepdims),
+    )
 
 
 def std(x, axis=None, correction: int = 1, keepdims: bool = False):
@@ -339,8 +344,9 @@ def amax(x, axis=None, keepdims: bool = False):
         from ferro.errors import ShapeError
 
         raise ShapeError(f"amax: cannot reduce an empty tensor of shape {x.shape}")
-    return apply(Amax, x, axes=normalize_axes(axis, x.ndim, "amax"), keepdims=bool(keepdims),
-                 largest=True)
+    return apply(
+        Amax, x, axes=normalize_axes(axis, x.ndim, "amax"), keepdims=bool(keepdims), largest=True
+    )
 
 
 def amin(x, axis=None, keepdims: bool = False):
@@ -352,8 +358,9 @@ def amin(x, axis=None, keepdims: bool = False):
         from ferro.errors import ShapeError
 
         raise ShapeError(f"amin: cannot reduce an empty tensor of shape {x.shape}")
-    return apply(Amax, x, axes=normalize_axes(axis, x.ndim, "amin"), keepdims=bool(keepdims),
-                 largest=False)
+    return apply(
+        Amax, x, axes=normalize_axes(axis, x.ndim, "amin"), keepdims=bool(keepdims), largest=False
+    )
 
 
 def logsumexp(x, axis=None, keepdims: bool = False):
@@ -362,8 +369,9 @@ def logsumexp(x, axis=None, keepdims: bool = False):
     Gradient: gx = gy * exp(x - y).
     """
     _float_only(x, "logsumexp")
-    return apply(Logsumexp, x, axes=normalize_axes(axis, x.ndim, "logsumexp"),
-                 keepdims=bool(keepdims))
+    return apply(
+        Logsumexp, x, axes=normalize_axes(axis, x.ndim, "logsumexp"), keepdims=bool(keepdims)
+    )
 
 
 def norm(x, p=2, axis=None, keepdims: bool = False):

@@ -128,7 +128,7 @@ def flatten(x, start_dim: int = 0, end_dim: int = -1):
     if s > e:
         raise ShapeError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim}")
     shape = x.shape
-    return reshape(x, shape[:s] + (-1 if 0 not in shape[s:e + 1] else 0,) + shape[e + 1:])
+    return reshape(x, shape[:s] + (-1 if 0 not in shape[s : e + 1] else 0,) + shape[e + 1 :])
 
 
 def squeeze(x, dim=None):
@@ -173,9 +173,7 @@ def broadcast_to(x, *shape):
     """
     shape = _size_args(shape)
     lead = len(shape) - x.ndim
-    if lead < 0 or any(
-        s != t and s != 1 for s, t in zip(x.shape, shape[lead:], strict=True)
-    ):
+    if lead < 0 or any(s != t and s != 1 for s, t in zip(x.shape, shape[lead:], strict=True)):
         raise ShapeError(f"broadcast_to: cannot broadcast shape {x.shape} to {shape}")
     return apply(BroadcastTo, x, shape=shape)
 
@@ -375,7 +373,9 @@ def getitem(x, index):
             return apply(GetitemAdvanced, x, index=idx)
         return apply(Getitem, x, index=idx)
     except IndexError as exc:
-        raise ShapeError(f"getitem: index {index!r} is invalid for shape {x.shape}: {exc}") from None
+        raise ShapeError(
+            f"getitem: index {index!r} is invalid for shape {x.shape}: {exc}"
+        ) from None
 
 
 def narrow(x, dim: int, start: int, length: int):
@@ -485,7 +485,9 @@ def gather(x, dim: int, index):
     idx = _check_gather_index(x, index, a, "gather")
     if any(i != s for d, (i, s) in enumerate(zip(idx.shape, x.shape, strict=True)) if d != a):
         # take_along_axis needs matching sizes off ``dim``: narrow x to the index's extent.
-        x = getitem(x, tuple(slice(0, i) if d != a else slice(None) for d, i in enumerate(idx.shape)))
+        x = getitem(
+            x, tuple(slice(0, i) if d != a else slice(None) for d, i in enumerate(idx.shape))
+        )
     return apply(Gather, x, index=idx, axis=a)
 
 
@@ -502,12 +504,11 @@ class Scatter:
             xp.add.at(out, grid, src)
         else:
             out[grid] = src
-        ctx.grid, ctx.add, ctx.src_shape = grid, add, getattr(src, "shape", None)
+        ctx.grid, ctx.add = grid, add
         return out
 
     @staticmethod
     def backward(ctx, gy):
-        xp = ctx.xp
         need_x, need_src = ctx.needs_input_grad
         gx = gsrc = None
         if need_x:
@@ -525,9 +526,7 @@ def _scatter(x, dim, index, src, add, op):
     a = _axis(dim, x.ndim, op)
     idx = _check_gather_index(x, index, a, op)
     if isinstance(src, TensorBase):
-        if src.ndim != idx.ndim or any(
-            i > s for i, s in zip(idx.shape, src.shape, strict=True)
-        ):
+        if src.ndim != idx.ndim or any(i > s for i, s in zip(idx.shape, src.shape, strict=True)):
             raise ShapeError(f"{op}: src of shape {src.shape} is smaller than index {idx.shape}")
         if tuple(src.shape) != tuple(idx.shape):
             src = getitem(src, tuple(slice(0, i) for i in idx.shape))
@@ -573,10 +572,12 @@ def masked_fill(x, mask, value):
 
     Gradient: gx = gy where mask is false; gvalue = sum of gy where mask is true.
     """
-    if getattr(mask, "dtype", None) != bool:
+    if getattr(getattr(mask, "dtype", None), "kind", None) != "b":
         from ferro.errors import DtypeError
 
-        raise DtypeError(f"masked_fill: mask must be a bool tensor, got {getattr(mask, 'dtype', None)}")
+        raise DtypeError(
+            f"masked_fill: mask must be a bool tensor, got {getattr(mask, 'dtype', None)}"
+        )
     if getattr(value, "ndim", 0) != 0:
         raise ShapeError(f"masked_fill: value must be a scalar or 0-d tensor, got {value.shape}")
     return apply(MaskedFill, x, mask, value)
@@ -614,7 +615,7 @@ class Pad:
                 g = g[(slice(None),) * d + (slice(lo, lo + n),)]
                 continue
             src = _pad_source_index(xp, n, lo, hi, ctx.mode)
-            shape = g.shape[:d] + (n,) + g.shape[d + 1:]
+            shape = g.shape[:d] + (n,) + g.shape[d + 1 :]
             folded = xp.zeros(shape, dtype=g.dtype)
             xp.add.at(folded, (slice(None),) * d + (src,), g)
             g = folded

@@ -70,8 +70,11 @@ def var_samples(rng):
     return [
         Sample((_u(rng, (5,)),), {"axis": None, "correction": 1}, label="all"),
         Sample((_u(rng, (2, 3)),), {"axis": 1, "correction": 0}, label="population"),
-        Sample((_u(rng, (2, 3, 4)),), {"axis": (0, 2), "correction": 1, "keepdims": True},
-               label="axes keepdims"),
+        Sample(
+            (_u(rng, (2, 3, 4)),),
+            {"axis": (0, 2), "correction": 1, "keepdims": True},
+            label="axes keepdims",
+        ),
         Sample((_u(rng, (3, 4)),), {"axis": 0}, noncontig=True, label="noncontig"),
     ]
 
@@ -114,8 +117,10 @@ def norm_samples(rng):
 
 
 def _norm_ref(x, p=2, axis=None, keepdims=False):
-    return np.linalg.norm(x, ord=p, axis=axis, keepdims=keepdims) if axis is not None else (
-        np.linalg.norm(x.ravel(), ord=p)
+    return (
+        np.linalg.norm(x, ord=p, axis=axis, keepdims=keepdims)
+        if axis is not None
+        else (np.linalg.norm(x.ravel(), ord=p))
     )
 
 
@@ -177,7 +182,10 @@ def _first_piece(x):
 
 
 BASIC_INDEXES = [
-    (1,), (slice(None), slice(None, None, -1)), (None, Ellipsis, slice(1, 3)), (-1, 2),
+    (1,),
+    (slice(None), slice(None, None, -1)),
+    (None, Ellipsis, slice(1, 3)),
+    (-1, 2),
     (slice(0, 0),),
 ]
 
@@ -199,14 +207,19 @@ def advanced_samples(rng):
 def index_select_samples(rng):
     return [
         Sample((_u(rng, (4, 3)),), {"dim": 0, "index": np.array([3, 0, 3])}, label="repeat"),
-        Sample((_u(rng, (2, 5)),), {"dim": 1, "index": np.array([], dtype=np.int64)}, label="empty"),
+        Sample(
+            (_u(rng, (2, 5)),), {"dim": 1, "index": np.array([], dtype=np.int64)}, label="empty"
+        ),
     ]
 
 
 def gather_samples(rng):
     return [
-        Sample((_u(rng, (3, 4)),), {"dim": 1, "index": np.array([[0, 0], [3, 1], [2, 2]])},
-               label="dim1 repeats"),
+        Sample(
+            (_u(rng, (3, 4)),),
+            {"dim": 1, "index": np.array([[0, 0], [3, 1], [2, 2]])},
+            label="dim1 repeats",
+        ),
         Sample((_u(rng, (3, 4)),), {"dim": 0, "index": np.array([[2, 0, 1, 1]])}, label="dim0"),
     ]
 
@@ -223,11 +236,16 @@ def _gather_ref(x, dim, index):
 def scatter_samples(rng):
     # Distinct targets along dim, so the result does not depend on the order of writes.
     return [
-        Sample((_u(rng, (3, 4)), _u(rng, (3, 2))), {"dim": 1, "index": np.array([[0, 3], [1, 2],
-                                                                                  [3, 0]])},
-               label="tensor src"),
-        Sample((_u(rng, (3, 4)), 0.5), {"dim": 0, "index": np.array([[2, 0, 1, 1]])},
-               label="scalar src"),
+        Sample(
+            (_u(rng, (3, 4)), _u(rng, (3, 2))),
+            {"dim": 1, "index": np.array([[0, 3], [1, 2], [3, 0]])},
+            label="tensor src",
+        ),
+        Sample(
+            (_u(rng, (3, 4)), 0.5),
+            {"dim": 0, "index": np.array([[2, 0, 1, 1]])},
+            label="scalar src",
+        ),
     ]
 
 
@@ -246,10 +264,11 @@ def _scatter_ref(x, src, dim, index, add=False):
 
 def scatter_add_samples(rng):
     return [
-        Sample((_u(rng, (3, 4)), _u(rng, (3, 3))), {"dim": 1, "index": np.array([[0, 0, 3],
-                                                                                  [1, 2, 1],
-                                                                                  [3, 3, 3]])},
-               label="repeats"),
+        Sample(
+            (_u(rng, (3, 4)), _u(rng, (3, 3))),
+            {"dim": 1, "index": np.array([[0, 0, 3], [1, 2, 1], [3, 3, 3]])},
+            label="repeats",
+        ),
     ]
 
 
@@ -265,8 +284,9 @@ def pad_samples(rng):
     out = []
     for mode in ("constant", "reflect", "replicate"):
         out.append(Sample((_u(rng, (2, 3, 4)),), {"pad": (1, 2), "mode": mode}, label=f"{mode} 1d"))
-        out.append(Sample((_u(rng, (3, 4)),), {"pad": (2, 1, 1, 2), "mode": mode},
-                          label=f"{mode} 2d"))
+        out.append(
+            Sample((_u(rng, (3, 4)),), {"pad": (2, 1, 1, 2), "mode": mode}, label=f"{mode} 2d")
+        )
     return out
 
 
@@ -306,8 +326,12 @@ def embedding_samples(rng):
         Sample((_u(rng, (5, 3)),), {"indices": np.array([[0, 4], [4, 4]])}, label="repeats"),
         # padding_idx's row is used but gets no gradient (by definition): no gradcheck here;
         # test_op_semantics.py checks that row's gradient is zero.
-        Sample((_u(rng, (5, 3)),), {"indices": np.array([1, 2, 2]), "padding_idx": 2},
-               grad=False, label="padding_idx"),
+        Sample(
+            (_u(rng, (5, 3)),),
+            {"indices": np.array([1, 2, 2]), "padding_idx": 2},
+            grad=False,
+            label="padding_idx",
+        ),
     ]
 
 
@@ -363,11 +387,16 @@ def _ce_ref(x, target, weight=None, ignore_index=-100, reduction="mean", label_s
 def ce_samples(rng):
     return [
         Sample((_u(rng, (4, 5)), np.array([0, 4, 2, 2])), label="plain"),
-        Sample((_u(rng, (4, 5)), np.array([0, -100, 2, 1])),
-               {"weight": rng.uniform(0.5, 2.0, 5), "label_smoothing": 0.1},
-               label="weight ignore smoothing"),
-        Sample((_u(rng, (2, 3, 2, 2)), rng.integers(0, 3, (2, 2, 2))), {"reduction": "none"},
-               label="spatial none"),
+        Sample(
+            (_u(rng, (4, 5)), np.array([0, -100, 2, 1])),
+            {"weight": rng.uniform(0.5, 2.0, 5), "label_smoothing": 0.1},
+            label="weight ignore smoothing",
+        ),
+        Sample(
+            (_u(rng, (2, 3, 2, 2)), rng.integers(0, 3, (2, 2, 2))),
+            {"reduction": "none"},
+            label="spatial none",
+        ),
         Sample((_u(rng, (3, 4)), np.array([1, 1, 3])), {"reduction": "sum"}, label="sum"),
         Sample((_u(rng, (3, 4)), np.array([1, 0, 3])), noncontig=True, label="noncontig"),
     ]
@@ -389,8 +418,9 @@ def _ce_prob_ref(x, target, label_smoothing=0.0, reduction="mean"):
 
 def _nll_ref(logp, target, weight=None, ignore_index=-100, reduction="mean"):
     w = np.ones(logp.shape[1]) if weight is None else weight
-    losses = np.array([0.0 if t == ignore_index else -w[t] * logp[i, t]
-                       for i, t in enumerate(target)])
+    losses = np.array(
+        [0.0 if t == ignore_index else -w[t] * logp[i, t] for i, t in enumerate(target)]
+    )
     denom = sum(w[t] for t in target if t != ignore_index)
     if reduction == "none":
         return losses
@@ -400,8 +430,11 @@ def _nll_ref(logp, target, weight=None, ignore_index=-100, reduction="mean"):
 def nll_samples(rng):
     return [
         Sample((_u(rng, (4, 3)), np.array([0, 2, 2, 1])), label="plain"),
-        Sample((_u(rng, (4, 3)), np.array([0, -100, 2, 1])), {"weight": rng.uniform(0.5, 2, 3)},
-               label="weight ignore"),
+        Sample(
+            (_u(rng, (4, 3)), np.array([0, -100, 2, 1])),
+            {"weight": rng.uniform(0.5, 2, 3)},
+            label="weight ignore",
+        ),
     ]
 
 
@@ -409,10 +442,14 @@ def pair_samples(lo=-2.0, hi=2.0):
     def make(rng):
         return [
             Sample((_u(rng, (3, 4), lo, hi), _u(rng, (3, 4), lo, hi)), label="mean"),
-            Sample((_u(rng, (5,), lo, hi), _u(rng, (5,), lo, hi)), {"reduction": "sum"},
-                   label="sum"),
-            Sample((_u(rng, (2, 3), lo, hi), _u(rng, (2, 3), lo, hi)), {"reduction": "none"},
-                   label="none"),
+            Sample(
+                (_u(rng, (5,), lo, hi), _u(rng, (5,), lo, hi)), {"reduction": "sum"}, label="sum"
+            ),
+            Sample(
+                (_u(rng, (2, 3), lo, hi), _u(rng, (2, 3), lo, hi)),
+                {"reduction": "none"},
+                label="none",
+            ),
         ]
 
     return make
@@ -439,8 +476,11 @@ def _bce_logits_ref(x, t, reduction="mean", pos_weight=None):
 
 def bce_logits_samples(rng):
     return pair_samples()(rng) + [
-        Sample((_u(rng, (3, 4)), rng.uniform(0, 1, (3, 4))), {"pos_weight": rng.uniform(0.5, 2, 4)},
-               label="pos_weight"),
+        Sample(
+            (_u(rng, (3, 4)), rng.uniform(0, 1, (3, 4))),
+            {"pos_weight": rng.uniform(0.5, 2, 4)},
+            label="pos_weight",
+        ),
     ]
 
 
@@ -497,121 +537,279 @@ MORE = [
     OpInfo("maximum", ferro.maximum, np.maximum, binary_samples((-2, 2))),
     OpInfo("minimum", ferro.minimum, np.minimum, binary_samples((-2, 2))),
     OpInfo("where", ferro.where, np.where, where_samples),
-    *[OpInfo(n, getattr(ferro, n), f, binary_samples((-2, 2)), grad=False, same_dtype_out=False)
-      for n, f in [("eq", np.equal), ("ne", np.not_equal), ("lt", np.less),
-                   ("le", np.less_equal), ("gt", np.greater), ("ge", np.greater_equal)]],
+    *[
+        OpInfo(n, getattr(ferro, n), f, binary_samples((-2, 2)), grad=False, same_dtype_out=False)
+        for n, f in [
+            ("eq", np.equal),
+            ("ne", np.not_equal),
+            ("lt", np.less),
+            ("le", np.less_equal),
+            ("gt", np.greater),
+            ("ge", np.greater_equal),
+        ]
+    ],
     _act("sign", ferro.sign, np.sign, grad=False),
     _act("relu", ferro.relu, lambda x: np.maximum(x, 0)),
     _act("leaky_relu", lambda x: ferro.leaky_relu(x, 0.1), lambda x: np.where(x > 0, x, 0.1 * x)),
     _act("elu", lambda x: ferro.elu(x, 0.7), lambda x: np.where(x > 0, x, 0.7 * np.expm1(x))),
-    _act("selu", ferro.selu, lambda x: 1.0507009873554805 * np.where(
-        x > 0, x, 1.6732632423543772 * np.expm1(x))),
+    _act(
+        "selu",
+        ferro.selu,
+        lambda x: 1.0507009873554805 * np.where(x > 0, x, 1.6732632423543772 * np.expm1(x)),
+    ),
     _act("gelu", ferro.gelu, lambda x: 0.5 * x * (1 + _erf(x / np.sqrt(2)))),
-    _act("gelu_tanh", lambda x: ferro.gelu(x, "tanh"), lambda x: 0.5 * x * (1 + np.tanh(
-        np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))),
+    _act(
+        "gelu_tanh",
+        lambda x: ferro.gelu(x, "tanh"),
+        lambda x: 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3))),
+    ),
     _act("silu", ferro.silu, lambda x: x * _sigmoid(x)),
     _act("mish", ferro.mish, lambda x: x * np.tanh(np.log1p(np.exp(x)))),
     _act("softplus", ferro.softplus, _softplus_ref),
-    _act("softplus_beta", lambda x: ferro.softplus(x, 2.0, 1.0),
-         lambda x: _softplus_ref(x, 2.0, 1.0)),
+    _act(
+        "softplus_beta", lambda x: ferro.softplus(x, 2.0, 1.0), lambda x: _softplus_ref(x, 2.0, 1.0)
+    ),
     _act("hardtanh", ferro.hardtanh, lambda x: np.clip(x, -1, 1)),
     OpInfo("softmax", ferro.softmax, _softmax_ref, axis_samples),
-    OpInfo("log_softmax", ferro.log_softmax, lambda x, axis: _softmax_ref(x, axis, True),
-           axis_samples),
-    OpInfo("prelu", ferro.prelu,
-           lambda x, w: np.where(x > 0, x, (w.reshape((1, -1) + (1,) * (x.ndim - 2))
-                                            if x.ndim >= 2 else w) * x),
-           lambda rng: [Sample((_u(rng, (2, 3, 4)), _u(rng, (3,), 0.1, 0.5)), label="channels"),
-                        Sample((_u(rng, (5,)), _u(rng, (1,), 0.1, 0.5)), label="shared")]),
-    OpInfo("var", ferro.var, lambda x, axis=None, correction=1, keepdims=False: np.var(
-        x, axis=axis, ddof=correction, keepdims=keepdims), var_samples),
-    OpInfo("std", ferro.std, lambda x, axis=None, correction=1, keepdims=False: np.std(
-        x, axis=axis, ddof=correction, keepdims=keepdims), var_samples),
-    OpInfo("prod", ferro.prod, lambda x, axis=None, keepdims=False: np.prod(
-        x, axis=axis, keepdims=keepdims), prod_samples),
-    OpInfo("max_dim", lambda x, axis, keepdims=False: ferro.max(x, axis, keepdims)[0],
-           lambda x, axis, keepdims=False: np.max(x, axis=axis, keepdims=keepdims),
-           extreme_samples),
-    OpInfo("min_dim", lambda x, axis, keepdims=False: ferro.min(x, axis, keepdims)[0],
-           lambda x, axis, keepdims=False: np.min(x, axis=axis, keepdims=keepdims),
-           extreme_samples),
-    OpInfo("amax", ferro.amax, lambda x, axis=None, keepdims=False: np.max(
-        x, axis=axis, keepdims=keepdims), amax_samples),
-    OpInfo("amin", ferro.amin, lambda x, axis=None, keepdims=False: np.min(
-        x, axis=axis, keepdims=keepdims), amax_samples),
-    OpInfo("logsumexp", ferro.logsumexp, lambda x, axis=None, keepdims=False: np.log(
-        np.exp(x).sum(axis=axis, keepdims=keepdims)), reduction_samples),
+    OpInfo(
+        "log_softmax", ferro.log_softmax, lambda x, axis: _softmax_ref(x, axis, True), axis_samples
+    ),
+    OpInfo(
+        "prelu",
+        ferro.prelu,
+        lambda x, w: np.where(
+            x > 0, x, (w.reshape((1, -1) + (1,) * (x.ndim - 2)) if x.ndim >= 2 else w) * x
+        ),
+        lambda rng: [
+            Sample((_u(rng, (2, 3, 4)), _u(rng, (3,), 0.1, 0.5)), label="channels"),
+            Sample((_u(rng, (5,)), _u(rng, (1,), 0.1, 0.5)), label="shared"),
+        ],
+    ),
+    OpInfo(
+        "var",
+        ferro.var,
+        lambda x, axis=None, correction=1, keepdims=False: np.var(
+            x, axis=axis, ddof=correction, keepdims=keepdims
+        ),
+        var_samples,
+    ),
+    OpInfo(
+        "std",
+        ferro.std,
+        lambda x, axis=None, correction=1, keepdims=False: np.std(
+            x, axis=axis, ddof=correction, keepdims=keepdims
+        ),
+        var_samples,
+    ),
+    OpInfo(
+        "prod",
+        ferro.prod,
+        lambda x, axis=None, keepdims=False: np.prod(x, axis=axis, keepdims=keepdims),
+        prod_samples,
+    ),
+    OpInfo(
+        "max_dim",
+        lambda x, axis, keepdims=False: ferro.max(x, axis, keepdims)[0],
+        lambda x, axis, keepdims=False: np.max(x, axis=axis, keepdims=keepdims),
+        extreme_samples,
+    ),
+    OpInfo(
+        "min_dim",
+        lambda x, axis, keepdims=False: ferro.min(x, axis, keepdims)[0],
+        lambda x, axis, keepdims=False: np.min(x, axis=axis, keepdims=keepdims),
+        extreme_samples,
+    ),
+    OpInfo(
+        "amax",
+        ferro.amax,
+        lambda x, axis=None, keepdims=False: np.max(x, axis=axis, keepdims=keepdims),
+        amax_samples,
+    ),
+    OpInfo(
+        "amin",
+        ferro.amin,
+        lambda x, axis=None, keepdims=False: np.min(x, axis=axis, keepdims=keepdims),
+        amax_samples,
+    ),
+    OpInfo(
+        "logsumexp",
+        ferro.logsumexp,
+        lambda x, axis=None, keepdims=False: np.log(np.exp(x).sum(axis=axis, keepdims=keepdims)),
+        reduction_samples,
+    ),
     OpInfo("norm", ferro.norm, _norm_ref, norm_samples),
-    OpInfo("cumsum", ferro.cumsum, lambda x, axis: np.cumsum(x, axis=axis).reshape(
-        np.shape(x) or (1,)).reshape(np.shape(x)), cumsum_samples),
-    OpInfo("broadcast_to", lambda x, shape: ferro.broadcast_to(x, shape),
-           lambda x, shape: np.broadcast_to(x, shape), broadcast_samples),
-    OpInfo("cat", lambda *xs, dim: ferro.cat(xs, dim),
-           lambda *xs, dim: np.concatenate(xs, axis=dim), cat_samples),
-    OpInfo("stack", lambda *xs, dim: ferro.stack(xs, dim),
-           lambda *xs, dim: np.stack(xs, axis=dim), stack_samples),
+    OpInfo(
+        "cumsum",
+        ferro.cumsum,
+        lambda x, axis: np.cumsum(x, axis=axis).reshape(np.shape(x) or (1,)).reshape(np.shape(x)),
+        cumsum_samples,
+    ),
+    OpInfo(
+        "broadcast_to",
+        lambda x, shape: ferro.broadcast_to(x, shape),
+        lambda x, shape: np.broadcast_to(x, shape),
+        broadcast_samples,
+    ),
+    OpInfo(
+        "cat",
+        lambda *xs, dim: ferro.cat(xs, dim),
+        lambda *xs, dim: np.concatenate(xs, axis=dim),
+        cat_samples,
+    ),
+    OpInfo(
+        "stack",
+        lambda *xs, dim: ferro.stack(xs, dim),
+        lambda *xs, dim: np.stack(xs, axis=dim),
+        stack_samples,
+    ),
     OpInfo("split", _split_fn, _split_ref, split_samples),
-    OpInfo("split_one_piece", _first_piece, lambda x: np.split(x, [2])[0] * 3.0,
-           lambda rng: [Sample((_u(rng, (5, 2)),), label="unused pieces")]),
+    OpInfo(
+        "split_one_piece",
+        _first_piece,
+        lambda x: np.split(x, [2])[0] * 3.0,
+        lambda rng: [Sample((_u(rng, (5, 2)),), label="unused pieces")],
+    ),
     OpInfo("getitem", lambda x, index: x[index], lambda x, index: x[index], getitem_samples),
-    OpInfo("getitem_advanced", lambda x, index: x[index], lambda x, index: x[index],
-           advanced_samples),
-    OpInfo("narrow", lambda x: ferro.narrow(x, 1, 1, 2), lambda x: x[:, 1:3],
-           lambda rng: [Sample((_u(rng, (3, 4)),))]),
-    OpInfo("select", lambda x: ferro.select(x, 0, -1), lambda x: x[-1],
-           lambda rng: [Sample((_u(rng, (3, 4)),))]),
-    OpInfo("index_select", lambda x, dim, index: ferro.index_select(x, dim, ferro.tensor(index)),
-           lambda x, dim, index: np.take(x, index, axis=dim), index_select_samples),
-    OpInfo("gather", lambda x, dim, index: ferro.gather(x, dim, ferro.tensor(index)),
-           _gather_ref, gather_samples),
-    OpInfo("scatter", lambda x, src, dim, index: ferro.scatter(x, dim, ferro.tensor(index), src),
-           lambda x, src, dim, index: _scatter_ref(x, src, dim, index), scatter_samples),
-    OpInfo("scatter_add",
-           lambda x, src, dim, index: ferro.scatter_add(x, dim, ferro.tensor(index), src),
-           lambda x, src, dim, index: _scatter_ref(x, src, dim, index, add=True),
-           scatter_add_samples),
-    OpInfo("masked_fill", ferro.masked_fill, lambda x, m, v: np.where(m, v, x),
-           masked_fill_samples),
+    OpInfo(
+        "getitem_advanced", lambda x, index: x[index], lambda x, index: x[index], advanced_samples
+    ),
+    OpInfo(
+        "narrow",
+        lambda x: ferro.narrow(x, 1, 1, 2),
+        lambda x: x[:, 1:3],
+        lambda rng: [Sample((_u(rng, (3, 4)),))],
+    ),
+    OpInfo(
+        "select",
+        lambda x: ferro.select(x, 0, -1),
+        lambda x: x[-1],
+        lambda rng: [Sample((_u(rng, (3, 4)),))],
+    ),
+    OpInfo(
+        "index_select",
+        lambda x, dim, index: ferro.index_select(x, dim, ferro.tensor(index)),
+        lambda x, dim, index: np.take(x, index, axis=dim),
+        index_select_samples,
+    ),
+    OpInfo(
+        "gather",
+        lambda x, dim, index: ferro.gather(x, dim, ferro.tensor(index)),
+        _gather_ref,
+        gather_samples,
+    ),
+    OpInfo(
+        "scatter",
+        lambda x, src, dim, index: ferro.scatter(x, dim, ferro.tensor(index), src),
+        lambda x, src, dim, index: _scatter_ref(x, src, dim, index),
+        scatter_samples,
+    ),
+    OpInfo(
+        "scatter_add",
+        lambda x, src, dim, index: ferro.scatter_add(x, dim, ferro.tensor(index), src),
+        lambda x, src, dim, index: _scatter_ref(x, src, dim, index, add=True),
+        scatter_add_samples,
+    ),
+    OpInfo(
+        "masked_fill", ferro.masked_fill, lambda x, m, v: np.where(m, v, x), masked_fill_samples
+    ),
     OpInfo("pad", lambda x, pad, mode: ferro.pad(x, pad, mode), _pad_ref, pad_samples),
-    OpInfo("tile", lambda x, reps: ferro.tile(x, reps), lambda x, reps: np.tile(x, reps),
-           tile_samples),
-    OpInfo("flip", lambda x, dims: ferro.flip(x, dims), lambda x, dims: np.flip(x, dims),
-           flip_samples),
-    OpInfo("roll", lambda x, shifts, dims: ferro.roll(x, shifts, dims),
-           lambda x, shifts, dims: np.roll(x, shifts, dims), roll_samples),
-    OpInfo("one_hot", lambda i: ferro.one_hot(i, 4), lambda i: np.eye(4, dtype=np.int64)[i],
-           lambda rng: [Sample((np.array([[0, 3], [2, 2]]),), label="2d")], grad=False,
-           same_dtype_out=False),
-    OpInfo("embedding", lambda w, indices, padding_idx=None: ferro.embedding(
-        ferro.tensor(indices), w, padding_idx), _embedding_ref, embedding_samples),
-    OpInfo("squeeze", lambda x: ferro.squeeze(ferro.unsqueeze(x, 1), 1) * 1.0, lambda x: x,
-           lambda rng: [Sample((_u(rng, (3, 4)),))]),
-    OpInfo("flatten", lambda x: ferro.flatten(x, 1), lambda x: x.reshape(x.shape[0], -1),
-           lambda rng: [Sample((_u(rng, (2, 3, 4)),))]),
+    OpInfo(
+        "tile", lambda x, reps: ferro.tile(x, reps), lambda x, reps: np.tile(x, reps), tile_samples
+    ),
+    OpInfo(
+        "flip", lambda x, dims: ferro.flip(x, dims), lambda x, dims: np.flip(x, dims), flip_samples
+    ),
+    OpInfo(
+        "roll",
+        lambda x, shifts, dims: ferro.roll(x, shifts, dims),
+        lambda x, shifts, dims: np.roll(x, shifts, dims),
+        roll_samples,
+    ),
+    OpInfo(
+        "one_hot",
+        lambda i: ferro.one_hot(i, 4),
+        lambda i: np.eye(4, dtype=np.int64)[i],
+        lambda rng: [Sample((np.array([[0, 3], [2, 2]]),), label="2d")],
+        grad=False,
+        same_dtype_out=False,
+    ),
+    OpInfo(
+        "embedding",
+        lambda w, indices, padding_idx=None: ferro.embedding(ferro.tensor(indices), w, padding_idx),
+        _embedding_ref,
+        embedding_samples,
+    ),
+    OpInfo(
+        "squeeze",
+        lambda x: ferro.squeeze(ferro.unsqueeze(x, 1), 1) * 1.0,
+        lambda x: x,
+        lambda rng: [Sample((_u(rng, (3, 4)),))],
+    ),
+    OpInfo(
+        "flatten",
+        lambda x: ferro.flatten(x, 1),
+        lambda x: x.reshape(x.shape[0], -1),
+        lambda rng: [Sample((_u(rng, (2, 3, 4)),))],
+    ),
     OpInfo("linear", ferro.linear, _linear_ref, linear_samples, fwd_rtol32=1e-4),
-    OpInfo("outer", ferro.outer, np.outer,
-           lambda rng: [Sample((_u(rng, (3,)), _u(rng, (4,))))]),
-    OpInfo("einsum", lambda *ops, spec: ferro.einsum(spec, *ops),
-           lambda *ops, spec: np.einsum(spec, *ops), einsum_samples, fwd_rtol32=1e-4),
-    OpInfo("cross_entropy", lambda x, t, **kw: ferro.cross_entropy(x, ferro.tensor(t), **kw),
-           _ce_ref, ce_samples, fwd_rtol32=1e-4),
-    OpInfo("cross_entropy_probs", ferro.cross_entropy, _ce_prob_ref, ce_prob_samples,
-           fwd_rtol32=1e-4),
-    OpInfo("nll_loss", lambda x, t, **kw: ferro.nll_loss(x, ferro.tensor(t), **kw), _nll_ref,
-           nll_samples),
-    OpInfo("mse_loss", ferro.mse_loss, lambda a, b, reduction="mean": _reduce_ref(
-        (a - b) ** 2, reduction), pair_samples()),
-    OpInfo("l1_loss", ferro.l1_loss, lambda a, b, reduction="mean": _reduce_ref(
-        np.abs(a - b), reduction), pair_samples()),
+    OpInfo("outer", ferro.outer, np.outer, lambda rng: [Sample((_u(rng, (3,)), _u(rng, (4,))))]),
+    OpInfo(
+        "einsum",
+        lambda *ops, spec: ferro.einsum(spec, *ops),
+        lambda *ops, spec: np.einsum(spec, *ops),
+        einsum_samples,
+        fwd_rtol32=1e-4,
+    ),
+    OpInfo(
+        "cross_entropy",
+        lambda x, t, **kw: ferro.cross_entropy(x, ferro.tensor(t), **kw),
+        _ce_ref,
+        ce_samples,
+        fwd_rtol32=1e-4,
+    ),
+    OpInfo(
+        "cross_entropy_probs", ferro.cross_entropy, _ce_prob_ref, ce_prob_samples, fwd_rtol32=1e-4
+    ),
+    OpInfo(
+        "nll_loss",
+        lambda x, t, **kw: ferro.nll_loss(x, ferro.tensor(t), **kw),
+        _nll_ref,
+        nll_samples,
+    ),
+    OpInfo(
+        "mse_loss",
+        ferro.mse_loss,
+        lambda a, b, reduction="mean": _reduce_ref((a - b) ** 2, reduction),
+        pair_samples(),
+    ),
+    OpInfo(
+        "l1_loss",
+        ferro.l1_loss,
+        lambda a, b, reduction="mean": _reduce_ref(np.abs(a - b), reduction),
+        pair_samples(),
+    ),
     OpInfo("smooth_l1_loss", ferro.smooth_l1_loss, _smooth_l1_ref, pair_samples()),
-    OpInfo("huber_loss", ferro.huber_loss, lambda a, b, reduction="mean": _smooth_l1_ref(
-        a, b, reduction), pair_samples()),
-    OpInfo("binary_cross_entropy", ferro.binary_cross_entropy, _bce_ref,
-           pair_samples(0.05, 0.95)),
-    OpInfo("binary_cross_entropy_with_logits", ferro.binary_cross_entropy_with_logits,
-           _bce_logits_ref, bce_logits_samples),
+    OpInfo(
+        "huber_loss",
+        ferro.huber_loss,
+        lambda a, b, reduction="mean": _smooth_l1_ref(a, b, reduction),
+        pair_samples(),
+    ),
+    OpInfo("binary_cross_entropy", ferro.binary_cross_entropy, _bce_ref, pair_samples(0.05, 0.95)),
+    OpInfo(
+        "binary_cross_entropy_with_logits",
+        ferro.binary_cross_entropy_with_logits,
+        _bce_logits_ref,
+        bce_logits_samples,
+    ),
     OpInfo("kl_div", ferro.kl_div, _kl_ref, kl_samples),
-    OpInfo("dropout", _dropout_fn, _dropout_ref,
-           lambda rng: [Sample((_u(rng, (4, 5)), 0.4), label="p=0.4"),
-                        Sample((_u(rng, ()), 0.5), label="0-d")]),
+    OpInfo(
+        "dropout",
+        _dropout_fn,
+        _dropout_ref,
+        lambda rng: [
+            Sample((_u(rng, (4, 5)), 0.4), label="p=0.4"),
+            Sample((_u(rng, ()), 0.5), label="0-d"),
+        ],
+    ),
 ]

@@ -1,0 +1,82 @@
+/* Fused elementwise kernels for ferro's CPU overrides (included by cpu_kernels.pyx).
+ *
+ * One macro per kernel shape generates a float32 and a float64 loop. Each loop body is one
+ * branch-free expression computed in the array's own precision (so float32 uses expf/erff/
+ * tanhf and the arithmetic loops vectorize). Small arrays run serially: a 1-element gradient
+ * must not pay for entering a parallel region.
+ */
+#ifndef FERRO_KERNELS_H
+#define FERRO_KERNELS_H
+
+#include <math.h>
+#include <stddef.h>
+
+#define FERRO_PARALLEL_MIN 131072
+
+#define FERRO_SQRT_2_OVER_PI 0.7978845608028654
+#define FERRO_INV_SQRT_2 0.7071067811865476
+#define FERRO_INV_SQRT_2PI 0.3989422804014327
+
+/* out[i] = EXPR(a[i]) */
+#define FERRO_MAP1(NAME, T, EXPR)                                                    \
+    static void NAME(const T *a, T *out, ptrdiff_t n) {                              \
+        ptrdiff_t i;                                                                 \
+        if (n < FERRO_PARALLEL_MIN) {                                                \
+            for (i = 0; i < n; i++) { const T x = a[i]; out[i] = (EXPR); }           \
+        } else {                                                                     \
+            _Pragma("omp parallel for schedule(static)")                             \
+            for (i = 0; i < n; i++) { const T x = a[i]; out[i] = (EXPR); }           \
+        }                                                                            \
+    }
+
+/* out[i] = EXPR(g[i], v[i]) */
+#define FERRO_MAP2(NAME, T, EXPR)                                                    \
+    static void NAME(const T *gp, const T *vp, T *out, ptrdiff_t n) {                \
+        ptrdiff_t i;                                                                 \
+        if (n < FERRO_PARALLEL_MIN) {                                                \
+            for (i = 0; i < n; i++) { const T g = gp[i], v = vp[i]; out[i] = (EXPR); } \
+        } else {                                                                     \
+            _Pragma("omp parallel for schedule(static)")                             \
+            for (i = 0; i < n; i++) { const T g = gp[i], v = vp[i]; out[i] = (EXPR); } \
+        }                                                                            \
+    }
+
+/* out[i] = EXPR(g[i], v[i], w[i]) */
+#define FERRO_MAP3(NAME, T, EXPR)                                                    \
+    static void NAME(const T *gp, const T *vp, const T *wp, T *out, ptrdiff_t n) {   \
+        ptrdiff_t i;                                                                 \
+        if (n < FERRO_PARALLEL_MIN) {                                                \
+            for (i = 0; i < n; i++) {                                                \
+                const T g = gp[i], v = vp[i], w = wp[i]; out[i] = (EXPR);            \
+            }                                                                        \
+        } else {                                                                     \
+            _Pragma("omp parallel for schedule(static)")                             \
+            for (i = 0; i < n; i++) {                                                \
+                const T g = gp[i], v = vp[i], w = wp[i]; out[i] = (EXPR);            \
+            }                                                                        \
+        }                                                                            \
+    }
+
+/* tanh: gx = g (1 - y^2), from the saved output y */
+FERRO_MAP2(ferro_tanh_bwd_f32, float, g * (1.0f - v * v))
+FERRO_MAP2(ferro_tanh_bwd_f64, double, g * (1.0 - v * v))
+/* sigmoid: gx = g y (1 - y) */
+FERRO_MAP2(ferro_sigmoid_bwd_f32, float, g * v * (1.0f - v))
+FERRO_MAP2(ferro_sigmoid_bwd_f64, double, g * v * (1.0 - v))
+/* relu: gx = g where y > 0 */
+FERRO_MAP2(ferro_relu_bwd_f32, float, v > 0.0f ? g : 0.0f)
+FERRO_MAP2(ferro_relu_bwd_f64, double, v > 0.0 ? g : 0.0)
+/* silu: gx = g s (1 + x (1 - s)), from the saved x (v) and s = sigmoid(x) (w) */
+FERRO_MAP3(ferro_silu_bwd_f32, float, g * w * (1.0f + v * (1.0f - w)))
+FERRO_MAP3(ferro_silu_bwd_f64, double, g * w * (1.0 + v * (1.0 - w)))
+/* gelu (exact): y = x Phi(x); gx = g (Phi(x) + x phi(x)) */
+FERRO_MAP1(ferro_gelu_fwd_f32, float, 0.5f * x * (1.0f + erff(x * (float)FERRO_INV_SQRT_2)))
+FERRO_MAP1(ferro_gelu_fwd_f64, double, 0.5 * x * (1.0 + erf(x * FERRO_INV_SQRT_2)))
+FERRO_MAP2(ferro_gelu_bwd_f32, float,
+           g * (0.5f * (1.0f + erff(v * (float)FERRO_INV_SQRT_2))
+                + v * (float)FERRO_INV_SQRT_2PI * expf(-0.5f * v * v)))
+FERRO_MAP2(ferro_gelu_bwd_f64, double,
+           g * (0.5 * (1.0 + erf(v * FERRO_INV_SQRT_2))
+                + v * FERRO_INV_SQRT_2PI * exp(-0.5 * v * v)))
+
+#endif

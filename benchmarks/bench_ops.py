@@ -7,7 +7,10 @@ against PyTorch.
    traffic it needs: the forward reads x and writes y, the backward reads gy and the saved array
    and writes gx (5 passes of n floats; cross-entropy: logits in, gradient out, plus the forward
    read: 3 passes). The floor is timed as plain NumPy copies of the same bytes in the same run
-   (one copy moves 2 passes). Also shown: the generic NumPy path (overrides off) and PyTorch.
+   (one ``src.copy()`` moves 2 passes). Like the ops' outputs, a copy allocates its result,
+   which for large arrays costs page faults; the floor without allocation (``np.copyto`` into
+   a preallocated buffer) is printed too. Also shown: the generic NumPy path (overrides off)
+   and PyTorch.
 2. ``(a*b + c).sum()`` forward+backward with gradients for a, b and c, against PyTorch.
 """
 
@@ -62,9 +65,16 @@ def main(argv=None) -> list[dict]:
     rng = np.random.default_rng(0)
     x_np = rng.normal(size=n).astype(np.float32)
     gy_np = rng.normal(size=n).astype(np.float32)
-    src = np.empty(n, np.float32)
+    src = rng.normal(size=n).astype(np.float32)
     dst = np.empty(n, np.float32)
-    copy_t = measure({"copy": lambda: np.copyto(dst, src)}, args.repeats, warmup=2)["copy"]
+    copies = measure(
+        {"copy": lambda: src.copy(), "copyto": lambda: np.copyto(dst, src)}, args.repeats, warmup=2
+    )
+    copy_t = copies["copy"]
+    print(
+        f"# memory floor: src.copy() {copy_t * 1e3:.2f} ms, np.copyto (no allocation) "
+        f"{copies['copyto'] * 1e3:.2f} ms for {n} float32"
+    )
 
     ops = {
         "tanh": (ferro.tanh, "tanh"),

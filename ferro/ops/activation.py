@@ -11,6 +11,7 @@ import math
 
 from ferro.errors import ShapeError
 from ferro.ops.reduction import normalize_axes
+from ferro.ops.elementwise import sigmoid_array
 from ferro.ops.registry import apply, register
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
@@ -104,7 +105,7 @@ class Gelu:
 class Silu:
     @staticmethod
     def forward(ctx, x):
-        s = 0.5 * (1 + ctx.xp.tanh(0.5 * x))
+        s = sigmoid_array(ctx.xp, x)
         ctx.save(x, s)
         return x * s
 
@@ -171,9 +172,9 @@ class Hardtanh:
 class Softmax:
     @staticmethod
     def forward(ctx, x, *, axis):
-        xp = ctx.xp
-        e = xp.exp(x - x.max(axis=axis, keepdims=True))
-        y = e / e.sum(axis=axis, keepdims=True)
+        y = x - x.max(axis=axis, keepdims=True)
+        ctx.xp.exp(y, out=y)
+        y /= y.sum(axis=axis, keepdims=True)
         ctx.save(y)
         ctx.axis = axis
         return y
@@ -181,7 +182,9 @@ class Softmax:
     @staticmethod
     def backward(ctx, gy):
         (y,) = ctx.saved
-        return y * (gy - (gy * y).sum(axis=ctx.axis, keepdims=True))
+        g = gy - (gy * y).sum(axis=ctx.axis, keepdims=True)
+        g *= y
+        return g
 
 
 @register("log_softmax")
@@ -189,8 +192,8 @@ class LogSoftmax:
     @staticmethod
     def forward(ctx, x, *, axis):
         xp = ctx.xp
-        z = x - x.max(axis=axis, keepdims=True)
-        y = z - xp.log(xp.exp(z).sum(axis=axis, keepdims=True))
+        y = x - x.max(axis=axis, keepdims=True)
+        y -= xp.log(xp.exp(y).sum(axis=axis, keepdims=True))
         ctx.save(y)
         ctx.axis = axis
         return y
@@ -198,7 +201,10 @@ class LogSoftmax:
     @staticmethod
     def backward(ctx, gy):
         (y,) = ctx.saved
-        return gy - ctx.xp.exp(y) * gy.sum(axis=ctx.axis, keepdims=True)
+        xp = ctx.xp
+        e = xp.exp(y)
+        e *= gy.sum(axis=ctx.axis, keepdims=True)
+        return xp.subtract(gy, e, out=e)
 
 
 @register("prelu")

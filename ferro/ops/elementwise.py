@@ -375,12 +375,21 @@ class Cos:
         return -gy * ctx.xp.sin(x)
 
 
+def sigmoid_array(xp, x):
+    """``1 / (1 + exp(-x))`` as ``0.5 * (1 + tanh(x / 2))``: no overflow for large |x|, and
+    computed in one fresh buffer (x is only read)."""
+    y = xp.multiply(x, 0.5, out=xp.empty_like(x))  # an array even for 0-d x
+    xp.tanh(y, out=y)
+    y += 1
+    y *= 0.5
+    return y
+
+
 @register("sigmoid")
 class Sigmoid:
     @staticmethod
     def forward(ctx, x):
-        # 0.5 * (1 + tanh(x / 2)) equals 1 / (1 + exp(-x)) without overflow for large |x|.
-        y = 0.5 * (1 + ctx.xp.tanh(0.5 * x))
+        y = sigmoid_array(ctx.xp, x)
         ctx.save(y)
         return y
 

@@ -107,7 +107,8 @@ class Detach:
 
 
 def detach(x):
-    """A tensor sharing ``x``'s data (and version counter) that is not part of any graph."""
+    """A tensor sharing ``x``'s data (and version counter) that is not part of any graph
+    (not differentiable: no gradient flows through it)."""
     return apply(Detach, x)
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import math
 
 from ferro.errors import ShapeError
-from ferro.ops.reduction import normalize_axes
 from ferro.ops.elementwise import sigmoid_array
+from ferro.ops.reduction import normalize_axes
 from ferro.ops.registry import apply, register
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)

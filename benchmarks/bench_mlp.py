@@ -2,7 +2,10 @@
 SGD): ferro against a hand-written NumPy forward/backward/update of the same network (the floor
 for a NumPy-based library) and against PyTorch with the same thread count, in one run.
 
-    python benchmarks/bench_mlp.py [--batch 64] [--repeats 30] [--anomaly]
+    python benchmarks/bench_mlp.py [--batch 64] [--repeats 30]
+
+Also times the ferro step under ``ferro.autograd.detect_anomaly()`` (creation sites recorded,
+every gradient checked for NaN/Inf), as a ratio to the plain step.
 
 All three start from the same weights and the script checks that one step gives the same
 gradients before timing anything.
@@ -144,6 +147,13 @@ def main(argv=None) -> list[dict]:
     if torch is not None:
         tstep, _ = make_torch_step(torch, init(), x, y)
         cases["torch"] = tstep
+    astep, _ = make_ferro_step(ferro, init(), x, y)
+
+    def anomaly_step():
+        with ferro.autograd.detect_anomaly():
+            return astep()
+
+    cases["ferro_anomaly"] = anomaly_step
     med = measure(cases, args.repeats, warmup=3)
     t = med.get("torch")
     rec = emit(
@@ -154,6 +164,8 @@ def main(argv=None) -> list[dict]:
         torch_ms=t * 1e3 if t else None,
         ferro_over_numpy=med["ferro"] / med["numpy"],
         ferro_over_torch=med["ferro"] / t if t else None,
+        anomaly_ms=med["ferro_anomaly"] * 1e3,
+        anomaly_over_plain=med["ferro_anomaly"] / med["ferro"],
     )
     print()
     table(
@@ -165,9 +177,18 @@ def main(argv=None) -> list[dict]:
                 t * 1e3 if t else "skipped",
                 med["ferro"] / med["numpy"],
                 med["ferro"] / t if t else "-",
+                med["ferro_anomaly"] / med["ferro"],
             ]
         ],
-        ["batch", "ferro ms", "numpy ms", "torch ms", "ferro/numpy", "ferro/torch"],
+        [
+            "batch",
+            "ferro ms",
+            "numpy ms",
+            "torch ms",
+            "ferro/numpy",
+            "ferro/torch",
+            "anomaly/plain",
+        ],
     )
     return [rec]
 

@@ -11,12 +11,14 @@ Example:
     tensor([2., 4., 6.])
 """
 
-from ferro import (  # noqa: F401  (public submodules)
+from ferro import (  # noqa: F401  (submodules)
     _C,  # noqa: F401  (raises a friendly error when the core is not built)
     autograd,
     errors,
     random,
     testing,
+    utils,
+    viz,
 )
 from ferro._tensor import Tensor
 from ferro.autograd import (
@@ -49,6 +51,7 @@ from ferro.creation import (
 from ferro.ops import *  # noqa: F403  (every public op)
 from ferro.ops import __all__ as _ops_all
 from ferro.random import get_rng_state, manual_seed, set_rng_state
+from ferro.utils.checkpoint import checkpoint, checkpoint_sequential
 
 __version__ = "0.1.0"
 
@@ -80,5 +83,7 @@ __all__ = [
     "is_grad_enabled",
     "is_inference_mode_enabled",
     "grad",
+    "checkpoint",
+    "checkpoint_sequential",
     *_ops_all,
 ]

@@ -10,6 +10,8 @@ builtin a Python user would expect, so ``except ValueError`` keeps working:
   root without a gradient, a tensor that does not require grad, ...).
 - :class:`GradientError` (``GraphError``): an op's or a hook's backward returned the wrong number,
   shape or dtype of gradients.
+- :class:`AnomalyError` (``GraphError``): NaN/Inf in a gradient under anomaly detection.
+- :class:`CheckpointError` (``GraphError``): a checkpoint's recomputation did not match.
 - :class:`GradcheckError` (``AssertionError``): ``ferro.testing.gradcheck`` found a wrong gradient.
 
 Messages name the op, what was expected and what was received.
@@ -40,6 +42,14 @@ class GradientError(GraphError):
     """A backward function or hook returned the wrong number, shape or dtype of gradients."""
 
 
+class AnomalyError(GraphError):
+    """Anomaly detection found NaN or Inf in a gradient; names the node and where it was made."""
+
+
+class CheckpointError(GraphError):
+    """Checkpoint recomputation saved tensors that differ from the original forward's."""
+
+
 class GradcheckError(FerroError, AssertionError):
     """``ferro.testing.gradcheck`` found analytical and numerical gradients that disagree."""
 
@@ -51,5 +61,7 @@ __all__ = [
     "DeviceError",
     "GraphError",
     "GradientError",
+    "AnomalyError",
+    "CheckpointError",
     "GradcheckError",
 ]

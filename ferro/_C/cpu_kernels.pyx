@@ -16,8 +16,11 @@ import numpy as np
 
 cnp.import_array()
 
-# Below this many elements a parallel region costs more than it saves.
-cdef Py_ssize_t PARALLEL_MIN = 1 << 17
+# Below this many elements a parallel region costs more than it saves: waking a sleeping OpenMP
+# team takes tens of microseconds. Memory-bound loops (accumulation) need about a million
+# elements; loops doing exp per element (softmax rows, cross-entropy) gain earlier.
+cdef Py_ssize_t PARALLEL_MIN = 1 << 20
+cdef Py_ssize_t PARALLEL_MIN_COMPUTE = 1 << 15
 cdef int MAX_DIMS = 64
 
 
@@ -176,6 +179,8 @@ cdef extern from "kernels.h" nogil:
     void ferro_silu_bwd_f64(const double*, const double*, const double*, double*, Py_ssize_t)
     void ferro_gelu_fwd_f32(const float*, float*, Py_ssize_t)
     void ferro_gelu_fwd_f64(const double*, double*, Py_ssize_t)
+    int ferro_all_finite_f32(const float*, Py_ssize_t)
+    int ferro_all_finite_f64(const double*, Py_ssize_t)
 
 ctypedef void (*map2_f32)(const float*, const float*, float*, Py_ssize_t) noexcept nogil
 ctypedef void (*map2_f64)(const double*, const double*, double*, Py_ssize_t) noexcept nogil
@@ -241,6 +246,19 @@ def silu_backward(cnp.ndarray gy, cnp.ndarray x, cnp.ndarray s):
                                <const double*>cnp.PyArray_DATA(s), <double*>cnp.PyArray_DATA(out),
                                n)
     return out
+
+
+cpdef bint all_finite(cnp.ndarray x):
+    """True if the C-contiguous float array holds no NaN or Inf (one pass, no temporary)."""
+    cdef Py_ssize_t n = cnp.PyArray_SIZE(x)
+    cdef int ok
+    if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT32:
+        with nogil:
+            ok = ferro_all_finite_f32(<const float*>cnp.PyArray_DATA(x), n)
+    else:
+        with nogil:
+            ok = ferro_all_finite_f64(<const double*>cnp.PyArray_DATA(x), n)
+    return ok != 0
 
 
 def gelu_forward(cnp.ndarray x):
@@ -312,7 +330,7 @@ cdef void _ce_fwd(const floating_t* x, const long long* t, const floating_t* w, 
                   long long ignore, double eps, Py_ssize_t r, Py_ssize_t c,
                   double* loss, double* lse, double* wy) noexcept nogil:
     cdef Py_ssize_t i
-    if r * c >= PARALLEL_MIN and r > 1:
+    if r * c >= PARALLEL_MIN_COMPUTE and r > 1:
         for i in prange(r, schedule="static"):
             _ce_fwd_row(x, t, w, has_w, ignore, eps, i, c, loss, lse, wy)
     else:
@@ -360,7 +378,7 @@ cdef void _ce_bwd(const floating_t* x, const long long* t, const floating_t* w, 
                 wsum += w[j]
         else:
             wsum = c
-    if r * c >= PARALLEL_MIN and r > 1:
+    if r * c >= PARALLEL_MIN_COMPUTE and r > 1:
         for i in prange(r, schedule="static"):
             _ce_bwd_row(x, t, w, has_w, ignore, eps, i, c, lse, wy,
                         scale[i] if per_row else scale[0], wsum, out)

@@ -36,7 +36,14 @@ import weakref
 
 import numpy as np
 
-from ferro.errors import DeviceError, DtypeError, GradientError, GraphError, ShapeError
+from ferro.errors import (
+    AnomalyError,
+    DeviceError,
+    DtypeError,
+    GradientError,
+    GraphError,
+    ShapeError,
+)
 
 cnp.import_array()
 
@@ -65,6 +72,58 @@ cdef inline long _mode() except -1:
     cdef long m = PyLong_AsLong(<object>v)
     Py_XDECREF(v)
     return m
+
+
+# Saved-tensor hooks: the innermost (pack, unpack) pair of this context. The C counter of open
+# hook contexts (in any thread) lets Node.save skip the ContextVar read when none is open.
+cdef object _SAVED_HOOKS = contextvars.ContextVar("ferro_saved_tensors_hooks", default=None)
+cdef Py_ssize_t _n_hook_contexts = 0
+
+
+def _push_saved_hooks(pack, unpack):
+    global _n_hook_contexts
+    _n_hook_contexts += 1
+    return _SAVED_HOOKS.set(None if pack is None else (pack, unpack))
+
+
+def _pop_saved_hooks(token):
+    global _n_hook_contexts
+    _n_hook_contexts -= 1
+    _SAVED_HOOKS.reset(token)
+
+
+# Anomaly detection (process-wide, as PyTorch's): record each node's creation site; check
+# every gradient for NaN/Inf when check_nan is on.
+cdef bint _anomaly = False
+cdef bint _anomaly_nan = True
+
+
+def set_anomaly(bint enabled, bint check_nan=True):
+    """Turn anomaly detection on or off; returns the previous (enabled, check_nan)."""
+    global _anomaly, _anomaly_nan
+    prev = (_anomaly, _anomaly_nan)
+    _anomaly = enabled
+    _anomaly_nan = check_nan
+    return prev
+
+
+def is_anomaly_enabled():
+    return _anomaly
+
+
+import os as _os
+_FERRO_DIR = _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__)))
+
+
+cdef object _user_site():
+    # The innermost frame outside the ferro package: where the user's code created the node.
+    import sys
+    f = sys._getframe(1)
+    while f is not None and f.f_code.co_filename.startswith(_FERRO_DIR):
+        f = f.f_back
+    if f is None:
+        return None
+    return (f.f_code.co_filename, f.f_lineno, f.f_code.co_name)
 
 
 def is_grad_enabled():
@@ -226,6 +285,19 @@ def set_overrides_enabled(bint enabled):
     return prev
 
 
+cdef class _Packed:
+    """A value returned by a saved-tensor pack hook (so unpack knows what to unpack)."""
+
+    cdef object value
+
+    def __cinit__(self, value):
+        self.value = value
+
+
+cdef inline bint _is_array(object a):
+    return type(a) is cnp.ndarray or type(a) in _xp_by_type
+
+
 cdef class Node:
     """One recorded op application: the ``ctx`` its forward and backward receive.
 
@@ -254,23 +326,106 @@ cdef class Node:
     cdef dict _post_hooks
     cdef dict _tensor_hooks    # output nr -> {handle id: fn}
     cdef dict _retained        # output nr -> weakref to the non-leaf tensor
+    cdef object _unpack        # saved-tensor hooks: unpack fn when _saved holds packed values
+    cdef tuple _saved_raw      # the arrays themselves, until apply has recorded their versions
+    cdef tuple _nondiff        # outputs marked non-differentiable (arrays)
+    cdef bint _no_materialize  # backward receives None (not zeros) for outputs without grad
+    cdef object _site          # anomaly mode: (filename, lineno, function) of the creating code
     cdef dict __dict__
     cdef object __weakref__
 
     def save(self, *arrays):
-        """Keep ``arrays`` for backward (released after backward unless ``retain_graph``)."""
+        """Keep ``arrays`` for backward (released after backward unless ``retain_graph``).
+
+        Inside ``ferro.autograd.graph.saved_tensors_hooks(pack, unpack)`` each array is passed to
+        ``pack`` (as a Tensor) now and the result to ``unpack`` when backward reads it.
+        """
+        if _n_hook_contexts:
+            hooks = _SAVED_HOOKS.get()
+            if hooks is not None:
+                pack, unpack = hooks
+                self._saved_raw = arrays
+                # Only arrays are packed; a saved Python scalar (say, mul's constant) stays as is.
+                self._saved = tuple([_Packed(pack(new_tensor(a))) if _is_array(a) else a
+                                     for a in arrays])
+                self._unpack = unpack
+                return
         self._saved = arrays
 
     @property
     def saved(self):
-        """The arrays given to :meth:`save`."""
+        """The arrays given to :meth:`save` (unpacked, in save order, on every access)."""
         if self._released:
             raise GraphError(
                 f"{self.name()}: trying to backward through the graph a second time (or to "
                 "read saved arrays after they were freed). Saved arrays are released after "
                 "backward; pass retain_graph=True to the first backward to keep them."
             )
-        return self._saved if self._saved is not None else ()
+        if self._saved is None:
+            return ()
+        if self._unpack is None:
+            return self._saved
+        out = []
+        for p in self._saved:
+            if type(p) is not _Packed:
+                out.append(p)
+                continue
+            r = self._unpack((<_Packed>p).value)
+            out.append((<TensorBase>r)._data if isinstance(r, TensorBase) else r)
+        return tuple(out)
+
+    # The torch.autograd.Function face of ctx, for ferro.autograd.Function.
+
+    def save_for_backward(self, *tensors):
+        """Save tensors (or None) for backward; read them back with ``saved_tensors``."""
+        self.save(*[None if t is None else (<TensorBase>t)._data for t in tensors])
+
+    @property
+    def saved_tensors(self):
+        """The tensors given to ``save_for_backward`` (wrapped anew, not requiring grad)."""
+        return tuple([None if a is None else new_tensor(a) for a in self.saved])
+
+    def mark_non_differentiable(self, *outputs):
+        """Declare outputs (tensors returned by forward) that never require grad."""
+        self._nondiff = tuple([(<TensorBase>o)._data if isinstance(o, TensorBase) else o
+                               for o in outputs])
+
+    def set_materialize_grads(self, bint value):
+        """With False, backward receives None (not zeros) for outputs that got no gradient."""
+        self._no_materialize = not value
+
+    @property
+    def saved_info(self):
+        """What the node saved, without unpacking: ``(shape, dtype)`` per array, ``"packed"``
+        for a value held by saved-tensor hooks, None for a gap; ``()`` once released."""
+        if self._released or self._saved is None:
+            return ()
+        if self._unpack is not None:
+            return tuple([None if p is None else "packed" if type(p) is _Packed else repr(p)
+                          for p in self._saved])
+        return tuple([None if a is None else (tuple(a.shape), a.dtype) if hasattr(a, "shape")
+                      else repr(a) for a in self._saved])
+
+    @property
+    def output_shapes(self):
+        """The shape of each output."""
+        if self._n_out <= 1:
+            return (self._shape0,) if self._shape0 is not None else ()
+        return self._out_shape
+
+    @property
+    def creation_site(self):
+        """(filename, line, function) of the user code that created this node, recorded while
+        anomaly detection is on; None otherwise."""
+        return self._site
+
+    def register_prehook(self, fn):
+        """``fn(grad_outputs) -> tuple | None`` runs before this node's backward."""
+        return register_node_prehook(self, fn)
+
+    def register_hook(self, fn):
+        """``fn(grad_inputs, grad_outputs) -> tuple | None`` runs after this node's backward."""
+        return register_node_hook(self, fn)
 
     @property
     def needs_input_grad(self):
@@ -396,6 +551,8 @@ def apply(OpDef op, *args, **params):
     record = record and op.differentiable
     if record:
         _link(node, args, n, op)
+        if _anomaly:
+            node._site = _user_site()
 
     fwd = op.forward
     if _use_overrides and op.cpu_forward is not None and atype is cnp.ndarray:
@@ -439,7 +596,7 @@ def apply(OpDef op, *args, **params):
     if outs is None:
         node._shape0 = out.shape
         node._dtype0 = out.dtype
-        if _is_float_array(out):
+        if _is_float_array(out) and not _is_nondiff(node, out):
             res = _wrap(out, node, 0, False)
         else:
             res = _wrap(out, None, 0, False)
@@ -455,13 +612,23 @@ def apply(OpDef op, *args, **params):
     results = []
     for k in range(n_out):
         o = outs[k]
-        results.append(_wrap(o, node if _is_float_array(o) else None, k, False))
+        results.append(_wrap(o, node if _is_float_array(o) and not _is_nondiff(node, o) else None,
+                             k, False))
         if op.view and first_t is not None:
             _share_version(<TensorBase>results[k], first_t)
     results = tuple(results)
     if node._saved is not None:
         _record_saved_versions(node, args, n, results)
     return results
+
+
+cdef inline bint _is_nondiff(Node node, object arr):
+    if node._nondiff is None:
+        return False
+    for a in node._nondiff:
+        if a is arr:
+            return True
+    return False
 
 
 cdef int _link(Node node, tuple args, Py_ssize_t n, OpDef op) except -1:
@@ -510,7 +677,8 @@ cdef int _record_saved_versions(Node node, tuple args, Py_ssize_t n, object outp
     cdef TensorBase t
     cdef VersionCounter vc
     cdef Py_ssize_t j, i
-    cdef tuple saved = <tuple>node._saved
+    cdef tuple saved = node._saved_raw if node._saved_raw is not None else <tuple>node._saved
+    node._saved_raw = None  # packed saves must not keep the arrays alive
     for j in range(len(saved)):
         s = saved[j]
         if s is None:
@@ -547,6 +715,8 @@ cdef int _record_saved_versions(Node node, tuple args, Py_ssize_t n, object outp
 
 cdef int _retarget_version(Node node, object old_data, VersionCounter vc) except -1:
     # commit_inplace: the node's saved output now lives in another tensor's memory.
+    if node._unpack is not None:
+        return 0  # packed saves are compared by the hooks' owner, not by identity
     cdef tuple saved = <tuple>node._saved
     if node._n_sv > 0 and saved[node._sj0] is old_data:
         node._svc0, node._sv0 = vc, vc.value
@@ -1073,20 +1243,27 @@ def run_backward(tuple roots, tuple root_grads, bint retain_graph=False, tuple i
                 _decrement(child, ready)
             grads = None
     except Exception as exc:
-        if node is not None and isinstance(exc, Exception):
-            exc.add_note(f"(raised while running {node.name()} in backward)")
+        if node is not None:
+            site = node._site
+            where = f", created at {site[0]}:{site[1]}" if site is not None else ""
+            exc.add_note(f"(raised while running {node.name()} in backward{where})")
         raise
 
-    # The walk succeeded: commit .grad writes, then post-accumulate hooks, then free the graph.
+    # The walk succeeded. In the documented order: accumulate into the leaves' .grad, run their
+    # post-accumulate hooks, then store retained non-leaf gradients; finally free the graph.
     for item in commits:
-        s = <_Entry>item[0]
         t = <TensorBase>item[1]
-        _commit_grad(s, t)
+        if t._grad_fn is None:
+            _commit_grad(<_Entry>item[0], t)
     for item in commits:
         t = <TensorBase>item[1]
         if t._post_acc_hooks is not None and t._grad_fn is None:
             for fn in list(t._post_acc_hooks.values()):
                 fn(t)
+    for item in commits:
+        t = <TensorBase>item[1]
+        if t._grad_fn is not None:
+            _commit_grad(<_Entry>item[0], t)
     if not retain_graph:
         for node in ran:
             node._saved = None
@@ -1210,7 +1387,7 @@ cdef tuple _run_node(Node node, _Entry e, Py_ssize_t n_out, Py_ssize_t n_in):
             s = _slot(e, nr, n_out)
             g = s.grad
             s.grad = None
-            if g is None:
+            if g is None and not node._no_materialize:
                 g = node.xp.zeros(_out_shape(node, nr), dtype=_out_dtype(node, nr))
             gys.append(g)
     if node._pre_hooks:
@@ -1242,6 +1419,8 @@ cdef tuple _run_node(Node node, _Entry e, Py_ssize_t n_out, Py_ssize_t n_in):
         raise GradientError(
             f"{node.name()} returned {len(res)} gradients; expected {n_in} (one per input)"
         )
+    if _anomaly and _anomaly_nan:
+        _check_finite(node, res)
     if node._post_hooks:
         for fn in list(node._post_hooks.values()):
             r = fn(tuple([None if g is None else new_tensor(_as_array(g)) for g in res]),
@@ -1249,6 +1428,26 @@ cdef tuple _run_node(Node node, _Entry e, Py_ssize_t n_out, Py_ssize_t n_in):
             if r is not None:
                 res = _check_post_hook(r, node, fn, res)
     return res
+
+
+cdef int _check_finite(Node node, tuple res) except -1:
+    for i, g in enumerate(res):
+        if g is None or not hasattr(g, "dtype") or g.dtype.kind != "f":
+            continue
+        xp = node.xp
+        if cpu_kernels.same_layout((g,)):
+            if cpu_kernels.all_finite(<cnp.ndarray>g):
+                continue
+        elif bool(xp.isfinite(g).all()):
+            continue
+        what = "NaN" if bool(xp.isnan(g).any()) else "Inf"
+        site = node._site
+        where = (f"; the node was created at {site[0]}:{site[1]} in {site[2]}"
+                 if site is not None else "")
+        raise AnomalyError(
+            f"{node.name()} returned {what} values in its gradient for input {i}{where}"
+        )
+    return 0
 
 
 cdef int _check_versions(Node node) except -1:
@@ -1265,8 +1464,9 @@ cdef int _check_versions(Node node) except -1:
 
 cdef int _version_error(Node node, Py_ssize_t j, Py_ssize_t then, Py_ssize_t now) except -1:
     arr = node._saved[j]
+    shape = tuple(arr.shape) if hasattr(arr, "shape") else "?"
     raise GraphError(
-        f"{node.name()}: a tensor of shape {tuple(arr.shape)} that it saved for backward "
+        f"{node.name()}: a tensor of shape {shape} that it saved for backward "
         f"was modified in place afterwards (version {then} when saved, {now} now). Clone "
         "the tensor before modifying it, or do the in-place op before it is used."
     )

@@ -11,7 +11,11 @@
 #include <math.h>
 #include <stddef.h>
 
-#define FERRO_PARALLEL_MIN 131072
+/* Thresholds for going parallel. Waking an OpenMP team costs tens of microseconds when its
+ * threads sleep (OMP_WAIT_POLICY=passive), so a memory-bound loop needs about a million
+ * elements to gain from a second core; a loop doing erf/exp per element gains much earlier. */
+#define FERRO_PARALLEL_MIN (1 << 20)
+#define FERRO_PARALLEL_MIN_COMPUTE (1 << 15)
 
 #define FERRO_SQRT_2_OVER_PI 0.7978845608028654
 #define FERRO_INV_SQRT_2 0.7071067811865476
@@ -21,7 +25,7 @@
 #define FERRO_MAP1(NAME, T, EXPR)                                                    \
     static void NAME(const T *a, T *out, ptrdiff_t n) {                              \
         ptrdiff_t i;                                                                 \
-        if (n < FERRO_PARALLEL_MIN) {                                                \
+        if (n < FERRO_PARALLEL_MIN_COMPUTE) {                                        \
             for (i = 0; i < n; i++) { const T x = a[i]; out[i] = (EXPR); }           \
         } else {                                                                     \
             _Pragma("omp parallel for schedule(static)")                             \
@@ -29,17 +33,19 @@
         }                                                                            \
     }
 
-/* out[i] = EXPR(g[i], v[i]) */
-#define FERRO_MAP2(NAME, T, EXPR)                                                    \
+/* out[i] = EXPR(g[i], v[i]), parallel from MIN elements */
+#define FERRO_MAP2_MIN(NAME, T, EXPR, MIN)                                           \
     static void NAME(const T *gp, const T *vp, T *out, ptrdiff_t n) {                \
         ptrdiff_t i;                                                                 \
-        if (n < FERRO_PARALLEL_MIN) {                                                \
+        if (n < (MIN)) {                                                             \
             for (i = 0; i < n; i++) { const T g = gp[i], v = vp[i]; out[i] = (EXPR); } \
         } else {                                                                     \
             _Pragma("omp parallel for schedule(static)")                             \
             for (i = 0; i < n; i++) { const T g = gp[i], v = vp[i]; out[i] = (EXPR); } \
         }                                                                            \
     }
+
+#define FERRO_MAP2(NAME, T, EXPR) FERRO_MAP2_MIN(NAME, T, EXPR, FERRO_PARALLEL_MIN)
 
 /* out[i] = EXPR(g[i], v[i], w[i]) */
 #define FERRO_MAP3(NAME, T, EXPR)                                                    \
@@ -72,11 +78,33 @@ FERRO_MAP3(ferro_silu_bwd_f64, double, g * w * (1.0 + v * (1.0 - w)))
 /* gelu (exact): y = x Phi(x); gx = g (Phi(x) + x phi(x)) */
 FERRO_MAP1(ferro_gelu_fwd_f32, float, 0.5f * x * (1.0f + erff(x * (float)FERRO_INV_SQRT_2)))
 FERRO_MAP1(ferro_gelu_fwd_f64, double, 0.5 * x * (1.0 + erf(x * FERRO_INV_SQRT_2)))
-FERRO_MAP2(ferro_gelu_bwd_f32, float,
+FERRO_MAP2_MIN(ferro_gelu_bwd_f32, float,
            g * (0.5f * (1.0f + erff(v * (float)FERRO_INV_SQRT_2))
-                + v * (float)FERRO_INV_SQRT_2PI * expf(-0.5f * v * v)))
-FERRO_MAP2(ferro_gelu_bwd_f64, double,
+                + v * (float)FERRO_INV_SQRT_2PI * expf(-0.5f * v * v)),
+           FERRO_PARALLEL_MIN_COMPUTE)
+FERRO_MAP2_MIN(ferro_gelu_bwd_f64, double,
            g * (0.5 * (1.0 + erf(v * FERRO_INV_SQRT_2))
-                + v * FERRO_INV_SQRT_2PI * exp(-0.5 * v * v)))
+                + v * FERRO_INV_SQRT_2PI * exp(-0.5 * v * v)),
+           FERRO_PARALLEL_MIN_COMPUTE)
+
+/* 1 if every element is finite. Integer test of the exponent bits (all ones means Inf or
+ * NaN): no floating-point compare, so the loop vectorizes, and large arrays use both cores. */
+#define FERRO_ALL_FINITE(NAME, T, U, MASK)                                           \
+    static int NAME(const T *a, ptrdiff_t n) {                                       \
+        const U *b = (const U *)a;                                                   \
+        U bad = 0;                                                                   \
+        ptrdiff_t i;                                                                 \
+        if (n < FERRO_PARALLEL_MIN) {                                                \
+            for (i = 0; i < n; i++) bad |= (U)((b[i] & (MASK)) == (MASK));           \
+        } else {                                                                     \
+            _Pragma("omp parallel for reduction(|:bad) schedule(static)")            \
+            for (i = 0; i < n; i++) bad |= (U)((b[i] & (MASK)) == (MASK));           \
+        }                                                                            \
+        return bad == 0;                                                             \
+    }
+
+#include <stdint.h>
+FERRO_ALL_FINITE(ferro_all_finite_f32, float, uint32_t, 0x7F800000u)
+FERRO_ALL_FINITE(ferro_all_finite_f64, double, uint64_t, 0x7FF0000000000000ull)
 
 #endif

@@ -6,6 +6,9 @@ from collections.abc import Sequence
 
 from ferro._C import engine as _engine
 from ferro._C.tensor import TensorBase, wrap
+from ferro.autograd import graph  # noqa: F401  (ferro.autograd.graph)
+from ferro.autograd.anomaly_mode import detect_anomaly, is_anomaly_enabled, set_detect_anomaly
+from ferro.autograd.function import Function
 from ferro.autograd.grad_mode import (
     enable_grad,
     inference_mode,
@@ -90,6 +93,11 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, allow_unused: bo
 __all__ = [
     "backward",
     "grad",
+    "Function",
+    "graph",
+    "detect_anomaly",
+    "set_detect_anomaly",
+    "is_anomaly_enabled",
     "no_grad",
     "enable_grad",
     "set_grad_enabled",

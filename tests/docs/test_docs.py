@@ -18,6 +18,7 @@ def test_docs_exist():
 
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
 def test_code_blocks_run(path, capsys):
     blocks = BLOCK.findall(path.read_text())
     namespace = {"__name__": f"doc_{path.stem}"}

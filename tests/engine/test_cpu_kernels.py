@@ -64,3 +64,15 @@ def test_add_inplace_refuses_mismatch():
         cpu_kernels.add_inplace(np.zeros(3), np.zeros(4))
     with pytest.raises(ValueError):
         cpu_kernels.add_inplace(np.zeros(3), np.zeros(3, np.float32))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("n", [1, 100, 300_000])
+@pytest.mark.parametrize("bad", [None, np.nan, np.inf, -np.inf])
+def test_all_finite_matches_numpy(dtype, n, bad):
+    a = np.random.default_rng(0).normal(size=n).astype(dtype)
+    if bad is not None:
+        a[n // 2] = bad
+    assert cpu_kernels.all_finite(a) == bool(np.isfinite(a).all())
+    big = np.full(n, np.finfo(dtype).max, dtype)  # huge but finite: no false alarm
+    assert cpu_kernels.all_finite(big)

@@ -1,0 +1,3 @@
+"""Utilities built on the autograd API: checkpointing."""
+
+from ferro.utils import checkpoint  # noqa: F401

@@ -13,11 +13,14 @@ import statistics
 import time
 from collections.abc import Callable
 
-# Interleaved cases share 2 cores: an OpenMP pool (ferro's kernels, PyTorch's intra-op threads)
-# that busy-waits after a region steals the cores from whichever case runs next, OpenBLAS
-# included. Passive waiting, for every library alike, keeps the cases independent. Set before
-# ferro or torch load their OpenMP runtime; an explicit setting by the user wins.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# Interleaved cases share 2 cores. Thread pools (ferro's OpenMP kernels, PyTorch's intra-op
+# threads, OpenBLAS) busy-wait for a while after their work and sleep after that; the next case
+# then either competes with spinning threads or pays for waking its own sleeping pool. Forcing one
+# wait policy on everyone would favour some libraries over others. So every library keeps its
+# default, and each timed call is preceded by untimed calls of the same case for at least
+# ABSORB_SECONDS (libgomp's spinning lasts a few milliseconds): whatever the previous case left
+# behind lands on those, and each library is timed in its own steady state.
+ABSORB_SECONDS = 0.025
 
 
 def thread_info() -> dict:
@@ -55,7 +58,8 @@ def measure(cases: dict[str, Callable[[], object]], repeats: int, warmup: int = 
     """Run each case ``warmup`` times, then ``repeats`` rounds interleaving the cases.
 
     Returns the median seconds per call of each case. Interleaving spreads machine noise over
-    every case instead of penalising whichever ran during a busy moment.
+    every case instead of penalising whichever ran during a busy moment; the untimed call before
+    each timed one keeps one library's thread pools from slowing the next case.
     """
     for fn in cases.values():
         for _ in range(warmup):
@@ -63,6 +67,10 @@ def measure(cases: dict[str, Callable[[], object]], repeats: int, warmup: int = 
     samples: dict[str, list[float]] = {k: [] for k in cases}
     for _ in range(repeats):
         for name, fn in cases.items():
+            t_end = time.perf_counter() + ABSORB_SECONDS
+            fn()  # untimed: absorbs the previous case's thread pools (see above)
+            while time.perf_counter() < t_end:
+                fn()
             t0 = time.perf_counter()
             fn()
             samples[name].append(time.perf_counter() - t0)

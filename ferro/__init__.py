@@ -15,6 +15,8 @@ from ferro import (  # noqa: F401  (submodules)
     _C,  # noqa: F401  (raises a friendly error when the core is not built)
     autograd,
     errors,
+    nn,
+    optim,
     random,
     testing,
     utils,
@@ -51,6 +53,7 @@ from ferro.creation import (
 from ferro.ops import *  # noqa: F403  (every public op)
 from ferro.ops import __all__ as _ops_all
 from ferro.random import get_rng_state, manual_seed, set_rng_state
+from ferro.serialization import load, save
 from ferro.utils.checkpoint import checkpoint, checkpoint_sequential
 
 __version__ = "0.1.0"
@@ -85,5 +88,7 @@ __all__ = [
     "grad",
     "checkpoint",
     "checkpoint_sequential",
+    "save",
+    "load",
     *_ops_all,
 ]

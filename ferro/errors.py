@@ -50,6 +50,10 @@ class CheckpointError(GraphError):
     """Checkpoint recomputation saved tensors that differ from the original forward's."""
 
 
+class SerializationError(FerroError, ValueError):
+    """``ferro.load`` got a file that is not a readable ferro state file."""
+
+
 class GradcheckError(FerroError, AssertionError):
     """``ferro.testing.gradcheck`` found analytical and numerical gradients that disagree."""
 
@@ -63,5 +67,6 @@ __all__ = [
     "GradientError",
     "AnomalyError",
     "CheckpointError",
+    "SerializationError",
     "GradcheckError",
 ]

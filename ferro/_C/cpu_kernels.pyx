@@ -179,6 +179,20 @@ cdef extern from "kernels.h" nogil:
     void ferro_silu_bwd_f64(const double*, const double*, const double*, double*, Py_ssize_t)
     void ferro_gelu_fwd_f32(const float*, float*, Py_ssize_t)
     void ferro_gelu_fwd_f64(const double*, double*, Py_ssize_t)
+    void ferro_sgd_f32(float*, const float*, float*, Py_ssize_t, double, double, double, double,
+                       int, int)
+    void ferro_sgd_f64(double*, const double*, double*, Py_ssize_t, double, double, double,
+                       double, int, int)
+    void ferro_adam_f32(float*, const float*, float*, float*, Py_ssize_t, double, double, double,
+                        double, double, int, double, double)
+    void ferro_adam_f64(double*, const double*, double*, double*, Py_ssize_t, double, double,
+                        double, double, double, int, double, double)
+    void ferro_rmsprop_f32(float*, const float*, float*, float*, float*, Py_ssize_t, double,
+                           double, double, double, double, int)
+    void ferro_rmsprop_f64(double*, const double*, double*, double*, double*, Py_ssize_t,
+                           double, double, double, double, double, int)
+    void ferro_adagrad_f32(float*, const float*, float*, Py_ssize_t, double, double, double)
+    void ferro_adagrad_f64(double*, const double*, double*, Py_ssize_t, double, double, double)
     int ferro_all_finite_f32(const float*, Py_ssize_t)
     int ferro_all_finite_f64(const double*, Py_ssize_t)
 
@@ -465,3 +479,84 @@ def cross_entropy_backward(cnp.ndarray x, cnp.ndarray target, object weight, lon
                     <const double*>cnp.PyArray_DATA(lse), <const double*>cnp.PyArray_DATA(wy),
                     <const double*>cnp.PyArray_DATA(sc), per_row, <double*>cnp.PyArray_DATA(out))
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Fused optimizer updates (loops in kernels.h). Every array is C-contiguous, of one float dtype
+# and size (checked by the caller with same_layout); state arrays are updated in place. An
+# unused state array (no momentum, not centered) may be passed as ``p`` itself: it is not read.
+# ---------------------------------------------------------------------------------------------
+
+def sgd_update(cnp.ndarray p, cnp.ndarray g, cnp.ndarray buf, double lr, double momentum,
+               double dampening, double weight_decay, bint nesterov, bint first):
+    """In-place SGD step (PyTorch's formula) on ``p`` and its momentum buffer."""
+    cdef Py_ssize_t n = cnp.PyArray_SIZE(p)
+    cdef void *pp = cnp.PyArray_DATA(p)
+    cdef void *gp = cnp.PyArray_DATA(g)
+    cdef void *bp = cnp.PyArray_DATA(buf)
+    if cnp.PyArray_TYPE(p) == cnp.NPY_FLOAT32:
+        with nogil:
+            ferro_sgd_f32(<float*>pp, <const float*>gp, <float*>bp, n, lr, momentum, dampening,
+                          weight_decay, nesterov, first)
+    else:
+        with nogil:
+            ferro_sgd_f64(<double*>pp, <const double*>gp, <double*>bp, n, lr, momentum,
+                          dampening, weight_decay, nesterov, first)
+
+
+def adam_update(cnp.ndarray p, cnp.ndarray g, cnp.ndarray m, cnp.ndarray v, double lr,
+                double beta1, double beta2, double eps, double weight_decay, bint decoupled,
+                double bias_correction1, double bias_correction2):
+    """In-place Adam (or AdamW with ``decoupled``) step on ``p`` and its two moments."""
+    cdef Py_ssize_t n = cnp.PyArray_SIZE(p)
+    cdef void *pp = cnp.PyArray_DATA(p)
+    cdef void *gp = cnp.PyArray_DATA(g)
+    cdef void *mp = cnp.PyArray_DATA(m)
+    cdef void *vp = cnp.PyArray_DATA(v)
+    if cnp.PyArray_TYPE(p) == cnp.NPY_FLOAT32:
+        with nogil:
+            ferro_adam_f32(<float*>pp, <const float*>gp, <float*>mp, <float*>vp, n, lr, beta1,
+                           beta2, eps, weight_decay, decoupled, bias_correction1,
+                           bias_correction2)
+    else:
+        with nogil:
+            ferro_adam_f64(<double*>pp, <const double*>gp, <double*>mp, <double*>vp, n, lr,
+                           beta1, beta2, eps, weight_decay, decoupled, bias_correction1,
+                           bias_correction2)
+
+
+def rmsprop_update(cnp.ndarray p, cnp.ndarray g, cnp.ndarray sq, cnp.ndarray buf,
+                   cnp.ndarray gavg, double lr, double alpha, double eps, double weight_decay,
+                   double momentum, bint centered):
+    """In-place RMSprop step on ``p`` and its state."""
+    cdef Py_ssize_t n = cnp.PyArray_SIZE(p)
+    cdef void *pp = cnp.PyArray_DATA(p)
+    cdef void *gp = cnp.PyArray_DATA(g)
+    cdef void *sp = cnp.PyArray_DATA(sq)
+    cdef void *bp = cnp.PyArray_DATA(buf)
+    cdef void *ap = cnp.PyArray_DATA(gavg)
+    if cnp.PyArray_TYPE(p) == cnp.NPY_FLOAT32:
+        with nogil:
+            ferro_rmsprop_f32(<float*>pp, <const float*>gp, <float*>sp, <float*>bp, <float*>ap,
+                              n, lr, alpha, eps, weight_decay, momentum, centered)
+    else:
+        with nogil:
+            ferro_rmsprop_f64(<double*>pp, <const double*>gp, <double*>sp, <double*>bp,
+                              <double*>ap, n, lr, alpha, eps, weight_decay, momentum, centered)
+
+
+def adagrad_update(cnp.ndarray p, cnp.ndarray g, cnp.ndarray acc, double clr, double eps,
+                   double weight_decay):
+    """In-place Adagrad step on ``p`` and its sum of squares (``clr``: the decayed rate)."""
+    cdef Py_ssize_t n = cnp.PyArray_SIZE(p)
+    cdef void *pp = cnp.PyArray_DATA(p)
+    cdef void *gp = cnp.PyArray_DATA(g)
+    cdef void *ap = cnp.PyArray_DATA(acc)
+    if cnp.PyArray_TYPE(p) == cnp.NPY_FLOAT32:
+        with nogil:
+            ferro_adagrad_f32(<float*>pp, <const float*>gp, <float*>ap, n, clr, eps,
+                              weight_decay)
+    else:
+        with nogil:
+            ferro_adagrad_f64(<double*>pp, <const double*>gp, <double*>ap, n, clr, eps,
+                              weight_decay)

@@ -108,6 +108,7 @@ def set_anomaly(bint enabled, bint check_nan=True):
 
 
 def is_anomaly_enabled():
+    """True while anomaly detection is on."""
     return _anomaly
 
 
@@ -274,6 +275,11 @@ cdef class OpDef:
 
 
 cdef bint _use_overrides = True
+
+
+def overrides_enabled():
+    """Whether the fused backend overrides (ops and optimizers) are on."""
+    return _use_overrides
 
 
 def set_overrides_enabled(bint enabled):

@@ -103,6 +103,90 @@ FERRO_MAP2_MIN(ferro_gelu_bwd_f64, double,
         return bad == 0;                                                             \
     }
 
+/* Optimizer updates: one pass over param, grad and state, following PyTorch's formulas, in the
+ * parameters' own precision (as PyTorch computes them), so float32 loops vectorize. */
+#define FERRO_PARALLEL_FOR(...)                                                      \
+    if (n < FERRO_PARALLEL_MIN) {                                                    \
+        for (i = 0; i < n; i++) { __VA_ARGS__ }                                      \
+    } else {                                                                         \
+        _Pragma("omp parallel for schedule(static)")                                 \
+        for (i = 0; i < n; i++) { __VA_ARGS__ }                                      \
+    }
+
+#define FERRO_OPTIM(T, SFX, SQRT)                                                        \
+static void ferro_sgd_##SFX(T *p, const T *g, T *buf, ptrdiff_t n, double lr_,       \
+                            double momentum_, double dampening_, double wd_, int nesterov, \
+                            int first) {                                             \
+    ptrdiff_t i;                                                                     \
+    const T lr = (T)lr_, momentum = (T)momentum_, damp = (T)(1.0 - dampening_), wd = (T)wd_; \
+    FERRO_PARALLEL_FOR(                                                              \
+        T d = g[i] + wd * p[i];                                                      \
+        if (momentum != 0) {                                                         \
+            T b = first ? d : momentum * buf[i] + damp * d;                          \
+            buf[i] = b;                                                              \
+            d = nesterov ? d + momentum * b : b;                                     \
+        }                                                                            \
+        p[i] -= lr * d;                                                              \
+    )                                                                                \
+}                                                                                    \
+static void ferro_adam_##SFX(T *p, const T *g, T *m, T *v, ptrdiff_t n, double lr_,  \
+                             double b1_, double b2_, double eps_, double wd_, int decoupled, \
+                             double bc1, double bc2) {                               \
+    ptrdiff_t i;                                                                     \
+    const T b1 = (T)b1_, b2 = (T)b2_, eps = (T)eps_, wd = (T)wd_;                    \
+    const T step_size = (T)(lr_ / bc1), inv_sqrt_bc2 = (T)(1.0 / sqrt(bc2));         \
+    const T shrink = (T)(1.0 - lr_ * wd_);                                           \
+    FERRO_PARALLEL_FOR(                                                              \
+        T gi = g[i], pi = p[i];                                                      \
+        if (decoupled) pi *= shrink; else gi += wd * pi;                             \
+        const T mi = b1 * m[i] + (1 - b1) * gi;                                      \
+        const T vi = b2 * v[i] + (1 - b2) * gi * gi;                                 \
+        m[i] = mi; v[i] = vi;                                                        \
+        p[i] = pi - step_size * mi / (SQRT(vi) * inv_sqrt_bc2 + eps);                \
+    )                                                                                \
+}                                                                                    \
+static void ferro_rmsprop_##SFX(T *p, const T *g, T *sq, T *buf, T *gavg, ptrdiff_t n, \
+                                double lr_, double alpha_, double eps_, double wd_,  \
+                                double momentum_, int centered) {                    \
+    ptrdiff_t i;                                                                     \
+    const T lr = (T)lr_, alpha = (T)alpha_, eps = (T)eps_, wd = (T)wd_;              \
+    const T momentum = (T)momentum_;                                                 \
+    FERRO_PARALLEL_FOR(                                                              \
+        const T gi = g[i] + wd * p[i];                                               \
+        const T s = alpha * sq[i] + (1 - alpha) * gi * gi;                           \
+        sq[i] = s;                                                                   \
+        T avg;                                                                       \
+        if (centered) {                                                              \
+            const T ga = alpha * gavg[i] + (1 - alpha) * gi;                         \
+            gavg[i] = ga;                                                            \
+            avg = SQRT(s - ga * ga) + eps;                                           \
+        } else {                                                                     \
+            avg = SQRT(s) + eps;                                                     \
+        }                                                                            \
+        if (momentum > 0) {                                                          \
+            const T b = momentum * buf[i] + gi / avg;                                \
+            buf[i] = b;                                                              \
+            p[i] -= lr * b;                                                          \
+        } else {                                                                     \
+            p[i] -= lr * gi / avg;                                                   \
+        }                                                                            \
+    )                                                                                \
+}                                                                                    \
+static void ferro_adagrad_##SFX(T *p, const T *g, T *sum, ptrdiff_t n, double clr_,  \
+                                double eps_, double wd_) {                           \
+    ptrdiff_t i;                                                                     \
+    const T clr = (T)clr_, eps = (T)eps_, wd = (T)wd_;                               \
+    FERRO_PARALLEL_FOR(                                                              \
+        const T gi = g[i] + wd * p[i];                                               \
+        const T s = sum[i] + gi * gi;                                                \
+        sum[i] = s;                                                                  \
+        p[i] -= clr * gi / (SQRT(s) + eps);                                          \
+    )                                                                                \
+}
+
+FERRO_OPTIM(float, f32, sqrtf)
+FERRO_OPTIM(double, f64, sqrt)
+
 #include <stdint.h>
 FERRO_ALL_FINITE(ferro_all_finite_f32, float, uint32_t, 0x7F800000u)
 FERRO_ALL_FINITE(ferro_all_finite_f64, double, uint64_t, 0x7FF0000000000000ull)

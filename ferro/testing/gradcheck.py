@@ -180,3 +180,10 @@ def gradcheck(
             raise
         return False
     return True
+
+
+__all__ = [
+    "gradcheck",
+    "numerical_jacobian",
+    "tolerances",
+]

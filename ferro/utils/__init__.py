@@ -1,3 +1,3 @@
-"""Utilities built on the autograd API: checkpointing."""
+"""Utilities built on the autograd API: checkpointing and in-memory data loading."""
 
-from ferro.utils import checkpoint  # noqa: F401
+from ferro.utils import checkpoint, data  # noqa: F401

@@ -35,3 +35,12 @@ def test_every_public_op_documents_its_gradient():
         if "Gradient:" not in doc and "not differentiable" not in doc and not name.endswith("_"):
             missing.append(name)
     assert not missing, f"ops without a gradient line in their docstring: {sorted(missing)}"
+
+
+def test_api_reference_is_up_to_date():
+    spec = importlib.util.spec_from_file_location("gen_api", ROOT / "docs/gen_api.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert (ROOT / "docs/api.md").read_text() == mod.api(), (
+        "docs/api.md is out of date: regenerate with python docs/gen_api.py > docs/api.md"
+    )

@@ -1,0 +1,105 @@
+"""Parameter initializers, drawing from ferro's generator (``ferro.manual_seed`` reproduces them).
+
+Each fills its tensor in place (under ``no_grad``) and returns it.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ferro.random import default_generator
+
+
+def _fill(t, values):
+    t.data[...] = values.astype(t.dtype, copy=False)
+    return t
+
+
+def _fans(t):
+    if t.ndim < 2:
+        raise ValueError(f"fan in/out need at least 2 dimensions, got shape {t.shape}")
+    receptive = 1
+    for s in t.shape[2:]:
+        receptive *= s
+    return t.shape[1] * receptive, t.shape[0] * receptive
+
+
+def uniform_(t, a: float = 0.0, b: float = 1.0):
+    """Fill with U(a, b)."""
+    return _fill(t, default_generator().uniform(a, b, t.shape))
+
+
+def normal_(t, mean: float = 0.0, std: float = 1.0):
+    """Fill with N(mean, std^2)."""
+    return _fill(t, default_generator().normal(mean, std, t.shape))
+
+
+def zeros_(t):
+    """Fill with zeros."""
+    t.data[...] = 0
+    return t
+
+
+def ones_(t):
+    """Fill with ones."""
+    t.data[...] = 1
+    return t
+
+
+def constant_(t, value: float):
+    """Fill with ``value``."""
+    t.data[...] = value
+    return t
+
+
+def xavier_uniform_(t, gain: float = 1.0):
+    """Glorot uniform: U(-a, a) with a = gain * sqrt(6 / (fan_in + fan_out))."""
+    fan_in, fan_out = _fans(t)
+    a = gain * math.sqrt(6.0 / (fan_in + fan_out))
+    return uniform_(t, -a, a)
+
+
+def xavier_normal_(t, gain: float = 1.0):
+    """Glorot normal: N(0, std^2) with std = gain * sqrt(2 / (fan_in + fan_out))."""
+    fan_in, fan_out = _fans(t)
+    return normal_(t, 0.0, gain * math.sqrt(2.0 / (fan_in + fan_out)))
+
+
+def _gain(nonlinearity: str, a: float) -> float:
+    if nonlinearity == "relu":
+        return math.sqrt(2.0)
+    if nonlinearity == "leaky_relu":
+        return math.sqrt(2.0 / (1 + a * a))
+    if nonlinearity in ("linear", "sigmoid"):
+        return 1.0
+    if nonlinearity == "tanh":
+        return 5.0 / 3
+    raise ValueError(f"unknown nonlinearity {nonlinearity!r}")
+
+
+def kaiming_uniform_(t, a: float = 0.0, mode: str = "fan_in", nonlinearity: str = "leaky_relu"):
+    """He uniform: U(-b, b) with b = gain * sqrt(3 / fan)."""
+    fan_in, fan_out = _fans(t)
+    fan = fan_in if mode == "fan_in" else fan_out
+    bound = _gain(nonlinearity, a) * math.sqrt(3.0 / fan)
+    return uniform_(t, -bound, bound)
+
+
+def kaiming_normal_(t, a: float = 0.0, mode: str = "fan_in", nonlinearity: str = "leaky_relu"):
+    """He normal: N(0, std^2) with std = gain / sqrt(fan)."""
+    fan_in, fan_out = _fans(t)
+    fan = fan_in if mode == "fan_in" else fan_out
+    return normal_(t, 0.0, _gain(nonlinearity, a) / math.sqrt(fan))
+
+
+__all__ = [
+    "uniform_",
+    "normal_",
+    "zeros_",
+    "ones_",
+    "constant_",
+    "xavier_uniform_",
+    "xavier_normal_",
+    "kaiming_uniform_",
+    "kaiming_normal_",
+]

@@ -1,0 +1,300 @@
+"""``Module``: parameters, buffers and submodules, with hooks and state dicts (PyTorch's API)."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterator
+
+import numpy as np
+
+from ferro._C.engine import RemovableHandle
+from ferro._C.tensor import TensorBase
+from ferro.errors import ShapeError
+from ferro.nn.parameter import Parameter
+
+
+class _Hooks:
+    """An ordered registry whose entries are removed through RemovableHandle."""
+
+    def __init__(self) -> None:
+        self.fns: dict = {}
+
+    def add(self, fn) -> RemovableHandle:
+        if not callable(fn):
+            raise TypeError(f"hook must be callable, got {type(fn).__name__}")
+        h = RemovableHandle(self.fns)
+        self.fns[h.id] = fn
+        return h
+
+    def __iter__(self):
+        return iter(list(self.fns.values()))
+
+    def __bool__(self) -> bool:
+        return bool(self.fns)
+
+
+class Module:
+    """Base class of layers and models.
+
+    Assigning a :class:`Parameter` or a ``Module`` to an attribute registers it;
+    :meth:`register_buffer` registers state that is saved but not learned.
+
+    Example:
+        >>> class Net(ferro.nn.Module):
+        ...     def __init__(self):
+        ...         super().__init__()
+        ...         self.fc = ferro.nn.Linear(4, 2)
+        ...     def forward(self, x):
+        ...         return self.fc(x).relu()
+    """
+
+    def __init__(self) -> None:
+        object.__setattr__(self, "_parameters", OrderedDict())
+        object.__setattr__(self, "_buffers", OrderedDict())
+        object.__setattr__(self, "_modules", OrderedDict())
+        object.__setattr__(self, "training", True)
+        object.__setattr__(self, "_forward_pre_hooks", _Hooks())
+        object.__setattr__(self, "_forward_hooks", _Hooks())
+        object.__setattr__(self, "_backward_hooks", _Hooks())
+
+    # Registration -----------------------------------------------------------------------------
+
+    def __setattr__(self, name: str, value) -> None:
+        if "_parameters" not in self.__dict__:
+            raise AttributeError(
+                f"cannot assign {name!r} before Module.__init__() has run (call super().__init__())"
+            )
+        for store in (self._parameters, self._buffers, self._modules):
+            store.pop(name, None)
+        if isinstance(value, Parameter):
+            self._parameters[name] = value
+        elif isinstance(value, Module):
+            self._modules[name] = value
+        else:
+            object.__setattr__(self, name, value)
+            return
+        self.__dict__.pop(name, None)
+
+    def __getattr__(self, name: str):
+        d = self.__dict__
+        for store in ("_parameters", "_buffers", "_modules"):
+            if store in d and name in d[store]:
+                return d[store][name]
+        raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        for store in (self._parameters, self._buffers, self._modules):
+            if name in store:
+                del store[name]
+                return
+        object.__delattr__(self, name)
+
+    def register_parameter(self, name: str, param: Parameter | None) -> None:
+        """Register ``param`` (or None) under ``name``."""
+        if param is not None and not isinstance(param, Parameter):
+            raise TypeError(f"register_parameter: {name!r} must be a Parameter or None")
+        self._parameters[name] = param
+
+    def register_buffer(self, name: str, tensor, persistent: bool = True) -> None:
+        """Register a tensor that is part of the state (saved by ``state_dict`` when
+        ``persistent``) but not a parameter."""
+        if tensor is not None and not isinstance(tensor, TensorBase):
+            raise TypeError(f"register_buffer: {name!r} must be a Tensor or None")
+        self._buffers[name] = tensor
+        if not persistent:
+            self.__dict__.setdefault("_non_persistent", set()).add(name)
+
+    def add_module(self, name: str, module: Module | None) -> None:
+        """Register a submodule under ``name``."""
+        if module is not None and not isinstance(module, Module):
+            raise TypeError(f"add_module: {name!r} must be a Module")
+        self._modules[name] = module
+
+    # Traversal -------------------------------------------------------------------------------
+
+    def named_modules(self, prefix: str = "") -> Iterator[tuple[str, Module]]:
+        """This module and every submodule, depth first, each once."""
+        seen = set()
+        stack = [(prefix, self)]
+        while stack:
+            name, mod = stack.pop()
+            if id(mod) in seen:
+                continue
+            seen.add(id(mod))
+            yield name, mod
+            children = [
+                (f"{name}.{k}" if name else k, m) for k, m in mod._modules.items() if m is not None
+            ]
+            stack.extend(reversed(children))
+
+    def modules(self) -> Iterator[Module]:
+        for _, m in self.named_modules():
+            yield m
+
+    def named_children(self) -> Iterator[tuple[str, Module]]:
+        for k, m in self._modules.items():
+            if m is not None:
+                yield k, m
+
+    def children(self) -> Iterator[Module]:
+        for _, m in self.named_children():
+            yield m
+
+    def named_parameters(self, prefix: str = "", recurse: bool = True):
+        """``(name, parameter)`` pairs, each parameter once."""
+        seen = set()
+        mods = self.named_modules(prefix) if recurse else [(prefix, self)]
+        for mname, mod in mods:
+            for k, p in mod._parameters.items():
+                if p is None or id(p) in seen:
+                    continue
+                seen.add(id(p))
+                yield (f"{mname}.{k}" if mname else k), p
+
+    def parameters(self, recurse: bool = True):
+        for _, p in self.named_parameters(recurse=recurse):
+            yield p
+
+    def named_buffers(self, prefix: str = ""):
+        for mname, mod in self.named_modules(prefix):
+            for k, b in mod._buffers.items():
+                if b is not None:
+                    yield (f"{mname}.{k}" if mname else k), b
+
+    def buffers(self):
+        for _, b in self.named_buffers():
+            yield b
+
+    # Modes and gradients -------------------------------------------------------------------
+
+    def train(self, mode: bool = True) -> Module:
+        """Set training mode (dropout active) on this module and its submodules."""
+        for m in self.modules():
+            object.__setattr__(m, "training", bool(mode))
+        return self
+
+    def eval(self) -> Module:
+        """Set evaluation mode: ``train(False)``."""
+        return self.train(False)
+
+    def requires_grad_(self, requires_grad: bool = True) -> Module:
+        for p in self.parameters():
+            p.requires_grad_(requires_grad)
+        return self
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Clear the gradients of every parameter (to None, or to zeros in place)."""
+        for p in self.parameters():
+            if p.grad is None:
+                continue
+            if set_to_none:
+                p.grad = None
+            else:
+                p.grad.data[...] = 0
+
+    def to(self, device=None, dtype=None) -> Module:
+        """Move (or convert) every parameter and buffer in place; returns ``self``.
+
+        CPU is the only device without the GPU backend; ``dtype`` converts floating tensors.
+        """
+        if device is not None and str(device) != "cpu":
+            raise ValueError(f"Module.to: device {device!r} needs the GPU backend (CPU only)")
+        if dtype is not None:
+            from ferro.creation import as_dtype
+
+            dt = as_dtype(dtype, where="Module.to")
+            for t in list(self.parameters()) + list(self.buffers()):
+                if t.dtype.kind == "f":
+                    t.data = t.data.astype(dt)
+                    t.grad = None
+        return self
+
+    # Calling ---------------------------------------------------------------------------------
+
+    def forward(self, *args, **kwargs):
+        raise NotImplementedError(f"{type(self).__name__} does not define forward()")
+
+    def __call__(self, *args, **kwargs):
+        for hook in self._forward_pre_hooks:
+            r = hook(self, args)
+            if r is not None:
+                args = r if isinstance(r, tuple) else (r,)
+        if self._backward_hooks:
+            from ferro.nn._backward_hooks import wrap_call
+
+            out = wrap_call(self, args, kwargs)
+        else:
+            out = self.forward(*args, **kwargs)
+        for hook in self._forward_hooks:
+            r = hook(self, args, out)
+            if r is not None:
+                out = r
+        return out
+
+    def register_forward_pre_hook(self, hook):
+        """``hook(module, args) -> new args | None`` runs before ``forward``."""
+        return self._forward_pre_hooks.add(hook)
+
+    def register_forward_hook(self, hook):
+        """``hook(module, args, output) -> new output | None`` runs after ``forward``."""
+        return self._forward_hooks.add(hook)
+
+    def register_full_backward_hook(self, hook):
+        """``hook(module, grad_input, grad_output) -> new grad_input | None`` runs once per
+        backward through this module, after the gradients w.r.t. its tensor inputs are known
+        (``grad_input`` entries are None for inputs that need no gradient)."""
+        return self._backward_hooks.add(hook)
+
+    # State ------------------------------------------------------------------------------------
+
+    def state_dict(self) -> OrderedDict:
+        """Parameters and persistent buffers by dotted name (arrays shared, not copied)."""
+        out = OrderedDict()
+        for mname, mod in self.named_modules():
+            skip = mod.__dict__.get("_non_persistent", set())
+            for k, p in mod._parameters.items():
+                if p is not None:
+                    out[f"{mname}.{k}" if mname else k] = p.detach()
+            for k, b in mod._buffers.items():
+                if b is not None and k not in skip:
+                    out[f"{mname}.{k}" if mname else k] = b.detach()
+        return out
+
+    def load_state_dict(self, state_dict, strict: bool = True):
+        """Copy values from ``state_dict`` into this module's parameters and buffers.
+
+        With ``strict``, missing and unexpected keys raise a ``KeyError`` listing them; a shape
+        mismatch always raises a ``ShapeError``. Returns ``(missing_keys, unexpected_keys)``.
+        """
+        own = self.state_dict()
+        missing = [k for k in own if k not in state_dict]
+        unexpected = [k for k in state_dict if k not in own]
+        if strict and (missing or unexpected):
+            raise KeyError(f"load_state_dict: missing keys {missing}, unexpected keys {unexpected}")
+        for k, target in own.items():
+            if k not in state_dict:
+                continue
+            value = state_dict[k]
+            arr = value.data if isinstance(value, TensorBase) else np.asarray(value)
+            if tuple(arr.shape) != tuple(target.shape):
+                raise ShapeError(
+                    f"load_state_dict: {k!r} has shape {tuple(arr.shape)} in the state dict but "
+                    f"{tuple(target.shape)} in the module"
+                )
+            target.data[...] = arr.astype(target.dtype, copy=False)
+        return missing, unexpected
+
+    # Display ---------------------------------------------------------------------------------
+
+    def extra_repr(self) -> str:
+        return ""
+
+    def __repr__(self) -> str:
+        lines = []
+        for name, mod in self._modules.items():
+            sub = repr(mod).replace("\n", "\n  ")
+            lines.append(f"  ({name}): {sub}")
+        head = f"{type(self).__name__}({self.extra_repr()}"
+        if not lines:
+            return head + ")"
+        return head + "\n" + "\n".join(lines) + "\n)"

@@ -1,0 +1,48 @@
+"""Gradient clipping."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+def _grads(parameters):
+    from ferro._C.tensor import TensorBase
+
+    if isinstance(parameters, TensorBase):
+        parameters = [parameters]
+    return [p.grad for p in parameters if p.grad is not None]
+
+
+def clip_grad_norm_(
+    parameters, max_norm: float, norm_type: float = 2.0, error_if_nonfinite: bool = False
+) -> float:
+    """Scale the gradients in place so that their joint ``norm_type`` norm is at most
+    ``max_norm``; returns the norm before clipping."""
+    grads = _grads(parameters)
+    if not grads:
+        return 0.0
+    if math.isinf(norm_type):
+        total = max(float(np.abs(g.data).max()) if g.data.size else 0.0 for g in grads)
+    else:
+        total = sum(float((np.abs(g.data) ** norm_type).sum()) for g in grads) ** (1 / norm_type)
+    if error_if_nonfinite and not math.isfinite(total):
+        raise RuntimeError(f"clip_grad_norm_: the total norm of the gradients is {total}")
+    scale = max_norm / (total + 1e-6)
+    if scale < 1:
+        for g in grads:
+            g.data *= scale
+    return total
+
+
+def clip_grad_value_(parameters, clip_value: float) -> None:
+    """Clip every gradient element to ``[-clip_value, clip_value]`` in place."""
+    for g in _grads(parameters):
+        np.clip(g.data, -clip_value, clip_value, out=g.data)
+
+
+__all__ = [
+    "clip_grad_norm_",
+    "clip_grad_value_",
+]

@@ -1,0 +1,156 @@
+"""``Optimizer``: parameter groups, per-parameter state, ``zero_grad`` and state dicts.
+
+Each optimizer implements one update twice: ``_update_fused`` (a nogil kernel from
+``ferro._C.cpu_kernels``, one pass over param, grad and state, for C-contiguous float32/float64
+NumPy arrays) and ``_update_generic`` (array expressions: the reference, and the path for CuPy
+or unusual layouts). ``ferro._C.engine.set_overrides_enabled(False)`` forces the generic one.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ferro._C import cpu_kernels
+from ferro._C.engine import bump_version, overrides_enabled
+from ferro._C.tensor import TensorBase
+from ferro.autograd.grad_mode import no_grad
+
+
+class Optimizer:
+    """Base class. ``params`` is an iterable of tensors or of dicts (parameter groups) with a
+    ``"params"`` key and per-group hyperparameters."""
+
+    def __init__(self, params, defaults: dict) -> None:
+        self.defaults = dict(defaults)
+        self.param_groups: list[dict] = []
+        self.state: dict = {}
+        params = list(params)
+        if not params:
+            raise ValueError(f"{type(self).__name__}: got an empty parameter list")
+        groups = params if isinstance(params[0], dict) else [{"params": params}]
+        for g in groups:
+            self.add_param_group(g)
+
+    def add_param_group(self, group: dict) -> None:
+        """Add a group of parameters with its own hyperparameters (defaults fill the rest)."""
+        params = group["params"]
+        params = [params] if isinstance(params, TensorBase) else list(params)
+        for p in params:
+            if not isinstance(p, TensorBase) or not p.requires_grad or not p.is_leaf:
+                raise ValueError(
+                    f"{type(self).__name__}: can only optimize leaf tensors that require grad"
+                )
+        seen = {id(p) for g in self.param_groups for p in g["params"]}
+        if any(id(p) in seen for p in params):
+            raise ValueError(f"{type(self).__name__}: a parameter appears in two groups")
+        full = {**self.defaults, **{k: v for k, v in group.items() if k != "params"}}
+        full["params"] = params
+        self._check(full)
+        self.param_groups.append(full)
+
+    def _check(self, group: dict) -> None:
+        if group.get("lr", 0.0) < 0:
+            raise ValueError(f"{type(self).__name__}: invalid learning rate {group['lr']}")
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Clear the gradients (to None, or to zeros in place)."""
+        for g in self.param_groups:
+            for p in g["params"]:
+                if p.grad is not None:
+                    if set_to_none:
+                        p.grad = None
+                    else:
+                        p.grad.data[...] = 0
+
+    def step(self, closure=None):
+        """Update every parameter that has a gradient; ``closure`` re-evaluates the loss."""
+        loss = None
+        if closure is not None:
+            from ferro.autograd.grad_mode import enable_grad
+
+            with enable_grad():
+                loss = closure()
+        with no_grad():
+            for group in self.param_groups:
+                for p in group["params"]:
+                    if p.grad is None:
+                        continue
+                    state = self.state.setdefault(p, {})
+                    g = p.grad.data
+                    arrays = (p.data, g) + tuple(
+                        v for v in state.values() if isinstance(v, np.ndarray)
+                    )
+                    if overrides_enabled() and cpu_kernels.same_layout(arrays):
+                        self._update_fused(p.data, g, state, group)
+                    else:
+                        self._update_generic(p.data, g, state, group)
+                    bump_version(p)  # saved copies of p in a live graph are now stale
+        return loss
+
+    def _update_fused(self, p, g, state, group):
+        raise NotImplementedError
+
+    def _update_generic(self, p, g, state, group):
+        raise NotImplementedError
+
+    def state_dict(self) -> dict:
+        """``{"state": {index: {...}}, "param_groups": [...]}``, parameters by index."""
+        index = {}
+        groups = []
+        for g in self.param_groups:
+            ids = []
+            for p in g["params"]:
+                index.setdefault(id(p), len(index))
+                ids.append(index[id(p)])
+            groups.append({**{k: v for k, v in g.items() if k != "params"}, "params": ids})
+        state = {}
+        for g in self.param_groups:
+            for p in g["params"]:
+                if p in self.state:
+                    state[index[id(p)]] = {
+                        k: (v.copy() if isinstance(v, np.ndarray) else v)
+                        for k, v in self.state[p].items()
+                    }
+        return {"state": state, "param_groups": groups}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Restore a ``state_dict()`` taken from an optimizer over the same parameters."""
+        groups = state_dict["param_groups"]
+        if len(groups) != len(self.param_groups) or any(
+            len(a["params"]) != len(b["params"])
+            for a, b in zip(groups, self.param_groups, strict=True)
+        ):
+            raise ValueError("load_state_dict: the parameter groups do not match this optimizer")
+        by_index = {}
+        for saved, own in zip(groups, self.param_groups, strict=True):
+            for i, p in zip(saved["params"], own["params"], strict=True):
+                by_index[int(i)] = p
+            for k, v in saved.items():
+                if k != "params":
+                    own[k] = v
+        self.state = {}
+        for i, st in state_dict["state"].items():
+            p = by_index[int(i)]
+            self.state[p] = {}
+            for k, v in st.items():
+                if isinstance(v, TensorBase):
+                    v = v.data
+                if isinstance(v, np.ndarray) and v.ndim > 0:
+                    if v.shape != p.shape:
+                        from ferro.errors import ShapeError
+
+                        raise ShapeError(
+                            f"load_state_dict: state {k!r} of parameter {i} has "
+                            f"shape {v.shape}, the parameter {p.shape}"
+                        )
+                    v = v.astype(p.dtype, copy=True)
+                elif isinstance(v, np.ndarray):
+                    v = v.item()
+                self.state[p][k] = v
+
+    def __repr__(self) -> str:
+        lines = [f"{type(self).__name__} ("]
+        for i, g in enumerate(self.param_groups):
+            hp = ", ".join(f"{k}={v}" for k, v in g.items() if k != "params")
+            lines.append(f"  group {i}: {len(g['params'])} params, {hp}")
+        return "\n".join(lines) + "\n)"

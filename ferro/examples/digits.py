@@ -1,6 +1,8 @@
 """Train an MLP on scikit-learn's bundled digits data set (8x8 images, 10 classes; no download).
 
-    python -m ferro.examples.digits [--epochs 30] [--batch-size 32] [--lr 3e-3] [--plot PNG]
+    python -P -m ferro.examples.digits [--epochs 30] [--batch-size 32] [--lr 3e-3] [--plot PNG]
+
+(``-P``: from a checkout of ferro, keep its unbuilt source tree off ``sys.path``.)
 
 Uses ``ferro.nn`` (Sequential, Linear, Tanh, CrossEntropyLoss), ``ferro.optim.Adam`` and
 ``ferro.utils.data.DataLoader``.

@@ -1,1 +1,1 @@
-"""Runnable examples: ``python -m ferro.examples.digits`` is the README's main job."""
+"""Runnable examples: ``python -P -m ferro.examples.digits`` is the README's main job."""

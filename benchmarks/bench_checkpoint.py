@@ -81,41 +81,50 @@ def main(argv=None) -> list[dict]:
     ap.add_argument("--rows", type=int, default=256)
     ap.add_argument("--width", type=int, default=1024)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument(
+        "--segments",
+        type=int,
+        nargs="*",
+        default=None,
+        help="segment counts to try (default: about sqrt(layers))",
+    )
     args = ap.parse_args(argv)
     header("bench_checkpoint")
-    segments = round(math.sqrt(args.layers))
+    seg_list = args.segments or [round(math.sqrt(args.layers))]
     plain = run_case(args.layers, args.rows, args.width, 0, args.repeats)
-    ckpt = run_case(args.layers, args.rows, args.width, segments, args.repeats)
-    assert math.isclose(plain["grad_norm"], ckpt["grad_norm"], rel_tol=1e-4), (plain, ckpt)
-    mem_ratio = ckpt["peak_bytes"] / plain["peak_bytes"]
-    time_ratio = ckpt["seconds"] / plain["seconds"]
-    rec = emit(
-        "bench_checkpoint",
-        f"chain{args.layers}",
-        layers=args.layers,
-        segments=segments,
-        plain_peak_mb=plain["peak_bytes"] / 2**20,
-        ckpt_peak_mb=ckpt["peak_bytes"] / 2**20,
-        plain_s=plain["seconds"],
-        ckpt_s=ckpt["seconds"],
-        memory_ratio=mem_ratio,
-        time_ratio=time_ratio,
-    )
-    print()
-    table(
-        [
-            ["none", plain["peak_bytes"] / 2**20, plain["seconds"], 1.0, 1.0],
+    rows = [["none", plain["peak_bytes"] / 2**20, plain["seconds"], 1.0, 1.0]]
+    records = []
+    for segments in seg_list:
+        ckpt = run_case(args.layers, args.rows, args.width, segments, args.repeats)
+        assert math.isclose(plain["grad_norm"], ckpt["grad_norm"], rel_tol=1e-4), (plain, ckpt)
+        mem_ratio = ckpt["peak_bytes"] / plain["peak_bytes"]
+        time_ratio = ckpt["seconds"] / plain["seconds"]
+        records.append(
+            emit(
+                "bench_checkpoint",
+                f"chain{args.layers}_seg{segments}",
+                layers=args.layers,
+                segments=segments,
+                plain_peak_mb=plain["peak_bytes"] / 2**20,
+                ckpt_peak_mb=ckpt["peak_bytes"] / 2**20,
+                plain_s=plain["seconds"],
+                ckpt_s=ckpt["seconds"],
+                memory_ratio=mem_ratio,
+                time_ratio=time_ratio,
+            )
+        )
+        rows.append(
             [
                 f"{segments} segments",
                 ckpt["peak_bytes"] / 2**20,
                 ckpt["seconds"],
                 mem_ratio,
                 time_ratio,
-            ],
-        ],
-        ["checkpointing", "peak MiB", "seconds", "memory ratio", "time ratio"],
-    )
-    return [rec]
+            ]
+        )
+    print()
+    table(rows, ["checkpointing", "peak MiB", "seconds", "memory ratio", "time ratio"])
+    return records
 
 
 if __name__ == "__main__":

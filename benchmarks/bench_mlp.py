@@ -5,7 +5,8 @@ for a NumPy-based library) and against PyTorch with the same thread count, in on
     python benchmarks/bench_mlp.py [--batch 64] [--repeats 30]
 
 Also times the ferro step under ``ferro.autograd.detect_anomaly()`` (creation sites recorded,
-every gradient checked for NaN/Inf), as a ratio to the plain step.
+every gradient checked for NaN/Inf) and under ``ferro.profiler.profile()``, as ratios to the
+plain step.
 
 All three start from the same weights and the script checks that one step gives the same
 gradients before timing anything.
@@ -154,6 +155,13 @@ def main(argv=None) -> list[dict]:
             return astep()
 
     cases["ferro_anomaly"] = anomaly_step
+    pstep, _ = make_ferro_step(ferro, init(), x, y)
+
+    def profiled_step():
+        with ferro.profiler.profile():
+            return pstep()
+
+    cases["ferro_profiled"] = profiled_step
     med = measure(cases, args.repeats, warmup=3)
     t = med.get("torch")
     rec = emit(
@@ -166,6 +174,7 @@ def main(argv=None) -> list[dict]:
         ferro_over_torch=med["ferro"] / t if t else None,
         anomaly_ms=med["ferro_anomaly"] * 1e3,
         anomaly_over_plain=med["ferro_anomaly"] / med["ferro"],
+        profiled_over_plain=med["ferro_profiled"] / med["ferro"],
     )
     print()
     table(
@@ -178,6 +187,7 @@ def main(argv=None) -> list[dict]:
                 med["ferro"] / med["numpy"],
                 med["ferro"] / t if t else "-",
                 med["ferro_anomaly"] / med["ferro"],
+                med["ferro_profiled"] / med["ferro"],
             ]
         ],
         [
@@ -188,6 +198,7 @@ def main(argv=None) -> list[dict]:
             "ferro/numpy",
             "ferro/torch",
             "anomaly/plain",
+            "profiled/plain",
         ],
     )
     return [rec]

@@ -23,6 +23,7 @@ MODULES = [
     ("ferro.utils.checkpoint", "checkpointing"),
     ("ferro.utils.data", "data loading"),
     ("ferro.testing", "gradient checking"),
+    ("ferro.profiler", "profiling"),
     ("ferro.viz", "graph export"),
     ("ferro.errors", "the exception hierarchy"),
 ]

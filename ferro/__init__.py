@@ -17,6 +17,7 @@ from ferro import (  # noqa: F401  (submodules)
     errors,
     nn,
     optim,
+    profiler,
     random,
     testing,
     utils,

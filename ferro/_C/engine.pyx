@@ -92,6 +92,37 @@ def _pop_saved_hooks(token):
     _SAVED_HOOKS.reset(token)
 
 
+# Profiler (ferro.profiler): one process-wide recorder object, or None. Off, it costs one pointer
+# check per op and per node; on, apply and the backward walk time each forward and backward
+# call and hand the raw facts to the recorder.
+cdef object _profiler = None
+
+from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
+
+
+cdef inline long long _now_ns() noexcept nogil:
+    cdef timespec ts
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return <long long>ts.tv_sec * 1000000000 + ts.tv_nsec
+
+
+def now_ns():
+    """The profiler's clock (CLOCK_MONOTONIC, nanoseconds)."""
+    return _now_ns()
+
+
+def set_profiler(recorder):
+    """Install a profiler recorder (or None); returns the previous one."""
+    global _profiler
+    prev = _profiler
+    _profiler = recorder
+    return prev
+
+
+def get_profiler():
+    return _profiler
+
+
 # Anomaly detection (process-wide, as PyTorch's): record each node's creation site; check
 # every gradient for NaN/Inf when check_nan is on.
 cdef bint _anomaly = False
@@ -337,6 +368,7 @@ cdef class Node:
     cdef tuple _nondiff        # outputs marked non-differentiable (arrays)
     cdef bint _no_materialize  # backward receives None (not zeros) for outputs without grad
     cdef object _site          # anomaly mode: (filename, lineno, function) of the creating code
+    cdef Py_ssize_t _prof_id   # profiler: id of the forward event that created this node (-1)
     cdef dict __dict__
     cdef object __weakref__
 
@@ -512,6 +544,7 @@ def apply(OpDef op, *args, **params):
     Py_INCREF(node)
     PyTuple_SET_ITEM(call, 0, node)
     node.op = op
+    node._prof_id = -1
     for i in range(n):
         a = args[i]
         if isinstance(a, TensorBase):
@@ -564,6 +597,9 @@ def apply(OpDef op, *args, **params):
     if _use_overrides and op.cpu_forward is not None and atype is cnp.ndarray:
         fwd = op.cpu_forward
         node._fused = True
+    cdef long long t0 = 0
+    if _profiler is not None:
+        t0 = _now_ns()
     try:
         if params:
             out = fwd(*call, **params)
@@ -585,6 +621,9 @@ def apply(OpDef op, *args, **params):
         outs = None
         out = _as_array(out)
         n_out = 1
+    if _profiler is not None:
+        node._prof_id = _profiler.record_forward(op.name, call, outs if outs is not None else out,
+                                                 t0, _now_ns(), record)
 
     if not record:
         if outs is None:
@@ -1411,7 +1450,13 @@ cdef tuple _run_node(Node node, _Entry e, Py_ssize_t n_out, Py_ssize_t n_in):
         # an op with only a fused backward takes it whenever overrides are on.
         if node._fused if node.op.cpu_forward is not None else (_use_overrides and node.xp is _np):
             bwd = node.op.cpu_backward
+    cdef long long t0 = 0
+    if _profiler is not None:
+        t0 = _now_ns()
     res = bwd(node, *gys)
+    if _profiler is not None:
+        _profiler.record_backward(node.name(), node.op.name, node._prof_id, node.xp, gys, res,
+                                  t0, _now_ns())
     if type(res) is not tuple:
         if type(res) is list:
             res = tuple(res)

@@ -304,11 +304,15 @@ def prod(x, axis=None, keepdims: bool = False):
     return apply(Prod, x, axes=normalize_axes(axis, x.ndim, "prod"), keepdims=bool(keepdims))
 
 
-def _extreme(x, axis, keepdims, largest, op):
+def _nonempty(x, op):
     if x.size == 0:
         from ferro.errors import ShapeError
 
         raise ShapeError(f"{op}: cannot reduce an empty tensor of shape {x.shape}")
+
+
+def _extreme(x, axis, keepdims, largest, op):
+    _nonempty(x, op)
     if axis is None:
         return apply(Amax, x, axes=None, keepdims=False, largest=largest)
     if not isinstance(axis, int):
@@ -340,10 +344,7 @@ def amax(x, axis=None, keepdims: bool = False):
 
     Gradient: gx = gy / (number of maximal elements) at each maximal element, else 0.
     """
-    if x.size == 0:
-        from ferro.errors import ShapeError
-
-        raise ShapeError(f"amax: cannot reduce an empty tensor of shape {x.shape}")
+    _nonempty(x, "amax")
     return apply(
         Amax, x, axes=normalize_axes(axis, x.ndim, "amax"), keepdims=bool(keepdims), largest=True
     )
@@ -354,10 +355,7 @@ def amin(x, axis=None, keepdims: bool = False):
 
     Gradient: gx = gy / (number of minimal elements) at each minimal element, else 0.
     """
-    if x.size == 0:
-        from ferro.errors import ShapeError
-
-        raise ShapeError(f"amin: cannot reduce an empty tensor of shape {x.shape}")
+    _nonempty(x, "amin")
     return apply(
         Amax, x, axes=normalize_axes(axis, x.ndim, "amin"), keepdims=bool(keepdims), largest=False
     )

@@ -307,6 +307,14 @@ def chunk(x, chunks: int, dim: int = 0):
     return split(x, step, dim)
 
 
+def _scatter_add_into_zeros(xp, shape, where, gy):
+    """Zeros of ``shape`` with ``gy`` added at ``where``: the backward of every gathering op
+    (``add.at`` adds repeated indices up, where assignment would keep only the last)."""
+    gx = xp.zeros(shape, dtype=gy.dtype)
+    xp.add.at(gx, where, gy)
+    return gx
+
+
 def _index_arrays(index):
     """Unwrap tensors inside an index; say whether it needs advanced indexing."""
     from ferro._C.tensor import TensorBase
@@ -355,11 +363,7 @@ class GetitemAdvanced:
 
     @staticmethod
     def backward(ctx, gy):
-        xp = ctx.xp
-        gx = xp.zeros(ctx.shape, dtype=gy.dtype)
-        # add.at accumulates repeated indices; plain assignment would keep only the last.
-        xp.add.at(gx, ctx.index, gy)
-        return gx
+        return _scatter_add_into_zeros(ctx.xp, ctx.shape, ctx.index, gy)
 
 
 def getitem(x, index):
@@ -428,10 +432,8 @@ class IndexSelect:
 
     @staticmethod
     def backward(ctx, gy):
-        xp = ctx.xp
-        gx = xp.zeros(ctx.shape, dtype=gy.dtype)
-        xp.add.at(gx, (slice(None),) * ctx.axis + (ctx.index,), gy)
-        return gx
+        where = (slice(None),) * ctx.axis + (ctx.index,)
+        return _scatter_add_into_zeros(ctx.xp, ctx.shape, where, gy)
 
 
 def index_select(x, dim: int, index):
@@ -462,10 +464,7 @@ class Gather:
 
     @staticmethod
     def backward(ctx, gy):
-        xp = ctx.xp
-        gx = xp.zeros(ctx.shape, dtype=gy.dtype)
-        xp.add.at(gx, _grid(xp, ctx.index, ctx.axis), gy)
-        return gx
+        return _scatter_add_into_zeros(ctx.xp, ctx.shape, _grid(ctx.xp, ctx.index, ctx.axis), gy)
 
 
 def _check_gather_index(x, index, a, op):
@@ -780,9 +779,7 @@ class Embedding:
 
     @staticmethod
     def backward(ctx, gy):
-        xp = ctx.xp
-        gw = xp.zeros(ctx.shape, dtype=gy.dtype)
-        xp.add.at(gw, ctx.indices, gy)
+        gw = _scatter_add_into_zeros(ctx.xp, ctx.shape, ctx.indices, gy)
         if ctx.padding_idx is not None:
             gw[ctx.padding_idx] = 0
         return gw

@@ -14,6 +14,7 @@ Example:
 from ferro import (  # noqa: F401  (submodules)
     _C,  # noqa: F401  (raises a friendly error when the core is not built)
     autograd,
+    cuda,
     errors,
     nn,
     optim,

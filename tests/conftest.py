@@ -35,9 +35,13 @@ def _seed():
 def pytest_collection_modifyitems(config, items):
     has_torch = importlib.util.find_spec("torch") is not None
     skip_torch = pytest.mark.skip(reason="PyTorch is not installed (optional oracle)")
+    skip_gpu = pytest.mark.skip(reason="no CUDA device (gpu tests run where one exists)")
+    has_gpu = ferro.cuda.is_available()
     for item in items:
         if "torch" in item.keywords and not has_torch:
             item.add_marker(skip_torch)
+        if "gpu" in item.keywords and not has_gpu:
+            item.add_marker(skip_gpu)
 
 
 @pytest.fixture

@@ -1,0 +1,73 @@
+"""``ferro.cuda``: the CuPy backend's device functions and kernels.
+
+``import ferro`` never imports CuPy; everything here imports it on first use and answers
+sensibly without it (``is_available()`` is False, ``device_count()`` is 0).
+"""
+
+from __future__ import annotations
+
+
+def _cupy():
+    try:
+        import cupy
+    except ImportError:
+        return None
+    return cupy
+
+
+def is_available() -> bool:
+    """True if CuPy is installed and sees at least one CUDA device."""
+    cp = _cupy()
+    if cp is None:
+        return False
+    try:
+        return cp.cuda.runtime.getDeviceCount() > 0
+    except Exception:
+        return False
+
+
+def device_count() -> int:
+    """Number of visible CUDA devices (0 without CuPy or a driver)."""
+    return _cupy().cuda.runtime.getDeviceCount() if is_available() else 0
+
+
+def synchronize(device: int | None = None) -> None:
+    """Wait for all work on ``device`` (default: the current one) to finish."""
+    cp = _cupy()
+    if cp is None or not is_available():
+        return
+    if device is None:
+        cp.cuda.Device().synchronize()
+    else:
+        cp.cuda.Device(device).synchronize()
+
+
+# Per-device generator state: (seed, offset) for the counter-based dropout kernel.
+_states: dict[int, list[int]] = {}
+
+
+def manual_seed_all(seed: int) -> None:
+    """Seed the generator of every device (used by dropout masks on the GPU)."""
+    for d in range(max(device_count(), 1)):
+        _states[d] = [int(seed), 0]
+
+
+def get_rng_state(device: int = 0) -> tuple[int, int]:
+    """The (seed, offset) state of ``device``'s generator."""
+    return tuple(_states.setdefault(device, [0, 0]))
+
+
+def set_rng_state(state, device: int = 0) -> None:
+    """Restore a state from :func:`get_rng_state`."""
+    seed, offset = state
+    _states[device] = [int(seed), int(offset)]
+
+
+__all__ = [
+    "is_available",
+    "device_count",
+    "synchronize",
+    "manual_seed_all",
+    "get_rng_state",
+    "set_rng_state",
+]

@@ -1,0 +1,80 @@
+"""The CUDA kernel loader: sources in ``ferro/cuda/kernels/*.cu``, compiled lazily through
+``cupy.RawModule`` (NVRTC), memoized per device; the one place for compile options and launch
+configuration.
+
+Nothing here imports CuPy at import time; ``tests/cuda/test_kernels_compile.py`` compiles every
+source with NVRTC for sm_80 and sm_90 on machines without a GPU, using :data:`COMPILE_OPTIONS`
+and :data:`SOURCES` from this module.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+KERNEL_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels")
+
+# Options for every kernel (the target architecture is added per device by CuPy, per arch by
+# the compile test).
+COMPILE_OPTIONS = ("-std=c++14",)
+
+# Threads per block for elementwise kernels, and for the row kernels' reductions (a power of 2).
+BLOCK = 256
+
+_FLOATS = ("float", "double")
+
+# Source stem -> the template instantiations (NVRTC name expressions) ferro uses.
+SOURCES: dict[str, list[str]] = {
+    "accumulate": [f"ferro_accumulate<{t}>" for t in _FLOATS],
+    "sum_to_shape": [f"ferro_sum_to_shape<{t}>" for t in _FLOATS],
+    "activation": [
+        f"ferro_{k}_bwd<{t}>"
+        for k in ("relu", "leaky_relu", "sigmoid", "tanh", "gelu", "silu")
+        for t in _FLOATS
+    ],
+    "softmax": [f"ferro_softmax_{d}<{t}>" for d in ("fwd", "bwd") for t in _FLOATS],
+    "cross_entropy": [f"ferro_cross_entropy<{t}>" for t in _FLOATS],
+    "dropout": [f"ferro_dropout_mask<{t}>" for t in _FLOATS],
+}
+
+
+def source(name: str) -> str:
+    """The CUDA source of kernel file ``name`` (without ``.cu``)."""
+    with open(os.path.join(KERNEL_DIR, f"{name}.cu")) as f:
+        return f.read()
+
+
+def ctype(dtype) -> str:
+    """The C type of a float32/float64 dtype."""
+    import numpy as np
+
+    dt = np.dtype(dtype)
+    if dt == np.float32:
+        return "float"
+    if dt == np.float64:
+        return "double"
+    raise TypeError(f"ferro.cuda: no kernel for dtype {dt}")
+
+
+@functools.cache
+def _module(name: str, device_id: int):
+    import cupy
+
+    with cupy.cuda.Device(device_id):
+        return cupy.RawModule(
+            code=source(name), options=COMPILE_OPTIONS, name_expressions=SOURCES[name]
+        )
+
+
+def kernel(name: str, expression: str):
+    """The compiled kernel ``expression`` (e.g. ``ferro_accumulate<float>``) from source
+    ``name`` on the current device; compiled on first use and cached per device."""
+    import cupy
+
+    return _module(name, cupy.cuda.Device().id).get_function(expression)
+
+
+def grid_for(n: int) -> tuple[tuple[int], tuple[int]]:
+    """Launch configuration for a grid-stride elementwise kernel over ``n`` elements."""
+    blocks = max(1, min((n + BLOCK - 1) // BLOCK, 65535))
+    return (blocks,), (BLOCK,)

@@ -24,6 +24,7 @@ MODULES = [
     ("ferro.utils.data", "data loading"),
     ("ferro.testing", "gradient checking"),
     ("ferro.profiler", "profiling"),
+    ("ferro.cuda", "CUDA devices and generators (CuPy backend)"),
     ("ferro.viz", "graph export"),
     ("ferro.errors", "the exception hierarchy"),
 ]

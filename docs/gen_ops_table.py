@@ -20,6 +20,7 @@ FAMILIES = [
     ("Linear algebra", "linalg"),
     ("Losses", "loss"),
     ("Dropout", "dropout"),
+    ("Devices", "device"),
     ("In place", "inplace"),
 ]
 

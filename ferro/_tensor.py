@@ -192,9 +192,37 @@ class Tensor(TensorBase):
         """The last two dimensions swapped (batched matrix transpose)."""
         return _sh.transpose(self, -2, -1)
 
-    def to(self, dtype) -> Tensor:
-        """Convert to ``dtype`` (differentiable between float dtypes)."""
-        return _ew.cast(self, dtype)
+    def to(self, target=None, dtype=None) -> Tensor:
+        """Move to a device (``"cpu"``, ``"cuda"``, ``"cuda:1"``) and/or convert to a dtype;
+        differentiable (gradients move back and convert back). ``t.to(ferro.float64)`` works
+        too."""
+        from ferro.creation import _ALIASES
+        from ferro.ops.device import to_device
+
+        out = self
+        if target is not None:
+            if isinstance(target, str) and target not in _ALIASES:
+                out = to_device(out, target)
+            else:
+                dtype = target
+        if dtype is not None:
+            out = _ew.cast(out, dtype)
+        return out
+
+    @property
+    def device(self) -> str:
+        """``"cpu"`` or ``"cuda:N"``."""
+        from ferro.ops.device import device_of
+
+        return device_of(self.data)
+
+    def cpu(self) -> Tensor:
+        """This tensor on the CPU (itself if it is there already)."""
+        return self.to("cpu")
+
+    def cuda(self, device: int = 0) -> Tensor:
+        """This tensor on CUDA device ``device``."""
+        return self.to(f"cuda:{device}")
 
     def float(self) -> Tensor:
         """Convert to float32."""
@@ -247,7 +275,9 @@ class Tensor(TensorBase):
                 "numpy(): the tensor requires grad; call tensor.detach().numpy() instead"
             )
         if type(self.data) is not np.ndarray:
-            raise TypeError("numpy(): the tensor is not on the CPU; call .cpu() first")
+            from ferro.errors import DeviceError
+
+            raise DeviceError(f"numpy(): the tensor is on {self.device}; call .cpu() first")
         return self.data
 
     def __array__(self, dtype=None, copy=None):

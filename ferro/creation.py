@@ -68,7 +68,11 @@ def _infer_dtype(arr: np.ndarray, from_python: bool) -> np.dtype:
     raise DtypeError(f"tensor: unsupported data of dtype {arr.dtype}")
 
 
-def _make(arr, requires_grad: bool):
+def _make(arr, requires_grad: bool, device=None):
+    if device is not None:
+        from ferro.ops.device import move
+
+        arr = move(arr, device)
     t = wrap(arr)
     if requires_grad:
         t.requires_grad_(True)
@@ -83,7 +87,7 @@ def _xp_of(arr):
     return cupy
 
 
-def tensor(data, dtype=None, requires_grad: bool = False):
+def tensor(data, dtype=None, requires_grad: bool = False, device=None):
     """Create a tensor from data (a list, a scalar, an array or a Tensor); always copies.
 
     Example:
@@ -96,7 +100,7 @@ def tensor(data, dtype=None, requires_grad: bool = False):
         xp = _xp_of(data)
         arr = xp.array(data, copy=True)
         target = as_dtype(dtype) if dtype is not None else _infer_dtype(arr, False)
-        return _make(arr.astype(target, copy=False), requires_grad)
+        return _make(arr.astype(target, copy=False), requires_grad, device)
     from_python = not isinstance(data, np.ndarray | np.generic)
     try:
         arr = np.array(data, copy=True, order="C")
@@ -107,7 +111,7 @@ def tensor(data, dtype=None, requires_grad: bool = False):
     target = as_dtype(dtype) if dtype is not None else _infer_dtype(arr, from_python)
     if arr.dtype != target:
         arr = arr.astype(target)
-    return _make(arr, requires_grad)
+    return _make(arr, requires_grad, device)
 
 
 def from_numpy(array: np.ndarray):
@@ -131,31 +135,31 @@ def _shape(size) -> tuple:
     return tuple(int(s) for s in size)
 
 
-def zeros(*size, dtype=None, requires_grad: bool = False):
+def zeros(*size, dtype=None, requires_grad: bool = False, device=None):
     """A tensor of zeros: ``zeros(2, 3)`` or ``zeros((2, 3))``."""
     dt = as_dtype(dtype) if dtype is not None else default_dtype
-    return _make(np.zeros(_shape(size), dtype=dt), requires_grad)
+    return _make(np.zeros(_shape(size), dtype=dt), requires_grad, device)
 
 
-def ones(*size, dtype=None, requires_grad: bool = False):
+def ones(*size, dtype=None, requires_grad: bool = False, device=None):
     """A tensor of ones."""
     dt = as_dtype(dtype) if dtype is not None else default_dtype
-    return _make(np.ones(_shape(size), dtype=dt), requires_grad)
+    return _make(np.ones(_shape(size), dtype=dt), requires_grad, device)
 
 
-def empty(*size, dtype=None, requires_grad: bool = False):
+def empty(*size, dtype=None, requires_grad: bool = False, device=None):
     """An uninitialized tensor."""
     dt = as_dtype(dtype) if dtype is not None else default_dtype
-    return _make(np.empty(_shape(size), dtype=dt), requires_grad)
+    return _make(np.empty(_shape(size), dtype=dt), requires_grad, device)
 
 
-def full(size, fill_value, dtype=None, requires_grad: bool = False):
+def full(size, fill_value, dtype=None, requires_grad: bool = False, device=None):
     """A tensor filled with ``fill_value`` (dtype inferred from it, as PyTorch does)."""
     if dtype is None:
         dtype = _infer_dtype(np.asarray(fill_value), True)
     dt = as_dtype(dtype)
     shape = _shape((size,) if isinstance(size, (tuple, list)) else (size,))
-    return _make(np.full(shape, fill_value, dtype=dt), requires_grad)
+    return _make(np.full(shape, fill_value, dtype=dt), requires_grad, device)
 
 
 def _like(t, fill, dtype, requires_grad):
@@ -182,7 +186,7 @@ def full_like(t, fill_value, dtype=None, requires_grad: bool = False):
     return _like(t, fill_value, dtype, requires_grad)
 
 
-def arange(start, end=None, step=1, dtype=None, requires_grad: bool = False):
+def arange(start, end=None, step=1, dtype=None, requires_grad: bool = False, device=None):
     """Values from ``start`` to ``end`` (exclusive) by ``step``; int64 for ints, else float32."""
     if end is None:
         start, end = 0, start
@@ -191,22 +195,22 @@ def arange(start, end=None, step=1, dtype=None, requires_grad: bool = False):
     if dtype is None:
         ints = all(isinstance(v, numbers.Integral) for v in (start, end, step))
         dtype = int64 if ints else default_dtype
-    return _make(np.arange(start, end, step).astype(as_dtype(dtype)), requires_grad)
+    return _make(np.arange(start, end, step).astype(as_dtype(dtype)), requires_grad, device)
 
 
-def rand(*size, dtype=None, requires_grad: bool = False):
+def rand(*size, dtype=None, requires_grad: bool = False, device=None):
     """Uniform samples in [0, 1) from ferro's generator (see ``ferro.manual_seed``)."""
     dt = as_dtype(dtype) if dtype is not None else default_dtype
     if dt.kind != "f":
         raise DtypeError(f"rand: dtype must be floating, got {dt}")
     arr = _random.default_generator().random(_shape(size), dtype=dt)
-    return _make(np.asarray(arr), requires_grad)
+    return _make(np.asarray(arr), requires_grad, device)
 
 
-def randn(*size, dtype=None, requires_grad: bool = False):
+def randn(*size, dtype=None, requires_grad: bool = False, device=None):
     """Standard normal samples from ferro's generator (see ``ferro.manual_seed``)."""
     dt = as_dtype(dtype) if dtype is not None else default_dtype
     if dt.kind != "f":
         raise DtypeError(f"randn: dtype must be floating, got {dt}")
     arr = _random.default_generator().standard_normal(_shape(size), dtype=dt)
-    return _make(np.asarray(arr), requires_grad)
+    return _make(np.asarray(arr), requires_grad, device)

@@ -52,6 +52,17 @@ def manual_seed_all(seed: int) -> None:
         _states[d] = [int(seed), 0]
 
 
+def get_all_rng_states() -> dict:
+    """Every device generator's state (checkpoint saves and restores these)."""
+    return {d: tuple(st) for d, st in _states.items()}
+
+
+def set_all_rng_states(states: dict) -> None:
+    """Restore states from :func:`get_all_rng_states`."""
+    _states.clear()
+    _states.update({d: list(st) for d, st in states.items()})
+
+
 def get_rng_state(device: int = 0) -> tuple[int, int]:
     """The (seed, offset) state of ``device``'s generator."""
     return tuple(_states.setdefault(device, [0, 0]))

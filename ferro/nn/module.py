@@ -195,10 +195,15 @@ class Module:
     def to(self, device=None, dtype=None) -> Module:
         """Move (or convert) every parameter and buffer in place; returns ``self``.
 
-        CPU is the only device without the GPU backend; ``dtype`` converts floating tensors.
+        ``device`` is ``"cpu"``, ``"cuda"`` or ``"cuda:N"``; ``dtype`` converts floating tensors.
+        Gradients are dropped.
         """
-        if device is not None and str(device) != "cpu":
-            raise ValueError(f"Module.to: device {device!r} needs the GPU backend (CPU only)")
+        if device is not None:
+            from ferro.ops.device import move
+
+            for t in list(self.parameters()) + list(self.buffers()):
+                t.data = move(t.data, str(device))
+                t.grad = None
         if dtype is not None:
             from ferro.creation import as_dtype
 

@@ -1,6 +1,6 @@
 """Differentiable ops, one module per family, all registered in :mod:`ferro.ops.registry`."""
 
-from ferro.ops import fused  # noqa: F401  (registers the fused CPU overrides)
+from ferro.ops import device, fused  # noqa: F401  (device: to_device; fused: CPU overrides)
 from ferro.ops.activation import (
     elu,
     gelu,
@@ -15,6 +15,7 @@ from ferro.ops.activation import (
     softmax,
     softplus,
 )
+from ferro.ops.device import to_device
 from ferro.ops.dropout import dropout
 from ferro.ops.elementwise import (
     abs,
@@ -210,6 +211,7 @@ __all__ = [
     "sum",
     "tanh",
     "tile",
+    "to_device",
     "transpose",
     "unsqueeze",
     "var",

@@ -10,15 +10,18 @@ from ferro.ops.registry import apply, register
 class Dropout:
     @staticmethod
     def forward(ctx, x, *, p):
-        from ferro.random import default_generator
-
-        # uint32 draws against a threshold: the same seed gives the same mask in any dtype.
-        bits = default_generator().integers(0, 2**32, size=x.shape, dtype="uint32")
-        keep = bits >= int(p * 2**32)
         if ctx.xp.__name__ != "numpy":
-            keep = ctx.xp.asarray(keep)
-        scale = ctx.xp.asarray(1.0 / (1.0 - p), dtype=x.dtype)
-        mask = keep * scale
+            # On a GPU the mask comes from that device's counter-based generator (a kernel), so
+            # checkpointing replays it by restoring the device's (seed, offset).
+            from ferro.cuda.ops import dropout_mask
+
+            mask = dropout_mask(x.shape, p, x.dtype, x.device.id)
+        else:
+            from ferro.random import default_generator
+
+            # uint32 draws against a threshold: the same seed gives the same mask in any dtype.
+            bits = default_generator().integers(0, 2**32, size=x.shape, dtype="uint32")
+            mask = (bits >= int(p * 2**32)) * x.dtype.type(1.0 / (1.0 - p))
         ctx.save(mask)
         return x * mask
 

@@ -2,10 +2,10 @@
 
 ``checkpoint(fn, *args)`` runs ``fn`` with the real autograd graph, but inside saved-tensor
 hooks whose ``pack`` keeps only an index (and the shape and dtype) of each array an op saves.
-When backward first reads a saved array of that region, ``unpack`` recomputes ``fn`` once (with
-ferro's generator set back to its state at the original forward, so dropout masks match bit
-for bit, and the caller's generator state restored afterwards) and hands out the recomputed
-arrays by index, freeing them as they are used.
+When backward first reads a saved array of that region, ``unpack`` recomputes ``fn`` once, with
+ferro's CPU generator and every CUDA device generator set back to their states at the original
+forward (so dropout masks match bit for bit) and the caller's states restored afterwards. It
+hands out the recomputed arrays by index, freeing them as they are used.
 
 Because backward never calls ``backward()`` itself, this works under ``ferro.autograd.grad``,
 with inputs that do not require grad (parameters captured by ``fn`` still get gradients),
@@ -31,7 +31,7 @@ class _Frame:
 
     def __init__(self, fn, args, kwargs, preserve_rng_state):
         self.fn, self.args, self.kwargs = fn, args, kwargs
-        self.rng_state = _random.get_rng_state() if preserve_rng_state else None
+        self.rng_state = _rng_states() if preserve_rng_state else None
         self.versions = [a._version if isinstance(a, TensorBase) else None for a in args]
         self.meta: list = []  # (shape, dtype) of each array saved in the original forward
         self.recomputed: list | None = None
@@ -68,15 +68,15 @@ class _Frame:
         def capture(t):
             saved.append(t.data)
 
-        caller_state = _random.get_rng_state() if self.rng_state is not None else None
+        caller_state = _rng_states() if self.rng_state is not None else None
         try:
             if self.rng_state is not None:
-                _random.set_rng_state(self.rng_state)
+                _set_rng_states(self.rng_state)
             with enable_grad(), saved_tensors_hooks(capture, _no_unpack):
                 self.fn(*inputs, **self.kwargs)
         finally:
             if caller_state is not None:
-                _random.set_rng_state(caller_state)
+                _set_rng_states(caller_state)
         self._check(saved)
         self.recomputed = saved
 
@@ -92,6 +92,22 @@ class _Frame:
                     f"checkpoint: saved array {k} was {dtype}{shape} in the forward but "
                     f"{arr.dtype}{tuple(arr.shape)} in the recomputation"
                 )
+
+
+def _rng_states():
+    # ferro's CPU generator and every CUDA device generator (all of them: cheap to copy, and a
+    # device used only inside fn is covered too).
+    from ferro import cuda
+
+    return _random.get_rng_state(), cuda.get_all_rng_states()
+
+
+def _set_rng_states(states) -> None:
+    from ferro import cuda
+
+    cpu, devices = states
+    _random.set_rng_state(cpu)
+    cuda.set_all_rng_states(devices)
 
 
 def _no_unpack(_):

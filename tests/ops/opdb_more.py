@@ -803,6 +803,13 @@ MORE = [
         bce_logits_samples,
     ),
     OpInfo("kl_div", ferro.kl_div, _kl_ref, kl_samples),
+    # The op itself (the public to_device returns x unchanged when it is on the device already).
+    OpInfo(
+        "to_device",
+        lambda x: ferro.ops.apply(ferro.ops.device.ToDevice, x, device="cpu") * 1.0,
+        lambda x: x,
+        unary_samples((-2, 2)),
+    ),
     OpInfo(
         "dropout",
         _dropout_fn,

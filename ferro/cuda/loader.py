@@ -39,9 +39,11 @@ SOURCES: dict[str, list[str]] = {
 
 
 def source(name: str) -> str:
-    """The CUDA source of kernel file ``name`` (without ``.cu``)."""
+    """The CUDA source of kernel file ``name`` (without ``.cu``), after ``common.cuh``."""
+    with open(os.path.join(KERNEL_DIR, "common.cuh")) as f:
+        common = f.read()
     with open(os.path.join(KERNEL_DIR, f"{name}.cu")) as f:
-        return f.read()
+        return common + "\n" + f.read()
 
 
 def ctype(dtype) -> str:

@@ -40,3 +40,12 @@ def test_unbuilt_source_tree_gives_a_friendly_error(tmp_path):
     )
     assert proc.returncode != 0
     assert "not built" in proc.stderr and "pip install ." in proc.stderr
+
+
+def test_cuda_kernel_sources_ship_with_the_package():
+    from ferro.cuda import loader
+
+    kdir = pathlib.Path(loader.KERNEL_DIR)
+    assert (kdir / "common.cuh").exists()
+    for name in loader.SOURCES:
+        assert (kdir / f"{name}.cu").exists(), name

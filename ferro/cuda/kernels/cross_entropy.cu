@@ -3,25 +3,6 @@
 // Rows whose target equals `ignore` get loss 0 and gradient 0. One block per row; shared memory
 // as for softmax.cu (blockDim.x * sizeof(double) bytes).
 
-// NVRTC has no math.h: negative infinity from its bit pattern.
-#define FERRO_NEG_INF (-__longlong_as_double(0x7ff0000000000000LL))
-
-__device__ double ferro_ce_reduce(double v, bool take_max) {
-    extern __shared__ double buf[];
-    buf[threadIdx.x] = v;
-    __syncthreads();
-    for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
-        if (threadIdx.x < s) {
-            buf[threadIdx.x] = take_max ? fmax(buf[threadIdx.x], buf[threadIdx.x + s])
-                                        : buf[threadIdx.x] + buf[threadIdx.x + s];
-        }
-        __syncthreads();
-    }
-    double r = buf[0];
-    __syncthreads();
-    return r;
-}
-
 template <typename T>
 __global__ void ferro_cross_entropy(const T* __restrict__ x, const long long* __restrict__ target,
                                     T* __restrict__ loss, T* __restrict__ grad, long long classes,
@@ -36,10 +17,10 @@ __global__ void ferro_cross_entropy(const T* __restrict__ x, const long long* __
     }
     double m = FERRO_NEG_INF;
     for (long long j = threadIdx.x; j < classes; j += blockDim.x) m = fmax(m, (double)xr[j]);
-    m = ferro_ce_reduce(m, true);
+    m = ferro_block_reduce(m, true);
     double s = 0.0;
     for (long long j = threadIdx.x; j < classes; j += blockDim.x) s += exp((double)xr[j] - m);
-    s = ferro_ce_reduce(s, false);
+    s = ferro_block_reduce(s, false);
     const double lse = m + log(s);
     if (threadIdx.x == 0) loss[blockIdx.x] = (T)(lse - (double)xr[t]);
     for (long long j = threadIdx.x; j < classes; j += blockDim.x) {

@@ -2,25 +2,6 @@
 // row, block-wide reductions in shared memory (numerically stable: the row max is subtracted).
 // Launch with a power-of-two block size and blockDim.x * sizeof(double) bytes of shared memory.
 
-// NVRTC has no math.h: negative infinity from its bit pattern.
-#define FERRO_NEG_INF (-__longlong_as_double(0x7ff0000000000000LL))
-
-__device__ double ferro_block_reduce(double v, bool take_max) {
-    extern __shared__ double buf[];
-    buf[threadIdx.x] = v;
-    __syncthreads();
-    for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
-        if (threadIdx.x < s) {
-            buf[threadIdx.x] = take_max ? fmax(buf[threadIdx.x], buf[threadIdx.x + s])
-                                        : buf[threadIdx.x] + buf[threadIdx.x + s];
-        }
-        __syncthreads();
-    }
-    double r = buf[0];
-    __syncthreads();
-    return r;
-}
-
 template <typename T>
 __global__ void ferro_softmax_fwd(const T* __restrict__ x, T* __restrict__ y, long long cols,
                                   int log_out) {

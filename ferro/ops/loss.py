@@ -236,38 +236,53 @@ def cross_entropy(
     _check_reduction(reduction, "cross_entropy")
     if not 0.0 <= label_smoothing <= 1.0:
         raise ValueError(f"cross_entropy: label_smoothing must be in [0, 1], got {label_smoothing}")
-    n_classes = input.shape[1] if input.ndim >= 2 else input.shape[0]
     probs_target = isinstance(target, TensorBase) and target.dtype.kind == "f"
     if probs_target:
         return _cross_entropy_probs(input, target, weight, reduction, label_smoothing)
-    _check_logits(input, target, "cross_entropy")
-    t = _targets(target, n_classes, ignore_index, "cross_entropy")
-    w = _class_weight(weight, n_classes, input.dtype, "cross_entropy")
+    return _class_index_loss(
+        CrossEntropy,
+        "cross_entropy",
+        input,
+        target,
+        weight,
+        ignore_index,
+        reduction,
+        smoothing=float(label_smoothing),
+    )
+
+
+def _to_rows_tensor(x):
+    """(N, C, d1, ...) -> (N*d1*..., C): the class dimension last, one row per prediction."""
+    from ferro.ops.shape import permute, reshape
+
+    if x.ndim <= 2:
+        return x
+    perm = (0,) + tuple(range(2, x.ndim)) + (1,)
+    return reshape(permute(x, perm), -1, x.shape[1])
+
+
+def _class_index_loss(op_def, name, input, target, weight, ignore_index, reduction, **params):  # noqa: A002
+    """The shared path of cross_entropy and nll_loss with class-index targets: validate, move
+    classes last, apply the op on (rows, classes), restore the target's shape for "none"."""
+    _check_logits(input, target, name)
+    n_classes = input.shape[1] if input.ndim >= 2 else input.shape[0]
+    t = _targets(target, n_classes, ignore_index, name)
+    w = _class_weight(weight, n_classes, input.dtype, name)
     x = input
     if x.ndim == 1:
         x, t = x.reshape(1, -1), t.reshape(1)
-    rows, perm = _to_rows_tensor(x)
     out = apply(
-        CrossEntropy,
-        rows,
+        op_def,
+        _to_rows_tensor(x),
         target=t.reshape(-1),
         weight=w,
         ignore_index=ignore_index,
-        smoothing=float(label_smoothing),
         reduction=reduction,
+        **params,
     )
     if reduction == "none":
         out = out.reshape(tuple(target.shape))
     return out
-
-
-def _to_rows_tensor(x):
-    from ferro.ops.shape import permute, reshape
-
-    if x.ndim <= 2:
-        return x, None
-    perm = (0,) + tuple(range(2, x.ndim)) + (1,)
-    return reshape(permute(x, perm), -1, x.shape[1]), perm
 
 
 def _cross_entropy_probs(input, target, weight, reduction, smoothing):  # noqa: A002
@@ -310,25 +325,7 @@ def nll_loss(
     Gradient: ginput = -w_y * gy at the target class, 0 elsewhere (scaled by the reduction).
     """
     _check_reduction(reduction, "nll_loss")
-    _check_logits(input, target, "nll_loss")
-    n_classes = input.shape[1] if input.ndim >= 2 else input.shape[0]
-    t = _targets(target, n_classes, ignore_index, "nll_loss")
-    w = _class_weight(weight, n_classes, input.dtype, "nll_loss")
-    x = input
-    if x.ndim == 1:
-        x, t = x.reshape(1, -1), t.reshape(1)
-    rows, _ = _to_rows_tensor(x)
-    out = apply(
-        NllLoss,
-        rows,
-        target=t.reshape(-1),
-        weight=w,
-        ignore_index=ignore_index,
-        reduction=reduction,
-    )
-    if reduction == "none":
-        out = out.reshape(tuple(target.shape))
-    return out
+    return _class_index_loss(NllLoss, "nll_loss", input, target, weight, ignore_index, reduction)
 
 
 def binary_cross_entropy(input, target, weight=None, reduction: str = "mean"):  # noqa: A002

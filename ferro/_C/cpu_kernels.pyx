@@ -218,6 +218,17 @@ cpdef bint same_layout(tuple arrays):
     return True
 
 
+cdef int _check_same(str who, tuple arrays) except -1:
+    # The loops index every array by the first one's size: refuse anything that would make them
+    # read or write out of bounds (these functions are importable, not only engine-internal).
+    if not same_layout(arrays):
+        raise ValueError(
+            f"{who}: needs C-contiguous float32/float64 arrays of one dtype and size, got "
+            + ", ".join(f"{a.dtype}{tuple(a.shape)}" for a in arrays)
+        )
+    return 0
+
+
 def activation_backward(str name, cnp.ndarray gy, cnp.ndarray saved):
     """Fused ``gx = f(gy, saved)`` for tanh, sigmoid, relu (saved y) and gelu (saved x)."""
     cdef map2_f32 f32
@@ -232,6 +243,7 @@ def activation_backward(str name, cnp.ndarray gy, cnp.ndarray saved):
         f32, f64 = ferro_gelu_bwd_f32, ferro_gelu_bwd_f64
     else:
         raise ValueError(f"activation_backward: no kernel for {name!r}")
+    _check_same("activation_backward", (gy, saved))
     cdef cnp.ndarray out = np.empty_like(gy)
     cdef Py_ssize_t n = cnp.PyArray_SIZE(gy)
     if cnp.PyArray_TYPE(gy) == cnp.NPY_FLOAT32:
@@ -247,6 +259,7 @@ def activation_backward(str name, cnp.ndarray gy, cnp.ndarray saved):
 
 def silu_backward(cnp.ndarray gy, cnp.ndarray x, cnp.ndarray s):
     """Fused silu backward ``gy * s * (1 + x * (1 - s))`` from x and s = sigmoid(x)."""
+    _check_same("silu_backward", (gy, x, s))
     cdef cnp.ndarray out = np.empty_like(gy)
     cdef Py_ssize_t n = cnp.PyArray_SIZE(gy)
     if cnp.PyArray_TYPE(gy) == cnp.NPY_FLOAT32:
@@ -264,6 +277,7 @@ def silu_backward(cnp.ndarray gy, cnp.ndarray x, cnp.ndarray s):
 
 cpdef bint all_finite(cnp.ndarray x):
     """True if the C-contiguous float array holds no NaN or Inf (one pass, no temporary)."""
+    _check_same("all_finite", (x,))
     cdef Py_ssize_t n = cnp.PyArray_SIZE(x)
     cdef int ok
     if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT32:
@@ -277,6 +291,7 @@ cpdef bint all_finite(cnp.ndarray x):
 
 def gelu_forward(cnp.ndarray x):
     """Exact gelu ``x * Phi(x)`` (NumPy has no erf; this is the fast path for it)."""
+    _check_same("gelu_forward", (x,))
     cdef cnp.ndarray out = np.empty_like(x)
     cdef Py_ssize_t n = cnp.PyArray_SIZE(x)
     if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT32:
@@ -324,6 +339,7 @@ cdef void _rows_bwd(const floating_t* g, const floating_t* y, floating_t* out, P
 
 def softmax_backward(cnp.ndarray gy, cnp.ndarray y):
     """Softmax backward over the last axis, ``y * (gy - sum(gy * y))``, from the output ``y``."""
+    _check_same("softmax_backward", (gy, y))
     cdef cnp.ndarray out = np.empty_like(gy)
     cdef Py_ssize_t c = gy.shape[gy.ndim - 1] if gy.ndim else 1
     cdef Py_ssize_t r = cnp.PyArray_SIZE(gy) // c if c else 0
@@ -423,6 +439,22 @@ cdef inline void _ce_bwd_row(const floating_t* x, const long long* t, const floa
         out[i * c + j] = <floating_t>(g * sc)
 
 
+cdef int _check_ce(cnp.ndarray x, object target, object weight, long long ignore) except -1:
+    if x.ndim != 2:
+        raise ValueError(f"cross_entropy kernels: logits must be 2-D, got shape {(<object>x).shape}")
+    _check_same("cross_entropy kernels", (x,))
+    t = np.asarray(target)
+    if t.shape != (x.shape[0],) or t.dtype.kind not in "iu":
+        raise ValueError(f"cross_entropy kernels: target must be {x.shape[0]} integers, got "
+                         f"{t.dtype}{t.shape}")
+    valid = t[t != ignore]
+    if valid.size and (valid.min() < 0 or valid.max() >= x.shape[1]):
+        raise ValueError(f"cross_entropy kernels: target classes must lie in [0, {x.shape[1]})")
+    if weight is not None and np.asarray(weight).shape != (x.shape[1],):
+        raise ValueError(f"cross_entropy kernels: weight must have {x.shape[1]} entries")
+    return 0
+
+
 def cross_entropy_forward(cnp.ndarray x, cnp.ndarray target, object weight, long long ignore,
                           double eps):
     """Per-row softmax cross-entropy of C-contiguous logits (rows, classes) and int64 targets.
@@ -430,6 +462,7 @@ def cross_entropy_forward(cnp.ndarray x, cnp.ndarray target, object weight, long
     Returns ``(loss, lse, wy)`` as float64 arrays of length rows (wy: the target's weight, 0 for
     ignored rows).
     """
+    _check_ce(x, target, weight, ignore)
     cdef Py_ssize_t r = x.shape[0], c = x.shape[1]
     cdef cnp.ndarray loss = np.empty(r), lse = np.empty(r), wy = np.empty(r)
     cdef cnp.ndarray t = np.ascontiguousarray(target, dtype=np.int64)
@@ -457,6 +490,11 @@ def cross_entropy_backward(cnp.ndarray x, cnp.ndarray target, object weight, lon
                            double eps, cnp.ndarray lse, cnp.ndarray wy, cnp.ndarray scale):
     """Gradient of the rows' losses w.r.t. the logits, each row times ``scale`` (length 1, or
     one per row)."""
+    _check_ce(x, target, weight, ignore)
+    if lse.shape[0] != x.shape[0] or wy.shape[0] != x.shape[0] or scale.size not in (1, x.shape[0]):
+        raise ValueError("cross_entropy_backward: lse, wy and scale must have one entry per row")
+    if lse.dtype != np.float64 or wy.dtype != np.float64:
+        raise ValueError("cross_entropy_backward: lse and wy must be float64")
     cdef Py_ssize_t r = x.shape[0], c = x.shape[1]
     cdef cnp.ndarray out = np.empty_like(x)
     cdef cnp.ndarray t = np.ascontiguousarray(target, dtype=np.int64)
@@ -490,6 +528,7 @@ def cross_entropy_backward(cnp.ndarray x, cnp.ndarray target, object weight, lon
 def sgd_update(cnp.ndarray p, cnp.ndarray g, cnp.ndarray buf, double lr, double momentum,
                double dampening, double weight_decay, bint nesterov, bint first):
     """In-place SGD step (PyTorch's formula) on ``p`` and its momentum buffer."""
+    _check_same("sgd_update", (p, g, buf))
     cdef Py_ssize_t n = cnp.PyArray_SIZE(p)
     cdef void *pp = cnp.PyArray_DATA(p)
     cdef void *gp = cnp.PyArray_DATA(g)
@@ -508,6 +547,7 @@ def adam_update(cnp.ndarray p, cnp.ndarray g, cnp.ndarray m, cnp.ndarray v, doub
                 double beta1, double beta2, double eps, double weight_decay, bint decoupled,
                 double bias_correction1, double bias_correction2):
     """In-place Adam (or AdamW with ``decoupled``) step on ``p`` and its two moments."""
+    _check_same("adam_update", (p, g, m, v))
     cdef Py_ssize_t n = cnp.PyArray_SIZE(p)
     cdef void *pp = cnp.PyArray_DATA(p)
     cdef void *gp = cnp.PyArray_DATA(g)
@@ -529,6 +569,7 @@ def rmsprop_update(cnp.ndarray p, cnp.ndarray g, cnp.ndarray sq, cnp.ndarray buf
                    cnp.ndarray gavg, double lr, double alpha, double eps, double weight_decay,
                    double momentum, bint centered):
     """In-place RMSprop step on ``p`` and its state."""
+    _check_same("rmsprop_update", (p, g, sq, buf, gavg))
     cdef Py_ssize_t n = cnp.PyArray_SIZE(p)
     cdef void *pp = cnp.PyArray_DATA(p)
     cdef void *gp = cnp.PyArray_DATA(g)
@@ -548,6 +589,7 @@ def rmsprop_update(cnp.ndarray p, cnp.ndarray g, cnp.ndarray sq, cnp.ndarray buf
 def adagrad_update(cnp.ndarray p, cnp.ndarray g, cnp.ndarray acc, double clr, double eps,
                    double weight_decay):
     """In-place Adagrad step on ``p`` and its sum of squares (``clr``: the decayed rate)."""
+    _check_same("adagrad_update", (p, g, acc))
     cdef Py_ssize_t n = cnp.PyArray_SIZE(p)
     cdef void *pp = cnp.PyArray_DATA(p)
     cdef void *gp = cnp.PyArray_DATA(g)

@@ -76,3 +76,52 @@ def test_all_finite_matches_numpy(dtype, n, bad):
     assert cpu_kernels.all_finite(a) == bool(np.isfinite(a).all())
     big = np.full(n, np.finfo(dtype).max, dtype)  # huge but finite: no false alarm
     assert cpu_kernels.all_finite(big)
+
+
+_F = np.float32
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: cpu_kernels.activation_backward("tanh", np.ones(10, _F), np.ones(2, _F)),
+        lambda: cpu_kernels.activation_backward("nope", np.ones(2, _F), np.ones(2, _F)),
+        lambda: cpu_kernels.silu_backward(np.ones(3, _F), np.ones(3, _F), np.ones(3)),
+        lambda: cpu_kernels.softmax_backward(np.ones((2, 3)), np.ones((2, 3), _F)),
+        lambda: cpu_kernels.gelu_forward(np.ones((3, 2)).T),
+        lambda: cpu_kernels.all_finite(np.ones(3, np.int64)),
+        lambda: cpu_kernels.cross_entropy_forward(
+            np.ones((3, 4), _F), np.array([0, 1, 9]), None, -100, 0.0
+        ),
+        lambda: cpu_kernels.cross_entropy_forward(
+            np.ones((3, 4), _F), np.array([0, 1]), None, -100, 0.0
+        ),
+        lambda: cpu_kernels.cross_entropy_forward(
+            np.ones((3, 4), _F), np.array([0, 1, 2]), np.ones(3, _F), -100, 0.0
+        ),
+        lambda: cpu_kernels.sgd_update(
+            np.ones(5, _F), np.ones(4, _F), np.ones(5, _F), 0.1, 0.9, 0.0, 0.0, False, True
+        ),
+        lambda: cpu_kernels.adam_update(
+            np.ones(5, _F),
+            np.ones(5, _F),
+            np.ones(5, _F),
+            np.ones(5),
+            0.1,
+            0.9,
+            0.99,
+            1e-8,
+            0.0,
+            False,
+            0.1,
+            0.01,
+        ),
+        lambda: cpu_kernels.adagrad_update(
+            np.ones(5, _F), np.ones(5, _F), np.ones(6, _F), 0.1, 1e-10, 0.0
+        ),
+    ],
+)
+def test_kernels_refuse_inputs_that_would_read_out_of_bounds(call):
+    # Importable kernels must raise, never crash the interpreter, on mismatched arrays.
+    with pytest.raises(ValueError):
+        call()

@@ -229,7 +229,7 @@ cdef int _check_same(str who, tuple arrays) except -1:
     return 0
 
 
-def activation_backward(str name, cnp.ndarray gy, cnp.ndarray saved):
+def activation_backward(str name, object gy_, object saved_):
     """Fused ``gx = f(gy, saved)`` for tanh, sigmoid, relu (saved y) and gelu (saved x)."""
     cdef map2_f32 f32
     cdef map2_f64 f64
@@ -243,7 +243,8 @@ def activation_backward(str name, cnp.ndarray gy, cnp.ndarray saved):
         f32, f64 = ferro_gelu_bwd_f32, ferro_gelu_bwd_f64
     else:
         raise ValueError(f"activation_backward: no kernel for {name!r}")
-    _check_same("activation_backward", (gy, saved))
+    _check_same("activation_backward", (gy_, saved_))
+    cdef cnp.ndarray gy = <cnp.ndarray>gy_, saved = <cnp.ndarray>saved_
     cdef cnp.ndarray out = np.empty_like(gy)
     cdef Py_ssize_t n = cnp.PyArray_SIZE(gy)
     if cnp.PyArray_TYPE(gy) == cnp.NPY_FLOAT32:
@@ -257,9 +258,10 @@ def activation_backward(str name, cnp.ndarray gy, cnp.ndarray saved):
     return out
 
 
-def silu_backward(cnp.ndarray gy, cnp.ndarray x, cnp.ndarray s):
+def silu_backward(object gy_, object x_, object s_):
     """Fused silu backward ``gy * s * (1 + x * (1 - s))`` from x and s = sigmoid(x)."""
-    _check_same("silu_backward", (gy, x, s))
+    _check_same("silu_backward", (gy_, x_, s_))
+    cdef cnp.ndarray gy = <cnp.ndarray>gy_, x = <cnp.ndarray>x_, s = <cnp.ndarray>s_
     cdef cnp.ndarray out = np.empty_like(gy)
     cdef Py_ssize_t n = cnp.PyArray_SIZE(gy)
     if cnp.PyArray_TYPE(gy) == cnp.NPY_FLOAT32:
@@ -337,9 +339,10 @@ cdef void _rows_bwd(const floating_t* g, const floating_t* y, floating_t* out, P
             _softmax_bwd_row(g + i * c, y + i * c, out + i * c, c)
 
 
-def softmax_backward(cnp.ndarray gy, cnp.ndarray y):
+def softmax_backward(object gy_, object y_):
     """Softmax backward over the last axis, ``y * (gy - sum(gy * y))``, from the output ``y``."""
-    _check_same("softmax_backward", (gy, y))
+    _check_same("softmax_backward", (gy_, y_))
+    cdef cnp.ndarray gy = <cnp.ndarray>gy_, y = <cnp.ndarray>y_
     cdef cnp.ndarray out = np.empty_like(gy)
     cdef Py_ssize_t c = gy.shape[gy.ndim - 1] if gy.ndim else 1
     cdef Py_ssize_t r = cnp.PyArray_SIZE(gy) // c if c else 0

@@ -3,9 +3,10 @@ registered on ops where ``benchmarks/bench_ops.py`` shows the generic NumPy expr
 
 Where NumPy already runs a SIMD single pass (``tanh``, ``exp``, ``maximum`` forwards) the
 forward stays generic and only the backward, a chain of NumPy temporaries, is fused. Exact gelu
-is fused both ways: NumPy has no vectorized erf. Each override takes the kernel path only for
-C-contiguous float32/float64 arrays of one dtype and otherwise calls the generic
-implementation, which stays the reference: every override is parity-tested against it
+is fused both ways: NumPy has no vectorized erf. The kernels accept only C-contiguous
+float32/float64 arrays of one dtype and size, and check that themselves (refusing with
+ValueError); the overrides do not check it again but fall back to the generic implementation
+when a kernel refuses. The generic implementation stays the reference: every override is parity-tested against it
 (``tests/ops/test_fused.py``), and ``ferro._C.engine.set_overrides_enabled(False)`` switches
 them all off. An override forward that used a kernel sets ``ctx.fused``; its backward then uses
 the matching kernel.
@@ -27,9 +28,10 @@ def _fused_backward(op_def, name):
 
     def backward(ctx, gy):
         (v,) = ctx.saved
-        if K.same_layout((gy, v)):
+        try:  # the kernel checks the layout itself; it refuses with ValueError
             return K.activation_backward(name, gy, v)
-        return generic(ctx, gy)
+        except ValueError:
+            return generic(ctx, gy)
 
     op_def.set_cpu_override(backward=backward)
 
@@ -41,9 +43,10 @@ _fused_backward(act.Relu, "relu")
 
 def _silu_backward(ctx, gy):
     x, s = ctx.saved
-    if K.same_layout((gy, x, s)):
+    try:
         return K.silu_backward(gy, x, s)
-    return act.Silu.backward(ctx, gy)
+    except ValueError:
+        return act.Silu.backward(ctx, gy)
 
 
 act.Silu.set_cpu_override(backward=_silu_backward)
@@ -60,8 +63,11 @@ def _gelu_forward(ctx, x, *, approximate):
 
 def _gelu_backward(ctx, gy):
     (x,) = ctx.saved
-    if getattr(ctx, "fused", False) and K.same_layout((gy, x)):
-        return K.activation_backward("gelu", gy, x)
+    if getattr(ctx, "fused", False):
+        try:
+            return K.activation_backward("gelu", gy, x)
+        except ValueError:
+            pass
     return act.Gelu.backward(ctx, gy)
 
 
@@ -70,8 +76,11 @@ act.Gelu.set_cpu_override(forward=_gelu_forward, backward=_gelu_backward)
 
 def _softmax_backward(ctx, gy):
     (y,) = ctx.saved
-    if ctx.axis == y.ndim - 1 and K.same_layout((gy, y)):
-        return K.softmax_backward(gy, y)
+    if ctx.axis == y.ndim - 1:
+        try:
+            return K.softmax_backward(gy, y)
+        except ValueError:
+            pass
     return act.Softmax.backward(ctx, gy)
 
 

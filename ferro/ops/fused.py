@@ -6,9 +6,9 @@ forward stays generic and only the backward, a chain of NumPy temporaries, is fu
 is fused both ways: NumPy has no vectorized erf. The kernels accept only C-contiguous
 float32/float64 arrays of one dtype and size, and check that themselves (refusing with
 ValueError); the overrides do not check it again but fall back to the generic implementation
-when a kernel refuses. The generic implementation stays the reference: every override is parity-tested against it
-(``tests/ops/test_fused.py``), and ``ferro._C.engine.set_overrides_enabled(False)`` switches
-them all off. An override forward that used a kernel sets ``ctx.fused``; its backward then uses
+when a kernel refuses. The generic implementation stays the reference: every override is
+parity-tested against it (``tests/ops/test_fused.py``), and
+``ferro._C.engine.set_overrides_enabled(False)`` switches them all off. An override forward that used a kernel sets ``ctx.fused``; its backward then uses
 the matching kernel.
 """
 

@@ -8,8 +8,8 @@ float32/float64 arrays of one dtype and size, and check that themselves (refusin
 ValueError); the overrides do not check it again but fall back to the generic implementation
 when a kernel refuses. The generic implementation stays the reference: every override is
 parity-tested against it (``tests/ops/test_fused.py``), and
-``ferro._C.engine.set_overrides_enabled(False)`` switches them all off. An override forward that used a kernel sets ``ctx.fused``; its backward then uses
-the matching kernel.
+``ferro._C.engine.set_overrides_enabled(False)`` switches them all off. An override forward
+that used a kernel sets ``ctx.fused``; its backward then uses the matching kernel.
 """
 
 from __future__ import annotations

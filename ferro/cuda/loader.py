@@ -18,8 +18,11 @@ KERNEL_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels")
 # the compile test).
 COMPILE_OPTIONS = ("-std=c++14",)
 
-# Threads per block for elementwise kernels, and for the row kernels' reductions (a power of 2).
+# Threads per block for elementwise kernels.
 BLOCK = 256
+# Threads per block for the row kernels (softmax, cross-entropy): a power of two from 32 to this,
+# about one thread per 8 elements of a row.
+ROW_BLOCK_MAX = 512
 
 _FLOATS = ("float", "double")
 
@@ -33,7 +36,7 @@ SOURCES: dict[str, list[str]] = {
         for t in _FLOATS
     ],
     "softmax": [f"ferro_softmax_{d}<{t}>" for d in ("fwd", "bwd") for t in _FLOATS],
-    "cross_entropy": [f"ferro_cross_entropy<{t}>" for t in _FLOATS],
+    "cross_entropy": [f"ferro_cross_entropy_{d}<{t}>" for d in ("fwd", "bwd") for t in _FLOATS],
     "dropout": [f"ferro_dropout_mask<{t}>" for t in _FLOATS],
 }
 
@@ -80,3 +83,11 @@ def grid_for(n: int) -> tuple[tuple[int], tuple[int]]:
     """Launch configuration for a grid-stride elementwise kernel over ``n`` elements."""
     blocks = max(1, min((n + BLOCK - 1) // BLOCK, 65535))
     return (blocks,), (BLOCK,)
+
+
+def row_block(cols: int) -> int:
+    """Threads per block for a one-block-per-row kernel over rows of ``cols`` elements."""
+    threads = 32
+    while threads < ROW_BLOCK_MAX and threads * 8 < cols:
+        threads *= 2
+    return threads

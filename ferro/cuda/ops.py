@@ -1,16 +1,87 @@
 """Launch wrappers for ferro's CUDA kernels (CuPy arrays in, CuPy arrays out).
 
-Each wrapper checks what its kernel assumes (C-contiguous float32/float64 arrays of matching
-shapes) and raises a ``TypeError``/``ValueError`` otherwise; ``tests/cuda/test_kernels_gpu.py``
-checks each against NumPy on a device.
+Each wrapper checks what its kernel assumes (C-contiguous float32/float64 arrays of one dtype
+and matching shapes) and raises ``ValueError`` otherwise, so the overrides in
+:mod:`ferro.cuda.fused` can fall back to the generic CuPy expression. The host-side planning
+(:func:`plan_sum_to_shape`, :func:`sum_launch`) is plain Python and tested without a GPU;
+``tests/cuda/test_kernels_gpu.py`` checks every kernel against NumPy on a device.
 """
 
 from __future__ import annotations
 
+import functools
+import math
+
 import numpy as np
 
 from ferro.cuda import get_rng_state, set_rng_state
-from ferro.cuda.loader import BLOCK, ctype, grid_for, kernel
+from ferro.cuda.loader import ctype, grid_for, kernel, row_block
+
+# ---------------------------------------------------------------------------------------------
+# Host-side planning (no CuPy needed)
+# ---------------------------------------------------------------------------------------------
+
+MAX_DIMS = 8  # coalesced dims the sum-to-shape kernel takes
+
+
+def plan_sum_to_shape(src_shape: tuple, shape: tuple):
+    """How the sum-to-shape kernel sees ``src_shape`` summed to ``shape``.
+
+    Returns ``(lens, red_mask, n_out, n_red)``: the coalesced C-order dims of the source, a
+    bitmask of the summed ones, and the output and reduced sizes; or None when more than
+    :data:`MAX_DIMS` dims remain. Raises ValueError when ``src_shape`` does not broadcast from
+    ``shape``.
+    """
+    src_shape, shape = tuple(src_shape), tuple(shape)
+    lead = len(src_shape) - len(shape)
+    if lead < 0 or any(s != g and s != 1 for s, g in zip(shape, src_shape[lead:], strict=True)):
+        raise ValueError(f"sum_to_shape: cannot reduce shape {src_shape} to {shape}")
+    kinds = [True] * lead + [
+        s == 1 and g != 1 for s, g in zip(shape, src_shape[lead:], strict=True)
+    ]
+    dims: list[list] = []  # [length, summed]
+    for g, red in zip(src_shape, kinds, strict=True):
+        if g == 1:
+            continue  # a length-1 dim changes no offset
+        if dims and dims[-1][1] == red:
+            dims[-1][0] *= g  # C-contiguous neighbours of one kind merge
+        else:
+            dims.append([g, red])
+    if len(dims) > MAX_DIMS:
+        return None
+    lens = tuple(d[0] for d in dims)
+    red_mask = sum(1 << k for k, d in enumerate(dims) if d[1])
+    n_out = math.prod(d[0] for d in dims if not d[1])
+    n_red = math.prod(d[0] for d in dims if d[1])
+    return lens, red_mask, n_out, n_red
+
+
+def sum_launch(lens: tuple, red_mask: int, n_out: int, n_red: int, sm_count: int):
+    """Grid and block for the sum-to-shape kernel: ``((gx, gy), (bx, by))``.
+
+    When the innermost dim is kept, a warp's threads take neighbouring outputs (coalesced
+    reads); when it is summed, a block's threads split one output's reduction. The reduction is
+    split across ``gy`` blocks when the outputs alone would leave the GPU idle (about four
+    blocks per multiprocessor), keeping at least 16 elements per thread.
+    """
+    inner_summed = bool(lens) and bool((red_mask >> (len(lens) - 1)) & 1)
+    if inner_summed:
+        bx = 1
+    else:
+        bx = 1
+        while bx < 32 and bx < n_out:
+            bx *= 2
+    by = 256 // bx
+    gx = -(-n_out // bx)
+    want = -(-4 * sm_count // gx)
+    most = max(1, -(-n_red // (by * 16)))
+    gy = max(1, min(want, most, 1024))
+    return (gx, gy), (bx, by)
+
+
+# ---------------------------------------------------------------------------------------------
+# Launch wrappers
+# ---------------------------------------------------------------------------------------------
 
 
 def _check(*arrays):
@@ -18,7 +89,17 @@ def _check(*arrays):
     for a in arrays:
         if not a.flags.c_contiguous or a.dtype != a0.dtype:
             raise ValueError("ferro.cuda: kernels need C-contiguous arrays of one dtype")
-    return ctype(a0.dtype)
+    try:
+        return ctype(a0.dtype)
+    except TypeError as exc:  # no kernel for this dtype: the caller falls back
+        raise ValueError(str(exc)) from None
+
+
+@functools.cache
+def _sm_count(device_id: int) -> int:
+    import cupy
+
+    return cupy.cuda.Device(device_id).attributes["MultiProcessorCount"]
 
 
 def accumulate(dst, src) -> None:
@@ -26,8 +107,9 @@ def accumulate(dst, src) -> None:
     t = _check(dst, src)
     if dst.shape != src.shape:
         raise ValueError(f"accumulate: shapes {dst.shape} and {src.shape} differ")
-    grid, block = grid_for(dst.size)
-    kernel("accumulate", f"ferro_accumulate<{t}>")(grid, block, (dst, src, np.int64(dst.size)))
+    if dst.size:
+        grid, block = grid_for(dst.size)
+        kernel("accumulate", f"ferro_accumulate<{t}>")(grid, block, (dst, src, np.int64(dst.size)))
 
 
 def sum_to_shape(src, shape: tuple):
@@ -35,56 +117,51 @@ def sum_to_shape(src, shape: tuple):
     import cupy
 
     t = _check(src)
-    nd, lead = src.ndim, src.ndim - len(shape)
-    full = (1,) * lead + tuple(shape)
-    out = cupy.empty(tuple(shape), dtype=src.dtype)
-    src_strides = [s // src.itemsize for s in src.strides]
-    keep, out_strides, red_shape, red_strides = [], [], [], []
-    acc = 1
-    ostr = [0] * nd
-    for d in range(nd - 1, -1, -1):
-        if full[d] == src.shape[d] and full[d] != 1 or (full[d] == 1 and src.shape[d] == 1):
-            ostr[d] = acc
-            acc *= full[d]
-        else:
-            red_shape.insert(0, src.shape[d])
-            red_strides.insert(0, src_strides[d])
-    for d in range(nd):
-        keep.append(src_strides[d] if ostr[d] else 0)
-        out_strides.append(ostr[d])
-    n_red = int(np.prod(red_shape)) if red_shape else 1
-    as_dev = lambda v: cupy.asarray(np.asarray(v or [0], dtype=np.int64))  # noqa: E731
-    grid, block = grid_for(out.size)
+    plan = plan_sum_to_shape(src.shape, shape)
+    if plan is None:
+        raise ValueError(f"sum_to_shape: more than {MAX_DIMS} dims after coalescing")
+    lens, red_mask, n_out, n_red = plan
+    if n_out == 0 or n_red == 0:
+        return cupy.zeros(shape, dtype=src.dtype)
+    out = cupy.empty(shape, dtype=src.dtype)
+    (gx, gy), block = sum_launch(lens, red_mask, n_out, n_red, _sm_count(src.device.id))
+    if gy > 1:
+        ws = cupy.empty((gy, n_out), dtype=np.float64)
+        counter = cupy.zeros(gx, dtype=np.uint32)
+    else:
+        ws = counter = out  # not read with one split; any device pointer will do
+    padded = [np.int64(n) for n in lens] + [np.int64(1)] * (MAX_DIMS - len(lens))
     kernel("sum_to_shape", f"ferro_sum_to_shape<{t}>")(
-        grid,
+        (gx, gy),
         block,
         (
             src,
             out,
-            np.int64(out.size),
-            np.int32(nd),
-            as_dev(list(src.shape)),
-            as_dev(keep),
-            as_dev(out_strides),
-            np.int32(len(red_shape)),
-            as_dev(red_shape),
-            as_dev(red_strides),
+            ws,
+            counter,
+            np.int64(n_out),
             np.int64(n_red),
+            np.int32(len(lens)),
+            np.int32(red_mask),
+            *padded,
         ),
     )
     return out
 
 
 def activation_backward(name: str, gy, saved, slope: float = 0.0):
-    """Fused ``gx`` of relu, leaky_relu, sigmoid, tanh (saved y) or gelu, silu (saved x)."""
+    """Fused ``gx`` of relu, sigmoid, tanh (saved y) or leaky_relu, gelu, silu (saved x)."""
     import cupy
 
     t = _check(gy, saved)
+    if gy.shape != saved.shape:
+        raise ValueError(f"{name} backward: shapes {gy.shape} and {saved.shape} differ")
     gx = cupy.empty_like(gy)
-    grid, block = grid_for(gy.size)
-    kernel("activation", f"ferro_{name}_bwd<{t}>")(
-        grid, block, (gy, saved, gx, np.int64(gy.size), gy.dtype.type(slope))
-    )
+    if gy.size:
+        grid, block = grid_for(gy.size)
+        kernel("activation", f"ferro_{name}_bwd<{t}>")(
+            grid, block, (gy, saved, gx, np.int64(gy.size), gy.dtype.type(slope))
+        )
     return gx
 
 
@@ -102,7 +179,7 @@ def softmax_forward(x, log: bool):
     rows, cols = _rows(x)
     if rows:
         kernel("softmax", f"ferro_softmax_fwd<{t}>")(
-            (rows,), (BLOCK,), (x, y, np.int64(cols), np.int32(log)), shared_mem=BLOCK * 8
+            (rows,), (row_block(cols),), (x, y, np.int64(cols), np.int32(log))
         )
     return y
 
@@ -112,40 +189,76 @@ def softmax_backward(gy, y, log: bool):
     import cupy
 
     t = _check(gy, y)
+    if gy.shape != y.shape:
+        raise ValueError(f"softmax backward: shapes {gy.shape} and {y.shape} differ")
     gx = cupy.empty_like(gy)
     rows, cols = _rows(gy)
     if rows:
         kernel("softmax", f"ferro_softmax_bwd<{t}>")(
-            (rows,), (BLOCK,), (gy, y, gx, np.int64(cols), np.int32(log)), shared_mem=BLOCK * 8
+            (rows,), (row_block(cols),), (gy, y, gx, np.int64(cols), np.int32(log))
         )
     return gx
 
 
-def cross_entropy(logits, target, ignore_index: int = -100, scale: float = 1.0):
-    """Per-row softmax cross-entropy and its gradient (times ``scale``) in one kernel."""
+def _ce_args(logits, target):
     import cupy
 
     t = _check(logits)
+    if logits.ndim != 2 or target.shape != logits.shape[:1]:
+        raise ValueError(
+            f"cross_entropy: logits {logits.shape} and target {target.shape} are not (N, C), (N,)"
+        )
+    return t, cupy.ascontiguousarray(target, dtype=cupy.int64)
+
+
+def cross_entropy_forward(logits, target, ignore_index: int = -100):
+    """Per-row loss ``logsumexp(x) - x[t]`` (0 where ignored) and ``logsumexp(x)``."""
+    import cupy
+
+    t, target = _ce_args(logits, target)
     rows, classes = logits.shape
-    target = cupy.ascontiguousarray(target, dtype=cupy.int64)
     loss = cupy.empty(rows, dtype=logits.dtype)
+    lse = cupy.empty(rows, dtype=logits.dtype)
+    if rows:
+        kernel("cross_entropy", f"ferro_cross_entropy_fwd<{t}>")(
+            (rows,),
+            (row_block(classes),),
+            (logits, target, loss, lse, np.int64(classes), np.int64(ignore_index)),
+        )
+    return loss, lse
+
+
+def cross_entropy_backward(logits, target, lse, gy, denom, ignore_index: int = -100):
+    """``(softmax(x) - onehot(t)) * gy / denom`` per row (0 where ignored). ``gy`` has one
+    entry per row or is a scalar; ``denom`` is a one-element device array."""
+    import cupy
+
+    t, target = _ce_args(logits, target)
+    rows, classes = logits.shape
+    per_row = gy.ndim == 1
+    if (per_row and gy.shape != (rows,)) or (not per_row and gy.size != 1) or denom.size != 1:
+        raise ValueError(f"cross_entropy backward: gy {gy.shape}, denom {denom.shape}")
+    gy = cupy.ascontiguousarray(gy, dtype=logits.dtype)
+    denom = cupy.ascontiguousarray(denom, dtype=logits.dtype)
+    _check(logits, lse, gy, denom)
     grad = cupy.empty_like(logits)
     if rows:
-        kernel("cross_entropy", f"ferro_cross_entropy<{t}>")(
+        kernel("cross_entropy", f"ferro_cross_entropy_bwd<{t}>")(
             (rows,),
-            (BLOCK,),
+            (row_block(classes),),
             (
                 logits,
                 target,
-                loss,
+                lse,
+                gy,
+                denom,
                 grad,
                 np.int64(classes),
                 np.int64(ignore_index),
-                np.float64(scale),
+                np.int32(per_row),
             ),
-            shared_mem=BLOCK * 8,
         )
-    return loss, grad
+    return grad
 
 
 def dropout_mask(shape, p: float, dtype, device: int = 0):
@@ -157,18 +270,19 @@ def dropout_mask(shape, p: float, dtype, device: int = 0):
     seed, offset = get_rng_state(device)
     mask = cupy.empty(shape, dtype=dtype)
     n = mask.size
-    grid, block = grid_for(n)
-    kernel("dropout", f"ferro_dropout_mask<{t}>")(
-        grid,
-        block,
-        (
-            mask,
-            np.int64(n),
-            np.uint64(seed),
-            np.uint64(offset),
-            np.uint32(min(int(p * 2**32), 2**32 - 1)),
-            np.dtype(dtype).type(1 / (1 - p)),
-        ),
-    )
+    if n:
+        grid, block = grid_for(n)
+        kernel("dropout", f"ferro_dropout_mask<{t}>")(
+            grid,
+            block,
+            (
+                mask,
+                np.int64(n),
+                np.uint64(seed),
+                np.uint64(offset),
+                np.uint32(min(int(p * 2**32), 2**32 - 1)),
+                np.dtype(dtype).type(1 / (1 - p)),
+            ),
+        )
     set_rng_state((seed, offset + n), device)
     return mask

@@ -86,19 +86,80 @@ def test_softmax_forward_and_backward(log):
     np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
 
 
-def test_cross_entropy_matches_the_cpu_op():
+@pytest.mark.parametrize("per_row", [False, True])
+def test_cross_entropy_kernels_match_the_cpu_op(per_row):
     from ferro.cuda import ops
 
     rng = np.random.default_rng(0)
-    x = rng.normal(size=(16, 10))
-    t = rng.integers(0, 10, 16)
+    x = rng.normal(size=(16, 1000)) * 3
+    t = rng.integers(0, 1000, 16)
     t[3] = -100
-    loss, grad = ops.cross_entropy(cp.asarray(x), cp.asarray(t), scale=1 / 15)
+    loss, lse = ops.cross_entropy_forward(cp.asarray(x), cp.asarray(t))
     xt = ferro.tensor(x, requires_grad=True)
-    ref = ferro.cross_entropy(xt, ferro.tensor(t))
-    ref.backward()
-    np.testing.assert_allclose(loss.get().sum() / 15, ref.item(), rtol=1e-10)
-    np.testing.assert_allclose(grad.get(), xt.grad.numpy(), rtol=1e-9, atol=1e-12)
+    ref = ferro.cross_entropy(xt, ferro.tensor(t), reduction="none")
+    gy = rng.normal(size=16) if per_row else np.array(0.5)
+    ref.backward(ferro.tensor(gy * np.ones(16)))
+    np.testing.assert_allclose(loss.get(), ref.numpy(), rtol=1e-10, atol=1e-12)
+    grad = ops.cross_entropy_backward(
+        cp.asarray(x), cp.asarray(t), lse, cp.asarray(gy), cp.asarray([2.0])
+    )
+    np.testing.assert_allclose(grad.get() * 2, xt.grad.numpy(), rtol=1e-9, atol=1e-12)
+
+
+def test_cross_entropy_kernel_gives_nan_for_a_target_out_of_range():
+    from ferro.cuda import ops
+
+    x = cp.zeros((2, 4))
+    loss, lse = ops.cross_entropy_forward(x, cp.asarray([1, 7]))
+    assert np.isfinite(loss.get()[0]) and np.isnan(loss.get()[1])
+    grad = ops.cross_entropy_backward(x, cp.asarray([1, 7]), lse, cp.ones(()), cp.ones(1))
+    assert np.isfinite(grad.get()[0]).all() and np.isnan(grad.get()[1]).all()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("n", [0, 1, 3, 4097, 1 << 20])
+def test_elementwise_kernels_cover_tails_and_misaligned_views(dtype, n):
+    """Vector loads for the aligned body, scalars for the tail and for offset views."""
+    from ferro.cuda import ops
+
+    rng = np.random.default_rng(n)
+    a = rng.normal(size=n + 1).astype(dtype)
+    b = rng.normal(size=n + 1).astype(dtype)
+    for lo in (0, 1):  # an offset of one element breaks 16-byte alignment
+        da = cp.array(a[lo : lo + n]) if lo == 0 else cp.asarray(a)[lo : lo + n]
+        db = cp.asarray(b)[lo : lo + n]
+        got = ops.activation_backward("relu", db, da).get()
+        np.testing.assert_array_equal(got, np.where(a[lo : lo + n] > 0, b[lo : lo + n], 0))
+        ops.accumulate(da, db)
+        np.testing.assert_allclose(da.get(), a[lo : lo + n] + b[lo : lo + n], rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "big, small",
+    [
+        ((1 << 22,), ()),  # one output: the reduction is split across blocks
+        ((4096, 1024), (1024,)),  # bias over a batch
+        ((1024, 4096), (1024, 1)),  # summed inner dim
+        ((2, 3, 4, 5, 6), (3, 1, 5, 1)),  # several summed dims
+        ((0, 3), (3,)),  # empty: zeros
+    ],
+)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_sum_to_shape_kernel_at_scale(big, small, dtype):
+    from ferro._C.engine import sum_to_shape_generic
+    from ferro.cuda import ops
+
+    a = np.random.default_rng(0).normal(size=big).astype(dtype)
+    want = sum_to_shape_generic(a.astype(np.float64), small)
+    for _ in range(2):  # the tile counters reset themselves for the next call
+        got = ops.sum_to_shape(cp.asarray(a), small).get()
+        assert got.dtype == dtype and got.shape == small
+        np.testing.assert_allclose(
+            got,
+            want,
+            rtol=1e-5 if dtype == np.float32 else 1e-11,
+            atol=1e-3 if dtype == np.float32 else 1e-9,
+        )
 
 
 def test_dropout_mask_replays_from_saved_state():

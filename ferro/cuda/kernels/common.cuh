@@ -1,23 +1,112 @@
 // Shared by every ferro kernel source: the loader prepends this file (NVRTC has no include
-// path for package files), so the compile test covers it with each kernel.
+// path for package files), so the compile test covers it with each kernel. No header is
+// included: NVRTC's built-in device math is all the kernels use.
 
-// NVRTC has no math.h: negative infinity from its bit pattern.
-#define FERRO_NEG_INF (-__longlong_as_double(0x7ff0000000000000LL))
+// NVRTC has no math.h: infinity from its bit pattern.
+#define FERRO_INF __longlong_as_double(0x7ff0000000000000LL)
 
-// Block-wide max or sum of one double per thread (power-of-two block size; needs
-// blockDim.x * sizeof(double) bytes of dynamic shared memory). Every thread gets the result.
-__device__ double ferro_block_reduce(double v, bool take_max) {
-    extern __shared__ double buf[];
-    buf[threadIdx.x] = v;
+// The type a kernel computes in: float for float data, double for double data.
+template <typename T> struct ferro_acc { typedef float type; };
+template <> struct ferro_acc<double> { typedef double type; };
+
+__device__ __forceinline__ float ferro_exp(float x) { return expf(x); }
+__device__ __forceinline__ double ferro_exp(double x) { return exp(x); }
+__device__ __forceinline__ float ferro_log(float x) { return logf(x); }
+__device__ __forceinline__ double ferro_log(double x) { return log(x); }
+__device__ __forceinline__ float ferro_erf(float x) { return erff(x); }
+__device__ __forceinline__ double ferro_erf(double x) { return erf(x); }
+
+// 16-byte vectors for the elementwise kernels: 4 floats or 2 doubles per load.
+template <typename T> struct ferro_vec { typedef float4 type; enum { n = 4 }; };
+template <> struct ferro_vec<double> { typedef double2 type; enum { n = 2 }; };
+
+__device__ __forceinline__ bool ferro_aligned16(const void* p) {
+    return (reinterpret_cast<unsigned long long>(p) & 15ULL) == 0;
+}
+
+// Warp- and block-wide reductions. Every block size ferro launches is a multiple of 32 (at
+// most 1024); every thread of the block gets the result. `scratch` holds 32 values.
+template <typename A> __device__ __forceinline__ A ferro_warp_sum(A v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+template <typename A> __device__ A ferro_block_sum(A v, A* scratch) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = ferro_warp_sum(v);
+    __syncthreads();  // scratch may still be read from a previous call
+    if (lane == 0) scratch[warp] = v;
     __syncthreads();
-    for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
-        if (threadIdx.x < s) {
-            buf[threadIdx.x] = take_max ? fmax(buf[threadIdx.x], buf[threadIdx.x + s])
-                                        : buf[threadIdx.x] + buf[threadIdx.x + s];
-        }
-        __syncthreads();
+    v = lane < nw ? scratch[lane] : A(0);
+    return ferro_warp_sum(v);
+}
+
+// Online softmax state (running max m, sum of exp(x - m)): merging two states.
+template <typename A> __device__ __forceinline__ void ferro_merge(A& m, A& s, A m2, A s2) {
+    const A mm = m > m2 ? m : m2;
+    if (mm == A(-FERRO_INF)) {  // both empty: keep (-inf, 0), never exp(-inf - -inf)
+        s = A(0);
+    } else {
+        s = s * ferro_exp(m - mm) + s2 * ferro_exp(m2 - mm);
     }
-    double r = buf[0];
+    m = mm;
+}
+
+template <typename A> __device__ void ferro_block_merge(A& m, A& s, A* scratch_m, A* scratch_s) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    for (int o = 16; o > 0; o >>= 1) {
+        const A m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
+        ferro_merge(m, s, m2, s2);
+    }
     __syncthreads();
-    return r;
+    if (lane == 0) { scratch_m[warp] = m; scratch_s[warp] = s; }
+    __syncthreads();
+    m = lane < nw ? scratch_m[lane] : A(-FERRO_INF);
+    s = lane < nw ? scratch_s[lane] : A(0);
+    for (int o = 16; o > 0; o >>= 1) {
+        const A m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
+        ferro_merge(m, s, m2, s2);
+    }
+}
+
+// Per-thread online softmax state over x[0, n) with stride blockDim.x.
+template <typename T, typename A>
+__device__ __forceinline__ void ferro_row_state(const T* __restrict__ x, long long n, A& m, A& s) {
+    m = A(-FERRO_INF);
+    s = A(0);
+    for (long long j = threadIdx.x; j < n; j += blockDim.x) {
+        const A v = (A)x[j];
+        if (v > m) {
+            s = s * ferro_exp(m - v) + A(1);  // exp(-inf) = 0 on the first element
+            m = v;
+        } else {
+            s += ferro_exp(v - m);
+        }
+    }
+}
+
+// Grid-stride elementwise map over n elements: out[i] = op(a[i], b[i]), 16-byte vectors when
+// every pointer allows them, scalars for the tail (and for misaligned pointers).
+template <typename T, typename Op>
+__device__ __forceinline__ void ferro_map2(const T* __restrict__ a, const T* __restrict__ b,
+                                           T* __restrict__ out, long long n, Op op) {
+    typedef typename ferro_vec<T>::type V;
+    const int W = ferro_vec<T>::n;
+    const long long tid = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    const long long stride = (long long)blockDim.x * gridDim.x;
+    long long head = 0;
+    if (ferro_aligned16(a) && ferro_aligned16(b) && ferro_aligned16(out)) {
+        const long long nv = n / W;
+        for (long long i = tid; i < nv; i += stride) {
+            V va = reinterpret_cast<const V*>(a)[i], vb = reinterpret_cast<const V*>(b)[i], vo;
+            const T* pa = reinterpret_cast<const T*>(&va);
+            const T* pb = reinterpret_cast<const T*>(&vb);
+            T* po = reinterpret_cast<T*>(&vo);
+#pragma unroll
+            for (int k = 0; k < W; k++) po[k] = op(pa[k], pb[k]);
+            reinterpret_cast<V*>(out)[i] = vo;
+        }
+        head = nv * W;
+    }
+    for (long long i = head + tid; i < n; i += stride) out[i] = op(a[i], b[i]);
 }

@@ -1,30 +1,58 @@
-// Softmax cross-entropy from logits (rows, classes) and int64 class indices, forward and
-// backward in one kernel: per row, the loss and the gradient of that row's loss times `scale`.
-// Rows whose target equals `ignore` get loss 0 and gradient 0. One block per row; shared memory
-// as for softmax.cu (blockDim.x * sizeof(double) bytes).
+// Softmax cross-entropy from logits (rows, classes) and int64 class indices, as two kernels that
+// together read the logits twice and write the gradient once:
+//   forward:  per row, loss = logsumexp(x) - x[t] and lse = logsumexp(x) (kept for backward);
+//   backward: grad = (softmax(x) - onehot(t)) * scale, recomputing softmax from x and lse.
+// Rows whose target equals `ignore` get loss 0 and gradient 0; a target outside [0, classes)
+// gives NaN rather than reading out of bounds (the Python front end rejects those first).
+// scale = gy[row or 0] / denom[0]: gy is the upstream gradient (per row when `per_row`, else a
+// scalar) and denom the mean's divisor, both device arrays, so no value crosses to the host.
+// One block per row, any multiple of 32 threads up to 1024.
 
 template <typename T>
-__global__ void ferro_cross_entropy(const T* __restrict__ x, const long long* __restrict__ target,
-                                    T* __restrict__ loss, T* __restrict__ grad, long long classes,
-                                    long long ignore, double scale) {
+__global__ void ferro_cross_entropy_fwd(const T* __restrict__ x,
+                                        const long long* __restrict__ target,
+                                        T* __restrict__ loss, T* __restrict__ lse_out,
+                                        long long classes, long long ignore) {
+    typedef typename ferro_acc<T>::type A;
+    __shared__ A sm[32], ss[32];
     const T* xr = x + blockIdx.x * classes;
-    T* gr = grad + blockIdx.x * classes;
     const long long t = target[blockIdx.x];
+    A m, s;
+    ferro_row_state(xr, classes, m, s);
+    ferro_block_merge(m, s, sm, ss);
+    if (threadIdx.x == 0) {
+        const A lse = m + ferro_log(s);
+        lse_out[blockIdx.x] = (T)lse;
+        if (t == ignore) {
+            loss[blockIdx.x] = T(0);
+        } else if (t < 0 || t >= classes) {
+            loss[blockIdx.x] = (T)(A(FERRO_INF) - A(FERRO_INF));  // NaN
+        } else {
+            loss[blockIdx.x] = (T)(lse - (A)xr[t]);
+        }
+    }
+}
+
+template <typename T>
+__global__ void ferro_cross_entropy_bwd(const T* __restrict__ x,
+                                        const long long* __restrict__ target,
+                                        const T* __restrict__ lse_in, const T* __restrict__ gy,
+                                        const T* __restrict__ denom, T* __restrict__ grad,
+                                        long long classes, long long ignore, int per_row) {
+    typedef typename ferro_acc<T>::type A;
+    const long long row = blockIdx.x;
+    const T* xr = x + row * classes;
+    T* gr = grad + row * classes;
+    const long long t = target[row];
     if (t == ignore) {
         for (long long j = threadIdx.x; j < classes; j += blockDim.x) gr[j] = T(0);
-        if (threadIdx.x == 0) loss[blockIdx.x] = T(0);
         return;
     }
-    double m = FERRO_NEG_INF;
-    for (long long j = threadIdx.x; j < classes; j += blockDim.x) m = fmax(m, (double)xr[j]);
-    m = ferro_block_reduce(m, true);
-    double s = 0.0;
-    for (long long j = threadIdx.x; j < classes; j += blockDim.x) s += exp((double)xr[j] - m);
-    s = ferro_block_reduce(s, false);
-    const double lse = m + log(s);
-    if (threadIdx.x == 0) loss[blockIdx.x] = (T)(lse - (double)xr[t]);
+    const bool bad = t < 0 || t >= classes;
+    const A scale = (A)gy[per_row ? row : 0] / (A)denom[0];
+    const A lse = lse_in[row];
     for (long long j = threadIdx.x; j < classes; j += blockDim.x) {
-        const double p = exp((double)xr[j] - lse);
-        gr[j] = (T)((p - (j == t ? 1.0 : 0.0)) * scale);
+        const A p = ferro_exp((A)xr[j] - lse);
+        gr[j] = bad ? (T)(A(FERRO_INF) - A(FERRO_INF)) : (T)((p - (j == t ? A(1) : A(0))) * scale);
     }
 }

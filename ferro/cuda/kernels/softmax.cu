@@ -1,35 +1,38 @@
 // Softmax and log-softmax over the last axis of a C-contiguous (rows, cols) array: one block per
-// row, block-wide reductions in shared memory (numerically stable: the row max is subtracted).
-// Launch with a power-of-two block size and blockDim.x * sizeof(double) bytes of shared memory.
+// row (any multiple of 32 threads up to 1024). Numerically stable: an online pass keeps each
+// thread's running max and sum of exp(x - max), merged across the block; a second pass writes.
+// Reads x twice and writes y once (the generic CuPy expression makes about eight passes).
 
 template <typename T>
 __global__ void ferro_softmax_fwd(const T* __restrict__ x, T* __restrict__ y, long long cols,
                                   int log_out) {
+    typedef typename ferro_acc<T>::type A;
+    __shared__ A sm[32], ss[32];
     const T* xr = x + blockIdx.x * cols;
     T* yr = y + blockIdx.x * cols;
-    double m = FERRO_NEG_INF;
-    for (long long j = threadIdx.x; j < cols; j += blockDim.x) m = fmax(m, (double)xr[j]);
-    m = ferro_block_reduce(m, true);
-    double s = 0.0;
-    for (long long j = threadIdx.x; j < cols; j += blockDim.x) s += exp((double)xr[j] - m);
-    s = ferro_block_reduce(s, false);
-    const double lse = m + log(s);
+    A m, s;
+    ferro_row_state(xr, cols, m, s);
+    ferro_block_merge(m, s, sm, ss);
+    const A lse = m + ferro_log(s);
     for (long long j = threadIdx.x; j < cols; j += blockDim.x) {
-        const double z = (double)xr[j] - lse;
-        yr[j] = (T)(log_out ? z : exp(z));
+        const A z = (A)xr[j] - lse;
+        yr[j] = (T)(log_out ? z : ferro_exp(z));
     }
 }
 
+// gx = y (gy - sum(gy y)) for softmax; gx = gy - exp(y) sum(gy) for log-softmax (y = log p).
 template <typename T>
 __global__ void ferro_softmax_bwd(const T* __restrict__ gy, const T* __restrict__ y,
                                   T* __restrict__ gx, long long cols, int log_out) {
+    typedef typename ferro_acc<T>::type A;
+    __shared__ A scratch[32];
     const long long off = blockIdx.x * cols;
-    double d = 0.0;
+    A d = A(0);
     for (long long j = threadIdx.x; j < cols; j += blockDim.x)
-        d += log_out ? (double)gy[off + j] : (double)gy[off + j] * (double)y[off + j];
-    d = ferro_block_reduce(d, false);
+        d += log_out ? (A)gy[off + j] : (A)gy[off + j] * (A)y[off + j];
+    d = ferro_block_sum(d, scratch);
     for (long long j = threadIdx.x; j < cols; j += blockDim.x) {
-        const double g = gy[off + j], v = y[off + j];
-        gx[off + j] = (T)(log_out ? g - exp(v) * d : v * (g - d));
+        const A g = gy[off + j], v = y[off + j];
+        gx[off + j] = (T)(log_out ? g - ferro_exp(v) * d : v * (g - d));
     }
 }

@@ -277,6 +277,8 @@ cdef class OpDef:
     cdef readonly str display
     cdef readonly object cpu_forward     # fused CPU overrides (None: use forward/backward)
     cdef readonly object cpu_backward
+    cdef readonly object gpu_forward     # fused GPU (RawKernel) overrides, likewise
+    cdef readonly object gpu_backward
 
     def __init__(self, str name, forward, backward=None, *, bint broadcasts=False,
                  bint differentiable=True, bint same_dtype=True, bint view=False,
@@ -300,6 +302,16 @@ cdef class OpDef:
         """
         self.cpu_forward = forward
         self.cpu_backward = backward
+
+    def set_gpu_override(self, forward=None, backward=None):
+        """Register GPU (CuPy RawKernel) versions of forward and/or backward (same signatures).
+
+        They run for CuPy arrays unless overrides are disabled, on the same terms as
+        :meth:`set_cpu_override`: a node whose forward ran the override runs the backward
+        override too; an op with only a backward override takes it for every CuPy node.
+        """
+        self.gpu_forward = forward
+        self.gpu_backward = backward
 
     def __repr__(self):
         return f"<OpDef {self.name}>"
@@ -594,9 +606,14 @@ def apply(OpDef op, *args, **params):
             node._site = _user_site()
 
     fwd = op.forward
-    if _use_overrides and op.cpu_forward is not None and atype is cnp.ndarray:
-        fwd = op.cpu_forward
-        node._fused = True
+    if _use_overrides:
+        if atype is cnp.ndarray:
+            if op.cpu_forward is not None:
+                fwd = op.cpu_forward
+                node._fused = True
+        elif op.gpu_forward is not None:
+            fwd = op.gpu_forward
+            node._fused = True
     cdef long long t0 = 0
     if _profiler is not None:
         t0 = _now_ns()
@@ -957,11 +974,45 @@ cdef bint _plain_array(object arr):
             and cnp.PyArray_IS_C_CONTIGUOUS(a))
 
 
+# The GPU backend (ferro.cuda.fused registers it; None until then): whether a CuPy array owns
+# its memory as _plain_array asks of NumPy arrays, ``dst += src`` in place, and sum-to-shape.
+cdef object _gpu_owns = None
+cdef object _gpu_accumulate = None
+cdef object _gpu_sum_to_shape = None
+
+
+def set_gpu_backend(owns, accumulate, sum_to_shape):
+    """Register the GPU accumulation and sum-to-shape (``ferro.cuda.fused`` does, at import).
+
+    ``owns(arr)``: the CuPy array owns writeable, C-contiguous memory nobody else sees.
+    ``accumulate(dst, src)``: ``dst += src`` in place. ``sum_to_shape(g, shape)``: a new
+    array, or ValueError when its kernel cannot take ``g`` (the generic path runs then).
+    """
+    global _gpu_owns, _gpu_accumulate, _gpu_sum_to_shape
+    _gpu_owns, _gpu_accumulate, _gpu_sum_to_shape = owns, accumulate, sum_to_shape
+
+
 cdef bint _can_write(_Entry e):
     """Note [Grad ownership]: may the engine write into ``e.grad`` now?"""
-    if not e.owned and _plain_array(e.grad) and _slot_exclusive(e):
+    if not e.owned and _slot_exclusive(e) and (
+        _plain_array(e.grad)
+        or (_gpu_owns is not None and type(e.grad) is not cnp.ndarray and _gpu_owns(e.grad))
+    ):
         e.owned = True
     return e.owned and _slot_exclusive(e)
+
+
+cdef bint _gpu_add_inplace(object dst, object src) except -1:
+    """``dst += src`` for a CuPy ``dst`` the engine may write (the accumulation kernel when
+    overrides are on and it takes the arrays, CuPy's in-place add otherwise)."""
+    if _use_overrides and _gpu_accumulate is not None:
+        try:
+            _gpu_accumulate(dst, src)
+            return True
+        except ValueError:
+            pass
+    dst += src
+    return True
 
 
 def _calibrate():
@@ -988,10 +1039,16 @@ cdef int _add_to(_Entry e, object g) except -1:
         e.grad = g
         e.owned = False
         return 0
-    if _can_write(e) and cpu_kernels.supports(e.grad) and _same_dtype(e.grad, g):
-        cpu_kernels.add_inplace(<cnp.ndarray>e.grad, g if type(g) is cnp.ndarray else _np.asarray(g))
-        _n_inplace_adds += 1
-        return 0
+    if _can_write(e) and _same_dtype(e.grad, g):
+        if cpu_kernels.supports(e.grad):
+            cpu_kernels.add_inplace(<cnp.ndarray>e.grad,
+                                    g if type(g) is cnp.ndarray else _np.asarray(g))
+            _n_inplace_adds += 1
+            return 0
+        if type(e.grad) is not cnp.ndarray and type(g) is type(e.grad):
+            _gpu_add_inplace(e.grad, g)
+            _n_inplace_adds += 1
+            return 0
     e.grad = _as_array(e.grad + g)
     e.owned = True
     _n_outofplace_adds += 1
@@ -1002,6 +1059,11 @@ cdef object _sum_to_shape(object g, tuple shape):
     """Undo broadcasting: sum ``g`` back to ``shape``. The one place it happens."""
     if cpu_kernels.supports(g):
         return cpu_kernels.sum_to_shape(<cnp.ndarray>g, shape)
+    if _use_overrides and _gpu_sum_to_shape is not None and type(g) is not cnp.ndarray:
+        try:
+            return _gpu_sum_to_shape(g, shape)
+        except ValueError:
+            pass  # shapes that do not broadcast get the generic path's ShapeError
     return sum_to_shape_generic(g, shape)
 
 
@@ -1025,7 +1087,8 @@ def sum_to_shape_generic(g, tuple shape):
 
 
 def sum_to_shape(g, tuple shape):
-    """Sum the array ``g`` back to ``shape`` (fused on the CPU, generic elsewhere)."""
+    """Sum the array ``g`` back to ``shape`` (one kernel on the CPU and the GPU, generic for
+    other arrays)."""
     if _shape_is(g, shape):
         return g
     return _sum_to_shape(g, shape)
@@ -1445,11 +1508,15 @@ cdef tuple _run_node(Node node, _Entry e, Py_ssize_t n_out, Py_ssize_t n_in):
     if node._n_sv and not node._released:
         _check_versions(node)
     bwd = node.op.backward
-    if node.op.cpu_backward is not None:
-        # An op with a fused forward pairs it with its fused backward (they share saved state);
-        # an op with only a fused backward takes it whenever overrides are on.
-        if node._fused if node.op.cpu_forward is not None else (_use_overrides and node.xp is _np):
-            bwd = node.op.cpu_backward
+    # An op with a fused forward pairs it with its fused backward (they share saved state); an
+    # op with only a fused backward takes it whenever overrides are on.
+    if node.xp is _np:
+        if node.op.cpu_backward is not None:
+            if node._fused if node.op.cpu_forward is not None else _use_overrides:
+                bwd = node.op.cpu_backward
+    elif node.op.gpu_backward is not None:
+        if node._fused if node.op.gpu_forward is not None else _use_overrides:
+            bwd = node.op.gpu_backward
     cdef long long t0 = 0
     if _profiler is not None:
         t0 = _now_ns()
@@ -1565,6 +1632,10 @@ cdef int _commit_grad(_Entry s, TensorBase t) except -1:
                 and _same_dtype(arr, s.grad) and cnp.PyArray_ISWRITEABLE(<cnp.ndarray>arr)
                 and cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>arr)):
             cpu_kernels.add_inplace(<cnp.ndarray>arr, <cnp.ndarray>s.grad)
+            _n_inplace_adds += 1
+        elif (type(arr) is not cnp.ndarray and type(arr) is type(s.grad)
+                and _shape_is(arr, s.grad.shape) and _same_dtype(arr, s.grad)):
+            _gpu_add_inplace(arr, s.grad)
             _n_inplace_adds += 1
         else:
             t._grad = new_tensor(_as_array(arr + s.grad))

@@ -106,6 +106,20 @@ def test_cross_entropy_kernels_match_the_cpu_op(per_row):
     np.testing.assert_allclose(grad.get() * 2, xt.grad.numpy(), rtol=1e-9, atol=1e-12)
 
 
+def test_softmax_kernel_takes_masked_rows():
+    """-inf entries (masks) weigh nothing; a NaN poisons its row, as in NumPy."""
+    from ferro.cuda import ops
+
+    x = np.array(
+        [[0.0, -np.inf, 1.0, -np.inf], [-np.inf, 2.0, -np.inf, -np.inf], [0, np.nan, 0, 0]]
+    )
+    e = np.exp(x - np.nanmax(x, axis=1, keepdims=True))
+    want = e / e.sum(axis=1, keepdims=True)
+    got = ops.softmax_forward(cp.asarray(x), False).get()
+    np.testing.assert_allclose(got[:2], want[:2], rtol=1e-12)
+    assert np.isnan(got[2]).all()
+
+
 def test_cross_entropy_kernel_gives_nan_for_a_target_out_of_range():
     from ferro.cuda import ops
 

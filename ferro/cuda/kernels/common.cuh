@@ -79,8 +79,8 @@ __device__ __forceinline__ void ferro_row_state(const T* __restrict__ x, long lo
         if (v > m) {
             s = s * ferro_exp(m - v) + A(1);  // exp(-inf) = 0 on the first element
             m = v;
-        } else {
-            s += ferro_exp(v - m);
+        } else if (v != A(-FERRO_INF)) {  // -inf adds 0 (and -inf - -inf would be NaN)
+            s += ferro_exp(v - m);            // NaN stays NaN
         }
     }
 }

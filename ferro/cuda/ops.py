@@ -3,8 +3,9 @@
 Each wrapper checks what its kernel assumes (C-contiguous float32/float64 arrays of one dtype
 and matching shapes) and raises ``ValueError`` otherwise, so the overrides in
 :mod:`ferro.cuda.fused` can fall back to the generic CuPy expression. The host-side planning
-(:func:`plan_sum_to_shape`, :func:`sum_launch`) is plain Python and tested without a GPU;
-``tests/cuda/test_kernels_gpu.py`` checks every kernel against NumPy on a device.
+(:func:`plan_sum_to_shape`, :func:`sum_launch`) is plain Python. ``tests/cuda/test_kernels.py``
+runs these wrappers and the kernel sources against NumPy twice: on a device when there is one,
+and everywhere on a CPU emulation of the CUDA features the kernels use (``cuda_emu.h``).
 """
 
 from __future__ import annotations
@@ -102,6 +103,11 @@ def _sm_count(device_id: int) -> int:
     return cupy.cuda.Device(device_id).attributes["MultiProcessorCount"]
 
 
+def _sm_count_of(arr) -> int:
+    """Multiprocessors of the device holding ``arr`` (the emulated-kernel tests replace it)."""
+    return _sm_count(arr.device.id)
+
+
 def accumulate(dst, src) -> None:
     """``dst += src`` in place (dst owned by the engine)."""
     t = _check(dst, src)
@@ -124,7 +130,7 @@ def sum_to_shape(src, shape: tuple):
     if n_out == 0 or n_red == 0:
         return cupy.zeros(shape, dtype=src.dtype)
     out = cupy.empty(shape, dtype=src.dtype)
-    (gx, gy), block = sum_launch(lens, red_mask, n_out, n_red, _sm_count(src.device.id))
+    (gx, gy), block = sum_launch(lens, red_mask, n_out, n_red, _sm_count_of(src))
     if gy > 1:
         ws = cupy.empty((gy, n_out), dtype=np.float64)
         counter = cupy.zeros(gx, dtype=np.uint32)

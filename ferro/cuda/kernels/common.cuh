@@ -44,8 +44,8 @@ template <typename A> __device__ A ferro_block_sum(A v, A* scratch) {
 // Online softmax state (running max m, sum of exp(x - m)): merging two states.
 template <typename A> __device__ __forceinline__ void ferro_merge(A& m, A& s, A m2, A s2) {
     const A mm = m > m2 ? m : m2;
-    if (mm == A(-FERRO_INF)) {  // both empty: keep (-inf, 0), never exp(-inf - -inf)
-        s = A(0);
+    if (mm == A(-FERRO_INF)) {  // no finite value on either side: s is 0 or NaN; keep a NaN
+        s = s + s2;             // (and never compute exp(-inf - -inf))
     } else {
         s = s * ferro_exp(m - mm) + s2 * ferro_exp(m2 - mm);
     }

@@ -107,33 +107,25 @@ _softmax_pair(act.Softmax, log=False)
 _softmax_pair(act.LogSoftmax, log=True)
 
 
-def _ce_forward(ctx, logits, *, target, weight, ignore_index, smoothing, reduction):
-    if weight is None and not smoothing:
+def _ce_forward(ctx, logits, **params):
+    target, ignore, reduction = params["target"], params["ignore_index"], params["reduction"]
+    if params["weight"] is None and not params["smoothing"]:
         try:
-            per_row, lse = K.cross_entropy_forward(logits, target, ignore_index)
+            per_row, lse = K.cross_entropy_forward(logits, target, ignore)
         except ValueError:
             pass
         else:
-            xp = ctx.xp
             ctx.save(logits)
             ctx.fused = True
-            ctx.target, ctx.ignore, ctx.lse, ctx.reduction = target, ignore_index, lse, reduction
+            ctx.target, ctx.ignore, ctx.lse, ctx.reduction = target, ignore, lse, reduction
             if reduction == "mean":
                 # Rows not ignored, counted on the device: nothing waits for the GPU here.
-                ctx.denom = (target != ignore_index).sum().astype(logits.dtype)
+                ctx.denom = (target != ignore).sum().astype(logits.dtype)
                 return per_row.sum() / ctx.denom
-            ctx.denom = xp.ones((), dtype=logits.dtype)
+            ctx.denom = ctx.xp.ones((), dtype=logits.dtype)
             return per_row if reduction == "none" else per_row.sum()
     ctx.fused = False
-    return loss.CrossEntropy.forward(
-        ctx,
-        logits,
-        target=target,
-        weight=weight,
-        ignore_index=ignore_index,
-        smoothing=smoothing,
-        reduction=reduction,
-    )
+    return loss.CrossEntropy.forward(ctx, logits, **params)
 
 
 def _ce_backward(ctx, gy):

@@ -261,3 +261,96 @@ def test_dropout_mask_replays_from_saved_state(xp):
     assert np.allclose(m1[m1 != 0], 1 / 0.7)
     m3 = host(K.dropout_mask((3001,), 0.3, np.float32))  # the offset moved on
     assert not np.array_equal(m1, m3)
+
+
+# ---------------------------------------------------------------------------------------------
+# The GPU overrides (ferro/cuda/fused.py) against the generic forward/backward they replace, on
+# the same two backends, with a stand-in for the node the engine passes as ctx.
+# ---------------------------------------------------------------------------------------------
+
+
+class _Ctx:
+    def __init__(self, xp):
+        self.xp = xp
+        self._saved = ()
+
+    def save(self, *arrays):
+        self._saved = arrays
+
+    @property
+    def saved(self):
+        return self._saved
+
+
+def _ops():
+    from ferro.ops import activation as act
+    from ferro.ops import elementwise as ew
+
+    return {
+        "relu": (act.Relu, {}),
+        "leaky_relu": (act.LeakyRelu, {"slope": 0.2}),
+        "sigmoid": (ew.Sigmoid, {}),
+        "tanh": (ew.Tanh, {}),
+        "gelu": (act.Gelu, {"approximate": "none"}),
+        "gelu_tanh": (act.Gelu, {"approximate": "tanh"}),  # no kernel: the generic backward
+        "silu": (act.Silu, {}),
+    }
+
+
+@pytest.mark.parametrize("name", sorted(_ops()))
+def test_activation_overrides_match_the_generic_backward(xp, name):
+    op, params = _ops()[name]
+    rng = np.random.default_rng(5)
+    x = xp.asarray(rng.normal(size=(40, 30)) * 3)
+    gy_wide = xp.asarray(rng.normal(size=(40, 60)))
+    ctx = _Ctx(xp)
+    op.forward(ctx, x, **params)
+    for gy in (gy_wide[:, :30].copy(), gy_wide[:, ::2]):  # contiguous, then a strided view
+        np.testing.assert_allclose(
+            host(op.gpu_backward(ctx, gy)), host(op.backward(ctx, gy)), rtol=1e-12, atol=1e-13
+        )
+
+
+@pytest.mark.parametrize("log", [False, True])
+@pytest.mark.parametrize("axis", [-1, 1, 0])
+def test_softmax_overrides_match_the_generic_op(xp, log, axis):
+    from ferro.ops import activation as act
+
+    op = act.LogSoftmax if log else act.Softmax
+    rng = np.random.default_rng(6)
+    x = xp.asarray(rng.normal(size=(9, 50)) * 4)
+    gy = xp.asarray(rng.normal(size=(9, 50)))
+    mine, ref = _Ctx(xp), _Ctx(xp)
+    y = op.gpu_forward(mine, x, axis=axis)
+    np.testing.assert_allclose(host(y), host(op.forward(ref, x, axis=axis)), rtol=1e-12)
+    got = op.gpu_backward(mine, gy)
+    np.testing.assert_allclose(host(got), host(op.backward(ref, gy)), rtol=1e-10, atol=1e-12)
+    assert getattr(mine, "fused", True) == (axis != 0)  # axis 0 takes the generic path
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("extra", [{}, {"smoothing": 0.1}, {"weight": True}])
+def test_cross_entropy_override_matches_the_generic_op(xp, reduction, extra):
+    from ferro.ops import loss
+
+    rng = np.random.default_rng(7)
+    x = xp.asarray(rng.normal(size=(12, 40)) * 3)
+    t = rng.integers(0, 40, 12)
+    t[[2, 5]] = -1
+    params = {
+        "target": xp.asarray(t),
+        "weight": xp.asarray(rng.uniform(0.5, 2, 40)) if extra.get("weight") else None,
+        "ignore_index": -1,
+        "smoothing": extra.get("smoothing", 0.0),
+        "reduction": reduction,
+    }
+    gy = xp.asarray(rng.normal(size=12) if reduction == "none" else np.array(1.7))
+    mine, ref = _Ctx(xp), _Ctx(xp)
+    out = loss.CrossEntropy.gpu_forward(mine, x, **params)
+    want = loss.CrossEntropy.forward(ref, x, **params)
+    np.testing.assert_allclose(host(out), host(want), rtol=1e-12)
+    got = loss.CrossEntropy.gpu_backward(mine, gy)
+    np.testing.assert_allclose(
+        host(got), host(loss.CrossEntropy.backward(ref, gy)), rtol=1e-10, atol=1e-13
+    )
+    assert mine.fused == (not extra)  # weights or smoothing: the generic path

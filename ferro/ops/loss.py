@@ -92,7 +92,8 @@ def _targets(target, n_classes, ignore_index, op):
     if t.dtype.kind not in "iu":
         raise DtypeError(f"{op}: class-index targets must be integer, got {t.dtype}")
     valid = t != ignore_index
-    if valid.any() and (t[valid].min() < 0 or t[valid].max() >= n_classes):
+    # One reduction, so a GPU target costs one device-to-host read (no boolean indexing).
+    if (valid & ((t < 0) | (t >= n_classes))).any():
         raise ShapeError(
             f"{op}: target classes must lie in [0, {n_classes}) (or equal ignore_index "
             f"{ignore_index}); got values in [{int(t[valid].min())}, {int(t[valid].max())}]"

@@ -76,6 +76,7 @@ class Optimizer:
                     if p.grad is None:
                         continue
                     state = self.state.setdefault(p, {})
+                    self._begin_step(p.data, state, group)
                     g = p.grad.data
                     arrays = (p.data, g) + tuple(
                         v for v in state.values() if isinstance(v, np.ndarray)
@@ -86,6 +87,10 @@ class Optimizer:
                         self._update_generic(p.data, g, state, group)
                     bump_version(p)  # saved copies of p in a live graph are now stale
         return loss
+
+    def _begin_step(self, p, state, group):
+        """Create the parameter's state on its first step and advance its step count, once
+        per step whichever update runs (so the layout check sees the state arrays too)."""
 
     def _update_fused(self, p, g, state, group):
         raise NotImplementedError

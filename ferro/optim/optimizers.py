@@ -92,15 +92,14 @@ class Adam(Optimizer):
             raise ValueError(f"{type(self).__name__}: betas must be in [0, 1), got {betas}")
         super().__init__(params, dict(lr=lr, betas=(b1, b2), eps=eps, weight_decay=weight_decay))
 
-    def _init(self, p, state):
+    def _begin_step(self, p, state, group):
         if "step" not in state:
             state["step"] = 0
             state["exp_avg"] = np.zeros_like(p)
             state["exp_avg_sq"] = np.zeros_like(p)
+        state["step"] += 1
 
     def _update_fused(self, p, g, state, group):
-        self._init(p, state)
-        state["step"] += 1
         b1, b2 = group["betas"]
         t = state["step"]
         K.adam_update(
@@ -119,8 +118,6 @@ class Adam(Optimizer):
         )
 
     def _update_generic(self, p, g, state, group):
-        self._init(p, state)
-        state["step"] += 1
         b1, b2 = group["betas"]
         t, lr, wd = state["step"], group["lr"], group["weight_decay"]
         if self.decoupled:
@@ -181,7 +178,7 @@ class RMSprop(Optimizer):
             ),
         )
 
-    def _init(self, p, state, group):
+    def _begin_step(self, p, state, group):
         if "square_avg" not in state:
             state["step"] = 0
             state["square_avg"] = np.zeros_like(p)
@@ -189,10 +186,9 @@ class RMSprop(Optimizer):
                 state["momentum_buffer"] = np.zeros_like(p)
             if group["centered"]:
                 state["grad_avg"] = np.zeros_like(p)
+        state["step"] += 1
 
     def _update_fused(self, p, g, state, group):
-        self._init(p, state, group)
-        state["step"] += 1
         K.rmsprop_update(
             p,
             g,
@@ -208,8 +204,6 @@ class RMSprop(Optimizer):
         )
 
     def _update_generic(self, p, g, state, group):
-        self._init(p, state, group)
-        state["step"] += 1
         if group["weight_decay"]:
             g = g + group["weight_decay"] * p
         a = group["alpha"]
@@ -255,24 +249,21 @@ class Adagrad(Optimizer):
             ),
         )
 
-    def _init(self, p, state, group):
+    def _begin_step(self, p, state, group):
         if "sum" not in state:
             state["step"] = 0
             state["sum"] = np.full_like(p, group["initial_accumulator_value"])
+        state["step"] += 1
 
     def _clr(self, state, group):
         return group["lr"] / (1 + (state["step"] - 1) * group["lr_decay"])
 
     def _update_fused(self, p, g, state, group):
-        self._init(p, state, group)
-        state["step"] += 1
         K.adagrad_update(
             p, g, state["sum"], self._clr(state, group), group["eps"], group["weight_decay"]
         )
 
     def _update_generic(self, p, g, state, group):
-        self._init(p, state, group)
-        state["step"] += 1
         if group["weight_decay"]:
             g = g + group["weight_decay"] * p
         s = state["sum"]

@@ -1002,17 +1002,17 @@ cdef bint _can_write(_Entry e):
     return e.owned and _slot_exclusive(e)
 
 
-cdef bint _gpu_add_inplace(object dst, object src) except -1:
+cdef int _gpu_add_inplace(object dst, object src) except -1:
     """``dst += src`` for a CuPy ``dst`` the engine may write (the accumulation kernel when
     overrides are on and it takes the arrays, CuPy's in-place add otherwise)."""
     if _use_overrides and _gpu_accumulate is not None:
         try:
             _gpu_accumulate(dst, src)
-            return True
+            return 0
         except ValueError:
             pass
     dst += src
-    return True
+    return 0
 
 
 def _calibrate():

@@ -35,11 +35,7 @@ def _owns(arr) -> bool:
     return mem is not None and not isinstance(mem, UnownedMemory)
 
 
-def _sum_to_shape(g, shape):
-    return K.sum_to_shape(g, shape)
-
-
-engine.set_gpu_backend(_owns, K.accumulate, _sum_to_shape)
+engine.set_gpu_backend(_owns, K.accumulate, K.sum_to_shape)
 
 
 def _backward_from_saved(op_def, name, index=0, slope_attr=None):

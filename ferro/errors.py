@@ -13,6 +13,16 @@ builtin a Python user would expect, so ``except ValueError`` keeps working:
 - :class:`AnomalyError` (``GraphError``): NaN/Inf in a gradient under anomaly detection.
 - :class:`CheckpointError` (``GraphError``): a checkpoint's recomputation did not match.
 - :class:`GradcheckError` (``AssertionError``): ``ferro.testing.gradcheck`` found a wrong gradient.
+- :class:`ArgumentError` (``ValueError``): an argument's value is not allowed (a negative size,
+  an unknown mode string, a size that overflows, ...).
+- :class:`ArgumentTypeError` (``TypeError``): an argument of a type the function does not take
+  (a ragged list, an object array, ``None`` where a tensor is needed, ...).
+- :class:`IndexOutOfRangeError` (``IndexError``): an index outside the dimension it indexes.
+  Python's iteration protocol and ``except IndexError`` rely on the builtin base.
+- :class:`ReadOnlyError` (``ValueError``): an in-place write (an in-place op, an optimizer step,
+  a fused kernel) into memory that is not writeable, such as a read-only memory map.
+- :class:`NotSupportedError` (``NotImplementedError``): a feature ferro deliberately does not
+  provide (float16 on the CPU, ...), named as such rather than failing later.
 
 Messages name the op, what was expected and what was received.
 """
@@ -58,6 +68,26 @@ class GradcheckError(FerroError, AssertionError):
     """``ferro.testing.gradcheck`` found analytical and numerical gradients that disagree."""
 
 
+class ArgumentError(FerroError, ValueError):
+    """An argument's value is not allowed."""
+
+
+class ArgumentTypeError(FerroError, TypeError):
+    """An argument of a type the function does not take."""
+
+
+class IndexOutOfRangeError(FerroError, IndexError):
+    """An index outside the dimension it indexes."""
+
+
+class ReadOnlyError(FerroError, ValueError):
+    """An in-place write into memory that is not writeable."""
+
+
+class NotSupportedError(FerroError, NotImplementedError):
+    """A feature ferro deliberately does not provide."""
+
+
 __all__ = [
     "FerroError",
     "ShapeError",
@@ -69,4 +99,9 @@ __all__ = [
     "CheckpointError",
     "SerializationError",
     "GradcheckError",
+    "ArgumentError",
+    "ArgumentTypeError",
+    "IndexOutOfRangeError",
+    "ReadOnlyError",
+    "NotSupportedError",
 ]

@@ -27,6 +27,14 @@ from cpython.long cimport PyLong_AsLong
 from cpython.ref cimport Py_INCREF, Py_XDECREF
 from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from cpython.object cimport PyObject
+from cpython.pythread cimport (
+    NOWAIT_LOCK,
+    WAIT_LOCK,
+    PyThread_acquire_lock,
+    PyThread_allocate_lock,
+    PyThread_release_lock,
+    PyThread_type_lock,
+)
 
 from ferro._C cimport cpu_kernels
 from ferro._C.tensor cimport TensorBase, VersionCounter, new_tensor, version_counter
@@ -38,10 +46,13 @@ import numpy as np
 
 from ferro.errors import (
     AnomalyError,
+    ArgumentError,
+    ArgumentTypeError,
     DeviceError,
     DtypeError,
     GradientError,
     GraphError,
+    ReadOnlyError,
     ShapeError,
 )
 
@@ -171,7 +182,7 @@ def is_inference_mode_enabled():
 def _set_mode(int mode):
     """Set the grad mode (0 no_grad, 1 grad, 2 inference); returns a token for :func:`_reset_mode`."""
     if mode not in (MODE_NO_GRAD, MODE_GRAD, MODE_INFERENCE):
-        raise ValueError(f"invalid grad mode {mode}")
+        raise ArgumentError(f"_set_mode: invalid grad mode {mode}; expected 0, 1 or 2")
     return _MODE.set(mode)
 
 
@@ -227,7 +238,10 @@ cdef object _xp_of(object arr):
             import cupy
             xp = cupy
         else:
-            raise TypeError(f"ferro: unsupported array type {t.__module__}.{t.__name__}")
+            raise ArgumentTypeError(
+                f"ferro: unsupported array type {t.__module__}.{t.__name__}; expected a "
+                "numpy.ndarray or cupy.ndarray"
+            )
         _xp_by_type[t] = xp
     return xp
 
@@ -284,7 +298,7 @@ cdef class OpDef:
                  bint differentiable=True, bint same_dtype=True, bint view=False,
                  str display=None):
         if differentiable and backward is None:
-            raise TypeError(f"op {name!r}: a differentiable op needs a backward")
+            raise ArgumentTypeError(f"op {name!r}: a differentiable op needs a backward")
         self.name = name
         self.forward = forward
         self.backward = backward
@@ -597,7 +611,7 @@ def apply(OpDef op, *args, **params):
         Py_INCREF(arr)
         PyTuple_SET_ITEM(call, i + 1, arr)
     if atype is None:
-        raise TypeError(f"{op.name}: expected at least one tensor argument")
+        raise ArgumentTypeError(f"{op.name}: expected at least one tensor argument")
     node.xp = _xp_of(first_arr)
     record = record and op.differentiable
     if record:
@@ -622,13 +636,9 @@ def apply(OpDef op, *args, **params):
             out = fwd(*call, **params)
         else:
             out = fwd(*call)
-    except ValueError as exc:
-        if op.broadcasts and "broadcast" in str(exc):
-            raise ShapeError(
-                f"{op.name}: shapes "
-                + ", ".join(str(tuple(x.shape)) for x in call[1:] if hasattr(x, "shape"))
-                + " do not broadcast together"
-            ) from None
+    except ValueError:
+        if op.broadcasts:
+            _check_broadcast(op, call)
         raise
 
     if type(out) is tuple:
@@ -684,6 +694,19 @@ def apply(OpDef op, *args, **params):
     return results
 
 
+cdef int _check_broadcast(OpDef op, tuple call) except -1:
+    # Only on the error path of a broadcasting op's forward: if the array arguments' shapes do
+    # not broadcast, that is the error to report (whatever the array library's message said).
+    shapes = [tuple(x.shape) for x in call[1:] if _is_array(x)]
+    try:
+        _np.broadcast_shapes(*shapes)
+    except ValueError:
+        raise ShapeError(
+            f"{op.name}: shapes {', '.join(str(sh) for sh in shapes)} do not broadcast together"
+        ) from None
+    return 0
+
+
 cdef inline bint _is_nondiff(Node node, object arr):
     if node._nondiff is None:
         return False
@@ -698,6 +721,12 @@ cdef int _link(Node node, tuple args, Py_ssize_t n, OpDef op) except -1:
     cdef tuple nexts = PyTuple_New(n)
     cdef tuple nrs = PyTuple_New(n)
     cdef TensorBase t
+    # Both must be Python objects held by a variable: PyTuple_SET_ITEM steals the reference
+    # Py_INCREF gave. Left to inference, nr_obj became a C integer, and each use made a
+    # temporary int that was freed at once, leaving the tuple a dangling pointer for output
+    # numbers above 256 (smaller ints are cached by CPython and survived by luck).
+    cdef object target, nr_obj
+    cdef Py_ssize_t i
     for i in range(n):
         a = args[i]
         target = None
@@ -822,6 +851,12 @@ def commit_inplace(TensorBase t, TensorBase out, str op_name):
             f"{op_name}: the result has dtype {out._data.dtype} but the tensor modified in place "
             f"has dtype {t._data.dtype}"
         )
+    if type(t._data) is cnp.ndarray and not cnp.PyArray_ISWRITEABLE(<cnp.ndarray>t._data):
+        raise ReadOnlyError(
+            f"{op_name}: the tensor modified in place (shape {tuple(t._data.shape)}, dtype "
+            f"{t._data.dtype}) wraps read-only memory (a read-only memory map, np.frombuffer of "
+            "bytes, ...); copy it first (t.clone()) or make the array writeable"
+        )
     if out._data is not t._data:
         t._data[...] = out._data
     cdef VersionCounter vc = version_counter(t)
@@ -869,7 +904,7 @@ cdef class RemovableHandle:
 
 cdef RemovableHandle _add_hook(dict hooks, fn):
     if not callable(fn):
-        raise TypeError(f"hook must be callable, got {type(fn).__name__}")
+        raise ArgumentTypeError(f"register hook: the hook must be callable, got {type(fn).__name__}")
     h = RemovableHandle(hooks)
     hooks[h.id] = fn
     return h
@@ -1022,10 +1057,10 @@ def _calibrate():
     _REF_BASELINE = _refcnt(<PyObject*>probe.grad)
     # The rule must accept an array only the entry holds and refuse one held twice.
     if not _slot_exclusive(probe):
-        raise RuntimeError("ferro: refcount calibration failed")
+        raise GraphError("ferro: refcount calibration failed")
     other = probe.grad
     if _slot_exclusive(probe):
-        raise RuntimeError("ferro: refcount calibration cannot see a second holder")
+        raise GraphError("ferro: refcount calibration cannot see a second holder")
     return _REF_BASELINE
 
 
@@ -1209,12 +1244,14 @@ def run_backward(tuple roots, tuple root_grads, bint retain_graph=False, tuple i
     cdef bint selective = inputs is not None
 
     if len(roots) != len(root_grads):
-        raise ValueError(f"backward: got {len(roots)} tensors but {len(root_grads)} gradients")
+        raise ArgumentError(f"backward: got {len(roots)} tensors but {len(root_grads)} gradients")
 
     # Seed the roots.
     for k in range(len(roots)):
         if not isinstance(roots[k], TensorBase):
-            raise TypeError(f"backward: element {k} is a {type(roots[k]).__name__}, not a Tensor")
+            raise ArgumentTypeError(
+                f"backward: element {k} is a {type(roots[k]).__name__}, not a Tensor"
+            )
         t = <TensorBase>roots[k]
         if not t._requires_grad:
             raise GraphError(
@@ -1290,7 +1327,9 @@ def run_backward(tuple roots, tuple root_grads, bint retain_graph=False, tuple i
         results = [None] * len(inputs)
         for k in range(len(inputs)):
             if not isinstance(inputs[k], TensorBase):
-                raise TypeError(f"inputs: element {k} is a {type(inputs[k]).__name__}, not a Tensor")
+                raise ArgumentTypeError(
+                    f"inputs: element {k} is a {type(inputs[k]).__name__}, not a Tensor"
+                )
             t = <TensorBase>inputs[k]
             if not t._requires_grad:
                 raise GraphError(f"inputs: element {k} does not require grad")
@@ -1357,28 +1396,95 @@ def run_backward(tuple roots, tuple root_grads, bint retain_graph=False, tuple i
             exc.add_note(f"(raised while running {node.name()} in backward{where})")
         raise
 
-    # The walk succeeded. In the documented order: accumulate into the leaves' .grad, run their
-    # post-accumulate hooks, then store retained non-leaf gradients; finally free the graph.
+    # The walk succeeded. Note [Commit order]: check every .grad the commit will write, then
+    # accumulate into the leaves' .grad, run their post-accumulate hooks, store retained
+    # non-leaf gradients, free the graph. Once the first .grad is written the backward has
+    # happened: a post-accumulate hook that raises stops the remaining hooks, but the retained
+    # gradients are still stored and the graph still freed (the `finally`), so retrying the
+    # backward cannot count a gradient twice.
     for item in commits:
-        t = <TensorBase>item[1]
-        if t._grad_fn is None:
-            _commit_grad(<_Entry>item[0], t)
-    for item in commits:
-        t = <TensorBase>item[1]
-        if t._post_acc_hooks is not None and t._grad_fn is None:
-            for fn in list(t._post_acc_hooks.values()):
-                fn(t)
-    for item in commits:
-        t = <TensorBase>item[1]
-        if t._grad_fn is not None:
-            _commit_grad(<_Entry>item[0], t)
-    if not retain_graph:
-        for node in ran:
-            node._saved = None
-            node._released = True
+        _check_commit(<_Entry>item[0], <TensorBase>item[1])
+    _lock_commits()
+    try:
+        for item in commits:
+            t = <TensorBase>item[1]
+            if t._grad_fn is None:
+                _commit_grad(<_Entry>item[0], t)
+    finally:
+        _unlock_commits()
+    try:
+        for item in commits:
+            t = <TensorBase>item[1]
+            if t._post_acc_hooks is not None and t._grad_fn is None:
+                for fn in list(t._post_acc_hooks.values()):
+                    fn(t)
+    except Exception as exc:
+        exc.add_note(
+            "(raised by a post-accumulate-grad hook: every leaf's .grad had already been "
+            "updated by this backward, and its graph is freed unless retain_graph=True)"
+        )
+        raise
+    finally:
+        _lock_commits()
+        try:
+            for item in commits:
+                t = <TensorBase>item[1]
+                if t._grad_fn is not None:
+                    _commit_grad(<_Entry>item[0], t)
+        finally:
+            _unlock_commits()
+        if not retain_graph:
+            for node in ran:
+                node._saved = None
+                node._released = True
     if results is not None and not accumulate:
         return tuple(results)
     return None
+
+
+# Note [Commit lock]: several threads may run backward at once (each walk's table is its own),
+# but their commits may meet in one leaf's .grad. The in-place add releases the GIL, and even the
+# out-of-place add is a read-modify-write of t._grad, so commits are serialized by one
+# process-wide lock: the result equals the serial sum. The lock is taken without the GIL when it
+# is contended (the holder needs the GIL to finish), and never held while user code runs.
+cdef PyThread_type_lock _commit_lock = PyThread_allocate_lock()
+
+
+cdef int _lock_commits() except -1:
+    if not PyThread_acquire_lock(_commit_lock, NOWAIT_LOCK):
+        with nogil:
+            PyThread_acquire_lock(_commit_lock, WAIT_LOCK)
+    return 0
+
+
+cdef inline void _unlock_commits() noexcept:
+    PyThread_release_lock(_commit_lock)
+
+
+cdef int _check_commit(_Entry s, TensorBase t) except -1:
+    # Before any .grad is written: the existing .grad must still fit the gradient (it can stop
+    # fitting when the user replaced t.data or t.grad.data by an array of another shape).
+    cur = t._grad
+    if cur is None:
+        return 0
+    arr = (<TensorBase>cur)._data
+    if type(arr) is not type(s.grad):
+        raise DeviceError(
+            f"backward: the existing .grad of a tensor of shape {tuple(t._data.shape)} is a "
+            f"{type(arr).__module__}.{type(arr).__name__}, the new gradient a "
+            f"{type(s.grad).__module__}.{type(s.grad).__name__}"
+        )
+    if not _shape_is(arr, tuple(s.grad.shape)):
+        raise ShapeError(
+            f"backward: the existing .grad has shape {tuple(arr.shape)} but the new gradient of "
+            f"the tensor has shape {tuple(s.grad.shape)}; set .grad to None first"
+        )
+    if not _same_dtype(arr, s.grad):
+        raise DtypeError(
+            f"backward: the existing .grad has dtype {arr.dtype} but the new gradient of the "
+            f"tensor has dtype {s.grad.dtype}; set .grad to None first"
+        )
+    return 0
 
 
 cdef bint _has_grad(_Entry e, Py_ssize_t n_out):
@@ -1640,5 +1746,6 @@ cdef int _commit_grad(_Entry s, TensorBase t) except -1:
         else:
             t._grad = new_tensor(_as_array(arr + s.grad))
             _n_outofplace_adds += 1
+    (<TensorBase>t._grad)._is_grad = True
     s.grad = None
     return 0

@@ -12,6 +12,7 @@ cdef class TensorBase:
     cdef Py_ssize_t _output_nr   # which output of _grad_fn this tensor is
     cdef bint _requires_grad
     cdef bint _is_inference      # created under inference_mode
+    cdef bint _is_grad           # is (or was) a leaf's .grad: .data keeps its shape and dtype
     cdef VersionCounter _vc      # created lazily: when saved, viewed or modified in place
     cdef Py_ssize_t _birth       # _vc's value when this tensor's history (grad_fn) was made
     cdef dict _hooks             # leaf tensor hooks: handle id -> fn

@@ -8,7 +8,7 @@ of that type without going through Python.
 
 from cpython.object cimport PyObject, PyTypeObject
 
-from ferro.errors import DtypeError, GraphError, ShapeError
+from ferro.errors import ArgumentTypeError, DeviceError, DtypeError, GraphError, ShapeError
 
 cdef type _tensor_type = TensorBase
 cdef tuple _EMPTY = ()
@@ -21,7 +21,7 @@ def set_tensor_type(type cls):
     """Make the engine create tensors of ``cls`` (a subclass of TensorBase)."""
     global _tensor_type
     if not issubclass(cls, TensorBase):
-        raise TypeError(f"{cls!r} is not a subclass of TensorBase")
+        raise ArgumentTypeError(f"set_tensor_type: {cls!r} is not a subclass of TensorBase")
     _tensor_type = cls
 
 
@@ -46,6 +46,22 @@ cdef TensorBase new_tensor(object data):
     return t
 
 
+cdef int _check_array(object value, str who) except -1:
+    # The array types a tensor may hold: NumPy's (native byte order) and CuPy's.
+    t = type(value)
+    if t.__module__.split(".")[0] not in ("numpy", "cupy") or t.__name__ != "ndarray":
+        raise ArgumentTypeError(
+            f"{who}: expected a numpy.ndarray, a cupy.ndarray or a Tensor, got "
+            f"{t.__module__}.{t.__name__}"
+        )
+    if not value.dtype.isnative:
+        raise DtypeError(
+            f"{who}: the array has non-native byte order ({value.dtype.str}); convert it with "
+            "arr.astype(arr.dtype.newbyteorder('='))"
+        )
+    return 0
+
+
 cdef class TensorBase:
     """Compiled core of :class:`ferro.Tensor`. Use ``ferro.tensor`` and friends to create one."""
 
@@ -58,8 +74,21 @@ cdef class TensorBase:
     def data(self, value):
         if isinstance(value, TensorBase):
             value = (<TensorBase>value)._data
-        if not hasattr(value, "shape") or not hasattr(value, "dtype"):
-            raise TypeError(f"Tensor.data: expected an array or Tensor, got {type(value).__name__}")
+        _check_array(value, "Tensor.data")
+        if self._requires_grad and value.dtype.kind not in _FLOAT_KINDS:
+            raise DtypeError(
+                f"Tensor.data: a tensor that requires grad needs floating point data, got dtype "
+                f"{value.dtype}"
+            )
+        if self._is_grad and (value.shape != self._data.shape or value.dtype != self._data.dtype
+                              or type(value) is not type(self._data)):
+            # A .grad's data must keep fitting the tensor it belongs to; the next backward would
+            # otherwise fail halfway through (or broadcast silently).
+            raise ShapeError(
+                f"Tensor.data: this tensor is a .grad of shape {self._data.shape} and dtype "
+                f"{self._data.dtype}; got an array of shape {value.shape} and dtype {value.dtype}. "
+                "Assign the tensor's .grad instead (or set it to None)"
+            )
         self._data = value
 
     @property
@@ -99,8 +128,16 @@ cdef class TensorBase:
     def grad(self, value):
         if value is not None:
             if not isinstance(value, TensorBase):
-                raise TypeError(f"Tensor.grad: expected a Tensor or None, got {type(value).__name__}")
+                raise ArgumentTypeError(
+                    f"Tensor.grad: expected a Tensor or None, got {type(value).__name__}"
+                )
             g = (<TensorBase>value)._data
+            if type(g) is not type(self._data):
+                raise DeviceError(
+                    f"Tensor.grad: the gradient is a {type(g).__module__}.{type(g).__name__}, "
+                    f"the tensor's data a {type(self._data).__module__}."
+                    f"{type(self._data).__name__}; move it to the tensor's device first"
+                )
             if g.shape != self._data.shape:
                 raise ShapeError(
                     f"Tensor.grad: gradient shape {g.shape} does not match tensor shape "
@@ -111,6 +148,7 @@ cdef class TensorBase:
                     f"Tensor.grad: gradient dtype {g.dtype} does not match tensor dtype "
                     f"{self._data.dtype}"
                 )
+            (<TensorBase>value)._is_grad = True
         self._grad = value
 
     @property
@@ -169,7 +207,7 @@ cdef class TensorBase:
 
     def __len__(self):
         if self._data.ndim == 0:
-            raise TypeError("len() of a 0-d tensor")
+            raise ArgumentTypeError("len() of a 0-d tensor")
         return self._data.shape[0]
 
 

@@ -12,6 +12,8 @@ import copy
 
 import numpy as np
 
+from ferro.errors import ArgumentTypeError
+
 DEFAULT_SEED = 67280421310721
 
 _generator = np.random.Generator(np.random.PCG64(DEFAULT_SEED))
@@ -31,7 +33,7 @@ def manual_seed(seed: int) -> np.random.Generator:
         True
     """
     if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
-        raise TypeError(f"manual_seed: seed must be an int, got {type(seed).__name__}")
+        raise ArgumentTypeError(f"manual_seed: seed must be an int, got {type(seed).__name__}")
     _generator.bit_generator.state = np.random.PCG64(int(seed)).state
     return _generator
 
@@ -44,5 +46,7 @@ def get_rng_state() -> dict:
 def set_rng_state(state: dict) -> None:
     """Restore a state returned by :func:`get_rng_state`."""
     if not isinstance(state, dict) or state.get("bit_generator") != "PCG64":
-        raise TypeError("set_rng_state: expected a state dict returned by ferro.get_rng_state()")
+        raise ArgumentTypeError(
+            "set_rng_state: expected a state dict returned by ferro.get_rng_state()"
+        )
     _generator.bit_generator.state = copy.deepcopy(state)

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 from ferro._C.tensor import TensorBase
+from ferro.errors import ArgumentTypeError
 
 
 def _shape(s) -> str:
@@ -17,7 +18,7 @@ def to_dot(tensor, name: str = "backward") -> str:
     """DOT text of the graph that backward from ``tensor`` would walk: one box per node (its
     name, output shapes and saved arrays), one ellipse per leaf that accumulates a gradient."""
     if not isinstance(tensor, TensorBase):
-        raise TypeError(f"to_dot: expected a Tensor, got {type(tensor).__name__}")
+        raise ArgumentTypeError(f"to_dot: expected a Tensor, got {type(tensor).__name__}")
     lines = [f"digraph {name} {{", '  rankdir="BT";', '  node [fontname="monospace"];']
     ids: dict[int, str] = {}
     stack = []

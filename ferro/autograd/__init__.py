@@ -17,6 +17,7 @@ from ferro.autograd.grad_mode import (
     no_grad,
     set_grad_enabled,
 )
+from ferro.errors import ArgumentError, ArgumentTypeError
 
 
 def _as_tuple(x, what: str) -> tuple:
@@ -26,7 +27,9 @@ def _as_tuple(x, what: str) -> tuple:
         return (x,)
     if isinstance(x, Sequence):
         return tuple(x)
-    raise TypeError(f"{what}: expected a Tensor or a sequence of Tensors, got {type(x).__name__}")
+    raise ArgumentTypeError(
+        f"{what}: expected a Tensor or a sequence of Tensors, got {type(x).__name__}"
+    )
 
 
 def _grad_arrays(grads, n: int, what: str) -> tuple:
@@ -34,7 +37,7 @@ def _grad_arrays(grads, n: int, what: str) -> tuple:
         return (None,) * n
     grads = _as_tuple(grads, what) if not isinstance(grads, TensorBase) else (grads,)
     if len(grads) != n:
-        raise ValueError(f"{what}: got {len(grads)} gradients for {n} tensors")
+        raise ArgumentError(f"{what}: got {len(grads)} gradients for {n} tensors")
     return tuple(None if g is None else (g.data if isinstance(g, TensorBase) else g) for g in grads)
 
 
@@ -57,7 +60,7 @@ def backward(tensors, grad_tensors=None, retain_graph: bool = False, inputs=None
     grads = _grad_arrays(grad_tensors, len(roots), "backward")
     ins = None if inputs is None else _as_tuple(inputs, "backward inputs")
     if ins is not None and not ins:
-        raise ValueError("backward: inputs= must not be empty")
+        raise ArgumentError("backward: inputs= must not be empty")
     _engine.run_backward(roots, grads, bool(retain_graph), ins, True, False)
 
 
@@ -84,7 +87,7 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, allow_unused: bo
     outs = _as_tuple(outputs, "grad outputs")
     ins = _as_tuple(inputs, "grad inputs")
     if not ins:
-        raise ValueError("grad: inputs must not be empty")
+        raise ArgumentError("grad: inputs must not be empty")
     grads = _grad_arrays(grad_outputs, len(outs), "grad")
     res = _engine.run_backward(outs, grads, bool(retain_graph), ins, False, bool(allow_unused))
     return tuple(None if g is None else wrap(g) for g in res)

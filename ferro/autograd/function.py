@@ -15,7 +15,7 @@ from __future__ import annotations
 from ferro._C.engine import OpDef, apply
 from ferro._C.tensor import TensorBase, wrap
 from ferro.autograd.grad_mode import no_grad
-from ferro.errors import GradientError
+from ferro.errors import ArgumentTypeError, GradientError
 
 
 def _is_array(x) -> bool:
@@ -33,7 +33,7 @@ def _make_opdef(cls) -> OpDef:
         outs = out if isinstance(out, tuple) else (out,)
         for k, o in enumerate(outs):
             if not isinstance(o, TensorBase):
-                raise TypeError(
+                raise ArgumentTypeError(
                     f"{name}.forward must return Tensors, got a {type(o).__name__} as output {k}"
                 )
         if isinstance(out, tuple):

@@ -14,6 +14,7 @@ dependencies: the last op of the forward first). Checkpointing is built on these
 from __future__ import annotations
 
 from ferro._C import engine as _engine
+from ferro.errors import ArgumentTypeError
 
 
 class saved_tensors_hooks:
@@ -27,7 +28,9 @@ class saved_tensors_hooks:
 
     def __init__(self, pack_hook, unpack_hook) -> None:
         if not callable(pack_hook) or not callable(unpack_hook):
-            raise TypeError("saved_tensors_hooks: pack_hook and unpack_hook must be callable")
+            raise ArgumentTypeError(
+                "saved_tensors_hooks: pack_hook and unpack_hook must be callable"
+            )
         self.pack_hook = pack_hook
         self.unpack_hook = unpack_hook
         self._tokens: list = []

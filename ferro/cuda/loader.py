@@ -12,6 +12,8 @@ from __future__ import annotations
 import functools
 import os
 
+from ferro.errors import DtypeError
+
 KERNEL_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels")
 
 # Options for every kernel (the target architecture is added per device by CuPy, per arch by
@@ -58,7 +60,7 @@ def ctype(dtype) -> str:
         return "float"
     if dt == np.float64:
         return "double"
-    raise TypeError(f"ferro.cuda: no kernel for dtype {dt}")
+    raise DtypeError(f"ferro.cuda: no kernel for dtype {dt}")
 
 
 @functools.cache

@@ -17,6 +17,7 @@ import numpy as np
 
 from ferro.cuda import get_rng_state, set_rng_state
 from ferro.cuda.loader import ctype, grid_for, kernel, row_block
+from ferro.errors import ArgumentError, ShapeError
 
 # ---------------------------------------------------------------------------------------------
 # Host-side planning (no CuPy needed)
@@ -36,7 +37,7 @@ def plan_sum_to_shape(src_shape: tuple, shape: tuple):
     src_shape, shape = tuple(src_shape), tuple(shape)
     lead = len(src_shape) - len(shape)
     if lead < 0 or any(s != g and s != 1 for s, g in zip(shape, src_shape[lead:], strict=True)):
-        raise ValueError(f"sum_to_shape: cannot reduce shape {src_shape} to {shape}")
+        raise ShapeError(f"sum_to_shape: cannot reduce shape {src_shape} to {shape}")
     kinds = [True] * lead + [
         s == 1 and g != 1 for s, g in zip(shape, src_shape[lead:], strict=True)
     ]
@@ -89,11 +90,11 @@ def _check(*arrays):
     a0 = arrays[0]
     for a in arrays:
         if not a.flags.c_contiguous or a.dtype != a0.dtype:
-            raise ValueError("ferro.cuda: kernels need C-contiguous arrays of one dtype")
+            raise ArgumentError("ferro.cuda: kernels need C-contiguous arrays of one dtype")
     try:
         return ctype(a0.dtype)
     except TypeError as exc:  # no kernel for this dtype: the caller falls back
-        raise ValueError(str(exc)) from None
+        raise ArgumentError(str(exc)) from None
 
 
 @functools.cache
@@ -112,7 +113,7 @@ def accumulate(dst, src) -> None:
     """``dst += src`` in place (dst owned by the engine)."""
     t = _check(dst, src)
     if dst.shape != src.shape:
-        raise ValueError(f"accumulate: shapes {dst.shape} and {src.shape} differ")
+        raise ShapeError(f"accumulate: shapes {dst.shape} and {src.shape} differ")
     if dst.size:
         grid, block = grid_for(dst.size)
         kernel("accumulate", f"ferro_accumulate<{t}>")(grid, block, (dst, src, np.int64(dst.size)))
@@ -125,7 +126,7 @@ def sum_to_shape(src, shape: tuple):
     t = _check(src)
     plan = plan_sum_to_shape(src.shape, shape)
     if plan is None:
-        raise ValueError(f"sum_to_shape: more than {MAX_DIMS} dims after coalescing")
+        raise ArgumentError(f"sum_to_shape: more than {MAX_DIMS} dims after coalescing")
     lens, red_mask, n_out, n_red = plan
     if n_out == 0 or n_red == 0:
         return cupy.zeros(shape, dtype=src.dtype)
@@ -161,7 +162,7 @@ def activation_backward(name: str, gy, saved, slope: float = 0.0):
 
     t = _check(gy, saved)
     if gy.shape != saved.shape:
-        raise ValueError(f"{name} backward: shapes {gy.shape} and {saved.shape} differ")
+        raise ShapeError(f"{name} backward: shapes {gy.shape} and {saved.shape} differ")
     gx = cupy.empty_like(gy)
     if gy.size:
         grid, block = grid_for(gy.size)
@@ -196,7 +197,7 @@ def softmax_backward(gy, y, log: bool):
 
     t = _check(gy, y)
     if gy.shape != y.shape:
-        raise ValueError(f"softmax backward: shapes {gy.shape} and {y.shape} differ")
+        raise ShapeError(f"softmax backward: shapes {gy.shape} and {y.shape} differ")
     gx = cupy.empty_like(gy)
     rows, cols = _rows(gy)
     if rows:
@@ -211,7 +212,7 @@ def _ce_args(logits, target):
 
     t = _check(logits)
     if logits.ndim != 2 or target.shape != logits.shape[:1]:
-        raise ValueError(
+        raise ShapeError(
             f"cross_entropy: logits {logits.shape} and target {target.shape} are not (N, C), (N,)"
         )
     return t, cupy.ascontiguousarray(target, dtype=cupy.int64)
@@ -243,7 +244,7 @@ def cross_entropy_backward(logits, target, lse, gy, denom, ignore_index: int = -
     rows, classes = logits.shape
     per_row = gy.ndim == 1
     if (per_row and gy.shape != (rows,)) or (not per_row and gy.size != 1) or denom.size != 1:
-        raise ValueError(f"cross_entropy backward: gy {gy.shape}, denom {denom.shape}")
+        raise ShapeError(f"cross_entropy backward: gy {gy.shape}, denom {denom.shape}")
     gy = cupy.ascontiguousarray(gy, dtype=logits.dtype)
     denom = cupy.ascontiguousarray(denom, dtype=logits.dtype)
     _check(logits, lse, gy, denom)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 
+from ferro.errors import ArgumentError, ShapeError
 from ferro.random import default_generator
 
 
@@ -17,7 +18,7 @@ def _fill(t, values):
 
 def _fans(t):
     if t.ndim < 2:
-        raise ValueError(f"fan in/out need at least 2 dimensions, got shape {t.shape}")
+        raise ShapeError(f"fan in/out need at least 2 dimensions, got shape {t.shape}")
     receptive = 1
     for s in t.shape[2:]:
         receptive *= s
@@ -74,7 +75,7 @@ def _gain(nonlinearity: str, a: float) -> float:
         return 1.0
     if nonlinearity == "tanh":
         return 5.0 / 3
-    raise ValueError(f"unknown nonlinearity {nonlinearity!r}")
+    raise ArgumentError(f"unknown nonlinearity {nonlinearity!r}")
 
 
 def kaiming_uniform_(t, a: float = 0.0, mode: str = "fan_in", nonlinearity: str = "leaky_relu"):

@@ -6,6 +6,8 @@ import math
 
 import numpy as np
 
+from ferro.errors import GradientError
+
 
 def _grads(parameters):
     from ferro._C.tensor import TensorBase
@@ -28,7 +30,7 @@ def clip_grad_norm_(
     else:
         total = sum(float((np.abs(g.data) ** norm_type).sum()) for g in grads) ** (1 / norm_type)
     if error_if_nonfinite and not math.isfinite(total):
-        raise RuntimeError(f"clip_grad_norm_: the total norm of the gradients is {total}")
+        raise GradientError(f"clip_grad_norm_: the total norm of the gradients is {total}")
     scale = max_norm / (total + 1e-6)
     if scale < 1:
         for g in grads:

@@ -28,6 +28,7 @@ registered with ``broadcasts=True`` and checks every gradient's shape and dtype.
 from __future__ import annotations
 
 from ferro._C.engine import OpDef, apply
+from ferro.errors import ArgumentError
 
 REGISTRY: dict[str, OpDef] = {}
 
@@ -48,7 +49,7 @@ def register(name: str, **flags) -> callable:
 
     def deco(cls) -> OpDef:
         if name in REGISTRY:
-            raise ValueError(f"op {name!r} is registered twice")
+            raise ArgumentError(f"register: op {name!r} is registered twice")
         op = OpDef(
             name,
             cls.forward,

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import math
 
+from ferro.errors import ArgumentError
+
 
 class LRScheduler:
     """Base: keeps each group's initial lr and the step count ``last_epoch``."""
@@ -95,7 +97,7 @@ class OneCycleLR(LRScheduler):
         n = len(optimizer.param_groups)
         self.max_lrs = list(max_lr) if isinstance(max_lr, (list, tuple)) else [max_lr] * n
         if anneal_strategy not in ("cos", "linear"):
-            raise ValueError("OneCycleLR: anneal_strategy must be cos or linear")
+            raise ArgumentError("OneCycleLR: anneal_strategy must be cos or linear")
         self.total_steps, self.pct_start, self.anneal = total_steps, pct_start, anneal_strategy
         self.div_factor, self.final_div_factor = div_factor, final_div_factor
         for g, m in zip(optimizer.param_groups, self.max_lrs, strict=True):
@@ -111,7 +113,7 @@ class OneCycleLR(LRScheduler):
     def get_lr(self):
         t = self.last_epoch
         if t > self.total_steps:
-            raise ValueError(f"OneCycleLR: stepped {t} times, total_steps is {self.total_steps}")
+            raise ArgumentError(f"OneCycleLR: stepped {t} times, total_steps is {self.total_steps}")
         up = float(self.pct_start * self.total_steps) - 1
         out = []
         for m in self.max_lrs:

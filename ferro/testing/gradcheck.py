@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ferro._C.tensor import TensorBase, wrap
-from ferro.errors import DtypeError, GradcheckError
+from ferro.errors import ArgumentError, ArgumentTypeError, DtypeError, GradcheckError
 
 # Per-dtype default tolerances for comparing results of the same math.
 _TOLERANCES = {
@@ -31,7 +31,9 @@ def _outputs(res) -> tuple:
         return (res,)
     if isinstance(res, (tuple, list)) and all(isinstance(r, TensorBase) for r in res):
         return tuple(res)
-    raise TypeError(f"gradcheck: fn must return a Tensor or a tuple of Tensors, got {type(res)}")
+    raise ArgumentTypeError(
+        f"gradcheck: fn must return a Tensor or a tuple of Tensors, got {type(res)}"
+    )
 
 
 def _float_outputs(outs) -> list:
@@ -149,7 +151,7 @@ def gradcheck(
     inputs = tuple(inputs)
     diff = [x for x in inputs if isinstance(x, TensorBase) and x.requires_grad]
     if not diff:
-        raise ValueError("gradcheck: no input requires grad")
+        raise ArgumentError("gradcheck: no input requires grad")
     for i, x in enumerate(diff):
         if x.dtype != np.float64:
             raise DtypeError(

@@ -23,7 +23,7 @@ from ferro import random as _random
 from ferro._C.tensor import TensorBase
 from ferro.autograd.grad_mode import enable_grad, is_grad_enabled
 from ferro.autograd.graph import saved_tensors_hooks
-from ferro.errors import CheckpointError
+from ferro.errors import ArgumentError, CheckpointError
 
 
 class _Frame:
@@ -145,9 +145,9 @@ def checkpoint_sequential(functions, segments: int, input, preserve_rng_state: b
     """
     functions = list(functions)
     if not functions:
-        raise ValueError("checkpoint_sequential: functions is empty")
+        raise ArgumentError("checkpoint_sequential: functions is empty")
     if segments < 1:
-        raise ValueError(f"checkpoint_sequential: segments must be >= 1, got {segments}")
+        raise ArgumentError(f"checkpoint_sequential: segments must be >= 1, got {segments}")
     size = math.ceil(len(functions) / segments)
 
     def run(start, end):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ferro._C.tensor import TensorBase, wrap
-from ferro.errors import ShapeError
+from ferro.errors import ArgumentError, ArgumentTypeError, ShapeError
 from ferro.random import default_generator
 
 
@@ -15,11 +15,11 @@ class TensorDataset:
 
     def __init__(self, *tensors) -> None:
         if not tensors:
-            raise ValueError("TensorDataset: give at least one tensor")
+            raise ArgumentError("TensorDataset: give at least one tensor")
         n = tensors[0].shape[0]
         for t in tensors:
             if not isinstance(t, TensorBase):
-                raise TypeError(f"TensorDataset: expected Tensors, got {type(t).__name__}")
+                raise ArgumentTypeError(f"TensorDataset: expected Tensors, got {type(t).__name__}")
             if t.shape[0] != n:
                 raise ShapeError(
                     f"TensorDataset: first dimensions differ: {[tuple(t.shape) for t in tensors]}"
@@ -49,7 +49,7 @@ class DataLoader:
         self, dataset, batch_size: int = 1, shuffle: bool = False, drop_last: bool = False
     ) -> None:
         if batch_size < 1:
-            raise ValueError(f"DataLoader: batch_size must be >= 1, got {batch_size}")
+            raise ArgumentError(f"DataLoader: batch_size must be >= 1, got {batch_size}")
         self.dataset, self.batch_size = dataset, batch_size
         self.shuffle, self.drop_last = shuffle, drop_last
 

@@ -171,12 +171,11 @@ def _release() -> None:
 
 
 class profile:
-    """Context manager (and decorator) recording every op and node of the thread (or asyncio
-    task) that entered it, while active.
+    """Context manager (and decorator) recording every op and node while active.
 
-    Profiles nest: the innermost records. Profiles in different threads are independent: each
-    records its own thread's events, and they may exit in any order. Exit a profile in the
-    thread that entered it.
+    It records the thread (or asyncio task) that entered it. Profiles nest: the innermost
+    records. Profiles in different threads are independent: each records its own thread's
+    events, and they may exit in any order. Exit a profile in the thread that entered it.
     """
 
     def __init__(self) -> None:

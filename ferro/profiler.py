@@ -26,6 +26,7 @@ import threading
 from dataclasses import dataclass, field
 
 from ferro._C import engine as _engine
+from ferro.errors import ArgumentError
 
 
 @dataclass
@@ -234,7 +235,9 @@ class profile:
             )
         keys = {"total": 4, "forward": 2, "backward": 3, "calls": 1, "mean": 5}
         if sort_by not in keys:
-            raise ValueError(f"table: sort_by must be one of {sorted(keys)}, got {sort_by!r}")
+            raise ArgumentError(
+                f"profile.table: sort_by must be one of {sorted(keys)}, got {sort_by!r}"
+            )
         rows.sort(key=lambda r: r[keys[sort_by]], reverse=True)
         head = (
             f"{'op':<18}{'calls':>7}{'forward ms':>12}{'backward ms':>13}{'total ms':>10}"

@@ -7,6 +7,7 @@ import pytest
 
 import ferro
 from ferro._C import engine
+from ferro.errors import ArgumentError
 from ferro.profiler import profile
 
 
@@ -49,7 +50,7 @@ def test_table_groups_by_op_and_sorts():
     assert lines[0].split()[:2] == ["op", "calls"]
     assert len(lines) == 2 + 2 + 1  # header, rule, 2 rows, footer
     assert " 3 " in lines[2]
-    with pytest.raises(ValueError):
+    with pytest.raises(ArgumentError, match="sort_by must be one of .* got 'bogus'"):
         prof.table(sort_by="bogus")
 
 

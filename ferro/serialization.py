@@ -4,11 +4,11 @@ A state dict (nested dicts, lists and tuples of tensors, arrays, numbers, string
 None, such as ``Module.state_dict()`` or ``Optimizer.state_dict()``) is flattened: every array
 becomes one ``.npz`` entry and the structure is a JSON document stored as a uint8 entry.
 
-``load`` treats the file as hostile and reads only what ``save`` writes (see "Trust model" in
-docs/quickstart.md): a zip of uncompressed members named ``__ferro_meta__.npy`` and ``a<N>.npy``,
-each a plain ``.npy`` of a numeric or bool dtype whose header matches its size, every member
-referenced once by a JSON structure of bounded depth. It never unpickles, never decompresses, and
-reads no more bytes than the file holds. Anything else raises
+``load`` treats the file as hostile and reads only what ``save`` writes (see "File format and
+trust model" in docs/quickstart.md): a zip of uncompressed members named ``__ferro_meta__.npy``
+and ``a<N>.npy``, each a plain ``.npy`` of a numeric or bool dtype whose header matches its size,
+every member referenced once by a JSON structure of bounded depth. It never unpickles, never
+decompresses, and reads no more bytes than the file holds. Anything else raises
 :class:`~ferro.errors.SerializationError` before any object is returned.
 """
 

@@ -100,8 +100,8 @@ def test_backward_of_a_forward_recorded_elsewhere_links_to_nothing():
 def _profile_in_threads(exit_order):
     """Threads A and B each profile 5 steps at the same time; they exit in ``exit_order``."""
     profiles, errors = {}, []
-    entered = threading.Barrier(2)
-    done = threading.Barrier(2)
+    entered = threading.Barrier(2, timeout=60)
+    done = threading.Barrier(2, timeout=60)
     exits = {name: threading.Event() for name in "AB"}
 
     def worker(name):
@@ -112,7 +112,7 @@ def _profile_in_threads(exit_order):
                 for _ in range(5):
                     _step()
                 done.wait()
-                exits[name].wait()
+                assert exits[name].wait(timeout=60)
         except Exception as exc:  # reported by the main thread
             errors.append(exc)
         finally:

@@ -4,7 +4,8 @@ Recording lives in the compiled engine behind one flag: with no profiler active 
 single pointer check. Inside ``profile()`` every op's forward call and every node's backward
 call is timed (monotonic clock, nanoseconds) and recorded with its op name, input shapes,
 dtype, device and the bytes of the arrays it produced; a backward event carries the id of the
-forward event that created its node.
+forward event that created its node. A profile records the thread (or asyncio task) that entered
+it, so profiles in several threads neither lose nor swap events.
 
 Example:
     >>> with ferro.profiler.profile() as prof:
@@ -16,13 +17,16 @@ Example:
 
 from __future__ import annotations
 
+import contextvars
 import functools
+import itertools
 import json
 import os
 import threading
 from dataclasses import dataclass, field
 
 from ferro._C import engine as _engine
+from ferro.errors import ArgumentError
 
 
 @dataclass
@@ -62,10 +66,14 @@ def _nbytes(out) -> int:
 
 
 class _Recorder:
-    """What the engine calls while a profile is active."""
+    """One profile's events. Forward events get an engine-wide id (what the engine stores in the
+    node); a backward event's ``forward_id`` is translated to this recorder's own event id, or -1
+    when its node's forward was recorded by another profile or by none."""
 
     def __init__(self) -> None:
         self.events: list[Event] = []
+        self._local: dict[int, int] = {}
+        # A copied context (an asyncio task, a worker thread) shares this recorder.
         self._lock = threading.Lock()
 
     def _append(self, ev: Event) -> int:
@@ -76,7 +84,7 @@ class _Recorder:
 
     def record_forward(self, op, call, out, t0, t1, recorded):
         shapes, dtype, device = _meta(call[1:])
-        return self._append(
+        local = self._append(
             Event(
                 "forward",
                 op,
@@ -93,6 +101,9 @@ class _Recorder:
                 threading.get_ident(),
             )
         )
+        engine_id = next(_engine_ids)
+        self._local[engine_id] = local
+        return engine_id
 
     def record_backward(self, name, op, forward_id, xp, grads_out, grads_in, t0, t1):
         shapes, dtype, device = _meta(grads_out)
@@ -108,32 +119,85 @@ class _Recorder:
                 dtype,
                 device,
                 _nbytes(tuple(grads_in)),
-                forward_id,
+                self._local.get(forward_id, -1),
                 True,
                 threading.get_ident(),
             )
         )
 
 
+# The engine holds one process-wide recorder. While any profile is active (in any thread) that is
+# _DISPATCH, which hands each event to the innermost profile of the thread or asyncio task the
+# event happens in: profiles in two threads neither lose nor swap events, and they may exit in any
+# order. _ACTIVE is that per-context stack of profiles; the count of active profiles decides when
+# the dispatcher is installed and removed.
+_ACTIVE: contextvars.ContextVar[tuple] = contextvars.ContextVar("ferro_profiles", default=())
+_engine_ids = itertools.count()
+_install_lock = threading.Lock()
+_n_active = 0
+_outside = None  # what the engine held before the first profile was entered
+
+
+class _Dispatch:
+    def record_forward(self, op, call, out, t0, t1, recorded):
+        active = _ACTIVE.get()
+        if not active:
+            return -1
+        return active[-1].record_forward(op, call, out, t0, t1, recorded)
+
+    def record_backward(self, name, op, forward_id, xp, grads_out, grads_in, t0, t1):
+        active = _ACTIVE.get()
+        if active:
+            active[-1].record_backward(name, op, forward_id, xp, grads_out, grads_in, t0, t1)
+
+
+_DISPATCH = _Dispatch()
+
+
+def _acquire() -> None:
+    global _n_active, _outside
+    with _install_lock:
+        if _n_active == 0:
+            _outside = _engine.set_profiler(_DISPATCH)
+        _n_active += 1
+
+
+def _release() -> None:
+    global _n_active, _outside
+    with _install_lock:
+        _n_active -= 1
+        if _n_active == 0:
+            _engine.set_profiler(_outside)
+            _outside = None
+
+
 class profile:
     """Context manager (and decorator) recording every op and node while active.
 
-    Profiles nest: the innermost records, and each restores the previous one on exit.
+    It records the thread (or asyncio task) that entered it. Profiles nest: the innermost
+    records. Profiles in different threads are independent: each records its own thread's
+    events, and they may exit in any order. Exit a profile in the thread that entered it.
     """
 
     def __init__(self) -> None:
         self._recorder: _Recorder | None = None
-        self._prev = None
+        self._entered = False
         self.start_ns = self.end_ns = 0
 
     def __enter__(self) -> profile:
         self._recorder = _Recorder()
         self.start_ns = _engine.now_ns()
-        self._prev = _engine.set_profiler(self._recorder)
+        _acquire()
+        self._entered = True
+        _ACTIVE.set(_ACTIVE.get() + (self._recorder,))
         return self
 
     def __exit__(self, *exc) -> None:
-        _engine.set_profiler(self._prev)
+        if not self._entered:
+            return
+        self._entered = False
+        _ACTIVE.set(tuple(r for r in _ACTIVE.get() if r is not self._recorder))
+        _release()
         self.end_ns = _engine.now_ns()
 
     def __call__(self, func):
@@ -171,7 +235,9 @@ class profile:
             )
         keys = {"total": 4, "forward": 2, "backward": 3, "calls": 1, "mean": 5}
         if sort_by not in keys:
-            raise ValueError(f"table: sort_by must be one of {sorted(keys)}, got {sort_by!r}")
+            raise ArgumentError(
+                f"profile.table: sort_by must be one of {sorted(keys)}, got {sort_by!r}"
+            )
         rows.sort(key=lambda r: r[keys[sort_by]], reverse=True)
         head = (
             f"{'op':<18}{'calls':>7}{'forward ms':>12}{'backward ms':>13}{'total ms':>10}"

@@ -2,12 +2,15 @@
 
 The mode lives in the compiled engine as one ContextVar, so it is per thread (a new thread starts
 with grad enabled) and per asyncio task, and the hot path reads it with one C call. Each class
-works as a context manager and as a decorator (``@no_grad`` or ``@no_grad()``).
+works as a context manager and as a decorator (``@no_grad`` or ``@no_grad()``). On a generator
+(or async generator) function the mode applies to the body each time it resumes, not to the caller
+between ``next()`` calls; on an ``async def`` function it applies to the coroutine's task.
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 
 from ferro._C.engine import (
     _get_mode,
@@ -46,12 +49,84 @@ class _ModeContext:
         return type(self)()
 
     def __call__(self, func):
+        if inspect.isgeneratorfunction(func):
+            return _wrap_generator(self._clone, func)
+        if inspect.isasyncgenfunction(func):
+            return _wrap_async_generator(self._clone, func)
+        if inspect.iscoroutinefunction(func):
+
+            @functools.wraps(func)
+            async def coroutine(*args, **kwargs):
+                # The mode is a ContextVar and each asyncio task has its own context, so holding
+                # it across awaits changes nothing for other tasks.
+                with self._clone():
+                    return await func(*args, **kwargs)
+
+            return coroutine
+
         @functools.wraps(func)
         def wrapper(*args, **kwargs):
             with self._clone():
                 return func(*args, **kwargs)
 
         return wrapper
+
+
+def _wrap_generator(mode, func):
+    """Decorate a generator function: its body runs under ``mode()`` each time it resumes, and
+    the caller's mode is untouched between resumptions (PyTorch's ``_wrap_generator``)."""
+
+    @functools.wraps(func)
+    def generator(*args, **kwargs):
+        gen = func(*args, **kwargs)
+        try:
+            with mode():
+                response = gen.send(None)
+            while True:
+                try:
+                    request = yield response
+                except GeneratorExit:
+                    with mode():
+                        gen.close()
+                    raise
+                except BaseException as exc:
+                    with mode():
+                        response = gen.throw(exc)
+                else:
+                    with mode():
+                        response = gen.send(request)
+        except StopIteration as stop:
+            return stop.value
+
+    return generator
+
+
+def _wrap_async_generator(mode, func):
+    """Decorate an async generator function, as :func:`_wrap_generator` does a generator."""
+
+    @functools.wraps(func)
+    async def generator(*args, **kwargs):
+        agen = func(*args, **kwargs)
+        try:
+            with mode():
+                response = await agen.asend(None)
+            while True:
+                try:
+                    request = yield response
+                except GeneratorExit:
+                    with mode():
+                        await agen.aclose()
+                    raise
+                except BaseException as exc:
+                    with mode():
+                        response = await agen.athrow(exc)
+                else:
+                    with mode():
+                        response = await agen.asend(request)
+        except StopAsyncIteration:
+            return
+
+    return generator
 
 
 class no_grad(_ModeContext):

@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from collections.abc import Iterator
+from collections import OrderedDict, namedtuple
+from collections.abc import Iterator, Mapping
 
 import numpy as np
 
-from ferro._C.engine import RemovableHandle
+from ferro._C.engine import RemovableHandle, bump_version
 from ferro._C.tensor import TensorBase
-from ferro.errors import ShapeError
+from ferro.errors import (
+    ArgumentError,
+    ArgumentTypeError,
+    DtypeError,
+    ReadOnlyError,
+    ShapeError,
+)
 from ferro.nn.parameter import Parameter
+from ferro.ops.device import device_of, move
 
 
 class _Hooks:
@@ -31,6 +38,46 @@ class _Hooks:
 
     def __bool__(self) -> bool:
         return bool(self.fns)
+
+
+class _IncompatibleKeys(namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])):
+    """What ``load_state_dict`` could not match, as PyTorch returns it."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        if not self.missing_keys and not self.unexpected_keys:
+            return "<All keys matched successfully>"
+        return super().__repr__()
+
+    __str__ = __repr__
+
+
+def _checked_value(where: str, key: str, value, target: TensorBase):
+    """``value``'s array, once it is known to fit ``target`` (shape, dtype, array type)."""
+    if isinstance(value, TensorBase):
+        arr = value.data
+    elif isinstance(value, (np.ndarray, np.generic)):
+        arr = np.asarray(value)
+    elif type(value).__module__.split(".")[0] == "cupy" and hasattr(value, "dtype"):
+        arr = value
+    else:
+        raise ArgumentTypeError(
+            f"{where}: {key!r} must be a tensor or an array, got {type(value).__name__}"
+        )
+    if tuple(arr.shape) != tuple(target.shape):
+        raise ShapeError(
+            f"{where}: {key!r} has shape {tuple(arr.shape)} in the state dict but "
+            f"{tuple(target.shape)} in the module"
+        )
+    if arr.dtype.kind not in "biuf" or not np.can_cast(arr.dtype, target.dtype, "same_kind"):
+        raise DtypeError(
+            f"{where}: {key!r} has dtype {arr.dtype} in the state dict, which does not cast "
+            f"to the module's {target.dtype}"
+        )
+    if isinstance(target.data, np.ndarray) and not target.data.flags.writeable:
+        raise ReadOnlyError(f"{where}: {key!r} in the module is backed by read-only memory")
+    return arr
 
 
 class Module:
@@ -252,42 +299,64 @@ class Module:
 
     # State ------------------------------------------------------------------------------------
 
-    def state_dict(self) -> OrderedDict:
-        """Parameters and persistent buffers by dotted name (arrays shared, not copied)."""
-        out = OrderedDict()
+    def _named_state(self) -> Iterator[tuple[str, TensorBase]]:
+        """The tensors ``state_dict`` saves, by dotted name: parameters, then persistent
+        buffers, module by module."""
         for mname, mod in self.named_modules():
             skip = mod.__dict__.get("_non_persistent", set())
             for k, p in mod._parameters.items():
                 if p is not None:
-                    out[f"{mname}.{k}" if mname else k] = p.detach()
+                    yield (f"{mname}.{k}" if mname else k), p
             for k, b in mod._buffers.items():
                 if b is not None and k not in skip:
-                    out[f"{mname}.{k}" if mname else k] = b.detach()
-        return out
+                    yield (f"{mname}.{k}" if mname else k), b
 
-    def load_state_dict(self, state_dict, strict: bool = True):
+    def state_dict(self) -> OrderedDict:
+        """Parameters and persistent buffers by dotted name (arrays shared, not copied)."""
+        return OrderedDict((k, t.detach()) for k, t in self._named_state())
+
+    def load_state_dict(self, state_dict, strict: bool = True) -> _IncompatibleKeys:
         """Copy values from ``state_dict`` into this module's parameters and buffers.
 
-        With ``strict``, missing and unexpected keys raise a ``KeyError`` listing them; a shape
-        mismatch always raises a ``ShapeError``. Returns ``(missing_keys, unexpected_keys)``.
+        All or nothing: every key, shape, dtype and array type is checked before the first
+        value is copied, so a failed load leaves every parameter and buffer as it was. Values
+        may be tensors or NumPy/CuPy arrays on either device; they are copied to the target's
+        device and cast to its dtype (float64 into float32 is allowed, float into an integer
+        buffer is not).
+
+        Returns:
+            ``(missing_keys, unexpected_keys)``, a named tuple as PyTorch returns.
+
+        Raises:
+            ArgumentError: with ``strict``, keys of the module absent from ``state_dict`` or
+                keys of ``state_dict`` the module does not have; the message lists all of them.
+            ShapeError: a value whose shape differs from its target's (strict or not).
+            DtypeError: a value whose dtype cannot be cast to its target's within its kind.
+            ArgumentTypeError: ``state_dict`` is not a mapping, or a value is not an array.
+            ReadOnlyError: a target parameter or buffer holds read-only memory.
         """
-        own = self.state_dict()
+        where = f"{type(self).__name__}.load_state_dict"
+        if not isinstance(state_dict, Mapping):
+            raise ArgumentTypeError(
+                f"{where}: expected a mapping of names to tensors, got {type(state_dict).__name__}"
+            )
+        own = OrderedDict(self._named_state())
         missing = [k for k in own if k not in state_dict]
         unexpected = [k for k in state_dict if k not in own]
         if strict and (missing or unexpected):
-            raise KeyError(f"load_state_dict: missing keys {missing}, unexpected keys {unexpected}")
-        for k, target in own.items():
-            if k not in state_dict:
-                continue
-            value = state_dict[k]
-            arr = value.data if isinstance(value, TensorBase) else np.asarray(value)
-            if tuple(arr.shape) != tuple(target.shape):
-                raise ShapeError(
-                    f"load_state_dict: {k!r} has shape {tuple(arr.shape)} in the state dict but "
-                    f"{tuple(target.shape)} in the module"
-                )
-            target.data[...] = arr.astype(target.dtype, copy=False)
-        return missing, unexpected
+            raise ArgumentError(
+                f"{where}: missing keys {missing}, unexpected keys {unexpected} "
+                "(strict=True; pass strict=False to load only the keys that match)"
+            )
+        checked = [
+            (target, _checked_value(where, k, state_dict[k], target))
+            for k, target in own.items()
+            if k in state_dict
+        ]
+        for target, value in checked:
+            target.data[...] = move(value, device_of(target.data))
+            bump_version(target)  # saved copies of the old values in a live graph are stale
+        return _IncompatibleKeys(missing, unexpected)
 
     # Display ---------------------------------------------------------------------------------
 

@@ -99,59 +99,118 @@ class Optimizer:
         raise NotImplementedError
 
     def state_dict(self) -> dict:
-        """``{"state": {index: {...}}, "param_groups": [...]}``, parameters by index."""
+        """``{"state": {index: {...}}, "param_groups": [...]}``, parameters by index.
+
+        A deep copy: state arrays (NumPy or CuPy, copied on their own device) and
+        hyper-parameters do not change when the optimizer steps on.
+        """
+        import copy
+
         index = {}
-        groups = []
+        groups: list = []
         for g in self.param_groups:
             ids = []
             for p in g["params"]:
                 index.setdefault(id(p), len(index))
                 ids.append(index[id(p)])
-            groups.append({**{k: v for k, v in g.items() if k != "params"}, "params": ids})
+            groups.append({**_copy_hyper(g), "params": ids})
         state = {}
         for g in self.param_groups:
             for p in g["params"]:
                 if p in self.state:
                     state[index[id(p)]] = {
-                        k: (v.copy() if isinstance(v, np.ndarray) else v)
+                        k: (v.copy() if _is_array(v) else copy.deepcopy(v))
                         for k, v in self.state[p].items()
                     }
         return {"state": state, "param_groups": groups}
 
-    def load_state_dict(self, state_dict: dict) -> None:
-        """Restore a ``state_dict()`` taken from an optimizer over the same parameters."""
-        groups = state_dict["param_groups"]
-        if len(groups) != len(self.param_groups) or any(
-            len(a["params"]) != len(b["params"])
-            for a, b in zip(groups, self.param_groups, strict=True)
-        ):
-            raise ValueError("load_state_dict: the parameter groups do not match this optimizer")
-        by_index = {}
-        for saved, own in zip(groups, self.param_groups, strict=True):
-            for i, p in zip(saved["params"], own["params"], strict=True):
-                by_index[int(i)] = p
-            for k, v in saved.items():
-                if k != "params":
-                    own[k] = v
-        self.state = {}
-        for i, st in state_dict["state"].items():
-            p = by_index[int(i)]
-            self.state[p] = {}
-            for k, v in st.items():
-                if isinstance(v, TensorBase):
-                    v = v.data
-                if isinstance(v, np.ndarray) and v.ndim > 0:
-                    if v.shape != p.shape:
-                        from ferro.errors import ShapeError
+    def load_state_dict(self, state_dict) -> None:
+        """Restore a ``state_dict()`` taken from an optimizer over parameters of the same shapes.
 
-                        raise ShapeError(
-                            f"load_state_dict: state {k!r} of parameter {i} has "
-                            f"shape {v.shape}, the parameter {p.shape}"
-                        )
-                    v = v.astype(p.dtype, copy=True)
-                elif isinstance(v, np.ndarray):
-                    v = v.item()
-                self.state[p][k] = v
+        All or nothing: the group structure (number of groups, parameters per group), every
+        state entry and every state array's shape and dtype are checked first; a load that
+        fails leaves the optimizer's state and hyper-parameters as they were. State arrays are
+        copied to their parameter's device and dtype; ``"step"`` becomes an int.
+
+        Raises:
+            ArgumentTypeError: ``state_dict`` (or a part of it) is not the mapping or list
+                ``state_dict()`` returns.
+            ArgumentError: the groups or parameter indices do not match this optimizer, or a
+                loaded group's hyper-parameters are invalid.
+            ShapeError: a state array whose shape differs from its parameter's.
+            DtypeError: a state array that is not a bool, integer or float array castable to
+                its parameter's dtype.
+        """
+        from collections.abc import Mapping
+
+        from ferro.errors import ArgumentError, ArgumentTypeError
+
+        where = f"{type(self).__name__}.load_state_dict"
+        if not (isinstance(state_dict, Mapping) and {"state", "param_groups"} <= set(state_dict)):
+            raise ArgumentTypeError(
+                f"{where}: expected a mapping with 'state' and 'param_groups' (what state_dict() "
+                f"returns), got {type(state_dict).__name__}"
+            )
+        saved_groups, saved_state = state_dict["param_groups"], state_dict["state"]
+        if not isinstance(saved_groups, (list, tuple)) or not isinstance(saved_state, Mapping):
+            raise ArgumentTypeError(
+                f"{where}: 'param_groups' must be a list and 'state' a mapping, got "
+                f"{type(saved_groups).__name__} and {type(saved_state).__name__}"
+            )
+        if len(saved_groups) != len(self.param_groups):
+            raise ArgumentError(
+                f"{where}: the state dict has {len(saved_groups)} parameter groups, this "
+                f"optimizer {len(self.param_groups)}"
+            )
+        by_index = {}
+        new_groups = []
+        for gi, (saved, own) in enumerate(zip(saved_groups, self.param_groups, strict=True)):
+            ids = saved.get("params") if isinstance(saved, Mapping) else None
+            if not isinstance(ids, (list, tuple)) or not all(
+                type(i) is int
+                for i in ids  # bool is not an index
+            ):
+                raise ArgumentTypeError(
+                    f"{where}: parameter group {gi} must be a mapping with a list of int "
+                    f"indices under 'params'"
+                )
+            if len(ids) != len(own["params"]):
+                raise ArgumentError(
+                    f"{where}: parameter group {gi} has {len(ids)} parameters in the state "
+                    f"dict, {len(own['params'])} in this optimizer"
+                )
+            for i, p in zip(ids, own["params"], strict=True):
+                if i in by_index:
+                    raise ArgumentError(f"{where}: parameter index {i} appears twice")
+                by_index[i] = p
+            group = {k: v for k, v in own.items() if k != "params"}
+            group.update(_copy_hyper(saved))
+            group["params"] = own["params"]
+            try:
+                self._check(group)
+            except ValueError as exc:
+                raise ArgumentError(f"{where}: parameter group {gi}: {exc}") from None
+            new_groups.append(group)
+        new_state = {}
+        for i, entry in saved_state.items():
+            if type(i) is not int or i not in by_index:
+                raise ArgumentError(
+                    f"{where}: the state dict has state for parameter {i!r}, which no "
+                    "parameter group lists"
+                )
+            if not isinstance(entry, Mapping):
+                raise ArgumentTypeError(
+                    f"{where}: the state of parameter {i} must be a mapping, got "
+                    f"{type(entry).__name__}"
+                )
+            p = by_index[i]
+            new_state[p] = {k: _state_value(where, i, k, v, p) for k, v in entry.items()}
+        # Everything is checked and copied: commit. The group dicts are updated in place, so a
+        # scheduler holding them sees the loaded values.
+        for own, group in zip(self.param_groups, new_groups, strict=True):
+            own.clear()
+            own.update(group)
+        self.state = new_state
 
     def __repr__(self) -> str:
         lines = [f"{type(self).__name__} ("]
@@ -159,3 +218,50 @@ class Optimizer:
             hp = ", ".join(f"{k}={v}" for k, v in g.items() if k != "params")
             lines.append(f"  group {i}: {len(g['params'])} params, {hp}")
         return "\n".join(lines) + "\n)"
+
+
+def _copy_hyper(group) -> dict:
+    """A deep copy of a saved parameter group's hyper-parameters (everything but ``params``)."""
+    import copy
+
+    return copy.deepcopy({k: v for k, v in group.items() if k != "params"})
+
+
+def _is_array(v) -> bool:
+    """A NumPy or CuPy array (optimizer state is held as raw arrays)."""
+    return type(v).__module__.split(".")[0] in ("numpy", "cupy") and hasattr(v, "shape")
+
+
+def _state_value(where: str, i: int, key, v, p):
+    """One loaded state value, checked against parameter ``p`` and copied: arrays onto ``p``'s
+    device and dtype, ``"step"`` as an int, anything else deep-copied."""
+    import copy
+
+    from ferro.errors import ArgumentError, DtypeError, ShapeError
+    from ferro.ops.device import device_of, move
+
+    if isinstance(v, TensorBase):
+        v = v.data
+    if key == "step":
+        step = v.item() if _is_array(v) and v.shape == () else v
+        if isinstance(step, float) and step.is_integer():  # PyTorch saves steps as floats
+            step = int(step)
+        if type(step) is not int or step < 0:
+            raise ArgumentError(
+                f"{where}: 'step' of parameter {i} must be a non-negative int, got {v!r}"
+            )
+        return step
+    if not _is_array(v):
+        return copy.deepcopy(v)
+    if tuple(v.shape) != tuple(p.shape):
+        raise ShapeError(
+            f"{where}: state {key!r} of parameter {i} has shape {tuple(v.shape)}, the "
+            f"parameter {tuple(p.shape)}"
+        )
+    if v.dtype.kind not in "biuf" or not np.can_cast(v.dtype, p.dtype, "same_kind"):
+        raise DtypeError(
+            f"{where}: state {key!r} of parameter {i} has dtype {v.dtype}, which does not "
+            f"cast to the parameter's {p.dtype}"
+        )
+    moved = move(v, device_of(p.data))
+    return moved.astype(p.dtype, copy=moved is v)

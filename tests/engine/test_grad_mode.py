@@ -92,3 +92,122 @@ def test_inference_mode_marks_tensors_and_refuses_them_in_recorded_ops():
 def test_inference_mode_false_is_a_no_op():
     with ferro.inference_mode(False):
         assert _records()
+
+
+# Factories, not instances: set_grad_enabled(False) switches the mode when it is called, so it must
+# not be called while the tests are collected.
+@pytest.mark.parametrize(
+    "make_deco",
+    [
+        lambda: ferro.no_grad,
+        lambda: ferro.no_grad(),
+        lambda: ferro.set_grad_enabled(False),
+        lambda: ferro.inference_mode(),
+    ],
+    ids=["no_grad", "no_grad()", "set_grad_enabled(False)", "inference_mode()"],
+)
+def test_decorated_generator_body_has_the_mode_and_the_caller_keeps_its_own(make_deco):
+    @make_deco()
+    def gen():
+        for _ in range(3):
+            yield _records(), ferro.is_grad_enabled()
+
+    seen = []
+    for item in gen():
+        seen.append(item)
+        assert _records() and ferro.is_grad_enabled()  # the caller, between next() calls
+    assert seen == [(False, False)] * 3
+
+
+def test_enable_grad_generator_records_inside_a_callers_no_grad():
+    @ferro.enable_grad()
+    def gen():
+        yield _records()
+        yield _records()
+
+    with ferro.no_grad():
+        it = gen()
+        first = next(it)
+        between = _records()
+        second = next(it)
+    assert (first, between, second) == (True, False, True)
+
+
+def test_decorated_generator_keeps_send_throw_close_and_return():
+    log = []
+
+    @ferro.no_grad()
+    def gen():
+        try:
+            got = yield "ready"
+            log.append(("sent", got, ferro.is_grad_enabled()))
+            try:
+                yield "again"
+            except KeyError:
+                log.append(("caught", ferro.is_grad_enabled()))
+                yield "recovered"
+            yield "last"
+        finally:
+            log.append(("finally", ferro.is_grad_enabled()))
+        return "done"
+
+    it = gen()
+    assert next(it) == "ready"
+    assert it.send(42) == "again"
+    assert it.throw(KeyError("k")) == "recovered"
+    it.close()
+    assert log == [("sent", 42, False), ("caught", False), ("finally", False)]
+    assert ferro.is_grad_enabled()
+
+    def outer():
+        return (yield from gen())
+
+    it = outer()
+    next(it)
+    it.send(None)
+    it.send(None)
+    with pytest.raises(StopIteration) as stop:
+        it.send(None)
+    assert stop.value.value == "done"
+
+
+def test_decorated_coroutine_has_the_mode_and_other_tasks_do_not():
+    seen = {}
+
+    @ferro.no_grad()
+    async def decorated():
+        seen["before await"] = _records()
+        await asyncio.sleep(0.01)
+        seen["after await"] = _records()
+
+    async def other():
+        await asyncio.sleep(0.005)  # runs while ``decorated`` is suspended
+        seen["other task"] = _records()
+
+    async def main():
+        await asyncio.gather(decorated(), other())
+        seen["caller"] = _records()
+
+    asyncio.run(main())
+    assert seen == {
+        "before await": False,
+        "after await": False,
+        "other task": True,
+        "caller": True,
+    }
+
+
+def test_decorated_async_generator_body_has_the_mode_and_the_caller_keeps_its_own():
+    @ferro.no_grad()
+    async def agen():
+        for _ in range(2):
+            await asyncio.sleep(0)
+            yield _records()
+
+    async def main():
+        out = []
+        async for item in agen():
+            out.append((item, _records()))
+        return out
+
+    assert asyncio.run(main()) == [(False, True), (False, True)]

@@ -5,7 +5,14 @@ import pytest
 
 import ferro
 import ferro.nn as nn
-from ferro.errors import ShapeError
+from ferro.errors import (
+    ArgumentError,
+    ArgumentTypeError,
+    DtypeError,
+    GraphError,
+    ReadOnlyError,
+    ShapeError,
+)
 
 
 class Net(nn.Module):
@@ -66,21 +73,119 @@ def test_zero_grad_and_requires_grad():
 
 def test_state_dict_round_trip_and_strict_checks():
     a, b = Net(), Net()
-    b.load_state_dict(a.state_dict())
+    result = b.load_state_dict(a.state_dict())
+    assert result == ([], []) and repr(result) == "<All keys matched successfully>"
     x = ferro.randn(3, 4)
     np.testing.assert_array_equal(a(x).detach().numpy(), b(x).detach().numpy())
     sd = a.state_dict()
     assert "steps" in sd
-    del sd["fc1.bias"]
+    del sd["fc1.bias"], sd["blocks.1.weight"]
     sd["extra"] = ferro.zeros(1)
-    with pytest.raises(KeyError, match=r"missing keys \['fc1.bias'\].*unexpected keys \['extra'\]"):
+    sd["more"] = ferro.zeros(2)
+    with pytest.raises(
+        ArgumentError,
+        match=r"missing keys \['fc1.bias', 'blocks.1.weight'\], "
+        r"unexpected keys \['extra', 'more'\]",
+    ):
         b.load_state_dict(sd)
-    missing, unexpected = b.load_state_dict(sd, strict=False)
-    assert missing == ["fc1.bias"] and unexpected == ["extra"]
+    result = b.load_state_dict(sd, strict=False)
+    assert result.missing_keys == ["fc1.bias", "blocks.1.weight"]
+    assert result.unexpected_keys == ["extra", "more"]
+    missing, unexpected = result
+    assert (missing, unexpected) == (result.missing_keys, result.unexpected_keys)
     sd = a.state_dict()
     sd["fc1.weight"] = ferro.zeros(2, 2)
     with pytest.raises(ShapeError, match=r"fc1.weight.*\(2, 2\).*\(3, 4\)"):
         b.load_state_dict(sd)
+
+
+def _snapshot(m):
+    return {k: v.numpy().copy() for k, v in m.state_dict().items()}
+
+
+def _assert_unchanged(m, before):
+    after = _snapshot(m)
+    assert after.keys() == before.keys()
+    for k in before:
+        np.testing.assert_array_equal(after[k], before[k], err_msg=k)
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_load_state_dict_with_a_bad_last_key_loads_nothing(strict):
+    a, b = Net(), Net()
+    before = _snapshot(b)
+    sd = a.state_dict()
+    last = list(sd)[-1]
+    assert last == "blocks.1.bias"
+    sd[last] = ferro.zeros(5)
+    with pytest.raises(ShapeError, match=r"'blocks.1.bias' has shape \(5,\)"):
+        b.load_state_dict(sd, strict=strict)
+    _assert_unchanged(b, before)
+    sd[last] = [0.0, 0.0]
+    with pytest.raises(ArgumentTypeError, match=r"'blocks.1.bias' must be a tensor or an array"):
+        b.load_state_dict(sd, strict=strict)
+    _assert_unchanged(b, before)
+
+
+class _Counted(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(2, 2)
+        self.register_buffer("count", ferro.tensor([3]))  # int64
+
+
+def test_load_state_dict_checks_dtypes_before_copying_anything():
+    m = _Counted()
+    before = _snapshot(m)
+    sd = {k: v.numpy().astype(np.float64) + 1 for k, v in m.state_dict().items()}
+    sd["count"] = np.array([4.5])  # a float cannot go into an int64 buffer
+    with pytest.raises(DtypeError, match=r"'count' has dtype float64.*int64"):
+        m.load_state_dict(sd)
+    _assert_unchanged(m, before)
+    sd["count"] = np.array([7], dtype=np.int32)  # a narrower int, a wider float: both cast
+    m.load_state_dict(sd)
+    assert m.count.dtype == np.int64 and m.count.tolist() == [7]
+    assert m.fc.weight.dtype == np.float32
+    np.testing.assert_allclose(m.fc.weight.detach().numpy(), before["fc.weight"] + 1, rtol=1e-6)
+
+
+def test_load_state_dict_refuses_a_read_only_target_before_copying_anything():
+    m = nn.Linear(2, 2)
+    before = _snapshot(m)
+    m.bias.data.flags.writeable = False
+    sd = {k: v + 1 for k, v in m.state_dict().items()}
+    with pytest.raises(ReadOnlyError, match="'bias'"):
+        m.load_state_dict(sd)
+    _assert_unchanged(m, before)
+
+
+def test_load_state_dict_refuses_non_mappings():
+    with pytest.raises(ArgumentTypeError, match="expected a mapping"):
+        nn.Linear(2, 2).load_state_dict([("weight", ferro.zeros(2, 2))])
+
+
+def test_load_state_dict_invalidates_graphs_that_saved_the_old_values():
+    m = nn.Linear(2, 1)
+    loss = m(ferro.ones(1, 2, requires_grad=True)).sum()  # saves the weight for backward
+    m.load_state_dict({k: v + 1 for k, v in m.state_dict().items()})
+    with pytest.raises(GraphError, match="modified in place"):
+        loss.backward()
+
+
+@pytest.mark.torch
+def test_load_state_dict_returns_what_pytorch_returns():
+    import torch
+
+    t = torch.nn.Linear(2, 2)
+    f = nn.Linear(2, 2)
+    t_sd = dict(t.state_dict())
+    f_sd = dict(f.state_dict())
+    assert repr(f.load_state_dict(f_sd)) == repr(t.load_state_dict(t_sd))
+    del t_sd["bias"], f_sd["bias"]
+    t_sd["extra"], f_sd["extra"] = torch.zeros(1), ferro.zeros(1)
+    t_res, f_res = t.load_state_dict(t_sd, strict=False), f.load_state_dict(f_sd, strict=False)
+    assert f_res._fields == t_res._fields
+    assert tuple(f_res) == tuple(t_res) == (["bias"], ["extra"])
 
 
 def test_repr_is_readable():

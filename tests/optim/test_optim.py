@@ -182,3 +182,152 @@ def test_schedulers_match_pytorch():
         torch_lrs(lambda o: torch.optim.lr_scheduler.CosineAnnealingLR(o, T_max=7), 7),
         rtol=1e-10,
     )
+
+
+def _adam_after_two_steps(extra_group_keys=None):
+    a = ferro.from_numpy(np.ones((2, 3), np.float32)).requires_grad_()
+    b = ferro.from_numpy(np.ones(4, np.float32)).requires_grad_()
+    opt = Adam([{"params": [a], **(extra_group_keys or {})}, {"params": [b], "lr": 0.5}], lr=0.1)
+    for _ in range(2):
+        a.grad = ferro.ones(2, 3)
+        b.grad = ferro.ones(4)
+        opt.step()
+    return opt, a, b
+
+
+def _frozen(opt):
+    """The optimizer's state and hyper-parameters, copied, for comparison after a failed load."""
+    groups = [{k: v for k, v in g.items() if k != "params"} for g in opt.param_groups]
+    state = {
+        id(p): {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in st.items()}
+        for p, st in opt.state.items()
+    }
+    return groups, state
+
+
+def _assert_same(opt, frozen):
+    groups, state = _frozen(opt)
+    assert groups == frozen[0]
+    assert state.keys() == frozen[1].keys()
+    for pid, st in state.items():
+        assert st.keys() == frozen[1][pid].keys()
+        for k, v in st.items():
+            np.testing.assert_array_equal(v, frozen[1][pid][k], err_msg=k)
+
+
+def test_optimizer_state_dict_is_a_deep_copy():
+    opt, a, _ = _adam_after_two_steps({"tags": ["warm"]})
+    sd = opt.state_dict()
+    saved_avg = sd["state"][0]["exp_avg"].copy()
+    a.grad = ferro.ones(2, 3)
+    opt.step()
+    opt.param_groups[0]["tags"].append("changed")
+    np.testing.assert_array_equal(sd["state"][0]["exp_avg"], saved_avg)
+    assert sd["state"][0]["step"] == 2 and sd["param_groups"][0]["tags"] == ["warm"]
+
+
+def test_optimizer_load_state_dict_copies_what_it_loads():
+    opt, a, b = _adam_after_two_steps({"tags": ["warm"]})
+    sd = opt.state_dict()
+    saved_avg = sd["state"][1]["exp_avg"].copy()
+    opt2 = Adam([{"params": [a]}, {"params": [b]}])
+    opt2.load_state_dict(sd)
+    b.grad = ferro.ones(4)
+    opt2.step()
+    opt2.param_groups[0]["tags"].append("changed")
+    np.testing.assert_array_equal(sd["state"][1]["exp_avg"], saved_avg)
+    assert sd["param_groups"][0]["tags"] == ["warm"] and opt2.state[b]["step"] == 3
+
+
+def test_optimizer_load_with_a_bad_last_state_array_changes_nothing():
+    from ferro.errors import ShapeError
+
+    opt, a, b = _adam_after_two_steps()
+    sd = opt.state_dict()
+    sd["param_groups"][0]["lr"] = 0.01
+    sd["state"][0]["step"] = 7
+    sd["state"][1]["exp_avg_sq"] = np.zeros(5, np.float32)
+    before = _frozen(opt)
+    with pytest.raises(ShapeError, match=r"'exp_avg_sq' of parameter 1 has shape \(5,\).*\(4,\)"):
+        opt.load_state_dict(sd)
+    _assert_same(opt, before)
+    assert opt.param_groups[0]["lr"] == 0.1 and opt.state[a]["step"] == 2
+
+
+@pytest.mark.parametrize(
+    "corrupt, error, match",
+    [
+        (lambda sd: sd["param_groups"].pop(), "ArgumentError", "1 parameter groups, this .* 2"),
+        (
+            lambda sd: sd["param_groups"][1]["params"].append(9),
+            "ArgumentError",
+            "group 1 has 2 parameters in the state dict, 1 in this optimizer",
+        ),
+        (
+            lambda sd: sd["param_groups"][1].update(params=[0]),
+            "ArgumentError",
+            "index 0 appears twice",
+        ),
+        (lambda sd: sd["state"].update({5: {}}), "ArgumentError", "parameter 5, which no"),
+        (lambda sd: sd["state"][1].update(step=-1), "ArgumentError", "non-negative int"),
+        (lambda sd: sd["state"][1].update(step=1.5), "ArgumentError", "non-negative int"),
+        (lambda sd: sd["param_groups"][1].update(lr=-1.0), "ArgumentError", "group 1"),
+        (
+            lambda sd: sd["state"][1].update(exp_avg=np.zeros(4, complex)),
+            "DtypeError",
+            "'exp_avg' of parameter 1 has dtype complex128",
+        ),
+        (
+            lambda sd: sd["state"][1].update(exp_avg=np.array(["a"] * 4)),
+            "DtypeError",
+            "dtype <U1",
+        ),
+        (lambda sd: sd["state"].update({1: [1, 2]}), "ArgumentTypeError", "must be a mapping"),
+        (lambda sd: sd.pop("state"), "ArgumentTypeError", "'state' and 'param_groups'"),
+        (
+            lambda sd: sd["param_groups"][0].update(params=["0"]),
+            "ArgumentTypeError",
+            "list of int",
+        ),
+    ],
+)
+def test_optimizer_load_checks_structure_first_and_changes_nothing(corrupt, error, match):
+    import ferro.errors
+
+    opt, _, _ = _adam_after_two_steps()
+    sd = opt.state_dict()
+    corrupt(sd)
+    before = _frozen(opt)
+    with pytest.raises(getattr(ferro.errors, error), match=match):
+        opt.load_state_dict(sd)
+    _assert_same(opt, before)
+
+
+def test_optimizer_load_casts_state_to_the_parameter_and_steps_as_ints():
+    opt, a, b = _adam_after_two_steps()
+    sd = opt.state_dict()
+    sd["state"][0]["exp_avg"] = sd["state"][0]["exp_avg"].astype(np.float64)
+    sd["state"][0]["step"] = np.array(2.0)  # PyTorch keeps steps as float tensors
+    opt2 = Adam([{"params": [a]}, {"params": [b]}])
+    opt2.load_state_dict(sd)
+    assert opt2.state[a]["exp_avg"].dtype == np.float32
+    assert type(opt2.state[a]["step"]) is int and opt2.state[a]["step"] == 2
+    a.grad = ferro.ones(2, 3)
+    opt2.step()
+    assert opt2.state[a]["step"] == 3
+
+
+def test_optimizer_state_round_trip_for_a_zero_dim_parameter():
+    w = ferro.tensor(1.0, requires_grad=True)
+    opt = Adam([w], lr=0.1)
+    w.grad = ferro.tensor(1.0)
+    opt.step()
+    w2 = ferro.tensor(w.item(), requires_grad=True)
+    opt2 = Adam([w2], lr=0.1)
+    opt2.load_state_dict(opt.state_dict())
+    assert opt2.state[w2]["exp_avg"].shape == ()  # an array, not a float
+    w.grad = ferro.tensor(1.0)
+    w2.grad = ferro.tensor(1.0)
+    opt.step()
+    opt2.step()
+    assert w2.item() == w.item()

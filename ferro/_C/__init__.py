@@ -1,7 +1,7 @@
 """ferro's compiled core. Importing it from a source tree that was never built explains how."""
 
 try:
-    from ferro._C import cpu_kernels, engine, tensor  # noqa: F401
+    from ferro._C import accumulate, cpu_kernels, engine, graph, state, tensor  # noqa: F401
 except ImportError as exc:  # pragma: no cover - exercised by tests/build/test_unbuilt.py
     import os
 

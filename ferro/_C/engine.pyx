@@ -1,49 +1,98 @@
 # cython: language_level=3
-"""ferro's autograd engine: grad mode, op application, the backward walk, accumulation.
+"""ferro's autograd engine: op application, the in-place commit, and the backward walk.
 
-Read DESIGN.md first. In short:
+Read docs/design.md first. The core is four modules, each with its ``.pxd`` contract:
+``state`` (grad mode, switches, counters, profiler/anomaly flags), ``graph`` (OpDef, Node/ctx,
+version counters, hooks), ``accumulate`` (Note [Grad ownership]: slots, the one in-place add,
+sum-to-shape, the commit lock) and this one:
 
 * :func:`apply` runs one op: it reads grad mode, unwraps the arrays, calls the op's Python
   ``forward`` once with a fresh :class:`Node` as ``ctx``, and, when some input requires grad,
   links that node to its inputs (a leaf input is its own target; a non-leaf input's target is its
   ``grad_fn``) and wraps the outputs.
+* :func:`commit_inplace` finishes an in-place op.
 * :func:`run_backward` collects the nodes reachable from the roots with an explicit stack (no
   recursion), counts dependencies, and runs nodes in Kahn order. Each node's Python ``backward``
   is called once with the summed gradient of each output. Broadcasting is undone here, in one
   place, and every gradient is checked against the shape and dtype of the tensor it belongs to.
-* Note [Grad ownership]: a pending gradient lives in an :class:`_Entry` the engine owns. A later
-  contribution is added in place only when the entry's array is owned (the engine allocated it,
-  or nobody else holds it and it owns its writeable contiguous data) *and* its refcount shows no
-  other holder (:func:`_slot_exclusive`, calibrated at import). Otherwise the add is out of place
-  and its fresh result becomes owned. A leaf's ``.grad`` takes an owned array without a copy.
 * Nothing the user can see is touched until the walk has succeeded: ``.grad`` writes
-  (accumulation, retain_grad) and the release of saved arrays are committed at the end, so an
-  error inside backward leaves the graph and every ``.grad`` as they were.
+  (accumulation, retain_grad) and the release of saved arrays are committed at the end (Note
+  [Commit order]), so an error inside backward leaves the graph and every ``.grad`` as they were.
+
+The Python-level functions of ``state``, ``graph`` and ``accumulate`` are re-exported here: this
+module is the core's one Python face (``ferro._C.engine``).
 """
 
 cimport numpy as cnp
-from cpython.contextvars cimport PyContextVar_Get
-from cpython.long cimport PyLong_AsLong
-from cpython.ref cimport Py_INCREF, Py_XDECREF
+from cpython.ref cimport Py_INCREF
 from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
-from cpython.object cimport PyObject
-from cpython.pythread cimport (
-    NOWAIT_LOCK,
-    WAIT_LOCK,
-    PyThread_acquire_lock,
-    PyThread_allocate_lock,
-    PyThread_release_lock,
-    PyThread_type_lock,
-)
 
 from ferro._C cimport cpu_kernels
+from ferro._C.accumulate cimport (
+    _add_to,
+    _check_commit,
+    _commit_grad,
+    _Entry,
+    _lock_commits,
+    _slot,
+    _sum_to_shape,
+    _unlock_commits,
+)
+from ferro._C.graph cimport (
+    Node,
+    OpDef,
+    _as_array,
+    _check_versions,
+    _device_name,
+    _is_array,
+    _is_float_array,
+    _out_dtype,
+    _out_shape,
+    _record_saved_versions,
+    _retarget_version,
+    _same_dtype,
+    _shape_is,
+    _share_version,
+    _xp_of,
+)
+from ferro._C.state cimport MODE_GRAD, MODE_INFERENCE, Flags, clock_ns, flags, grad_mode
 from ferro._C.tensor cimport TensorBase, VersionCounter, new_tensor, version_counter
-
-import contextvars
-import weakref
 
 import numpy as np
 
+from ferro._C.accumulate import (
+    set_gpu_backend,
+    sum_to_shape,
+    sum_to_shape_generic,
+)
+from ferro._C.graph import (
+    RemovableHandle,
+    bump_version,
+    register_node_hook,
+    register_node_prehook,
+    register_post_accumulate_grad_hook,
+    register_tensor_hook,
+    retain_grad,
+    retains_grad,
+)
+from ferro._C.state import (
+    _get_mode,
+    _pop_saved_hooks,
+    _push_saved_hooks,
+    _reset_mode,
+    _set_mode,
+    get_profiler,
+    is_anomaly_enabled,
+    is_grad_enabled,
+    is_inference_mode_enabled,
+    now_ns,
+    overrides_enabled,
+    reset_stats,
+    set_anomaly,
+    set_overrides_enabled,
+    set_profiler,
+    stats,
+)
 from ferro.errors import (
     AnomalyError,
     ArgumentError,
@@ -56,102 +105,48 @@ from ferro.errors import (
     ShapeError,
 )
 
-cnp.import_array()
+# The core's Python face: the engine's own functions and the re-exported ones of its modules.
+__all__ = [
+    "apply",
+    "commit_inplace",
+    "run_backward",
+    "set_gpu_backend",
+    "sum_to_shape",
+    "sum_to_shape_generic",
+    "RemovableHandle",
+    "bump_version",
+    "register_node_hook",
+    "register_node_prehook",
+    "register_post_accumulate_grad_hook",
+    "register_tensor_hook",
+    "retain_grad",
+    "retains_grad",
+    "_get_mode",
+    "_pop_saved_hooks",
+    "_push_saved_hooks",
+    "_reset_mode",
+    "_set_mode",
+    "get_profiler",
+    "is_anomaly_enabled",
+    "is_grad_enabled",
+    "is_inference_mode_enabled",
+    "now_ns",
+    "overrides_enabled",
+    "reset_stats",
+    "set_anomaly",
+    "set_overrides_enabled",
+    "set_profiler",
+    "stats",
+]
 
-cdef extern from "Python.h":
-    Py_ssize_t _refcnt "Py_REFCNT"(PyObject* o)
+cnp.import_array()
 
 cdef object _np = np
 cdef object _generic = np.generic
+cdef Flags _F = flags()
 
-# ---------------------------------------------------------------------------------------------
-# Grad mode. One ContextVar: each thread starts with grad enabled (a thread-local in effect) and
-# asyncio tasks see the mode of the code that created them. One C call reads it per op.
-# ---------------------------------------------------------------------------------------------
-
-cdef enum:
-    MODE_NO_GRAD = 0
-    MODE_GRAD = 1
-    MODE_INFERENCE = 2
-
-cdef object _MODE = contextvars.ContextVar("ferro_grad_mode", default=MODE_GRAD)
-
-
-cdef inline long _mode() except -1:
-    cdef PyObject* v = NULL
-    PyContextVar_Get(_MODE, NULL, &v)
-    cdef long m = PyLong_AsLong(<object>v)
-    Py_XDECREF(v)
-    return m
-
-
-# Saved-tensor hooks: the innermost (pack, unpack) pair of this context. The C counter of open
-# hook contexts (in any thread) lets Node.save skip the ContextVar read when none is open.
-cdef object _SAVED_HOOKS = contextvars.ContextVar("ferro_saved_tensors_hooks", default=None)
-cdef Py_ssize_t _n_hook_contexts = 0
-
-
-def _push_saved_hooks(pack, unpack):
-    global _n_hook_contexts
-    _n_hook_contexts += 1
-    return _SAVED_HOOKS.set(None if pack is None else (pack, unpack))
-
-
-def _pop_saved_hooks(token):
-    global _n_hook_contexts
-    _n_hook_contexts -= 1
-    _SAVED_HOOKS.reset(token)
-
-
-# Profiler (ferro.profiler): one process-wide recorder object, or None. Off, it costs one pointer
-# check per op and per node; on, apply and the backward walk time each forward and backward
-# call and hand the raw facts to the recorder.
-cdef object _profiler = None
-
-from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
-
-
-cdef inline long long _now_ns() noexcept nogil:
-    cdef timespec ts
-    clock_gettime(CLOCK_MONOTONIC, &ts)
-    return <long long>ts.tv_sec * 1000000000 + ts.tv_nsec
-
-
-def now_ns():
-    """The profiler's clock (CLOCK_MONOTONIC, nanoseconds)."""
-    return _now_ns()
-
-
-def set_profiler(recorder):
-    """Install a profiler recorder (or None); returns the previous one."""
-    global _profiler
-    prev = _profiler
-    _profiler = recorder
-    return prev
-
-
-def get_profiler():
-    return _profiler
-
-
-# Anomaly detection (process-wide, as PyTorch's): record each node's creation site; check
-# every gradient for NaN/Inf when check_nan is on.
-cdef bint _anomaly = False
-cdef bint _anomaly_nan = True
-
-
-def set_anomaly(bint enabled, bint check_nan=True):
-    """Turn anomaly detection on or off; returns the previous (enabled, check_nan)."""
-    global _anomaly, _anomaly_nan
-    prev = (_anomaly, _anomaly_nan)
-    _anomaly = enabled
-    _anomaly_nan = check_nan
-    return prev
-
-
-def is_anomaly_enabled():
-    """True while anomaly detection is on."""
-    return _anomaly
+import os as _os
+_FERRO_DIR = _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__)))
 
 
 import os as _os
@@ -167,379 +162,6 @@ cdef object _user_site():
     if f is None:
         return None
     return (f.f_code.co_filename, f.f_lineno, f.f_code.co_name)
-
-
-def is_grad_enabled():
-    """True if ops record a graph in the current thread/context."""
-    return _mode() == MODE_GRAD
-
-
-def is_inference_mode_enabled():
-    """True inside ``ferro.inference_mode()``."""
-    return _mode() == MODE_INFERENCE
-
-
-def _set_mode(int mode):
-    """Set the grad mode (0 no_grad, 1 grad, 2 inference); returns a token for :func:`_reset_mode`."""
-    if mode not in (MODE_NO_GRAD, MODE_GRAD, MODE_INFERENCE):
-        raise ArgumentError(f"_set_mode: invalid grad mode {mode}; expected 0, 1 or 2")
-    return _MODE.set(mode)
-
-
-def _reset_mode(token):
-    _MODE.reset(token)
-
-
-def _get_mode():
-    return _mode()
-
-
-# ---------------------------------------------------------------------------------------------
-# Counters the tests read to check Note [Grad ownership] (a C increment each; never on a path
-# that could not afford it).
-# ---------------------------------------------------------------------------------------------
-
-cdef Py_ssize_t _n_inplace_adds = 0
-cdef Py_ssize_t _n_outofplace_adds = 0
-cdef Py_ssize_t _n_steals = 0
-cdef Py_ssize_t _n_grad_copies = 0
-
-
-def stats():
-    """Accumulation counters since the last :func:`reset_stats` (for tests and profiling)."""
-    return {
-        "inplace_adds": _n_inplace_adds,
-        "outofplace_adds": _n_outofplace_adds,
-        "steals": _n_steals,
-        "grad_copies": _n_grad_copies,
-    }
-
-
-def reset_stats():
-    global _n_inplace_adds, _n_outofplace_adds, _n_steals, _n_grad_copies
-    _n_inplace_adds = _n_outofplace_adds = _n_steals = _n_grad_copies = 0
-
-
-# ---------------------------------------------------------------------------------------------
-# Backends. An array's type decides it; mixing types (or CuPy devices) in one op is an error.
-# ---------------------------------------------------------------------------------------------
-
-cdef dict _xp_by_type = {cnp.ndarray: np}
-
-
-cdef object _xp_of(object arr):
-    cdef type t = type(arr)
-    if t is cnp.ndarray:
-        return _np
-    xp = _xp_by_type.get(t)
-    if xp is None:
-        mod = t.__module__.split(".")[0]
-        if mod == "cupy":
-            import cupy
-            xp = cupy
-        else:
-            raise ArgumentTypeError(
-                f"ferro: unsupported array type {t.__module__}.{t.__name__}; expected a "
-                "numpy.ndarray or cupy.ndarray"
-            )
-        _xp_by_type[t] = xp
-    return xp
-
-
-cdef str _device_name(object arr):
-    if type(arr) is cnp.ndarray:
-        return "cpu"
-    dev = getattr(arr, "device", None)
-    return f"cuda:{getattr(dev, 'id', 0)}" if dev is not None else type(arr).__module__
-
-
-cdef inline object _as_array(object x):
-    # NumPy turns 0-d results into scalars; the engine only ever holds arrays.
-    if type(x) is cnp.ndarray or x is None:
-        return x
-    if isinstance(x, _generic):
-        return _np.asarray(x)
-    return x
-
-
-# ---------------------------------------------------------------------------------------------
-# Ops and nodes
-# ---------------------------------------------------------------------------------------------
-
-cdef class OpDef:
-    """A registered op: its name, its Python ``forward``/``backward`` and flags for the engine.
-
-    Args:
-        name: registry key (snake_case).
-        forward: ``forward(ctx, *arrays, **params) -> array | tuple[array, ...]``.
-        backward: ``backward(ctx, *grad_outputs) -> array | None | tuple`` with one entry per
-            positional argument of ``forward`` (None where no gradient flows).
-        broadcasts: the op broadcasts its inputs, so the engine sums gradients back to shape.
-        differentiable: outputs never require grad (comparisons, argmax...).
-        same_dtype: every array argument must have one dtype (no silent promotion).
-        view: the (single) output shares the first input's memory (shares its version counter).
-        display: the class name shown in ``grad_fn`` reprs.
-    """
-
-    cdef readonly str name
-    cdef readonly object forward
-    cdef readonly object backward
-    cdef readonly bint broadcasts
-    cdef readonly bint differentiable
-    cdef readonly bint same_dtype
-    cdef readonly bint view
-    cdef readonly str display
-    cdef readonly object cpu_forward     # fused CPU overrides (None: use forward/backward)
-    cdef readonly object cpu_backward
-    cdef readonly object gpu_forward     # fused GPU (RawKernel) overrides, likewise
-    cdef readonly object gpu_backward
-
-    def __init__(self, str name, forward, backward=None, *, bint broadcasts=False,
-                 bint differentiable=True, bint same_dtype=True, bint view=False,
-                 str display=None):
-        if differentiable and backward is None:
-            raise ArgumentTypeError(f"op {name!r}: a differentiable op needs a backward")
-        self.name = name
-        self.forward = forward
-        self.backward = backward
-        self.broadcasts = broadcasts
-        self.differentiable = differentiable
-        self.same_dtype = same_dtype
-        self.view = view
-        self.display = display or "".join(p.capitalize() for p in name.split("_"))
-
-    def set_cpu_override(self, forward=None, backward=None):
-        """Register fused CPU versions of forward and/or backward (same signatures).
-
-        They run for NumPy arrays unless overrides are disabled (:func:`set_overrides_enabled`);
-        the generic ``forward``/``backward`` stay the reference they are tested against.
-        """
-        self.cpu_forward = forward
-        self.cpu_backward = backward
-
-    def set_gpu_override(self, forward=None, backward=None):
-        """Register GPU (CuPy RawKernel) versions of forward and/or backward (same signatures).
-
-        They run for CuPy arrays unless overrides are disabled, on the same terms as
-        :meth:`set_cpu_override`: a node whose forward ran the override runs the backward
-        override too; an op with only a backward override takes it for every CuPy node.
-        """
-        self.gpu_forward = forward
-        self.gpu_backward = backward
-
-    def __repr__(self):
-        return f"<OpDef {self.name}>"
-
-
-cdef bint _use_overrides = True
-
-
-def overrides_enabled():
-    """Whether the fused backend overrides (ops and optimizers) are on."""
-    return _use_overrides
-
-
-def set_overrides_enabled(bint enabled):
-    """Turn the fused backend overrides on or off (for parity tests and benchmarks); returns
-    the previous setting."""
-    global _use_overrides
-    prev = _use_overrides
-    _use_overrides = enabled
-    return prev
-
-
-cdef class _Packed:
-    """A value returned by a saved-tensor pack hook (so unpack knows what to unpack)."""
-
-    cdef object value
-
-    def __cinit__(self, value):
-        self.value = value
-
-
-cdef inline bint _is_array(object a):
-    return type(a) is cnp.ndarray or type(a) in _xp_by_type
-
-
-cdef class Node:
-    """One recorded op application: the ``ctx`` its forward and backward receive.
-
-    Ops store what backward needs with :meth:`save` (arrays) or as attributes (anything else).
-    """
-
-    cdef readonly OpDef op
-    cdef readonly object xp
-    cdef object _saved
-    # Versions of the tensors whose data the node saved (index in _saved, counter, version):
-    # two inline slots (no allocation for the common case), more in _sv_more.
-    cdef int _n_sv
-    cdef Py_ssize_t _sj0, _sj1, _sv0, _sv1
-    cdef VersionCounter _svc0, _svc1
-    cdef list _sv_more
-    cdef bint _released
-    cdef bint _fused           # forward ran the op's CPU override: backward must too
-    cdef tuple _next           # per positional input: Node, leaf TensorBase, or None
-    cdef tuple _next_nr        # per positional input: which output of the target Node
-    cdef Py_ssize_t _n_out
-    cdef tuple _shape0         # shape and dtype of output 0 (every node has one)
-    cdef object _dtype0
-    cdef tuple _out_shape      # per output, only when there are several
-    cdef tuple _out_dtype
-    cdef dict _pre_hooks
-    cdef dict _post_hooks
-    cdef dict _tensor_hooks    # output nr -> {handle id: fn}
-    cdef dict _retained        # output nr -> weakref to the non-leaf tensor
-    cdef object _unpack        # saved-tensor hooks: unpack fn when _saved holds packed values
-    cdef tuple _saved_raw      # the arrays themselves, until apply has recorded their versions
-    cdef tuple _nondiff        # outputs marked non-differentiable (arrays)
-    cdef bint _no_materialize  # backward receives None (not zeros) for outputs without grad
-    cdef object _site          # anomaly mode: (filename, lineno, function) of the creating code
-    cdef Py_ssize_t _prof_id   # profiler: id of the forward event that created this node (-1)
-    cdef dict __dict__
-    cdef object __weakref__
-
-    def save(self, *arrays):
-        """Keep ``arrays`` for backward (released after backward unless ``retain_graph``).
-
-        Inside ``ferro.autograd.graph.saved_tensors_hooks(pack, unpack)`` each array is passed to
-        ``pack`` (as a Tensor) now and the result to ``unpack`` when backward reads it.
-        """
-        if _n_hook_contexts:
-            hooks = _SAVED_HOOKS.get()
-            if hooks is not None:
-                pack, unpack = hooks
-                self._saved_raw = arrays
-                # Only arrays are packed; a saved Python scalar (say, mul's constant) stays as is.
-                self._saved = tuple([_Packed(pack(new_tensor(a))) if _is_array(a) else a
-                                     for a in arrays])
-                self._unpack = unpack
-                return
-        self._saved = arrays
-
-    @property
-    def saved(self):
-        """The arrays given to :meth:`save` (unpacked, in save order, on every access)."""
-        if self._released:
-            raise GraphError(
-                f"{self.name()}: trying to backward through the graph a second time (or to "
-                "read saved arrays after they were freed). Saved arrays are released after "
-                "backward; pass retain_graph=True to the first backward to keep them."
-            )
-        if self._saved is None:
-            return ()
-        if self._unpack is None:
-            return self._saved
-        out = []
-        for p in self._saved:
-            if type(p) is not _Packed:
-                out.append(p)
-                continue
-            r = self._unpack((<_Packed>p).value)
-            out.append((<TensorBase>r)._data if isinstance(r, TensorBase) else r)
-        return tuple(out)
-
-    # The torch.autograd.Function face of ctx, for ferro.autograd.Function.
-
-    def save_for_backward(self, *tensors):
-        """Save tensors (or None) for backward; read them back with ``saved_tensors``."""
-        self.save(*[None if t is None else (<TensorBase>t)._data for t in tensors])
-
-    @property
-    def saved_tensors(self):
-        """The tensors given to ``save_for_backward`` (wrapped anew, not requiring grad)."""
-        return tuple([None if a is None else new_tensor(a) for a in self.saved])
-
-    def mark_non_differentiable(self, *outputs):
-        """Declare outputs (tensors returned by forward) that never require grad."""
-        self._nondiff = tuple([(<TensorBase>o)._data if isinstance(o, TensorBase) else o
-                               for o in outputs])
-
-    def set_materialize_grads(self, bint value):
-        """With False, backward receives None (not zeros) for outputs that got no gradient."""
-        self._no_materialize = not value
-
-    @property
-    def saved_info(self):
-        """What the node saved, without unpacking: ``(shape, dtype)`` per array, ``"packed"``
-        for a value held by saved-tensor hooks, None for a gap; ``()`` once released."""
-        if self._released or self._saved is None:
-            return ()
-        if self._unpack is not None:
-            return tuple([None if p is None else "packed" if type(p) is _Packed else repr(p)
-                          for p in self._saved])
-        return tuple([None if a is None else (tuple(a.shape), a.dtype) if hasattr(a, "shape")
-                      else repr(a) for a in self._saved])
-
-    @property
-    def output_shapes(self):
-        """The shape of each output."""
-        if self._n_out <= 1:
-            return (self._shape0,) if self._shape0 is not None else ()
-        return self._out_shape
-
-    @property
-    def creation_site(self):
-        """(filename, line, function) of the user code that created this node, recorded while
-        anomaly detection is on; None otherwise."""
-        return self._site
-
-    def register_prehook(self, fn):
-        """``fn(grad_outputs) -> tuple | None`` runs before this node's backward."""
-        return register_node_prehook(self, fn)
-
-    def register_hook(self, fn):
-        """``fn(grad_inputs, grad_outputs) -> tuple | None`` runs after this node's backward."""
-        return register_node_hook(self, fn)
-
-    @property
-    def needs_input_grad(self):
-        """Per positional input of forward: does a gradient need to flow to it?"""
-        if self._next is None:
-            return ()
-        return tuple(t is not None for t in self._next)
-
-    def name(self):
-        """``<Op>Backward``, as PyTorch names its nodes."""
-        return self.op.display + "Backward"
-
-    @property
-    def next_functions(self):
-        """Per positional input: ``(target, output_nr)`` where target is a Node, a leaf Tensor
-        (which accumulates into ``.grad``) or None."""
-        if self._next is None:
-            return ()
-        return tuple(
-            (t, nr) for t, nr in zip(self._next, self._next_nr)
-        )
-
-    def __repr__(self):
-        return f"<{self.name()} at 0x{id(self):x}>"
-
-
-cdef inline bint _is_float_array(object arr):
-    if type(arr) is cnp.ndarray:
-        return cnp.PyArray_ISFLOAT(<cnp.ndarray>arr)
-    return arr.dtype.kind == "f"
-
-
-cdef inline bint _same_dtype(object a, object b):
-    if type(a) is cnp.ndarray and type(b) is cnp.ndarray:
-        if <object>cnp.PyArray_DESCR(<cnp.ndarray>a) is <object>cnp.PyArray_DESCR(<cnp.ndarray>b):
-            return True
-    return a.dtype == b.dtype
-
-
-cdef inline bint _shape_is(object arr, tuple shape):
-    cdef int nd, i
-    if type(arr) is cnp.ndarray:
-        nd = cnp.PyArray_NDIM(<cnp.ndarray>arr)
-        if nd != len(shape):
-            return False
-        for i in range(nd):
-            if cnp.PyArray_DIMS(<cnp.ndarray>arr)[i] != <Py_ssize_t>shape[i]:
-                return False
-        return True
-    return arr.shape == shape
 
 
 cdef TensorBase _wrap(object arr, Node node, Py_ssize_t nr, bint inference):
@@ -558,7 +180,7 @@ def apply(OpDef op, *args, **params):
     Returns one Tensor, or a tuple of Tensors when the op's forward returns a tuple.
     """
     cdef Py_ssize_t n = len(args), i, k, n_out
-    cdef long mode = _mode()
+    cdef long mode = grad_mode()
     cdef bint record = False, inference = mode == MODE_INFERENCE
     cdef TensorBase t, first_t = None
     cdef Node node = Node.__new__(Node)
@@ -590,7 +212,7 @@ def apply(OpDef op, *args, **params):
             is_array = False
         else:
             arr = a
-            is_array = type(a) in _xp_by_type
+            is_array = _is_array(a)
         if is_array:
             if atype is None:
                 atype = type(arr)
@@ -616,11 +238,11 @@ def apply(OpDef op, *args, **params):
     record = record and op.differentiable
     if record:
         _link(node, args, n, op)
-        if _anomaly:
+        if _F.anomaly:
             node._site = _user_site()
 
     fwd = op.forward
-    if _use_overrides:
+    if _F.overrides:
         if atype is cnp.ndarray:
             if op.cpu_forward is not None:
                 fwd = op.cpu_forward
@@ -629,8 +251,8 @@ def apply(OpDef op, *args, **params):
             fwd = op.gpu_forward
             node._fused = True
     cdef long long t0 = 0
-    if _profiler is not None:
-        t0 = _now_ns()
+    if _F.profiler is not None:
+        t0 = clock_ns()
     try:
         if params:
             out = fwd(*call, **params)
@@ -648,9 +270,10 @@ def apply(OpDef op, *args, **params):
         outs = None
         out = _as_array(out)
         n_out = 1
-    if _profiler is not None:
-        node._prof_id = _profiler.record_forward(op.name, call, outs if outs is not None else out,
-                                                 t0, _now_ns(), record)
+    if _F.profiler is not None:
+        node._prof_id = _F.profiler.record_forward(
+            op.name, call, outs if outs is not None else out, t0, clock_ns(), record
+        )
 
     if not record:
         if outs is None:
@@ -736,7 +359,7 @@ cdef int _link(Node node, tuple args, Py_ssize_t n, OpDef op) except -1:
             if t._is_inference:
                 raise GraphError(
                     f"{op.name}: an inference tensor cannot take part in a recorded op; "
-                    "clone it outside inference_mode() first"
+                    "clone it outside inferencegrad_mode() first"
                 )
             if t._requires_grad:
                 if t._vc is not None and t._grad_fn is not None and t._vc.value != t._birth:
@@ -759,84 +382,13 @@ cdef int _link(Node node, tuple args, Py_ssize_t n, OpDef op) except -1:
     return 0
 
 
-cdef int _record_saved_versions(Node node, tuple args, Py_ssize_t n, object outputs) except -1:
-    """For each saved array that is a tensor's data, remember that tensor's version now.
-
-    Backward compares: a saved tensor modified in place since then is an error, not a silently
-    wrong gradient. ``outputs`` is the output tensor or a tuple of them.
-    """
-    cdef TensorBase t
-    cdef VersionCounter vc
-    cdef Py_ssize_t j, i
-    cdef tuple saved = node._saved_raw if node._saved_raw is not None else <tuple>node._saved
-    node._saved_raw = None  # packed saves must not keep the arrays alive
-    for j in range(len(saved)):
-        s = saved[j]
-        if s is None:
-            continue
-        t = None
-        for i in range(n):
-            a = args[i]
-            if isinstance(a, TensorBase) and (<TensorBase>a)._data is s:
-                t = <TensorBase>a
-                break
-        if t is None:
-            if isinstance(outputs, TensorBase):
-                if (<TensorBase>outputs)._data is s:
-                    t = <TensorBase>outputs
-            else:
-                for o in outputs:
-                    if (<TensorBase>o)._data is s:
-                        t = <TensorBase>o
-                        break
-        if t is None:
-            continue
-        vc = version_counter(t)
-        if node._n_sv == 0:
-            node._sj0, node._svc0, node._sv0 = j, vc, vc.value
-        elif node._n_sv == 1:
-            node._sj1, node._svc1, node._sv1 = j, vc, vc.value
-        else:
-            if node._sv_more is None:
-                node._sv_more = []
-            node._sv_more.append((j, vc, vc.value))
-        node._n_sv += 1
-    return 0
-
-
-cdef int _retarget_version(Node node, object old_data, VersionCounter vc) except -1:
-    # commit_inplace: the node's saved output now lives in another tensor's memory.
-    if node._unpack is not None:
-        return 0  # packed saves are compared by the hooks' owner, not by identity
-    cdef tuple saved = <tuple>node._saved
-    if node._n_sv > 0 and saved[node._sj0] is old_data:
-        node._svc0, node._sv0 = vc, vc.value
-    if node._n_sv > 1 and saved[node._sj1] is old_data:
-        node._svc1, node._sv1 = vc, vc.value
-    if node._sv_more is not None:
-        node._sv_more = [(j, vc if saved[j] is old_data else c, vc.value if saved[j] is old_data
-                          else v) for (j, c, v) in node._sv_more]
-    return 0
-
-
-cdef inline void _share_version(TensorBase view, TensorBase src):
-    view._vc = version_counter(src)
-    view._birth = view._vc.value
-
-
-def bump_version(TensorBase t):
-    """Record an in-place modification of ``t``'s data (shared with its views)."""
-    cdef VersionCounter vc = version_counter(t)
-    vc.value += 1
-
-
 def commit_inplace(TensorBase t, TensorBase out, str op_name):
     """Finish an in-place op: write ``out``'s values into ``t``'s memory and give ``t`` the
     history of ``out`` (``t`` becomes a non-leaf when ``out`` was recorded).
 
     A leaf that requires grad cannot be modified in place while grad mode is on.
     """
-    if t._grad_fn is None and t._requires_grad and _mode() == MODE_GRAD:
+    if t._grad_fn is None and t._requires_grad and grad_mode() == MODE_GRAD:
         raise GraphError(
             f"{op_name}: a leaf tensor that requires grad cannot be modified in place; "
             "wrap the update in ferro.no_grad() or work on a clone"
@@ -870,285 +422,6 @@ def commit_inplace(TensorBase t, TensorBase out, str op_name):
         if (<Node>out._grad_fn)._saved is not None:
             _retarget_version(<Node>out._grad_fn, out._data, vc)
     return t
-
-
-# ---------------------------------------------------------------------------------------------
-# Hooks storage (the contract and its tests belong to ferro.autograd; the engine runs them).
-# ---------------------------------------------------------------------------------------------
-
-cdef Py_ssize_t _next_handle_id = 0
-
-
-cdef class RemovableHandle:
-    """Returned by every ``register_*``; ``remove()`` unregisters (safe during backward)."""
-
-    cdef object _dict_ref
-    cdef readonly Py_ssize_t id
-
-    def __init__(self, dict hooks):
-        global _next_handle_id
-        _next_handle_id += 1
-        self.id = _next_handle_id
-        self._dict_ref = hooks
-
-    def remove(self):
-        """Unregister the hook; removing twice is harmless."""
-        (<dict>self._dict_ref).pop(self.id, None)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.remove()
-
-
-cdef RemovableHandle _add_hook(dict hooks, fn):
-    if not callable(fn):
-        raise ArgumentTypeError(f"register hook: the hook must be callable, got {type(fn).__name__}")
-    h = RemovableHandle(hooks)
-    hooks[h.id] = fn
-    return h
-
-
-def register_tensor_hook(TensorBase t, fn):
-    """``t.register_hook(fn)``: ``fn(grad) -> Tensor | None`` runs once on the summed gradient."""
-    if not t._requires_grad:
-        raise GraphError("register_hook: cannot register a hook on a tensor that does not require grad")
-    cdef Node node
-    if t._grad_fn is None:
-        if t._hooks is None:
-            t._hooks = {}
-        return _add_hook(t._hooks, fn)
-    node = <Node>t._grad_fn
-    if node._tensor_hooks is None:
-        node._tensor_hooks = {}
-    hooks = node._tensor_hooks.get(t._output_nr)
-    if hooks is None:
-        hooks = node._tensor_hooks[t._output_nr] = {}
-    return _add_hook(hooks, fn)
-
-
-def register_post_accumulate_grad_hook(TensorBase t, fn):
-    """``fn(tensor)`` runs after a leaf's ``.grad`` has been updated."""
-    if t._grad_fn is not None or not t._requires_grad:
-        raise GraphError(
-            "register_post_accumulate_grad_hook: only leaf tensors that require grad accumulate"
-        )
-    if t._post_acc_hooks is None:
-        t._post_acc_hooks = {}
-    return _add_hook(t._post_acc_hooks, fn)
-
-
-def retain_grad(TensorBase t):
-    """Make a non-leaf tensor keep its gradient in ``.grad`` (written last, after its hooks)."""
-    if not t._requires_grad:
-        raise GraphError("retain_grad: cannot retain the gradient of a tensor that does not require grad")
-    if t._grad_fn is None:
-        return
-    cdef Node node = <Node>t._grad_fn
-    if node._retained is None:
-        node._retained = {}
-    node._retained[t._output_nr] = weakref.ref(t)
-
-
-def retains_grad(TensorBase t):
-    if t._grad_fn is None:
-        return False
-    cdef Node node = <Node>t._grad_fn
-    return node._retained is not None and t._output_nr in node._retained
-
-
-def register_node_prehook(Node node, fn):
-    """``fn(grad_outputs) -> tuple | None`` runs before the node's backward."""
-    if node._pre_hooks is None:
-        node._pre_hooks = {}
-    return _add_hook(node._pre_hooks, fn)
-
-
-def register_node_hook(Node node, fn):
-    """``fn(grad_inputs, grad_outputs) -> tuple | None`` runs after the node's backward."""
-    if node._post_hooks is None:
-        node._post_hooks = {}
-    return _add_hook(node._post_hooks, fn)
-
-
-# ---------------------------------------------------------------------------------------------
-# Backward
-# ---------------------------------------------------------------------------------------------
-
-cdef class _Entry:
-    """Per-walk state of one graph target (a Node, or a leaf tensor) or one node output."""
-
-    cdef object target
-    cdef Py_ssize_t deps
-    cdef object grad           # the pending (summed) gradient array
-    cdef bint owned            # the engine may write into grad (still refcount-checked)
-    cdef bint wanted           # its gradient is an output of this walk (grad() / inputs=)
-    cdef bint needed           # a node whose backward must run
-    cdef list subs             # multi-output nodes: one _Entry per output
-    cdef list captures         # positions in the result of grad()
-
-
-# Refcount of an array held by exactly one _Entry, as _slot_exclusive reads it. Calibrated at
-# import so the rule follows the interpreter (3.14's borrowed references, free-threading).
-cdef Py_ssize_t _REF_BASELINE = -1
-
-
-cdef bint _slot_exclusive(_Entry e):
-    """True if ``e.grad`` is referenced by ``e`` and nothing else. The one refcount check."""
-    return _refcnt(<PyObject*>e.grad) == _REF_BASELINE
-
-
-cdef bint _plain_array(object arr):
-    # An exact ndarray that owns writeable, C-contiguous data: writing it touches nobody else.
-    if type(arr) is not cnp.ndarray:
-        return False
-    cdef cnp.ndarray a = <cnp.ndarray>arr
-    return (cnp.PyArray_CHKFLAGS(a, cnp.NPY_ARRAY_OWNDATA)
-            and cnp.PyArray_ISWRITEABLE(a)
-            and cnp.PyArray_IS_C_CONTIGUOUS(a))
-
-
-# The GPU backend (ferro.cuda.fused registers it; None until then): whether a CuPy array owns
-# its memory as _plain_array asks of NumPy arrays, ``dst += src`` in place, and sum-to-shape.
-cdef object _gpu_owns = None
-cdef object _gpu_accumulate = None
-cdef object _gpu_sum_to_shape = None
-
-
-def set_gpu_backend(owns, accumulate, sum_to_shape):
-    """Register the GPU accumulation and sum-to-shape (``ferro.cuda.fused`` does, at import).
-
-    ``owns(arr)``: the CuPy array owns writeable, C-contiguous memory nobody else sees.
-    ``accumulate(dst, src)``: ``dst += src`` in place. ``sum_to_shape(g, shape)``: a new
-    array, or ValueError when its kernel cannot take ``g`` (the generic path runs then).
-    """
-    global _gpu_owns, _gpu_accumulate, _gpu_sum_to_shape
-    _gpu_owns, _gpu_accumulate, _gpu_sum_to_shape = owns, accumulate, sum_to_shape
-
-
-cdef bint _can_write(_Entry e):
-    """Note [Grad ownership]: may the engine write into ``e.grad`` now?"""
-    if not e.owned and _slot_exclusive(e) and (
-        _plain_array(e.grad)
-        or (_gpu_owns is not None and type(e.grad) is not cnp.ndarray and _gpu_owns(e.grad))
-    ):
-        e.owned = True
-    return e.owned and _slot_exclusive(e)
-
-
-cdef int _gpu_add_inplace(object dst, object src) except -1:
-    """``dst += src`` for a CuPy ``dst`` the engine may write (the accumulation kernel when
-    overrides are on and it takes the arrays, CuPy's in-place add otherwise)."""
-    if _use_overrides and _gpu_accumulate is not None:
-        try:
-            _gpu_accumulate(dst, src)
-            return 0
-        except ValueError:
-            pass
-    dst += src
-    return 0
-
-
-def _calibrate():
-    global _REF_BASELINE
-    cdef _Entry probe = _Entry()
-    probe.grad = np.empty(1)
-    _REF_BASELINE = _refcnt(<PyObject*>probe.grad)
-    # The rule must accept an array only the entry holds and refuse one held twice.
-    if not _slot_exclusive(probe):
-        raise GraphError("ferro: refcount calibration failed")
-    other = probe.grad
-    if _slot_exclusive(probe):
-        raise GraphError("ferro: refcount calibration cannot see a second holder")
-    return _REF_BASELINE
-
-
-_calibrate()
-
-
-cdef int _add_to(_Entry e, object g) except -1:
-    """Accumulate ``g`` into ``e`` following Note [Grad ownership]."""
-    global _n_inplace_adds, _n_outofplace_adds
-    if e.grad is None:
-        e.grad = g
-        e.owned = False
-        return 0
-    if _can_write(e) and _same_dtype(e.grad, g):
-        if cpu_kernels.supports(e.grad):
-            cpu_kernels.add_inplace(<cnp.ndarray>e.grad,
-                                    g if type(g) is cnp.ndarray else _np.asarray(g))
-            _n_inplace_adds += 1
-            return 0
-        if type(e.grad) is not cnp.ndarray and type(g) is type(e.grad):
-            _gpu_add_inplace(e.grad, g)
-            _n_inplace_adds += 1
-            return 0
-    e.grad = _as_array(e.grad + g)
-    e.owned = True
-    _n_outofplace_adds += 1
-    return 0
-
-
-cdef object _sum_to_shape(object g, tuple shape):
-    """Undo broadcasting: sum ``g`` back to ``shape``. The one place it happens."""
-    if cpu_kernels.supports(g):
-        return cpu_kernels.sum_to_shape(<cnp.ndarray>g, shape)
-    if _use_overrides and _gpu_sum_to_shape is not None and type(g) is not cnp.ndarray:
-        try:
-            return _gpu_sum_to_shape(g, shape)
-        except ValueError:
-            pass  # shapes that do not broadcast get the generic path's ShapeError
-    return sum_to_shape_generic(g, shape)
-
-
-def sum_to_shape_generic(g, tuple shape):
-    """Reference implementation of sum-to-shape with array-API calls (NumPy or CuPy)."""
-    cdef Py_ssize_t lead = g.ndim - len(shape)
-    if lead < 0:
-        raise ShapeError(f"sum_to_shape: cannot reduce shape {g.shape} to {shape}")
-    axes = list(range(lead))
-    for i, s in enumerate(shape):
-        gs = g.shape[lead + i]
-        if s == 1 and gs != 1:
-            axes.append(lead + i)
-        elif s != gs:
-            raise ShapeError(f"sum_to_shape: cannot reduce shape {g.shape} to {shape}")
-    if axes:
-        g = g.sum(axis=tuple(axes), keepdims=True)
-    if lead:
-        g = g.reshape(shape)
-    return _as_array(g)
-
-
-def sum_to_shape(g, tuple shape):
-    """Sum the array ``g`` back to ``shape`` (one kernel on the CPU and the GPU, generic for
-    other arrays)."""
-    if _shape_is(g, shape):
-        return g
-    return _sum_to_shape(g, shape)
-
-
-cdef inline tuple _out_shape(Node node, Py_ssize_t nr):
-    return node._shape0 if nr == 0 else <tuple>node._out_shape[nr]
-
-
-cdef inline object _out_dtype(Node node, Py_ssize_t nr):
-    return node._dtype0 if nr == 0 else node._out_dtype[nr]
-
-
-cdef inline _Entry _slot(_Entry e, Py_ssize_t nr, Py_ssize_t n_out):
-    # The entry for output ``nr`` of a target: the target's own entry unless it is a node with
-    # several outputs.
-    if n_out == 1:
-        return e
-    if e.subs is None:
-        e.subs = [None] * n_out
-    s = e.subs[nr]
-    if s is None:
-        s = _Entry()
-        e.subs[nr] = s
-    return <_Entry>s
 
 
 cdef tuple _target_of(TensorBase t):
@@ -1231,7 +504,6 @@ def run_backward(tuple roots, tuple root_grads, bint retain_graph=False, tuple i
     Returns:
         With ``accumulate=False``, a tuple of arrays (or None) aligned with ``inputs``.
     """
-    global _n_steals, _n_grad_copies
     cdef dict table = {}
     cdef list stack = []
     cdef list ready = []
@@ -1358,7 +630,8 @@ def run_backward(tuple roots, tuple root_grads, bint retain_graph=False, tuple i
                 continue
             node = <Node>target
             n_out = node._n_out
-            if node._tensor_hooks is not None or node._retained is not None or e.captures is not None:
+            if (node._tensor_hooks is not None or node._retained is not None
+                    or e.captures is not None):
                 _finish_outputs(e, node, accumulate, results, commits)
             n_in = len(node._next)
             if not e.needed or not _has_grad(e, n_out):
@@ -1440,51 +713,6 @@ def run_backward(tuple roots, tuple root_grads, bint retain_graph=False, tuple i
     if results is not None and not accumulate:
         return tuple(results)
     return None
-
-
-# Note [Commit lock]: several threads may run backward at once (each walk's table is its own),
-# but their commits may meet in one leaf's .grad. The in-place add releases the GIL, and even the
-# out-of-place add is a read-modify-write of t._grad, so commits are serialized by one
-# process-wide lock: the result equals the serial sum. The lock is taken without the GIL when it
-# is contended (the holder needs the GIL to finish), and never held while user code runs.
-cdef PyThread_type_lock _commit_lock = PyThread_allocate_lock()
-
-
-cdef int _lock_commits() except -1:
-    if not PyThread_acquire_lock(_commit_lock, NOWAIT_LOCK):
-        with nogil:
-            PyThread_acquire_lock(_commit_lock, WAIT_LOCK)
-    return 0
-
-
-cdef inline void _unlock_commits() noexcept:
-    PyThread_release_lock(_commit_lock)
-
-
-cdef int _check_commit(_Entry s, TensorBase t) except -1:
-    # Before any .grad is written: the existing .grad must still fit the gradient (it can stop
-    # fitting when the user replaced t.data or t.grad.data by an array of another shape).
-    cur = t._grad
-    if cur is None:
-        return 0
-    arr = (<TensorBase>cur)._data
-    if type(arr) is not type(s.grad):
-        raise DeviceError(
-            f"backward: the existing .grad of a tensor of shape {tuple(t._data.shape)} is a "
-            f"{type(arr).__module__}.{type(arr).__name__}, the new gradient a "
-            f"{type(s.grad).__module__}.{type(s.grad).__name__}"
-        )
-    if not _shape_is(arr, tuple(s.grad.shape)):
-        raise ShapeError(
-            f"backward: the existing .grad has shape {tuple(arr.shape)} but the new gradient of "
-            f"the tensor has shape {tuple(s.grad.shape)}; set .grad to None first"
-        )
-    if not _same_dtype(arr, s.grad):
-        raise DtypeError(
-            f"backward: the existing .grad has dtype {arr.dtype} but the new gradient of the "
-            f"tensor has dtype {s.grad.dtype}; set .grad to None first"
-        )
-    return 0
 
 
 cdef bint _has_grad(_Entry e, Py_ssize_t n_out):
@@ -1618,18 +846,19 @@ cdef tuple _run_node(Node node, _Entry e, Py_ssize_t n_out, Py_ssize_t n_in):
     # op with only a fused backward takes it whenever overrides are on.
     if node.xp is _np:
         if node.op.cpu_backward is not None:
-            if node._fused if node.op.cpu_forward is not None else _use_overrides:
+            if node._fused if node.op.cpu_forward is not None else _F.overrides:
                 bwd = node.op.cpu_backward
     elif node.op.gpu_backward is not None:
-        if node._fused if node.op.gpu_forward is not None else _use_overrides:
+        if node._fused if node.op.gpu_forward is not None else _F.overrides:
             bwd = node.op.gpu_backward
     cdef long long t0 = 0
-    if _profiler is not None:
-        t0 = _now_ns()
+    if _F.profiler is not None:
+        t0 = clock_ns()
     res = bwd(node, *gys)
-    if _profiler is not None:
-        _profiler.record_backward(node.name(), node.op.name, node._prof_id, node.xp, gys, res,
-                                  t0, _now_ns())
+    if _F.profiler is not None:
+        _F.profiler.record_backward(
+            node.name(), node.op.name, node._prof_id, node.xp, gys, res, t0, clock_ns()
+        )
     if type(res) is not tuple:
         if type(res) is list:
             res = tuple(res)
@@ -1643,7 +872,7 @@ cdef tuple _run_node(Node node, _Entry e, Py_ssize_t n_out, Py_ssize_t n_in):
         raise GradientError(
             f"{node.name()} returned {len(res)} gradients; expected {n_in} (one per input)"
         )
-    if _anomaly and _anomaly_nan:
+    if _F.anomaly and _F.anomaly_nan:
         _check_finite(node, res)
     if node._post_hooks:
         for fn in list(node._post_hooks.values()):
@@ -1674,28 +903,6 @@ cdef int _check_finite(Node node, tuple res) except -1:
     return 0
 
 
-cdef int _check_versions(Node node) except -1:
-    if node._svc0.value != node._sv0:
-        _version_error(node, node._sj0, node._sv0, node._svc0.value)
-    if node._n_sv > 1 and node._svc1.value != node._sv1:
-        _version_error(node, node._sj1, node._sv1, node._svc1.value)
-    if node._sv_more is not None:
-        for j, vc, v in node._sv_more:
-            if (<VersionCounter>vc).value != v:
-                _version_error(node, j, v, (<VersionCounter>vc).value)
-    return 0
-
-
-cdef int _version_error(Node node, Py_ssize_t j, Py_ssize_t then, Py_ssize_t now) except -1:
-    arr = node._saved[j]
-    shape = tuple(arr.shape) if hasattr(arr, "shape") else "?"
-    raise GraphError(
-        f"{node.name()}: a tensor of shape {shape} that it saved for backward "
-        f"was modified in place afterwards (version {then} when saved, {now} now). Clone "
-        "the tensor before modifying it, or do the in-place op before it is used."
-    )
-
-
 cdef list _check_hook_grads(object r, Node node, object fn, list gys):
     name = getattr(fn, "__qualname__", repr(fn))
     if not isinstance(r, (tuple, list)) or len(r) != len(gys):
@@ -1718,34 +925,3 @@ cdef tuple _check_post_hook(object r, Node node, object fn, tuple res):
             f"hook {name} on {node.name()} must return None or a tuple of {len(res)} gradients"
         )
     return tuple([(<TensorBase>g)._data if isinstance(g, TensorBase) else g for g in r])
-
-
-cdef int _commit_grad(_Entry s, TensorBase t) except -1:
-    """Write a finished gradient into ``t.grad``: steal it when owned, else copy; later calls
-    add into ``.grad`` in place, as PyTorch does."""
-    global _n_steals, _n_grad_copies, _n_inplace_adds, _n_outofplace_adds
-    cur = t._grad
-    if cur is None:
-        if _can_write(s):
-            t._grad = new_tensor(s.grad)
-            _n_steals += 1
-        else:
-            t._grad = new_tensor(s.grad.copy())
-            _n_grad_copies += 1
-    else:
-        arr = (<TensorBase>cur)._data
-        if (cpu_kernels.supports(arr) and _shape_is(arr, s.grad.shape)
-                and _same_dtype(arr, s.grad) and cnp.PyArray_ISWRITEABLE(<cnp.ndarray>arr)
-                and cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>arr)):
-            cpu_kernels.add_inplace(<cnp.ndarray>arr, <cnp.ndarray>s.grad)
-            _n_inplace_adds += 1
-        elif (type(arr) is not cnp.ndarray and type(arr) is type(s.grad)
-                and _shape_is(arr, s.grad.shape) and _same_dtype(arr, s.grad)):
-            _gpu_add_inplace(arr, s.grad)
-            _n_inplace_adds += 1
-        else:
-            t._grad = new_tensor(_as_array(arr + s.grad))
-            _n_outofplace_adds += 1
-    (<TensorBase>t._grad)._is_grad = True
-    s.grad = None
-    return 0

@@ -163,7 +163,8 @@ cdef class TensorBase:
 
     @property
     def is_leaf(self):
-        """True for tensors not created by a recorded op (user-created or ``requires_grad=False``)."""
+        """True for tensors not created by a recorded op (user-created, or created with
+        ``requires_grad=False`` inputs)."""
         return self._grad_fn is None
 
     @property

@@ -12,7 +12,8 @@ forward), ``mark_non_differentiable``, ``set_materialize_grads`` and free attrib
 
 from __future__ import annotations
 
-from ferro._C.engine import OpDef, apply
+from ferro._C.engine import apply
+from ferro._C.graph import OpDef
 from ferro._C.tensor import TensorBase, wrap
 from ferro.autograd.grad_mode import no_grad
 from ferro.errors import ArgumentTypeError, GradientError

@@ -1,4 +1,4 @@
-"""The op registry: every differentiable op is an :class:`~ferro._C.engine.OpDef` registered here.
+"""The op registry: every differentiable op is an :class:`~ferro._C.graph.OpDef` registered here.
 
 An op is written as a class with static ``forward(ctx, *args, **params)`` and
 ``backward(ctx, *grad_outputs)`` against ``ctx.xp`` (NumPy or CuPy), and registered with
@@ -27,7 +27,8 @@ registered with ``broadcasts=True`` and checks every gradient's shape and dtype.
 
 from __future__ import annotations
 
-from ferro._C.engine import OpDef, apply
+from ferro._C.engine import apply
+from ferro._C.graph import OpDef
 from ferro.errors import ArgumentError
 
 REGISTRY: dict[str, OpDef] = {}

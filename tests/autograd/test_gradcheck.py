@@ -2,9 +2,10 @@
 
 import numpy as np
 import pytest
+from ferro._C.graph import OpDef
 
 import ferro
-from ferro._C.engine import OpDef, apply
+from ferro._C.engine import apply
 from ferro.errors import DtypeError, GradcheckError
 from ferro.testing import gradcheck
 

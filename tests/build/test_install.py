@@ -8,11 +8,13 @@ import subprocess
 import sys
 
 import ferro
-from ferro._C import cpu_kernels, engine, tensor
+from ferro._C import accumulate, cpu_kernels, engine, graph, state, tensor
+
+CORE = (state, tensor, graph, accumulate, engine, cpu_kernels)
 
 
 def test_core_modules_are_compiled_extensions():
-    for mod in (engine, tensor, cpu_kernels):
+    for mod in CORE:
         assert pathlib.Path(mod.__file__).suffix in (".so", ".pyd"), mod.__file__
 
 
@@ -24,8 +26,8 @@ def test_no_generated_c_is_installed():
 def test_type_stubs_ship_with_the_package():
     root = pathlib.Path(ferro.__file__).parent
     assert (root / "py.typed").exists()
-    for name in ("engine", "tensor", "cpu_kernels"):
-        assert (root / "_C" / f"{name}.pyi").exists()
+    for mod in CORE:
+        assert (root / "_C" / f"{mod.__name__.rsplit('.', 1)[1]}.pyi").exists()
 
 
 def test_unbuilt_source_tree_gives_a_friendly_error(tmp_path):

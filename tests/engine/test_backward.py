@@ -4,9 +4,10 @@ import sys
 
 import numpy as np
 import pytest
+from ferro._C.graph import OpDef
 
 import ferro
-from ferro._C.engine import OpDef, apply
+from ferro._C.engine import apply
 from ferro.errors import DtypeError, GradientError, GraphError, ShapeError
 
 

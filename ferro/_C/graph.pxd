@@ -1,0 +1,113 @@
+# Contract of ferro._C.graph: ops, nodes (an op's ctx), version counters, hook storage, and the
+# array helpers every core module shares.
+cimport numpy as cnp
+
+from ferro._C.tensor cimport TensorBase, VersionCounter
+
+
+cdef class OpDef:
+    cdef readonly str name
+    cdef readonly object forward
+    cdef readonly object backward
+    cdef readonly bint broadcasts
+    cdef readonly bint differentiable
+    cdef readonly bint same_dtype
+    cdef readonly bint view
+    cdef readonly str display
+    cdef readonly object cpu_forward     # fused CPU overrides (None: use forward/backward)
+    cdef readonly object cpu_backward
+    cdef readonly object gpu_forward     # fused GPU (RawKernel) overrides, likewise
+    cdef readonly object gpu_backward
+
+
+cdef class _Packed:
+    cdef object value
+
+
+cdef class Node:
+    cdef readonly OpDef op
+    cdef readonly object xp
+    cdef object _saved
+    # Versions of the tensors whose data the node saved (index in _saved, counter, version):
+    # two inline slots (no allocation for the common case), more in _sv_more.
+    cdef int _n_sv
+    cdef Py_ssize_t _sj0, _sj1, _sv0, _sv1
+    cdef VersionCounter _svc0, _svc1
+    cdef list _sv_more
+    cdef bint _released
+    cdef bint _fused           # forward ran the op's CPU override: backward must too
+    cdef tuple _next           # per positional input: Node, leaf TensorBase, or None
+    cdef tuple _next_nr        # per positional input: which output of the target Node
+    cdef Py_ssize_t _n_out
+    cdef tuple _shape0         # shape and dtype of output 0 (every node has one)
+    cdef object _dtype0
+    cdef tuple _out_shape      # per output, only when there are several
+    cdef tuple _out_dtype
+    cdef dict _pre_hooks
+    cdef dict _post_hooks
+    cdef dict _tensor_hooks    # output nr -> {handle id: fn}
+    cdef dict _retained        # output nr -> weakref to the non-leaf tensor
+    cdef object _unpack        # saved-tensor hooks: unpack fn when _saved holds packed values
+    cdef tuple _saved_raw      # the arrays themselves, until apply has recorded their versions
+    cdef tuple _nondiff        # outputs marked non-differentiable (arrays)
+    cdef bint _no_materialize  # backward receives None (not zeros) for outputs without grad
+    cdef object _site          # anomaly mode: (filename, lineno, function) of the creating code
+    cdef Py_ssize_t _prof_id   # profiler: id of the forward event that created this node (-1)
+    cdef dict __dict__
+    cdef object __weakref__
+
+
+cdef class RemovableHandle:
+    cdef object _dict_ref
+    cdef readonly Py_ssize_t id
+
+
+cdef object _xp_of(object arr)
+cdef str _device_name(object arr)
+cdef object _scalar_to_array(object x)
+cdef bint _is_array(object a)
+cdef int _record_saved_versions(Node node, tuple args, Py_ssize_t n, object outputs) except -1
+cdef int _retarget_version(Node node, object old_data, VersionCounter vc) except -1
+cdef void _share_version(TensorBase view, TensorBase src) noexcept
+cdef int _check_versions(Node node) except -1
+
+
+cdef inline object _as_array(object x):
+    # NumPy turns 0-d results into scalars; the engine only ever holds arrays.
+    if type(x) is cnp.ndarray or x is None:
+        return x
+    return _scalar_to_array(x)
+
+
+cdef inline bint _is_float_array(object arr):
+    if type(arr) is cnp.ndarray:
+        return cnp.PyArray_ISFLOAT(<cnp.ndarray>arr)
+    return arr.dtype.kind == "f"
+
+
+cdef inline bint _same_dtype(object a, object b):
+    if type(a) is cnp.ndarray and type(b) is cnp.ndarray:
+        if <object>cnp.PyArray_DESCR(<cnp.ndarray>a) is <object>cnp.PyArray_DESCR(<cnp.ndarray>b):
+            return True
+    return a.dtype == b.dtype
+
+
+cdef inline bint _shape_is(object arr, tuple shape):
+    cdef int nd, i
+    if type(arr) is cnp.ndarray:
+        nd = cnp.PyArray_NDIM(<cnp.ndarray>arr)
+        if nd != len(shape):
+            return False
+        for i in range(nd):
+            if cnp.PyArray_DIMS(<cnp.ndarray>arr)[i] != <Py_ssize_t>shape[i]:
+                return False
+        return True
+    return arr.shape == shape
+
+
+cdef inline tuple _out_shape(Node node, Py_ssize_t nr):
+    return node._shape0 if nr == 0 else <tuple>node._out_shape[nr]
+
+
+cdef inline object _out_dtype(Node node, Py_ssize_t nr):
+    return node._dtype0 if nr == 0 else node._out_dtype[nr]

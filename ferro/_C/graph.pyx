@@ -1,0 +1,456 @@
+# cython: language_level=3
+"""The graph: ops (:class:`OpDef`), recorded applications (:class:`Node`, the ``ctx`` of an op),
+version counters of saved tensors, and hook storage.
+
+An op's Python ``forward``/``backward`` receive the node as ``ctx``; the engine (``engine.pyx``)
+creates nodes, links their edges and walks them. The array helpers every core module shares
+(which backend an array belongs to, shape and dtype predicates) are declared in ``graph.pxd``.
+"""
+
+cimport numpy as cnp
+
+from ferro._C.state cimport Flags, flags, saved_hooks
+from ferro._C.tensor cimport TensorBase, VersionCounter, new_tensor, version_counter
+
+import weakref
+
+import numpy as np
+
+from ferro.errors import ArgumentTypeError, GraphError
+
+cnp.import_array()
+
+cdef object _np = np
+cdef object _generic = np.generic
+cdef Flags _F = flags()
+
+# ---------------------------------------------------------------------------------------------
+# Backends. An array's type decides it; mixing types (or CuPy devices) in one op is an error.
+# ---------------------------------------------------------------------------------------------
+
+cdef dict _xp_by_type = {cnp.ndarray: np}
+
+
+cdef object _xp_of(object arr):
+    cdef type t = type(arr)
+    if t is cnp.ndarray:
+        return _np
+    xp = _xp_by_type.get(t)
+    if xp is None:
+        mod = t.__module__.split(".")[0]
+        if mod == "cupy":
+            import cupy
+            xp = cupy
+        else:
+            raise ArgumentTypeError(
+                f"ferro: unsupported array type {t.__module__}.{t.__name__}; expected a "
+                "numpy.ndarray or cupy.ndarray"
+            )
+        _xp_by_type[t] = xp
+    return xp
+
+
+cdef str _device_name(object arr):
+    if type(arr) is cnp.ndarray:
+        return "cpu"
+    dev = getattr(arr, "device", None)
+    return f"cuda:{getattr(dev, 'id', 0)}" if dev is not None else type(arr).__module__
+
+
+cdef object _scalar_to_array(object x):
+    # NumPy turns 0-d results into scalars; the engine only ever holds arrays.
+    if isinstance(x, _generic):
+        return _np.asarray(x)
+    return x
+
+
+# ---------------------------------------------------------------------------------------------
+# Ops and nodes
+# ---------------------------------------------------------------------------------------------
+
+cdef class OpDef:
+    """A registered op: its name, its Python ``forward``/``backward`` and flags for the engine.
+
+    Args:
+        name: registry key (snake_case).
+        forward: ``forward(ctx, *arrays, **params) -> array | tuple[array, ...]``.
+        backward: ``backward(ctx, *grad_outputs) -> array | None | tuple`` with one entry per
+            positional argument of ``forward`` (None where no gradient flows).
+        broadcasts: the op broadcasts its inputs, so the engine sums gradients back to shape.
+        differentiable: outputs never require grad (comparisons, argmax...).
+        same_dtype: every array argument must have one dtype (no silent promotion).
+        view: the (single) output shares the first input's memory (shares its version counter).
+        display: the class name shown in ``grad_fn`` reprs.
+    """
+
+    def __init__(self, str name, forward, backward=None, *, bint broadcasts=False,
+                 bint differentiable=True, bint same_dtype=True, bint view=False,
+                 str display=None):
+        if differentiable and backward is None:
+            raise ArgumentTypeError(f"op {name!r}: a differentiable op needs a backward")
+        self.name = name
+        self.forward = forward
+        self.backward = backward
+        self.broadcasts = broadcasts
+        self.differentiable = differentiable
+        self.same_dtype = same_dtype
+        self.view = view
+        self.display = display or "".join(p.capitalize() for p in name.split("_"))
+
+    def set_cpu_override(self, forward=None, backward=None):
+        """Register fused CPU versions of forward and/or backward (same signatures).
+
+        They run for NumPy arrays unless overrides are disabled (:func:`set_overrides_enabled`);
+        the generic ``forward``/``backward`` stay the reference they are tested against.
+        """
+        self.cpu_forward = forward
+        self.cpu_backward = backward
+
+    def set_gpu_override(self, forward=None, backward=None):
+        """Register GPU (CuPy RawKernel) versions of forward and/or backward (same signatures).
+
+        They run for CuPy arrays unless overrides are disabled, on the same terms as
+        :meth:`set_cpu_override`: a node whose forward ran the override runs the backward
+        override too; an op with only a backward override takes it for every CuPy node.
+        """
+        self.gpu_forward = forward
+        self.gpu_backward = backward
+
+    def __repr__(self):
+        return f"<OpDef {self.name}>"
+
+
+cdef class _Packed:
+    """A value returned by a saved-tensor pack hook (so unpack knows what to unpack)."""
+
+    def __cinit__(self, value):
+        self.value = value
+
+
+cdef bint _is_array(object a):
+    return type(a) is cnp.ndarray or type(a) in _xp_by_type
+
+
+cdef class Node:
+    """One recorded op application: the ``ctx`` its forward and backward receive.
+
+    Ops store what backward needs with :meth:`save` (arrays) or as attributes (anything else).
+    """
+
+    def save(self, *arrays):
+        """Keep ``arrays`` for backward (released after backward unless ``retain_graph``).
+
+        Inside ``ferro.autograd.graph.saved_tensors_hooks(pack, unpack)`` each array is passed to
+        ``pack`` (as a Tensor) now and the result to ``unpack`` when backward reads it.
+        """
+        if _F.n_hook_contexts:
+            hooks = saved_hooks()
+            if hooks is not None:
+                pack, unpack = hooks
+                self._saved_raw = arrays
+                # Only arrays are packed; a saved Python scalar (say, mul's constant) stays as is.
+                self._saved = tuple([_Packed(pack(new_tensor(a))) if _is_array(a) else a
+                                     for a in arrays])
+                self._unpack = unpack
+                return
+        self._saved = arrays
+
+    @property
+    def saved(self):
+        """The arrays given to :meth:`save` (unpacked, in save order, on every access)."""
+        if self._released:
+            raise GraphError(
+                f"{self.name()}: trying to backward through the graph a second time (or to "
+                "read saved arrays after they were freed). Saved arrays are released after "
+                "backward; pass retain_graph=True to the first backward to keep them."
+            )
+        if self._saved is None:
+            return ()
+        if self._unpack is None:
+            return self._saved
+        out = []
+        for p in self._saved:
+            if type(p) is not _Packed:
+                out.append(p)
+                continue
+            r = self._unpack((<_Packed>p).value)
+            out.append((<TensorBase>r)._data if isinstance(r, TensorBase) else r)
+        return tuple(out)
+
+    # The torch.autograd.Function face of ctx, for ferro.autograd.Function.
+
+    def save_for_backward(self, *tensors):
+        """Save tensors (or None) for backward; read them back with ``saved_tensors``."""
+        self.save(*[None if t is None else (<TensorBase>t)._data for t in tensors])
+
+    @property
+    def saved_tensors(self):
+        """The tensors given to ``save_for_backward`` (wrapped anew, not requiring grad)."""
+        return tuple([None if a is None else new_tensor(a) for a in self.saved])
+
+    def mark_non_differentiable(self, *outputs):
+        """Declare outputs (tensors returned by forward) that never require grad."""
+        self._nondiff = tuple([(<TensorBase>o)._data if isinstance(o, TensorBase) else o
+                               for o in outputs])
+
+    def set_materialize_grads(self, bint value):
+        """With False, backward receives None (not zeros) for outputs that got no gradient."""
+        self._no_materialize = not value
+
+    @property
+    def saved_info(self):
+        """What the node saved, without unpacking: ``(shape, dtype)`` per array, ``"packed"``
+        for a value held by saved-tensor hooks, None for a gap; ``()`` once released."""
+        if self._released or self._saved is None:
+            return ()
+        if self._unpack is not None:
+            return tuple([None if p is None else "packed" if type(p) is _Packed else repr(p)
+                          for p in self._saved])
+        return tuple([None if a is None else (tuple(a.shape), a.dtype) if hasattr(a, "shape")
+                      else repr(a) for a in self._saved])
+
+    @property
+    def output_shapes(self):
+        """The shape of each output."""
+        if self._n_out <= 1:
+            return (self._shape0,) if self._shape0 is not None else ()
+        return self._out_shape
+
+    @property
+    def creation_site(self):
+        """(filename, line, function) of the user code that created this node, recorded while
+        anomaly detection is on; None otherwise."""
+        return self._site
+
+    def register_prehook(self, fn):
+        """``fn(grad_outputs) -> tuple | None`` runs before this node's backward."""
+        return register_node_prehook(self, fn)
+
+    def register_hook(self, fn):
+        """``fn(grad_inputs, grad_outputs) -> tuple | None`` runs after this node's backward."""
+        return register_node_hook(self, fn)
+
+    @property
+    def needs_input_grad(self):
+        """Per positional input of forward: does a gradient need to flow to it?"""
+        if self._next is None:
+            return ()
+        return tuple(t is not None for t in self._next)
+
+    def name(self):
+        """``<Op>Backward``, as PyTorch names its nodes."""
+        return self.op.display + "Backward"
+
+    @property
+    def next_functions(self):
+        """Per positional input: ``(target, output_nr)`` where target is a Node, a leaf Tensor
+        (which accumulates into ``.grad``) or None."""
+        if self._next is None:
+            return ()
+        return tuple(
+            (t, nr) for t, nr in zip(self._next, self._next_nr)
+        )
+
+    def __repr__(self):
+        return f"<{self.name()} at 0x{id(self):x}>"
+
+
+# ---------------------------------------------------------------------------------------------
+# Version counters: a saved tensor modified in place is an error at backward, never a wrong
+# gradient.
+# ---------------------------------------------------------------------------------------------
+
+cdef int _record_saved_versions(Node node, tuple args, Py_ssize_t n, object outputs) except -1:
+    """For each saved array that is a tensor's data, remember that tensor's version now.
+
+    Backward compares: a saved tensor modified in place since then is an error, not a silently
+    wrong gradient. ``outputs`` is the output tensor or a tuple of them.
+    """
+    cdef TensorBase t
+    cdef VersionCounter vc
+    cdef Py_ssize_t j, i
+    cdef tuple saved = node._saved_raw if node._saved_raw is not None else <tuple>node._saved
+    node._saved_raw = None  # packed saves must not keep the arrays alive
+    for j in range(len(saved)):
+        s = saved[j]
+        if s is None:
+            continue
+        t = None
+        for i in range(n):
+            a = args[i]
+            if isinstance(a, TensorBase) and (<TensorBase>a)._data is s:
+                t = <TensorBase>a
+                break
+        if t is None:
+            if isinstance(outputs, TensorBase):
+                if (<TensorBase>outputs)._data is s:
+                    t = <TensorBase>outputs
+            else:
+                for o in outputs:
+                    if (<TensorBase>o)._data is s:
+                        t = <TensorBase>o
+                        break
+        if t is None:
+            continue
+        vc = version_counter(t)
+        if node._n_sv == 0:
+            node._sj0, node._svc0, node._sv0 = j, vc, vc.value
+        elif node._n_sv == 1:
+            node._sj1, node._svc1, node._sv1 = j, vc, vc.value
+        else:
+            if node._sv_more is None:
+                node._sv_more = []
+            node._sv_more.append((j, vc, vc.value))
+        node._n_sv += 1
+    return 0
+
+
+cdef int _retarget_version(Node node, object old_data, VersionCounter vc) except -1:
+    # commit_inplace: the node's saved output now lives in another tensor's memory.
+    if node._unpack is not None:
+        return 0  # packed saves are compared by the hooks' owner, not by identity
+    cdef tuple saved = <tuple>node._saved
+    if node._n_sv > 0 and saved[node._sj0] is old_data:
+        node._svc0, node._sv0 = vc, vc.value
+    if node._n_sv > 1 and saved[node._sj1] is old_data:
+        node._svc1, node._sv1 = vc, vc.value
+    if node._sv_more is not None:
+        node._sv_more = [(j, vc if saved[j] is old_data else c, vc.value if saved[j] is old_data
+                          else v) for (j, c, v) in node._sv_more]
+    return 0
+
+
+cdef void _share_version(TensorBase view, TensorBase src) noexcept:
+    view._vc = version_counter(src)
+    view._birth = view._vc.value
+
+
+def bump_version(TensorBase t):
+    """Record an in-place modification of ``t``'s data (shared with its views)."""
+    cdef VersionCounter vc = version_counter(t)
+    vc.value += 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Hooks storage (the contract and its tests belong to ferro.autograd; the engine runs them).
+# ---------------------------------------------------------------------------------------------
+
+cdef Py_ssize_t _next_handle_id = 0
+
+
+cdef class RemovableHandle:
+    """Returned by every ``register_*``; ``remove()`` unregisters (safe during backward)."""
+
+    def __init__(self, dict hooks):
+        global _next_handle_id
+        _next_handle_id += 1
+        self.id = _next_handle_id
+        self._dict_ref = hooks
+
+    def remove(self):
+        """Unregister the hook; removing twice is harmless."""
+        (<dict>self._dict_ref).pop(self.id, None)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.remove()
+
+
+cdef RemovableHandle _add_hook(dict hooks, fn):
+    if not callable(fn):
+        raise ArgumentTypeError(
+            f"register hook: the hook must be callable, got {type(fn).__name__}"
+        )
+    h = RemovableHandle(hooks)
+    hooks[h.id] = fn
+    return h
+
+
+def register_tensor_hook(TensorBase t, fn):
+    """``t.register_hook(fn)``: ``fn(grad) -> Tensor | None`` runs once on the summed gradient."""
+    if not t._requires_grad:
+        raise GraphError(
+            "register_hook: cannot register a hook on a tensor that does not require grad"
+        )
+    cdef Node node
+    if t._grad_fn is None:
+        if t._hooks is None:
+            t._hooks = {}
+        return _add_hook(t._hooks, fn)
+    node = <Node>t._grad_fn
+    if node._tensor_hooks is None:
+        node._tensor_hooks = {}
+    hooks = node._tensor_hooks.get(t._output_nr)
+    if hooks is None:
+        hooks = node._tensor_hooks[t._output_nr] = {}
+    return _add_hook(hooks, fn)
+
+
+def register_post_accumulate_grad_hook(TensorBase t, fn):
+    """``fn(tensor)`` runs after a leaf's ``.grad`` has been updated."""
+    if t._grad_fn is not None or not t._requires_grad:
+        raise GraphError(
+            "register_post_accumulate_grad_hook: only leaf tensors that require grad accumulate"
+        )
+    if t._post_acc_hooks is None:
+        t._post_acc_hooks = {}
+    return _add_hook(t._post_acc_hooks, fn)
+
+
+def retain_grad(TensorBase t):
+    """Make a non-leaf tensor keep its gradient in ``.grad`` (written last, after its hooks)."""
+    if not t._requires_grad:
+        raise GraphError(
+            "retain_grad: cannot retain the gradient of a tensor that does not require grad"
+        )
+    if t._grad_fn is None:
+        return
+    cdef Node node = <Node>t._grad_fn
+    if node._retained is None:
+        node._retained = {}
+    node._retained[t._output_nr] = weakref.ref(t)
+
+
+def retains_grad(TensorBase t):
+    if t._grad_fn is None:
+        return False
+    cdef Node node = <Node>t._grad_fn
+    return node._retained is not None and t._output_nr in node._retained
+
+
+def register_node_prehook(Node node, fn):
+    """``fn(grad_outputs) -> tuple | None`` runs before the node's backward."""
+    if node._pre_hooks is None:
+        node._pre_hooks = {}
+    return _add_hook(node._pre_hooks, fn)
+
+
+def register_node_hook(Node node, fn):
+    """``fn(grad_inputs, grad_outputs) -> tuple | None`` runs after the node's backward."""
+    if node._post_hooks is None:
+        node._post_hooks = {}
+    return _add_hook(node._post_hooks, fn)
+
+
+cdef int _check_versions(Node node) except -1:
+    if node._svc0.value != node._sv0:
+        _version_error(node, node._sj0, node._sv0, node._svc0.value)
+    if node._n_sv > 1 and node._svc1.value != node._sv1:
+        _version_error(node, node._sj1, node._sv1, node._svc1.value)
+    if node._sv_more is not None:
+        for j, vc, v in node._sv_more:
+            if (<VersionCounter>vc).value != v:
+                _version_error(node, j, v, (<VersionCounter>vc).value)
+    return 0
+
+
+cdef int _version_error(Node node, Py_ssize_t j, Py_ssize_t then, Py_ssize_t now) except -1:
+    arr = node._saved[j]
+    shape = tuple(arr.shape) if hasattr(arr, "shape") else "?"
+    raise GraphError(
+        f"{node.name()}: a tensor of shape {shape} that it saved for backward "
+        f"was modified in place afterwards (version {then} when saved, {now} now). Clone "
+        "the tensor before modifying it, or do the in-place op before it is used."
+    )

@@ -1,0 +1,154 @@
+# cython: language_level=3
+"""Grad mode, process-wide switches, counters, and the profiler and anomaly flags.
+
+Grad mode is one ContextVar: each thread starts with grad enabled (a thread-local in effect) and
+asyncio tasks see the mode of the code that created them; :func:`grad_mode` reads it with one C
+call per op. Everything process-wide lives in one :class:`Flags` object that the other core
+modules hold a typed reference to, so reading a flag on the hot path is a struct field read.
+"""
+
+from cpython.contextvars cimport PyContextVar_Get
+from cpython.long cimport PyLong_AsLong
+from cpython.object cimport PyObject
+from cpython.ref cimport Py_XDECREF
+
+import contextvars
+
+from ferro.errors import ArgumentError
+
+
+cdef class Flags:
+    """The process-wide switches and counters (one instance, :func:`flags`)."""
+
+    def __cinit__(self):
+        self.anomaly_nan = True
+        self.overrides = True
+
+
+cdef Flags _FLAGS = Flags()
+
+
+cdef Flags flags():
+    return _FLAGS
+
+
+cdef object _MODE = contextvars.ContextVar("ferro_grad_mode", default=MODE_GRAD)
+
+
+cdef long grad_mode() except -1:
+    cdef PyObject* v = NULL
+    PyContextVar_Get(_MODE, NULL, &v)
+    cdef long m = PyLong_AsLong(<object>v)
+    Py_XDECREF(v)
+    return m
+
+
+def is_grad_enabled():
+    """True if ops record a graph in the current thread/context."""
+    return grad_mode() == MODE_GRAD
+
+
+def is_inference_mode_enabled():
+    """True inside ``ferro.inference_mode()``."""
+    return grad_mode() == MODE_INFERENCE
+
+
+def _set_mode(int mode):
+    """Set the grad mode (0 no_grad, 1 grad, 2 inference); returns a token for
+    :func:`_reset_mode`."""
+    if mode not in (MODE_NO_GRAD, MODE_GRAD, MODE_INFERENCE):
+        raise ArgumentError(f"_set_mode: invalid grad mode {mode}; expected 0, 1 or 2")
+    return _MODE.set(mode)
+
+
+def _reset_mode(token):
+    _MODE.reset(token)
+
+
+def _get_mode():
+    return grad_mode()
+
+
+# Saved-tensor hooks: the innermost (pack, unpack) pair of this context. The counter of open hook
+# contexts (in any thread) lets Node.save skip the ContextVar read when none is open.
+cdef object _SAVED_HOOKS = contextvars.ContextVar("ferro_saved_tensors_hooks", default=None)
+
+
+cdef object saved_hooks():
+    return _SAVED_HOOKS.get()
+
+
+def _push_saved_hooks(pack, unpack):
+    _FLAGS.n_hook_contexts += 1
+    return _SAVED_HOOKS.set(None if pack is None else (pack, unpack))
+
+
+def _pop_saved_hooks(token):
+    _FLAGS.n_hook_contexts -= 1
+    _SAVED_HOOKS.reset(token)
+
+
+# Profiler (ferro.profiler): one process-wide recorder object, or None. Off, it costs one pointer
+# check per op and per node; on, apply and the backward walk time each forward and backward call
+# and hand the raw facts to the recorder.
+
+def now_ns():
+    """The profiler's clock (CLOCK_MONOTONIC, nanoseconds)."""
+    return clock_ns()
+
+
+def set_profiler(recorder):
+    """Install a profiler recorder (or None); returns the previous one."""
+    prev = _FLAGS.profiler
+    _FLAGS.profiler = recorder
+    return prev
+
+
+def get_profiler():
+    """The installed profiler recorder, or None."""
+    return _FLAGS.profiler
+
+
+# Anomaly detection (process-wide, as PyTorch's): record each node's creation site; check every
+# gradient for NaN/Inf when check_nan is on.
+
+def set_anomaly(bint enabled, bint check_nan=True):
+    """Turn anomaly detection on or off; returns the previous (enabled, check_nan)."""
+    prev = (_FLAGS.anomaly, _FLAGS.anomaly_nan)
+    _FLAGS.anomaly = enabled
+    _FLAGS.anomaly_nan = check_nan
+    return prev
+
+
+def is_anomaly_enabled():
+    """True while anomaly detection is on."""
+    return _FLAGS.anomaly
+
+
+def overrides_enabled():
+    """Whether the fused backend overrides (ops and optimizers) are on."""
+    return _FLAGS.overrides
+
+
+def set_overrides_enabled(bint enabled):
+    """Turn the fused backend overrides on or off (for parity tests and benchmarks); returns the
+    previous setting."""
+    prev = _FLAGS.overrides
+    _FLAGS.overrides = enabled
+    return prev
+
+
+def stats():
+    """Accumulation counters since the last :func:`reset_stats` (for tests and profiling)."""
+    return {
+        "inplace_adds": _FLAGS.n_inplace_adds,
+        "outofplace_adds": _FLAGS.n_outofplace_adds,
+        "steals": _FLAGS.n_steals,
+        "grad_copies": _FLAGS.n_grad_copies,
+    }
+
+
+def reset_stats():
+    """Zero the accumulation counters."""
+    _FLAGS.n_inplace_adds = _FLAGS.n_outofplace_adds = 0
+    _FLAGS.n_steals = _FLAGS.n_grad_copies = 0

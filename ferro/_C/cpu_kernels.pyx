@@ -46,16 +46,18 @@ cdef int MAX_DIMS = 64
 # silently changed).
 # ---------------------------------------------------------------------------------------------
 
+cdef inline bint _is_float(cnp.ndarray a) noexcept:
+    cdef int t = cnp.PyArray_TYPE(a)
+    return t == cnp.NPY_FLOAT32 or t == cnp.NPY_FLOAT64
+
+
 cpdef bint supports(object arr):
     """True if ``arr`` is an exact float32/float64 ndarray in native byte order and aligned, with
-    any strides: what ``sum_to_shape`` reads. (``add_inplace`` also needs its destination to
-    pass ``same_layout`` and be writeable.)"""
+    any strides: what ``sum_to_shape`` reads."""
     if type(arr) is not cnp.ndarray:
         return False
     cdef cnp.ndarray a = <cnp.ndarray>arr
-    cdef int t = cnp.PyArray_TYPE(a)
-    return ((t == cnp.NPY_FLOAT32 or t == cnp.NPY_FLOAT64)
-            and cnp.PyArray_ISNOTSWAPPED(a) and cnp.PyArray_ISALIGNED(a))
+    return _is_float(a) and cnp.PyArray_ISNOTSWAPPED(a) and cnp.PyArray_ISALIGNED(a)
 
 
 cpdef bint same_layout(tuple arrays):
@@ -146,24 +148,26 @@ cdef void _add_contig(floating_t* dst, const floating_t* src, Py_ssize_t n) noex
 
 
 cpdef int add_inplace(object dst, object src) except -1:
-    """``dst += src`` for two float arrays of one dtype and shape.
+    """``dst += src`` in place, for two ndarrays of one float dtype and shape; ``dst`` must be
+    writeable (the caller, the engine, has also checked that it owns it: Note [Grad ownership]).
 
-    ``dst`` must pass ``same_layout`` and be writeable; the caller (the engine) has also checked
-    that it owns it (Note [Grad ownership]). A ``src`` the loop cannot read by flat index
-    (strided, misaligned, non-native byte order, or overlapping ``dst`` other than exactly) goes
-    through NumPy's add, which handles all of these.
+    The nogil loop runs when both pass ``same_layout`` and do not overlap other than exactly;
+    anything else (strided, misaligned, non-native byte order, overlapping) goes through NumPy's
+    add into ``dst``, which handles all of these.
     """
-    _accept("add_inplace", ("dst",), (dst,), 1)
-    cdef cnp.ndarray d = <cnp.ndarray>dst
-    if (type(src) is not cnp.ndarray or cnp.PyArray_TYPE(<cnp.ndarray>src) != cnp.PyArray_TYPE(d)
-            or not cnp.PyArray_SAMESHAPE(<cnp.ndarray>src, d)):
-        raise _src_refusal(d, src)
-    cdef cnp.ndarray s = <cnp.ndarray>src
+    if (type(dst) is not cnp.ndarray or type(src) is not cnp.ndarray
+            or not cnp.PyArray_ISWRITEABLE(<cnp.ndarray>dst)
+            or not _is_float(<cnp.ndarray>dst)
+            or cnp.PyArray_TYPE(<cnp.ndarray>src) != cnp.PyArray_TYPE(<cnp.ndarray>dst)
+            or not cnp.PyArray_SAMESHAPE(<cnp.ndarray>src, <cnp.ndarray>dst)):
+        raise _add_refusal(dst, src)
+    cdef cnp.ndarray d = <cnp.ndarray>dst, s = <cnp.ndarray>src
     cdef Py_ssize_t n = cnp.PyArray_SIZE(d)
     cdef Py_ssize_t nbytes = n * cnp.PyArray_ITEMSIZE(d)
     cdef char *dp = <char*>cnp.PyArray_DATA(d)
     cdef char *sp = <char*>cnp.PyArray_DATA(s)
-    if not cnp.PyArray_ISCARRAY_RO(s) or (sp != dp and sp < dp + nbytes and dp < sp + nbytes):
+    if (not cnp.PyArray_ISCARRAY(d) or not cnp.PyArray_ISCARRAY_RO(s)
+            or (sp != dp and sp < dp + nbytes and dp < sp + nbytes)):
         np.add(d, s, out=d)
     elif cnp.PyArray_TYPE(d) == cnp.NPY_FLOAT32:
         with nogil:
@@ -174,12 +178,20 @@ cpdef int add_inplace(object dst, object src) except -1:
     return 0
 
 
-cdef object _src_refusal(object dst, object src):
-    if type(src) is not np.ndarray:
-        return ArgumentTypeError(
-            f"add_inplace: src must be a numpy.ndarray, got {type(src).__module__}."
-            f"{type(src).__qualname__}"
+cdef object _add_refusal(object dst, object src):
+    for name, a in (("dst", dst), ("src", src)):
+        if type(a) is not np.ndarray:
+            return ArgumentTypeError(
+                f"add_inplace: {name} must be a numpy.ndarray, got {type(a).__module__}."
+                f"{type(a).__qualname__}"
+            )
+    if not dst.flags.writeable:
+        return ReadOnlyError(
+            f"add_inplace: dst ({dst.dtype}, shape {dst.shape}) is read-only, and it is added to "
+            "in place"
         )
+    if dst.dtype.type is not np.float32 and dst.dtype.type is not np.float64:
+        return DtypeError(f"add_inplace: dst must be float32 or float64, got {dst.dtype}")
     if src.dtype.type is not dst.dtype.type:
         return DtypeError(f"add_inplace: src has dtype {src.dtype} but dst has {dst.dtype}")
     return ShapeError(f"add_inplace: src has shape {src.shape} but dst has {dst.shape}")

@@ -17,7 +17,14 @@ from ferro._C import cpu_kernels
 from ferro._C.engine import bump_version, overrides_enabled
 from ferro._C.tensor import TensorBase
 from ferro.autograd.grad_mode import no_grad
-from ferro.errors import DtypeError, ReadOnlyError, ShapeError
+from ferro.errors import (
+    ArgumentError,
+    ArgumentTypeError,
+    DtypeError,
+    NotSupportedError,
+    ReadOnlyError,
+    ShapeError,
+)
 
 
 def _read_only(arr) -> bool:
@@ -35,7 +42,7 @@ class Optimizer:
         self.state: dict = {}
         params = list(params)
         if not params:
-            raise ValueError(f"{type(self).__name__}: got an empty parameter list")
+            raise ArgumentError(f"{type(self).__name__}: got an empty parameter list")
         groups = params if isinstance(params[0], dict) else [{"params": params}]
         for g in groups:
             self.add_param_group(g)
@@ -45,13 +52,19 @@ class Optimizer:
         params = group["params"]
         params = [params] if isinstance(params, TensorBase) else list(params)
         for p in params:
-            if not isinstance(p, TensorBase) or not p.requires_grad or not p.is_leaf:
-                raise ValueError(
-                    f"{type(self).__name__}: can only optimize leaf tensors that require grad"
+            if not isinstance(p, TensorBase):
+                raise ArgumentTypeError(
+                    f"{type(self).__name__}: parameters must be tensors, got {type(p).__name__}"
+                )
+            if not p.requires_grad or not p.is_leaf:
+                raise ArgumentError(
+                    f"{type(self).__name__}: can only optimize leaf tensors that require grad, "
+                    f"got a {'non-leaf' if not p.is_leaf else 'leaf'} tensor of shape "
+                    f"{tuple(p.shape)} with requires_grad={p.requires_grad}"
                 )
         seen = {id(p) for g in self.param_groups for p in g["params"]}
         if any(id(p) in seen for p in params):
-            raise ValueError(f"{type(self).__name__}: a parameter appears in two groups")
+            raise ArgumentError(f"{type(self).__name__}: a parameter appears in two groups")
         full = {**self.defaults, **{k: v for k, v in group.items() if k != "params"}}
         full["params"] = params
         self._check(full)
@@ -59,7 +72,9 @@ class Optimizer:
 
     def _check(self, group: dict) -> None:
         if group.get("lr", 0.0) < 0:
-            raise ValueError(f"{type(self).__name__}: invalid learning rate {group['lr']}")
+            raise ArgumentError(
+                f"{type(self).__name__}: invalid learning rate {group['lr']}; expected lr >= 0"
+            )
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Clear the gradients (to None, or to zeros in place: then a read-only gradient, checked
@@ -154,10 +169,10 @@ class Optimizer:
         per step whichever update runs (so the layout check sees the state arrays too)."""
 
     def _update_fused(self, p, g, state, group):
-        raise NotImplementedError
+        raise NotSupportedError(f"{type(self).__name__} does not implement _update_fused")
 
     def _update_generic(self, p, g, state, group):
-        raise NotImplementedError
+        raise NotSupportedError(f"{type(self).__name__} does not implement _update_generic")
 
     def state_dict(self) -> dict:
         """``{"state": {index: {...}}, "param_groups": [...]}``, parameters by index."""

@@ -5,6 +5,10 @@ Every function here has a generic NumPy twin (the reference) in ``ferro._C.engin
 parity test in ``tests/engine/test_cpu_kernels.py``. The loops work on raw pointers read through
 NumPy's C API: a typed memoryview costs about a microsecond to acquire, which is more than the
 whole add on a 1-element gradient.
+
+Every function is importable, so each one checks its arguments itself before it touches memory
+(docs/design.md, "Kernel accept checks"): the check reads array flags only; an error message is
+built only when it refuses.
 """
 
 cimport numpy as cnp
@@ -13,6 +17,15 @@ from cython.parallel cimport prange
 from ferro._C.typedefs cimport floating_t
 
 import numpy as np
+
+from ferro.errors import (
+    ArgumentError,
+    ArgumentTypeError,
+    DtypeError,
+    IndexOutOfRangeError,
+    ReadOnlyError,
+    ShapeError,
+)
 
 cnp.import_array()
 
@@ -24,12 +37,104 @@ cdef Py_ssize_t PARALLEL_MIN_COMPUTE = 1 << 15
 cdef int MAX_DIMS = 64
 
 
+# ---------------------------------------------------------------------------------------------
+# Accept checks. A loop reads and writes raw pointers by flat index, so every array it touches
+# must be an exact ndarray of the float type it was compiled for, in native byte order (a
+# big-endian array read as little-endian gives garbage, not an error), aligned, of the layout the
+# loop assumes (C-contiguous, or any strides for the strided loops), of matching shape, and
+# writeable when the loop writes it (a read-only memory map faults; np.frombuffer's bytes are
+# silently changed).
+# ---------------------------------------------------------------------------------------------
+
+cdef inline bint _is_float(cnp.ndarray a) noexcept:
+    cdef int t = cnp.PyArray_TYPE(a)
+    return t == cnp.NPY_FLOAT32 or t == cnp.NPY_FLOAT64
+
+
 cpdef bint supports(object arr):
-    """True if ``arr`` is a float32/float64 NumPy array these loops can take."""
+    """True if ``arr`` is an exact float32/float64 ndarray in native byte order and aligned, with
+    any strides: what ``sum_to_shape`` reads."""
     if type(arr) is not cnp.ndarray:
         return False
-    cdef int t = cnp.PyArray_TYPE(<cnp.ndarray>arr)
-    return t == cnp.NPY_FLOAT32 or t == cnp.NPY_FLOAT64
+    cdef cnp.ndarray a = <cnp.ndarray>arr
+    return _is_float(a) and cnp.PyArray_ISNOTSWAPPED(a) and cnp.PyArray_ISALIGNED(a)
+
+
+cpdef bint same_layout(tuple arrays):
+    """True if every array is an exact ndarray, C-contiguous, aligned, in native byte order,
+    float32/float64, all of one dtype and one shape: what the flat-index loops can read."""
+    cdef cnp.ndarray a0, a
+    if not arrays or not supports(arrays[0]):
+        return False
+    a0 = <cnp.ndarray>arrays[0]
+    if not cnp.PyArray_ISCARRAY_RO(a0):
+        return False
+    for o in arrays[1:]:
+        if type(o) is not cnp.ndarray:
+            return False
+        a = <cnp.ndarray>o
+        if (cnp.PyArray_TYPE(a) != cnp.PyArray_TYPE(a0) or not cnp.PyArray_ISCARRAY_RO(a)
+                or not cnp.PyArray_SAMESHAPE(a, a0)):
+            return False
+    return True
+
+
+cdef int _accept(str who, tuple names, tuple arrays, unsigned int writes) except -1:
+    # The check every flat-index kernel runs first: ``same_layout`` of ``arrays``, and each array
+    # whose bit is set in ``writes`` writeable. Refusing raises the error that says why.
+    cdef Py_ssize_t i
+    if not same_layout(arrays):
+        raise _refusal(who, names, arrays, writes)
+    for i in range(len(arrays)):
+        if (writes >> i) & 1 and not cnp.PyArray_ISWRITEABLE(<cnp.ndarray>arrays[i]):
+            raise _refusal(who, names, arrays, writes)
+    return 0
+
+
+cdef object _refusal(str who, tuple names, tuple arrays, unsigned int writes):
+    # Only runs when a check refused: finds the first reason, in the order a user fixes them.
+    for name, a in zip(names, arrays):
+        if type(a) is not np.ndarray:
+            return ArgumentTypeError(
+                f"{who}: {name} must be a numpy.ndarray, got {type(a).__module__}."
+                f"{type(a).__qualname__}"
+            )
+    for i, (name, a) in enumerate(zip(names, arrays)):
+        if (writes >> i) & 1 and not a.flags.writeable:
+            return ReadOnlyError(
+                f"{who}: {name} ({a.dtype}, shape {a.shape}) is read-only, and this kernel "
+                "writes it in place; copy it into writeable memory first"
+            )
+    a0, name0 = arrays[0], names[0]
+    for name, a in zip(names, arrays):
+        if a.dtype.type is not np.float32 and a.dtype.type is not np.float64:
+            return DtypeError(f"{who}: {name} must be float32 or float64, got {a.dtype}")
+        if not a.dtype.isnative:
+            return DtypeError(
+                f"{who}: {name} has non-native byte order (dtype {a.dtype.str}); expected "
+                f"{a.dtype.newbyteorder('=')} in native order"
+            )
+        if a.dtype != a0.dtype:
+            return DtypeError(
+                f"{who}: {name} has dtype {a.dtype} but {name0} has {a0.dtype}; expected one dtype"
+            )
+        if a.shape != a0.shape:
+            return ShapeError(
+                f"{who}: {name} has shape {a.shape} but {name0} has {a0.shape}; expected one shape"
+            )
+        if not a.flags.aligned:
+            return ArgumentError(f"{who}: {name} is not aligned to its {a.dtype} elements")
+        if not a.flags.c_contiguous:
+            return ArgumentError(
+                f"{who}: {name} must be C-contiguous, got strides {a.strides} for shape {a.shape}"
+            )
+    return ArgumentError(f"{who}: expected at least one array")
+
+
+cdef inline cnp.ndarray _empty_as(cnp.ndarray a):
+    # A fresh C-contiguous, native-order output of a's shape and dtype (never a subclass).
+    return <cnp.ndarray>cnp.PyArray_EMPTY(cnp.PyArray_NDIM(a), cnp.PyArray_DIMS(a),
+                                          cnp.PyArray_TYPE(a), 0)
 
 
 cdef void _add_contig(floating_t* dst, const floating_t* src, Py_ssize_t n) noexcept nogil:
@@ -42,32 +147,54 @@ cdef void _add_contig(floating_t* dst, const floating_t* src, Py_ssize_t n) noex
             dst[i] += src[i]
 
 
-cpdef int add_inplace(cnp.ndarray dst, cnp.ndarray src) except -1:
-    """``dst += src`` for same-shape, same-dtype float arrays; ``dst`` must be C-contiguous.
+cpdef int add_inplace(object dst, object src) except -1:
+    """``dst += src`` in place, for two ndarrays of one float dtype and shape; ``dst`` must be
+    writeable (the caller, the engine, has also checked that it owns it: Note [Grad ownership]).
 
-    The caller (the engine) has already checked ownership of ``dst`` (Note [Grad ownership]).
-    A non-contiguous ``src`` goes through NumPy's strided add.
+    The nogil loop runs when both pass ``same_layout`` and do not overlap other than exactly;
+    anything else (strided, misaligned, non-native byte order, overlapping) goes through NumPy's
+    add into ``dst``, which handles all of these.
     """
-    cdef Py_ssize_t n = cnp.PyArray_SIZE(dst)
-    cdef int t = cnp.PyArray_TYPE(dst)
-    if cnp.PyArray_TYPE(src) != t or cnp.PyArray_SIZE(src) != n:
-        raise ValueError(
-            f"add_inplace: dst {dst.dtype}{(<object>dst).shape} and src {src.dtype}{(<object>src).shape} differ"
-        )
-    if not cnp.PyArray_IS_C_CONTIGUOUS(dst) or not cnp.PyArray_ISWRITEABLE(dst):
-        raise ValueError("add_inplace: dst must be C-contiguous and writeable")
-    if not cnp.PyArray_IS_C_CONTIGUOUS(src):
-        np.add(dst, src, out=dst)
-        return 0
-    if t == cnp.NPY_FLOAT32:
+    if (type(dst) is not cnp.ndarray or type(src) is not cnp.ndarray
+            or not cnp.PyArray_ISWRITEABLE(<cnp.ndarray>dst)
+            or not _is_float(<cnp.ndarray>dst)
+            or cnp.PyArray_TYPE(<cnp.ndarray>src) != cnp.PyArray_TYPE(<cnp.ndarray>dst)
+            or not cnp.PyArray_SAMESHAPE(<cnp.ndarray>src, <cnp.ndarray>dst)):
+        raise _add_refusal(dst, src)
+    cdef cnp.ndarray d = <cnp.ndarray>dst, s = <cnp.ndarray>src
+    cdef Py_ssize_t n = cnp.PyArray_SIZE(d)
+    cdef Py_ssize_t nbytes = n * cnp.PyArray_ITEMSIZE(d)
+    cdef char *dp = <char*>cnp.PyArray_DATA(d)
+    cdef char *sp = <char*>cnp.PyArray_DATA(s)
+    if (not cnp.PyArray_ISCARRAY(d) or not cnp.PyArray_ISCARRAY_RO(s)
+            or (sp != dp and sp < dp + nbytes and dp < sp + nbytes)):
+        np.add(d, s, out=d)
+    elif cnp.PyArray_TYPE(d) == cnp.NPY_FLOAT32:
         with nogil:
-            _add_contig(<float*>cnp.PyArray_DATA(dst), <const float*>cnp.PyArray_DATA(src), n)
-    elif t == cnp.NPY_FLOAT64:
-        with nogil:
-            _add_contig(<double*>cnp.PyArray_DATA(dst), <const double*>cnp.PyArray_DATA(src), n)
+            _add_contig(<float*>dp, <const float*>sp, n)
     else:
-        np.add(dst, src, out=dst)
+        with nogil:
+            _add_contig(<double*>dp, <const double*>sp, n)
     return 0
+
+
+cdef object _add_refusal(object dst, object src):
+    for name, a in (("dst", dst), ("src", src)):
+        if type(a) is not np.ndarray:
+            return ArgumentTypeError(
+                f"add_inplace: {name} must be a numpy.ndarray, got {type(a).__module__}."
+                f"{type(a).__qualname__}"
+            )
+    if not dst.flags.writeable:
+        return ReadOnlyError(
+            f"add_inplace: dst ({dst.dtype}, shape {dst.shape}) is read-only, and it is added to "
+            "in place"
+        )
+    if dst.dtype.type is not np.float32 and dst.dtype.type is not np.float64:
+        return DtypeError(f"add_inplace: dst must be float32 or float64, got {dst.dtype}")
+    if src.dtype.type is not dst.dtype.type:
+        return DtypeError(f"add_inplace: src has dtype {src.dtype} but dst has {dst.dtype}")
+    return ShapeError(f"add_inplace: src has shape {src.shape} but dst has {dst.shape}")
 
 
 cdef void _sum_to(const floating_t* src, floating_t* dst, int ndim, const Py_ssize_t* shape,
@@ -105,66 +232,80 @@ cdef void _sum_to(const floating_t* src, floating_t* dst, int ndim, const Py_ssi
             return
 
 
-cpdef object sum_to_shape(cnp.ndarray src, tuple shape):
+cpdef object sum_to_shape(object src, tuple shape):
     """Sum a broadcast float array back to ``shape`` (which must broadcast to ``src.shape``).
 
-    Returns a new C-contiguous array of ``shape``; ``src`` is only read.
+    ``src`` must pass ``supports`` (any strides: broadcast views have zero strides). Returns a new
+    C-contiguous array of ``shape``; ``src`` is only read.
     """
-    cdef int ndim = cnp.PyArray_NDIM(src)
+    if not supports(src):
+        raise _refusal("sum_to_shape", ("src",), (src,), 0)
+    cdef cnp.ndarray s = <cnp.ndarray>src
+    cdef int ndim = cnp.PyArray_NDIM(s)
     cdef int tnd = len(shape)
     cdef int lead = ndim - tnd
-    cdef int d, t = cnp.PyArray_TYPE(src)
-    cdef Py_ssize_t itemsize = cnp.PyArray_ITEMSIZE(src)
+    cdef int d
+    cdef Py_ssize_t itemsize = cnp.PyArray_ITEMSIZE(s)
     cdef Py_ssize_t sshape[64]
     cdef Py_ssize_t sstride[64]
     cdef Py_ssize_t dstride[64]
-    cdef Py_ssize_t dsize, acc_stride
+    cdef Py_ssize_t dsize, acc_stride = 1
     cdef cnp.ndarray dst
     if lead < 0 or ndim > MAX_DIMS:
-        raise ValueError(f"sum_to_shape: cannot reduce shape {(<object>src).shape} to {shape}")
-    dst = np.zeros(shape, dtype=src.dtype)
-    if cnp.PyArray_SIZE(src) == 0 or cnp.PyArray_SIZE(dst) == 0:
-        return dst
-    if ndim == 0:
-        dst[...] = src
-        return dst
-    acc_stride = 1
+        raise ShapeError(f"sum_to_shape: cannot reduce shape {src.shape} to {shape}")
+    # Validate everything before allocating: the loop trusts these strides and sizes.
     for d in range(ndim - 1, -1, -1):
-        sshape[d] = cnp.PyArray_DIMS(src)[d]
-        if cnp.PyArray_STRIDES(src)[d] % itemsize != 0:
-            raise ValueError("sum_to_shape: unaligned strides")
-        sstride[d] = cnp.PyArray_STRIDES(src)[d] // itemsize
+        sshape[d] = cnp.PyArray_DIMS(s)[d]
+        # A size-1 dimension is indexed at 0 only; its stride (which alignment does not
+        # constrain) is never used.
+        sstride[d] = cnp.PyArray_STRIDES(s)[d] // itemsize if sshape[d] > 1 else 0
+        if sshape[d] > 1 and cnp.PyArray_STRIDES(s)[d] % itemsize != 0:
+            # Alignment implies this where a type's alignment is its size (x86-64, arm64).
+            raise ArgumentError(
+                f"sum_to_shape: src strides {src.strides} are not multiples of its {itemsize}-byte "
+                "elements"
+            )
         if d < lead:
             dstride[d] = 0
-        else:
+            continue
+        try:
             dsize = shape[d - lead]
-            if dsize == sshape[d]:
-                dstride[d] = acc_stride
-            elif dsize == 1:
-                dstride[d] = 0
-            else:
-                raise ValueError(f"sum_to_shape: cannot reduce shape {(<object>src).shape} to {shape}")
-            acc_stride *= dsize
-    if t == cnp.NPY_FLOAT32:
+        except TypeError:
+            raise ArgumentTypeError(f"sum_to_shape: shape {shape} must hold ints") from None
+        except OverflowError:
+            dsize = -1  # refused just below, as any size that does not broadcast
+        if dsize == sshape[d]:
+            dstride[d] = acc_stride
+        elif dsize == 1:
+            dstride[d] = 0
+        else:
+            raise ShapeError(f"sum_to_shape: cannot reduce shape {src.shape} to {shape}")
+        acc_stride *= dsize
+    dst = np.zeros(shape, dtype=s.dtype)
+    if cnp.PyArray_SIZE(s) == 0 or cnp.PyArray_SIZE(dst) == 0:
+        return dst
+    if ndim == 0:
+        dst[...] = s
+        return dst
+    if cnp.PyArray_TYPE(s) == cnp.NPY_FLOAT32:
         with nogil:
-            _sum_to(<const float*>cnp.PyArray_DATA(src), <float*>cnp.PyArray_DATA(dst),
-                    ndim, sshape, sstride, dstride)
-    elif t == cnp.NPY_FLOAT64:
-        with nogil:
-            _sum_to(<const double*>cnp.PyArray_DATA(src), <double*>cnp.PyArray_DATA(dst),
+            _sum_to(<const float*>cnp.PyArray_DATA(s), <float*>cnp.PyArray_DATA(dst),
                     ndim, sshape, sstride, dstride)
     else:
-        raise TypeError(f"sum_to_shape: unsupported dtype {src.dtype}")
+        with nogil:
+            _sum_to(<const double*>cnp.PyArray_DATA(s), <double*>cnp.PyArray_DATA(dst),
+                    ndim, sshape, sstride, dstride)
     return dst
 
 
 # ---------------------------------------------------------------------------------------------
 # Fused activation kernels, generated in kernels.h (one loop per op and dtype, computed in the
-# array's own precision). Callers (ferro/ops/fused.py) pass C-contiguous arrays of one float
-# dtype, checked by ``same_layout``.
+# array's own precision). Each checks its arrays with ``_accept`` and writes only the fresh
+# output it allocates; callers (ferro/ops/fused.py) test ``same_layout`` first and take the
+# generic path when it is false.
 # ---------------------------------------------------------------------------------------------
 
-from libc.math cimport exp, expf, log, logf
+from libc.math cimport exp, expf, log
 
 cdef extern from "kernels.h" nogil:
     void ferro_tanh_bwd_f32(const float*, const float*, float*, Py_ssize_t)
@@ -200,35 +341,6 @@ ctypedef void (*map2_f32)(const float*, const float*, float*, Py_ssize_t) noexce
 ctypedef void (*map2_f64)(const double*, const double*, double*, Py_ssize_t) noexcept nogil
 
 
-cpdef bint same_layout(tuple arrays):
-    """True if every array is a C-contiguous float32/float64 ndarray of one dtype and size."""
-    cdef cnp.ndarray a0, a
-    if not arrays or not supports(arrays[0]):
-        return False
-    a0 = <cnp.ndarray>arrays[0]
-    if not cnp.PyArray_IS_C_CONTIGUOUS(a0):
-        return False
-    for o in arrays[1:]:
-        if type(o) is not cnp.ndarray:
-            return False
-        a = <cnp.ndarray>o
-        if (cnp.PyArray_TYPE(a) != cnp.PyArray_TYPE(a0) or not cnp.PyArray_IS_C_CONTIGUOUS(a)
-                or cnp.PyArray_SIZE(a) != cnp.PyArray_SIZE(a0)):
-            return False
-    return True
-
-
-cdef int _check_same(str who, tuple arrays) except -1:
-    # The loops index every array by the first one's size: refuse anything that would make them
-    # read or write out of bounds (these functions are importable, not only engine-internal).
-    if not same_layout(arrays):
-        raise ValueError(
-            f"{who}: needs C-contiguous float32/float64 arrays of one dtype and size, got "
-            + ", ".join(f"{a.dtype}{tuple(a.shape)}" for a in arrays)
-        )
-    return 0
-
-
 def activation_backward(str name, object gy_, object saved_):
     """Fused ``gx = f(gy, saved)`` for tanh, sigmoid, relu (saved y) and gelu (saved x)."""
     cdef map2_f32 f32
@@ -242,10 +354,12 @@ def activation_backward(str name, object gy_, object saved_):
     elif name == "gelu":
         f32, f64 = ferro_gelu_bwd_f32, ferro_gelu_bwd_f64
     else:
-        raise ValueError(f"activation_backward: no kernel for {name!r}")
-    _check_same("activation_backward", (gy_, saved_))
+        raise ArgumentError(
+            f"activation_backward: no kernel for {name!r}; expected tanh, sigmoid, relu or gelu"
+        )
+    _accept("activation_backward", ("gy", "saved"), (gy_, saved_), 0)
     cdef cnp.ndarray gy = <cnp.ndarray>gy_, saved = <cnp.ndarray>saved_
-    cdef cnp.ndarray out = np.empty_like(gy)
+    cdef cnp.ndarray out = _empty_as(gy)
     cdef Py_ssize_t n = cnp.PyArray_SIZE(gy)
     if cnp.PyArray_TYPE(gy) == cnp.NPY_FLOAT32:
         with nogil:
@@ -260,13 +374,14 @@ def activation_backward(str name, object gy_, object saved_):
 
 def silu_backward(object gy_, object x_, object s_):
     """Fused silu backward ``gy * s * (1 + x * (1 - s))`` from x and s = sigmoid(x)."""
-    _check_same("silu_backward", (gy_, x_, s_))
+    _accept("silu_backward", ("gy", "x", "s"), (gy_, x_, s_), 0)
     cdef cnp.ndarray gy = <cnp.ndarray>gy_, x = <cnp.ndarray>x_, s = <cnp.ndarray>s_
-    cdef cnp.ndarray out = np.empty_like(gy)
+    cdef cnp.ndarray out = _empty_as(gy)
     cdef Py_ssize_t n = cnp.PyArray_SIZE(gy)
     if cnp.PyArray_TYPE(gy) == cnp.NPY_FLOAT32:
         with nogil:
-            ferro_silu_bwd_f32(<const float*>cnp.PyArray_DATA(gy), <const float*>cnp.PyArray_DATA(x),
+            ferro_silu_bwd_f32(<const float*>cnp.PyArray_DATA(gy),
+                               <const float*>cnp.PyArray_DATA(x),
                                <const float*>cnp.PyArray_DATA(s), <float*>cnp.PyArray_DATA(out), n)
     else:
         with nogil:
@@ -277,24 +392,29 @@ def silu_backward(object gy_, object x_, object s_):
     return out
 
 
-cpdef bint all_finite(cnp.ndarray x):
-    """True if the C-contiguous float array holds no NaN or Inf (one pass, no temporary)."""
-    _check_same("all_finite", (x,))
-    cdef Py_ssize_t n = cnp.PyArray_SIZE(x)
+cpdef bint all_finite(object x):
+    """True if the float array (``same_layout``) holds no NaN or Inf (one pass, no temporary).
+
+    It tests the exponent bits, so an array in non-native byte order must be refused, not read.
+    """
+    _accept("all_finite", ("x",), (x,), 0)
+    cdef cnp.ndarray a = <cnp.ndarray>x
+    cdef Py_ssize_t n = cnp.PyArray_SIZE(a)
     cdef int ok
-    if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT32:
+    if cnp.PyArray_TYPE(a) == cnp.NPY_FLOAT32:
         with nogil:
-            ok = ferro_all_finite_f32(<const float*>cnp.PyArray_DATA(x), n)
+            ok = ferro_all_finite_f32(<const float*>cnp.PyArray_DATA(a), n)
     else:
         with nogil:
-            ok = ferro_all_finite_f64(<const double*>cnp.PyArray_DATA(x), n)
+            ok = ferro_all_finite_f64(<const double*>cnp.PyArray_DATA(a), n)
     return ok != 0
 
 
-def gelu_forward(cnp.ndarray x):
+def gelu_forward(object x_):
     """Exact gelu ``x * Phi(x)`` (NumPy has no erf; this is the fast path for it)."""
-    _check_same("gelu_forward", (x,))
-    cdef cnp.ndarray out = np.empty_like(x)
+    _accept("gelu_forward", ("x",), (x_,), 0)
+    cdef cnp.ndarray x = <cnp.ndarray>x_
+    cdef cnp.ndarray out = _empty_as(x)
     cdef Py_ssize_t n = cnp.PyArray_SIZE(x)
     if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT32:
         with nogil:
@@ -341,9 +461,9 @@ cdef void _rows_bwd(const floating_t* g, const floating_t* y, floating_t* out, P
 
 def softmax_backward(object gy_, object y_):
     """Softmax backward over the last axis, ``y * (gy - sum(gy * y))``, from the output ``y``."""
-    _check_same("softmax_backward", (gy_, y_))
+    _accept("softmax_backward", ("gy", "y"), (gy_, y_), 0)
     cdef cnp.ndarray gy = <cnp.ndarray>gy_, y = <cnp.ndarray>y_
-    cdef cnp.ndarray out = np.empty_like(gy)
+    cdef cnp.ndarray out = _empty_as(gy)
     cdef Py_ssize_t c = gy.shape[gy.ndim - 1] if gy.ndim else 1
     cdef Py_ssize_t r = cnp.PyArray_SIZE(gy) // c if c else 0
     if c == 0 or r == 0:
@@ -375,7 +495,7 @@ cdef inline void _ce_fwd_row(const floating_t* x, const long long* t, const floa
                              bint has_w, long long ignore, double eps, Py_ssize_t i, Py_ssize_t c,
                              double* loss, double* lse, double* wy) noexcept nogil:
     cdef Py_ssize_t j
-    cdef double m, s = 0.0, l, smooth = 0.0, wj
+    cdef double m, s = 0.0, lse_i, smooth = 0.0, wj
     cdef long long y = t[i]
     if y == ignore:
         loss[i] = 0.0
@@ -388,14 +508,14 @@ cdef inline void _ce_fwd_row(const floating_t* x, const long long* t, const floa
             m = x[i * c + j]
     for j in range(c):
         s += _exp(<floating_t>(x[i * c + j] - m))
-    l = m + log(s)
-    lse[i] = l
+    lse_i = m + log(s)
+    lse[i] = lse_i
     wy[i] = w[y] if has_w else 1.0
-    loss[i] = -(1.0 - eps) * wy[i] * (x[i * c + y] - l)
+    loss[i] = -(1.0 - eps) * wy[i] * (x[i * c + y] - lse_i)
     if eps != 0.0:
         for j in range(c):
             wj = w[j] if has_w else 1.0
-            smooth += wj * (x[i * c + j] - l)
+            smooth += wj * (x[i * c + j] - lse_i)
         loss[i] -= eps / c * smooth
 
 
@@ -442,100 +562,131 @@ cdef inline void _ce_bwd_row(const floating_t* x, const long long* t, const floa
         out[i * c + j] = <floating_t>(g * sc)
 
 
-cdef int _check_ce(cnp.ndarray x, object target, object weight, long long ignore) except -1:
-    if x.ndim != 2:
-        raise ValueError(f"cross_entropy kernels: logits must be 2-D, got shape {(<object>x).shape}")
-    _check_same("cross_entropy kernels", (x,))
-    t = np.asarray(target)
-    if t.shape != (x.shape[0],) or t.dtype.kind not in "iu":
-        raise ValueError(f"cross_entropy kernels: target must be {x.shape[0]} integers, got "
-                         f"{t.dtype}{t.shape}")
-    valid = t[t != ignore]
-    if valid.size and (valid.min() < 0 or valid.max() >= x.shape[1]):
-        raise ValueError(f"cross_entropy kernels: target classes must lie in [0, {x.shape[1]})")
-    if weight is not None and np.asarray(weight).shape != (x.shape[1],):
-        raise ValueError(f"cross_entropy kernels: weight must have {x.shape[1]} entries")
-    return 0
+cdef tuple _ce_inputs(str who, object x, object target, object weight, long long ignore):
+    # Checks the logits and returns the target (int64) and weights (x's dtype; a dummy 1-element
+    # array when there are none) as C-contiguous, aligned, native arrays the loops may index:
+    # every target that is not ``ignore`` must be a class in [0, classes).
+    _accept(who, ("x",), (x,), 0)
+    if cnp.PyArray_NDIM(<cnp.ndarray>x) != 2:
+        raise ShapeError(f"{who}: logits must be 2-D (rows, classes), got shape {x.shape}")
+    cdef Py_ssize_t r = x.shape[0], c = x.shape[1]
+    if type(target) is not np.ndarray:
+        raise ArgumentTypeError(
+            f"{who}: target must be a numpy.ndarray, got {type(target).__module__}."
+            f"{type(target).__qualname__}"
+        )
+    if target.dtype.kind not in "iu":
+        raise DtypeError(f"{who}: target must hold integers, got {target.dtype}")
+    if target.shape != (r,):
+        raise ShapeError(f"{who}: target must have shape ({r},), got {target.shape}")
+    valid = target[target != ignore]
+    if valid.size and (valid.min() < 0 or valid.max() >= c):
+        raise IndexOutOfRangeError(
+            f"{who}: target classes must lie in [0, {c}) or equal ignore_index {ignore}, got "
+            f"values from {valid.min()} to {valid.max()}"
+        )
+    if weight is None:
+        w = np.empty(1, dtype=x.dtype)
+    else:
+        if type(weight) is not np.ndarray:
+            raise ArgumentTypeError(
+                f"{who}: weight must be a numpy.ndarray or None, got "
+                f"{type(weight).__module__}.{type(weight).__qualname__}"
+            )
+        if weight.dtype.kind not in "iuf":
+            raise DtypeError(f"{who}: weight must hold real numbers, got {weight.dtype}")
+        if weight.shape != (c,):
+            raise ShapeError(f"{who}: weight must have shape ({c},), got {weight.shape}")
+        w = np.require(weight, x.dtype, "CA")
+    return np.require(target, np.int64, "CA"), w
 
 
-def cross_entropy_forward(cnp.ndarray x, cnp.ndarray target, object weight, long long ignore,
+def cross_entropy_forward(object x_, object target, object weight, long long ignore,
                           double eps):
-    """Per-row softmax cross-entropy of C-contiguous logits (rows, classes) and int64 targets.
+    """Per-row softmax cross-entropy of logits (rows, classes) and integer targets.
 
     Returns ``(loss, lse, wy)`` as float64 arrays of length rows (wy: the target's weight, 0 for
     ignored rows).
     """
-    _check_ce(x, target, weight, ignore)
+    t, w = _ce_inputs("cross_entropy_forward", x_, target, weight, ignore)
+    cdef cnp.ndarray x = <cnp.ndarray>x_
     cdef Py_ssize_t r = x.shape[0], c = x.shape[1]
     cdef cnp.ndarray loss = np.empty(r), lse = np.empty(r), wy = np.empty(r)
-    cdef cnp.ndarray t = np.ascontiguousarray(target, dtype=np.int64)
-    cdef cnp.ndarray w = np.ascontiguousarray(weight if weight is not None else np.empty(1),
-                                              dtype=x.dtype)
     cdef bint has_w = weight is not None
+    cdef const long long *tp = <const long long*>cnp.PyArray_DATA(<cnp.ndarray>t)
+    cdef void *wp = cnp.PyArray_DATA(<cnp.ndarray>w)
     if r == 0:
         return loss, lse, wy
     if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT32:
         with nogil:
-            _ce_fwd(<const float*>cnp.PyArray_DATA(x), <const long long*>cnp.PyArray_DATA(t),
-                    <const float*>cnp.PyArray_DATA(w), has_w, ignore, eps, r, c,
-                    <double*>cnp.PyArray_DATA(loss), <double*>cnp.PyArray_DATA(lse),
+            _ce_fwd(<const float*>cnp.PyArray_DATA(x), tp, <const float*>wp, has_w, ignore, eps,
+                    r, c, <double*>cnp.PyArray_DATA(loss), <double*>cnp.PyArray_DATA(lse),
                     <double*>cnp.PyArray_DATA(wy))
     else:
         with nogil:
-            _ce_fwd(<const double*>cnp.PyArray_DATA(x), <const long long*>cnp.PyArray_DATA(t),
-                    <const double*>cnp.PyArray_DATA(w), has_w, ignore, eps, r, c,
-                    <double*>cnp.PyArray_DATA(loss), <double*>cnp.PyArray_DATA(lse),
+            _ce_fwd(<const double*>cnp.PyArray_DATA(x), tp, <const double*>wp, has_w, ignore,
+                    eps, r, c, <double*>cnp.PyArray_DATA(loss), <double*>cnp.PyArray_DATA(lse),
                     <double*>cnp.PyArray_DATA(wy))
     return loss, lse, wy
 
 
-def cross_entropy_backward(cnp.ndarray x, cnp.ndarray target, object weight, long long ignore,
-                           double eps, cnp.ndarray lse, cnp.ndarray wy, cnp.ndarray scale):
+def cross_entropy_backward(object x_, object target, object weight, long long ignore,
+                           double eps, object lse_, object wy_, object scale):
     """Gradient of the rows' losses w.r.t. the logits, each row times ``scale`` (length 1, or
-    one per row)."""
-    _check_ce(x, target, weight, ignore)
-    if lse.shape[0] != x.shape[0] or wy.shape[0] != x.shape[0] or scale.size not in (1, x.shape[0]):
-        raise ValueError("cross_entropy_backward: lse, wy and scale must have one entry per row")
-    if lse.dtype != np.float64 or wy.dtype != np.float64:
-        raise ValueError("cross_entropy_backward: lse and wy must be float64")
+    one per row). ``lse`` and ``wy`` are the float64 arrays ``cross_entropy_forward`` returned."""
+    who = "cross_entropy_backward"
+    t, w = _ce_inputs(who, x_, target, weight, ignore)
+    cdef cnp.ndarray x = <cnp.ndarray>x_
     cdef Py_ssize_t r = x.shape[0], c = x.shape[1]
-    cdef cnp.ndarray out = np.empty_like(x)
-    cdef cnp.ndarray t = np.ascontiguousarray(target, dtype=np.int64)
-    cdef cnp.ndarray w = np.ascontiguousarray(weight if weight is not None else np.empty(1),
-                                              dtype=x.dtype)
-    cdef cnp.ndarray sc = np.ascontiguousarray(scale, dtype=np.float64).reshape(-1)
+    _accept(who, ("lse", "wy"), (lse_, wy_), 0)
+    if cnp.PyArray_TYPE(<cnp.ndarray>lse_) != cnp.NPY_FLOAT64:
+        raise DtypeError(f"{who}: lse and wy must be float64, got {lse_.dtype}")
+    if lse_.shape != (r,):
+        raise ShapeError(f"{who}: lse and wy must have shape ({r},), got {lse_.shape}")
+    if type(scale) is not np.ndarray or scale.dtype.kind not in "iuf":
+        raise DtypeError(f"{who}: scale must be a numpy.ndarray of real numbers")
+    if scale.size != 1 and scale.size != r:
+        raise ShapeError(f"{who}: scale must have 1 or {r} entries, got shape {scale.shape}")
+    cdef cnp.ndarray lse = <cnp.ndarray>lse_, wy = <cnp.ndarray>wy_
+    cdef cnp.ndarray out = _empty_as(x)
+    cdef cnp.ndarray sc = np.require(scale, np.float64, "CA").reshape(-1)
     cdef bint has_w = weight is not None, per_row = sc.shape[0] == r and r != 1
+    cdef const long long *tp = <const long long*>cnp.PyArray_DATA(<cnp.ndarray>t)
+    cdef void *wp = cnp.PyArray_DATA(<cnp.ndarray>w)
     if r == 0:
         return out
     if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT32:
         with nogil:
-            _ce_bwd(<const float*>cnp.PyArray_DATA(x), <const long long*>cnp.PyArray_DATA(t),
-                    <const float*>cnp.PyArray_DATA(w), has_w, ignore, eps, r, c,
-                    <const double*>cnp.PyArray_DATA(lse), <const double*>cnp.PyArray_DATA(wy),
-                    <const double*>cnp.PyArray_DATA(sc), per_row, <float*>cnp.PyArray_DATA(out))
+            _ce_bwd(<const float*>cnp.PyArray_DATA(x), tp, <const float*>wp, has_w, ignore, eps,
+                    r, c, <const double*>cnp.PyArray_DATA(lse),
+                    <const double*>cnp.PyArray_DATA(wy), <const double*>cnp.PyArray_DATA(sc),
+                    per_row, <float*>cnp.PyArray_DATA(out))
     else:
         with nogil:
-            _ce_bwd(<const double*>cnp.PyArray_DATA(x), <const long long*>cnp.PyArray_DATA(t),
-                    <const double*>cnp.PyArray_DATA(w), has_w, ignore, eps, r, c,
-                    <const double*>cnp.PyArray_DATA(lse), <const double*>cnp.PyArray_DATA(wy),
-                    <const double*>cnp.PyArray_DATA(sc), per_row, <double*>cnp.PyArray_DATA(out))
+            _ce_bwd(<const double*>cnp.PyArray_DATA(x), tp, <const double*>wp, has_w, ignore,
+                    eps, r, c, <const double*>cnp.PyArray_DATA(lse),
+                    <const double*>cnp.PyArray_DATA(wy), <const double*>cnp.PyArray_DATA(sc),
+                    per_row, <double*>cnp.PyArray_DATA(out))
     return out
 
 
 # ---------------------------------------------------------------------------------------------
-# Fused optimizer updates (loops in kernels.h). Every array is C-contiguous, of one float dtype
-# and size (checked by the caller with same_layout); state arrays are updated in place. An
-# unused state array (no momentum, not centered) may be passed as ``p`` itself: it is not read.
+# Fused optimizer updates (loops in kernels.h), in place on the parameter and its state. Every
+# array must pass ``same_layout`` (the optimizer tests it first and otherwise takes the generic
+# update) and each one a loop writes must be writeable: the optimizer checks that for all its
+# parameters before it updates any, so the check here only guards direct calls. An unused
+# state array (no momentum, not centered) may be passed as ``p`` itself: it is not read.
 # ---------------------------------------------------------------------------------------------
 
-def sgd_update(cnp.ndarray p, cnp.ndarray g, cnp.ndarray buf, double lr, double momentum,
-               double dampening, double weight_decay, bint nesterov, bint first):
+def sgd_update(object p_, object g_, object buf_, double lr, double momentum, double dampening,
+               double weight_decay, bint nesterov, bint first):
     """In-place SGD step (PyTorch's formula) on ``p`` and its momentum buffer."""
-    _check_same("sgd_update", (p, g, buf))
+    _accept("sgd_update", ("p", "g", "buf"), (p_, g_, buf_), 0b101)
+    cdef cnp.ndarray p = <cnp.ndarray>p_
     cdef Py_ssize_t n = cnp.PyArray_SIZE(p)
     cdef void *pp = cnp.PyArray_DATA(p)
-    cdef void *gp = cnp.PyArray_DATA(g)
-    cdef void *bp = cnp.PyArray_DATA(buf)
+    cdef void *gp = cnp.PyArray_DATA(<cnp.ndarray>g_)
+    cdef void *bp = cnp.PyArray_DATA(<cnp.ndarray>buf_)
     if cnp.PyArray_TYPE(p) == cnp.NPY_FLOAT32:
         with nogil:
             ferro_sgd_f32(<float*>pp, <const float*>gp, <float*>bp, n, lr, momentum, dampening,
@@ -546,16 +697,17 @@ def sgd_update(cnp.ndarray p, cnp.ndarray g, cnp.ndarray buf, double lr, double 
                           dampening, weight_decay, nesterov, first)
 
 
-def adam_update(cnp.ndarray p, cnp.ndarray g, cnp.ndarray m, cnp.ndarray v, double lr,
-                double beta1, double beta2, double eps, double weight_decay, bint decoupled,
+def adam_update(object p_, object g_, object m_, object v_, double lr, double beta1,
+                double beta2, double eps, double weight_decay, bint decoupled,
                 double bias_correction1, double bias_correction2):
     """In-place Adam (or AdamW with ``decoupled``) step on ``p`` and its two moments."""
-    _check_same("adam_update", (p, g, m, v))
+    _accept("adam_update", ("p", "g", "m", "v"), (p_, g_, m_, v_), 0b1101)
+    cdef cnp.ndarray p = <cnp.ndarray>p_
     cdef Py_ssize_t n = cnp.PyArray_SIZE(p)
     cdef void *pp = cnp.PyArray_DATA(p)
-    cdef void *gp = cnp.PyArray_DATA(g)
-    cdef void *mp = cnp.PyArray_DATA(m)
-    cdef void *vp = cnp.PyArray_DATA(v)
+    cdef void *gp = cnp.PyArray_DATA(<cnp.ndarray>g_)
+    cdef void *mp = cnp.PyArray_DATA(<cnp.ndarray>m_)
+    cdef void *vp = cnp.PyArray_DATA(<cnp.ndarray>v_)
     if cnp.PyArray_TYPE(p) == cnp.NPY_FLOAT32:
         with nogil:
             ferro_adam_f32(<float*>pp, <const float*>gp, <float*>mp, <float*>vp, n, lr, beta1,
@@ -568,17 +720,19 @@ def adam_update(cnp.ndarray p, cnp.ndarray g, cnp.ndarray m, cnp.ndarray v, doub
                            bias_correction2)
 
 
-def rmsprop_update(cnp.ndarray p, cnp.ndarray g, cnp.ndarray sq, cnp.ndarray buf,
-                   cnp.ndarray gavg, double lr, double alpha, double eps, double weight_decay,
-                   double momentum, bint centered):
+def rmsprop_update(object p_, object g_, object sq_, object buf_, object gavg_, double lr,
+                   double alpha, double eps, double weight_decay, double momentum,
+                   bint centered):
     """In-place RMSprop step on ``p`` and its state."""
-    _check_same("rmsprop_update", (p, g, sq, buf, gavg))
+    _accept("rmsprop_update", ("p", "g", "square_avg", "momentum_buffer", "grad_avg"),
+            (p_, g_, sq_, buf_, gavg_), 0b11101)
+    cdef cnp.ndarray p = <cnp.ndarray>p_
     cdef Py_ssize_t n = cnp.PyArray_SIZE(p)
     cdef void *pp = cnp.PyArray_DATA(p)
-    cdef void *gp = cnp.PyArray_DATA(g)
-    cdef void *sp = cnp.PyArray_DATA(sq)
-    cdef void *bp = cnp.PyArray_DATA(buf)
-    cdef void *ap = cnp.PyArray_DATA(gavg)
+    cdef void *gp = cnp.PyArray_DATA(<cnp.ndarray>g_)
+    cdef void *sp = cnp.PyArray_DATA(<cnp.ndarray>sq_)
+    cdef void *bp = cnp.PyArray_DATA(<cnp.ndarray>buf_)
+    cdef void *ap = cnp.PyArray_DATA(<cnp.ndarray>gavg_)
     if cnp.PyArray_TYPE(p) == cnp.NPY_FLOAT32:
         with nogil:
             ferro_rmsprop_f32(<float*>pp, <const float*>gp, <float*>sp, <float*>bp, <float*>ap,
@@ -589,14 +743,15 @@ def rmsprop_update(cnp.ndarray p, cnp.ndarray g, cnp.ndarray sq, cnp.ndarray buf
                               <double*>ap, n, lr, alpha, eps, weight_decay, momentum, centered)
 
 
-def adagrad_update(cnp.ndarray p, cnp.ndarray g, cnp.ndarray acc, double clr, double eps,
+def adagrad_update(object p_, object g_, object acc_, double clr, double eps,
                    double weight_decay):
     """In-place Adagrad step on ``p`` and its sum of squares (``clr``: the decayed rate)."""
-    _check_same("adagrad_update", (p, g, acc))
+    _accept("adagrad_update", ("p", "g", "sum"), (p_, g_, acc_), 0b101)
+    cdef cnp.ndarray p = <cnp.ndarray>p_
     cdef Py_ssize_t n = cnp.PyArray_SIZE(p)
     cdef void *pp = cnp.PyArray_DATA(p)
-    cdef void *gp = cnp.PyArray_DATA(g)
-    cdef void *ap = cnp.PyArray_DATA(acc)
+    cdef void *gp = cnp.PyArray_DATA(<cnp.ndarray>g_)
+    cdef void *ap = cnp.PyArray_DATA(<cnp.ndarray>acc_)
     if cnp.PyArray_TYPE(p) == cnp.NPY_FLOAT32:
         with nogil:
             ferro_adagrad_f32(<float*>pp, <const float*>gp, <float*>ap, n, clr, eps,

@@ -3,10 +3,12 @@ registered on ops where ``benchmarks/bench_ops.py`` shows the generic NumPy expr
 
 Where NumPy already runs a SIMD single pass (``tanh``, ``exp``, ``maximum`` forwards) the
 forward stays generic and only the backward, a chain of NumPy temporaries, is fused. Exact gelu
-is fused both ways: NumPy has no vectorized erf. The kernels accept only C-contiguous
-float32/float64 arrays of one dtype and size, and check that themselves (refusing with
-ValueError); the overrides do not check it again but fall back to the generic implementation
-when a kernel refuses. The generic implementation stays the reference: every override is
+is fused both ways: NumPy has no vectorized erf. The kernels read only exact, C-contiguous,
+aligned, native-byte-order float32/float64 arrays of one dtype and shape; each override tests
+that with ``same_layout`` (array flags, no exception on the way) and otherwise runs the generic
+implementation, which handles any layout or byte order. The kernels also check it themselves,
+raising a typed error, for direct callers. The generic implementation stays the reference:
+every override is
 parity-tested against it (``tests/ops/test_fused.py``), and
 ``ferro._C.engine.set_overrides_enabled(False)`` switches them all off. An override forward
 that used a kernel sets ``ctx.fused``; its backward then uses the matching kernel.
@@ -28,10 +30,9 @@ def _fused_backward(op_def, name):
 
     def backward(ctx, gy):
         (v,) = ctx.saved
-        try:  # the kernel checks the layout itself; it refuses with ValueError
+        if K.same_layout((gy, v)):
             return K.activation_backward(name, gy, v)
-        except ValueError:
-            return generic(ctx, gy)
+        return generic(ctx, gy)
 
     op_def.set_cpu_override(backward=backward)
 
@@ -43,10 +44,9 @@ _fused_backward(act.Relu, "relu")
 
 def _silu_backward(ctx, gy):
     x, s = ctx.saved
-    try:
+    if K.same_layout((gy, x, s)):
         return K.silu_backward(gy, x, s)
-    except ValueError:
-        return act.Silu.backward(ctx, gy)
+    return act.Silu.backward(ctx, gy)
 
 
 act.Silu.set_cpu_override(backward=_silu_backward)
@@ -63,11 +63,8 @@ def _gelu_forward(ctx, x, *, approximate):
 
 def _gelu_backward(ctx, gy):
     (x,) = ctx.saved
-    if getattr(ctx, "fused", False):
-        try:
-            return K.activation_backward("gelu", gy, x)
-        except ValueError:
-            pass
+    if getattr(ctx, "fused", False) and K.same_layout((gy, x)):
+        return K.activation_backward("gelu", gy, x)
     return act.Gelu.backward(ctx, gy)
 
 
@@ -76,11 +73,8 @@ act.Gelu.set_cpu_override(forward=_gelu_forward, backward=_gelu_backward)
 
 def _softmax_backward(ctx, gy):
     (y,) = ctx.saved
-    if ctx.axis == y.ndim - 1:
-        try:
-            return K.softmax_backward(gy, y)
-        except ValueError:
-            pass
+    if ctx.axis == y.ndim - 1 and K.same_layout((gy, y)):
+        return K.softmax_backward(gy, y)
     return act.Softmax.backward(ctx, gy)
 
 

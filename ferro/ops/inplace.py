@@ -40,12 +40,14 @@ def clamp_(t, min=None, max=None):  # noqa: A002 - PyTorch's argument names
 
 
 def fill_(t, value):
-    """Set every element of ``t`` to ``value``; returns ``t``."""
-    from ferro.autograd.grad_mode import no_grad
+    """Set every element of ``t`` to ``value`` (cast to ``t``'s dtype); returns ``t``.
 
-    with no_grad():
-        out = ew.add(ew.mul(t, 0), value)
-    return commit_inplace(t, out, "fill_")
+    The values are made directly, not as ``t * 0 + value``: that gives NaN where ``t`` holds
+    Inf or NaN.
+    """
+    from ferro.creation import full_like
+
+    return commit_inplace(t, full_like(t, value), "fill_")
 
 
 def zero_(t):

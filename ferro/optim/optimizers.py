@@ -7,6 +7,7 @@ import math
 import numpy as np
 
 from ferro._C import cpu_kernels as K
+from ferro.errors import ArgumentError
 from ferro.optim.optimizer import Optimizer
 
 
@@ -27,7 +28,10 @@ class SGD(Optimizer):
         nesterov: bool = False,
     ) -> None:
         if nesterov and (momentum <= 0 or dampening != 0):
-            raise ValueError("SGD: nesterov needs momentum > 0 and dampening == 0")
+            raise ArgumentError(
+                f"SGD: nesterov needs momentum > 0 and dampening == 0, got momentum={momentum}, "
+                f"dampening={dampening}"
+            )
         super().__init__(
             params,
             dict(
@@ -89,7 +93,7 @@ class Adam(Optimizer):
     ) -> None:
         b1, b2 = betas
         if not (0 <= b1 < 1 and 0 <= b2 < 1):
-            raise ValueError(f"{type(self).__name__}: betas must be in [0, 1), got {betas}")
+            raise ArgumentError(f"{type(self).__name__}: betas must be in [0, 1), got {betas}")
         super().__init__(params, dict(lr=lr, betas=(b1, b2), eps=eps, weight_decay=weight_decay))
 
     def _begin_step(self, p, state, group):

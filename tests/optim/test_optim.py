@@ -8,6 +8,7 @@ import pytest
 
 import ferro
 from ferro._C import engine
+from ferro.errors import ArgumentError, ArgumentTypeError
 from ferro.optim import SGD, Adagrad, Adam, AdamW, RMSprop
 from ferro.optim.lr_scheduler import CosineAnnealingLR, LambdaLR, OneCycleLR, StepLR
 
@@ -113,12 +114,20 @@ def test_param_groups_zero_grad_and_errors():
     assert a.tolist() == pytest.approx([0.9, 0.9]) and b.tolist() == [0.0, 0.0]
     opt.zero_grad()
     assert a.grad is None and b.grad is None
-    with pytest.raises(ValueError, match="leaf"):
+    with pytest.raises(ArgumentError, match="leaf"):
         SGD([a * 2], lr=0.1)
-    with pytest.raises(ValueError, match="learning rate"):
+    with pytest.raises(ArgumentTypeError, match="tensors"):
+        SGD([a, a.detach().numpy()], lr=0.1)
+    with pytest.raises(ArgumentError, match="learning rate"):
         SGD([a], lr=-1)
-    with pytest.raises(ValueError, match="two groups"):
+    with pytest.raises(ArgumentError, match="two groups"):
         SGD([{"params": [a]}, {"params": [a]}], lr=0.1)
+    with pytest.raises(ArgumentError, match="empty"):
+        SGD([], lr=0.1)
+    with pytest.raises(ArgumentError, match="nesterov"):
+        SGD([a], lr=0.1, nesterov=True)
+    with pytest.raises(ArgumentError, match="betas"):
+        Adam([a], betas=(0.9, 1.0))
 
 
 def test_step_bumps_version_so_stale_graphs_are_caught():

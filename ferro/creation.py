@@ -123,7 +123,9 @@ def from_numpy(array: np.ndarray):
             f"from_numpy: unsupported dtype {array.dtype}; ferro tensors hold float32, float64, "
             "int64 or bool (convert with array.astype first)"
         )
-    return wrap(array)
+    # A subclass (np.memmap, a matrix, ...) is viewed as a plain ndarray: same memory, and the
+    # engine only ever meets exact array types.
+    return wrap(array if type(array) is np.ndarray else array.view(np.ndarray))
 
 
 def _shape(size) -> tuple:

@@ -41,6 +41,8 @@ from ferro._C.accumulate cimport (
 from ferro._C.graph cimport (
     Node,
     OpDef,
+    no_edges,
+    unrecorded_ctx,
     _as_array,
     _check_versions,
     _device_name,
@@ -183,16 +185,13 @@ def apply(OpDef op, *args, **params):
     cdef long mode = grad_mode()
     cdef bint record = False, inference = mode == MODE_INFERENCE
     cdef TensorBase t, first_t = None
-    cdef Node node = Node.__new__(Node)
-    cdef object arr, first_arr = None, a
-    cdef bint is_array
+    cdef Node node = None
+    cdef object arr, first_arr = None, a, ctx
+    cdef bint is_array, fused = False
     cdef tuple call = PyTuple_New(n + 1)
     cdef type atype = None
 
-    Py_INCREF(node)
-    PyTuple_SET_ITEM(call, 0, node)
-    node.op = op
-    node._prof_id = -1
+    # call = (ctx, *arrays); slot 0 is filled below, once we know whether a Node is needed.
     for i in range(n):
         a = args[i]
         if isinstance(a, TensorBase):
@@ -234,22 +233,35 @@ def apply(OpDef op, *args, **params):
         PyTuple_SET_ITEM(call, i + 1, arr)
     if atype is None:
         raise ArgumentTypeError(f"{op.name}: expected at least one tensor argument")
-    node.xp = _xp_of(first_arr)
+    xp = _xp_of(first_arr)
     record = record and op.differentiable
-    if record:
-        _link(node, args, n, op)
-        if _F.anomaly:
-            node._site = _user_site()
+    if record or op.private_ctx:
+        node = Node.__new__(Node)
+        node.op = op
+        node.xp = xp
+        node._prof_id = -1
+        if record:
+            _link(node, args, n, op)
+            if _F.anomaly:
+                node._site = _user_site()
+        else:
+            node._next = no_edges(n)
+        ctx = node
+    else:
+        # Note [ctx contract]: nothing is recorded, so no Node is allocated.
+        ctx = unrecorded_ctx(xp, n)
+    Py_INCREF(ctx)
+    PyTuple_SET_ITEM(call, 0, ctx)
 
     fwd = op.forward
     if _F.overrides:
         if atype is cnp.ndarray:
             if op.cpu_forward is not None:
                 fwd = op.cpu_forward
-                node._fused = True
+                fused = True
         elif op.gpu_forward is not None:
             fwd = op.gpu_forward
-            node._fused = True
+            fused = True
     cdef long long t0 = 0
     if _F.profiler is not None:
         t0 = clock_ns()
@@ -271,9 +283,11 @@ def apply(OpDef op, *args, **params):
         out = _as_array(out)
         n_out = 1
     if _F.profiler is not None:
-        node._prof_id = _F.profiler.record_forward(
+        prof_id = _F.profiler.record_forward(
             op.name, call, outs if outs is not None else out, t0, clock_ns(), record
         )
+        if node is not None:
+            node._prof_id = prof_id
 
     if not record:
         if outs is None:
@@ -287,6 +301,7 @@ def apply(OpDef op, *args, **params):
                 _share_version(<TensorBase>r, first_t)
         return results
 
+    node._fused = fused
     node._n_out = n_out
     if outs is None:
         node._shape0 = out.shape

@@ -36,7 +36,7 @@ class Sub:
 class Mul:
     @staticmethod
     def forward(ctx, a, b):
-        need_a, need_b = ctx.needs_input_grad or (False, False)
+        need_a, need_b = ctx.needs_input_grad
         # Save only what backward reads: gb needs a, ga needs b.
         ctx.save(a if need_b else None, b if need_a else None)
         return a * b
@@ -53,7 +53,7 @@ class Div:
     @staticmethod
     def forward(ctx, a, b):
         y = a / b
-        need_b = ctx.needs_input_grad[1] if ctx.needs_input_grad else False
+        need_b = ctx.needs_input_grad[1]
         ctx.save(b, y if need_b else None)
         return y
 

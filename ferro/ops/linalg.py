@@ -60,7 +60,7 @@ def matmul(a, b):
 class Linear:
     @staticmethod
     def forward(ctx, x, w, b):
-        need_x, need_w, _ = ctx.needs_input_grad or (False, False, False)
+        need_x, need_w, _ = ctx.needs_input_grad
         ctx.save(x if need_w else None, w if need_x else None)
         y = x @ w.T
         if b is not None:

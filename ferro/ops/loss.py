@@ -169,10 +169,10 @@ class NllLoss:
         wy = xp.where(valid, wy, 0).astype(logp.dtype)
         loss = -wy * xp.take_along_axis(logp, t[:, None], axis=1)[:, 0]
         ctx.shape, ctx.t, ctx.wy, ctx.reduction = logp.shape, t, wy, reduction
-        ctx.denom = wy.sum() if reduction == "mean" else None
+        ctx.denom = denom = wy.sum() if reduction == "mean" else None
         if reduction == "none":
             return loss
-        return loss.sum() / ctx.denom if reduction == "mean" else loss.sum()
+        return loss.sum() / denom if reduction == "mean" else loss.sum()
 
     @staticmethod
     def backward(ctx, gy):

@@ -106,8 +106,8 @@ class Var:
         d = x - mu
         ctx.save(d)
         ctx.axes, ctx.keepdims = axes, keepdims
-        ctx.scale = 1.0 / dof if dof > 0 else float("nan")
-        return (d * d).sum(axis=axes, keepdims=keepdims) * ctx.scale
+        ctx.scale = scale = 1.0 / dof if dof > 0 else float("nan")
+        return (d * d).sum(axis=axes, keepdims=keepdims) * scale
 
     @staticmethod
     def backward(ctx, gy):

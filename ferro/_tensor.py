@@ -12,7 +12,7 @@ import numpy as np
 from ferro import autograd as _autograd
 from ferro._C import engine as _engine
 from ferro._C.tensor import TensorBase, set_tensor_type
-from ferro.errors import GraphError, ShapeError
+from ferro.errors import ArgumentTypeError, GraphError, ShapeError
 from ferro.ops import activation as _act
 from ferro.ops import elementwise as _ew
 from ferro.ops import inplace as _ip
@@ -98,9 +98,11 @@ class Tensor(TensorBase):
     zero_ = _ip.zero_
 
     def __iter__(self):
+        # One unbind op for all rows (as PyTorch): backward stacks the rows' gradients once,
+        # where a getitem per row would scatter each into zeros of the whole tensor.
         if self.ndim == 0:
-            raise TypeError("iteration over a 0-d tensor")
-        return (self[i] for i in range(self.shape[0]))
+            raise ArgumentTypeError("iteration over a 0-d tensor")
+        return iter(_sh.unbind(self, 0))
 
     # Methods that mirror the functions in ferro.ops.
     add = _ew.add
@@ -168,6 +170,7 @@ class Tensor(TensorBase):
     flip = _sh.flip
     roll = _sh.roll
     split = _sh.split
+    unbind = _sh.unbind
     chunk = _sh.chunk
 
     def clone(self) -> Tensor:
@@ -305,6 +308,15 @@ class Tensor(TensorBase):
 
     def __int__(self) -> int:
         return int(self.item())
+
+    def __index__(self) -> int:
+        # range(t), lst[t], slice bounds: integer (or bool) one-element tensors only, as PyTorch.
+        if self.data.size != 1 or self.dtype.kind not in "iub":
+            raise ArgumentTypeError(
+                "only integer tensors of a single element can be converted to an index; got a "
+                f"{self.dtype} tensor of shape {tuple(self.shape)}"
+            )
+        return int(self.data.item())
 
     def __bool__(self) -> bool:
         if self.data.size != 1:

@@ -287,8 +287,9 @@ class Stack:
 
     @staticmethod
     def backward(ctx, gy):
-        xp = ctx.xp
-        return tuple(xp.take(gy, i, axis=ctx.axis) for i in range(gy.shape[ctx.axis]))
+        # Views of gy, not a gathered copy per input: the engine copies a view only where it
+        # must keep it (Note [Grad ownership]), so backward costs O(total size) for any count.
+        return _unstack(ctx.xp, gy, ctx.axis)
 
 
 def stack(tensors, dim: int = 0):

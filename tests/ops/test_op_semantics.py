@@ -1,11 +1,14 @@
 """Op behaviour beyond the generic database: conventions, in-place ops and version counters,
 dropout, and clear errors on bad input that leave state untouched."""
 
+import types
+
 import numpy as np
 import pytest
 
 import ferro
 from ferro.errors import DtypeError, GraphError, IndexOutOfRangeError, ShapeError
+from ferro.ops import REGISTRY
 
 
 def test_max_with_axis_returns_values_and_int64_indices():
@@ -210,3 +213,16 @@ def test_bad_input_leaves_grads_untouched():
     with pytest.raises(ShapeError):
         (w * ferro.ones(4)).sum().backward()
     assert w.grad.tolist() == before and w._version == 0
+
+
+def test_stack_backward_hands_out_views_of_the_gradient():
+    """A copy per input (np.take) costs O(len(gy)) each, which made stack's backward quadratic
+    in the number of inputs; a view costs O(1), and the engine copies it only where it must."""
+    ctx = types.SimpleNamespace(xp=np, axis=1)
+    gy = np.arange(12.0).reshape(3, 4)
+    grads = REGISTRY["stack"].backward(ctx, gy)
+    assert len(grads) == 4 and all(np.shares_memory(g, gy) for g in grads)
+    np.testing.assert_array_equal(grads[2], gy[:, 2])
+    x = [ferro.tensor(float(i), requires_grad=True) for i in range(3)]
+    (ferro.stack(x) * ferro.tensor([1.0, 2.0, 3.0])).sum().backward()
+    assert [t.grad.item() for t in x] == [1.0, 2.0, 3.0]

@@ -26,7 +26,7 @@ from ferro.errors import (
     ShapeError,
 )
 from ferro.ops.device import device_of, move
-from ferro.ops.registry import apply, array_of, register
+from ferro.ops.registry import apply, register
 
 
 @register("reshape", view=True)
@@ -390,6 +390,14 @@ def _is_array(a) -> bool:
     return isinstance(a, np.ndarray) or type(a).__module__.split(".")[0] == "cupy"
 
 
+def _on_device_of(arr, like):
+    """``arr`` on the device of the array ``like`` (``arr`` itself when it is there already)."""
+    if type(arr) is np.ndarray and type(like) is np.ndarray:
+        return arr
+    device = device_of(like)
+    return arr if device_of(arr) == device else move(arr, device)
+
+
 def _index_operand(index, like, op, kinds="iu"):
     """An index argument as the positional operand of an indexing op (Note [Index operands]).
 
@@ -397,22 +405,18 @@ def _index_operand(index, like, op, kinds="iu"):
     engine records when the op saves it, or an array nobody else holds) and its array, on the
     device of ``like`` and of a dtype kind in ``kinds``.
     """
-    device = device_of(array_of(like))
+    like = like.data if isinstance(like, TensorBase) else like
     if isinstance(index, TensorBase):
-        operand = arr = index.data
-        if device_of(arr) == device:
-            operand = index
-        else:
-            operand = arr = move(arr, device)
+        arr = _on_device_of(index.data, like)
+        operand = index if arr is index.data else arr
     elif _is_array(index):
-        operand = arr = move(index, device)
-        if arr is index:
-            operand = arr = index.copy()
+        arr = _on_device_of(index, like)
+        operand = arr = index.copy() if arr is index else arr
     elif isinstance(index, (list, tuple, numbers.Integral)) and not isinstance(index, bool):
         arr = np.asarray(index)
         if arr.size == 0 and arr.dtype.kind == "f":
             arr = arr.astype(np.int64)  # [] is an empty index, not a float array
-        operand = arr = move(arr, device)
+        operand = arr = _on_device_of(arr, like)
     else:
         raise ArgumentTypeError(
             f"{op}: the index must be a Tensor, an array or a list of ints, got "
@@ -439,31 +443,27 @@ def _check_range(arr, size, op, negative=True):
         )
 
 
-def _basic_item(it):
-    """An int, slice, None or Ellipsis index item with every bound a Python int, so the op
-    keeps no object that could change before backward."""
-    if isinstance(it, slice):
-        return slice(
-            *(
-                None if v is None else _int(v, "getitem", "a slice bound")
-                for v in (it.start, it.stop, it.step)
-            )
-        )
-    if it is None or it is Ellipsis or isinstance(it, bool):
-        return it
-    return _int(it, "getitem", "an index")
+def _bound(v):
+    return v if v is None or type(v) is int else _int(v, "getitem", "a slice bound")
 
 
 def _index_items(index, like):
-    """The items of ``x[index]`` as operands; say whether it needs advanced indexing."""
+    """The items of ``x[index]`` as operands; say whether it needs advanced indexing.
+
+    Ints and slice bounds become Python ints (a one-element tensor read now, not in backward).
+    """
     items = index if isinstance(index, tuple) else (index,)
     out, advanced = [], False
     for it in items:
-        if isinstance(it, (TensorBase, list)) or _is_array(it):
+        if it is None or it is Ellipsis or type(it) is int:
+            pass
+        elif type(it) is slice:
+            it = slice(_bound(it.start), _bound(it.stop), _bound(it.step))
+        elif isinstance(it, (TensorBase, list)) or _is_array(it):
             it = _index_operand(it, like, "getitem", kinds="iub")[0]
             advanced = True
-        elif isinstance(it, (slice, numbers.Integral)) or it is None or it is Ellipsis:
-            it = _basic_item(it)
+        elif isinstance(it, numbers.Integral):  # NumPy integers, bools
+            it = it if isinstance(it, bool) else int(it)
         else:
             raise ArgumentTypeError(
                 f"getitem: unsupported index {it!r}; use ints, slices, None, Ellipsis, or "

@@ -44,6 +44,9 @@ _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 # NumPy's limit: an array's size in bytes (and each dimension) must fit a signed pointer.
 _MAX_BYTES = np.iinfo(np.intp).max
 _SUPPORTED = "ferro tensors hold float32, float64, int64 or bool"
+# Dtype kinds that are not numbers at all (objects, strings, bytes, records): an argument of the
+# wrong type (ArgumentTypeError), where a numeric dtype ferro lacks is a DtypeError.
+_NOT_NUMBERS = "OUSV"
 
 
 def as_dtype(dtype, *, where: str = "dtype") -> np.dtype:
@@ -87,7 +90,7 @@ def _infer_dtype(arr, from_python: bool, op: str = "tensor") -> np.dtype:
         )
     if kind == "c":
         raise DtypeError(f"{op}: complex data ({arr.dtype}) is not supported; {_SUPPORTED}")
-    if from_python:
+    if kind in _NOT_NUMBERS:
         raise ArgumentTypeError(f"{op}: the data holds {arr.dtype} values, not numbers")
     raise DtypeError(f"{op}: unsupported data of dtype {arr.dtype}; {_SUPPORTED}")
 
@@ -215,6 +218,8 @@ def from_numpy(array: np.ndarray):
             "the native byte order, which ferro's kernels read; ferro.tensor(array) converts it "
             "(copying)"
         )
+    if array.dtype.kind in _NOT_NUMBERS:
+        raise ArgumentTypeError(f"from_numpy: the array holds {array.dtype} values, not numbers")
     if array.dtype not in SUPPORTED_DTYPES:
         raise DtypeError(
             f"from_numpy: unsupported dtype {array.dtype}; {_SUPPORTED} (convert with "

@@ -13,8 +13,18 @@ BAD = {
     "ragged list": (lambda: ferro.tensor([[1.0], [1.0, 2.0]]), ArgumentTypeError, "inhomogeneous"),
     "strings": (lambda: ferro.tensor(["a", "b"]), ArgumentTypeError, "not numbers"),
     "a dict": (lambda: ferro.tensor({"a": 1}), ArgumentTypeError, "dict"),
-    "string array": (lambda: ferro.tensor(np.array(["a"])), DtypeError, "<U1"),
-    "object array": (lambda: ferro.tensor(np.array([1.0], dtype=object)), DtypeError, "object"),
+    "string array": (lambda: ferro.tensor(np.array(["a"])), ArgumentTypeError, "<U1"),
+    "object array": (
+        lambda: ferro.tensor(np.array([1, "a"], dtype=object)),
+        ArgumentTypeError,
+        "object",
+    ),
+    "from_numpy objects": (
+        lambda: ferro.from_numpy(np.array([1.0], dtype=object)),
+        ArgumentTypeError,
+        "not numbers",
+    ),
+    "from_numpy int32": (lambda: ferro.from_numpy(np.ones(2, np.int32)), DtypeError, "int32"),
     "complex": (lambda: ferro.tensor([1 + 2j]), DtypeError, "complex"),
     "long double": (lambda: ferro.tensor(np.ones(2, np.longdouble)), DtypeError, "long double"),
     "uint64 above int64": (

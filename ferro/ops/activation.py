@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from ferro.errors import ShapeError
+from ferro.errors import ArgumentError, ShapeError
 from ferro.ops.elementwise import sigmoid_array
 from ferro.ops.reduction import normalize_axes
 from ferro.ops.registry import apply, register
@@ -278,7 +278,7 @@ def gelu(x, approximate: str = "none"):
     Gradient: gx = gy * (Phi(x) + x * phi(x)) (or the derivative of the tanh form).
     """
     if approximate not in ("none", "tanh"):
-        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+        raise ArgumentError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
     return apply(Gelu, x, approximate=approximate)
 
 
@@ -312,7 +312,7 @@ def hardtanh(x, min_val: float = -1.0, max_val: float = 1.0):
     Gradient: gx = gy strictly inside the interval, else 0.
     """
     if min_val > max_val:
-        raise ValueError(f"hardtanh: min_val {min_val} > max_val {max_val}")
+        raise ArgumentError(f"hardtanh: min_val {min_val} > max_val {max_val}")
     return apply(Hardtanh, x, lo=float(min_val), hi=float(max_val))
 
 

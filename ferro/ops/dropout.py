@@ -3,6 +3,7 @@ checkpointing can replay it)."""
 
 from __future__ import annotations
 
+from ferro.errors import ArgumentError
 from ferro.ops.registry import apply, register
 
 
@@ -38,7 +39,7 @@ def dropout(x, p: float = 0.5, training: bool = True):
     Gradient: gx = gy * mask / (1 - p), with the same mask as the forward.
     """
     if not 0.0 <= p <= 1.0:
-        raise ValueError(f"dropout: p must be in [0, 1], got {p}")
+        raise ArgumentError(f"dropout: p must be in [0, 1], got {p}")
     if not training or p == 0.0:
         return x
     if p == 1.0:

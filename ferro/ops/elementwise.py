@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 
+from ferro.errors import ArgumentError
 from ferro.ops.registry import apply, register
 
 
@@ -487,7 +488,7 @@ def clamp(x, min=None, max=None):  # noqa: A002 - PyTorch's argument names
     value taken.
     """
     if min is None and max is None:
-        raise ValueError("clamp: at least one of min and max must be given")
+        raise ArgumentError("clamp: at least one of min and max must be given")
     for bound in (min, max):
         if hasattr(bound, "dtype") and bound.dtype != x.dtype:
             from ferro.errors import DtypeError

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ferro.errors import ShapeError
+from ferro.errors import ArgumentError, ShapeError
 from ferro.ops.registry import apply, register
 
 
@@ -129,23 +129,23 @@ def dot(a, b):
 def _parse_einsum(subscripts: str, n: int):
     s = subscripts.replace(" ", "")
     if "->" not in s or "." in s:
-        raise ValueError(
+        raise ArgumentError(
             f"einsum: {subscripts!r}: ferro needs an explicit '->' output and no ellipsis"
         )
     lhs, out = s.split("->")
     ins = lhs.split(",")
     if len(ins) != n:
-        raise ValueError(f"einsum: {subscripts!r} names {len(ins)} operands, got {n}")
+        raise ArgumentError(f"einsum: {subscripts!r} names {len(ins)} operands, got {n}")
     for sub in ins + [out]:
         if not sub.isalpha() and sub:
-            raise ValueError(f"einsum: {subscripts!r}: subscripts must be letters")
+            raise ArgumentError(f"einsum: {subscripts!r}: subscripts must be letters")
         if len(set(sub)) != len(sub):
-            raise ValueError(
+            raise ArgumentError(
                 f"einsum: {subscripts!r}: a repeated letter in one operand "
                 "(a diagonal) is not supported"
             )
     if not set(out) <= set("".join(ins)):
-        raise ValueError(f"einsum: {subscripts!r}: output letters must appear in the inputs")
+        raise ArgumentError(f"einsum: {subscripts!r}: output letters must appear in the inputs")
     return ins, out
 
 

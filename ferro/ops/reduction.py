@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import builtins
 
-from ferro.errors import ShapeError
+from ferro.errors import ArgumentError, ArgumentTypeError, IndexOutOfRangeError, ShapeError
 from ferro.ops.registry import apply, register
 
 
@@ -16,9 +16,11 @@ def normalize_axes(axis, ndim: int, op: str) -> tuple | None:
     out = []
     for a in axes:
         if not isinstance(a, int) or isinstance(a, bool):
-            raise TypeError(f"{op}: axis must be an int or a tuple of ints, got {axis!r}")
+            raise ArgumentTypeError(f"{op}: axis must be an int or a tuple of ints, got {axis!r}")
         if not -ndim <= a < builtins.max(ndim, 1):
-            raise ShapeError(f"{op}: axis {a} is out of range for a tensor of {ndim} dimensions")
+            raise IndexOutOfRangeError(
+                f"{op}: axis {a} is out of range for a tensor of {ndim} dimensions"
+            )
         out.append(a % ndim if ndim else 0)
     if len(set(out)) != len(out):
         raise ShapeError(f"{op}: repeated axis in {axis!r}")
@@ -316,7 +318,7 @@ def _extreme(x, axis, keepdims, largest, op):
     if axis is None:
         return apply(Amax, x, axes=None, keepdims=False, largest=largest)
     if not isinstance(axis, int):
-        raise TypeError(f"{op}: axis must be an int (use amax/amin for several axes)")
+        raise ArgumentTypeError(f"{op}: axis must be an int (use amax/amin for several axes)")
     (a,) = normalize_axes(axis, x.ndim, op)
     return apply(MaxDim, x, axis=a, keepdims=bool(keepdims), largest=largest)
 
@@ -381,7 +383,7 @@ def norm(x, p=2, axis=None, keepdims: bool = False):
     import math
 
     if p not in (1, 2, math.inf, float("inf"), "inf"):
-        raise ValueError(f"norm: p must be 1, 2 or inf, got {p!r}")
+        raise ArgumentError(f"norm: p must be 1, 2 or inf, got {p!r}")
     p = math.inf if p in ("inf", float("inf")) else int(p)
     _float_only(x, "norm")
     return apply(Norm, x, p=p, axes=normalize_axes(axis, x.ndim, "norm"), keepdims=bool(keepdims))

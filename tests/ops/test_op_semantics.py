@@ -164,8 +164,8 @@ def test_views_share_the_version_counter():
     [
         (lambda: ferro.ones(2, 3) + ferro.ones(4), ShapeError, r"add.*\(2, 3\).*\(4,\)"),
         (lambda: ferro.ones(2, 3) @ ferro.ones(2, 3), ShapeError, r"matmul.*\(2, 3\)"),
-        (lambda: ferro.sum(ferro.ones(2, 3), axis=2), ShapeError, "sum: axis 2"),
-        (lambda: ferro.softmax(ferro.ones(2), axis=3), ShapeError, "softmax"),
+        (lambda: ferro.sum(ferro.ones(2, 3), axis=2), IndexOutOfRangeError, "sum: axis 2"),
+        (lambda: ferro.softmax(ferro.ones(2), axis=3), IndexOutOfRangeError, "softmax"),
         (lambda: ferro.ones(3)[ferro.tensor([5])], IndexOutOfRangeError, "getitem"),
         (
             lambda: ferro.index_select(ferro.ones(3), 0, ferro.tensor([3])),

@@ -187,7 +187,7 @@ def apply(OpDef op, *args, **params):
     cdef TensorBase t, first_t = None
     cdef Node node = None
     cdef object arr, first_arr = None, a, ctx
-    cdef bint is_array, fused = False
+    cdef bint is_array, fused = False, raw = False
     cdef tuple call = PyTuple_New(n + 1)
     cdef type atype = None
 
@@ -205,6 +205,7 @@ def apply(OpDef op, *args, **params):
         elif type(a) is cnp.ndarray:
             arr = a
             is_array = True
+            raw = True
         elif isinstance(a, _generic):
             # NumPy scalars promote strongly; a Python scalar keeps the tensor's dtype.
             arr = a.item()
@@ -252,6 +253,8 @@ def apply(OpDef op, *args, **params):
         ctx = unrecorded_ctx(xp, n)
     Py_INCREF(ctx)
     PyTuple_SET_ITEM(call, 0, ctx)
+    if record and raw:
+        call = _copy_raw_arrays(call)  # after slot 0 is set: the tuple is complete
 
     fwd = op.forward
     if _F.overrides:
@@ -330,6 +333,18 @@ def apply(OpDef op, *args, **params):
     if node._saved is not None:
         _record_saved_versions(node, args, n, results)
     return results
+
+
+cdef tuple _copy_raw_arrays(tuple call):
+    # A NumPy array passed to a recorded op (not a Tensor) has no version counter, so the op
+    # may not save it as is: the caller could change it before backward and get a wrong
+    # gradient. A writeable one is copied (a read-only one cannot change through this name).
+    out = list(call)
+    for i in range(1, len(out)):
+        a = out[i]
+        if type(a) is cnp.ndarray and cnp.PyArray_ISWRITEABLE(<cnp.ndarray>a):
+            out[i] = a.copy()
+    return tuple(out)
 
 
 cdef int _check_broadcast(OpDef op, tuple call) except -1:

@@ -304,20 +304,25 @@ def prod(x, axis=None, keepdims: bool = False):
     return apply(Prod, x, axes=normalize_axes(axis, x.ndim, "prod"), keepdims=bool(keepdims))
 
 
-def _nonempty(x, op):
-    if x.size == 0:
-        from ferro.errors import ShapeError
-
-        raise ShapeError(f"{op}: cannot reduce an empty tensor of shape {x.shape}")
+def _nonempty(x, axes, op):
+    """A maximum or minimum over an empty dimension has no value (no identity): refuse it.
+    Reducing the other dimensions of an empty tensor is fine (an empty result)."""
+    reduced = range(x.ndim) if axes is None else axes
+    if x.numel() == 0 and any(x.shape[a] == 0 for a in reduced):
+        raise ShapeError(
+            f"{op}: cannot reduce over an empty dimension (shape {tuple(x.shape)}, "
+            f"axis {'all' if axes is None else axes})"
+        )
 
 
 def _extreme(x, axis, keepdims, largest, op):
-    _nonempty(x, op)
     if axis is None:
+        _nonempty(x, None, op)
         return apply(Amax, x, axes=None, keepdims=False, largest=largest)
     if not isinstance(axis, int):
         raise TypeError(f"{op}: axis must be an int (use amax/amin for several axes)")
     (a,) = normalize_axes(axis, x.ndim, op)
+    _nonempty(x, (a,), op)
     return apply(MaxDim, x, axis=a, keepdims=bool(keepdims), largest=largest)
 
 
@@ -344,10 +349,9 @@ def amax(x, axis=None, keepdims: bool = False):
 
     Gradient: gx = gy / (number of maximal elements) at each maximal element, else 0.
     """
-    _nonempty(x, "amax")
-    return apply(
-        Amax, x, axes=normalize_axes(axis, x.ndim, "amax"), keepdims=bool(keepdims), largest=True
-    )
+    axes = normalize_axes(axis, x.ndim, "amax")
+    _nonempty(x, axes, "amax")
+    return apply(Amax, x, axes=axes, keepdims=bool(keepdims), largest=True)
 
 
 def amin(x, axis=None, keepdims: bool = False):
@@ -355,10 +359,9 @@ def amin(x, axis=None, keepdims: bool = False):
 
     Gradient: gx = gy / (number of minimal elements) at each minimal element, else 0.
     """
-    _nonempty(x, "amin")
-    return apply(
-        Amax, x, axes=normalize_axes(axis, x.ndim, "amin"), keepdims=bool(keepdims), largest=False
-    )
+    axes = normalize_axes(axis, x.ndim, "amin")
+    _nonempty(x, axes, "amin")
+    return apply(Amax, x, axes=axes, keepdims=bool(keepdims), largest=False)
 
 
 def logsumexp(x, axis=None, keepdims: bool = False):

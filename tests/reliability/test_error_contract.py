@@ -13,10 +13,12 @@ import inspect
 import pathlib
 import re
 
+import numpy as np
 import pytest
 
+import ferro
 from ferro import errors
-from ferro.errors import FerroError
+from ferro.errors import FerroError, ShapeError
 
 # The source tree next to tests/ (the installed wheel holds no .pyx files).
 PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "ferro"
@@ -130,6 +132,29 @@ def test_scanner_finds_every_form_of_a_bare_raise(tmp_path):
         "    raise GraphError('fine')\n"
     )
     assert _cython_sites(pyx) == [(3, "add", "IndexError")]
+
+
+# Bad arguments to ops, found by probing: each must raise its typed error, naming the op, before
+# anything runs (a bare NumPy or Python error escaped instead).
+_X = ferro.ones(2, 3)
+BAD_OP_CALLS = {
+    "max of an empty tensor": (lambda: ferro.max(ferro.ones(0, 3)), ShapeError, "max"),
+    "amax over an empty axis": (lambda: ferro.amax(ferro.ones(0, 3), 0), ShapeError, "amax"),
+    "min over an empty axis": (lambda: ferro.min(ferro.ones(2, 0), 1), ShapeError, "min"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_OP_CALLS))
+def test_bad_op_arguments_raise_typed_errors(case):
+    call, error, op = BAD_OP_CALLS[case]
+    with pytest.raises(error, match=op):
+        call()
+
+
+def test_reducing_the_nonempty_axes_of_an_empty_tensor_is_fine():
+    values, indices = ferro.max(ferro.ones(0, 3), 1)
+    assert values.shape == (0,) and indices.shape == (0,)
+    np.testing.assert_array_equal(ferro.amin(ferro.ones(3, 0), 0).numpy(), np.ones((0,)))
 
 
 # Each class and the base a user catches it by: errors.py's docstring and the contract.

@@ -18,7 +18,7 @@ import pytest
 
 import ferro
 from ferro import errors
-from ferro.errors import FerroError, ShapeError
+from ferro.errors import ArgumentError, ArgumentTypeError, FerroError, ShapeError
 
 # The source tree next to tests/ (the installed wheel holds no .pyx files).
 PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "ferro"
@@ -141,6 +141,16 @@ BAD_OP_CALLS = {
     "max of an empty tensor": (lambda: ferro.max(ferro.ones(0, 3)), ShapeError, "max"),
     "amax over an empty axis": (lambda: ferro.amax(ferro.ones(0, 3), 0), ShapeError, "amax"),
     "min over an empty axis": (lambda: ferro.min(ferro.ones(2, 0), 1), ShapeError, "min"),
+    "sum over a float axis": (lambda: ferro.sum(_X, axis=1.5), ArgumentTypeError, "sum"),
+    "mean over float axes": (lambda: ferro.mean(_X, axis=[0.5]), ArgumentTypeError, "mean"),
+    "log_softmax over a float axis": (
+        lambda: ferro.log_softmax(_X, 1.0),
+        ArgumentTypeError,
+        "log_softmax",
+    ),
+    "max over two axes": (lambda: ferro.max(_X, (0, 1)), ArgumentTypeError, "max"),
+    "var with a str correction": (lambda: ferro.var(_X, correction="a"), ArgumentTypeError, "var"),
+    "norm with p=3": (lambda: ferro.norm(_X, 3), ArgumentError, "norm"),
 }
 
 
@@ -149,6 +159,13 @@ def test_bad_op_arguments_raise_typed_errors(case):
     call, error, op = BAD_OP_CALLS[case]
     with pytest.raises(error, match=op):
         call()
+
+
+def test_numpy_integers_and_ranges_are_axes():
+    x = ferro.tensor(np.arange(6.0).reshape(2, 3))
+    np.testing.assert_array_equal(ferro.sum(x, axis=np.int64(1)).numpy(), [3.0, 12.0])
+    np.testing.assert_array_equal(ferro.sum(x, axis=range(2)).numpy(), 15.0)
+    np.testing.assert_array_equal(ferro.max(x, np.int32(0))[0].numpy(), [3.0, 4.0, 5.0])
 
 
 def test_reducing_the_nonempty_axes_of_an_empty_tensor_is_fine():

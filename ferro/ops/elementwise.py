@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 
+from ferro.errors import ArgumentError, DtypeError
 from ferro.ops.registry import apply, register
 
 
@@ -487,11 +488,9 @@ def clamp(x, min=None, max=None):  # noqa: A002 - PyTorch's argument names
     value taken.
     """
     if min is None and max is None:
-        raise ValueError("clamp: at least one of min and max must be given")
+        raise ArgumentError("clamp: at least one of min and max must be given, got neither")
     for bound in (min, max):
         if hasattr(bound, "dtype") and bound.dtype != x.dtype:
-            from ferro.errors import DtypeError
-
             raise DtypeError(
                 f"clamp: bound dtype {bound.dtype} differs from tensor dtype {x.dtype}"
             )
@@ -578,8 +577,6 @@ def where(cond, a, b):
 
     Gradient: ga = gy where cond, gb = gy where not cond; cond gets none.
     """
-    from ferro.errors import DtypeError
-
     if getattr(cond, "dtype", None) is None or cond.dtype != bool:
         raise DtypeError(
             f"where: cond must be a bool tensor, got {getattr(cond, 'dtype', type(cond))}"

@@ -151,6 +151,7 @@ BAD_OP_CALLS = {
     "max over two axes": (lambda: ferro.max(_X, (0, 1)), ArgumentTypeError, "max"),
     "var with a str correction": (lambda: ferro.var(_X, correction="a"), ArgumentTypeError, "var"),
     "norm with p=3": (lambda: ferro.norm(_X, 3), ArgumentError, "norm"),
+    "clamp without bounds": (lambda: ferro.clamp(_X), ArgumentError, "clamp"),
 }
 
 

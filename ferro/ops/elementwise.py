@@ -6,9 +6,21 @@ Naming follows Chainer: ``x, y`` arrays, ``gy`` the output gradient, ``gx`` an i
 from __future__ import annotations
 
 import math
+import numbers
 
-from ferro.errors import ArgumentError, DtypeError
+from ferro.errors import ArgumentError, ArgumentTypeError, DtypeError
 from ferro.ops.registry import apply, register
+
+
+def real_arg(value, name: str, op: str) -> float:
+    """``value`` as a float, for an op's real-valued parameter (a slope, a bound, ``p``): a
+    Python or NumPy real number. Anything else (a str, None, a bool) is an ArgumentTypeError
+    naming the op and the parameter, not a ValueError from ``float()`` later."""
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        return float(value)
+    raise ArgumentTypeError(
+        f"{op}: {name} must be a real number, got {type(value).__name__} {value!r}"
+    )
 
 
 @register("add", broadcasts=True)

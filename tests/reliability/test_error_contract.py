@@ -152,6 +152,24 @@ BAD_OP_CALLS = {
     "var with a str correction": (lambda: ferro.var(_X, correction="a"), ArgumentTypeError, "var"),
     "norm with p=3": (lambda: ferro.norm(_X, 3), ArgumentError, "norm"),
     "clamp without bounds": (lambda: ferro.clamp(_X), ArgumentError, "clamp"),
+    "gelu with an unknown form": (lambda: ferro.gelu(_X, "erf"), ArgumentError, "gelu"),
+    "hardtanh with min > max": (lambda: ferro.hardtanh(_X, 2.0, 1.0), ArgumentError, "hardtanh"),
+    "hardtanh with a None bound": (
+        lambda: ferro.hardtanh(_X, None),
+        ArgumentTypeError,
+        "hardtanh: min_val",
+    ),
+    "leaky_relu with a str slope": (
+        lambda: ferro.leaky_relu(_X, "0.1"),
+        ArgumentTypeError,
+        "leaky_relu: negative_slope",
+    ),
+    "elu with a str alpha": (lambda: ferro.elu(_X, "a"), ArgumentTypeError, "elu: alpha"),
+    "softplus with a bool beta": (
+        lambda: ferro.softplus(_X, True),
+        ArgumentTypeError,
+        "softplus: beta",
+    ),
 }
 
 

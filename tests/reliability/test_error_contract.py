@@ -170,6 +170,9 @@ BAD_OP_CALLS = {
         ArgumentTypeError,
         "softplus: beta",
     ),
+    "dropout with p > 1": (lambda: ferro.dropout(_X, 1.5), ArgumentError, "dropout"),
+    "dropout with a NaN p": (lambda: ferro.dropout(_X, float("nan")), ArgumentError, "dropout"),
+    "dropout with a str p": (lambda: ferro.dropout(_X, "0.5"), ArgumentTypeError, "dropout: p"),
 }
 
 

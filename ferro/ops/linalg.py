@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ferro.errors import ShapeError
+from ferro.errors import ArgumentError, ArgumentTypeError, ShapeError
 from ferro.ops.registry import apply, register
 
 
@@ -127,25 +127,32 @@ def dot(a, b):
 
 
 def _parse_einsum(subscripts: str, n: int):
+    if not isinstance(subscripts, str):
+        raise ArgumentTypeError(
+            f"einsum: subscripts must be a str, got {type(subscripts).__name__} {subscripts!r}"
+        )
     s = subscripts.replace(" ", "")
     if "->" not in s or "." in s:
-        raise ValueError(
+        raise ArgumentError(
             f"einsum: {subscripts!r}: ferro needs an explicit '->' output and no ellipsis"
         )
     lhs, out = s.split("->")
     ins = lhs.split(",")
     if len(ins) != n:
-        raise ValueError(f"einsum: {subscripts!r} names {len(ins)} operands, got {n}")
+        raise ArgumentError(f"einsum: {subscripts!r} names {len(ins)} operands, got {n}")
     for sub in ins + [out]:
         if not sub.isalpha() and sub:
-            raise ValueError(f"einsum: {subscripts!r}: subscripts must be letters")
+            raise ArgumentError(f"einsum: {subscripts!r}: subscripts must be letters, got {sub!r}")
+    for sub in ins:
         if len(set(sub)) != len(sub):
-            raise ValueError(
-                f"einsum: {subscripts!r}: a repeated letter in one operand "
-                "(a diagonal) is not supported"
+            raise ArgumentError(
+                f"einsum: {subscripts!r}: a repeated letter in one operand ({sub!r}, a diagonal) "
+                "is not supported"
             )
+    if len(set(out)) != len(out):
+        raise ArgumentError(f"einsum: {subscripts!r}: a letter repeats in the output {out!r}")
     if not set(out) <= set("".join(ins)):
-        raise ValueError(f"einsum: {subscripts!r}: output letters must appear in the inputs")
+        raise ArgumentError(f"einsum: {subscripts!r}: output letters must appear in the inputs")
     return ins, out
 
 
@@ -192,7 +199,16 @@ def einsum(subscripts: str, *operands):
     the letters only that operand has.
     """
     parsed = _parse_einsum(subscripts, len(operands))
+    sizes: dict = {}
     for sub, op in zip(parsed[0], operands, strict=True):
         if len(sub) != op.ndim:
             raise ShapeError(f"einsum: operand {sub!r} has {op.ndim} dims, shape {op.shape}")
+        for letter, n in zip(sub, op.shape, strict=True):
+            sizes.setdefault(letter, set()).add(n)
+    for letter, found in sizes.items():
+        if len(found - {1}) > 1:
+            raise ShapeError(
+                f"einsum: {subscripts!r}: letter {letter!r} has sizes {sorted(found)} in "
+                "different operands (they must agree, or be 1)"
+            )
     return apply(Einsum, *operands, subscripts=subscripts, parsed=parsed)

@@ -173,6 +173,31 @@ BAD_OP_CALLS = {
     "dropout with p > 1": (lambda: ferro.dropout(_X, 1.5), ArgumentError, "dropout"),
     "dropout with a NaN p": (lambda: ferro.dropout(_X, float("nan")), ArgumentError, "dropout"),
     "dropout with a str p": (lambda: ferro.dropout(_X, "0.5"), ArgumentTypeError, "dropout: p"),
+    "einsum without an output": (lambda: ferro.einsum("ij", _X), ArgumentError, "einsum"),
+    "einsum with an ellipsis": (lambda: ferro.einsum("...->...", _X), ArgumentError, "einsum"),
+    "einsum of a diagonal": (
+        lambda: ferro.einsum("ii->i", ferro.ones(2, 2)),
+        ArgumentError,
+        "einsum",
+    ),
+    "einsum naming too many operands": (
+        lambda: ferro.einsum("ij,jk->ik", _X),
+        ArgumentError,
+        "einsum",
+    ),
+    "einsum with a digit": (lambda: ferro.einsum("i1->i", _X), ArgumentError, "einsum"),
+    "einsum with a new output letter": (lambda: ferro.einsum("ij->k", _X), ArgumentError, "einsum"),
+    "einsum repeating an output letter": (
+        lambda: ferro.einsum("ij->ii", _X),
+        ArgumentError,
+        "einsum",
+    ),
+    "einsum with sizes that disagree": (
+        lambda: ferro.einsum("ij,jk->ik", _X, ferro.ones(4, 5)),
+        ShapeError,
+        r"letter 'j' has sizes \[3, 4\]",
+    ),
+    "einsum with non-str subscripts": (lambda: ferro.einsum(None, _X), ArgumentTypeError, "einsum"),
 }
 
 

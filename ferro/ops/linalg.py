@@ -187,16 +187,27 @@ class Einsum:
                 if c in avail:
                     shape_present[pos] = g.shape[k]
                     k += 1
-            g = xp.broadcast_to(g.reshape(shape_present), full_shape)
+            g = g.reshape(shape_present)
+            # A letter of size 1 here and larger in another operand was broadcast: sum back.
+            spread = tuple(
+                pos
+                for pos, (n, m) in enumerate(zip(full_shape, shape_present, strict=True))
+                if n == 1 != m
+            )
+            if spread:
+                g = g.sum(axis=spread, keepdims=True)
+            g = xp.broadcast_to(g, full_shape)
             grads.append(g)
         return tuple(grads)
 
 
 def einsum(subscripts: str, *operands):
     """Einstein summation with an explicit output (``"ij,jk->ik"``); no ellipsis or diagonals.
+    A letter may have size 1 in some operands and one other size in the rest (broadcast, as in
+    NumPy and PyTorch).
 
     Gradient: each operand's gradient is the einsum of gy with the other operands, broadcast over
-    the letters only that operand has.
+    the letters only that operand has (summed over the letters it broadcast).
     """
     parsed = _parse_einsum(subscripts, len(operands))
     sizes: dict = {}

@@ -34,6 +34,7 @@ from ferro.errors import (
     SerializationError,
     ShapeError,
 )
+from ferro.testing import gradcheck
 
 # ---------------------------------------------------------------------------------------------
 # Item 1: an output number above 256 was a freed temporary in the graph (segfault).
@@ -588,6 +589,21 @@ def test_item14_deepcopy_is_independent():
 # ---------------------------------------------------------------------------------------------
 # Found by test_fuzz_ops.py (not in the issue): a leaf over a transposed (Fortran-order) array
 # used twice crashed backward with a bare ValueError from the accumulation kernel.
+
+
+# Found by probing op arguments: einsum broadcast a size-1 letter in forward (as NumPy and
+# PyTorch do) but its backward then failed in broadcast_to with a bare ValueError.
+@pytest.mark.parametrize(
+    "spec, shapes",
+    [("ij,jk->ik", [(2, 1), (3, 4)]), ("ij,jk->ijk", [(2, 3), (1, 4)]), ("i,i->", [(1,), (3,)])],
+)
+def test_einsum_broadcasts_size_one_letters_in_backward(spec, shapes):
+    rng = np.random.default_rng(0)
+    arrays = [rng.uniform(-1, 1, s) for s in shapes]
+    tensors = [ferro.tensor(a, requires_grad=True) for a in arrays]
+    out = ferro.einsum(spec, *tensors)
+    np.testing.assert_allclose(out.detach().numpy(), np.einsum(spec, *arrays), rtol=1e-12)
+    assert gradcheck(lambda *ts: ferro.einsum(spec, *ts), tuple(tensors))
 
 
 FORTRAN_CASES = {

@@ -16,9 +16,9 @@ Building a tensor from read-only or non-native-byte-order data may be refused wi
 reported as refused, not failed. Anything else raised is a failure.
 
 Run as a script it is the worker that test_fuzz_ops.py starts in a subprocess, so a segfault
-cannot take pytest down with it: ``python fuzz_support.py sweep|fuzz|shapes [max_examples]``.
-It prints ``CASE <json>`` (flushed) before running each case, so when a case kills the process
-the parent names the last case printed.
+cannot take pytest down with it (see :func:`main` for its commands). It prints ``CASE <json>``
+(flushed) before running each case, so when a case kills the process the parent names the last
+case printed; ``python fuzz_support.py case '<json>'`` runs that one case again.
 """
 
 from __future__ import annotations
@@ -427,10 +427,14 @@ def _fuzz(strategy, max_examples: int) -> None:
 
 
 def main(argv: list[str]) -> int:
-    """``sweep LAYOUT``, ``writes LAYOUT``, ``fuzz N``, ``shapes N`` or ``selftest-crash``."""
+    """``sweep LAYOUT``, ``writes LAYOUT``, ``fuzz N``, ``shapes N``, ``case JSON`` (one case,
+    as a failure or a crash report printed it) or ``selftest-crash``."""
     command, arg = argv[0], argv[1] if len(argv) > 1 else ""
     failures = 0
-    if command == "sweep":
+    if command == "case":
+        case = json.loads(arg)
+        failures = _run_all([case], check_write_case if "write" in case else check_case)
+    elif command == "sweep":
         failures = _run_all(sweep_cases(arg), check_case)
     elif command == "writes":
         failures = _run_all(write_cases(arg), check_write_case)

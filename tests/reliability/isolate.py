@@ -8,18 +8,23 @@ stack on its stderr.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
 
 
-def run(args: list[str], timeout: float = 300) -> subprocess.CompletedProcess:
-    """``python -X faulthandler ARGS`` in a child process; its output captured as text."""
+def run(args: list[str], timeout: float = 300, tmpdir=None) -> subprocess.CompletedProcess:
+    """``python -X faulthandler ARGS`` in a child process; its output captured as text. With
+    ``tmpdir``, the child's temporary files go there (``TMPDIR``), so a child killed before it
+    could clean up leaves nothing behind once the caller removes ``tmpdir``."""
+    env = None if tmpdir is None else {**os.environ, "TMPDIR": os.fspath(tmpdir)}
     return subprocess.run(
         [sys.executable, "-X", "faulthandler", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
+        env=env,
     )
 
 

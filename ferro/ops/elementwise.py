@@ -6,9 +6,21 @@ Naming follows Chainer: ``x, y`` arrays, ``gy`` the output gradient, ``gx`` an i
 from __future__ import annotations
 
 import math
+import numbers
 
-from ferro.errors import ArgumentError
+from ferro.errors import ArgumentError, ArgumentTypeError, DtypeError
 from ferro.ops.registry import apply, register
+
+
+def real_arg(value, name: str, op: str) -> float:
+    """``value`` as a float, for an op's real-valued parameter (a slope, a bound, ``p``): a
+    Python or NumPy real number. Anything else (a str, None, a bool) is an ArgumentTypeError
+    naming the op and the parameter, not a ValueError from ``float()`` later."""
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        return float(value)
+    raise ArgumentTypeError(
+        f"{op}: {name} must be a real number, got {type(value).__name__} {value!r}"
+    )
 
 
 @register("add", broadcasts=True)
@@ -488,11 +500,9 @@ def clamp(x, min=None, max=None):  # noqa: A002 - PyTorch's argument names
     value taken.
     """
     if min is None and max is None:
-        raise ArgumentError("clamp: at least one of min and max must be given")
+        raise ArgumentError("clamp: at least one of min and max must be given, got neither")
     for bound in (min, max):
         if hasattr(bound, "dtype") and bound.dtype != x.dtype:
-            from ferro.errors import DtypeError
-
             raise DtypeError(
                 f"clamp: bound dtype {bound.dtype} differs from tensor dtype {x.dtype}"
             )
@@ -579,8 +589,6 @@ def where(cond, a, b):
 
     Gradient: ga = gy where cond, gb = gy where not cond; cond gets none.
     """
-    from ferro.errors import DtypeError
-
     if getattr(cond, "dtype", None) is None or cond.dtype != bool:
         raise DtypeError(
             f"where: cond must be a bool tensor, got {getattr(cond, 'dtype', type(cond))}"

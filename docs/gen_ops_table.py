@@ -1,5 +1,6 @@
 """Generate the op tables of docs/ops.md from the public functions' docstrings.
 
+    python docs/gen_ops_table.py --write     # rewrite the tables inside docs/ops.md
     python docs/gen_ops_table.py > /tmp/tables.md
 
 Each row takes the signature from the function and the gradient from the docstring's
@@ -11,6 +12,8 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import pathlib
+import sys
 
 FAMILIES = [
     ("Elementwise", "elementwise"),
@@ -27,7 +30,10 @@ FAMILIES = [
 
 def tables() -> str:
     ops = importlib.import_module("ferro.ops")
-    names = sorted(set(ops.__all__) - {"REGISTRY", "apply", "register"})
+    names = sorted(ops.__all__)
+    untitled = set(ops.FAMILIES) - {stem for _, stem in FAMILIES}
+    if untitled:
+        raise SystemExit(f"gen_ops_table: give the op families {sorted(untitled)} a title")
     lines = []
     for title, stem in FAMILIES:
         modname = f"ferro.ops.{stem}"
@@ -55,5 +61,19 @@ def tables() -> str:
     return "\n".join(lines)
 
 
+BEGIN, END = "<!-- BEGIN GENERATED TABLES -->\n", "<!-- END GENERATED TABLES -->"
+
+
+def write(path: pathlib.Path) -> None:
+    """Replace the generated part of ``path`` (between the BEGIN/END markers) with the tables."""
+    text = path.read_text()
+    start = text.index(BEGIN) + len(BEGIN)
+    end = text.index(END)
+    path.write_text(text[:start] + tables() + text[end:])
+
+
 if __name__ == "__main__":
-    print(tables(), end="")
+    if sys.argv[1:] == ["--write"]:
+        write(pathlib.Path(__file__).resolve().parent / "ops.md")
+    else:
+        print(tables(), end="")

@@ -191,7 +191,7 @@ class Tensor(TensorBase):
 
     def clone(self) -> Tensor:
         """A copy with its own memory; gradients flow back to this tensor."""
-        return _ew.mul(self, 1)
+        return _ew.clone(self)
 
     def long(self) -> Tensor:
         """Convert to int64 (not differentiable)."""

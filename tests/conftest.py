@@ -7,8 +7,16 @@ import os
 
 import numpy as np
 import pytest
+from hypothesis import settings
 
 import ferro
+
+# Hypothesis: no per-example deadline (this 2-core machine is shared; timing is not under test).
+# Under CI (CI=true, as .ci/run runs) the examples are derandomized and nothing is stored, so a
+# CI run is reproducible; elsewhere Hypothesis explores anew each run and remembers failures.
+settings.register_profile("ci", derandomize=True, database=None, deadline=None)
+settings.register_profile("dev", deadline=None)
+settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

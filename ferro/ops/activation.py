@@ -348,3 +348,20 @@ def prelu(x, weight):
             f"{channels}"
         )
     return apply(Prelu, x, weight)
+
+
+# The family's public functions (ferro.ops builds its list from these).
+__all__ = [
+    "elu",
+    "gelu",
+    "hardtanh",
+    "leaky_relu",
+    "log_softmax",
+    "mish",
+    "prelu",
+    "relu",
+    "selu",
+    "silu",
+    "softmax",
+    "softplus",
+]

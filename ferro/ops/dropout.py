@@ -47,3 +47,9 @@ def dropout(x, p: float = 0.5, training: bool = True):
     if p == 1.0:
         return mul(x, 0.0)
     return apply(Dropout, x, p=p)
+
+
+# The family's public functions (ferro.ops builds its list from these).
+__all__ = [
+    "dropout",
+]

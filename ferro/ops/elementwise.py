@@ -79,6 +79,28 @@ class Div:
         return ga, gb
 
 
+@register("clone")
+class Clone:
+    @staticmethod
+    def forward(ctx, x):
+        return x.copy()
+
+    @staticmethod
+    def backward(ctx, gy):
+        return gy
+
+
+def clone(x):
+    """A copy of ``x`` with its own memory (C-contiguous); gradients flow back to ``x``.
+
+    Gradient: gx = gy.
+
+    Example:
+        >>> y = ferro.clone(x)   # y.grad_fn is CloneBackward
+    """
+    return apply(Clone, x)
+
+
 @register("neg")
 class Neg:
     @staticmethod
@@ -632,3 +654,39 @@ def ge(a, b):
 def sign(x):
     """-1, 0 or 1 by the sign of ``x``, in x's dtype (not differentiable: its gradient is 0)."""
     return apply(Sign, x)
+
+
+# The family's public functions (ferro.ops builds its list from these).
+__all__ = [
+    "abs",
+    "add",
+    "cast",
+    "clamp",
+    "clone",
+    "clip",
+    "cos",
+    "div",
+    "eq",
+    "exp",
+    "expm1",
+    "ge",
+    "gt",
+    "le",
+    "log",
+    "log1p",
+    "lt",
+    "maximum",
+    "minimum",
+    "mul",
+    "ne",
+    "neg",
+    "pow",
+    "rsqrt",
+    "sigmoid",
+    "sign",
+    "sin",
+    "sqrt",
+    "sub",
+    "tanh",
+    "where",
+]

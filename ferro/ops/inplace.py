@@ -62,3 +62,15 @@ def fill_(t, value):
 def zero_(t):
     """Set every element of ``t`` to zero; returns ``t``."""
     return fill_(t, 0)
+
+
+# The family's public functions (ferro.ops builds its list from these).
+__all__ = [
+    "add_",
+    "clamp_",
+    "div_",
+    "fill_",
+    "mul_",
+    "sub_",
+    "zero_",
+]

@@ -223,3 +223,13 @@ def einsum(subscripts: str, *operands):
                 "different operands (they must agree, or be 1)"
             )
     return apply(Einsum, *operands, subscripts=subscripts, parsed=parsed)
+
+
+# The family's public functions (ferro.ops builds its list from these).
+__all__ = [
+    "dot",
+    "einsum",
+    "linear",
+    "matmul",
+    "outer",
+]

@@ -406,3 +406,17 @@ def kl_div(input, target, reduction: str = "mean", log_target: bool = False):  #
     if reduction == "batchmean":
         return ew.div(red.sum(loss), float(input.shape[0] if input.ndim else 1))
     return _reduce(loss, reduction)
+
+
+# The family's public functions (ferro.ops builds its list from these).
+__all__ = [
+    "binary_cross_entropy",
+    "binary_cross_entropy_with_logits",
+    "cross_entropy",
+    "huber_loss",
+    "kl_div",
+    "l1_loss",
+    "mse_loss",
+    "nll_loss",
+    "smooth_l1_loss",
+]

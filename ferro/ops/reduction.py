@@ -409,3 +409,20 @@ def cumsum(x, axis: int):
 
         return reshape(apply(Cumsum, reshape(x, 1), axis=0), ())
     return apply(Cumsum, x, axis=a)
+
+
+# The family's public functions (ferro.ops builds its list from these).
+__all__ = [
+    "amax",
+    "amin",
+    "cumsum",
+    "logsumexp",
+    "max",
+    "mean",
+    "min",
+    "norm",
+    "prod",
+    "std",
+    "sum",
+    "var",
+]

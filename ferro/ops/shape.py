@@ -956,3 +956,37 @@ def embedding(indices, weight, padding_idx=None):
             )
         padding_idx %= n
     return apply(Embedding, weight, operand, padding_idx=padding_idx)
+
+
+# The family's public functions (ferro.ops builds its list from these).
+__all__ = [
+    "broadcast_to",
+    "cat",
+    "chunk",
+    "detach",
+    "embedding",
+    "expand",
+    "flatten",
+    "flip",
+    "gather",
+    "getitem",
+    "index_select",
+    "masked_fill",
+    "narrow",
+    "one_hot",
+    "pad",
+    "permute",
+    "repeat",
+    "reshape",
+    "roll",
+    "scatter",
+    "scatter_add",
+    "select",
+    "split",
+    "squeeze",
+    "stack",
+    "tile",
+    "transpose",
+    "unbind",
+    "unsqueeze",
+]

@@ -176,6 +176,7 @@ OPS: list[OpInfo] = [
     OpInfo("mul", ferro.mul, np.multiply, binary_samples((-2, 2))),
     OpInfo("div", ferro.div, np.divide, binary_samples((-2, 2), (0.5, 2.0))),
     OpInfo("neg", ferro.neg, np.negative, unary_samples((-2, 2))),
+    OpInfo("clone", ferro.clone, np.copy, unary_samples((-2, 2))),
     OpInfo("pow", ferro.pow, _ref_pow, binary_samples((0.5, 2.0), (-1.5, 1.5))),
     OpInfo("exp", ferro.exp, np.exp, unary_samples((-2, 2))),
     OpInfo("log", ferro.log, np.log, unary_samples((0.3, 3.0))),

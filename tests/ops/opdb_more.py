@@ -827,7 +827,7 @@ MORE = [
     # The op itself (the public to_device returns x unchanged when it is on the device already).
     OpInfo(
         "to_device",
-        lambda x: ferro.ops.apply(ferro.ops.device.ToDevice, x, device="cpu") * 1.0,
+        lambda x: ferro.ops.registry.apply(ferro.ops.device.ToDevice, x, device="cpu") * 1.0,
         lambda x: x,
         unary_samples((-2, 2)),
     ),

@@ -8,7 +8,7 @@ import pytest
 
 import ferro
 from ferro.errors import DtypeError, GraphError, IndexOutOfRangeError, ShapeError
-from ferro.ops import REGISTRY
+from ferro.ops.registry import REGISTRY
 
 
 def test_max_with_axis_returns_values_and_int64_indices():

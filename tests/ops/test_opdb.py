@@ -7,7 +7,7 @@ import pytest
 from opdb import BY_NAME, OPS
 
 import ferro
-from ferro.ops import REGISTRY
+from ferro.ops.registry import REGISTRY
 from ferro.testing import gradcheck
 
 CASES = [(op, i) for op in OPS for i in range(len(op.samples(np.random.default_rng(0))))]

@@ -252,15 +252,21 @@ class Tensor(TensorBase):
         return _ew.cast(self, np.float64)
 
     # Autograd.
-    def backward(self, gradient=None, retain_graph: bool = False, inputs=None) -> None:
+    def backward(
+        self, gradient=None, retain_graph: bool = False, inputs=None, num_threads=None
+    ) -> None:
         """Accumulate the gradient of this tensor into the ``.grad`` of the leaves.
 
         Args:
             gradient: the gradient of this tensor; may be omitted for a 1-element tensor.
             retain_graph: keep saved arrays so the graph can be walked again.
             inputs: accumulate only into these tensors.
+            num_threads: threads for this backward (None: ``ferro.autograd.parallel`` or
+                ``set_num_threads``; see docs/autograd.md).
         """
-        _autograd.backward((self,), None if gradient is None else (gradient,), retain_graph, inputs)
+        _autograd.backward(
+            (self,), None if gradient is None else (gradient,), retain_graph, inputs, num_threads
+        )
 
     def detach(self) -> Tensor:
         """A tensor that shares this one's data but is not part of any graph."""

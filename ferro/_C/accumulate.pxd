@@ -12,6 +12,13 @@ cdef class _Entry:
     cdef bint needed           # a node whose backward must run
     cdef list subs             # multi-output nodes: one _Entry per output
     cdef list captures         # positions in the result of grad()
+    # Parallel backward (Note [Parallel backward]): the serial pop order of this target, and for a
+    # slot the keys of the contributions it will receive in serial order, the next one due, and
+    # those that arrived early.
+    cdef Py_ssize_t rank
+    cdef list expect
+    cdef Py_ssize_t next_key
+    cdef dict parked
 
 
 cdef _Entry _slot(_Entry e, Py_ssize_t nr, Py_ssize_t n_out)

@@ -57,7 +57,15 @@ from ferro._C.graph cimport (
     _share_version,
     _xp_of,
 )
-from ferro._C.state cimport MODE_GRAD, MODE_INFERENCE, Flags, clock_ns, flags, grad_mode
+from ferro._C.state cimport (
+    MODE_GRAD,
+    MODE_INFERENCE,
+    Flags,
+    backward_threads,
+    clock_ns,
+    flags,
+    grad_mode,
+)
 from ferro._C.tensor cimport TensorBase, VersionCounter, new_tensor, version_counter
 
 import numpy as np
@@ -79,6 +87,8 @@ from ferro._C.graph import (
 )
 from ferro._C.state import (
     _get_mode,
+    _pop_threads,
+    _push_threads,
     _pop_saved_hooks,
     _push_saved_hooks,
     _reset_mode,
@@ -87,11 +97,13 @@ from ferro._C.state import (
     is_anomaly_enabled,
     is_grad_enabled,
     is_inference_mode_enabled,
+    get_num_threads,
     now_ns,
     overrides_enabled,
     reset_stats,
     set_anomaly,
     set_overrides_enabled,
+    set_num_threads,
     set_profiler,
     stats,
 )
@@ -124,6 +136,8 @@ __all__ = [
     "retain_grad",
     "retains_grad",
     "_get_mode",
+    "_pop_threads",
+    "_push_threads",
     "_pop_saved_hooks",
     "_push_saved_hooks",
     "_reset_mode",
@@ -132,11 +146,13 @@ __all__ = [
     "is_anomaly_enabled",
     "is_grad_enabled",
     "is_inference_mode_enabled",
+    "get_num_threads",
     "now_ns",
     "overrides_enabled",
     "reset_stats",
     "set_anomaly",
     "set_overrides_enabled",
+    "set_num_threads",
     "set_profiler",
     "stats",
 ]
@@ -520,7 +536,7 @@ cdef inline int _decrement(_Entry child, list ready) except -1:
 
 
 def run_backward(tuple roots, tuple root_grads, bint retain_graph=False, tuple inputs=None,
-                 bint accumulate=True, bint allow_unused=False):
+                 bint accumulate=True, bint allow_unused=False, Py_ssize_t num_threads=0):
     """The backward walk behind ``Tensor.backward``, ``autograd.backward`` and ``autograd.grad``.
 
     Args:
@@ -530,6 +546,8 @@ def run_backward(tuple roots, tuple root_grads, bint retain_graph=False, tuple i
         inputs: tensors whose gradients are wanted; None means every leaf that requires grad.
         accumulate: write into ``.grad`` (backward) or return gradients (grad).
         allow_unused: with ``accumulate=False``, return None for inputs the roots do not reach.
+        num_threads: threads for this backward, the caller included (0: the context's setting,
+            ``ferro.autograd.parallel`` / ``set_num_threads``; 1: serial).
 
     Returns:
         With ``accumulate=False``, a tuple of arrays (or None) aligned with ``inputs``.
@@ -651,9 +669,23 @@ def run_backward(tuple roots, tuple root_grads, bint retain_graph=False, tuple i
         _mark_needed(table, root_entries)
 
     ready = [e for e in root_entries if e.deps == 0]
+    if num_threads == 0:
+        num_threads = backward_threads()
+    cdef Py_ssize_t popped = 0
     try:
         while ready:
+            if num_threads > 1 and len(ready) > 1 and _runnable(ready) > 1:
+                # Two nodes could run at once: the rest of the walk goes parallel. Until now it
+                # was serial, so what has been added so far was added in serial order.
+                node = None
+                _walk_parallel(table, ready, ran, commits, results, selective, accumulate,
+                               num_threads, popped)
+                # Commits in serial order: post-accumulate hooks run as they do serially.
+                commits.sort(key=_commit_rank)
+                break
             e = <_Entry>ready.pop()
+            e.rank = popped
+            popped += 1
             target = e.target
             if type(target) is not Node:
                 _finish_leaf(e, <TensorBase>target, selective, accumulate, results, commits)
@@ -834,6 +866,7 @@ cdef void _finish_outputs(_Entry e, Node node, bint accumulate, list results,
                 if accumulate:
                     h = _Entry()
                     h.grad = s.grad
+                    h.rank = e.rank
                     commits.append((h, cap[2]))
                 else:
                     results[cap[1]] = s.grad
@@ -843,6 +876,7 @@ cdef void _finish_outputs(_Entry e, Node node, bint accumulate, list results,
             if tensor is not None:
                 h = _Entry()
                 h.grad = s.grad
+                h.rank = e.rank
                 commits.append((h, tensor))
 
 
@@ -955,3 +989,266 @@ cdef tuple _check_post_hook(object r, Node node, object fn, tuple res):
             f"hook {name} on {node.name()} must return None or a tuple of {len(res)} gradients"
         )
     return tuple([(<TensorBase>g)._data if isinstance(g, TensorBase) else g for g in r])
+
+
+# ---------------------------------------------------------------------------------------------
+# Parallel backward. Note [Parallel backward] (docs/design.md):
+#
+# * The caller's thread runs the walk: it pops ready targets, runs leaf and output hooks, and
+#   hands a node's backward to a worker when it has other work of its own (another ready
+#   target), else runs it itself: a chain never leaves the caller's thread.
+# * Workers are persistent threads (started on first use, one job queue); each runs a node's
+#   backward in a copy of the caller's context (grad mode, saved-tensor hooks, profiler stack and
+#   every other ContextVar), so the node sees what it would see in serial backward. NumPy and
+#   the nogil kernels release the GIL, which is where branches overlap.
+# * Determinism: every contribution a slot will receive has a key, (the serial pop rank of the
+#   producing node, the edge index), from a dry run of the serial walk. Only the caller's thread
+#   accumulates, and it adds a slot's contributions in key order, parking any that arrives early.
+#   That is the order the serial walk adds them in, so gradients are bit-identical to serial.
+# * Failure: an exception in a worker (or the caller, or a KeyboardInterrupt) stops the
+#   scheduling, waits for the running nodes, and propagates before any commit: backward stays
+#   atomic.
+# ---------------------------------------------------------------------------------------------
+
+cdef object _jobs = None          # queue.SimpleQueue of jobs, or None before first use
+cdef list _workers = []
+
+
+def _after_fork_in_child():
+    # A forked child (a DataLoader worker) has none of the parent's threads: start anew.
+    global _jobs, _workers
+    _jobs = None
+    _workers = []
+
+
+_os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _run_node_job(Node node, _Entry e, Py_ssize_t n_out, Py_ssize_t n_in):
+    return _run_node(node, e, n_out, n_in)
+
+
+def _worker_loop(jobs):
+    """A persistent backward worker: runs jobs until it gets None (never, in practice)."""
+    while True:
+        job = jobs.get()
+        if job is None:
+            return
+        context, node, e, n_out, n_in, done, token = job
+        job = None
+        try:
+            res = context.run(_run_node_job, node, e, n_out, n_in)
+        except BaseException as exc:  # reported to the caller, who re-raises it
+            done.put((token, None, exc))
+        else:
+            done.put((token, res, None))
+        res = context = node = e = None
+
+
+cdef object _pool(Py_ssize_t n):
+    """The job queue, with at least ``n`` workers listening."""
+    global _jobs
+    import queue
+    import threading
+    if _jobs is None:
+        _jobs = queue.SimpleQueue()
+    while len(_workers) < n:
+        w = threading.Thread(target=_worker_loop, args=(_jobs,), daemon=True,
+                             name=f"ferro-backward-{len(_workers)}")
+        w.start()
+        _workers.append(w)
+    return _jobs
+
+
+def _commit_rank(item):
+    return (<_Entry>item[0]).rank
+
+
+cdef int _runnable(list ready) except -1:
+    # How many ready targets are nodes (leaves only finish; nodes run a backward).
+    cdef int n = 0
+    for e in ready:
+        if type((<_Entry>e).target) is Node:
+            n += 1
+    return n
+
+
+cdef Py_ssize_t _assign_ranks(dict table, list ready, Py_ssize_t first) except -1:
+    """Dry run of the rest of the serial walk, from its current state (the ready list and the
+    dependency counts): each target's pop rank, from ``first`` on, and each slot's expected keys.
+    """
+    cdef list order = list(ready)
+    cdef list slots = []
+    cdef dict left = {}
+    cdef Py_ssize_t r = first, i, n, width = 1
+    cdef _Entry e, c, slot
+    cdef Node node
+    for e in table.values():
+        if type(e.target) is Node and len((<Node>e.target)._next) + 1 > width:
+            width = len((<Node>e.target)._next) + 1
+    while order:
+        e = <_Entry>order.pop()
+        e.rank = r
+        r += 1
+        if type(e.target) is not Node:
+            continue
+        node = <Node>e.target
+        for i in range(len(node._next)):
+            target = node._next[i]
+            if target is None:
+                continue
+            c = <_Entry>table[target]
+            if type(target) is Node:
+                slot = _slot(c, node._next_nr[i], (<Node>target)._n_out)
+            else:
+                slot = c
+            if slot.expect is None:
+                slot.expect = []
+                slots.append(slot)
+            slot.expect.append(e.rank * width + i)
+            n = left.get(c, c.deps) - 1
+            left[c] = n
+            if n == 0:
+                order.append(c)
+    # A slot whose sum cannot depend on the order skips the ordering: one contribution left, or
+    # two into an empty slot (IEEE addition commutes; a third term makes the order matter).
+    for slot in slots:
+        if len(slot.expect) == 1 or (len(slot.expect) == 2 and slot.grad is None):
+            slot.next_key = -1
+    return width
+
+
+cdef int _add_in_order(_Entry slot, Py_ssize_t key, object g) except -1:
+    """Add ``g`` (None: nothing) into ``slot`` when it is the contribution due, else park it."""
+    if slot.next_key < 0:
+        # Order cannot matter here (see _assign_ranks).
+        if g is not None:
+            _add_to(slot, g)
+        return 0
+    if slot.expect[slot.next_key] != key:
+        if slot.parked is None:
+            slot.parked = {}
+        slot.parked[key] = g
+        return 0
+    if g is not None:
+        _add_to(slot, g)
+    slot.next_key += 1
+    while slot.parked and slot.next_key < len(slot.expect):
+        k = slot.expect[slot.next_key]
+        if k not in slot.parked:
+            break
+        g = slot.parked.pop(k)
+        if g is not None:
+            _add_to(slot, g)
+        slot.next_key += 1
+    return 0
+
+
+cdef int _deliver(Node node, Py_ssize_t rank, Py_ssize_t width, object grads, dict table,
+                  list ready) except -1:
+    """Route a finished node's gradients (None: it did not run) to its inputs' slots in key
+    order, and count the edges done."""
+    cdef Py_ssize_t i, nr
+    cdef _Entry child, slot
+    cdef TensorBase t
+    for i in range(len(node._next)):
+        target = node._next[i]
+        if target is None:
+            continue
+        child = <_Entry>table[target]
+        g = None if grads is None else grads[i]
+        if g is not None and not (child.needed | child.wanted):
+            g = None
+        if type(target) is Node:
+            nr = node._next_nr[i]
+            slot = _slot(child, nr, (<Node>target)._n_out)
+            if g is not None:
+                g = _check_grad(g, node, i, _out_shape(<Node>target, nr),
+                                _out_dtype(<Node>target, nr), node.op.broadcasts)
+        else:
+            slot = child
+            if g is not None:
+                t = <TensorBase>target
+                g = _check_grad(g, node, i, t._data.shape, t._data.dtype, node.op.broadcasts)
+        _add_in_order(slot, rank * width + i, g)
+        g = None
+        _decrement(child, ready)
+    return 0
+
+
+cdef int _note_node(BaseException exc, Node node) except -1:
+    if node is not None:
+        site = node._site
+        where = f", created at {site[0]}:{site[1]}" if site is not None else ""
+        exc.add_note(f"(raised while running {node.name()} in backward{where})")
+    return 0
+
+
+cdef int _walk_parallel(dict table, list ready, list ran, list commits, list results,
+                        bint selective, bint accumulate, Py_ssize_t n_threads,
+                        Py_ssize_t first_rank) except -1:
+    """The rest of the backward walk on ``n_threads`` threads (the caller's included), from the
+    serial walk's current state; see the Note above."""
+    import contextvars
+    import queue
+    cdef Py_ssize_t width = _assign_ranks(table, ready, first_rank)
+    cdef Py_ssize_t n_workers = n_threads - 1, inflight = 0, token = 0, n_out
+    cdef dict running = {}
+    cdef _Entry e
+    cdef Node node, failed = None, current = None
+    cdef object error = None
+    jobs = _pool(n_workers)
+    done = queue.SimpleQueue()
+    context = contextvars.copy_context()
+    try:
+        while (ready and error is None) or inflight:
+            if inflight and (not ready or error is not None or not done.empty()):
+                tok, grads, exc = done.get()
+                inflight -= 1
+                node, e = running.pop(tok)
+                if exc is not None:
+                    if error is None:
+                        error, failed = exc, node
+                elif error is None:
+                    _deliver(node, e.rank, width, grads, table, ready)
+                grads = exc = None
+                continue
+            e = <_Entry>ready.pop()
+            target = e.target
+            if type(target) is not Node:
+                _finish_leaf(e, <TensorBase>target, selective, accumulate, results, commits)
+                continue
+            node = <Node>target
+            n_out = node._n_out
+            if (node._tensor_hooks is not None or node._retained is not None
+                    or e.captures is not None):
+                _finish_outputs(e, node, accumulate, results, commits)
+            if not e.needed or not _has_grad(e, n_out):
+                _deliver(node, e.rank, width, None, table, ready)
+                continue
+            ran.append(node)
+            if ready and inflight < n_workers:
+                token += 1
+                running[token] = (node, e)
+                inflight += 1
+                jobs.put((context.copy(), node, e, n_out, len(node._next), done, token))
+            else:
+                current = node
+                grads = _run_node(node, e, n_out, len(node._next))
+                current = None
+                _deliver(node, e.rank, width, grads, table, ready)
+                grads = None
+    except BaseException as exc:
+        # A failure here (or an interrupt): let the running nodes finish, then propagate.
+        while inflight:
+            try:
+                done.get()
+                inflight -= 1
+            except BaseException:
+                pass
+        _note_node(exc, current)
+        raise
+    if error is not None:
+        _note_node(error, failed)
+        raise error
+    return 0

@@ -25,6 +25,7 @@ cdef class Flags:
 cdef Flags flags()
 cdef long grad_mode() except -1
 cdef object saved_hooks()
+cdef Py_ssize_t backward_threads() except -1
 
 
 cdef inline long long clock_ns() noexcept nogil:

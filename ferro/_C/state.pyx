@@ -138,6 +138,43 @@ def set_overrides_enabled(bint enabled):
     return prev
 
 
+# Parallel backward (Note [Parallel backward]): how many threads a backward may use, the caller
+# included. A process-wide default (set_num_threads) and a per-context override (the
+# ferro.autograd.parallel context manager), read once per backward.
+cdef Py_ssize_t _default_threads = 1
+cdef object _THREADS = contextvars.ContextVar("ferro_backward_threads", default=0)
+
+
+cdef Py_ssize_t backward_threads() except -1:
+    cdef Py_ssize_t n = _THREADS.get()
+    return n if n > 0 else _default_threads
+
+
+def set_num_threads(Py_ssize_t n):
+    """Set how many threads backward uses by default (1: serial); returns the previous value."""
+    global _default_threads
+    if n < 1:
+        raise ArgumentError(f"set_num_threads: the number of threads must be >= 1, got {n}")
+    prev = _default_threads
+    _default_threads = n
+    return prev
+
+
+def get_num_threads():
+    """How many threads a backward started here would use (the context's, else the default)."""
+    return backward_threads()
+
+
+def _push_threads(Py_ssize_t n):
+    if n < 1:
+        raise ArgumentError(f"parallel: the number of threads must be >= 1, got {n}")
+    return _THREADS.set(n)
+
+
+def _pop_threads(token):
+    _THREADS.reset(token)
+
+
 def stats():
     """Accumulation counters since the last :func:`reset_stats` (for tests and profiling)."""
     return {

@@ -17,6 +17,7 @@ from ferro.autograd.grad_mode import (
     no_grad,
     set_grad_enabled,
 )
+from ferro.autograd.parallel import get_num_threads, parallel, set_num_threads
 from ferro.errors import ArgumentError, ArgumentTypeError
 
 
@@ -41,7 +42,9 @@ def _grad_arrays(grads, n: int, what: str) -> tuple:
     return tuple(None if g is None else (g.data if isinstance(g, TensorBase) else g) for g in grads)
 
 
-def backward(tensors, grad_tensors=None, retain_graph: bool = False, inputs=None) -> None:
+def backward(
+    tensors, grad_tensors=None, retain_graph: bool = False, inputs=None, num_threads=None
+) -> None:
     """Accumulate the gradients of ``tensors`` into the ``.grad`` of the leaves (or ``inputs``).
 
     Args:
@@ -49,6 +52,7 @@ def backward(tensors, grad_tensors=None, retain_graph: bool = False, inputs=None
         grad_tensors: their gradients (None for an implicit 1 on a 1-element tensor).
         retain_graph: keep the saved arrays so the graph can be walked again.
         inputs: accumulate only into these tensors (leaves or not).
+        num_threads: threads for this backward (None: ``parallel``/``set_num_threads``).
 
     Example:
         >>> x = ferro.tensor([1.0, 2.0], requires_grad=True)
@@ -61,10 +65,17 @@ def backward(tensors, grad_tensors=None, retain_graph: bool = False, inputs=None
     ins = None if inputs is None else _as_tuple(inputs, "backward inputs")
     if ins is not None and not ins:
         raise ArgumentError("backward: inputs= must not be empty")
-    _engine.run_backward(roots, grads, bool(retain_graph), ins, True, False)
+    _engine.run_backward(roots, grads, bool(retain_graph), ins, True, False, _threads(num_threads))
 
 
-def grad(outputs, inputs, grad_outputs=None, retain_graph=None, allow_unused: bool = False):
+def grad(
+    outputs,
+    inputs,
+    grad_outputs=None,
+    retain_graph=None,
+    allow_unused: bool = False,
+    num_threads=None,
+):
     """Return the gradients of ``outputs`` with respect to ``inputs``; ``.grad`` is left alone.
 
     Only the nodes that lead to ``inputs`` run.
@@ -75,6 +86,7 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, allow_unused: bo
         grad_outputs: gradients of ``outputs`` (None for an implicit 1 on 1-element outputs).
         retain_graph: keep the graph for another walk (default False).
         allow_unused: return None for an input the outputs do not depend on, instead of raising.
+        num_threads: threads for this walk (None: ``parallel``/``set_num_threads``).
 
     Returns:
         A tuple of Tensors (or None), one per input.
@@ -89,12 +101,25 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, allow_unused: bo
     if not ins:
         raise ArgumentError("grad: inputs must not be empty")
     grads = _grad_arrays(grad_outputs, len(outs), "grad")
-    res = _engine.run_backward(outs, grads, bool(retain_graph), ins, False, bool(allow_unused))
+    res = _engine.run_backward(
+        outs, grads, bool(retain_graph), ins, False, bool(allow_unused), _threads(num_threads)
+    )
     return tuple(None if g is None else wrap(g) for g in res)
+
+
+def _threads(num_threads) -> int:
+    if num_threads is None:
+        return 0
+    if int(num_threads) < 1:
+        raise ArgumentError(f"backward: num_threads must be >= 1, got {num_threads}")
+    return int(num_threads)
 
 
 __all__ = [
     "backward",
+    "parallel",
+    "set_num_threads",
+    "get_num_threads",
     "grad",
     "Function",
     "graph",

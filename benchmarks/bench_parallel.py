@@ -1,0 +1,122 @@
+"""Parallel backward against serial backward, in one run (issue 17's goals; not tests).
+
+    python benchmarks/bench_parallel.py [--repeats 9] [--threads 2]
+
+Cases (backward alone is timed; each round builds the graph untimed, then runs backward):
+- towers: 4 independent towers of 8 x (64x512 @ 512x512 float32 matmul + tanh), summed;
+  goal: >= 1.6x faster with 2 threads than serial, BLAS at one thread per call.
+- chain: 2,000 ops on 1-element tensors (no parallelism available); goal: parallel no slower
+  than 1.1x serial.
+Each case runs with BLAS limited to 1 thread per call and again at 2 threads (threadpoolctl), to
+show how the two kinds of parallelism share the cores. Gradients are checked bit-identical.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks.common import emit, header, table  # noqa: E402
+
+
+def towers_graph():
+    import ferro
+
+    rng = np.random.default_rng(0)
+    x = ferro.tensor(rng.normal(size=(64, 512)).astype(np.float32))
+    ws = [
+        [
+            ferro.tensor(
+                (rng.normal(size=(512, 512)) * 0.04).astype(np.float32), requires_grad=True
+            )
+            for _ in range(8)
+        ]
+        for _ in range(4)
+    ]
+    loss = None
+    for tower in ws:
+        h = x
+        for w in tower:
+            h = ferro.tanh(h @ w)
+        s = h.sum()
+        loss = s if loss is None else loss + s
+    return loss, [w for tower in ws for w in tower]
+
+
+def chain_graph():
+    import ferro
+
+    x = ferro.tensor([0.3], requires_grad=True)
+    w = ferro.tensor([0.9], requires_grad=True)
+    b = ferro.tensor([0.05], requires_grad=True)
+    h = x
+    for i in range(2000):
+        k = i % 3
+        h = h * w if k == 0 else (h + b if k == 1 else ferro.tanh(h))
+    return h.sum(), [x, w, b]
+
+
+def time_backward(make, threads: int, repeats: int) -> tuple[float, list[bytes]]:
+    samples = []
+    grads = None
+    for _ in range(repeats + 1):
+        loss, leaves = make()
+        t0 = time.perf_counter()
+        loss.backward(num_threads=threads)
+        samples.append(time.perf_counter() - t0)
+        grads = [leaf.grad.numpy().tobytes() for leaf in leaves]
+    return statistics.median(samples[1:]), grads
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=9)
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+    from threadpoolctl import threadpool_limits
+
+    header("bench_parallel")
+    rows = []
+    for blas in (1, 2):
+        with threadpool_limits(limits=blas, user_api="blas"):
+            for case, make, goal in (
+                ("towers", towers_graph, ">= 1.6x"),
+                ("chain", chain_graph, ">= 0.91x (no slower than 1.1x serial)"),
+            ):
+                serial = parallel = None
+                times = {1: [], args.threads: []}
+                for _ in range(3):  # interleave serial and parallel rounds against drift
+                    for n in (1, args.threads):
+                        t, g = time_backward(make, n, max(args.repeats // 3, 1))
+                        times[n].append(t)
+                        if n == 1:
+                            serial = g
+                        else:
+                            parallel = g
+                t1, tn = statistics.median(times[1]), statistics.median(times[args.threads])
+                same = serial == parallel
+                rows.append([case, blas, t1 * 1e3, tn * 1e3, t1 / tn, same, goal])
+                emit(
+                    "bench_parallel",
+                    f"{case}_blas{blas}",
+                    serial_ms=t1 * 1e3,
+                    parallel_ms=tn * 1e3,
+                    speedup=t1 / tn,
+                    threads=args.threads,
+                    bit_identical=same,
+                )
+    table(
+        rows,
+        ["case", "blas thr", "serial ms", f"{args.threads} thr ms", "speedup", "bit-equal", "goal"],
+    )
+
+
+if __name__ == "__main__":
+    main()

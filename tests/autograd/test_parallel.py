@@ -1,0 +1,199 @@
+"""Parallel backward (Note [Parallel backward]): bit-identical to serial for any thread count
+and timing, the caller's context in every node, atomic on failure, hooks in their order."""
+
+import random
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import ferro
+from ferro.autograd.graph import saved_tensors_hooks
+from ferro.errors import GraphError
+
+THREADS = [1, 2, 4, 8]
+
+
+def _towers(seed, n_towers=4, depth=4, width=24, jitter=None):
+    """Independent towers sharing one input and one leaf used everywhere (fan-in of many
+    contributions, whose summation order is what determinism is about), plus a split node
+    with several outputs."""
+    rng = np.random.default_rng(seed)
+    x = ferro.tensor(rng.normal(size=(8, width)), requires_grad=True)
+    shared = ferro.tensor(rng.normal(size=(width,)), requires_grad=True)
+    ws = [
+        [
+            ferro.tensor(rng.normal(size=(width, width)) * 0.3, requires_grad=True)
+            for _ in range(depth)
+        ]
+        for _ in range(n_towers)
+    ]
+    outs = []
+    for tower in ws:
+        h = x
+        for w in tower:
+            h = ferro.tanh(h @ w + shared)
+            if jitter is not None:
+                h.grad_fn.register_hook(jitter)
+        parts = ferro.split(h, 8, 1)
+        outs.append(sum((p * (k + 1.0)).sum() for k, p in enumerate(parts)))
+    loss = outs[0]
+    for o in outs[1:]:
+        loss = loss + o
+    leaves = [x, shared, *[w for tower in ws for w in tower]]
+    return loss, leaves
+
+
+def _grads(num_threads, seed=0, jitter=None):
+    loss, leaves = _towers(seed, jitter=jitter)
+    loss.backward(num_threads=num_threads)
+    return [leaf.grad.numpy().tobytes() for leaf in leaves]
+
+
+def _jitter(seed):
+    rnd = random.Random(seed)
+    lock = threading.Lock()
+
+    def hook(grad_inputs, grad_outputs):
+        with lock:
+            delay = rnd.random() * 0.002
+        time.sleep(delay)
+
+    return hook
+
+
+@pytest.mark.parametrize("num_threads", THREADS)
+def test_gradients_are_bit_identical_to_serial_under_random_timing(num_threads):
+    serial = _grads(1)
+    for rep in range(4):
+        assert _grads(num_threads, jitter=_jitter(rep)) == serial
+
+
+def test_grad_with_inputs_is_bit_identical_in_parallel():
+    loss, leaves = _towers(1)
+    want = ferro.autograd.grad(loss, leaves[:3], retain_graph=True)
+    for n in THREADS[1:]:
+        got = ferro.autograd.grad(loss, leaves[:3], retain_graph=True, num_threads=n)
+        assert [g.numpy().tobytes() for g in got] == [g.numpy().tobytes() for g in want]
+
+
+def test_parallel_context_manager_and_default_switch():
+    assert ferro.autograd.get_num_threads() == 1
+    with ferro.autograd.parallel(3):
+        assert ferro.autograd.get_num_threads() == 3
+        serial = None
+        loss, leaves = _towers(2)
+        loss.backward()
+        got = [leaf.grad.numpy().tobytes() for leaf in leaves]
+    assert ferro.autograd.get_num_threads() == 1
+    prev = ferro.autograd.set_num_threads(2)
+    try:
+        assert prev == 1 and ferro.autograd.get_num_threads() == 2
+    finally:
+        ferro.autograd.set_num_threads(prev)
+    loss, leaves = _towers(2)
+    loss.backward()
+    serial = [leaf.grad.numpy().tobytes() for leaf in leaves]
+    assert got == serial
+    with pytest.raises(ferro.errors.ArgumentError):
+        ferro.autograd.set_num_threads(0)
+
+
+def test_each_node_sees_the_callers_grad_mode_and_saved_tensor_hooks():
+    seen = []
+
+    def hook(grad_inputs, grad_outputs):
+        seen.append((threading.get_ident(), ferro.is_grad_enabled()))
+
+    unpacked = []
+
+    def pack(t):
+        return t
+
+    def unpack(t):
+        unpacked.append(threading.get_ident())
+        return t
+
+    serial_modes = None
+    for n in (1, 4):
+        seen.clear()
+        with saved_tensors_hooks(pack, unpack):
+            loss, _ = _towers(3, jitter=hook)
+        loss.backward(num_threads=n)
+        modes = sorted(m for _, m in seen)
+        serial_modes = serial_modes or modes
+        assert modes == serial_modes
+        assert unpacked  # unpack hooks ran inside the nodes, wherever they ran
+
+
+def test_profiler_events_carry_the_worker_thread_and_link_to_forward():
+    loss, _ = _towers(4)
+    with ferro.profiler.profile() as prof:
+        loss2, _ = _towers(4)
+        loss2.backward(num_threads=4)
+    back = [e for e in prof.events() if e.kind == "backward"]
+    assert back and all(e.forward_id >= 0 for e in back)
+    assert all(e.thread for e in back)
+
+
+def test_an_exception_in_a_worker_leaves_every_grad_as_it_was_and_does_not_hang():
+    loss, leaves = _towers(5)
+    loss.backward(retain_graph=True)
+    before = [leaf.grad.numpy().copy() for leaf in leaves]
+    boom_node = loss.grad_fn.next_functions[0][0]
+
+    def boom(grad_inputs, grad_outputs):
+        raise ValueError("boom")
+
+    h = boom_node.register_hook(boom)
+    for n in (2, 8):
+        with pytest.raises(ValueError, match="boom") as info:
+            loss.backward(retain_graph=True, num_threads=n)
+        assert any("raised while running" in note for note in info.value.__notes__)
+        for leaf, b in zip(leaves, before, strict=True):
+            np.testing.assert_array_equal(leaf.grad.numpy(), b)
+    h.remove()
+    loss.backward(num_threads=2)
+    for leaf, b in zip(leaves, before, strict=True):
+        np.testing.assert_array_equal(leaf.grad.numpy(), 2 * b)
+
+
+def test_keyboard_interrupt_in_a_node_propagates_atomically():
+    loss, leaves = _towers(6)
+
+    def interrupt(grad_inputs, grad_outputs):
+        raise KeyboardInterrupt
+
+    loss.grad_fn.register_hook(interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        loss.backward(num_threads=4)
+    assert all(leaf.grad is None for leaf in leaves)
+
+
+def test_post_accumulate_hooks_run_in_serial_order():
+    def order(n):
+        loss, leaves = _towers(7, jitter=_jitter(n))
+        seen = []
+        for k, leaf in enumerate(leaves):
+            leaf.register_post_accumulate_grad_hook(lambda t, k=k: seen.append(k))
+        loss.backward(num_threads=n)
+        return seen
+
+    assert order(4) == order(1)
+
+
+def test_the_worker_pool_is_persistent():
+    _grads(4)
+    before = {t.name for t in threading.enumerate() if t.name.startswith("ferro-backward")}
+    for _ in range(3):
+        _grads(4)
+    after = {t.name for t in threading.enumerate() if t.name.startswith("ferro-backward")}
+    assert before == after and len(after) >= 3
+
+
+def test_second_backward_through_a_freed_graph_still_raises():
+    loss, _ = _towers(8)
+    loss.backward(num_threads=2)
+    with pytest.raises(GraphError):
+        loss.backward(num_threads=2)

@@ -16,7 +16,13 @@ from collections.abc import Mapping
 
 import ferro
 from ferro._C.tensor import TensorBase
-from ferro.errors import ArgumentError, IndexOutOfRangeError, NotSupportedError, ShapeError
+from ferro.errors import (
+    ArgumentError,
+    ArgumentTypeError,
+    IndexOutOfRangeError,
+    NotSupportedError,
+    ShapeError,
+)
 from ferro.nn import functional as F
 from ferro.nn import init
 from ferro.nn.module import Module, _addindent
@@ -218,9 +224,10 @@ class Flatten(Module):
 
 
 def _bind(cls_name: str, names: tuple, defaults: tuple, args: tuple, kwargs: dict) -> dict:
-    """The constructor arguments by name, positional ones in PyTorch's order."""
+    """The constructor arguments by name, positional ones in PyTorch's order (a call that does
+    not fit is an ArgumentTypeError, Python's TypeError for a bad call)."""
     if len(args) > len(names):
-        raise ArgumentError(
+        raise ArgumentTypeError(
             f"{cls_name}() takes at most {len(names)} arguments ({', '.join(names)}), "
             f"got {len(args)}"
         )
@@ -229,9 +236,9 @@ def _bind(cls_name: str, names: tuple, defaults: tuple, args: tuple, kwargs: dic
         values[k] = v
     for k, v in kwargs.items():
         if k not in values:
-            raise ArgumentError(f"{cls_name}() got an unexpected keyword argument {k!r}")
+            raise ArgumentTypeError(f"{cls_name}() got an unexpected keyword argument {k!r}")
         if names.index(k) < len(args):
-            raise ArgumentError(f"{cls_name}() got multiple values for argument {k!r}")
+            raise ArgumentTypeError(f"{cls_name}() got multiple values for argument {k!r}")
         values[k] = v
     return values
 

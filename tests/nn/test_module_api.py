@@ -398,9 +398,11 @@ def test_activation_modules_take_pytorchs_positional_arguments():
     with pytest.warns(UserWarning, match="implicit dimension"):
         y = nn.Softmax()(ferro.zeros(2, 3))  # PyTorch's legacy choice: dim 1 for 2-D
     np.testing.assert_allclose(y.numpy(), np.full((2, 3), 1 / 3), rtol=1e-6)
-    with pytest.raises(ArgumentError, match="unexpected keyword argument 'slope'"):
+    with pytest.raises(ArgumentTypeError, match="unexpected keyword argument 'slope'"):
         nn.LeakyReLU(slope=0.1)
-    with pytest.raises(ArgumentError, match="at most 2 arguments"):
+    with pytest.raises(ArgumentTypeError, match="multiple values for argument 'alpha'"):
+        nn.ELU(0.5, alpha=0.5)
+    with pytest.raises(ArgumentTypeError, match="at most 2 arguments"):
         nn.LeakyReLU(0.1, False, 3)
 
 

@@ -360,7 +360,7 @@ class Adadelta(_GenericUpdate):
     Example:
         >>> w = ferro.ones(2, requires_grad=True); w.grad = ferro.ones(2)
         >>> ferro.optim.Adadelta([w]).step(); w.tolist()
-        [0.9968377, 0.9968377]
+        [0.9968377351760864, 0.9968377351760864]
     """
 
     def __init__(

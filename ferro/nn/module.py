@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 from collections import OrderedDict, namedtuple
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 import numpy as np
 
 from ferro._C.engine import RemovableHandle, bump_version
-from ferro._C.tensor import TensorBase
-from ferro.errors import ArgumentError, ArgumentTypeError, DtypeError, ReadOnlyError, ShapeError
+from ferro._C.tensor import TensorBase, wrap
+from ferro.errors import (
+    ArgumentError,
+    ArgumentTypeError,
+    DtypeError,
+    NotSupportedError,
+    ReadOnlyError,
+    ShapeError,
+)
 from ferro.nn.parameter import Parameter
 from ferro.ops.device import device_of, move
 
@@ -49,8 +56,9 @@ class _IncompatibleKeys(namedtuple("IncompatibleKeys", ["missing_keys", "unexpec
     __str__ = __repr__
 
 
-def _checked_value(where: str, key: str, value, target: TensorBase):
-    """``value``'s array, once it is known to fit ``target`` (shape, dtype, array type)."""
+def _checked_value(where: str, key: str, value, target: TensorBase, writes: bool = True):
+    """``value``'s array, once it is known to fit ``target`` (shape, dtype, array type, and
+    writeable memory when the load ``writes`` into it)."""
     if isinstance(value, TensorBase):
         arr = value.data
     elif isinstance(value, (np.ndarray, np.generic)):
@@ -71,16 +79,104 @@ def _checked_value(where: str, key: str, value, target: TensorBase):
             f"{where}: {key!r} has dtype {arr.dtype} in the state dict, which does not cast "
             f"to the module's {target.dtype}"
         )
-    if isinstance(target.data, np.ndarray) and not target.data.flags.writeable:
+    if writes and isinstance(target.data, np.ndarray) and not target.data.flags.writeable:
         raise ReadOnlyError(f"{where}: {key!r} in the module is backed by read-only memory")
     return arr
+
+
+def _check_name(where: str, kind: str, name, module: Module, store: dict) -> None:
+    """The checks PyTorch makes on a parameter, buffer or submodule name before registering it
+    (``KeyError`` there; an ``ArgumentError`` here, as ferro's error contract has it)."""
+    if not isinstance(name, str):
+        raise ArgumentTypeError(
+            f"{where}: the {kind} name must be a str, got {type(name).__name__}"
+        )
+    if "." in name:
+        raise ArgumentError(f"{where}: the {kind} name cannot contain '.', got {name!r}")
+    if name == "":
+        raise ArgumentError(f"{where}: the {kind} name cannot be the empty string")
+    if name not in store and hasattr(module, name):
+        raise ArgumentError(
+            f"{where}: {type(module).__name__} already has an attribute {name!r} that is not a "
+            f"{kind}"
+        )
+
+
+def _addindent(text: str, spaces: int) -> str:
+    """``text`` with every line but the first indented (blank lines stay empty), as PyTorch
+    indents nested module reprs."""
+    first, *rest = text.split("\n")
+    if not rest:
+        return text
+    pad = " " * spaces
+    return "\n".join([first] + [pad + line if line.strip() else "" for line in rest])
+
+
+def _as_dtype(value, where: str):
+    """``value`` as a ferro dtype, or None when it does not name a dtype at all (then it is a
+    device). A NumPy dtype that ferro lacks (``"float16"``) raises instead of passing as a
+    device."""
+    from ferro.creation import as_dtype
+
+    if value is None:
+        return None
+    try:
+        np.dtype(value)
+    except (TypeError, ValueError):
+        try:
+            return as_dtype(value, where=where)
+        except DtypeError:
+            return None
+    return as_dtype(value, where=where)
+
+
+def _parse_to(args: tuple, kwargs: dict):
+    """``(device, dtype)`` from the forms of PyTorch's ``Module.to``: ``to(device)``,
+    ``to(dtype)``, ``to(device, dtype)``, ``to(tensor)``, with ``device=``/``dtype=`` keywords
+    and an ignored ``non_blocking``."""
+    where = "Module.to"
+    kwargs = dict(kwargs)
+    kwargs.pop("non_blocking", None)
+    device, dtype = kwargs.pop("device", None), kwargs.pop("dtype", None)
+    if kwargs:
+        raise ArgumentTypeError(f"{where}: unexpected keyword arguments {sorted(kwargs)}")
+    if dtype is not None:
+        given, dtype = dtype, _as_dtype(dtype, where)
+        if dtype is None:
+            raise DtypeError(f"{where}: dtype={given!r} is not a dtype")
+    if len(args) > 3:
+        raise ArgumentTypeError(f"{where}: takes at most 3 positional arguments, got {len(args)}")
+    for arg in args:
+        if isinstance(arg, bool):  # non_blocking, positionally
+            continue
+        if isinstance(arg, TensorBase):
+            found = [("device", device_of(arg.data)), ("dtype", arg.dtype)]
+        else:
+            dt = _as_dtype(arg, where)
+            found = [("device", arg)] if dt is None else [("dtype", dt)]
+        for kind, value in found:
+            if (device if kind == "device" else dtype) is not None:
+                raise ArgumentError(f"{where}: got two {kind}s ({arg!r} is the second)")
+            if kind == "device":
+                device = value
+            else:
+                dtype = value
+    if dtype is not None and dtype.kind != "f":
+        raise DtypeError(
+            f"{where}: only floating point dtypes convert a module's parameters and buffers, "
+            f"got {dtype}"
+        )
+    return device, dtype
 
 
 class Module:
     """Base class of layers and models.
 
     Assigning a :class:`Parameter` or a ``Module`` to an attribute registers it;
-    :meth:`register_buffer` registers state that is saved but not learned.
+    :meth:`register_buffer` registers state that is saved but not learned. Assigning to a
+    registered name keeps it registered: a parameter takes a ``Parameter`` or None, a buffer a
+    tensor or None, a submodule a ``Module`` or None (anything else raises
+    ``ArgumentTypeError``, as PyTorch raises ``TypeError``).
 
     Example:
         >>> class Net(ferro.nn.Module):
@@ -94,6 +190,7 @@ class Module:
     def __init__(self) -> None:
         object.__setattr__(self, "_parameters", OrderedDict())
         object.__setattr__(self, "_buffers", OrderedDict())
+        object.__setattr__(self, "_non_persistent_buffers_set", set())
         object.__setattr__(self, "_modules", OrderedDict())
         object.__setattr__(self, "training", True)
         object.__setattr__(self, "_forward_pre_hooks", _Hooks())
@@ -103,20 +200,49 @@ class Module:
     # Registration -----------------------------------------------------------------------------
 
     def __setattr__(self, name: str, value) -> None:
-        if "_parameters" not in self.__dict__:
+        d = self.__dict__
+        if "_parameters" not in d:
             raise AttributeError(
                 f"cannot assign {name!r} before Module.__init__() has run (call super().__init__())"
             )
-        for store in (self._parameters, self._buffers, self._modules):
-            store.pop(name, None)
+        params, buffers, modules = d["_parameters"], d["_buffers"], d["_modules"]
         if isinstance(value, Parameter):
-            self._parameters[name] = value
+            self._forget(name, keep=params)
+            self.register_parameter(name, value)
+        elif name in params:
+            if value is not None:
+                raise ArgumentTypeError(
+                    f"cannot assign a {type(value).__name__} as parameter {name!r} (a "
+                    "ferro.nn.Parameter or None expected)"
+                )
+            params[name] = None
         elif isinstance(value, Module):
-            self._modules[name] = value
+            self._forget(name, keep=modules)
+            modules[name] = value
+        elif name in modules:
+            if value is not None:
+                raise ArgumentTypeError(
+                    f"cannot assign a {type(value).__name__} as child module {name!r} (a "
+                    "ferro.nn.Module or None expected)"
+                )
+            modules[name] = None
+        elif name in buffers:
+            if value is not None and not isinstance(value, TensorBase):
+                raise ArgumentTypeError(
+                    f"cannot assign a {type(value).__name__} as buffer {name!r} (a Tensor or "
+                    "None expected)"
+                )
+            buffers[name] = value
         else:
             object.__setattr__(self, name, value)
-            return
-        self.__dict__.pop(name, None)
+
+    def _forget(self, name: str, keep: dict) -> None:
+        """Drop ``name`` from every store but ``keep``, before it is registered there."""
+        d = self.__dict__
+        for store in (d, d["_parameters"], d["_buffers"], d["_modules"]):
+            if store is not keep:
+                store.pop(name, None)
+        d["_non_persistent_buffers_set"].discard(name)
 
     def __getattr__(self, name: str):
         d = self.__dict__
@@ -129,41 +255,77 @@ class Module:
         for store in (self._parameters, self._buffers, self._modules):
             if name in store:
                 del store[name]
+                self._non_persistent_buffers_set.discard(name)
                 return
         object.__delattr__(self, name)
 
+    def __dir__(self):
+        keys = [
+            *dir(type(self)),
+            *self.__dict__,
+            *self._parameters,
+            *self._modules,
+            *self._buffers,
+        ]
+        return sorted(k for k in set(keys) if not k[0].isdigit())
+
     def register_parameter(self, name: str, param: Parameter | None) -> None:
-        """Register ``param`` (or None) under ``name``."""
+        """Register ``param`` (or None, a declared but absent parameter) under ``name``."""
+        _check_name("register_parameter", "parameter", name, self, self._parameters)
         if param is not None and not isinstance(param, Parameter):
-            raise ArgumentTypeError(f"register_parameter: {name!r} must be a Parameter or None")
+            raise ArgumentTypeError(
+                f"register_parameter: {name!r} must be a ferro.nn.Parameter or None, got "
+                f"{type(param).__name__}"
+            )
         self._parameters[name] = param
 
     def register_buffer(self, name: str, tensor, persistent: bool = True) -> None:
-        """Register a tensor that is part of the state (saved by ``state_dict`` when
-        ``persistent``) but not a parameter."""
+        """Register a tensor that is part of the module's state but not learned.
+
+        Args:
+            name: the attribute name.
+            tensor: a Tensor, or None (a declared but absent buffer).
+            persistent: whether ``state_dict`` saves it (and ``load_state_dict`` expects it).
+        """
+        _check_name("register_buffer", "buffer", name, self, self._buffers)
         if tensor is not None and not isinstance(tensor, TensorBase):
-            raise ArgumentTypeError(f"register_buffer: {name!r} must be a Tensor or None")
+            raise ArgumentTypeError(
+                f"register_buffer: {name!r} must be a Tensor or None, got {type(tensor).__name__}"
+            )
         self._buffers[name] = tensor
-        if not persistent:
-            self.__dict__.setdefault("_non_persistent", set()).add(name)
+        if persistent:
+            self._non_persistent_buffers_set.discard(name)
+        else:
+            self._non_persistent_buffers_set.add(name)
 
     def add_module(self, name: str, module: Module | None) -> None:
-        """Register a submodule under ``name``."""
+        """Register a submodule (or None) under ``name``."""
         if module is not None and not isinstance(module, Module):
-            raise ArgumentTypeError(f"add_module: {name!r} must be a Module")
+            raise ArgumentTypeError(
+                f"add_module: {name!r} must be a Module or None, got {type(module).__name__}"
+            )
+        _check_name("add_module", "submodule", name, self, self._modules)
         self._modules[name] = module
+
+    def register_module(self, name: str, module: Module | None) -> None:
+        """Alias of :meth:`add_module`."""
+        self.add_module(name, module)
 
     # Traversal -------------------------------------------------------------------------------
 
-    def named_modules(self, prefix: str = "") -> Iterator[tuple[str, Module]]:
-        """This module and every submodule, depth first, each once."""
-        seen = set()
+    def named_modules(
+        self, memo: set | None = None, prefix: str = "", remove_duplicate: bool = True
+    ) -> Iterator[tuple[str, Module]]:
+        """This module and every submodule, depth first (a module before its children), each
+        once unless ``remove_duplicate`` is False. ``memo`` is a set of modules to skip."""
+        memo = set() if memo is None else memo
         stack = [(prefix, self)]
         while stack:
             name, mod = stack.pop()
-            if id(mod) in seen:
+            if mod in memo:
                 continue
-            seen.add(id(mod))
+            if remove_duplicate:
+                memo.add(mod)
             yield name, mod
             children = [
                 (f"{name}.{k}" if name else k, m) for k, m in mod._modules.items() if m is not None
@@ -171,49 +333,122 @@ class Module:
             stack.extend(reversed(children))
 
     def modules(self) -> Iterator[Module]:
+        """This module and every submodule, each once."""
         for _, m in self.named_modules():
             yield m
 
     def named_children(self) -> Iterator[tuple[str, Module]]:
+        """The direct submodules with their names, each once."""
+        memo = set()
         for k, m in self._modules.items():
-            if m is not None:
+            if m is not None and m not in memo:
+                memo.add(m)
                 yield k, m
 
     def children(self) -> Iterator[Module]:
+        """The direct submodules, each once."""
         for _, m in self.named_children():
             yield m
 
-    def named_parameters(self, prefix: str = "", recurse: bool = True):
-        """``(name, parameter)`` pairs, each parameter once."""
+    def _named_members(self, store: str, prefix: str, recurse: bool, remove_duplicate: bool):
         seen = set()
-        mods = self.named_modules(prefix) if recurse else [(prefix, self)]
+        mods = (
+            self.named_modules(prefix=prefix, remove_duplicate=remove_duplicate)
+            if recurse
+            else [(prefix, self)]
+        )
         for mname, mod in mods:
-            for k, p in mod._parameters.items():
-                if p is None or id(p) in seen:
+            for k, t in getattr(mod, store).items():
+                if t is None or id(t) in seen:
                     continue
-                seen.add(id(p))
-                yield (f"{mname}.{k}" if mname else k), p
+                if remove_duplicate:
+                    seen.add(id(t))
+                yield (f"{mname}.{k}" if mname else k), t
 
-    def parameters(self, recurse: bool = True):
+    def named_parameters(self, prefix: str = "", recurse: bool = True, remove_duplicate=True):
+        """``(name, parameter)`` pairs, each parameter once unless ``remove_duplicate`` is
+        False; only this module's own with ``recurse=False``."""
+        return self._named_members("_parameters", prefix, recurse, remove_duplicate)
+
+    def parameters(self, recurse: bool = True) -> Iterator[Parameter]:
+        """Every parameter, each once."""
         for _, p in self.named_parameters(recurse=recurse):
             yield p
 
-    def named_buffers(self, prefix: str = ""):
-        for mname, mod in self.named_modules(prefix):
-            for k, b in mod._buffers.items():
-                if b is not None:
-                    yield (f"{mname}.{k}" if mname else k), b
+    def named_buffers(self, prefix: str = "", recurse: bool = True, remove_duplicate=True):
+        """``(name, buffer)`` pairs (persistent or not), as :meth:`named_parameters`."""
+        return self._named_members("_buffers", prefix, recurse, remove_duplicate)
 
-    def buffers(self):
-        for _, b in self.named_buffers():
+    def buffers(self, recurse: bool = True) -> Iterator[TensorBase]:
+        """Every buffer, each once."""
+        for _, b in self.named_buffers(recurse=recurse):
             yield b
+
+    def get_submodule(self, target: str) -> Module:
+        """The submodule at dotted path ``target`` (``""`` is this module).
+
+        Raises:
+            AttributeError: a name on the path is missing or not a Module (as in PyTorch).
+        """
+        mod = self
+        for item in target.split(".") if target else []:
+            if not hasattr(mod, item):
+                raise AttributeError(f"{type(mod).__name__} has no attribute `{item}`")
+            mod = getattr(mod, item)
+            if not isinstance(mod, Module):
+                raise AttributeError(f"`{item}` is not an nn.Module")
+        return mod
+
+    def get_parameter(self, target: str) -> Parameter:
+        """The parameter at dotted path ``target`` (``"encoder.0.weight"``).
+
+        Raises:
+            AttributeError: the path is missing or does not end at a Parameter.
+        """
+        path, _, name = target.rpartition(".")
+        mod = self.get_submodule(path)
+        if not hasattr(mod, name):
+            raise AttributeError(f"{type(mod).__name__} has no attribute `{name}`")
+        param = getattr(mod, name)
+        if not isinstance(param, Parameter):
+            raise AttributeError(f"`{name}` is not an nn.Parameter")
+        return param
+
+    def get_buffer(self, target: str) -> TensorBase:
+        """The buffer at dotted path ``target``.
+
+        Raises:
+            AttributeError: the path is missing or does not end at a buffer.
+        """
+        path, _, name = target.rpartition(".")
+        mod = self.get_submodule(path)
+        if not hasattr(mod, name):
+            raise AttributeError(f"{type(mod).__name__} has no attribute `{name}`")
+        if name not in mod._buffers:
+            raise AttributeError(f"`{name}` is not a buffer")
+        return mod._buffers[name]
+
+    def apply(self, fn: Callable[[Module], object]) -> Module:
+        """Call ``fn`` on every submodule (children first, recursively) and then on this module;
+        returns ``self``. The usual use is initialization:
+        ``model.apply(lambda m: init.zeros_(m.bias) if isinstance(m, nn.Linear) else None)``."""
+        for m in self.children():
+            m.apply(fn)
+        fn(self)
+        return self
 
     # Modes and gradients -------------------------------------------------------------------
 
     def train(self, mode: bool = True) -> Module:
-        """Set training mode (dropout active) on this module and its submodules."""
-        for m in self.modules():
-            object.__setattr__(m, "training", bool(mode))
+        """Set training mode (dropout active) on this module and, through their own ``train``,
+        its submodules."""
+        if not isinstance(mode, bool):
+            raise ArgumentTypeError(
+                f"{type(self).__name__}.train: mode must be a bool, got {type(mode).__name__}"
+            )
+        self.training = mode
+        for m in self.children():
+            m.train(mode)
         return self
 
     def eval(self) -> Module:
@@ -221,6 +456,7 @@ class Module:
         return self.train(False)
 
     def requires_grad_(self, requires_grad: bool = True) -> Module:
+        """Set ``requires_grad`` on every parameter (freeze with False); returns ``self``."""
         for p in self.parameters():
             p.requires_grad_(requires_grad)
         return self
@@ -235,27 +471,102 @@ class Module:
             else:
                 p.grad.data[...] = 0
 
-    def to(self, device=None, dtype=None) -> Module:
-        """Move (or convert) every parameter and buffer in place; returns ``self``.
+    # Conversion -----------------------------------------------------------------------------
 
-        ``device`` is ``"cpu"``, ``"cuda"`` or ``"cuda:N"``; ``dtype`` converts floating tensors.
-        Gradients are dropped.
+    def _apply(self, fn: Callable) -> Module:
+        """Replace the array of every parameter, gradient and buffer by ``fn(array)``.
+
+        Parameters keep their identity (an optimizer built on them still holds them); a
+        buffer whose array changes becomes a new tensor, as in PyTorch. All new arrays are made
+        before the first is assigned, so a conversion that fails (no CUDA device, out of memory)
+        leaves the module as it was.
         """
-        if device is not None:
-            from ferro.ops.device import move
-
-            for t in list(self.parameters()) + list(self.buffers()):
-                t.data = move(t.data, str(device))
-                t.grad = None
-        if dtype is not None:
-            from ferro.creation import as_dtype
-
-            dt = as_dtype(dtype, where="Module.to")
-            for t in list(self.parameters()) + list(self.buffers()):
-                if t.dtype.kind == "f":
-                    t.data = t.data.astype(dt)
-                    t.grad = None
+        params, buffers, seen = [], [], set()
+        for mod in self.modules():
+            for p in mod._parameters.values():
+                if p is not None and id(p) not in seen:
+                    seen.add(id(p))
+                    g = None if p.grad is None else fn(p.grad.data)
+                    params.append((p, fn(p.data), g))
+            for k, b in mod._buffers.items():
+                if b is not None:
+                    buffers.append((mod, k, b, fn(b.data)))
+        for p, data, g in params:
+            if data is p.data and (g is None or g is p.grad.data):
+                continue
+            p.grad = None
+            p.data = data
+            if g is not None:
+                p.grad = wrap(g)
+        for mod, k, b, data in buffers:
+            if data is not b.data:
+                new = wrap(data)
+                if b.requires_grad:
+                    new.requires_grad_(True)
+                mod._buffers[k] = new
         return self
+
+    def to(self, *args, **kwargs) -> Module:
+        """Move and/or convert every parameter, gradient and buffer; returns ``self``.
+
+        ``to(device)``, ``to(dtype)``, ``to(device, dtype)``, ``to(tensor)`` (its device and
+        dtype), or the keywords ``device=``, ``dtype=`` (``non_blocking`` is accepted and
+        ignored). A dtype converts the floating point tensors only (integer and bool buffers keep
+        theirs) and must itself be floating point. Parameters stay the same objects.
+
+        Raises:
+            DeviceError: an unknown device, or CUDA is not available.
+            DtypeError: a dtype ferro lacks (float16) or that is not floating point.
+        """
+        device, dtype = _parse_to(args, kwargs)
+
+        def convert(arr):
+            if dtype is not None and arr.dtype.kind == "f" and arr.dtype != dtype:
+                arr = arr.astype(dtype)
+            return arr if device is None else move(arr, device)
+
+        return self._apply(convert)
+
+    def float(self) -> Module:
+        """Convert floating point parameters and buffers to float32."""
+        return self.to(np.float32)
+
+    def double(self) -> Module:
+        """Convert floating point parameters and buffers to float64."""
+        return self.to(np.float64)
+
+    def half(self) -> Module:
+        """Not supported: ferro has no float16 tensors.
+
+        Raises:
+            NotSupportedError: always.
+        """
+        raise NotSupportedError(
+            f"{type(self).__name__}.half: ferro has no float16 tensors (they hold float32, "
+            "float64, int64 or bool); use .float() (float32) or .double() (float64)"
+        )
+
+    def bfloat16(self) -> Module:
+        """Not supported: ferro has no bfloat16 tensors.
+
+        Raises:
+            NotSupportedError: always.
+        """
+        raise NotSupportedError(
+            f"{type(self).__name__}.bfloat16: ferro has no bfloat16 tensors (they hold float32, "
+            "float64, int64 or bool); use .float() (float32) or .double() (float64)"
+        )
+
+    def cpu(self) -> Module:
+        """Move every parameter and buffer to the CPU."""
+        return self.to("cpu")
+
+    def cuda(self, device=None) -> Module:
+        """Move every parameter and buffer to CUDA device ``device`` (an index, default 0, or a
+        device such as ``"cuda:1"``)."""
+        if device is None:
+            return self.to("cuda")
+        return self.to(f"cuda:{device}" if isinstance(device, int) else device)
 
     # Calling ---------------------------------------------------------------------------------
 
@@ -295,30 +606,43 @@ class Module:
 
     # State ------------------------------------------------------------------------------------
 
-    def _named_state(self) -> Iterator[tuple[str, TensorBase]]:
-        """The tensors ``state_dict`` saves, by dotted name: parameters, then persistent
-        buffers, module by module."""
-        for mname, mod in self.named_modules():
-            skip = mod.__dict__.get("_non_persistent", set())
+    def _state_entries(self) -> Iterator[tuple[str, Module, str, TensorBase]]:
+        """``(dotted key, owning module, local name, tensor)`` for what ``state_dict`` saves:
+        parameters, then persistent buffers, module by module. Like PyTorch, a module or
+        parameter reachable under two names appears under both."""
+        for mname, mod in self.named_modules(remove_duplicate=False):
+            skip = mod._non_persistent_buffers_set
             for k, p in mod._parameters.items():
                 if p is not None:
-                    yield (f"{mname}.{k}" if mname else k), p
+                    yield (f"{mname}.{k}" if mname else k), mod, k, p
             for k, b in mod._buffers.items():
                 if b is not None and k not in skip:
-                    yield (f"{mname}.{k}" if mname else k), b
+                    yield (f"{mname}.{k}" if mname else k), mod, k, b
 
-    def state_dict(self) -> OrderedDict:
-        """Parameters and persistent buffers by dotted name (arrays shared, not copied)."""
-        return OrderedDict((k, t.detach()) for k, t in self._named_state())
+    def state_dict(self, *, destination=None, prefix: str = "", keep_vars: bool = False):
+        """Parameters and persistent buffers by dotted name (arrays shared, not copied).
 
-    def load_state_dict(self, state_dict, strict: bool = True) -> _IncompatibleKeys:
+        Args:
+            destination: a mapping to fill and return (default: a new ``OrderedDict``).
+            prefix: prepended to every key.
+            keep_vars: keep the parameter and buffer tensors themselves instead of detached
+                tensors sharing their data.
+        """
+        out = OrderedDict() if destination is None else destination
+        for key, _, _, t in self._state_entries():
+            out[prefix + key] = t if keep_vars else t.detach()
+        return out
+
+    def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
         """Copy values from ``state_dict`` into this module's parameters and buffers.
 
         All or nothing: every key, shape, dtype and array type is checked before the first
         value is copied, so a failed load leaves every parameter and buffer as it was. Values
         may be tensors or NumPy/CuPy arrays on either device; they are copied to the target's
         device and cast to its dtype (float64 into float32 is allowed, float into an integer
-        buffer is not).
+        buffer is not). With ``assign=True`` the values become the parameters and buffers
+        instead (sharing their memory, keeping their dtype and device; each parameter keeps its
+        ``requires_grad``), as PyTorch's ``assign``.
 
         Returns:
             ``(missing_keys, unexpected_keys)``, a named tuple as PyTorch returns.
@@ -329,25 +653,36 @@ class Module:
             ShapeError: a value whose shape differs from its target's (strict or not).
             DtypeError: a value whose dtype cannot be cast to its target's within its kind.
             ArgumentTypeError: ``state_dict`` is not a mapping, or a value is not an array.
-            ReadOnlyError: a target parameter or buffer holds read-only memory.
+            ReadOnlyError: a target parameter or buffer holds read-only memory (not checked
+                with ``assign``, which writes no memory).
         """
         where = f"{type(self).__name__}.load_state_dict"
         if not isinstance(state_dict, Mapping):
             raise ArgumentTypeError(
                 f"{where}: expected a mapping of names to tensors, got {type(state_dict).__name__}"
             )
-        own = OrderedDict(self._named_state())
-        missing = [k for k in own if k not in state_dict]
-        unexpected = [k for k in state_dict if k not in own]
+        own = list(self._state_entries())
+        keys = {k for k, *_ in own}
+        missing = [k for k, *_ in own if k not in state_dict]
+        unexpected = [k for k in state_dict if k not in keys]
         if strict and (missing or unexpected):
             raise ArgumentError(
                 f"{where}: missing keys {missing}, unexpected keys {unexpected} "
                 "(strict=True; pass strict=False to load only the keys that match)"
             )
+        if assign:
+            new = [
+                (mod, name, _assigned(where, key, state_dict[key], target))
+                for key, mod, name, target in own
+                if key in state_dict
+            ]
+            for mod, name, t in new:
+                setattr(mod, name, t)
+            return _IncompatibleKeys(missing, unexpected)
         checked = [
-            (target, _checked_value(where, k, state_dict[k], target))
-            for k, target in own.items()
-            if k in state_dict
+            (target, _checked_value(where, key, state_dict[key], target))
+            for key, _, _, target in own
+            if key in state_dict
         ]
         for target, value in checked:
             target.data[...] = move(value, device_of(target.data))
@@ -357,14 +692,32 @@ class Module:
     # Display ---------------------------------------------------------------------------------
 
     def extra_repr(self) -> str:
+        """The text inside this module's parentheses in its repr (override in a layer)."""
         return ""
 
     def __repr__(self) -> str:
-        lines = []
-        for name, mod in self._modules.items():
-            sub = repr(mod).replace("\n", "\n  ")
-            lines.append(f"  ({name}): {sub}")
-        head = f"{type(self).__name__}({self.extra_repr()}"
-        if not lines:
+        extra = self.extra_repr()
+        lines = extra.split("\n") if extra else []
+        children = [f"({name}): {_addindent(repr(mod), 2)}" for name, mod in self._modules.items()]
+        head = f"{type(self).__name__}("
+        if len(lines) == 1 and not children:
+            return head + lines[0] + ")"
+        if not lines and not children:
             return head + ")"
-        return head + "\n" + "\n".join(lines) + "\n)"
+        return head + "\n  " + "\n  ".join(lines + children) + "\n)"
+
+
+def _assigned(where: str, key: str, value, target: TensorBase) -> TensorBase:
+    """The tensor that ``load_state_dict(assign=True)`` puts in place of ``target``: the
+    value's own memory (its dtype converted only when ferro has no such dtype)."""
+    from ferro.creation import SUPPORTED_DTYPES
+
+    arr = _checked_value(where, key, value, target, writes=False)
+    if arr.dtype not in SUPPORTED_DTYPES:
+        arr = arr.astype(target.dtype)
+    if isinstance(target, Parameter):
+        return Parameter(arr, requires_grad=target.requires_grad)
+    t = wrap(arr)
+    if target.requires_grad:
+        t.requires_grad_(True)
+    return t

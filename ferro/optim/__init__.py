@@ -1,7 +1,32 @@
-"""``ferro.optim``: optimizers with fused nogil update kernels, and learning-rate schedules."""
+"""``ferro.optim``: optimizers (fused nogil update kernels where they exist) and learning-rate
+schedules."""
 
 from ferro.optim import lr_scheduler  # noqa: F401
 from ferro.optim.optimizer import Optimizer
-from ferro.optim.optimizers import SGD, Adagrad, Adam, AdamW, RMSprop
+from ferro.optim.optimizers import (
+    LBFGS,
+    SGD,
+    Adadelta,
+    Adagrad,
+    Adam,
+    Adamax,
+    AdamW,
+    NAdam,
+    RAdam,
+    RMSprop,
+)
 
-__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "lr_scheduler"]
+__all__ = [
+    "Optimizer",
+    "SGD",
+    "Adam",
+    "AdamW",
+    "RMSprop",
+    "Adagrad",
+    "Adadelta",
+    "Adamax",
+    "NAdam",
+    "RAdam",
+    "LBFGS",
+    "lr_scheduler",
+]

@@ -60,7 +60,7 @@ class BadInit(Exception):
 
 
 class Fails(Dataset):
-    """Index 2 raises ``kind``; index 3 kills its worker."""
+    """Index 2 raises ``kind``; index 3 kills its worker ("exit"); index 0 takes 0.5 s ("slow")."""
 
     def __init__(self, kind):
         self.kind = kind
@@ -77,7 +77,7 @@ class Fails(Dataset):
             raise BadInit("cannot be rebuilt", 0)
         if i == 3 and self.kind == "exit":
             os._exit(3)
-        if self.kind == "slow":
+        if i == 0 and self.kind == "slow":
             time.sleep(0.5)
         return i
 
@@ -168,10 +168,14 @@ def test_a_dead_worker_raises_instead_of_hanging():
     assert time.monotonic() - start < 10
 
 
-def test_timeout_raises():
-    loader = DataLoader(Fails("slow"), batch_size=1, num_workers=1, timeout=0.2)
+def test_timeout_raises_and_persistent_workers_start_over_after_it():
+    loader = DataLoader(
+        Fails("slow"), batch_size=3, num_workers=1, timeout=0.2, persistent_workers=True
+    )
     with pytest.raises(GraphError, match="timeout=0.2"):
         next(iter(loader))
+    loader.timeout = 0
+    assert next(iter(loader)).tolist() == [0, 1, 2]  # fresh workers, not the stopped ones
 
 
 def test_persistent_workers_serve_every_epoch_and_drop_what_an_early_exit_left():

@@ -238,7 +238,7 @@ class DataLoader(Generic[T_co]):
             return _SingleProcessIter(self)
         if not self.persistent_workers:
             return _MultiProcessIter(self)
-        if self._iterator is None:
+        if self._iterator is None or self._iterator._shutdown:  # none yet, or a worker failed
             self._iterator = _MultiProcessIter(self)
         else:
             self._iterator._reset(self)

@@ -22,6 +22,7 @@ MODULES = [
     ("ferro.optim.lr_scheduler", "learning-rate schedules"),
     ("ferro.utils.checkpoint", "checkpointing"),
     ("ferro.utils.data", "data loading"),
+    ("ferro.random", "generators and seeding"),
     ("ferro.testing", "gradient checking"),
     ("ferro.profiler", "profiling"),
     ("ferro.cuda", "CUDA devices and generators (CuPy backend)"),

@@ -54,7 +54,15 @@ from ferro.creation import (
 )
 from ferro.ops import *  # noqa: F403  (every public op)
 from ferro.ops import __all__ as _ops_all
-from ferro.random import get_rng_state, manual_seed, set_rng_state
+from ferro.random import (
+    Generator,
+    default_generator,
+    get_rng_state,
+    initial_seed,
+    manual_seed,
+    seed,
+    set_rng_state,
+)
 from ferro.serialization import load, save
 from ferro.utils.checkpoint import checkpoint, checkpoint_sequential
 
@@ -74,7 +82,11 @@ __all__ = [
     "arange",
     "rand",
     "randn",
+    "Generator",
+    "default_generator",
     "manual_seed",
+    "seed",
+    "initial_seed",
     "get_rng_state",
     "set_rng_state",
     "float32",

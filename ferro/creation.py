@@ -364,19 +364,23 @@ def arange(start, end=None, step=1, dtype=None, requires_grad: bool = False, dev
     return _make(np.arange(start, end, step).astype(dt), requires_grad, device)
 
 
-def rand(*size, dtype=None, requires_grad: bool = False, device=None):
-    """Uniform samples in [0, 1) from ferro's generator (see ``ferro.manual_seed``)."""
+def rand(*size, generator=None, dtype=None, requires_grad: bool = False, device=None):
+    """Uniform samples in [0, 1) from ``generator`` (a ``ferro.Generator``; default: ferro's
+    generator, see ``ferro.manual_seed``)."""
     dt = as_dtype(dtype, where="rand") if dtype is not None else default_dtype
     if dt.kind != "f":
         raise DtypeError(f"rand: dtype must be floating, got {dt}")
-    arr = _random.default_generator().random(_shape(size, "rand", dt), dtype=dt)
+    rng = _random.numpy_generator(generator, "rand")
+    arr = rng.random(_shape(size, "rand", dt), dtype=dt)
     return _make(np.asarray(arr), requires_grad, device)
 
 
-def randn(*size, dtype=None, requires_grad: bool = False, device=None):
-    """Standard normal samples from ferro's generator (see ``ferro.manual_seed``)."""
+def randn(*size, generator=None, dtype=None, requires_grad: bool = False, device=None):
+    """Standard normal samples from ``generator`` (a ``ferro.Generator``; default: ferro's
+    generator, see ``ferro.manual_seed``)."""
     dt = as_dtype(dtype, where="randn") if dtype is not None else default_dtype
     if dt.kind != "f":
         raise DtypeError(f"randn: dtype must be floating, got {dt}")
-    arr = _random.default_generator().standard_normal(_shape(size, "randn", dt), dtype=dt)
+    rng = _random.numpy_generator(generator, "randn")
+    arr = rng.standard_normal(_shape(size, "randn", dt), dtype=dt)
     return _make(np.asarray(arr), requires_grad, device)

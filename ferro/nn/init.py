@@ -1,4 +1,5 @@
-"""Parameter initializers, drawing from ferro's generator (``ferro.manual_seed`` reproduces them).
+"""Parameter initializers, drawing from ferro's generator (``ferro.manual_seed`` reproduces them)
+or from the ``generator=`` given, as in PyTorch.
 
 Each fills its tensor in place (under ``no_grad``) and returns it.
 """
@@ -8,7 +9,7 @@ from __future__ import annotations
 import math
 
 from ferro.errors import ArgumentError, ShapeError
-from ferro.random import default_generator
+from ferro.random import numpy_generator
 
 
 def _fill(t, values):
@@ -25,14 +26,14 @@ def _fans(t):
     return t.shape[1] * receptive, t.shape[0] * receptive
 
 
-def uniform_(t, a: float = 0.0, b: float = 1.0):
-    """Fill with U(a, b)."""
-    return _fill(t, default_generator().uniform(a, b, t.shape))
+def uniform_(t, a: float = 0.0, b: float = 1.0, generator=None):
+    """Fill with U(a, b), drawn from ``generator`` (default: ferro's generator)."""
+    return _fill(t, numpy_generator(generator, "uniform_").uniform(a, b, t.shape))
 
 
-def normal_(t, mean: float = 0.0, std: float = 1.0):
-    """Fill with N(mean, std^2)."""
-    return _fill(t, default_generator().normal(mean, std, t.shape))
+def normal_(t, mean: float = 0.0, std: float = 1.0, generator=None):
+    """Fill with N(mean, std^2), drawn from ``generator`` (default: ferro's generator)."""
+    return _fill(t, numpy_generator(generator, "normal_").normal(mean, std, t.shape))
 
 
 def zeros_(t):
@@ -53,17 +54,17 @@ def constant_(t, value: float):
     return t
 
 
-def xavier_uniform_(t, gain: float = 1.0):
+def xavier_uniform_(t, gain: float = 1.0, generator=None):
     """Glorot uniform: U(-a, a) with a = gain * sqrt(6 / (fan_in + fan_out))."""
     fan_in, fan_out = _fans(t)
     a = gain * math.sqrt(6.0 / (fan_in + fan_out))
-    return uniform_(t, -a, a)
+    return uniform_(t, -a, a, generator)
 
 
-def xavier_normal_(t, gain: float = 1.0):
+def xavier_normal_(t, gain: float = 1.0, generator=None):
     """Glorot normal: N(0, std^2) with std = gain * sqrt(2 / (fan_in + fan_out))."""
     fan_in, fan_out = _fans(t)
-    return normal_(t, 0.0, gain * math.sqrt(2.0 / (fan_in + fan_out)))
+    return normal_(t, 0.0, gain * math.sqrt(2.0 / (fan_in + fan_out)), generator)
 
 
 def _gain(nonlinearity: str, a: float) -> float:
@@ -78,19 +79,23 @@ def _gain(nonlinearity: str, a: float) -> float:
     raise ArgumentError(f"unknown nonlinearity {nonlinearity!r}")
 
 
-def kaiming_uniform_(t, a: float = 0.0, mode: str = "fan_in", nonlinearity: str = "leaky_relu"):
+def kaiming_uniform_(
+    t, a: float = 0.0, mode: str = "fan_in", nonlinearity: str = "leaky_relu", generator=None
+):
     """He uniform: U(-b, b) with b = gain * sqrt(3 / fan)."""
     fan_in, fan_out = _fans(t)
     fan = fan_in if mode == "fan_in" else fan_out
     bound = _gain(nonlinearity, a) * math.sqrt(3.0 / fan)
-    return uniform_(t, -bound, bound)
+    return uniform_(t, -bound, bound, generator)
 
 
-def kaiming_normal_(t, a: float = 0.0, mode: str = "fan_in", nonlinearity: str = "leaky_relu"):
+def kaiming_normal_(
+    t, a: float = 0.0, mode: str = "fan_in", nonlinearity: str = "leaky_relu", generator=None
+):
     """He normal: N(0, std^2) with std = gain / sqrt(fan)."""
     fan_in, fan_out = _fans(t)
     fan = fan_in if mode == "fan_in" else fan_out
-    return normal_(t, 0.0, _gain(nonlinearity, a) / math.sqrt(fan))
+    return normal_(t, 0.0, _gain(nonlinearity, a) / math.sqrt(fan), generator)
 
 
 __all__ = [

@@ -19,10 +19,10 @@ class Dropout:
 
             mask = dropout_mask(x.shape, p, x.dtype, x.device.id)
         else:
-            from ferro.random import default_generator
+            from ferro.random import numpy_generator
 
             # uint32 draws against a threshold: the same seed gives the same mask in any dtype.
-            bits = default_generator().integers(0, 2**32, size=x.shape, dtype="uint32")
+            bits = numpy_generator().integers(0, 2**32, size=x.shape, dtype="uint32")
             mask = (bits >= int(p * 2**32)) * x.dtype.type(1.0 / (1.0 - p))
         ctx.save(mask)
         return x * mask

@@ -8,7 +8,9 @@ from collections.abc import Iterator, Mapping
 import numpy as np
 
 from ferro._C.engine import RemovableHandle, bump_version
-from ferro._C.tensor import TensorBase
+from ferro._C.tensor import TensorBase, wrap
+from ferro._tensor import parse_to_args
+from ferro.backend import device_of, is_device_array, move
 from ferro.errors import (
     ArgumentError,
     ArgumentTypeError,
@@ -17,7 +19,6 @@ from ferro.errors import (
     ShapeError,
 )
 from ferro.nn.parameter import Parameter
-from ferro.ops.device import device_of, move
 
 
 class _Hooks:
@@ -28,7 +29,7 @@ class _Hooks:
 
     def add(self, fn) -> RemovableHandle:
         if not callable(fn):
-            raise TypeError(f"hook must be callable, got {type(fn).__name__}")
+            raise ArgumentTypeError(f"hook must be callable, got {type(fn).__name__}")
         h = RemovableHandle(self.fns)
         self.fns[h.id] = fn
         return h
@@ -59,7 +60,7 @@ def _checked_value(where: str, key: str, value, target: TensorBase):
         arr = value.data
     elif isinstance(value, (np.ndarray, np.generic)):
         arr = np.asarray(value)
-    elif type(value).__module__.split(".")[0] == "cupy" and hasattr(value, "dtype"):
+    elif is_device_array(value):
         arr = value
     else:
         raise ArgumentTypeError(
@@ -139,14 +140,14 @@ class Module:
     def register_parameter(self, name: str, param: Parameter | None) -> None:
         """Register ``param`` (or None) under ``name``."""
         if param is not None and not isinstance(param, Parameter):
-            raise TypeError(f"register_parameter: {name!r} must be a Parameter or None")
+            raise ArgumentTypeError(f"register_parameter: {name!r} must be a Parameter or None")
         self._parameters[name] = param
 
     def register_buffer(self, name: str, tensor, persistent: bool = True) -> None:
         """Register a tensor that is part of the state (saved by ``state_dict`` when
         ``persistent``) but not a parameter."""
         if tensor is not None and not isinstance(tensor, TensorBase):
-            raise TypeError(f"register_buffer: {name!r} must be a Tensor or None")
+            raise ArgumentTypeError(f"register_buffer: {name!r} must be a Tensor or None")
         self._buffers[name] = tensor
         if not persistent:
             self.__dict__.setdefault("_non_persistent", set()).add(name)
@@ -154,7 +155,7 @@ class Module:
     def add_module(self, name: str, module: Module | None) -> None:
         """Register a submodule under ``name``."""
         if module is not None and not isinstance(module, Module):
-            raise TypeError(f"add_module: {name!r} must be a Module")
+            raise ArgumentTypeError(f"add_module: {name!r} must be a Module")
         self._modules[name] = module
 
     # Traversal -------------------------------------------------------------------------------
@@ -239,26 +240,36 @@ class Module:
             else:
                 p.grad.data[...] = 0
 
-    def to(self, device=None, dtype=None) -> Module:
-        """Move (or convert) every parameter and buffer in place; returns ``self``.
+    def to(self, *args, **kwargs) -> Module:
+        """Move and/or convert every parameter and buffer in place, as PyTorch's
+        ``Module.to``: ``to(device)``, ``to(dtype)``, ``to(device, dtype)``, ``to(tensor)``, or
+        keywords (``device`` a string or a ``ferro.device``). Returns ``self``.
 
-        ``device`` is ``"cpu"``, ``"cuda"`` or ``"cuda:N"``; ``dtype`` converts floating tensors.
-        Gradients are dropped.
+        A dtype converts the floating tensors only (integer buffers keep theirs). Gradients
+        move and convert with their tensors; a tensor already on the device with the dtype is
+        left as it is.
+
+        Raises:
+            DtypeError: a dtype that is not floating (PyTorch refuses those too).
+            DeviceError: an unknown device, or CUDA when it is not available.
         """
-        if device is not None:
-            from ferro.ops.device import move
+        device, dtype, _ = parse_to_args("Module.to", args, kwargs, copy_allowed=False)
+        if dtype is not None and dtype.kind != "f":
+            raise DtypeError(f"Module.to: only floating dtypes convert a module, got {dtype}")
 
-            for t in list(self.parameters()) + list(self.buffers()):
-                t.data = move(t.data, str(device))
-                t.grad = None
-        if dtype is not None:
-            from ferro.creation import as_dtype
+        def convert(arr):
+            out = arr if device is None else move(arr, device)
+            return out.astype(dtype) if dtype is not None and out.dtype.kind == "f" else out
 
-            dt = as_dtype(dtype, where="Module.to")
-            for t in list(self.parameters()) + list(self.buffers()):
-                if t.dtype.kind == "f":
-                    t.data = t.data.astype(dt)
-                    t.grad = None
+        for t in list(self.parameters()) + list(self.buffers()):
+            data = convert(t.data)
+            if data is t.data:
+                continue
+            grad = t.grad
+            t.grad = None  # the old gradient does not fit the new data
+            t.data = data
+            if grad is not None:
+                t.grad = wrap(convert(grad.data))
         return self
 
     # Calling ---------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 
-import ferro
+from ferro.creation import empty, full
 from ferro.errors import ArgumentError, IndexOutOfRangeError
 from ferro.nn import functional as F
 from ferro.nn import init
@@ -28,8 +28,8 @@ class Linear(Module):
     def __init__(self, in_features: int, out_features: int, bias: bool = True, dtype=None) -> None:
         super().__init__()
         self.in_features, self.out_features = in_features, out_features
-        self.weight = Parameter(ferro.empty(out_features, in_features, dtype=dtype))
-        self.bias = Parameter(ferro.empty(out_features, dtype=dtype)) if bias else None
+        self.weight = Parameter(empty(out_features, in_features, dtype=dtype))
+        self.bias = Parameter(empty(out_features, dtype=dtype)) if bias else None
         if not bias:
             self.register_parameter("bias", None)
         self.reset_parameters()
@@ -67,7 +67,7 @@ class Embedding(Module):
                 "embeddings"
             )
         self.padding_idx = padding_idx
-        self.weight = Parameter(ferro.empty(num_embeddings, embedding_dim, dtype=dtype))
+        self.weight = Parameter(empty(num_embeddings, embedding_dim, dtype=dtype))
         init.normal_(self.weight)
         if padding_idx is not None:
             self.weight.data[padding_idx] = 0
@@ -151,7 +151,7 @@ class PReLU(Module):
 
     def __init__(self, num_parameters: int = 1, init: float = 0.25) -> None:
         super().__init__()
-        self.weight = Parameter(ferro.full((num_parameters,), float(init)))
+        self.weight = Parameter(full((num_parameters,), float(init)))
 
     def forward(self, x):
         return F.prelu(x, self.weight)

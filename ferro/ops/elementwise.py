@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 
+from ferro.dtypes import as_dtype
 from ferro.ops.registry import apply, register
 
 
@@ -242,8 +243,6 @@ def cast(x, dtype):
 
     Gradient: gx = gy converted back to x's dtype.
     """
-    from ferro.creation import as_dtype
-
     dt = as_dtype(dtype, where="cast")
     if x.dtype == dt:
         return x

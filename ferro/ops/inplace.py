@@ -11,6 +11,9 @@ gradient. A leaf that requires grad cannot be modified in place while grad mode 
 from __future__ import annotations
 
 from ferro._C.engine import commit_inplace
+from ferro._C.tensor import wrap
+from ferro.backend import xp_of
+from ferro.dtypes import fill_value
 from ferro.ops import elementwise as ew
 
 
@@ -45,9 +48,9 @@ def fill_(t, value):
     The values are made directly, not as ``t * 0 + value``: that gives NaN where ``t`` holds
     Inf or NaN.
     """
-    from ferro.creation import full_like
-
-    return commit_inplace(t, full_like(t, value), "fill_")
+    data = t.data
+    value, dt = fill_value(value, data.dtype, "fill_")
+    return commit_inplace(t, wrap(xp_of(data).full(data.shape, value, dtype=dt)), "fill_")
 
 
 def zero_(t):

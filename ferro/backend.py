@@ -210,6 +210,14 @@ def cuda_device_count() -> int:
         return 0
 
 
+def is_on(arr, target: device) -> bool:
+    """True if ``arr`` is on ``target``: the CPU is one device whatever its index, and a CUDA
+    device without an index matches any CUDA device."""
+    if not is_device_array(arr):
+        return target._type == "cpu"
+    return target._type == "cuda" and target._index in (None, arr.device.id)
+
+
 def move(arr, target):
     """``arr`` on device ``target`` (a string or a :class:`device`): ``arr`` itself when it is
     there already, else a copy (a host copy for the CPU, a CuPy array on that CUDA device).
@@ -222,11 +230,10 @@ def move(arr, target):
             device that does not exist.
     """
     target = parse_device(target)
-    on_device = is_device_array(arr)
-    if target._type == "cpu":
-        return arr.get() if on_device else arr
-    if on_device and target._index in (None, arr.device.id):
+    if is_on(arr, target):
         return arr
+    if target._type == "cpu":
+        return arr.get()
     count = cuda_device_count()
     if count == 0:
         raise DeviceError(
@@ -279,6 +286,7 @@ __all__ = [
     "is_array",
     "xp_of",
     "device_of",
+    "is_on",
     "move",
     "cupy_or_none",
     "cuda_device_count",

@@ -159,8 +159,16 @@ def is_dtype_like(x) -> bool:
     if isinstance(x, dtype | np.dtype):
         return True
     if isinstance(x, str):
-        return x in _STRINGS
+        return x in _STRINGS or _numpy_name(x)
     return isinstance(x, type) and (x in _PYTHON or issubclass(x, np.generic))
+
+
+def _numpy_name(text: str) -> bool:
+    try:
+        np.dtype(text)
+    except TypeError:
+        return False
+    return True
 
 
 def as_dtype(spec, *, where: str = "dtype") -> np.dtype:

@@ -259,7 +259,9 @@ class Module:
 
         def convert(arr):
             out = arr if device is None else move(arr, device)
-            return out.astype(dtype) if dtype is not None and out.dtype.kind == "f" else out
+            if dtype is not None and out.dtype.kind == "f":
+                return out.astype(dtype, copy=False)
+            return out
 
         for t in list(self.parameters()) + list(self.buffers()):
             data = convert(t.data)

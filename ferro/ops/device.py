@@ -5,7 +5,7 @@ Which device an array is on, and how it moves, is ferro/backend.py's; this is th
 
 from __future__ import annotations
 
-from ferro.backend import device_of, move, parse_device
+from ferro.backend import device_of, is_on, move, parse_device
 from ferro.ops.registry import apply, register
 
 
@@ -23,13 +23,12 @@ class ToDevice:
 
 def to_device(x, device):
     """``x`` on ``device`` (a string or a ``ferro.device``); ``x`` itself when it is there
-    already (a device without an index, ``"cuda"``, matches any device of its type).
+    already (see ``ferro.backend.is_on``: ``"cuda"`` matches any CUDA device).
 
     Gradient: gx = gy moved back to x's device.
     """
     target = parse_device(device)
-    here = device_of(x.data)
-    if here.type == target.type and target.index in (None, here.index):
+    if is_on(x.data, target):
         return x
     return apply(ToDevice, x, device=target)
 

@@ -211,7 +211,8 @@ class Tensor(TensorBase):
     def dtype(self) -> _dtypes.dtype:
         """The element type: ``ferro.float32``, ``ferro.float64``, ``ferro.int64`` or
         ``ferro.bool`` (each equal to its NumPy dtype too: ``t.dtype == np.float32``)."""
-        return _dtypes.of_numpy(self.data.dtype)
+        dt = self.data.dtype
+        return _FROM_NUMPY.get(dt, dt)  # dtypes.of_numpy, inlined
 
     @property
     def device(self) -> _backend.device:
@@ -465,6 +466,9 @@ class Tensor(TensorBase):
         elif self.requires_grad:
             extras.append("requires_grad=True")
         return "tensor(" + body + "".join(", " + e for e in extras) + ")"
+
+
+_FROM_NUMPY = _dtypes.FROM_NUMPY
 
 
 def parse_to_args(where: str, args: tuple, kwargs: dict, copy_allowed: bool = True):

@@ -166,6 +166,8 @@ def parse_device(spec) -> device:
 def is_device_array(arr) -> bool:
     """True for a CuPy array (memory on a CUDA device); asked without importing CuPy."""
     t = type(arr)
+    if t is np.ndarray:
+        return False  # the common case, answered first
     return t.__name__ == "ndarray" and t.__module__.split(".", 1)[0] == "cupy"
 
 

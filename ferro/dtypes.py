@@ -32,8 +32,9 @@ class dtype:
     ``ferro.int8`` and ``ferro.uint8`` name dtypes ferro does not hold.
 
     ``is_floating_point``, ``is_complex``, ``is_signed`` and ``itemsize`` are PyTorch's; it is
-    also its NumPy dtype (see the module docstring). ``repr`` is ``ferro.float32``, ``str`` the
-    NumPy name ``float32``.
+    also its NumPy dtype (see the module docstring), with NumPy's ``kind`` kept at hand (ops
+    test it on every call). ``repr`` is ``ferro.float32``, ``str`` the NumPy name
+    ``float32``.
 
     Example:
         >>> x = ferro.zeros(2, dtype=ferro.double)
@@ -41,7 +42,7 @@ class dtype:
         (ferro.float64, True, True, True)
     """
 
-    __slots__ = ("dtype", "_name", "_held")
+    __slots__ = ("dtype", "kind", "itemsize", "_name", "_held")
 
     def __new__(cls, *args, **kwargs):
         raise NotSupportedError(
@@ -52,22 +53,20 @@ class dtype:
     @property
     def is_floating_point(self) -> bool:
         """True for the floating dtypes."""
-        return self.dtype.kind == "f"
+        return self.kind == "f"
 
     @property
     def is_complex(self) -> bool:
         """True for complex dtypes (ferro has none)."""
-        return self.dtype.kind == "c"
+        return self.kind == "c"
 
     @property
     def is_signed(self) -> bool:
         """True for dtypes that hold negative values."""
-        return self.dtype.kind in "if"
+        return self.kind in "if"
 
-    @property
-    def itemsize(self) -> int:
-        """Bytes per element."""
-        return self.dtype.itemsize
+    def __setattr__(self, name, value):
+        raise AttributeError(f"ferro.dtype is immutable (cannot set {name!r})")
 
     def __getattr__(self, name):
         # Only called for names the class does not define: NumPy's (kind, name, type, char, ...).
@@ -100,7 +99,10 @@ class dtype:
 
 def _make(name: str, held: bool) -> dtype:
     d = object.__new__(dtype)
-    object.__setattr__(d, "dtype", np.dtype(name))
+    np_dtype = np.dtype(name)
+    object.__setattr__(d, "dtype", np_dtype)
+    object.__setattr__(d, "kind", np_dtype.kind)
+    object.__setattr__(d, "itemsize", np_dtype.itemsize)
     object.__setattr__(d, "_name", name)
     object.__setattr__(d, "_held", held)
     return d
@@ -127,7 +129,8 @@ ALIASES = {
     "bool": bool_,
 }
 _NAMED = {d._name: d for d in (float32, float64, int64, bool_, float16, int32, int16, int8, uint8)}
-_BY_NUMPY = {d.dtype: d for d in _NAMED.values()}
+# NumPy dtype -> dtype object (Tensor.dtype reads it directly: it is asked on every op call).
+FROM_NUMPY = {d.dtype: d for d in _NAMED.values()}
 # Strings a dtype argument may be: ferro's names and PyTorch's aliases (not NumPy's codes).
 _STRINGS = {**_NAMED, **ALIASES}
 # Python's types, as PyTorch reads them.
@@ -148,7 +151,7 @@ def _by_name(name: str) -> dtype:
 
 
 def _not_held(dt: np.dtype, where: str) -> NotSupportedError:
-    d = _BY_NUMPY.get(dt)
+    d = FROM_NUMPY.get(dt)
     what = repr(d) if d is not None else f"dtype {dt}"
     return NotSupportedError(f"{where}: {what} is not supported: {HELD}{_HINTS.get(dt.kind, '')}")
 
@@ -246,7 +249,7 @@ def fill_value(value, dt, where: str):
 def of_numpy(dt: np.dtype):
     """The :class:`dtype` object for a NumPy dtype (``Tensor.dtype``); a dtype without one
     (only reachable through internal arrays) is returned as the NumPy dtype itself."""
-    return _BY_NUMPY.get(dt, dt)
+    return FROM_NUMPY.get(dt, dt)
 
 
 _default = float32
@@ -280,9 +283,9 @@ def set_default_dtype(d) -> None:
     dt = as_dtype(d, where="set_default_dtype")
     if dt.kind != "f":
         raise DtypeError(
-            f"set_default_dtype: only floating dtypes can be the default, got {_BY_NUMPY[dt]!r}"
+            f"set_default_dtype: only floating dtypes can be the default, got {FROM_NUMPY[dt]!r}"
         )
-    _default = _BY_NUMPY[dt]
+    _default = FROM_NUMPY[dt]
 
 
 def default_float() -> np.dtype:
@@ -307,6 +310,7 @@ __all__ = [
     "as_dtype",
     "fill_value",
     "of_numpy",
+    "FROM_NUMPY",
     "get_default_dtype",
     "set_default_dtype",
     "default_float",

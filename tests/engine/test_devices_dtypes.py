@@ -158,6 +158,8 @@ def test_dtype_objects_are_their_numpy_dtypes_too(d, np_type, name):
     assert d.itemsize == ref.itemsize and d.kind == ref.kind  # NumPy's attributes read through
     assert d != None and d != "cpu" and d != ferro.device("cpu")  # noqa: E711
     assert pickle.loads(pickle.dumps(d)) is d and copy.deepcopy(d) is d
+    with pytest.raises(AttributeError):
+        d.kind = "i"  # shared by every tensor: immutable
 
 
 def test_pytorch_aliases_name_the_same_objects():

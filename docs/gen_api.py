@@ -12,7 +12,9 @@ import importlib
 import inspect
 
 MODULES = [
-    ("ferro", "tensors, creation, grad mode, save/load, checkpoint (ops: see ops.md)"),
+    ("ferro", "tensors, creation, devices, dtypes, grad mode, save/load, checkpoint (ops: ops.md)"),
+    ("ferro.accelerator", "device-neutral accelerator queries, as PyTorch 2.6+ has them"),
+    ("ferro.backend", "which array module and which device an array is on (one place)"),
     ("ferro.autograd", "backward, grad, Function, grad mode, anomaly detection"),
     ("ferro.autograd.graph", "saved-tensor hooks"),
     ("ferro.nn", "modules and layers"),
@@ -34,6 +36,11 @@ MODULES = [
 def _summary(name, obj) -> str:
     import numpy as np
 
+    import ferro
+
+    if isinstance(obj, ferro.dtype):
+        held = "" if obj in ferro.dtypes.SUPPORTED_DTYPES else " (not held: NotSupportedError)"
+        return f"the {obj} dtype{held}"
     if isinstance(obj, np.dtype):
         return f"the {obj} dtype"
     doc = (inspect.getdoc(obj) or "").strip()

@@ -13,6 +13,7 @@ Example:
 
 from ferro import (  # noqa: F401  (submodules)
     _C,  # noqa: F401  (raises a friendly error when the core is not built)
+    accelerator,
     autograd,
     cuda,
     errors,
@@ -34,16 +35,13 @@ from ferro.autograd import (
     no_grad,
     set_grad_enabled,
 )
+from ferro.backend import device, get_default_device, set_default_device
 from ferro.creation import (
     arange,
-    bool_,
     empty,
-    float32,
-    float64,
     from_numpy,
     full,
     full_like,
-    int64,
     ones,
     ones_like,
     rand,
@@ -51,6 +49,20 @@ from ferro.creation import (
     tensor,
     zeros,
     zeros_like,
+)
+from ferro.dtypes import (
+    bool_,
+    dtype,
+    float16,
+    float32,
+    float64,
+    get_default_dtype,
+    int8,
+    int16,
+    int32,
+    int64,
+    set_default_dtype,
+    uint8,
 )
 from ferro.ops import *  # noqa: F403  (every public op)
 from ferro.ops import __all__ as _ops_all
@@ -67,6 +79,16 @@ from ferro.serialization import load, save
 from ferro.utils.checkpoint import checkpoint, checkpoint_sequential
 
 __version__ = "0.1.0"
+
+# PyTorch's dtype aliases (ferro.float is float32, ferro.int is int32, ...). Kept out of
+# __all__, so that ``from ferro import *`` does not shadow Python's float, int and bool.
+bool = bool_
+float = float32
+double = float64
+half = float16
+long = int64
+int = int32
+short = int16
 
 __all__ = [
     "Tensor",
@@ -89,10 +111,25 @@ __all__ = [
     "initial_seed",
     "get_rng_state",
     "set_rng_state",
+    "dtype",
+    "float16",
     "float32",
     "float64",
+    "int8",
+    "int16",
+    "int32",
     "int64",
+    "uint8",
     "bool_",
+    "double",
+    "half",
+    "long",
+    "short",
+    "get_default_dtype",
+    "set_default_dtype",
+    "device",
+    "get_default_device",
+    "set_default_device",
     "no_grad",
     "enable_grad",
     "set_grad_enabled",

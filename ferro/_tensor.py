@@ -21,10 +21,13 @@ import copy
 import numpy as np
 
 from ferro import autograd as _autograd
+from ferro import backend as _backend
+from ferro import dtypes as _dtypes
 from ferro._C import engine as _engine
 from ferro._C.tensor import TensorBase, set_tensor_type
-from ferro.errors import ArgumentTypeError, GraphError, ShapeError
+from ferro.errors import ArgumentTypeError, DeviceError, DtypeError, GraphError, ShapeError
 from ferro.ops import activation as _act
+from ferro.ops import device as _dev
 from ferro.ops import elementwise as _ew
 from ferro.ops import inplace as _ip
 from ferro.ops import linalg as _la
@@ -193,14 +196,6 @@ class Tensor(TensorBase):
         """A copy with its own memory; gradients flow back to this tensor."""
         return _ew.clone(self)
 
-    def long(self) -> Tensor:
-        """Convert to int64 (not differentiable)."""
-        return _ew.cast(self.detach(), np.int64)
-
-    def bool(self) -> Tensor:
-        """Convert to bool (not differentiable)."""
-        return _ew.cast(self.detach(), np.bool_)
-
     @property
     def T(self) -> Tensor:
         """All dimensions reversed."""
@@ -211,45 +206,116 @@ class Tensor(TensorBase):
         """The last two dimensions swapped (batched matrix transpose)."""
         return _sh.transpose(self, -2, -1)
 
-    def to(self, target=None, dtype=None) -> Tensor:
-        """Move to a device (``"cpu"``, ``"cuda"``, ``"cuda:1"``) and/or convert to a dtype;
-        differentiable (gradients move back and convert back). ``t.to(ferro.float64)`` works
-        too."""
-        from ferro.creation import _ALIASES
-        from ferro.ops.device import to_device
-
-        out = self
-        if target is not None:
-            if isinstance(target, str) and target not in _ALIASES:
-                out = to_device(out, target)
-            else:
-                dtype = target
-        if dtype is not None:
-            out = _ew.cast(out, dtype)
-        return out
+    # Devices and dtypes (ferro/backend.py, ferro/dtypes.py).
+    @property
+    def dtype(self) -> _dtypes.dtype:
+        """The element type: ``ferro.float32``, ``ferro.float64``, ``ferro.int64`` or
+        ``ferro.bool`` (each equal to its NumPy dtype too: ``t.dtype == np.float32``)."""
+        dt = self.data.dtype
+        return _FROM_NUMPY.get(dt, dt)  # dtypes.of_numpy, inlined
 
     @property
-    def device(self) -> str:
-        """``"cpu"`` or ``"cuda:N"``."""
-        from ferro.ops.device import device_of
+    def device(self) -> _backend.device:
+        """The :class:`ferro.device` the data is on: ``cpu`` or ``cuda:N`` (equal to those
+        strings: ``t.device == "cpu"``)."""
+        return _backend.device_of(self.data)
 
-        return device_of(self.data)
+    @property
+    def is_cuda(self) -> bool:
+        """True if the data is on a CUDA device."""
+        return _backend.is_device_array(self.data)
+
+    @property
+    def is_cpu(self) -> bool:
+        """True if the data is on the CPU."""
+        return not _backend.is_device_array(self.data)
+
+    def to(self, *args, **kwargs) -> Tensor:
+        """This tensor on another device and/or of another dtype, as PyTorch's ``Tensor.to``:
+        ``to(dtype)``, ``to(device)``, ``to(device, dtype)``, ``to(other)`` (``other``'s
+        device and dtype), ``to(device=..., dtype=..., non_blocking=False, copy=False)``.
+
+        Returns the tensor itself when nothing changes (unless ``copy=True``). Differentiable:
+        gradients move back and convert back; a conversion to int64 or bool gives a tensor
+        without history. ``non_blocking`` is accepted and ignored (copies are synchronous).
+
+        Raises:
+            NotSupportedError: a dtype ferro does not hold (``ferro.half``, ``ferro.int32``).
+            DeviceError: an unknown device, or CUDA when it is not available.
+            ArgumentTypeError: arguments of no ``to`` form.
+
+        Example:
+            >>> x = ferro.ones(2, requires_grad=True)
+            >>> x.to(ferro.float64).dtype, x.to("cpu") is x
+            (ferro.float64, True)
+        """
+        device, dtype, copy = parse_to_args("Tensor.to", args, kwargs)
+        out = self
+        if device is not None:
+            out = _dev.to_device(out, device)
+        if dtype is not None:
+            out = _ew.cast(out, dtype)
+        if copy and out is self:
+            out = self.clone()
+        return out
+
+    def type(self, dtype=None, non_blocking: bool = False):
+        """With no argument, the tensor type's name as PyTorch spells it
+        (``"ferro.FloatTensor"``, ``"ferro.cuda.LongTensor"``); with a dtype (or such a name),
+        ``self.to(dtype)``. ``non_blocking`` is accepted and ignored, as in :meth:`to`.
+
+        Example:
+            >>> ferro.ones(2).type(), ferro.ones(2).type(ferro.float64).dtype
+            ('ferro.FloatTensor', ferro.float64)
+        """
+        if dtype is None:
+            where = "ferro.cuda." if self.is_cuda else "ferro."
+            return where + _TYPE_NAMES.get(self.data.dtype.name, self.data.dtype.name) + "Tensor"
+        if isinstance(dtype, str) and dtype.endswith("Tensor"):
+            return self.to(*_parse_type_name(dtype))
+        return self.to(dtype)
 
     def cpu(self) -> Tensor:
         """This tensor on the CPU (itself if it is there already)."""
         return self.to("cpu")
 
-    def cuda(self, device: int = 0) -> Tensor:
-        """This tensor on CUDA device ``device``."""
-        return self.to(f"cuda:{device}")
+    def cuda(self, device=None) -> Tensor:
+        """This tensor on a CUDA device: ``device`` is an index, a string or a
+        :class:`ferro.device`; None means the current device (itself if it is on one)."""
+        if device is None:
+            return self.to("cuda")
+        if isinstance(device, int) and not isinstance(device, bool):
+            return self.to(_backend.device("cuda", device))
+        target = _backend.parse_device(device)
+        if target.type != "cuda":
+            raise DeviceError(f"Tensor.cuda: expected a CUDA device, got {target}")
+        return self.to(target)
 
     def float(self) -> Tensor:
-        """Convert to float32."""
-        return _ew.cast(self, np.float32)
+        """Convert to float32 (differentiable)."""
+        return _ew.cast(self, _dtypes.float32)
 
     def double(self) -> Tensor:
-        """Convert to float64."""
-        return _ew.cast(self, np.float64)
+        """Convert to float64 (differentiable)."""
+        return _ew.cast(self, _dtypes.float64)
+
+    def long(self) -> Tensor:
+        """Convert to int64 (the result has no history)."""
+        return _ew.cast(self, _dtypes.int64)
+
+    def bool(self) -> Tensor:
+        """Convert to bool (the result has no history)."""
+        return _ew.cast(self, _dtypes.bool_)
+
+    def int(self) -> Tensor:
+        """PyTorch's int32 conversion; ferro holds integers as int64, so this raises
+        NotSupportedError naming ``.long()``."""
+        return _ew.cast(self, _dtypes.as_dtype(_dtypes.int32, where="Tensor.int"))
+
+    def half(self) -> Tensor:
+        """PyTorch's float16 conversion; ferro has no float16 tensors, so this raises
+        NotSupportedError."""
+        return _ew.cast(self, _dtypes.as_dtype(_dtypes.float16, where="Tensor.half"))
 
     # Autograd.
     def backward(
@@ -299,16 +365,12 @@ class Tensor(TensorBase):
             raise GraphError(
                 "numpy(): the tensor requires grad; call tensor.detach().numpy() instead"
             )
-        if type(self.data) is not np.ndarray:
-            from ferro.errors import DeviceError
-
+        if _backend.is_device_array(self.data):
             raise DeviceError(f"numpy(): the tensor is on {self.device}; call .cpu() first")
         return self.data
 
     def __array__(self, dtype=None, copy=None):
-        data = self.data
-        if type(data) is not np.ndarray:
-            data = data.get()
+        data = _backend.move(self.data, "cpu")
         if copy:
             return np.array(data, dtype=dtype, copy=True)
         return data if dtype is None else data.astype(dtype, copy=False)
@@ -402,13 +464,87 @@ class Tensor(TensorBase):
         data = np.asarray(self)
         body = np.array2string(data, separator=", ", prefix="tensor(", threshold=1000)
         extras = []
-        if data.dtype not in (np.float32, np.int64, np.bool_) or data.size == 0:
+        # As PyTorch: the dtype is shown unless it is the default float dtype, int64 or bool.
+        if data.dtype not in (_dtypes.default_float(), np.int64, np.bool_) or data.size == 0:
             extras.append(f"dtype={data.dtype}")
         if self.grad_fn is not None:
             extras.append(f"grad_fn=<{self.grad_fn.name()}>")
         elif self.requires_grad:
             extras.append("requires_grad=True")
         return "tensor(" + body + "".join(", " + e for e in extras) + ")"
+
+
+_FROM_NUMPY = _dtypes.FROM_NUMPY
+
+
+def parse_to_args(where: str, args: tuple, kwargs: dict, copy_allowed: bool = True):
+    """PyTorch's ``to`` arguments as ``(device | None, numpy dtype | None, copy)``.
+
+    The forms: ``(dtype)``, ``(device)``, ``(device, dtype)``, ``(tensor)`` (its device and
+    dtype), each optionally followed by ``non_blocking`` and ``copy``, and the same as
+    keywords. A string is a dtype when it names one (``"float64"``), else a device.
+    """
+    kwargs = dict(kwargs)
+    given = {"device": kwargs.pop("device", None), "dtype": kwargs.pop("dtype", None)}
+    flags = [kwargs.pop("non_blocking", False), kwargs.pop("copy", False)]
+    if kwargs:
+        raise ArgumentTypeError(f"{where}: unexpected keyword argument(s) {sorted(kwargs)}")
+    rest = list(args)
+    found = {}
+    if rest and not isinstance(rest[0], bool):
+        first = rest.pop(0)
+        if isinstance(first, TensorBase):
+            found = {"device": _backend.device_of(first.data), "dtype": first.data.dtype}
+        elif _dtypes.is_dtype_like(first):
+            found = {"dtype": first}
+        else:
+            found = {"device": first}
+            if rest and not isinstance(rest[0], bool):
+                found["dtype"] = rest.pop(0)
+    twice = [k for k in found if given[k] is not None]
+    if twice or len(rest) > 2 or not all(isinstance(f, bool) for f in rest):
+        raise ArgumentTypeError(
+            f"{where}: expected (dtype), (device, dtype), (tensor) or keywords, each "
+            f"optionally followed by non_blocking and copy; got positional arguments of types "
+            f"{[type(a).__name__ for a in args]} and keywords "
+            f"{sorted(k for k, v in given.items() if v is not None)}"
+        )
+    given.update(found)
+    flags[: len(rest)] = rest
+    if flags[1] and not copy_allowed:
+        raise ArgumentTypeError(f"{where}: copy= is not an argument here")
+    device, dtype = given["device"], given["dtype"]
+    device = None if device is None else _backend.parse_device(device)
+    dtype = None if dtype is None else _dtypes.as_dtype(dtype, where=where)
+    return device, dtype, bool(flags[1])
+
+
+# The dtype names in PyTorch's tensor type names (Tensor.type()).
+_TYPE_NAMES = {
+    "float32": "Float",
+    "float64": "Double",
+    "int64": "Long",
+    "bool": "Bool",
+    "int32": "Int",
+    "float16": "Half",
+}
+_TYPE_DTYPES = {v: k for k, v in _TYPE_NAMES.items()}
+
+
+def _parse_type_name(name: str) -> tuple:
+    """``"ferro.cuda.FloatTensor"`` (or ``"torch...."``) -> ``(device, dtype name)``."""
+    parts = name.split(".")
+    kind = parts[-1][: -len("Tensor")]
+    if (
+        parts[0] not in ("ferro", "torch")
+        or parts[1:-1] not in ([], ["cuda"])
+        or kind not in _TYPE_DTYPES
+    ):
+        raise DtypeError(
+            f"Tensor.type: {name!r} is not a tensor type name such as 'ferro.FloatTensor' or "
+            "'ferro.cuda.DoubleTensor'"
+        )
+    return ("cuda" if parts[1:-1] else "cpu", _TYPE_DTYPES[kind])
 
 
 def _rebuild(cls, data, requires_grad):

@@ -1,9 +1,13 @@
 """Tensor creation: ``tensor``, ``from_numpy``, ``zeros``, ``ones``, ``full``, ``arange``, ``rand``.
 
-Dtypes follow PyTorch: Python floats give float32 (the default dtype), Python ints give int64,
-bools give bool. NumPy arrays keep float32/float64; other integer widths become int64. A tensor
-holds one of float32, float64, int64 or bool, in native byte order; only the float dtypes may
-require grad.
+Dtypes follow PyTorch: Python floats give the default dtype (float32 unless
+``ferro.set_default_dtype`` changed it), Python ints give int64, bools give bool. NumPy arrays
+keep float32/float64; other integer widths become int64. A tensor holds one of float32, float64,
+int64 or bool, in native byte order; only the float dtypes may require grad. ``dtype=`` takes a
+dtype object (``ferro.float64``), a NumPy dtype, Python's ``float``/``int``/``bool`` or a name
+(see ferro/dtypes.py); ``device=`` a string or a ``ferro.device``. Without ``device=``,
+Python data and the factories go to the default device (``ferro.set_default_device``), data
+already on a device stays there, and the ``*_like`` functions follow their tensor.
 
 Data is checked where it enters: what has no ferro dtype (strings, None, objects, complex, long
 double), ragged nested lists, integers outside int64, negative sizes and sizes no array can hold
@@ -18,81 +22,45 @@ import operator
 
 import numpy as np
 
+from ferro import backend
 from ferro import random as _random
 from ferro._C.tensor import TensorBase, wrap
+from ferro.dtypes import HELD, SUPPORTED_DTYPES, as_dtype, default_float
+from ferro.dtypes import fill_value as _fill_value
 from ferro.errors import ArgumentError, ArgumentTypeError, DtypeError
 
-float32 = np.dtype(np.float32)
-float64 = np.dtype(np.float64)
-int64 = np.dtype(np.int64)
-bool_ = np.dtype(np.bool_)
-
-SUPPORTED_DTYPES = (float32, float64, int64, bool_)
-default_dtype = float32
-
-_ALIASES = {
-    "float": float32,
-    "float32": float32,
-    "double": float64,
-    "float64": float64,
-    "long": int64,
-    "int64": int64,
-    "bool": bool_,
-}
+_INT64 = np.dtype(np.int64)
+_BOOL = np.dtype(np.bool_)
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 # NumPy's limit: an array's size in bytes (and each dimension) must fit a signed pointer.
 _MAX_BYTES = np.iinfo(np.intp).max
-_SUPPORTED = "ferro tensors hold float32, float64, int64 or bool"
 # Dtype kinds that are not numbers at all (objects, strings, bytes, records): an argument of the
 # wrong type (ArgumentTypeError), where a numeric dtype ferro lacks is a DtypeError.
 _NOT_NUMBERS = "OUSV"
-
-
-def as_dtype(dtype, *, where: str = "dtype") -> np.dtype:
-    """Normalize a dtype argument (a NumPy dtype, ``float``, ``"float64"``...) or raise."""
-    if dtype is float:
-        return float32
-    if dtype is int:
-        return int64
-    if dtype is bool:
-        return bool_
-    if isinstance(dtype, str) and dtype in _ALIASES:
-        return _ALIASES[dtype]
-    if dtype is None:
-        raise DtypeError(f"{where}: None is not a dtype")
-    try:
-        dt = np.dtype(dtype)
-    except (TypeError, ValueError):
-        raise DtypeError(f"{where}: {dtype!r} is not a dtype") from None
-    if not dt.isnative:
-        dt = dt.newbyteorder("=")  # ">f4" names float32 stored big-endian: ferro stores native
-    if dt not in SUPPORTED_DTYPES:
-        raise DtypeError(f"{where}: unsupported dtype {dt}; {_SUPPORTED}")
-    return dt
 
 
 def _infer_dtype(arr, from_python: bool, op: str = "tensor") -> np.dtype:
     """The ferro dtype for data of ``arr``'s dtype (always native byte order), or raise."""
     kind, size = arr.dtype.kind, arr.dtype.itemsize
     if kind == "b":
-        return bool_
+        return _BOOL
     if kind in "iu":
-        return int64
+        return _INT64
     if kind == "f":
         if from_python or size < 4:
-            return default_dtype  # Python floats, and float16 (no float16 on the CPU)
+            return default_float()  # Python floats, and float16 (no float16 on the CPU)
         if size in (4, 8):
-            return float32 if size == 4 else float64
+            return arr.dtype.newbyteorder("=")
         raise DtypeError(
-            f"{op}: {arr.dtype} (long double) is not supported; {_SUPPORTED}. Convert with "
+            f"{op}: {arr.dtype} (long double) is not supported; {HELD}. Convert with "
             ".astype(np.float64) first, if float64's range and precision are enough"
         )
     if kind == "c":
-        raise DtypeError(f"{op}: complex data ({arr.dtype}) is not supported; {_SUPPORTED}")
+        raise DtypeError(f"{op}: complex data ({arr.dtype}) is not supported; {HELD}")
     if kind in _NOT_NUMBERS:
         raise ArgumentTypeError(f"{op}: the data holds {arr.dtype} values, not numbers")
-    raise DtypeError(f"{op}: unsupported data of dtype {arr.dtype}; {_SUPPORTED}")
+    raise DtypeError(f"{op}: unsupported data of dtype {arr.dtype}; {HELD}")
 
 
 def _not_numbers(arr, data, op):
@@ -142,7 +110,7 @@ def _fits_int64(arr, op):
 
 
 def _convert(arr, target, op, copy):
-    if target == int64:
+    if target == _INT64:
         _fits_int64(arr, op)
     if copy or arr.dtype != target or not arr.flags.c_contiguous:
         return arr.astype(target, order="C")
@@ -150,34 +118,24 @@ def _convert(arr, target, op, copy):
 
 
 def _make(arr, requires_grad: bool, device=None):
+    """Wrap ``arr`` on ``device`` (None: the default device, when it is not the CPU)."""
+    if device is None:
+        device = backend.default_device_or_none()
     if device is not None:
-        from ferro.ops.device import move
-
-        arr = move(arr, device)
+        arr = backend.move(arr, device)
     t = wrap(arr)
     if requires_grad:
         t.requires_grad_(True)
     return t
 
 
-def _xp_of(arr):
-    if type(arr) is np.ndarray:
-        return np
-    import cupy
-
-    return cupy
-
-
-def _is_cupy(data) -> bool:
-    return type(data).__module__.split(".")[0] == "cupy"
-
-
 def tensor(data, dtype=None, requires_grad: bool = False, device=None):
     """Create a tensor from data (a list, a scalar, an array or a Tensor); always copies.
 
-    Python floats give float32, ints int64, bools bool; arrays keep float32/float64, other
-    integer widths become int64 and float16 float32; data in non-native byte order is converted
-    to native order. Strings, None, objects, complex and long double data, ragged nested lists
+    Python floats give the default dtype (float32), ints int64, bools bool; arrays keep
+    float32/float64, other integer widths become int64 and float16 the default dtype; data in
+    non-native byte order is converted to native order. Data on a device stays there unless
+    ``device`` is given. Strings, None, objects, complex and long double data, ragged nested lists
     and integers outside int64 raise a typed error (ArgumentTypeError, DtypeError, ArgumentError).
 
     Example:
@@ -187,9 +145,11 @@ def tensor(data, dtype=None, requires_grad: bool = False, device=None):
     target = as_dtype(dtype, where="tensor") if dtype is not None else None
     if isinstance(data, TensorBase):
         data = data.data
-    if _is_cupy(data) or isinstance(data, np.ndarray | np.generic):
-        arr = data if _is_cupy(data) else np.asarray(data)
+    if backend.is_array(data) or isinstance(data, np.generic):
+        arr = data if backend.is_device_array(data) else np.asarray(data)
         target = target or _infer_dtype(arr, False)
+        if device is None:
+            device = backend.device_of(arr)  # data keeps its device
         return _make(_convert(arr, target, "tensor", copy=True), requires_grad, device)
     arr = _python_array(data, "tensor")
     target = target or _infer_dtype(arr, True)
@@ -222,8 +182,7 @@ def from_numpy(array: np.ndarray):
         raise ArgumentTypeError(f"from_numpy: the array holds {array.dtype} values, not numbers")
     if array.dtype not in SUPPORTED_DTYPES:
         raise DtypeError(
-            f"from_numpy: unsupported dtype {array.dtype}; {_SUPPORTED} (convert with "
-            "array.astype first)"
+            f"from_numpy: unsupported dtype {array.dtype}; {HELD} (convert with array.astype first)"
         )
     if type(array) is not np.ndarray:
         array = array.view(np.ndarray)  # a memmap or np.matrix: the same memory, plain semantics
@@ -252,68 +211,57 @@ def _shape(size, op, dtype) -> tuple:
     return tuple(dims)
 
 
-def _fill(value, dtype, op):
-    """A fill value as a NumPy scalar of ``dtype`` (None: inferred as PyTorch does)."""
-    if isinstance(value, TensorBase):
-        if value.data.size != 1:
-            raise ArgumentError(f"{op}: the fill value must be a number, got shape {value.shape}")
-        value = value.item()
-    if not isinstance(value, numbers.Real | np.bool_):
-        raise ArgumentTypeError(
-            f"{op}: the fill value must be a real number, got {type(value).__name__}"
-        )
-    arr = _python_array(value, op)
-    target = as_dtype(dtype, where=op) if dtype is not None else _infer_dtype(arr, True, op)
-    return _convert(arr, target, op, copy=False)[()], target
+def _dtype_or_default(dtype, op) -> np.dtype:
+    return as_dtype(dtype, where=op) if dtype is not None else default_float()
 
 
 def zeros(*size, dtype=None, requires_grad: bool = False, device=None):
     """A tensor of zeros: ``zeros(2, 3)`` or ``zeros((2, 3))``."""
-    dt = as_dtype(dtype, where="zeros") if dtype is not None else default_dtype
+    dt = _dtype_or_default(dtype, "zeros")
     return _make(np.zeros(_shape(size, "zeros", dt), dtype=dt), requires_grad, device)
 
 
 def ones(*size, dtype=None, requires_grad: bool = False, device=None):
     """A tensor of ones."""
-    dt = as_dtype(dtype, where="ones") if dtype is not None else default_dtype
+    dt = _dtype_or_default(dtype, "ones")
     return _make(np.ones(_shape(size, "ones", dt), dtype=dt), requires_grad, device)
 
 
 def empty(*size, dtype=None, requires_grad: bool = False, device=None):
     """An uninitialized tensor."""
-    dt = as_dtype(dtype, where="empty") if dtype is not None else default_dtype
+    dt = _dtype_or_default(dtype, "empty")
     return _make(np.empty(_shape(size, "empty", dt), dtype=dt), requires_grad, device)
 
 
 def full(size, fill_value, dtype=None, requires_grad: bool = False, device=None):
     """A tensor filled with ``fill_value`` (dtype inferred from it, as PyTorch does)."""
-    value, dt = _fill(fill_value, dtype, "full")
+    value, dt = _fill_value(fill_value, dtype, "full")
     shape = _shape((size,) if isinstance(size, (tuple, list)) else (size,), "full", dt)
     return _make(np.full(shape, value, dtype=dt), requires_grad, device)
 
 
-def _like(t, fill, dtype, requires_grad, op):
+def _like(t, fill, dtype, requires_grad, device, op):
     if not isinstance(t, TensorBase):
         raise ArgumentTypeError(f"{op}: expected a Tensor, got {type(t).__name__}")
     data = t.data
-    xp = _xp_of(data)
-    value, dt = _fill(fill, data.dtype if dtype is None else dtype, op)
-    return _make(xp.full(data.shape, value, dtype=dt), requires_grad)
+    value, dt = _fill_value(fill, data.dtype if dtype is None else dtype, op)
+    out = backend.xp_of(data).full(data.shape, value, dtype=dt)
+    return _make(out, requires_grad, backend.device_of(data) if device is None else device)
 
 
-def zeros_like(t, dtype=None, requires_grad: bool = False):
-    """Zeros with the shape (and dtype, device) of ``t``."""
-    return _like(t, 0, dtype, requires_grad, "zeros_like")
+def zeros_like(t, dtype=None, requires_grad: bool = False, device=None):
+    """Zeros with the shape of ``t``, and its dtype and device unless given."""
+    return _like(t, 0, dtype, requires_grad, device, "zeros_like")
 
 
-def ones_like(t, dtype=None, requires_grad: bool = False):
-    """Ones with the shape (and dtype, device) of ``t``."""
-    return _like(t, 1, dtype, requires_grad, "ones_like")
+def ones_like(t, dtype=None, requires_grad: bool = False, device=None):
+    """Ones with the shape of ``t``, and its dtype and device unless given."""
+    return _like(t, 1, dtype, requires_grad, device, "ones_like")
 
 
-def full_like(t, fill_value, dtype=None, requires_grad: bool = False):
-    """``fill_value`` with the shape (and dtype, device) of ``t``."""
-    return _like(t, fill_value, dtype, requires_grad, "full_like")
+def full_like(t, fill_value, dtype=None, requires_grad: bool = False, device=None):
+    """``fill_value`` with the shape of ``t``, and its dtype and device unless given."""
+    return _like(t, fill_value, dtype, requires_grad, device, "full_like")
 
 
 def _arange_bound(value, name):
@@ -327,7 +275,8 @@ def _arange_bound(value, name):
 
 
 def arange(start, end=None, step=1, dtype=None, requires_grad: bool = False, device=None):
-    """Values from ``start`` to ``end`` (exclusive) by ``step``; int64 for ints, else float32.
+    """Values from ``start`` to ``end`` (exclusive) by ``step``; int64 for ints, else the
+    default dtype (float32).
 
     As PyTorch: a step whose sign does not lead from start to end, a length no array can hold
     and integer bounds outside int64 raise ArgumentError.
@@ -343,7 +292,7 @@ def arange(start, end=None, step=1, dtype=None, requires_grad: bool = False, dev
             f"arange: the step {step} does not lead from start {start} to end {end}"
         )
     ints = all(isinstance(v, numbers.Integral) for v in (start, end, step))
-    dt = int64 if ints else default_dtype
+    dt = _INT64 if ints else default_float()
     if dtype is not None:
         dt = as_dtype(dtype, where="arange")
     if ints:
@@ -367,7 +316,7 @@ def arange(start, end=None, step=1, dtype=None, requires_grad: bool = False, dev
 def rand(*size, generator=None, dtype=None, requires_grad: bool = False, device=None):
     """Uniform samples in [0, 1) from ``generator`` (a ``ferro.Generator``; default: ferro's
     generator, see ``ferro.manual_seed``)."""
-    dt = as_dtype(dtype, where="rand") if dtype is not None else default_dtype
+    dt = _dtype_or_default(dtype, "rand")
     if dt.kind != "f":
         raise DtypeError(f"rand: dtype must be floating, got {dt}")
     rng = _random.numpy_generator(generator, "rand")
@@ -378,7 +327,7 @@ def rand(*size, generator=None, dtype=None, requires_grad: bool = False, device=
 def randn(*size, generator=None, dtype=None, requires_grad: bool = False, device=None):
     """Standard normal samples from ``generator`` (a ``ferro.Generator``; default: ferro's
     generator, see ``ferro.manual_seed``)."""
-    dt = as_dtype(dtype, where="randn") if dtype is not None else default_dtype
+    dt = _dtype_or_default(dtype, "randn")
     if dt.kind != "f":
         raise DtypeError(f"randn: dtype must be floating, got {dt}")
     rng = _random.numpy_generator(generator, "randn")

@@ -26,6 +26,7 @@ import threading
 from dataclasses import dataclass, field
 
 from ferro._C import engine as _engine
+from ferro.backend import device_of
 from ferro.errors import ArgumentError
 
 
@@ -55,8 +56,8 @@ def _meta(arrays):
         if hasattr(a, "shape") and hasattr(a, "dtype"):
             shapes.append(tuple(a.shape))
             dtype = dtype or str(a.dtype)
-            if type(a).__module__.split(".")[0] == "cupy":
-                device = f"cuda:{a.device.id}"
+            if device == "cpu":
+                device = str(device_of(a))
     return shapes, dtype, device
 
 

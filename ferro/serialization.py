@@ -24,7 +24,8 @@ import zipfile
 import numpy as np
 
 from ferro._C.tensor import TensorBase, wrap
-from ferro.creation import SUPPORTED_DTYPES
+from ferro.backend import is_array, move
+from ferro.dtypes import SUPPORTED_DTYPES
 from ferro.errors import ArgumentError, ArgumentTypeError, DtypeError, SerializationError
 
 _FORMAT = "ferro-state-v1"
@@ -54,13 +55,6 @@ def _storable(dtype: np.dtype) -> bool:
 # Saving ----------------------------------------------------------------------------------------
 
 
-def _host_array(a):
-    """A NumPy array with ``a``'s data (CuPy arrays are copied to the host)."""
-    if type(a).__module__.split(".")[0] == "cupy":
-        return a.get()
-    return a
-
-
 def _encode(obj, arrays: dict, depth: int):
     if depth > _MAX_DEPTH:
         raise ArgumentError(
@@ -68,9 +62,9 @@ def _encode(obj, arrays: dict, depth: int):
             "that contains itself) cannot be saved"
         )
     if isinstance(obj, TensorBase):
-        return {"tensor": _add_array(_host_array(obj.data), arrays)}
-    if isinstance(obj, np.ndarray) or type(obj).__module__.split(".")[0] == "cupy":
-        return {"array": _add_array(_host_array(obj), arrays)}
+        return {"tensor": _add_array(move(obj.data, "cpu"), arrays)}
+    if is_array(obj):
+        return {"array": _add_array(move(obj, "cpu"), arrays)}
     if isinstance(obj, dict):
         return {"dict": [[_encode_key(k), _encode(v, arrays, depth + 1)] for k, v in obj.items()]}
     if isinstance(obj, (list, tuple)):

@@ -16,19 +16,15 @@ from ferro._C.engine import apply
 from ferro._C.graph import OpDef
 from ferro._C.tensor import TensorBase, wrap
 from ferro.autograd.grad_mode import no_grad
+from ferro.backend import is_array
 from ferro.errors import ArgumentTypeError, GradientError
-
-
-def _is_array(x) -> bool:
-    t = type(x)
-    return t.__name__ == "ndarray" and t.__module__.split(".")[0] in ("numpy", "cupy")
 
 
 def _make_opdef(cls) -> OpDef:
     name = cls.__name__
 
     def forward(ctx, *args, **kwargs):
-        inputs = [wrap(a) if _is_array(a) else a for a in args]
+        inputs = [wrap(a) if is_array(a) else a for a in args]
         with no_grad():
             out = cls.forward(ctx, *inputs, **kwargs)
         outs = out if isinstance(out, tuple) else (out,)

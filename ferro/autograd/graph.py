@@ -14,6 +14,7 @@ dependencies: the last op of the forward first). Checkpointing is built on these
 from __future__ import annotations
 
 from ferro._C import engine as _engine
+from ferro.backend import device_of, is_device_array, move
 from ferro.errors import ArgumentTypeError
 
 
@@ -59,19 +60,14 @@ class disable_saved_tensors_hooks:
 
 def _to_host(t):
     data = t.data
-    if type(data).__module__.split(".")[0] == "cupy":
-        return (data.device.id, data.get())
+    if is_device_array(data):
+        return (device_of(data), move(data, "cpu"))
     return (None, data)
 
 
 def _from_host(packed):
     device, data = packed
-    if device is None:
-        return data
-    import cupy
-
-    with cupy.cuda.Device(device):
-        return cupy.asarray(data)
+    return data if device is None else move(data, device)
 
 
 class save_on_cpu(saved_tensors_hooks):

@@ -6,40 +6,24 @@ sensibly without it (``is_available()`` is False, ``device_count()`` is 0).
 
 from __future__ import annotations
 
-
-def _cupy():
-    try:
-        import cupy
-    except ImportError:
-        return None
-    return cupy
+from ferro import accelerator as _accelerator
+from ferro import backend as _backend
 
 
 def is_available() -> bool:
     """True if CuPy is installed and sees at least one CUDA device."""
-    cp = _cupy()
-    if cp is None:
-        return False
-    try:
-        return cp.cuda.runtime.getDeviceCount() > 0
-    except Exception:
-        return False
+    return _backend.cuda_device_count() > 0
 
 
 def device_count() -> int:
     """Number of visible CUDA devices (0 without CuPy or a driver)."""
-    return _cupy().cuda.runtime.getDeviceCount() if is_available() else 0
+    return _backend.cuda_device_count()
 
 
-def synchronize(device: int | None = None) -> None:
-    """Wait for all work on ``device`` (default: the current one) to finish."""
-    cp = _cupy()
-    if cp is None or not is_available():
-        return
-    if device is None:
-        cp.cuda.Device().synchronize()
-    else:
-        cp.cuda.Device(device).synchronize()
+def synchronize(device=None) -> None:
+    """Wait for all work on ``device`` (an index, ``"cuda:N"`` or a ``ferro.device``; default:
+    the current one) to finish; a no-op without CUDA."""
+    _accelerator.synchronize(device)
 
 
 # Per-device generator state: (seed, offset) for the counter-based dropout kernel.

@@ -9,6 +9,8 @@ import numpy as np
 
 from ferro._C.engine import RemovableHandle, bump_version
 from ferro._C.tensor import TensorBase, wrap
+from ferro._tensor import parse_to_args
+from ferro.backend import device_of, is_device_array, move
 from ferro.errors import (
     ArgumentError,
     ArgumentTypeError,
@@ -18,7 +20,6 @@ from ferro.errors import (
     ShapeError,
 )
 from ferro.nn.parameter import Parameter
-from ferro.ops.device import device_of, move
 
 
 class _Hooks:
@@ -63,7 +64,7 @@ def _checked_value(where: str, key: str, value, target: TensorBase, writes: bool
         arr = value.data
     elif isinstance(value, (np.ndarray, np.generic)):
         arr = np.asarray(value)
-    elif type(value).__module__.split(".")[0] == "cupy" and hasattr(value, "dtype"):
+    elif is_device_array(value):
         arr = value
     else:
         raise ArgumentTypeError(
@@ -110,63 +111,6 @@ def _addindent(text: str, spaces: int) -> str:
         return text
     pad = " " * spaces
     return "\n".join([first] + [pad + line if line.strip() else "" for line in rest])
-
-
-def _as_dtype(value, where: str):
-    """``value`` as a ferro dtype, or None when it does not name a dtype at all (then it is a
-    device). A NumPy dtype that ferro lacks (``"float16"``) raises instead of passing as a
-    device."""
-    from ferro.creation import as_dtype
-
-    if value is None:
-        return None
-    try:
-        np.dtype(value)
-    except (TypeError, ValueError):
-        try:
-            return as_dtype(value, where=where)
-        except DtypeError:
-            return None
-    return as_dtype(value, where=where)
-
-
-def _parse_to(args: tuple, kwargs: dict):
-    """``(device, dtype)`` from the forms of PyTorch's ``Module.to``: ``to(device)``,
-    ``to(dtype)``, ``to(device, dtype)``, ``to(tensor)``, with ``device=``/``dtype=`` keywords
-    and an ignored ``non_blocking``."""
-    where = "Module.to"
-    kwargs = dict(kwargs)
-    kwargs.pop("non_blocking", None)
-    device, dtype = kwargs.pop("device", None), kwargs.pop("dtype", None)
-    if kwargs:
-        raise ArgumentTypeError(f"{where}: unexpected keyword arguments {sorted(kwargs)}")
-    if dtype is not None:
-        given, dtype = dtype, _as_dtype(dtype, where)
-        if dtype is None:
-            raise DtypeError(f"{where}: dtype={given!r} is not a dtype")
-    if len(args) > 3:
-        raise ArgumentTypeError(f"{where}: takes at most 3 positional arguments, got {len(args)}")
-    for arg in args:
-        if isinstance(arg, bool):  # non_blocking, positionally
-            continue
-        if isinstance(arg, TensorBase):
-            found = [("device", device_of(arg.data)), ("dtype", arg.dtype)]
-        else:
-            dt = _as_dtype(arg, where)
-            found = [("device", arg)] if dt is None else [("dtype", dt)]
-        for kind, value in found:
-            if (device if kind == "device" else dtype) is not None:
-                raise ArgumentError(f"{where}: got two {kind}s ({arg!r} is the second)")
-            if kind == "device":
-                device = value
-            else:
-                dtype = value
-    if dtype is not None and dtype.kind != "f":
-        raise DtypeError(
-            f"{where}: only floating point dtypes convert a module's parameters and buffers, "
-            f"got {dtype}"
-        )
-    return device, dtype
 
 
 class Module:
@@ -518,7 +462,12 @@ class Module:
             DeviceError: an unknown device, or CUDA is not available.
             DtypeError: a dtype ferro lacks (float16) or that is not floating point.
         """
-        device, dtype = _parse_to(args, kwargs)
+        device, dtype, _ = parse_to_args("Module.to", args, kwargs, copy_allowed=False)
+        if dtype is not None and dtype.kind != "f":
+            raise DtypeError(
+                "Module.to: only floating dtypes convert a module (only floating point "
+                f"parameters and buffers are converted), got {dtype}"
+            )
 
         def convert(arr):
             if dtype is not None and arr.dtype.kind == "f" and arr.dtype != dtype:

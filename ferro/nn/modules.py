@@ -14,8 +14,8 @@ import warnings
 from collections import OrderedDict
 from collections.abc import Mapping
 
-import ferro
 from ferro._C.tensor import TensorBase
+from ferro.creation import empty, full
 from ferro.errors import (
     ArgumentError,
     ArgumentTypeError,
@@ -53,9 +53,9 @@ class Linear(Module):
     ) -> None:
         super().__init__()
         self.in_features, self.out_features = in_features, out_features
-        self.weight = Parameter(ferro.empty(out_features, in_features, dtype=dtype))
+        self.weight = Parameter(empty(out_features, in_features, dtype=dtype))
         if bias:
-            self.bias = Parameter(ferro.empty(out_features, dtype=dtype))
+            self.bias = Parameter(empty(out_features, dtype=dtype))
         else:
             self.register_parameter("bias", None)
         self.reset_parameters()
@@ -127,7 +127,7 @@ class Embedding(Module):
         self.scale_grad_by_freq, self.sparse = scale_grad_by_freq, sparse
         if _weight is None:
             self.weight = Parameter(
-                ferro.empty(num_embeddings, embedding_dim, dtype=dtype), requires_grad=not _freeze
+                empty(num_embeddings, embedding_dim, dtype=dtype), requires_grad=not _freeze
             )
             self.reset_parameters()
         else:
@@ -340,7 +340,7 @@ class PReLU(Module):
     ) -> None:
         super().__init__()
         self.num_parameters, self.init = num_parameters, init
-        self.weight = Parameter(ferro.full((num_parameters,), float(init), dtype=dtype))
+        self.weight = Parameter(full((num_parameters,), float(init), dtype=dtype))
         if device is not None:
             self.to(device)
 

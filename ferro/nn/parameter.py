@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ferro._C.tensor import TensorBase
 from ferro._tensor import Tensor
+from ferro.dtypes import default_float
 
 
 class Parameter(Tensor):
@@ -19,10 +21,8 @@ class Parameter(Tensor):
     __slots__ = ()
 
     def __new__(cls, data=None, requires_grad: bool = True):
-        from ferro._C.tensor import TensorBase
-
         if data is None:
-            arr = np.empty(0, np.float32)
+            arr = np.empty(0, default_float())
         elif isinstance(data, TensorBase):
             arr = data.data
         else:

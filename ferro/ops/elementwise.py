@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import numbers
 
+from ferro.dtypes import as_dtype
 from ferro.errors import ArgumentError, ArgumentTypeError, DtypeError
 from ferro.ops.registry import apply, register
 
@@ -277,8 +278,6 @@ def cast(x, dtype):
 
     Gradient: gx = gy converted back to x's dtype.
     """
-    from ferro.creation import as_dtype
-
     dt = as_dtype(dtype, where="cast")
     if x.dtype == dt:
         return x

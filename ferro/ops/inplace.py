@@ -11,6 +11,9 @@ gradient. A leaf that requires grad cannot be modified in place while grad mode 
 from __future__ import annotations
 
 from ferro._C.engine import commit_inplace
+from ferro._C.tensor import wrap
+from ferro.backend import xp_of
+from ferro.dtypes import fill_value
 from ferro.ops import elementwise as ew
 
 
@@ -46,16 +49,15 @@ def fill_(t, value):
     Inf or NaN.
     """
     from ferro._C.engine import is_grad_enabled
-    from ferro.creation import full_like
 
-    filled = full_like(t, value)
+    data = t.data
+    value, dt = fill_value(value, data.dtype, "fill_")
+    filled = wrap(xp_of(data).full(data.shape, value, dtype=dt))
     if t.grad_fn is not None and is_grad_enabled():
         # A non-leaf keeps a history: the new values depend on nothing, so the gradient that
         # flows back through t is zero (PyTorch's FillBackward). where(False, t, filled) records
         # exactly that without computing t * 0 (NaN where t is Inf).
-        from ferro.creation import zeros_like
-
-        filled = ew.where(zeros_like(t, dtype=bool), t, filled)
+        filled = ew.where(wrap(xp_of(data).zeros(data.shape, dtype=bool)), t, filled)
     return commit_inplace(t, filled, "fill_")
 
 

@@ -2,13 +2,15 @@
 
 ``cross_entropy`` and ``nll_loss`` are ops of their own (one pass over the logits, and a fused
 CPU kernel for the common case); the others are compositions of differentiable ops, so their
-gradients follow from those ops'.
+gradients follow from those ops'. Targets, class weights and weights given as arrays or lists
+go to the input's device (as index arguments do, Note [Index operands]).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from ferro.backend import device_of, is_device_array, move
 from ferro.errors import ArgumentError, DtypeError, IndexOutOfRangeError, ShapeError
 from ferro.ops import elementwise as ew
 from ferro.ops import reduction as red
@@ -87,14 +89,20 @@ def huber_loss(input, target, reduction: str = "mean", delta: float = 1.0):  # n
     return ew.mul(smooth_l1_loss(input, target, reduction, beta=delta), delta)
 
 
-def _targets(target, n_classes, ignore_index, op):
-    """The class-index target as a private array (validated).
+def _private_on(arr, like):
+    """``arr`` on the device of the array ``like``, in memory nobody else holds."""
+    moved = move(arr, device_of(like))
+    return moved.copy() if moved is arr else moved
+
+
+def _targets(target, n_classes, ignore_index, op, like):
+    """The class-index target as a private array on the device of ``like`` (validated).
 
     The ops keep the target (and the class weights) for backward, where the engine cannot see
     a change to them (they are parameters, not operands), so both are copied here: O(rows) and
     O(classes), against O(rows * classes) for the op itself.
     """
-    t = array_of(target)
+    t = _private_on(array_of(target), like)
     if t.dtype.kind not in "iu":
         raise DtypeError(f"{op}: class-index targets must be integer, got {t.dtype}")
     valid = t != ignore_index
@@ -104,7 +112,7 @@ def _targets(target, n_classes, ignore_index, op):
             f"{op}: target classes must lie in [0, {n_classes}) (or equal ignore_index "
             f"{ignore_index}); got values in [{int(t[valid].min())}, {int(t[valid].max())}]"
         )
-    return t.copy()
+    return t
 
 
 @register("cross_entropy")
@@ -193,21 +201,26 @@ class NllLoss:
 
 
 def _like_input(w, input):  # noqa: A002
-    """A weight given as an array (not a Tensor) takes the input's dtype; Tensors are kept."""
+    """A weight given as an array or a list (not a Tensor) takes the input's dtype and device;
+    Tensors are kept."""
     from ferro._C.tensor import TensorBase
 
     if w is None or isinstance(w, TensorBase):
         return w
-    return np.asarray(w, dtype=input.dtype)
+    data = array_of(input)
+    arr = w if is_device_array(w) else np.asarray(w)
+    return move(arr, device_of(data)).astype(data.dtype, copy=False)
 
 
-def _class_weight(weight, n_classes, dtype, op):
+def _class_weight(weight, n_classes, like, op):
+    """The class weights as a private array of ``like``'s dtype and device."""
     if weight is None:
         return None
     w = array_of(weight)
     if w.shape != (n_classes,):
         raise ShapeError(f"{op}: weight must have shape ({n_classes},), got {w.shape}")
-    return w.astype(dtype, copy=True)  # kept for backward: see _targets
+    moved = move(w, device_of(like))
+    return moved.astype(like.dtype, copy=moved is w)  # kept for backward: see _targets
 
 
 def _check_logits(input, target, op):
@@ -275,8 +288,9 @@ def _class_index_loss(op_def, name, input, target, weight, ignore_index, reducti
     classes last, apply the op on (rows, classes), restore the target's shape for "none"."""
     _check_logits(input, target, name)
     n_classes = input.shape[1] if input.ndim >= 2 else input.shape[0]
-    t = _targets(target, n_classes, ignore_index, name)
-    w = _class_weight(weight, n_classes, input.dtype, name)
+    like = array_of(input)
+    t = _targets(target, n_classes, ignore_index, name, like)
+    w = _class_weight(weight, n_classes, like, name)
     x = input
     if x.ndim == 1:
         x, t = x.reshape(1, -1), t.reshape(1)
@@ -306,7 +320,7 @@ def _cross_entropy_probs(input, target, weight, reduction, smoothing):  # noqa: 
         tgt = ew.add(ew.mul(target, 1 - smoothing), smoothing / c)
     prod = ew.mul(logp, tgt)
     if weight is not None:
-        w = _class_weight(weight, c, input.dtype, "cross_entropy")
+        w = _class_weight(weight, c, array_of(input), "cross_entropy")
         shape = (1, c) + (1,) * (input.ndim - 2) if input.ndim >= 2 else (c,)
         prod = ew.mul(prod, w.reshape(shape))
     per = ew.neg(red.sum(prod, axis=axis))

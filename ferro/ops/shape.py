@@ -17,6 +17,7 @@ import operator
 import numpy as np
 
 from ferro._C.tensor import TensorBase
+from ferro.backend import device_of, is_array, move
 from ferro.errors import (
     ArgumentError,
     ArgumentTypeError,
@@ -25,7 +26,6 @@ from ferro.errors import (
     NotSupportedError,
     ShapeError,
 )
-from ferro.ops.device import device_of, move
 from ferro.ops.registry import apply, register
 
 
@@ -386,10 +386,6 @@ def _scatter_add_into_zeros(xp, shape, where, gy):
     return gx
 
 
-def _is_array(a) -> bool:
-    return isinstance(a, np.ndarray) or type(a).__module__.split(".")[0] == "cupy"
-
-
 def _on_device_of(arr, like):
     """``arr`` on the device of the array ``like`` (``arr`` itself when it is there already)."""
     if type(arr) is np.ndarray and type(like) is np.ndarray:
@@ -409,7 +405,7 @@ def _index_operand(index, like, op, kinds="iu"):
     if isinstance(index, TensorBase):
         arr = _on_device_of(index.data, like)
         operand = index if arr is index.data else arr
-    elif _is_array(index):
+    elif is_array(index):
         arr = _on_device_of(index, like)
         operand = arr = index.copy() if arr is index else arr
     elif isinstance(index, (list, tuple, numbers.Integral)) and not isinstance(index, bool):
@@ -459,7 +455,7 @@ def _index_items(index, like):
             pass
         elif type(it) is slice:
             it = slice(_bound(it.start), _bound(it.stop), _bound(it.step))
-        elif isinstance(it, (TensorBase, list)) or _is_array(it):
+        elif isinstance(it, (TensorBase, list)) or is_array(it):
             it = _index_operand(it, like, "getitem", kinds="iub")[0]
             advanced = True
         elif isinstance(it, numbers.Integral):  # NumPy integers, bools
@@ -670,7 +666,7 @@ class Scatter:
 def _scatter(x, dim, index, src, add, op):
     a = _axis(dim, x.ndim, op)
     operand, idx = _gather_index(x, index, a, op)
-    if isinstance(src, TensorBase) or _is_array(src):
+    if isinstance(src, TensorBase) or is_array(src):
         if src.dtype != x.dtype:
             raise DtypeError(
                 f"{op}: src has dtype {src.dtype}, the input {x.dtype}; convert one with .to(dtype)"

@@ -17,6 +17,7 @@ from ferro._C import cpu_kernels
 from ferro._C.engine import bump_version, overrides_enabled
 from ferro._C.tensor import TensorBase
 from ferro.autograd.grad_mode import no_grad
+from ferro.backend import device_of, is_array, move
 from ferro.errors import (
     ArgumentError,
     ArgumentTypeError,
@@ -195,7 +196,7 @@ class Optimizer:
             for p in g["params"]:
                 if p in self.state:
                     state[index[id(p)]] = {
-                        k: (v.copy() if _is_array(v) else copy.deepcopy(v))
+                        k: (v.copy() if is_array(v) else copy.deepcopy(v))
                         for k, v in self.state[p].items()
                     }
         return {"state": state, "param_groups": groups}
@@ -303,23 +304,16 @@ def _copy_hyper(group) -> dict:
     return copy.deepcopy({k: v for k, v in group.items() if k != "params"})
 
 
-def _is_array(v) -> bool:
-    """A NumPy or CuPy array (optimizer state is held as raw arrays)."""
-    return type(v).__module__.split(".")[0] in ("numpy", "cupy") and hasattr(v, "shape")
-
-
 def _state_value(where: str, i: int, key, v, p):
     """One loaded state value, checked against parameter ``p`` and copied: arrays onto ``p``'s
     device and dtype, ``"step"`` as an int, anything else deep-copied."""
     import copy
 
-    from ferro.errors import ArgumentError, DtypeError, ShapeError
-    from ferro.ops.device import device_of, move
-
     if isinstance(v, TensorBase):
         v = v.data
     if key == "step":
-        step = v.item() if _is_array(v) and v.shape == () else v
+        scalar = isinstance(v, np.generic) or (is_array(v) and v.shape == ())
+        step = v.item() if scalar else v
         if isinstance(step, float) and step.is_integer():  # PyTorch saves steps as floats
             step = int(step)
         if type(step) is not int or step < 0:
@@ -327,17 +321,18 @@ def _state_value(where: str, i: int, key, v, p):
                 f"{where}: 'step' of parameter {i} must be a non-negative int, got {v!r}"
             )
         return step
-    if not _is_array(v):
+    if not is_array(v):
         return copy.deepcopy(v)
     if tuple(v.shape) != tuple(p.shape):
         raise ShapeError(
             f"{where}: state {key!r} of parameter {i} has shape {tuple(v.shape)}, the "
             f"parameter {tuple(p.shape)}"
         )
-    if v.dtype.kind not in "biuf" or not np.can_cast(v.dtype, p.dtype, "same_kind"):
+    target = p.data.dtype
+    if v.dtype.kind not in "biuf" or not np.can_cast(v.dtype, target, "same_kind"):
         raise DtypeError(
             f"{where}: state {key!r} of parameter {i} has dtype {v.dtype}, which does not "
-            f"cast to the parameter's {p.dtype}"
+            f"cast to the parameter's {target}"
         )
     moved = move(v, device_of(p.data))
-    return moved.astype(p.dtype, copy=moved is v)
+    return moved.astype(target, copy=moved is v)

@@ -12,6 +12,7 @@ from ferro._C import cpu_kernels as K
 from ferro._C.engine import bump_version
 from ferro._C.tensor import TensorBase
 from ferro.autograd.grad_mode import enable_grad
+from ferro.backend import is_array as _is_array
 from ferro.errors import (
     ArgumentError,
     ArgumentTypeError,
@@ -21,7 +22,7 @@ from ferro.errors import (
     ShapeError,
 )
 from ferro.ops.device import device_of, move
-from ferro.optim.optimizer import Optimizer, _is_array, _read_only
+from ferro.optim.optimizer import Optimizer, _read_only
 
 
 def _refuse_differentiable(name: str, differentiable: bool, capturable: bool = False) -> None:

@@ -119,7 +119,7 @@ def test_fork_rng_restores_the_cpu_and_device_states_even_after_an_error(monkeyp
     def no_cupy():
         raise AssertionError("fork_rng() imported CuPy without a device named")
 
-    monkeypatch.setattr(cuda, "_cupy", no_cupy)
+    monkeypatch.setattr(ferro.backend, "cupy_or_none", no_cupy)
     monkeypatch.setattr(cuda, "_states", {})
     cuda.set_rng_state((3, 10), 0)
     ferro.manual_seed(2)

@@ -26,7 +26,7 @@ from multiprocessing.reduction import ForkingPickler
 
 import numpy as np
 
-import ferro
+from ferro import random as _random
 from ferro.utils.data.fetch import IterableFetcher, MapFetcher
 
 # How often a waiting worker checks that it should stop or that its parent died (seconds).
@@ -120,7 +120,7 @@ def _seed_worker(base_seed: int, worker_id: int) -> int:
     PyTorch's ``_generate_state`` computes (which is NumPy's ``SeedSequence``)."""
     seed = base_seed + worker_id
     random.seed(seed)
-    ferro.manual_seed(seed)
+    _random.manual_seed(seed)
     entropy = [worker_id, base_seed & 0xFFFFFFFF, base_seed >> 32, 0]
     np.random.seed(np.random.SeedSequence(entropy).generate_state(4))
     return seed

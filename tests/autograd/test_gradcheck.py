@@ -2,10 +2,10 @@
 
 import numpy as np
 import pytest
-from ferro._C.graph import OpDef
 
 import ferro
 from ferro._C.engine import apply
+from ferro._C.graph import OpDef
 from ferro.errors import DtypeError, GradcheckError
 from ferro.testing import gradcheck
 

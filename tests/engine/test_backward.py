@@ -4,10 +4,10 @@ import sys
 
 import numpy as np
 import pytest
-from ferro._C.graph import OpDef
 
 import ferro
 from ferro._C.engine import apply
+from ferro._C.graph import OpDef
 from ferro.errors import DtypeError, GradientError, GraphError, ShapeError
 
 

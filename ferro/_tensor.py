@@ -3,16 +3,27 @@
 The autograd fields (data, grad, grad_fn, requires_grad, version) live in the Cython base class
 :class:`ferro._C.tensor.TensorBase`; this subclass adds no instance state (``__slots__ = ()``)
 and only forwards to ops, so an op output is created by the engine directly as a ``Tensor``.
+
+NumPy interop: a NumPy ufunc or function called on tensors (``np.exp(t)``, ``np.add(t, 1)``,
+``np.sum(t, axis=0)``, ``np.concatenate([t, t])``, ``ndarray * t``) runs the ferro op of the same
+meaning when ferro has one (``_UFUNCS``, ``_FUNCTIONS``) and returns a Tensor, with history when
+an input requires grad. Any other NumPy call sees the tensors' data and returns what NumPy returns
+(arrays), except that it raises ArgumentTypeError when a tensor requires grad: its result would
+silently leave the graph (PyTorch raises there too). ``np.asarray(t)`` and ``t.numpy()`` are
+explicit conversions (``numpy()`` refuses a tensor that requires grad; ``np.asarray`` returns the
+data, as ``t.detach().numpy()`` would).
 """
 
 from __future__ import annotations
+
+import copy
 
 import numpy as np
 
 from ferro import autograd as _autograd
 from ferro._C import engine as _engine
 from ferro._C.tensor import TensorBase, set_tensor_type
-from ferro.errors import GraphError, ShapeError
+from ferro.errors import ArgumentTypeError, GraphError, ShapeError
 from ferro.ops import activation as _act
 from ferro.ops import elementwise as _ew
 from ferro.ops import inplace as _ip
@@ -52,8 +63,13 @@ class Tensor(TensorBase):
     """
 
     __slots__ = ()
-    # Make ``ndarray * Tensor`` defer to Tensor's reflected operators.
-    __array_priority__ = 1000
+
+    def __init__(self, *args, **kwargs) -> None:
+        # The engine makes tensors without calling __init__; only ``ferro.Tensor(...)`` gets here.
+        raise ArgumentTypeError(
+            "Tensor(...) cannot be called directly: create tensors with ferro.tensor(data), "
+            "ferro.from_numpy(array) or a factory such as ferro.zeros(2, 3)"
+        )
 
     # Arithmetic. The forward functions take (a, b), so they serve directly as methods.
     __add__ = _ew.add
@@ -98,9 +114,11 @@ class Tensor(TensorBase):
     zero_ = _ip.zero_
 
     def __iter__(self):
+        # One unbind op for all rows (as PyTorch): backward stacks the rows' gradients once,
+        # where a getitem per row would scatter each into zeros of the whole tensor.
         if self.ndim == 0:
-            raise TypeError("iteration over a 0-d tensor")
-        return (self[i] for i in range(self.shape[0]))
+            raise ArgumentTypeError("iteration over a 0-d tensor")
+        return iter(_sh.unbind(self, 0))
 
     # Methods that mirror the functions in ferro.ops.
     add = _ew.add
@@ -168,6 +186,7 @@ class Tensor(TensorBase):
     flip = _sh.flip
     roll = _sh.roll
     split = _sh.split
+    unbind = _sh.unbind
     chunk = _sh.chunk
 
     def clone(self) -> Tensor:
@@ -306,6 +325,66 @@ class Tensor(TensorBase):
     def __int__(self) -> int:
         return int(self.item())
 
+    def __index__(self) -> int:
+        # range(t), lst[t], slice bounds: integer (or bool) one-element tensors only, as PyTorch.
+        if self.data.size != 1 or self.dtype.kind not in "iub":
+            raise ArgumentTypeError(
+                "only integer tensors of a single element can be converted to an index; got a "
+                f"{self.dtype} tensor of shape {tuple(self.shape)}"
+            )
+        return int(self.data.item())
+
+    def __format__(self, spec: str) -> str:
+        # f"{loss:.4f}": a one-element tensor formats as its value; no spec gives the repr.
+        if not spec:
+            return repr(self)
+        if self.data.size != 1:
+            raise ArgumentTypeError(
+                f"format: a format spec ({spec!r}) applies to one-element tensors only; got "
+                f"shape {tuple(self.shape)}"
+            )
+        return format(self.item(), spec)
+
+    def __reduce_ex__(self, protocol):
+        # pickle and copy.copy: the data, dtype and requires_grad, as PyTorch pickles a tensor.
+        # A non-leaf comes back as a leaf without history; .grad and hooks are not pickled.
+        data = self.data
+        if type(data) is not np.ndarray and isinstance(data, np.ndarray):
+            data = np.asarray(data)  # a memmap (or other subclass) pickles as a plain array
+        return (_rebuild, (type(self), data, self.requires_grad))
+
+    def __deepcopy__(self, memo):
+        if self.grad_fn is not None:
+            raise GraphError(
+                "deepcopy: only leaf tensors (made by the user, not by a recorded op) can be "
+                f"deep-copied; got a tensor with grad_fn=<{self.grad_fn.name()}>. Deep-copy "
+                "t.detach() for its values"
+            )
+        out = _rebuild(type(self), copy.deepcopy(self.data, memo), self.requires_grad)
+        memo[id(self)] = out
+        if self.grad is not None:
+            out.grad = copy.deepcopy(self.grad, memo)
+        return out
+
+    # NumPy interop (see the module docstring).
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        fn = _UFUNCS.get(ufunc) if method == "__call__" and not kwargs else None
+        if fn is not None:
+            return fn(*inputs)
+        name = f"numpy.{ufunc.__name__}" + ("" if method == "__call__" else f".{method}")
+        return _on_data(name, getattr(ufunc, method), inputs, kwargs)
+
+    def __array_function__(self, func, types, args, kwargs):
+        adapter = _FUNCTIONS.get(func)
+        if adapter is not None:
+            out = adapter(*args, **kwargs)
+            if out is not NotImplemented:
+                return out
+        name = f"numpy.{func.__name__}"
+        if func in _METADATA_FUNCTIONS:
+            return func(*_unwrap(args), **_unwrap(kwargs))
+        return _on_data(name, func, args, kwargs)
+
     def __bool__(self) -> bool:
         if self.data.size != 1:
             raise ShapeError(
@@ -324,6 +403,192 @@ class Tensor(TensorBase):
         elif self.requires_grad:
             extras.append("requires_grad=True")
         return "tensor(" + body + "".join(", " + e for e in extras) + ")"
+
+
+def _rebuild(cls, data, requires_grad):
+    """Unpickle (or copy) a tensor: a leaf of type ``cls`` holding ``data``."""
+    t = TensorBase.__new__(cls)
+    t.data = data
+    if requires_grad:
+        t.requires_grad_(True)
+    return t
+
+
+def _walk(obj, leaf):
+    """``obj`` with ``leaf`` applied to every tensor inside its tuples, lists and dicts."""
+    if isinstance(obj, TensorBase):
+        return leaf(obj)
+    if isinstance(obj, (tuple, list)):
+        return type(obj)(_walk(o, leaf) for o in obj)
+    if isinstance(obj, dict):
+        return {k: _walk(v, leaf) for k, v in obj.items()}
+    return obj
+
+
+def _unwrap(obj):
+    return _walk(obj, lambda t: t.data)
+
+
+def _on_data(name, call, args, kwargs):
+    """Run a NumPy call ferro has no op for on the tensors' data, unless that would drop a graph
+    (a tensor requires grad) or write into a tensor behind autograd's back (``out=``)."""
+    found = []
+    _walk((args, kwargs), found.append)
+    if any(t.requires_grad for t in found):
+        raise ArgumentTypeError(
+            f"{name}: ferro has no differentiable version of this call, and running it on the "
+            "data of a tensor that requires grad would drop the graph. Use the ferro op, or "
+            "pass t.detach() to get a NumPy result without gradient"
+        )
+    outs = []
+    _walk(kwargs.get("out"), outs.append)
+    if outs:
+        raise ArgumentTypeError(
+            f"{name}: out= cannot be a ferro Tensor (NumPy would write into it without "
+            "autograd's version counter seeing it); use an in-place method such as t.add_()"
+        )
+    return call(*_unwrap(args), **_unwrap(kwargs))
+
+
+# NumPy ufunc -> the ferro op, for ``__call__`` without keyword arguments (out=, dtype=, ...).
+_UFUNCS = {
+    np.add: _ew.add,
+    np.subtract: _ew.sub,
+    np.multiply: _ew.mul,
+    np.true_divide: _ew.div,
+    np.power: _ew.pow,
+    np.negative: _ew.neg,
+    np.absolute: _ew.abs,
+    np.exp: _ew.exp,
+    np.expm1: _ew.expm1,
+    np.log: _ew.log,
+    np.log1p: _ew.log1p,
+    np.sqrt: _ew.sqrt,
+    np.sin: _ew.sin,
+    np.cos: _ew.cos,
+    np.tanh: _ew.tanh,
+    np.sign: _ew.sign,
+    np.maximum: _ew.maximum,
+    np.minimum: _ew.minimum,
+    np.matmul: _la.matmul,
+    np.equal: _ew.eq,
+    np.not_equal: _ew.ne,
+    np.less: _ew.lt,
+    np.less_equal: _ew.le,
+    np.greater: _ew.gt,
+    np.greater_equal: _ew.ge,
+}
+
+
+def _plain(**given) -> bool:
+    """True when every NumPy-only argument (dtype=, out=, ...) was left at its default."""
+    return all(v is None for v in given.values())
+
+
+def _np_reduction(op):
+    def adapter(a, axis=None, dtype=None, out=None, keepdims=False, **rest):
+        if not _plain(dtype=dtype, out=out) or rest:
+            return NotImplemented
+        return op(a, axis=axis, keepdims=bool(keepdims))
+
+    return adapter
+
+
+def _np_moment(op):
+    def adapter(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, **rest):
+        if not _plain(dtype=dtype, out=out) or rest:
+            return NotImplemented
+        return op(a, axis=axis, correction=ddof, keepdims=bool(keepdims))
+
+    return adapter
+
+
+def _np_extreme(op):
+    def adapter(a, axis=None, out=None, keepdims=False, **rest):
+        if out is not None or rest:
+            return NotImplemented
+        return op(a, axis=axis, keepdims=bool(keepdims))
+
+    return adapter
+
+
+def _np_join(op):
+    def adapter(arrays, axis=0, out=None, **rest):
+        if out is not None or rest:
+            return NotImplemented
+        if axis is None:
+            return op([_sh.reshape(a, -1) for a in arrays], 0)
+        return op(arrays, axis)
+
+    return adapter
+
+
+def _np_cumsum(a, axis=None, dtype=None, out=None):
+    if not _plain(dtype=dtype, out=out):
+        return NotImplemented
+    return _red.cumsum(_sh.reshape(a, -1), 0) if axis is None else _red.cumsum(a, axis)
+
+
+def _np_reshape(a, shape=None, order="C", **rest):
+    if order != "C" or shape is None or rest:
+        return NotImplemented
+    return _sh.reshape(a, shape)
+
+
+def _np_transpose(a, axes=None):
+    return _sh.permute(a, tuple(range(a.ndim - 1, -1, -1)) if axes is None else axes)
+
+
+def _np_flip(m, axis=None):
+    return _sh.flip(m, tuple(range(m.ndim)) if axis is None else axis)
+
+
+def _np_where(condition, *xy):
+    return _ew.where(condition, *xy) if len(xy) == 2 else NotImplemented
+
+
+def _np_dot(a, b, out=None):
+    # np.dot is matmul for 1-D and 2-D operands only.
+    if out is not None or not all(getattr(v, "ndim", 0) in (1, 2) for v in (a, b)):
+        return NotImplemented
+    return _la.matmul(a, b)
+
+
+def _np_einsum(subscripts, *operands, out=None, **rest):
+    if out is not None or rest or not isinstance(subscripts, str):
+        return NotImplemented
+    return _la.einsum(subscripts, *operands)
+
+
+# NumPy function -> an adapter taking NumPy's arguments; it returns NotImplemented for arguments
+# the ferro op has no equivalent of, and the call then runs on the data (_on_data).
+_FUNCTIONS = {
+    np.sum: _np_reduction(_red.sum),
+    np.mean: _np_reduction(_red.mean),
+    np.prod: _np_reduction(_red.prod),
+    np.max: _np_extreme(_red.amax),
+    np.amax: _np_extreme(_red.amax),
+    np.min: _np_extreme(_red.amin),
+    np.amin: _np_extreme(_red.amin),
+    np.var: _np_moment(_red.var),
+    np.std: _np_moment(_red.std),
+    np.cumsum: _np_cumsum,
+    np.concatenate: _np_join(_sh.cat),
+    np.stack: _np_join(_sh.stack),
+    np.reshape: _np_reshape,
+    np.transpose: _np_transpose,
+    np.squeeze: lambda a, axis=None: _sh.squeeze(a, axis),
+    np.expand_dims: lambda a, axis: _sh.unsqueeze(a, axis),
+    np.flip: _np_flip,
+    np.roll: lambda a, shift, axis=None: _sh.roll(a, shift, axis),
+    np.tile: lambda A, reps: _sh.tile(A, reps),
+    np.where: _np_where,
+    np.dot: _np_dot,
+    np.einsum: _np_einsum,
+}
+
+# Functions that read only shapes and dtypes: they work on any tensor.
+_METADATA_FUNCTIONS = frozenset([np.shape, np.ndim, np.size, np.result_type])
 
 
 set_tensor_type(Tensor)

@@ -12,6 +12,8 @@ builtin a Python user would expect, so ``except ValueError`` keeps working:
   shape or dtype of gradients.
 - :class:`AnomalyError` (``GraphError``): NaN/Inf in a gradient under anomaly detection.
 - :class:`CheckpointError` (``GraphError``): a checkpoint's recomputation did not match.
+- :class:`SerializationError` (``ValueError``): ``ferro.load`` of a file that is not a valid ferro
+  state file (nothing is executed, nothing partially loaded).
 - :class:`GradcheckError` (``AssertionError``): ``ferro.testing.gradcheck`` found a wrong gradient.
 - :class:`ArgumentError` (``ValueError``): an argument's value is not allowed (a negative size,
   an unknown mode string, a size that overflows, ...).

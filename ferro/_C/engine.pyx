@@ -41,6 +41,8 @@ from ferro._C.accumulate cimport (
 from ferro._C.graph cimport (
     Node,
     OpDef,
+    no_edges,
+    unrecorded_ctx,
     _as_array,
     _check_versions,
     _device_name,
@@ -183,16 +185,13 @@ def apply(OpDef op, *args, **params):
     cdef long mode = grad_mode()
     cdef bint record = False, inference = mode == MODE_INFERENCE
     cdef TensorBase t, first_t = None
-    cdef Node node = Node.__new__(Node)
-    cdef object arr, first_arr = None, a
-    cdef bint is_array
+    cdef Node node = None
+    cdef object arr, first_arr = None, a, ctx
+    cdef bint is_array, fused = False, raw = False
     cdef tuple call = PyTuple_New(n + 1)
     cdef type atype = None
 
-    Py_INCREF(node)
-    PyTuple_SET_ITEM(call, 0, node)
-    node.op = op
-    node._prof_id = -1
+    # call = (ctx, *arrays); slot 0 is filled below, once we know whether a Node is needed.
     for i in range(n):
         a = args[i]
         if isinstance(a, TensorBase):
@@ -206,6 +205,7 @@ def apply(OpDef op, *args, **params):
         elif type(a) is cnp.ndarray:
             arr = a
             is_array = True
+            raw = True
         elif isinstance(a, _generic):
             # NumPy scalars promote strongly; a Python scalar keeps the tensor's dtype.
             arr = a.item()
@@ -234,22 +234,37 @@ def apply(OpDef op, *args, **params):
         PyTuple_SET_ITEM(call, i + 1, arr)
     if atype is None:
         raise ArgumentTypeError(f"{op.name}: expected at least one tensor argument")
-    node.xp = _xp_of(first_arr)
+    xp = _xp_of(first_arr)
     record = record and op.differentiable
-    if record:
-        _link(node, args, n, op)
-        if _F.anomaly:
-            node._site = _user_site()
+    if record or op.private_ctx:
+        node = Node.__new__(Node)
+        node.op = op
+        node.xp = xp
+        node._prof_id = -1
+        if record:
+            _link(node, args, n, op)
+            if _F.anomaly:
+                node._site = _user_site()
+        else:
+            node._next = no_edges(n)
+        ctx = node
+    else:
+        # Note [ctx contract]: nothing is recorded, so no Node is allocated.
+        ctx = unrecorded_ctx(xp, n)
+    Py_INCREF(ctx)
+    PyTuple_SET_ITEM(call, 0, ctx)
+    if record and raw:
+        call = _copy_raw_arrays(call)  # after slot 0 is set: the tuple is complete
 
     fwd = op.forward
     if _F.overrides:
         if atype is cnp.ndarray:
             if op.cpu_forward is not None:
                 fwd = op.cpu_forward
-                node._fused = True
+                fused = True
         elif op.gpu_forward is not None:
             fwd = op.gpu_forward
-            node._fused = True
+            fused = True
     cdef long long t0 = 0
     if _F.profiler is not None:
         t0 = clock_ns()
@@ -271,9 +286,11 @@ def apply(OpDef op, *args, **params):
         out = _as_array(out)
         n_out = 1
     if _F.profiler is not None:
-        node._prof_id = _F.profiler.record_forward(
+        prof_id = _F.profiler.record_forward(
             op.name, call, outs if outs is not None else out, t0, clock_ns(), record
         )
+        if node is not None:
+            node._prof_id = prof_id
 
     if not record:
         if outs is None:
@@ -287,6 +304,7 @@ def apply(OpDef op, *args, **params):
                 _share_version(<TensorBase>r, first_t)
         return results
 
+    node._fused = fused
     node._n_out = n_out
     if outs is None:
         node._shape0 = out.shape
@@ -315,6 +333,18 @@ def apply(OpDef op, *args, **params):
     if node._saved is not None:
         _record_saved_versions(node, args, n, results)
     return results
+
+
+cdef tuple _copy_raw_arrays(tuple call):
+    # A NumPy array passed to a recorded op (not a Tensor) has no version counter, so the op
+    # may not save it as is: the caller could change it before backward and get a wrong
+    # gradient. A writeable one is copied (a read-only one cannot change through this name).
+    out = list(call)
+    for i in range(1, len(out)):
+        a = out[i]
+        if type(a) is cnp.ndarray and cnp.PyArray_ISWRITEABLE(<cnp.ndarray>a):
+            out[i] = a.copy()
+    return tuple(out)
 
 
 cdef int _check_broadcast(OpDef op, tuple call) except -1:

@@ -18,6 +18,7 @@ cdef class OpDef:
     cdef readonly object cpu_backward
     cdef readonly object gpu_forward     # fused GPU (RawKernel) overrides, likewise
     cdef readonly object gpu_backward
+    cdef readonly bint private_ctx   # forward reads back what it stores on ctx (Function)
 
 
 cdef class _Packed:
@@ -57,11 +58,18 @@ cdef class Node:
     cdef object __weakref__
 
 
+cdef class UnrecordedCtx:
+    cdef readonly object xp
+    cdef readonly tuple needs_input_grad
+
+
 cdef class RemovableHandle:
     cdef object _dict_ref
     cdef readonly Py_ssize_t id
 
 
+cdef UnrecordedCtx unrecorded_ctx(object xp, Py_ssize_t n)
+cdef tuple no_edges(Py_ssize_t n)
 cdef object _xp_of(object arr)
 cdef str _device_name(object arr)
 cdef object _scalar_to_array(object x)

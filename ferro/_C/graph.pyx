@@ -81,11 +81,14 @@ cdef class OpDef:
         same_dtype: every array argument must have one dtype (no silent promotion).
         view: the (single) output shares the first input's memory (shares its version counter).
         display: the class name shown in ``grad_fn`` reprs.
+        private_ctx: forward reads back attributes it stores on ``ctx``, so it gets a fresh
+            :class:`Node` even when nothing is recorded (``autograd.Function``: user code);
+            ferro's own ops get the shared :class:`UnrecordedCtx` then (Note [ctx contract]).
     """
 
     def __init__(self, str name, forward, backward=None, *, bint broadcasts=False,
                  bint differentiable=True, bint same_dtype=True, bint view=False,
-                 str display=None):
+                 str display=None, bint private_ctx=False):
         if differentiable and backward is None:
             raise ArgumentTypeError(f"op {name!r}: a differentiable op needs a backward")
         self.name = name
@@ -95,6 +98,7 @@ cdef class OpDef:
         self.differentiable = differentiable
         self.same_dtype = same_dtype
         self.view = view
+        self.private_ctx = private_ctx
         self.display = display or "".join(p.capitalize() for p in name.split("_"))
 
     def set_cpu_override(self, forward=None, backward=None):
@@ -129,6 +133,65 @@ cdef class _Packed:
 
 cdef bint _is_array(object a):
     return type(a) is cnp.ndarray or type(a) in _xp_by_type
+
+
+# Note [ctx contract] (docs/design.md): when nothing is recorded (no_grad, inference_mode, or no
+# input requires grad) an op's forward gets a shared, stateless ctx instead of a Node: no
+# allocation on that path. It has ``xp`` and ``needs_input_grad`` (one False per positional
+# input), and drops ``save`` and attribute writes, so a forward must not read back what it
+# stored on ctx (tests/ops/test_ctx_contract.py checks every registered op).
+cdef class UnrecordedCtx:
+    """The ``ctx`` of an op whose application is not recorded (shared; see Note [ctx contract])."""
+
+    def save(self, *arrays):
+        """Nothing is recorded: dropped."""
+
+    def save_for_backward(self, *tensors):
+        """Nothing is recorded: dropped."""
+
+    def mark_non_differentiable(self, *outputs):
+        """Nothing is recorded: every output is non-differentiable already."""
+
+    def set_materialize_grads(self, bint value):
+        """Nothing is recorded: dropped."""
+
+    def __setattr__(self, name, value):
+        # Attribute writes are what an op stores for backward, which will not run.
+        pass
+
+    def __repr__(self):
+        return f"<UnrecordedCtx xp={self.xp.__name__} inputs={len(self.needs_input_grad)}>"
+
+
+cdef list _unrecorded_np = []
+cdef dict _unrecorded_other = {}
+cdef list _no_edges = []
+
+
+cdef tuple no_edges(Py_ssize_t n):
+    """``(None,) * n``, cached: the edges of a node that links to nothing."""
+    while len(_no_edges) <= n:
+        _no_edges.append((None,) * len(_no_edges))
+    return <tuple>_no_edges[n]
+
+
+cdef UnrecordedCtx _new_unrecorded(object xp, Py_ssize_t n):
+    cdef UnrecordedCtx c = UnrecordedCtx.__new__(UnrecordedCtx)
+    c.xp = xp
+    c.needs_input_grad = (False,) * n
+    return c
+
+
+cdef UnrecordedCtx unrecorded_ctx(object xp, Py_ssize_t n):
+    """The shared ctx for ``n`` positional inputs on backend ``xp`` (one per pair, immutable)."""
+    if xp is _np:
+        while len(_unrecorded_np) <= n:
+            _unrecorded_np.append(_new_unrecorded(_np, len(_unrecorded_np)))
+        return <UnrecordedCtx>_unrecorded_np[n]
+    c = _unrecorded_other.get((xp, n))
+    if c is None:
+        c = _unrecorded_other[(xp, n)] = _new_unrecorded(xp, n)
+    return <UnrecordedCtx>c
 
 
 cdef class Node:
@@ -233,8 +296,6 @@ cdef class Node:
     @property
     def needs_input_grad(self):
         """Per positional input of forward: does a gradient need to flow to it?"""
-        if self._next is None:
-            return ()
         return tuple(t is not None for t in self._next)
 
     def name(self):

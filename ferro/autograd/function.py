@@ -63,6 +63,7 @@ def _make_opdef(cls) -> OpDef:
         backward,
         same_dtype=False,
         display=name,
+        private_ctx=True,  # user code may read back what it stores on ctx
     )
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import threading
 
 from ferro._C.engine import (
     _get_mode,
@@ -33,17 +34,22 @@ class _ModeContext:
         return super().__new__(cls)
 
     def __init__(self) -> None:
-        self._tokens: list = []
+        # One stack of tokens per thread: an instance shared between threads (a module-level
+        # ``ng = no_grad()`` entered in two threads at once) must not pop another thread's token.
+        self._local = threading.local()
 
     def _mode(self) -> int:
         raise NotImplementedError
 
+    def _tokens(self) -> list:
+        return self._local.__dict__.setdefault("tokens", [])
+
     def __enter__(self):
-        self._tokens.append(_set_mode(self._mode()))
+        self._tokens().append(_set_mode(self._mode()))
         return self
 
     def __exit__(self, *exc) -> None:
-        _reset_mode(self._tokens.pop())
+        _reset_mode(self._tokens().pop())
 
     def _clone(self):
         return type(self)()
@@ -159,7 +165,7 @@ class set_grad_enabled(_ModeContext):
     def __init__(self, mode: bool) -> None:
         super().__init__()
         self.mode = bool(mode)
-        self._tokens.append(_set_mode(self._mode()))
+        self._tokens().append(_set_mode(self._mode()))
 
     def _mode(self) -> int:
         return _GRAD if self.mode else _NO_GRAD
@@ -172,8 +178,9 @@ class set_grad_enabled(_ModeContext):
 
     def __call__(self, func):
         # Used as a decorator: undo the switch made at construction; apply it per call instead.
-        if self._tokens:
-            _reset_mode(self._tokens.pop())
+        tokens = self._tokens()
+        if tokens:
+            _reset_mode(tokens.pop())
         return super().__call__(func)
 
 

@@ -116,8 +116,8 @@ def _ce_forward(ctx, logits, **params):
             ctx.target, ctx.ignore, ctx.lse, ctx.reduction = target, ignore, lse, reduction
             if reduction == "mean":
                 # Rows not ignored, counted on the device: nothing waits for the GPU here.
-                ctx.denom = (target != ignore).sum().astype(logits.dtype)
-                return per_row.sum() / ctx.denom
+                ctx.denom = denom = (target != ignore).sum().astype(logits.dtype)
+                return per_row.sum() / denom
             ctx.denom = ctx.xp.ones((), dtype=logits.dtype)
             return per_row if reduction == "none" else per_row.sum()
     ctx.fused = False

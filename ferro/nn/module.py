@@ -9,13 +9,7 @@ import numpy as np
 
 from ferro._C.engine import RemovableHandle, bump_version
 from ferro._C.tensor import TensorBase
-from ferro.errors import (
-    ArgumentError,
-    ArgumentTypeError,
-    DtypeError,
-    ReadOnlyError,
-    ShapeError,
-)
+from ferro.errors import ArgumentError, ArgumentTypeError, DtypeError, ReadOnlyError, ShapeError
 from ferro.nn.parameter import Parameter
 from ferro.ops.device import device_of, move
 
@@ -28,7 +22,9 @@ class _Hooks:
 
     def add(self, fn) -> RemovableHandle:
         if not callable(fn):
-            raise TypeError(f"hook must be callable, got {type(fn).__name__}")
+            raise ArgumentTypeError(
+                f"register hook: the hook must be callable, got {type(fn).__name__}"
+            )
         h = RemovableHandle(self.fns)
         self.fns[h.id] = fn
         return h
@@ -139,14 +135,14 @@ class Module:
     def register_parameter(self, name: str, param: Parameter | None) -> None:
         """Register ``param`` (or None) under ``name``."""
         if param is not None and not isinstance(param, Parameter):
-            raise TypeError(f"register_parameter: {name!r} must be a Parameter or None")
+            raise ArgumentTypeError(f"register_parameter: {name!r} must be a Parameter or None")
         self._parameters[name] = param
 
     def register_buffer(self, name: str, tensor, persistent: bool = True) -> None:
         """Register a tensor that is part of the state (saved by ``state_dict`` when
         ``persistent``) but not a parameter."""
         if tensor is not None and not isinstance(tensor, TensorBase):
-            raise TypeError(f"register_buffer: {name!r} must be a Tensor or None")
+            raise ArgumentTypeError(f"register_buffer: {name!r} must be a Tensor or None")
         self._buffers[name] = tensor
         if not persistent:
             self.__dict__.setdefault("_non_persistent", set()).add(name)
@@ -154,7 +150,7 @@ class Module:
     def add_module(self, name: str, module: Module | None) -> None:
         """Register a submodule under ``name``."""
         if module is not None and not isinstance(module, Module):
-            raise TypeError(f"add_module: {name!r} must be a Module")
+            raise ArgumentTypeError(f"add_module: {name!r} must be a Module")
         self._modules[name] = module
 
     # Traversal -------------------------------------------------------------------------------

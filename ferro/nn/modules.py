@@ -7,6 +7,7 @@ import math
 from collections import OrderedDict
 
 import ferro
+from ferro.errors import ArgumentError, IndexOutOfRangeError
 from ferro.nn import functional as F
 from ferro.nn import init
 from ferro.nn.module import Module
@@ -50,13 +51,21 @@ class Linear(Module):
 
 
 class Embedding(Module):
-    """A lookup table of ``num_embeddings`` vectors of size ``embedding_dim`` (N(0, 1) init)."""
+    """A lookup table of ``num_embeddings`` vectors of size ``embedding_dim`` (N(0, 1) init).
+
+    Indices must lie in ``[0, num_embeddings)``; any other raises IndexOutOfRangeError.
+    """
 
     def __init__(
         self, num_embeddings: int, embedding_dim: int, padding_idx=None, dtype=None
     ) -> None:
         super().__init__()
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
+        if padding_idx is not None and not -num_embeddings <= padding_idx < num_embeddings:
+            raise IndexOutOfRangeError(
+                f"Embedding: padding_idx {padding_idx} is out of range for {num_embeddings} "
+                "embeddings"
+            )
         self.padding_idx = padding_idx
         self.weight = Parameter(ferro.empty(num_embeddings, embedding_dim, dtype=dtype))
         init.normal_(self.weight)
@@ -76,7 +85,7 @@ class Dropout(Module):
     def __init__(self, p: float = 0.5) -> None:
         super().__init__()
         if not 0.0 <= p <= 1.0:
-            raise ValueError(f"Dropout: p must be in [0, 1], got {p}")
+            raise ArgumentError(f"Dropout: p must be in [0, 1], got {p}")
         self.p = p
 
     def forward(self, x):

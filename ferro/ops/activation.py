@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import math
 
-from ferro.errors import ShapeError
-from ferro.ops.elementwise import sigmoid_array
+from ferro.errors import ArgumentError, ShapeError
+from ferro.ops.elementwise import real_arg, sigmoid_array
 from ferro.ops.reduction import normalize_axes
 from ferro.ops.registry import apply, register
 
@@ -253,7 +253,7 @@ def leaky_relu(x, negative_slope: float = 0.01):
 
     Gradient: gx = gy where x > 0, else negative_slope * gy.
     """
-    return apply(LeakyRelu, x, slope=float(negative_slope))
+    return apply(LeakyRelu, x, slope=real_arg(negative_slope, "negative_slope", "leaky_relu"))
 
 
 def elu(x, alpha: float = 1.0):
@@ -261,7 +261,7 @@ def elu(x, alpha: float = 1.0):
 
     Gradient: gx = gy where x > 0, else gy * (y + alpha).
     """
-    return apply(Elu, x, alpha=float(alpha), scale=1.0)
+    return apply(Elu, x, alpha=real_arg(alpha, "alpha", "elu"), scale=1.0)
 
 
 def selu(x):
@@ -278,7 +278,7 @@ def gelu(x, approximate: str = "none"):
     Gradient: gx = gy * (Phi(x) + x * phi(x)) (or the derivative of the tanh form).
     """
     if approximate not in ("none", "tanh"):
-        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+        raise ArgumentError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
     return apply(Gelu, x, approximate=approximate)
 
 
@@ -303,7 +303,8 @@ def softplus(x, beta: float = 1.0, threshold: float = 20.0):
 
     Gradient: gx = gy * sigmoid(beta * x) (gy in the linear region).
     """
-    return apply(Softplus, x, beta=float(beta), threshold=float(threshold))
+    beta = real_arg(beta, "beta", "softplus")
+    return apply(Softplus, x, beta=beta, threshold=real_arg(threshold, "threshold", "softplus"))
 
 
 def hardtanh(x, min_val: float = -1.0, max_val: float = 1.0):
@@ -311,9 +312,10 @@ def hardtanh(x, min_val: float = -1.0, max_val: float = 1.0):
 
     Gradient: gx = gy strictly inside the interval, else 0.
     """
-    if min_val > max_val:
-        raise ValueError(f"hardtanh: min_val {min_val} > max_val {max_val}")
-    return apply(Hardtanh, x, lo=float(min_val), hi=float(max_val))
+    lo, hi = real_arg(min_val, "min_val", "hardtanh"), real_arg(max_val, "max_val", "hardtanh")
+    if lo > hi:
+        raise ArgumentError(f"hardtanh: min_val must not exceed max_val, got {lo} > {hi}")
+    return apply(Hardtanh, x, lo=lo, hi=hi)
 
 
 def softmax(x, axis: int = -1):

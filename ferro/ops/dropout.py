@@ -3,6 +3,8 @@ checkpointing can replay it)."""
 
 from __future__ import annotations
 
+from ferro.errors import ArgumentError
+from ferro.ops.elementwise import mul, real_arg
 from ferro.ops.registry import apply, register
 
 
@@ -37,12 +39,11 @@ def dropout(x, p: float = 0.5, training: bool = True):
 
     Gradient: gx = gy * mask / (1 - p), with the same mask as the forward.
     """
+    p = real_arg(p, "p", "dropout")
     if not 0.0 <= p <= 1.0:
-        raise ValueError(f"dropout: p must be in [0, 1], got {p}")
+        raise ArgumentError(f"dropout: p must be in [0, 1], got {p}")
     if not training or p == 0.0:
         return x
     if p == 1.0:
-        from ferro.ops.elementwise import mul
-
         return mul(x, 0.0)
-    return apply(Dropout, x, p=float(p))
+    return apply(Dropout, x, p=p)

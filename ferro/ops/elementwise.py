@@ -6,8 +6,21 @@ Naming follows Chainer: ``x, y`` arrays, ``gy`` the output gradient, ``gx`` an i
 from __future__ import annotations
 
 import math
+import numbers
 
+from ferro.errors import ArgumentError, ArgumentTypeError, DtypeError
 from ferro.ops.registry import apply, register
+
+
+def real_arg(value, name: str, op: str) -> float:
+    """``value`` as a float, for an op's real-valued parameter (a slope, a bound, ``p``): a
+    Python or NumPy real number. Anything else (a str, None, a bool) is an ArgumentTypeError
+    naming the op and the parameter, not a ValueError from ``float()`` later."""
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        return float(value)
+    raise ArgumentTypeError(
+        f"{op}: {name} must be a real number, got {type(value).__name__} {value!r}"
+    )
 
 
 @register("add", broadcasts=True)
@@ -36,7 +49,7 @@ class Sub:
 class Mul:
     @staticmethod
     def forward(ctx, a, b):
-        need_a, need_b = ctx.needs_input_grad or (False, False)
+        need_a, need_b = ctx.needs_input_grad
         # Save only what backward reads: gb needs a, ga needs b.
         ctx.save(a if need_b else None, b if need_a else None)
         return a * b
@@ -53,7 +66,7 @@ class Div:
     @staticmethod
     def forward(ctx, a, b):
         y = a / b
-        need_b = ctx.needs_input_grad[1] if ctx.needs_input_grad else False
+        need_b = ctx.needs_input_grad[1]
         ctx.save(b, y if need_b else None)
         return y
 
@@ -487,11 +500,9 @@ def clamp(x, min=None, max=None):  # noqa: A002 - PyTorch's argument names
     value taken.
     """
     if min is None and max is None:
-        raise ValueError("clamp: at least one of min and max must be given")
+        raise ArgumentError("clamp: at least one of min and max must be given, got neither")
     for bound in (min, max):
         if hasattr(bound, "dtype") and bound.dtype != x.dtype:
-            from ferro.errors import DtypeError
-
             raise DtypeError(
                 f"clamp: bound dtype {bound.dtype} differs from tensor dtype {x.dtype}"
             )
@@ -578,8 +589,6 @@ def where(cond, a, b):
 
     Gradient: ga = gy where cond, gb = gy where not cond; cond gets none.
     """
-    from ferro.errors import DtypeError
-
     if getattr(cond, "dtype", None) is None or cond.dtype != bool:
         raise DtypeError(
             f"where: cond must be a bool tensor, got {getattr(cond, 'dtype', type(cond))}"

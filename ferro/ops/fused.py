@@ -102,9 +102,9 @@ def _ce_forward(ctx, logits, *, target, weight, ignore_index, smoothing, reducti
     dt = logits.dtype
     if reduction == "none":
         return per_row.astype(dt)
-    ctx.denom = wy.sum() if reduction == "mean" else 1.0
+    ctx.denom = denom = wy.sum() if reduction == "mean" else 1.0
     total = per_row.sum()
-    return (total / ctx.denom if reduction == "mean" else total).astype(dt)
+    return (total / denom if reduction == "mean" else total).astype(dt)
 
 
 def _ce_backward(ctx, gy):

@@ -45,9 +45,18 @@ def fill_(t, value):
     The values are made directly, not as ``t * 0 + value``: that gives NaN where ``t`` holds
     Inf or NaN.
     """
+    from ferro._C.engine import is_grad_enabled
     from ferro.creation import full_like
 
-    return commit_inplace(t, full_like(t, value), "fill_")
+    filled = full_like(t, value)
+    if t.grad_fn is not None and is_grad_enabled():
+        # A non-leaf keeps a history: the new values depend on nothing, so the gradient that
+        # flows back through t is zero (PyTorch's FillBackward). where(False, t, filled) records
+        # exactly that without computing t * 0 (NaN where t is Inf).
+        from ferro.creation import zeros_like
+
+        filled = ew.where(zeros_like(t, dtype=bool), t, filled)
+    return commit_inplace(t, filled, "fill_")
 
 
 def zero_(t):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ferro.errors import ShapeError
+from ferro.errors import ArgumentError, ArgumentTypeError, ShapeError
 from ferro.ops.registry import apply, register
 
 
@@ -60,7 +60,7 @@ def matmul(a, b):
 class Linear:
     @staticmethod
     def forward(ctx, x, w, b):
-        need_x, need_w, _ = ctx.needs_input_grad or (False, False, False)
+        need_x, need_w, _ = ctx.needs_input_grad
         ctx.save(x if need_w else None, w if need_x else None)
         y = x @ w.T
         if b is not None:
@@ -127,25 +127,32 @@ def dot(a, b):
 
 
 def _parse_einsum(subscripts: str, n: int):
+    if not isinstance(subscripts, str):
+        raise ArgumentTypeError(
+            f"einsum: subscripts must be a str, got {type(subscripts).__name__} {subscripts!r}"
+        )
     s = subscripts.replace(" ", "")
     if "->" not in s or "." in s:
-        raise ValueError(
+        raise ArgumentError(
             f"einsum: {subscripts!r}: ferro needs an explicit '->' output and no ellipsis"
         )
     lhs, out = s.split("->")
     ins = lhs.split(",")
     if len(ins) != n:
-        raise ValueError(f"einsum: {subscripts!r} names {len(ins)} operands, got {n}")
+        raise ArgumentError(f"einsum: {subscripts!r} names {len(ins)} operands, got {n}")
     for sub in ins + [out]:
         if not sub.isalpha() and sub:
-            raise ValueError(f"einsum: {subscripts!r}: subscripts must be letters")
+            raise ArgumentError(f"einsum: {subscripts!r}: subscripts must be letters, got {sub!r}")
+    for sub in ins:
         if len(set(sub)) != len(sub):
-            raise ValueError(
-                f"einsum: {subscripts!r}: a repeated letter in one operand "
-                "(a diagonal) is not supported"
+            raise ArgumentError(
+                f"einsum: {subscripts!r}: a repeated letter in one operand ({sub!r}, a diagonal) "
+                "is not supported"
             )
+    if len(set(out)) != len(out):
+        raise ArgumentError(f"einsum: {subscripts!r}: a letter repeats in the output {out!r}")
     if not set(out) <= set("".join(ins)):
-        raise ValueError(f"einsum: {subscripts!r}: output letters must appear in the inputs")
+        raise ArgumentError(f"einsum: {subscripts!r}: output letters must appear in the inputs")
     return ins, out
 
 
@@ -180,19 +187,39 @@ class Einsum:
                 if c in avail:
                     shape_present[pos] = g.shape[k]
                     k += 1
-            g = xp.broadcast_to(g.reshape(shape_present), full_shape)
+            g = g.reshape(shape_present)
+            # A letter of size 1 here and larger in another operand was broadcast: sum back.
+            spread = tuple(
+                pos
+                for pos, (n, m) in enumerate(zip(full_shape, shape_present, strict=True))
+                if n == 1 != m
+            )
+            if spread:
+                g = g.sum(axis=spread, keepdims=True)
+            g = xp.broadcast_to(g, full_shape)
             grads.append(g)
         return tuple(grads)
 
 
 def einsum(subscripts: str, *operands):
     """Einstein summation with an explicit output (``"ij,jk->ik"``); no ellipsis or diagonals.
+    A letter may have size 1 in some operands and one other size in the rest (broadcast, as in
+    NumPy and PyTorch).
 
     Gradient: each operand's gradient is the einsum of gy with the other operands, broadcast over
-    the letters only that operand has.
+    the letters only that operand has (summed over the letters it broadcast).
     """
     parsed = _parse_einsum(subscripts, len(operands))
+    sizes: dict = {}
     for sub, op in zip(parsed[0], operands, strict=True):
         if len(sub) != op.ndim:
             raise ShapeError(f"einsum: operand {sub!r} has {op.ndim} dims, shape {op.shape}")
+        for letter, n in zip(sub, op.shape, strict=True):
+            sizes.setdefault(letter, set()).add(n)
+    for letter, found in sizes.items():
+        if len(found - {1}) > 1:
+            raise ShapeError(
+                f"einsum: {subscripts!r}: letter {letter!r} has sizes {sorted(found)} in "
+                "different operands (they must agree, or be 1)"
+            )
     return apply(Einsum, *operands, subscripts=subscripts, parsed=parsed)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ferro.errors import DtypeError, ShapeError
+from ferro.errors import ArgumentError, DtypeError, IndexOutOfRangeError, ShapeError
 from ferro.ops import elementwise as ew
 from ferro.ops import reduction as red
 from ferro.ops.activation import log_softmax
@@ -20,7 +20,7 @@ _REDUCTIONS = ("none", "mean", "sum")
 
 def _check_reduction(reduction, op, extra=()):
     if reduction not in _REDUCTIONS + tuple(extra):
-        raise ValueError(
+        raise ArgumentError(
             f"{op}: reduction must be one of {_REDUCTIONS + tuple(extra)}, got {reduction!r}"
         )
 
@@ -67,7 +67,7 @@ def smooth_l1_loss(input, target, reduction: str = "mean", beta: float = 1.0):  
     _check_reduction(reduction, "smooth_l1_loss")
     _same_shape(input, target, "smooth_l1_loss")
     if beta < 0:
-        raise ValueError(f"smooth_l1_loss: beta must be >= 0, got {beta}")
+        raise ArgumentError(f"smooth_l1_loss: beta must be >= 0, got {beta}")
     d = ew.sub(input, target)
     a = ew.abs(d)
     if beta == 0:
@@ -83,22 +83,28 @@ def huber_loss(input, target, reduction: str = "mean", delta: float = 1.0):  # n
     Gradient: ginput = d inside, delta * sign(d) outside (times gy).
     """
     if delta <= 0:
-        raise ValueError(f"huber_loss: delta must be > 0, got {delta}")
+        raise ArgumentError(f"huber_loss: delta must be > 0, got {delta}")
     return ew.mul(smooth_l1_loss(input, target, reduction, beta=delta), delta)
 
 
 def _targets(target, n_classes, ignore_index, op):
+    """The class-index target as a private array (validated).
+
+    The ops keep the target (and the class weights) for backward, where the engine cannot see
+    a change to them (they are parameters, not operands), so both are copied here: O(rows) and
+    O(classes), against O(rows * classes) for the op itself.
+    """
     t = array_of(target)
     if t.dtype.kind not in "iu":
         raise DtypeError(f"{op}: class-index targets must be integer, got {t.dtype}")
     valid = t != ignore_index
     # One reduction, so a GPU target costs one device-to-host read (no boolean indexing).
     if (valid & ((t < 0) | (t >= n_classes))).any():
-        raise ShapeError(
+        raise IndexOutOfRangeError(
             f"{op}: target classes must lie in [0, {n_classes}) (or equal ignore_index "
             f"{ignore_index}); got values in [{int(t[valid].min())}, {int(t[valid].max())}]"
         )
-    return t
+    return t.copy()
 
 
 @register("cross_entropy")
@@ -169,10 +175,10 @@ class NllLoss:
         wy = xp.where(valid, wy, 0).astype(logp.dtype)
         loss = -wy * xp.take_along_axis(logp, t[:, None], axis=1)[:, 0]
         ctx.shape, ctx.t, ctx.wy, ctx.reduction = logp.shape, t, wy, reduction
-        ctx.denom = wy.sum() if reduction == "mean" else None
+        ctx.denom = denom = wy.sum() if reduction == "mean" else None
         if reduction == "none":
             return loss
-        return loss.sum() / ctx.denom if reduction == "mean" else loss.sum()
+        return loss.sum() / denom if reduction == "mean" else loss.sum()
 
     @staticmethod
     def backward(ctx, gy):
@@ -201,7 +207,7 @@ def _class_weight(weight, n_classes, dtype, op):
     w = array_of(weight)
     if w.shape != (n_classes,):
         raise ShapeError(f"{op}: weight must have shape ({n_classes},), got {w.shape}")
-    return w.astype(dtype, copy=False)
+    return w.astype(dtype, copy=True)  # kept for backward: see _targets
 
 
 def _check_logits(input, target, op):
@@ -236,7 +242,9 @@ def cross_entropy(
 
     _check_reduction(reduction, "cross_entropy")
     if not 0.0 <= label_smoothing <= 1.0:
-        raise ValueError(f"cross_entropy: label_smoothing must be in [0, 1], got {label_smoothing}")
+        raise ArgumentError(
+            f"cross_entropy: label_smoothing must be in [0, 1], got {label_smoothing}"
+        )
     probs_target = isinstance(target, TensorBase) and target.dtype.kind == "f"
     if probs_target:
         return _cross_entropy_probs(input, target, weight, reduction, label_smoothing)
@@ -339,7 +347,10 @@ def binary_cross_entropy(input, target, weight=None, reduction: str = "mean"):  
     _same_shape(input, target, "binary_cross_entropy")
     d = input.detach().data
     if d.size and (d.min() < 0 or d.max() > 1):
-        raise ValueError("binary_cross_entropy: input must hold probabilities in [0, 1]")
+        raise ArgumentError(
+            "binary_cross_entropy: input must hold probabilities in [0, 1], got values in "
+            f"[{float(d.min())}, {float(d.max())}]"
+        )
     log_p = ew.clamp(ew.log(input), min=-100.0)
     log_q = ew.clamp(ew.log(ew.sub(1.0, input)), min=-100.0)
     loss = ew.neg(ew.add(ew.mul(target, log_p), ew.mul(ew.sub(1.0, target), log_q)))

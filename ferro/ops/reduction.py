@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import builtins
+import math
+import numbers
 
-from ferro.errors import ShapeError
+from ferro.errors import ArgumentError, ArgumentTypeError, IndexOutOfRangeError, ShapeError
 from ferro.ops.registry import apply, register
 
 
@@ -12,13 +14,17 @@ def normalize_axes(axis, ndim: int, op: str) -> tuple | None:
     """Turn ``axis`` (None, an int or a sequence) into a sorted tuple of non-negative axes."""
     if axis is None:
         return None
-    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    axes = (axis,) if isinstance(axis, numbers.Integral) else axis
+    if not isinstance(axes, tuple | list | range) or not all(
+        isinstance(a, numbers.Integral) and not isinstance(a, bool) for a in axes
+    ):
+        raise ArgumentTypeError(f"{op}: axis must be an int or a tuple of ints, got {axis!r}")
     out = []
-    for a in axes:
-        if not isinstance(a, int) or isinstance(a, bool):
-            raise TypeError(f"{op}: axis must be an int or a tuple of ints, got {axis!r}")
+    for a in map(int, axes):
         if not -ndim <= a < builtins.max(ndim, 1):
-            raise ShapeError(f"{op}: axis {a} is out of range for a tensor of {ndim} dimensions")
+            raise IndexOutOfRangeError(
+                f"{op}: axis {a} is out of range for a tensor of {ndim} dimensions"
+            )
         out.append(a % ndim if ndim else 0)
     if len(set(out)) != len(out):
         raise ShapeError(f"{op}: repeated axis in {axis!r}")
@@ -106,8 +112,8 @@ class Var:
         d = x - mu
         ctx.save(d)
         ctx.axes, ctx.keepdims = axes, keepdims
-        ctx.scale = 1.0 / dof if dof > 0 else float("nan")
-        return (d * d).sum(axis=axes, keepdims=keepdims) * ctx.scale
+        ctx.scale = scale = 1.0 / dof if dof > 0 else float("nan")
+        return (d * d).sum(axis=axes, keepdims=keepdims) * scale
 
     @staticmethod
     def backward(ctx, gy):
@@ -277,6 +283,8 @@ def var(x, axis=None, correction: int = 1, keepdims: bool = False):
     Gradient: gx = gy * 2 * (x - mean) / (n - correction).
     """
     _float_only(x, "var")
+    if not isinstance(correction, numbers.Integral) or isinstance(correction, bool):
+        raise ArgumentTypeError(f"var: correction must be an int, got {correction!r}")
     return apply(
         Var,
         x,
@@ -304,20 +312,27 @@ def prod(x, axis=None, keepdims: bool = False):
     return apply(Prod, x, axes=normalize_axes(axis, x.ndim, "prod"), keepdims=bool(keepdims))
 
 
-def _nonempty(x, op):
-    if x.size == 0:
-        from ferro.errors import ShapeError
-
-        raise ShapeError(f"{op}: cannot reduce an empty tensor of shape {x.shape}")
+def _nonempty(x, axes, op):
+    """A maximum or minimum over an empty dimension has no value (no identity): refuse it.
+    Reducing the other dimensions of an empty tensor is fine (an empty result)."""
+    reduced = range(x.ndim) if axes is None else axes
+    if x.numel() == 0 and any(x.shape[a] == 0 for a in reduced):
+        raise ShapeError(
+            f"{op}: cannot reduce over an empty dimension (shape {tuple(x.shape)}, "
+            f"axis {'all' if axes is None else axes})"
+        )
 
 
 def _extreme(x, axis, keepdims, largest, op):
-    _nonempty(x, op)
     if axis is None:
+        _nonempty(x, None, op)
         return apply(Amax, x, axes=None, keepdims=False, largest=largest)
-    if not isinstance(axis, int):
-        raise TypeError(f"{op}: axis must be an int (use amax/amin for several axes)")
+    if not isinstance(axis, numbers.Integral) or isinstance(axis, bool):
+        raise ArgumentTypeError(
+            f"{op}: axis must be an int (use amax/amin for several axes), got {axis!r}"
+        )
     (a,) = normalize_axes(axis, x.ndim, op)
+    _nonempty(x, (a,), op)
     return apply(MaxDim, x, axis=a, keepdims=bool(keepdims), largest=largest)
 
 
@@ -344,10 +359,9 @@ def amax(x, axis=None, keepdims: bool = False):
 
     Gradient: gx = gy / (number of maximal elements) at each maximal element, else 0.
     """
-    _nonempty(x, "amax")
-    return apply(
-        Amax, x, axes=normalize_axes(axis, x.ndim, "amax"), keepdims=bool(keepdims), largest=True
-    )
+    axes = normalize_axes(axis, x.ndim, "amax")
+    _nonempty(x, axes, "amax")
+    return apply(Amax, x, axes=axes, keepdims=bool(keepdims), largest=True)
 
 
 def amin(x, axis=None, keepdims: bool = False):
@@ -355,10 +369,9 @@ def amin(x, axis=None, keepdims: bool = False):
 
     Gradient: gx = gy / (number of minimal elements) at each minimal element, else 0.
     """
-    _nonempty(x, "amin")
-    return apply(
-        Amax, x, axes=normalize_axes(axis, x.ndim, "amin"), keepdims=bool(keepdims), largest=False
-    )
+    axes = normalize_axes(axis, x.ndim, "amin")
+    _nonempty(x, axes, "amin")
+    return apply(Amax, x, axes=axes, keepdims=bool(keepdims), largest=False)
 
 
 def logsumexp(x, axis=None, keepdims: bool = False):
@@ -378,11 +391,9 @@ def norm(x, p=2, axis=None, keepdims: bool = False):
     Gradient: p=1: gy * sign(x); p=2: gy * x / y (0 at y = 0); p=inf: gy * sign(x) at the
     maximal |x| (ties share evenly).
     """
-    import math
-
-    if p not in (1, 2, math.inf, float("inf"), "inf"):
-        raise ValueError(f"norm: p must be 1, 2 or inf, got {p!r}")
-    p = math.inf if p in ("inf", float("inf")) else int(p)
+    if p not in (1, 2, math.inf, "inf"):
+        raise ArgumentError(f"norm: p must be 1, 2 or inf, got {p!r}")
+    p = math.inf if p in ("inf", math.inf) else int(p)
     _float_only(x, "norm")
     return apply(Norm, x, p=p, axes=normalize_axes(axis, x.ndim, "norm"), keepdims=bool(keepdims))
 

@@ -1,11 +1,32 @@
-"""Shape ops: reshape/view, transpose/permute. Their outputs are views of their inputs."""
+"""Shape and indexing ops: views (reshape, permute, getitem, split, ...), joins (cat, stack) and
+the ops that take an index (gather, scatter, index_select, embedding, ...).
+
+Note [Index operands]: an op that keeps an index for its backward (``x[i]``, gather, scatter,
+index_select, embedding, masked_fill) takes the index as a positional operand and saves it with
+``ctx.save``. The engine records the version of every saved array that is an operand's data, so a
+Tensor index modified in place between forward and backward raises GraphError, as any saved input
+does, at no cost on the forward. An index the engine cannot see change (a NumPy or CuPy array the
+user holds) is copied at forward; a list becomes a new array anyway.
+"""
 
 from __future__ import annotations
 
 import numbers
+import operator
 
-from ferro.errors import ShapeError
-from ferro.ops.registry import apply, array_of, register
+import numpy as np
+
+from ferro._C.tensor import TensorBase
+from ferro.errors import (
+    ArgumentError,
+    ArgumentTypeError,
+    DtypeError,
+    IndexOutOfRangeError,
+    NotSupportedError,
+    ShapeError,
+)
+from ferro.ops.device import device_of, move
+from ferro.ops.registry import apply, register
 
 
 @register("reshape", view=True)
@@ -40,7 +61,7 @@ def _size_args(shape) -> tuple:
         shape = tuple(shape[0])
     for s in shape:
         if not isinstance(s, numbers.Integral) or isinstance(s, bool):
-            raise TypeError(f"reshape: sizes must be ints, got {shape!r}")
+            raise ArgumentTypeError(f"reshape: sizes must be ints, got {shape!r}")
     return tuple(int(s) for s in shape)
 
 
@@ -69,10 +90,25 @@ def reshape(x, *shape):
 
 def _axis(a, ndim, op):
     if not isinstance(a, numbers.Integral) or isinstance(a, bool):
-        raise TypeError(f"{op}: dims must be ints, got {a!r}")
+        raise ArgumentTypeError(f"{op}: dims must be ints, got {a!r}")
     if not -ndim <= a < max(ndim, 1):
-        raise ShapeError(f"{op}: dim {a} is out of range for a tensor of {ndim} dimensions")
+        raise IndexOutOfRangeError(
+            f"{op}: dim {a} is out of range for a tensor of {ndim} dimensions "
+            f"(expected a dim in [{-ndim}, {max(ndim, 1) - 1}])"
+        )
     return int(a) % ndim if ndim else 0
+
+
+def _int(value, op, what):
+    """``value`` as a Python int (ints, NumPy integers, one-element integer tensors), or raise."""
+    if isinstance(value, bool):
+        raise ArgumentTypeError(f"{op}: {what} must be an int, got {value!r}")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise ArgumentTypeError(
+            f"{op}: {what} must be an int, got {type(value).__name__}"
+        ) from None
 
 
 def permute(x, *dims):
@@ -213,7 +249,7 @@ class Cat:
 def _tensor_list(tensors, op):
     tensors = list(tensors)
     if not tensors:
-        raise ValueError(f"{op}: expected a non-empty sequence of tensors")
+        raise ArgumentError(f"{op}: expected a non-empty sequence of tensors, got an empty one")
     return tensors
 
 
@@ -235,6 +271,13 @@ def cat(tensors, dim: int = 0):
     return apply(Cat, *tensors, axis=a)
 
 
+def _unstack(xp, y, axis):
+    """The slices of ``y`` along ``axis``, as views (one basic index each: no copies)."""
+    moved = xp.moveaxis(y, axis, 0)
+    # moved[i, ...] keeps a 0-d slice an array (moved[i] would give a NumPy scalar).
+    return tuple([moved[i, ...] for i in range(moved.shape[0])])
+
+
 @register("stack")
 class Stack:
     @staticmethod
@@ -244,8 +287,9 @@ class Stack:
 
     @staticmethod
     def backward(ctx, gy):
-        xp = ctx.xp
-        return tuple(xp.take(gy, i, axis=ctx.axis) for i in range(gy.shape[ctx.axis]))
+        # Views of gy, not a gathered copy per input: the engine copies a view only where it
+        # must keep it (Note [Grad ownership]), so backward costs O(total size) for any count.
+        return _unstack(ctx.xp, gy, ctx.axis)
 
 
 def stack(tensors, dim: int = 0):
@@ -258,6 +302,30 @@ def stack(tensors, dim: int = 0):
     if len(shapes) != 1:
         raise ShapeError(f"stack: all tensors need one shape, got {sorted(shapes)}")
     return apply(Stack, *tensors, axis=_axis(dim, tensors[0].ndim + 1, "stack"))
+
+
+@register("unbind", view=True)
+class Unbind:
+    @staticmethod
+    def forward(ctx, x, *, axis):
+        ctx.axis = axis
+        return _unstack(ctx.xp, x, axis)
+
+    @staticmethod
+    def backward(ctx, *gys):
+        return ctx.xp.stack(gys, axis=ctx.axis)
+
+
+def unbind(x, dim: int = 0):
+    """The slices of ``x`` along ``dim``, as a tuple of views without that dimension (what
+    iterating over a tensor yields).
+
+    Gradient: gx = the slices' gradients stacked (zeros for unused slices).
+    """
+    a = _axis(dim, x.ndim, "unbind")
+    if x.shape[a] == 0:
+        return ()
+    return apply(Unbind, x, axis=a)
 
 
 @register("split", view=True)
@@ -279,14 +347,16 @@ def split(x, split_size_or_sections, dim: int = 0):
     """
     a = _axis(dim, x.ndim, "split")
     n = x.shape[a]
-    if isinstance(split_size_or_sections, int):
-        step = split_size_or_sections
+    if isinstance(split_size_or_sections, numbers.Integral):
+        step = _int(split_size_or_sections, "split", "split_size")
         if step <= 0:
-            raise ValueError(f"split: split_size must be positive, got {step}")
+            raise ArgumentError(f"split: split_size must be positive, got {step}")
         bounds = list(range(step, n, step))
     else:
-        sizes = list(split_size_or_sections)
-        if sum(sizes) != n or any(s < 0 for s in sizes):
+        sizes = [_int(s, "split", "a section size") for s in split_size_or_sections]
+        if any(s < 0 for s in sizes):
+            raise ArgumentError(f"split: section sizes must be non-negative, got {sizes}")
+        if sum(sizes) != n:
             raise ShapeError(f"split: sizes {sizes} do not add up to dim {dim} of size {n}")
         bounds, acc = [], 0
         for s in sizes[:-1]:
@@ -300,8 +370,9 @@ def chunk(x, chunks: int, dim: int = 0):
 
     Gradient: gx = the pieces' gradients concatenated.
     """
+    chunks = _int(chunks, "chunk", "chunks")
     if chunks <= 0:
-        raise ValueError(f"chunk: chunks must be positive, got {chunks}")
+        raise ArgumentError(f"chunk: chunks must be positive, got {chunks}")
     n = x.shape[_axis(dim, x.ndim, "chunk")]
     step = max(-(-n // chunks), 1)
     return split(x, step, dim)
@@ -315,27 +386,89 @@ def _scatter_add_into_zeros(xp, shape, where, gy):
     return gx
 
 
-def _index_arrays(index):
-    """Unwrap tensors inside an index; say whether it needs advanced indexing."""
-    from ferro._C.tensor import TensorBase
+def _is_array(a) -> bool:
+    return isinstance(a, np.ndarray) or type(a).__module__.split(".")[0] == "cupy"
 
+
+def _on_device_of(arr, like):
+    """``arr`` on the device of the array ``like`` (``arr`` itself when it is there already)."""
+    if type(arr) is np.ndarray and type(like) is np.ndarray:
+        return arr
+    device = device_of(like)
+    return arr if device_of(arr) == device else move(arr, device)
+
+
+def _index_operand(index, like, op, kinds="iu"):
+    """An index argument as the positional operand of an indexing op (Note [Index operands]).
+
+    Returns ``(operand, array)``: the operand to pass to ``apply`` (a Tensor, whose version the
+    engine records when the op saves it, or an array nobody else holds) and its array, on the
+    device of ``like`` and of a dtype kind in ``kinds``.
+    """
+    like = like.data if isinstance(like, TensorBase) else like
+    if isinstance(index, TensorBase):
+        arr = _on_device_of(index.data, like)
+        operand = index if arr is index.data else arr
+    elif _is_array(index):
+        arr = _on_device_of(index, like)
+        operand = arr = index.copy() if arr is index else arr
+    elif isinstance(index, (list, tuple, numbers.Integral)) and not isinstance(index, bool):
+        arr = np.asarray(index)
+        if arr.size == 0 and arr.dtype.kind == "f":
+            arr = arr.astype(np.int64)  # [] is an empty index, not a float array
+        operand = arr = _on_device_of(arr, like)
+    else:
+        raise ArgumentTypeError(
+            f"{op}: the index must be a Tensor, an array or a list of ints, got "
+            f"{type(index).__name__}"
+        )
+    if arr.dtype.kind not in kinds:
+        what = "integer or bool" if "b" in kinds else "integer"
+        raise DtypeError(f"{op}: the index must be {what}, got dtype {arr.dtype}")
+    return operand, arr
+
+
+def _check_range(arr, size, op, negative=True):
+    """Raise IndexOutOfRangeError unless every value of ``arr`` indexes a dimension of ``size``
+    (in ``[-size, size)``, or ``[0, size)`` when ``negative`` is False)."""
+    if not arr.size:
+        return
+    lo, hi = int(arr.min()), int(arr.max())
+    low = -size if negative else 0
+    if lo < low or hi >= size:
+        bad = lo if lo < low else hi
+        raise IndexOutOfRangeError(
+            f"{op}: index {bad} is out of range for a dimension of size {size} (expected "
+            f"indices in [{low}, {size}); got values in [{lo}, {hi}])"
+        )
+
+
+def _bound(v):
+    return v if v is None or type(v) is int else _int(v, "getitem", "a slice bound")
+
+
+def _index_items(index, like):
+    """The items of ``x[index]`` as operands; say whether it needs advanced indexing.
+
+    Ints and slice bounds become Python ints (a one-element tensor read now, not in backward).
+    """
     items = index if isinstance(index, tuple) else (index,)
     out, advanced = [], False
     for it in items:
-        if isinstance(it, TensorBase):
-            it = it.data
-        if isinstance(it, list):
-            import numpy as np
-
-            it = np.asarray(it)
-        if hasattr(it, "dtype") and hasattr(it, "shape"):
+        if it is None or it is Ellipsis or type(it) is int:
+            pass
+        elif type(it) is slice:
+            it = slice(_bound(it.start), _bound(it.stop), _bound(it.step))
+        elif isinstance(it, (TensorBase, list)) or _is_array(it):
+            it = _index_operand(it, like, "getitem", kinds="iub")[0]
             advanced = True
-            if it.dtype.kind not in "iub":
-                from ferro.errors import DtypeError
-
-                raise DtypeError(f"getitem: index arrays must be integer or bool, got {it.dtype}")
-        elif not (it is None or it is Ellipsis or isinstance(it, (int, slice))):
-            raise TypeError(f"getitem: unsupported index {it!r}")
+        elif isinstance(it, numbers.Integral):  # NumPy integers, bools
+            it = it if isinstance(it, bool) else int(it)
+        else:
+            raise ArgumentTypeError(
+                f"getitem: unsupported index {it!r}; use ints, slices, None, Ellipsis, or "
+                "integer or bool tensors"
+            )
         out.append(it)
     return tuple(out), advanced
 
@@ -354,16 +487,20 @@ class Getitem:
         return gx
 
 
-@register("getitem_advanced")
+@register("getitem_advanced", same_dtype=False)
 class GetitemAdvanced:
     @staticmethod
-    def forward(ctx, x, *, index):
-        ctx.shape, ctx.index = x.shape, index
+    def forward(ctx, x, *index):
+        ctx.shape = x.shape
+        # The whole index is saved (ints and slices stay as they are): the engine then records
+        # the versions of the index tensors among the operands.
+        ctx.save(*index)
         return x[index]
 
     @staticmethod
     def backward(ctx, gy):
-        return _scatter_add_into_zeros(ctx.xp, ctx.shape, ctx.index, gy)
+        index = ctx.saved
+        return (_scatter_add_into_zeros(ctx.xp, ctx.shape, index, gy),) + (None,) * len(index)
 
 
 def getitem(x, index):
@@ -372,14 +509,14 @@ def getitem(x, index):
 
     Gradient: gx = zeros with gy scattered back (repeated indices add up).
     """
-    idx, advanced = _index_arrays(index)
+    items, advanced = _index_items(index, x)
     try:
         if advanced:
-            return apply(GetitemAdvanced, x, index=idx)
-        return apply(Getitem, x, index=idx)
+            return apply(GetitemAdvanced, x, *items)
+        return apply(Getitem, x, index=items)
     except IndexError as exc:
-        raise ShapeError(
-            f"getitem: index {index!r} is invalid for shape {x.shape}: {exc}"
+        raise IndexOutOfRangeError(
+            f"getitem: the index is invalid for a tensor of shape {tuple(x.shape)}: {exc}"
         ) from None
 
 
@@ -390,10 +527,20 @@ def narrow(x, dim: int, start: int, length: int):
     """
     a = _axis(dim, x.ndim, "narrow")
     n = x.shape[a]
+    start, length = _int(start, "narrow", "start"), _int(length, "narrow", "length")
+    if not -n <= start <= n:
+        raise IndexOutOfRangeError(
+            f"narrow: start {start} is out of range for dim {dim} of size {n} "
+            f"(expected a start in [{-n}, {n}])"
+        )
     if start < 0:
         start += n
-    if not (0 <= start <= n and 0 <= length and start + length <= n):
-        raise ShapeError(f"narrow: start {start} length {length} out of range for size {n}")
+    if length < 0:
+        raise ArgumentError(f"narrow: length must be non-negative, got {length}")
+    if start + length > n:
+        raise IndexOutOfRangeError(
+            f"narrow: start {start} + length {length} exceeds dim {dim} of size {n}"
+        )
     return getitem(x, (slice(None),) * a + (slice(start, start + length),))
 
 
@@ -404,36 +551,28 @@ def select(x, dim: int, index: int):
     """
     a = _axis(dim, x.ndim, "select")
     n = x.shape[a]
+    index = _int(index, "select", "index")
     if not -n <= index < n:
-        raise ShapeError(f"select: index {index} out of range for dim {dim} of size {n}")
+        raise IndexOutOfRangeError(
+            f"select: index {index} is out of range for dim {dim} of size {n} "
+            f"(expected an index in [{-n}, {n}))"
+        )
     return getitem(x, (slice(None),) * a + (index,))
 
 
-def _check_index(index, size, op):
-    arr = array_of(index)
-    if arr.dtype.kind not in "iu":
-        from ferro.errors import DtypeError
-
-        raise DtypeError(f"{op}: index must be an integer tensor, got {arr.dtype}")
-    if arr.size and (arr.max() >= size or arr.min() < -size):
-        raise ShapeError(
-            f"{op}: index out of range: values in [{int(arr.min())}, {int(arr.max())}] for a "
-            f"dimension of size {size}"
-        )
-    return arr
-
-
-@register("index_select")
+@register("index_select", same_dtype=False)
 class IndexSelect:
     @staticmethod
-    def forward(ctx, x, *, index, axis):
-        ctx.shape, ctx.index, ctx.axis = x.shape, index, axis
+    def forward(ctx, x, index, *, axis):
+        ctx.shape, ctx.axis = x.shape, axis
+        ctx.save(index)
         return ctx.xp.take(x, index, axis=axis)
 
     @staticmethod
     def backward(ctx, gy):
-        where = (slice(None),) * ctx.axis + (ctx.index,)
-        return _scatter_add_into_zeros(ctx.xp, ctx.shape, where, gy)
+        (index,) = ctx.saved
+        where = (slice(None),) * ctx.axis + (index,)
+        return _scatter_add_into_zeros(ctx.xp, ctx.shape, where, gy), None
 
 
 def index_select(x, dim: int, index):
@@ -442,10 +581,11 @@ def index_select(x, dim: int, index):
     Gradient: gx = gy added back at ``index`` (repeated indices add up).
     """
     a = _axis(dim, x.ndim, "index_select")
-    idx = _check_index(index, x.shape[a], "index_select")
+    operand, idx = _index_operand(index, x, "index_select")
     if idx.ndim != 1:
         raise ShapeError(f"index_select: index must be 1-D, got shape {idx.shape}")
-    return apply(IndexSelect, x, index=idx, axis=a)
+    _check_range(idx, x.shape[a], "index_select")
+    return apply(IndexSelect, x, operand, axis=a)
 
 
 def _grid(xp, index, axis):
@@ -455,25 +595,29 @@ def _grid(xp, index, axis):
     return tuple(grids)
 
 
-@register("gather")
+@register("gather", same_dtype=False)
 class Gather:
     @staticmethod
-    def forward(ctx, x, *, index, axis):
-        ctx.shape, ctx.index, ctx.axis = x.shape, index, axis
+    def forward(ctx, x, index, *, axis):
+        ctx.shape, ctx.axis = x.shape, axis
+        ctx.save(index)
         return ctx.xp.take_along_axis(x, index, axis=axis)
 
     @staticmethod
     def backward(ctx, gy):
-        return _scatter_add_into_zeros(ctx.xp, ctx.shape, _grid(ctx.xp, ctx.index, ctx.axis), gy)
+        (index,) = ctx.saved
+        where = _grid(ctx.xp, index, ctx.axis)
+        return _scatter_add_into_zeros(ctx.xp, ctx.shape, where, gy), None
 
 
-def _check_gather_index(x, index, a, op):
-    idx = _check_index(index, x.shape[a], op)
+def _gather_index(x, index, a, op):
+    operand, idx = _index_operand(index, x, op)
+    _check_range(idx, x.shape[a], op)
     if idx.ndim != x.ndim or any(
         i > s for d, (i, s) in enumerate(zip(idx.shape, x.shape, strict=True)) if d != a
     ):
         raise ShapeError(f"{op}: index of shape {idx.shape} does not fit input of shape {x.shape}")
-    return idx
+    return operand, idx
 
 
 def gather(x, dim: int, index):
@@ -482,19 +626,19 @@ def gather(x, dim: int, index):
     Gradient: gx = gy added back at ``index`` along ``dim``.
     """
     a = _axis(dim, x.ndim, "gather")
-    idx = _check_gather_index(x, index, a, "gather")
+    operand, idx = _gather_index(x, index, a, "gather")
     if any(i != s for d, (i, s) in enumerate(zip(idx.shape, x.shape, strict=True)) if d != a):
         # take_along_axis needs matching sizes off ``dim``: narrow x to the index's extent.
         x = getitem(
             x, tuple(slice(0, i) if d != a else slice(None) for d, i in enumerate(idx.shape))
         )
-    return apply(Gather, x, index=idx, axis=a)
+    return apply(Gather, x, operand, axis=a)
 
 
-@register("scatter", broadcasts=False)
+@register("scatter", broadcasts=False, same_dtype=False)
 class Scatter:
     @staticmethod
-    def forward(ctx, x, src, *, index, axis, add):
+    def forward(ctx, x, src, index, *, axis, add):
         xp = ctx.xp
         out = x.copy()
         grid = _grid(xp, index, axis)
@@ -504,33 +648,40 @@ class Scatter:
             xp.add.at(out, grid, src)
         else:
             out[grid] = src
-        ctx.grid, ctx.add = grid, add
+        ctx.save(index)
+        ctx.axis, ctx.add = axis, add
         return out
 
     @staticmethod
     def backward(ctx, gy):
-        need_x, need_src = ctx.needs_input_grad
+        (index,) = ctx.saved
+        grid = _grid(ctx.xp, index, ctx.axis)
+        need_x, need_src, _ = ctx.needs_input_grad
         gx = gsrc = None
         if need_x:
             gx = gy.copy() if not ctx.add else gy
             if not ctx.add:
-                gx[ctx.grid] = 0
+                gx[grid] = 0
         if need_src:
-            gsrc = gy[ctx.grid]
-        return gx, gsrc
+            gsrc = gy[grid]
+        return gx, gsrc, None
 
 
 def _scatter(x, dim, index, src, add, op):
-    from ferro._C.tensor import TensorBase
-
     a = _axis(dim, x.ndim, op)
-    idx = _check_gather_index(x, index, a, op)
-    if isinstance(src, TensorBase):
+    operand, idx = _gather_index(x, index, a, op)
+    if isinstance(src, TensorBase) or _is_array(src):
+        if src.dtype != x.dtype:
+            raise DtypeError(
+                f"{op}: src has dtype {src.dtype}, the input {x.dtype}; convert one with .to(dtype)"
+            )
         if src.ndim != idx.ndim or any(i > s for i, s in zip(idx.shape, src.shape, strict=True)):
             raise ShapeError(f"{op}: src of shape {src.shape} is smaller than index {idx.shape}")
         if tuple(src.shape) != tuple(idx.shape):
             src = getitem(src, tuple(slice(0, i) for i in idx.shape))
-    return apply(Scatter, x, src, index=idx, axis=a, add=add)
+    elif not isinstance(src, numbers.Number):
+        raise ArgumentTypeError(f"{op}: src must be a Tensor or a number, got {type(src).__name__}")
+    return apply(Scatter, x, src, operand, axis=a, add=add)
 
 
 def scatter(x, dim: int, index, src):
@@ -573,13 +724,12 @@ def masked_fill(x, mask, value):
     Gradient: gx = gy where mask is false; gvalue = sum of gy where mask is true.
     """
     if getattr(getattr(mask, "dtype", None), "kind", None) != "b":
-        from ferro.errors import DtypeError
-
         raise DtypeError(
             f"masked_fill: mask must be a bool tensor, got {getattr(mask, 'dtype', None)}"
         )
     if getattr(value, "ndim", 0) != 0:
         raise ShapeError(f"masked_fill: value must be a scalar or 0-d tensor, got {value.shape}")
+    mask = _index_operand(mask, x, "masked_fill", kinds="b")[0]
     return apply(MaskedFill, x, mask, value)
 
 
@@ -630,13 +780,13 @@ def pad(x, pad, mode: str = "constant", value: float = 0.0):
     Gradient: gx = gy's central part, plus the padded positions folded back onto the elements
     they copy (reflect, replicate).
     """
-    pad = tuple(int(p) for p in pad)
+    pad = tuple(_int(p, "pad", "a padding size") for p in pad)
     if len(pad) % 2 or len(pad) // 2 > x.ndim:
         raise ShapeError(f"pad: {pad} must hold (lo, hi) pairs for at most {x.ndim} dimensions")
     if mode not in ("constant", "reflect", "replicate"):
-        raise ValueError(f"pad: mode must be constant, reflect or replicate, got {mode!r}")
+        raise ArgumentError(f"pad: mode must be constant, reflect or replicate, got {mode!r}")
     if any(p < 0 for p in pad):
-        raise ValueError(f"pad: negative padding {pad} is not supported")
+        raise NotSupportedError(f"pad: negative padding (cropping) is not supported, got {pad}")
     widths = [(0, 0)] * x.ndim
     for k in range(len(pad) // 2):
         d = x.ndim - 1 - k
@@ -677,7 +827,7 @@ def tile(x, *reps):
     """
     reps = _size_args(reps)
     if any(r < 0 for r in reps):
-        raise ValueError(f"tile: repetitions must be non-negative, got {reps}")
+        raise ArgumentError(f"tile: repetitions must be non-negative, got {reps}")
     reps = (1,) * (x.ndim - len(reps)) + reps
     return apply(Tile, x, reps=reps)
 
@@ -734,12 +884,12 @@ def roll(x, shifts, dims=None):
     """
     if dims is None:
         if not isinstance(shifts, int):
-            raise ValueError("roll: without dims, shifts must be one int")
+            raise ArgumentError(f"roll: without dims, shifts must be one int, got {shifts!r}")
         return apply(Roll, x, shifts=shifts, axes=None)
     shifts = (shifts,) if isinstance(shifts, int) else tuple(shifts)
     dims = (dims,) if isinstance(dims, int) else tuple(dims)
     if len(shifts) != len(dims):
-        raise ValueError(f"roll: {len(shifts)} shifts for {len(dims)} dims")
+        raise ArgumentError(f"roll: {len(shifts)} shifts for {len(dims)} dims")
     return apply(Roll, x, shifts=shifts, axes=tuple(_axis(d, x.ndim, "roll") for d in dims))
 
 
@@ -755,45 +905,54 @@ class OneHot:
 
 def one_hot(indices, num_classes: int = -1):
     """int64 one-hot encoding of integer ``indices`` (not differentiable)."""
+    if not isinstance(indices, TensorBase):
+        raise ArgumentTypeError(
+            f"one_hot: indices must be an integer Tensor, got {type(indices).__name__}"
+        )
     if indices.dtype.kind not in "iu":
-        from ferro.errors import DtypeError
-
         raise DtypeError(f"one_hot: indices must be integer, got {indices.dtype}")
     data = indices.data
+    num_classes = _int(num_classes, "one_hot", "num_classes")
     if num_classes < 0:
         num_classes = int(data.max()) + 1 if data.size else 0
-    if data.size and (data.min() < 0 or data.max() >= num_classes):
-        raise ShapeError(
-            f"one_hot: indices in [{int(data.min())}, {int(data.max())}] do not fit "
-            f"num_classes={num_classes}"
-        )
-    return apply(OneHot, indices, num_classes=int(num_classes))
+    _check_range(data, num_classes, "one_hot", negative=False)
+    return apply(OneHot, indices, num_classes=num_classes)
 
 
-@register("embedding")
+@register("embedding", same_dtype=False)
 class Embedding:
     @staticmethod
-    def forward(ctx, weight, *, indices, padding_idx):
-        ctx.indices, ctx.padding_idx, ctx.shape = indices, padding_idx, weight.shape
+    def forward(ctx, weight, indices, *, padding_idx):
+        ctx.padding_idx, ctx.shape = padding_idx, weight.shape
+        ctx.save(indices)
         return weight[indices]
 
     @staticmethod
     def backward(ctx, gy):
-        gw = _scatter_add_into_zeros(ctx.xp, ctx.shape, ctx.indices, gy)
+        (indices,) = ctx.saved
+        gw = _scatter_add_into_zeros(ctx.xp, ctx.shape, indices, gy)
         if ctx.padding_idx is not None:
             gw[ctx.padding_idx] = 0
-        return gw
+        return gw, None
 
 
 def embedding(indices, weight, padding_idx=None):
-    """Rows of ``weight`` (num_embeddings, dim) at integer ``indices``.
+    """Rows of ``weight`` (num_embeddings, dim) at integer ``indices`` in
+    ``[0, num_embeddings)`` (a negative index is an error, as in PyTorch).
 
     Gradient: gweight = gy added into the selected rows (repeats add up); the ``padding_idx``
     row gets none.
     """
     if weight.ndim != 2:
         raise ShapeError(f"embedding: weight must be 2-D, got shape {weight.shape}")
-    idx = _check_index(indices, weight.shape[0], "embedding")
+    n = weight.shape[0]
+    operand, idx = _index_operand(indices, weight, "embedding")
+    _check_range(idx, n, "embedding", negative=False)
     if padding_idx is not None:
-        padding_idx = int(padding_idx) % weight.shape[0]
-    return apply(Embedding, weight, indices=idx, padding_idx=padding_idx)
+        padding_idx = _int(padding_idx, "embedding", "padding_idx")
+        if not -n <= padding_idx < n:
+            raise IndexOutOfRangeError(
+                f"embedding: padding_idx {padding_idx} is out of range for {n} embeddings"
+            )
+        padding_idx %= n
+    return apply(Embedding, weight, operand, padding_idx=padding_idx)

@@ -181,3 +181,14 @@ def test_grad_of_another_array_type_is_a_device_error():
     with pytest.raises(DeviceError):
         x.grad = wrap(np.ones(2, dtype=np.float32).view(Foreign))
     assert x.grad is None
+
+
+def test_a_numpy_operand_changed_after_forward_does_not_change_the_gradient():
+    # A raw ndarray operand has no version counter; a recorded op works on a copy of it, so
+    # changing the caller's array before backward cannot give a silently wrong gradient.
+    x = ferro.ones(3, requires_grad=True)
+    c = np.array([1.0, 2.0, 3.0], dtype=np.float32)
+    y = (x * c).sum()
+    c[:] = 100.0
+    y.backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [1, 2, 3])

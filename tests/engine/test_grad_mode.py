@@ -211,3 +211,36 @@ def test_decorated_async_generator_body_has_the_mode_and_the_caller_keeps_its_ow
         return out
 
     assert asyncio.run(main()) == [(False, True), (False, True)]
+
+
+def test_one_no_grad_instance_entered_in_two_threads_at_once():
+    # A shared instance keeps one token stack per thread: exiting in either order restores
+    # each thread's own mode (a shared stack popped the other thread's token: ValueError).
+    import threading
+
+    ng = ferro.no_grad()
+    entered = threading.Barrier(2)
+    leave_first = threading.Event()
+    errors, modes = [], {}
+
+    def run(name, wait_for=None):
+        try:
+            with ng:
+                entered.wait()
+                if wait_for is not None:
+                    wait_for.wait()
+                modes[name] = ferro.is_grad_enabled()
+            if wait_for is None:
+                leave_first.set()
+            modes[name + " after"] = ferro.is_grad_enabled()
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    a = threading.Thread(target=run, args=("a",))
+    b = threading.Thread(target=run, args=("b", leave_first))
+    a.start()
+    b.start()
+    a.join()
+    b.join()
+    assert not errors
+    assert modes == {"a": False, "b": False, "a after": True, "b after": True}

@@ -177,6 +177,26 @@ def split_samples(rng):
     ]
 
 
+def _unbind_fn(x, dim, used=None):
+    # Weight each slice differently, so a slice's gradient landing elsewhere is caught.
+    pieces = ferro.ops.shape.unbind(x, dim)[:used]
+    return ferro.stack([p * float(i + 1) for i, p in enumerate(pieces)], dim)
+
+
+def _unbind_ref(x, dim, used=None):
+    pieces = [np.take(x, i, axis=dim) for i in range(x.shape[dim])][:used]
+    return np.stack([p * float(i + 1) for i, p in enumerate(pieces)], axis=dim)
+
+
+def unbind_samples(rng):
+    return [
+        Sample((_u(rng, (4, 3)),), {"dim": 0}, label="rows"),
+        Sample((_u(rng, (2, 3, 4)),), {"dim": -1}, label="last dim"),
+        Sample((_u(rng, (5,)),), {"dim": 0}, label="0-d slices"),
+        Sample((_u(rng, (4, 2)),), {"dim": 0, "used": 2}, label="unused slices"),
+    ]
+
+
 def _first_piece(x):
     return ferro.split(x, 2, 0)[0] * 3.0
 
@@ -663,6 +683,7 @@ MORE = [
         stack_samples,
     ),
     OpInfo("split", _split_fn, _split_ref, split_samples),
+    OpInfo("unbind", _unbind_fn, _unbind_ref, unbind_samples),
     OpInfo(
         "split_one_piece",
         _first_piece,

@@ -20,10 +20,6 @@ pytestmark = pytest.mark.skipif(
 # (a temporary directory, a URL). Placeholders such as results/<name>.json are not citations.
 CITATION = re.compile(r"(?<![\w./-])((?:ferro|tests|benchmarks|docs)/[\w.*/<>{}-]+)")
 
-# Cited before they exist: the branch that adds them is merged separately. Remove an entry once
-# the file is on main.
-PENDING = {"tests/reliability/test_error_contract.py"}
-
 
 def citations(text):
     """The repository paths ``text`` cites: those with a file suffix or a trailing slash (so
@@ -92,7 +88,7 @@ def test_every_cited_repository_path_exists():
     for source, text in _sources():
         for path in citations(text):
             n += 1
-            if path not in PENDING and not _exists(path):
+            if not _exists(path):
                 missing.setdefault(path, []).append(str(source.relative_to(ROOT)))
     assert n > 50, f"only {n} citations found: the scan is broken"
     assert not missing, "cited but not in the repository: " + "; ".join(

@@ -7,7 +7,10 @@ switches (read here and nowhere else):
 - ``FERRO_CYTHON_PROFILE=1``: Cython functions visible to cProfile (profile + linetrace).
 
 OpenMP is used where the compiler accepts ``-fopenmp``; otherwise the kernels run serially.
-Generated C goes to ``build/cython`` so it is neither committed nor shipped.
+Generated C goes to ``build/cython`` (``build/cython-debug``, ``build/cython-profile`` under the
+switches) so it is neither committed nor shipped. Cython regenerates C only when a source
+changed, not when a switch did: one folder per mode keeps each folder's directives right, and
+``build_ext --force`` then recompiles a mode whose C is older than the extensions in place.
 """
 
 import os
@@ -88,7 +91,7 @@ setup(
     ext_modules=cythonize(
         _extensions(),
         compiler_directives=directives,
-        build_dir="build/cython",
+        build_dir="build/cython" + ("-debug" if DEBUG else "") + ("-profile" if PROFILE else ""),
         annotate=False,
     ),
     cmdclass={"build_ext": BuildExt},

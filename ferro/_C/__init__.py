@@ -2,7 +2,7 @@
 
 try:
     from ferro._C import accumulate, cpu_kernels, engine, graph, state, tensor  # noqa: F401
-except ImportError as exc:  # pragma: no cover - exercised by tests/build/test_unbuilt.py
+except ImportError as exc:  # pragma: no cover - exercised by tests/build/test_install.py
     import os
 
     _here = os.path.dirname(os.path.abspath(__file__))

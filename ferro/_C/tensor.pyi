@@ -2,6 +2,9 @@ from typing import Any
 
 import numpy as np
 
+class VersionCounter:
+    value: int
+
 class TensorBase:
     data: Any
     requires_grad: bool

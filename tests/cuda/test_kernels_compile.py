@@ -7,7 +7,10 @@ import pytest
 
 from ferro.cuda import loader
 
-cupy = pytest.importorskip("cupy", reason="the test extras install cupy-cuda12x")
+# The test-cuda extra brings CuPy with NVRTC; without it these tests skip and say how to run them.
+cupy = pytest.importorskip(
+    "cupy", reason='no CuPy: pip install ".[test-cuda]" to compile the kernels'
+)
 nvrtc = cupy.cuda.nvrtc
 
 

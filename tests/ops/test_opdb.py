@@ -1,12 +1,17 @@
-"""Generic op tests generated from the op database (opdb.py)."""
+"""Generic op tests generated from the op database (tests/ops/opdb/), and its guard tests."""
 
 from __future__ import annotations
 
+import pkgutil
+from collections import Counter
+
 import numpy as np
+import opdb
 import pytest
-from opdb import BY_NAME, OPS
+from opdb import BY_FAMILY, BY_NAME, OPS, WITHOUT_ENTRIES
 
 import ferro
+from ferro.ops import FAMILIES
 from ferro.ops.registry import REGISTRY
 from ferro.testing import gradcheck
 
@@ -120,9 +125,64 @@ def test_float32_and_float64_agree(case):
         np.testing.assert_allclose(g32, g64, rtol=1e-4, atol=1e-4)
 
 
+def _registering_family(name):
+    """The family whose module registers op ``name`` (defines its forward)."""
+    return REGISTRY[name].forward.__module__.removeprefix("ferro.ops.")
+
+
 def test_every_registered_op_has_an_entry():
-    missing = sorted(set(REGISTRY) - set(BY_NAME))
-    assert not missing, f"ops without an op database entry: {missing}"
+    missing = [
+        f"{name} (in tests/ops/opdb/{_registering_family(name)}.py)"
+        for name in sorted(set(REGISTRY) - set(BY_NAME))
+    ]
+    assert not missing, f"ops without an op database entry: {', '.join(missing)}"
+
+
+def test_each_entry_sits_in_the_family_that_defines_its_function():
+    misplaced = []
+    for family, entries in BY_FAMILY.items():
+        for op in entries:
+            func = getattr(ferro.ops, op.func, None)
+            if func is None:
+                misplaced.append(f"{op.name} (in {family}.py: ferro.ops has no {op.func!r})")
+                continue
+            defined_in = func.__module__.removeprefix("ferro.ops.")
+            registered_in = _registering_family(op.name) if op.name in REGISTRY else defined_in
+            if family != defined_in or family != registered_in:
+                misplaced.append(f"{op.name} (in {family}.py, belongs in {defined_in}.py)")
+    assert not misplaced, f"op database entries in the wrong family module: {misplaced}"
+
+
+def test_entry_names_are_unique():
+    repeated = sorted(name for name, n in Counter(op.name for op in OPS).items() if n > 1)
+    assert not repeated, f"op database entries that share a name: {repeated}"
+
+
+def test_the_database_modules_are_the_op_families():
+    modules = {m.name for m in pkgutil.iter_modules(opdb.__path__)} - {"core"}
+    assert modules == set(BY_FAMILY)
+    assert set(BY_FAMILY) | set(WITHOUT_ENTRIES) == set(FAMILIES)
+
+
+def test_a_family_without_a_database_module_fails_loudly():
+    with pytest.raises(ModuleNotFoundError) as info:
+        opdb._entries("no_such_family")
+    assert "tests/ops/opdb/no_such_family.py" in "".join(info.value.__notes__)
+
+
+def test_the_property_tests_cover_at_least_the_ops_they_once_listed_by_hand():
+    elementwise = {op.name for op in OPS if op.elementwise}
+    reductions = {op.name for op in OPS if op.reduction}
+    assert {"add", "sub", "mul", "div", "maximum", "pow"} <= elementwise
+    assert {"sum", "mean", "amax", "logsumexp"} <= reductions
+
+
+def test_an_elementwise_entry_has_one_domain_interval_per_argument():
+    for op in OPS:
+        if op.elementwise:
+            (first, *_) = op.samples(np.random.default_rng(0))
+            assert len(first.args) == len(op.domain), op.name
+        assert all(lo < hi for lo, hi in op.domain), op.name
 
 
 @pytest.mark.gpu

@@ -1,6 +1,6 @@
 """Memory-layout fuzzing over the op database, shared by test_fuzz_ops.py and its worker process.
 
-A case names an op database entry (tests/ops/opdb.py), one of its samples, a dtype and a memory
+A case names an op database entry (tests/ops/opdb/), one of its samples, a dtype and a memory
 layout for each array argument, and optionally new shapes for the elementwise families.
 :func:`check_case` builds the arguments in those layouts and checks, against the same values
 in contiguous native arrays:

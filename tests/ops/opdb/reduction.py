@@ -1,0 +1,180 @@
+"""Op database entries for ferro/ops/reduction.py."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+import ferro
+from opdb.core import OpInfo, Sample, uniform
+
+
+def _reduction_samples(rng):
+    out = []
+    for shape, axis, keep in [
+        ((), None, False),
+        ((5,), None, False),
+        ((2, 3), 0, False),
+        ((2, 3), 1, True),
+        ((2, 3, 4), (0, 2), False),
+        ((2, 3, 4), -1, True),
+        ((0, 3), 1, False),
+        ((2, 3), None, True),
+    ]:
+        out.append(
+            Sample(
+                (rng.uniform(-2, 2, shape),),
+                {"axis": axis, "keepdims": keep},
+                label=f"{shape} axis={axis} keep={keep}",
+            )
+        )
+    out.append(
+        Sample((rng.uniform(-2, 2, (3, 4)),), {"axis": 0}, noncontig=True, label="noncontig")
+    )
+    return out
+
+
+def _np_reduce(f):
+    def ref(x, axis=None, keepdims=False):
+        return f(x, axis=axis, keepdims=keepdims)
+
+    return ref
+
+
+def _var_samples(rng):
+    return [
+        Sample((uniform(rng, (5,)),), {"axis": None, "correction": 1}, label="all"),
+        Sample((uniform(rng, (2, 3)),), {"axis": 1, "correction": 0}, label="population"),
+        Sample(
+            (uniform(rng, (2, 3, 4)),),
+            {"axis": (0, 2), "correction": 1, "keepdims": True},
+            label="axes keepdims",
+        ),
+        Sample((uniform(rng, (3, 4)),), {"axis": 0}, noncontig=True, label="noncontig"),
+    ]
+
+
+def _prod_samples(rng):
+    with_zero = uniform(rng, (3, 4))
+    with_zero[1, 2] = 0.0
+    two_zeros = uniform(rng, (2, 3))
+    two_zeros[0, 0] = two_zeros[0, 2] = 0.0
+    return _reduction_samples(rng)[:6] + [
+        Sample((with_zero,), {"axis": 1}, label="one zero"),
+        Sample((two_zeros,), {"axis": None}, label="two zeros"),
+    ]
+
+
+def _extreme_samples(rng):
+    return [
+        Sample((uniform(rng, (5,)),), {"axis": 0}, label="1d"),
+        Sample((uniform(rng, (3, 4)),), {"axis": 1, "keepdims": True}, label="keepdims"),
+        Sample((uniform(rng, (2, 3, 4)),), {"axis": -2}, label="3d"),
+        Sample((uniform(rng, (3, 4)),), {"axis": 0}, noncontig=True, label="noncontig"),
+    ]
+
+
+def _amax_samples(rng):
+    return [
+        Sample((uniform(rng, (5,)),), {"axis": None}, label="all"),
+        Sample((uniform(rng, (3, 4)),), {"axis": (0, 1), "keepdims": True}, label="tuple"),
+        Sample((uniform(rng, (2, 3, 4)),), {"axis": 1}, label="3d"),
+        Sample((np.array([1.0, 3.0, 3.0, 2.0]),), {"axis": None}, label="tie"),
+    ]
+
+
+def _near_tie(x):
+    # The gradient of an extreme jumps where two values tie (within any reduced group; all pairs
+    # is stricter, and simpler).
+    return np.diff(np.sort(x.ravel()))
+
+
+def _norm_samples(rng):
+    out = []
+    for p in (1, 2, math.inf):
+        out.append(Sample((uniform(rng, (3, 4)),), {"p": p, "axis": 1}, label=f"p={p}"))
+        out.append(Sample((uniform(rng, (5,)),), {"p": p}, label=f"p={p} all"))
+    return out
+
+
+def _norm_ref(x, p=2, axis=None, keepdims=False):
+    return (
+        np.linalg.norm(x, ord=p, axis=axis, keepdims=keepdims)
+        if axis is not None
+        else (np.linalg.norm(x.ravel(), ord=p))
+    )
+
+
+def _cumsum_samples(rng):
+    return [
+        Sample((uniform(rng, (5,)),), {"axis": 0}, label="1d"),
+        Sample((uniform(rng, (3, 4)),), {"axis": 1}, label="rows"),
+        Sample((uniform(rng, (3, 4)),), {"axis": 0}, noncontig=True, label="noncontig"),
+        Sample((uniform(rng, ()),), {"axis": 0}, label="0-d"),
+    ]
+
+
+def _logsumexp_ref(x, axis=None, keepdims=False):
+    return np.log(np.exp(x).sum(axis=axis, keepdims=keepdims))
+
+
+ENTRIES = [
+    OpInfo("sum", ferro.sum, _np_reduce(np.sum), _reduction_samples, reduction=True),
+    OpInfo("mean", ferro.mean, _np_reduce(np.mean), _reduction_samples, reduction=True),
+    OpInfo(
+        "var",
+        ferro.var,
+        lambda x, axis=None, correction=1, keepdims=False: np.var(
+            x, axis=axis, ddof=correction, keepdims=keepdims
+        ),
+        _var_samples,
+    ),
+    OpInfo(
+        "std",
+        ferro.std,
+        lambda x, axis=None, correction=1, keepdims=False: np.std(
+            x, axis=axis, ddof=correction, keepdims=keepdims
+        ),
+        _var_samples,
+    ),
+    OpInfo("prod", ferro.prod, _np_reduce(np.prod), _prod_samples, reduction=True),
+    OpInfo(
+        "max_dim",
+        lambda x, axis, keepdims=False: ferro.max(x, axis, keepdims)[0],
+        lambda x, axis, keepdims=False: np.max(x, axis=axis, keepdims=keepdims),
+        _extreme_samples,
+        func="max",
+    ),
+    OpInfo(
+        "min_dim",
+        lambda x, axis, keepdims=False: ferro.min(x, axis, keepdims)[0],
+        lambda x, axis, keepdims=False: np.min(x, axis=axis, keepdims=keepdims),
+        _extreme_samples,
+        func="min",
+    ),
+    OpInfo(
+        "amax",
+        ferro.amax,
+        _np_reduce(np.max),
+        _amax_samples,
+        reduction=True,
+        kink=_near_tie,
+    ),
+    OpInfo(
+        "amin",
+        ferro.amin,
+        _np_reduce(np.min),
+        _amax_samples,
+        reduction=True,
+        kink=_near_tie,
+    ),
+    OpInfo("logsumexp", ferro.logsumexp, _logsumexp_ref, _reduction_samples, reduction=True),
+    OpInfo("norm", ferro.norm, _norm_ref, _norm_samples),
+    OpInfo(
+        "cumsum",
+        ferro.cumsum,
+        lambda x, axis: np.cumsum(x, axis=axis).reshape(np.shape(x) or (1,)).reshape(np.shape(x)),
+        _cumsum_samples,
+    ),
+]

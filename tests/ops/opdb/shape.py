@@ -1,0 +1,401 @@
+"""Op database entries for ferro/ops/shape.py."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import ferro
+from opdb.core import OpInfo, Sample, unary, uniform
+
+
+def _reshape_samples(rng):
+    return [
+        Sample((rng.normal(size=(2, 3)),), {"shape": (3, 2)}, label="2x3->3x2"),
+        Sample((rng.normal(size=(2, 3)),), {"shape": (-1,)}, label="flatten"),
+        Sample((rng.normal(size=()),), {"shape": (1, 1)}, label="0-d"),
+        Sample((rng.normal(size=(0, 3)),), {"shape": (3, 0)}, label="empty"),
+        Sample((rng.normal(size=(3, 4)),), {"shape": (2, 6)}, noncontig=True, label="noncontig"),
+    ]
+
+
+def _permute_samples(rng):
+    return [
+        Sample((rng.normal(size=(2, 3, 4)),), {"dims": (2, 0, 1)}, label="3d"),
+        Sample((rng.normal(size=(2, 3)),), {"dims": (1, 0)}, label="2d"),
+        Sample((rng.normal(size=()),), {"dims": ()}, label="0-d"),
+        Sample((rng.normal(size=(3, 4)),), {"dims": (1, 0)}, noncontig=True, label="noncontig"),
+    ]
+
+
+def _broadcast_samples(rng):
+    return [
+        Sample((uniform(rng, (3, 1)),), {"shape": (2, 3, 4)}, label="expand"),
+        Sample((uniform(rng, ()),), {"shape": (2, 2)}, label="0-d"),
+        Sample((uniform(rng, (4,)),), {"shape": (0, 4)}, label="empty"),
+    ]
+
+
+def _cat_samples(rng):
+    return [
+        Sample((uniform(rng, (2, 3)), uniform(rng, (4, 3))), {"dim": 0}, label="dim0"),
+        Sample(
+            (uniform(rng, (2, 3)), uniform(rng, (2, 1)), uniform(rng, (2, 2))),
+            {"dim": -1},
+            label="3 parts",
+        ),
+        Sample((uniform(rng, (2, 3)), uniform(rng, (0, 3))), {"dim": 0}, label="empty part"),
+        Sample((uniform(rng, (2, 3)), None), {"dim": 1}, same=(1,), label="f(x,x)"),
+    ]
+
+
+def _stack_samples(rng):
+    return [
+        Sample((uniform(rng, (2, 3)), uniform(rng, (2, 3))), {"dim": 0}, label="dim0"),
+        Sample((uniform(rng, ()), uniform(rng, ())), {"dim": 0}, label="0-d"),
+        Sample((uniform(rng, (2, 3)), None), {"dim": -1}, same=(1,), label="f(x,x)"),
+    ]
+
+
+def _split_fn(x, size, dim):
+    pieces = ferro.split(x, size, dim)
+    return ferro.cat([p * float(i + 1) for i, p in enumerate(pieces)], dim)
+
+
+def _split_ref(x, size, dim):
+    n = x.shape[dim]
+    bounds = list(range(size, n, size)) if isinstance(size, int) else list(np.cumsum(size)[:-1])
+    pieces = np.split(x, bounds, axis=dim)
+    return np.concatenate([p * float(i + 1) for i, p in enumerate(pieces)], axis=dim)
+
+
+def _split_samples(rng):
+    return [
+        Sample((uniform(rng, (5, 3)),), {"size": 2, "dim": 0}, label="by size"),
+        Sample((uniform(rng, (2, 6)),), {"size": [1, 3, 2], "dim": 1}, label="sections"),
+    ]
+
+
+def _unbind_fn(x, dim, used=None):
+    # Weight each slice differently, so a slice's gradient landing elsewhere is caught.
+    pieces = ferro.ops.shape.unbind(x, dim)[:used]
+    return ferro.stack([p * float(i + 1) for i, p in enumerate(pieces)], dim)
+
+
+def _unbind_ref(x, dim, used=None):
+    pieces = [np.take(x, i, axis=dim) for i in range(x.shape[dim])][:used]
+    return np.stack([p * float(i + 1) for i, p in enumerate(pieces)], axis=dim)
+
+
+def _unbind_samples(rng):
+    return [
+        Sample((uniform(rng, (4, 3)),), {"dim": 0}, label="rows"),
+        Sample((uniform(rng, (2, 3, 4)),), {"dim": -1}, label="last dim"),
+        Sample((uniform(rng, (5,)),), {"dim": 0}, label="0-d slices"),
+        Sample((uniform(rng, (4, 2)),), {"dim": 0, "used": 2}, label="unused slices"),
+    ]
+
+
+def _first_piece(x):
+    return ferro.split(x, 2, 0)[0] * 3.0
+
+
+_BASIC_INDEXES = [
+    (1,),
+    (slice(None), slice(None, None, -1)),
+    (None, Ellipsis, slice(1, 3)),
+    (-1, 2),
+    (slice(0, 0),),
+]
+
+
+def _getitem_samples(rng):
+    return [
+        Sample((uniform(rng, (3, 4)),), {"index": idx}, label=repr(idx)) for idx in _BASIC_INDEXES
+    ]
+
+
+def _advanced_samples(rng):
+    x = uniform(rng, (4, 3))
+    return [
+        Sample((x,), {"index": (np.array([0, 2, 2, 0]),)}, label="repeated rows"),
+        Sample((x,), {"index": (np.array([[1, 1], [3, 0]]), np.array([0, 2]))}, label="pairs"),
+        Sample((x,), {"index": (x > 0,)}, label="bool mask"),
+        Sample((x,), {"index": (slice(None), np.array([2, 2, 0]))}, label="mixed"),
+    ]
+
+
+def _index_select_samples(rng):
+    return [
+        Sample((uniform(rng, (4, 3)),), {"dim": 0, "index": np.array([3, 0, 3])}, label="repeat"),
+        Sample(
+            (uniform(rng, (2, 5)),),
+            {"dim": 1, "index": np.array([], dtype=np.int64)},
+            label="empty",
+        ),
+    ]
+
+
+def _gather_samples(rng):
+    return [
+        Sample(
+            (uniform(rng, (3, 4)),),
+            {"dim": 1, "index": np.array([[0, 0], [3, 1], [2, 2]])},
+            label="dim1 repeats",
+        ),
+        Sample(
+            (uniform(rng, (3, 4)),), {"dim": 0, "index": np.array([[2, 0, 1, 1]])}, label="dim0"
+        ),
+    ]
+
+
+def _gather_ref(x, dim, index):
+    out = np.empty(index.shape)
+    for pos in np.ndindex(*index.shape):
+        src = list(pos)
+        src[dim] = index[pos]
+        out[pos] = x[tuple(src)]
+    return out
+
+
+def _scatter_samples(rng):
+    # Distinct targets along dim, so the result does not depend on the order of writes.
+    return [
+        Sample(
+            (uniform(rng, (3, 4)), uniform(rng, (3, 2))),
+            {"dim": 1, "index": np.array([[0, 3], [1, 2], [3, 0]])},
+            label="tensor src",
+        ),
+        Sample(
+            (uniform(rng, (3, 4)), 0.5),
+            {"dim": 0, "index": np.array([[2, 0, 1, 1]])},
+            label="scalar src",
+        ),
+    ]
+
+
+def _scatter_ref(x, src, dim, index, add=False):
+    out = x.copy()
+    for pos in np.ndindex(*index.shape):
+        dst = list(pos)
+        dst[dim] = index[pos]
+        v = src[pos] if hasattr(src, "shape") else src
+        if add:
+            out[tuple(dst)] += v
+        else:
+            out[tuple(dst)] = v
+    return out
+
+
+def _scatter_add_samples(rng):
+    return [
+        Sample(
+            (uniform(rng, (3, 4)), uniform(rng, (3, 3))),
+            {"dim": 1, "index": np.array([[0, 0, 3], [1, 2, 1], [3, 3, 3]])},
+            label="repeats",
+        ),
+    ]
+
+
+def _masked_fill_samples(rng):
+    x = uniform(rng, (3, 4))
+    return [
+        Sample((x, x > 0.5, 0.25), label="scalar"),
+        Sample((x, rng.random((4,)) > 0.5, uniform(rng, ())), label="0-d tensor value"),
+    ]
+
+
+def _pad_samples(rng):
+    out = []
+    for mode in ("constant", "reflect", "replicate"):
+        out.append(
+            Sample((uniform(rng, (2, 3, 4)),), {"pad": (1, 2), "mode": mode}, label=f"{mode} 1d")
+        )
+        out.append(
+            Sample((uniform(rng, (3, 4)),), {"pad": (2, 1, 1, 2), "mode": mode}, label=f"{mode} 2d")
+        )
+    return out
+
+
+def _pad_ref(x, pad, mode="constant", value=0.0):
+    widths = [(0, 0)] * x.ndim
+    for k in range(len(pad) // 2):
+        widths[x.ndim - 1 - k] = (pad[2 * k], pad[2 * k + 1])
+    np_mode = {"constant": "constant", "reflect": "reflect", "replicate": "edge"}[mode]
+    return np.pad(x, widths, mode=np_mode)
+
+
+def _tile_samples(rng):
+    return [
+        Sample((uniform(rng, (2, 3)),), {"reps": (2, 1)}, label="rows"),
+        Sample((uniform(rng, (3,)),), {"reps": (2, 2)}, label="adds a dim"),
+        Sample((uniform(rng, (2, 2)),), {"reps": (0, 1)}, label="zero"),
+    ]
+
+
+def _flip_samples(rng):
+    return [
+        Sample((uniform(rng, (3, 4)),), {"dims": (0,)}, label="dim0"),
+        Sample((uniform(rng, (2, 3, 4)),), {"dims": (0, 2)}, label="two dims"),
+    ]
+
+
+def _roll_samples(rng):
+    return [
+        Sample((uniform(rng, (3, 4)),), {"shifts": 1, "dims": 1}, label="one dim"),
+        Sample((uniform(rng, (3, 4)),), {"shifts": (2, -1), "dims": (0, 1)}, label="two dims"),
+        Sample((uniform(rng, (3, 4)),), {"shifts": 5, "dims": None}, label="flattened"),
+    ]
+
+
+def _embedding_samples(rng):
+    return [
+        Sample((uniform(rng, (5, 3)),), {"indices": np.array([[0, 4], [4, 4]])}, label="repeats"),
+        # padding_idx's row is used but gets no gradient (by definition): no gradcheck here;
+        # test_op_semantics.py checks that row's gradient is zero.
+        Sample(
+            (uniform(rng, (5, 3)),),
+            {"indices": np.array([1, 2, 2]), "padding_idx": 2},
+            grad=False,
+            label="padding_idx",
+        ),
+    ]
+
+
+def _embedding_ref(w, indices, padding_idx=None):
+    return w[indices]
+
+
+ENTRIES = [
+    OpInfo(
+        "reshape",
+        lambda x, shape: ferro.reshape(x, shape),
+        lambda x, shape: np.reshape(x, shape),
+        _reshape_samples,
+    ),
+    OpInfo(
+        "permute",
+        lambda x, dims: ferro.permute(x, dims),
+        lambda x, dims: np.transpose(x, dims),
+        _permute_samples,
+    ),
+    unary("detach", lambda x: ferro.detach(x) * 1.0, lambda x: x, grad=False),
+    OpInfo(
+        "broadcast_to",
+        lambda x, shape: ferro.broadcast_to(x, shape),
+        lambda x, shape: np.broadcast_to(x, shape),
+        _broadcast_samples,
+    ),
+    OpInfo(
+        "cat",
+        lambda *xs, dim: ferro.cat(xs, dim),
+        lambda *xs, dim: np.concatenate(xs, axis=dim),
+        _cat_samples,
+    ),
+    OpInfo(
+        "stack",
+        lambda *xs, dim: ferro.stack(xs, dim),
+        lambda *xs, dim: np.stack(xs, axis=dim),
+        _stack_samples,
+    ),
+    OpInfo("split", _split_fn, _split_ref, _split_samples),
+    OpInfo("unbind", _unbind_fn, _unbind_ref, _unbind_samples),
+    OpInfo(
+        "split_one_piece",
+        _first_piece,
+        lambda x: np.split(x, [2])[0] * 3.0,
+        lambda rng: [Sample((uniform(rng, (5, 2)),), label="unused pieces")],
+        func="split",
+    ),
+    OpInfo("getitem", lambda x, index: x[index], lambda x, index: x[index], _getitem_samples),
+    OpInfo(
+        "getitem_advanced",
+        lambda x, index: x[index],
+        lambda x, index: x[index],
+        _advanced_samples,
+        func="getitem",
+    ),
+    OpInfo(
+        "narrow",
+        lambda x: ferro.narrow(x, 1, 1, 2),
+        lambda x: x[:, 1:3],
+        lambda rng: [Sample((uniform(rng, (3, 4)),))],
+    ),
+    OpInfo(
+        "select",
+        lambda x: ferro.select(x, 0, -1),
+        lambda x: x[-1],
+        lambda rng: [Sample((uniform(rng, (3, 4)),))],
+    ),
+    OpInfo(
+        "index_select",
+        lambda x, dim, index: ferro.index_select(x, dim, ferro.tensor(index)),
+        lambda x, dim, index: np.take(x, index, axis=dim),
+        _index_select_samples,
+    ),
+    OpInfo(
+        "gather",
+        lambda x, dim, index: ferro.gather(x, dim, ferro.tensor(index)),
+        _gather_ref,
+        _gather_samples,
+    ),
+    OpInfo(
+        "scatter",
+        lambda x, src, dim, index: ferro.scatter(x, dim, ferro.tensor(index), src),
+        lambda x, src, dim, index: _scatter_ref(x, src, dim, index),
+        _scatter_samples,
+    ),
+    OpInfo(
+        "scatter_add",
+        lambda x, src, dim, index: ferro.scatter_add(x, dim, ferro.tensor(index), src),
+        lambda x, src, dim, index: _scatter_ref(x, src, dim, index, add=True),
+        _scatter_add_samples,
+    ),
+    OpInfo(
+        "masked_fill", ferro.masked_fill, lambda x, m, v: np.where(m, v, x), _masked_fill_samples
+    ),
+    OpInfo("pad", lambda x, pad, mode: ferro.pad(x, pad, mode), _pad_ref, _pad_samples),
+    OpInfo(
+        "tile",
+        lambda x, reps: ferro.tile(x, reps),
+        lambda x, reps: np.tile(x, reps),
+        _tile_samples,
+    ),
+    OpInfo(
+        "flip",
+        lambda x, dims: ferro.flip(x, dims),
+        lambda x, dims: np.flip(x, dims),
+        _flip_samples,
+    ),
+    OpInfo(
+        "roll",
+        lambda x, shifts, dims: ferro.roll(x, shifts, dims),
+        lambda x, shifts, dims: np.roll(x, shifts, dims),
+        _roll_samples,
+    ),
+    OpInfo(
+        "one_hot",
+        lambda i: ferro.one_hot(i, 4),
+        lambda i: np.eye(4, dtype=np.int64)[i],
+        lambda rng: [Sample((np.array([[0, 3], [2, 2]]),), label="2d")],
+        grad=False,
+        same_dtype_out=False,
+    ),
+    OpInfo(
+        "embedding",
+        lambda w, indices, padding_idx=None: ferro.embedding(ferro.tensor(indices), w, padding_idx),
+        _embedding_ref,
+        _embedding_samples,
+    ),
+    OpInfo(
+        "squeeze",
+        lambda x: ferro.squeeze(ferro.unsqueeze(x, 1), 1) * 1.0,
+        lambda x: x,
+        lambda rng: [Sample((uniform(rng, (3, 4)),))],
+    ),
+    OpInfo(
+        "flatten",
+        lambda x: ferro.flatten(x, 1),
+        lambda x: x.reshape(x.shape[0], -1),
+        lambda rng: [Sample((uniform(rng, (2, 3, 4)),))],
+    ),
+]

@@ -16,9 +16,12 @@ from ferro._C.graph import retain_grad as retain_grad
 from ferro._C.graph import retains_grad as retains_grad
 from ferro._C.state import _get_mode as _get_mode
 from ferro._C.state import _pop_saved_hooks as _pop_saved_hooks
+from ferro._C.state import _pop_threads as _pop_threads
 from ferro._C.state import _push_saved_hooks as _push_saved_hooks
+from ferro._C.state import _push_threads as _push_threads
 from ferro._C.state import _reset_mode as _reset_mode
 from ferro._C.state import _set_mode as _set_mode
+from ferro._C.state import get_num_threads as get_num_threads
 from ferro._C.state import get_profiler as get_profiler
 from ferro._C.state import is_anomaly_enabled as is_anomaly_enabled
 from ferro._C.state import is_grad_enabled as is_grad_enabled
@@ -27,6 +30,7 @@ from ferro._C.state import now_ns as now_ns
 from ferro._C.state import overrides_enabled as overrides_enabled
 from ferro._C.state import reset_stats as reset_stats
 from ferro._C.state import set_anomaly as set_anomaly
+from ferro._C.state import set_num_threads as set_num_threads
 from ferro._C.state import set_overrides_enabled as set_overrides_enabled
 from ferro._C.state import set_profiler as set_profiler
 from ferro._C.state import stats as stats
@@ -42,5 +46,6 @@ def run_backward(
     inputs: tuple[TensorBase, ...] | None = ...,
     accumulate: bool = ...,
     allow_unused: bool = ...,
+    num_threads: int = ...,
 ) -> tuple[Any, ...] | None: ...
 def commit_inplace(t: TensorBase, out: TensorBase, op_name: str) -> TensorBase: ...

@@ -315,7 +315,7 @@ class Clamp:
         x, lo, hi = ctx.saved
         xp = ctx.xp
         need_x, need_lo, need_hi = ctx.needs_input_grad
-        inside = xp.ones(x.shape, dtype=bool)
+        inside = xp.ones(gy.shape, dtype=bool)  # the broadcast shape: bounds may widen x
         if lo is not None:
             inside &= x >= lo
         if hi is not None:

@@ -65,7 +65,15 @@ ENTRIES = [
     unary("abs", ferro.abs, np.abs, kink=np.abs),
     # Not marked elementwise: its backward fails when tensor bounds broadcast x to a larger
     # shape (test_properties.py holds the strict xfail that says when that is fixed).
-    OpInfo("clamp", ferro.clamp, _clamp_ref, _clamp_samples),
+    OpInfo(
+        "clamp",
+        ferro.clamp,
+        _clamp_ref,
+        _clamp_samples,
+        elementwise=True,
+        domain=((-2.0, 2.0), (-1.5, -0.2), (0.2, 1.5)),
+        kink=lambda x, lo, hi: np.minimum(np.abs(x - lo), np.abs(x - hi)),
+    ),
     unary("expm1", ferro.expm1, np.expm1),
     unary("log1p", ferro.log1p, np.log1p, (-0.5, 2.0)),
     unary("sqrt", ferro.sqrt, np.sqrt, (0.3, 3.0)),

@@ -1,7 +1,6 @@
 """Differentiable ops, one module per family, all registered in :mod:`ferro.ops.registry`."""
 
-from ferro.cuda import fused as _cuda_fused  # noqa: F401  (GPU overrides; imports no CuPy)
-from ferro.ops import device, fused  # noqa: F401  (device: to_device; fused: CPU overrides)
+from ferro.ops import device  # noqa: F401  (to_device)
 from ferro.ops.activation import (
     elu,
     gelu,

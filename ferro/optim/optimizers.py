@@ -6,7 +6,6 @@ import math
 
 import numpy as np
 
-from ferro._C import cpu_kernels as K
 from ferro.errors import ArgumentError
 from ferro.optim.optimizer import Optimizer
 
@@ -17,6 +16,8 @@ class SGD(Optimizer):
     Update: ``d = g + wd p``; with momentum, ``buf = momentum buf + (1 - dampening) d`` (``d`` on
     the first step) and ``d = d + momentum buf`` (Nesterov) or ``buf``; ``p -= lr d``.
     """
+
+    kernel = "sgd_update"
 
     def __init__(
         self,
@@ -43,12 +44,12 @@ class SGD(Optimizer):
             ),
         )
 
-    def _update_fused(self, p, g, state, group):
+    def _update_fused(self, kernel, p, g, state, group):
         first = "momentum_buffer" not in state
         if group["momentum"] != 0 and first:
             state["momentum_buffer"] = np.empty_like(p)
         buf = state.get("momentum_buffer", p)
-        K.sgd_update(
+        kernel(
             p,
             g,
             buf,
@@ -81,6 +82,8 @@ class Adam(Optimizer):
     ``p -= lr / (1-b1^t) * m / (sqrt(v) / sqrt(1-b2^t) + eps)``.
     """
 
+    kernel = "adam_update"
+
     decoupled = False
 
     def __init__(
@@ -103,10 +106,10 @@ class Adam(Optimizer):
             state["exp_avg_sq"] = np.zeros_like(p)
         state["step"] += 1
 
-    def _update_fused(self, p, g, state, group):
+    def _update_fused(self, kernel, p, g, state, group):
         b1, b2 = group["betas"]
         t = state["step"]
-        K.adam_update(
+        kernel(
             p,
             g,
             state["exp_avg"],
@@ -160,6 +163,8 @@ class RMSprop(Optimizer):
     ``sqrt(s) + eps``; ``p -= lr g / avg`` (or through a momentum buffer).
     """
 
+    kernel = "rmsprop_update"
+
     def __init__(
         self,
         params,
@@ -192,8 +197,8 @@ class RMSprop(Optimizer):
                 state["grad_avg"] = np.zeros_like(p)
         state["step"] += 1
 
-    def _update_fused(self, p, g, state, group):
-        K.rmsprop_update(
+    def _update_fused(self, kernel, p, g, state, group):
+        kernel(
             p,
             g,
             state["square_avg"],
@@ -233,6 +238,8 @@ class RMSprop(Optimizer):
 class Adagrad(Optimizer):
     """Adagrad: ``sum += g^2``; ``p -= lr / (1 + (t-1) lr_decay) * g / (sqrt(sum) + eps)``."""
 
+    kernel = "adagrad_update"
+
     def __init__(
         self,
         params,
@@ -262,10 +269,8 @@ class Adagrad(Optimizer):
     def _clr(self, state, group):
         return group["lr"] / (1 + (state["step"] - 1) * group["lr_decay"])
 
-    def _update_fused(self, p, g, state, group):
-        K.adagrad_update(
-            p, g, state["sum"], self._clr(state, group), group["eps"], group["weight_decay"]
-        )
+    def _update_fused(self, kernel, p, g, state, group):
+        kernel(p, g, state["sum"], self._clr(state, group), group["eps"], group["weight_decay"])
 
     def _update_generic(self, p, g, state, group):
         if group["weight_decay"]:

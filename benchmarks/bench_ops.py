@@ -1,17 +1,21 @@
-"""Large-array op throughput: fused ops against the memory floor, and a small expression
-against PyTorch.
+"""Fused CPU overrides against the generic path they replace, and a small expression against
+PyTorch.
 
-    python benchmarks/bench_ops.py [--n 10000000] [--repeats 7]
+    python benchmarks/bench_ops.py [--n 10000000] [--small 64] [--repeats 7]
 
-1. Forward+backward of each fused op on ``n`` float32 elements, against the minimum memory
-   traffic it needs: the forward reads x and writes y, the backward reads gy and the saved array
-   and writes gx (5 passes of n floats; cross-entropy: logits in, gradient out, plus the forward
-   read: 3 passes). The floor is timed as plain NumPy copies of the same bytes in the same run
-   (one ``src.copy()`` moves 2 passes). Like the ops' outputs, a copy allocates its result,
-   which for large arrays costs page faults; the floor without allocation (``np.copyto`` into
-   a preallocated buffer) is printed too. Also shown: the generic NumPy path (overrides off)
-   and PyTorch.
-2. ``(a*b + c).sum()`` forward+backward with gradients for a, b and c, against PyTorch.
+1. Every op with a CPU override (taken from the registry: a new override needs a case here),
+   forward+backward on ``n`` float32 elements with overrides on ("fused") and off ("generic"),
+   interleaved in one run, with three upstream gradients: an explicit contiguous ``gy``, and the
+   stride-0 broadcast that ``.sum()`` and ``.mean()`` hand back. ``generic/fused`` above 1 is the
+   override's win; an override that does not win has no place in the table of
+   ``ferro.ops.fused``. The memory floor (the bytes the op must move: x in, y out, gy and the
+   saved array in, gx out: 5 passes, timed as ``src.copy()`` of 2 passes) and PyTorch are shown
+   for the explicit ``gy``.
+2. The same ops on ``--small`` elements with ``.sum()`` upstream: the per-call cost, where a
+   kernel call competes with a few NumPy calls rather than with memory.
+3. The README example, ``ferro.tanh(x @ w).sum().backward()`` with x (3,) and w (3, 2),
+   overrides on against off (issue 12's done-when: on is at least as fast).
+4. ``(a*b + c).sum()`` forward+backward with gradients for a, b and c, against PyTorch.
 """
 
 from __future__ import annotations
@@ -27,189 +31,191 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks.common import emit, header, measure, optional_torch, table  # noqa: E402
 
 
-def _ferro_case(ferro, fn, x_np, gy_np):
+def _calls(ferro, classes):
+    """Op name -> ``fn(t)`` calling it on a flat tensor (rows of ``classes`` for softmax)."""
+    return {
+        "tanh": ferro.tanh,
+        "sigmoid": ferro.sigmoid,
+        "relu": ferro.relu,
+        "leaky_relu": lambda t: ferro.leaky_relu(t, 0.1),
+        "gelu": ferro.gelu,
+        "silu": ferro.silu,
+        "softmax": lambda t: ferro.softmax(t.reshape(-1, classes), -1).reshape(-1),
+    }
+
+
+def _switched(engine, on, fn):
+    """``fn`` run with overrides ``on`` (the switch is process-wide, so each call sets it)."""
+
+    def run():
+        prev = engine.set_overrides_enabled(on)
+        try:
+            fn()
+        finally:
+            engine.set_overrides_enabled(prev)
+
+    return run
+
+
+def _case(ferro, fn, x_np, upstream, gy_np=None):
     x = ferro.from_numpy(x_np).requires_grad_()
-    gy = ferro.from_numpy(gy_np)
+    gy = ferro.from_numpy(gy_np) if gy_np is not None else None
 
     def run():
         x.grad = None
-        fn(x).backward(gy)
+        y = fn(x)
+        if upstream == "sum":
+            y.sum().backward()
+        elif upstream == "mean":
+            y.mean().backward()
+        else:
+            y.backward(gy)
 
     return run
 
 
-def _ce_case(ferro, logits_np, target_np):
-    x = ferro.from_numpy(logits_np).requires_grad_()
-    t = ferro.from_numpy(target_np)
-
-    def run():
-        x.grad = None
-        ferro.cross_entropy(x, t).backward()
-
-    return run
+def _torch_fn(torch, name, classes):
+    return {
+        "tanh": torch.tanh,
+        "sigmoid": torch.sigmoid,
+        "relu": torch.relu,
+        "leaky_relu": lambda t: torch.nn.functional.leaky_relu(t, 0.1),
+        "gelu": torch.nn.functional.gelu,
+        "silu": torch.nn.functional.silu,
+        "softmax": lambda t: torch.softmax(t.reshape(-1, classes), -1).reshape(-1),
+    }[name]
 
 
 def main(argv=None) -> list[dict]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=10_000_000)
+    ap.add_argument("--small", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--classes", type=int, default=1000)
     args = ap.parse_args(argv)
 
     import ferro
     from ferro._C import engine
+    from ferro.ops.registry import REGISTRY
 
     torch = optional_torch()
     header("bench_ops")
-    n = args.n
+    calls = _calls(ferro, args.classes)
+    overridden = sorted(n for n, op in REGISTRY.items() if op.cpu_forward or op.cpu_backward)
+    missing = set(overridden) - set(calls)
+    if missing:
+        raise SystemExit(f"bench_ops: no case for the CPU overrides of {sorted(missing)}")
     rng = np.random.default_rng(0)
+    records = []
+
+    # 1. Large arrays.
+    n = args.n
     x_np = rng.normal(size=n).astype(np.float32)
     gy_np = rng.normal(size=n).astype(np.float32)
     src = rng.normal(size=n).astype(np.float32)
-    dst = np.empty(n, np.float32)
-    copies = measure(
-        {"copy": lambda: src.copy(), "copyto": lambda: np.copyto(dst, src)}, args.repeats, warmup=2
-    )
-    copy_t = copies["copy"]
-    print(
-        f"# memory floor: src.copy() {copy_t * 1e3:.2f} ms, np.copyto (no allocation) "
-        f"{copies['copyto'] * 1e3:.2f} ms for {n} float32"
-    )
+    copy_t = measure({"copy": lambda: src.copy()}, args.repeats, warmup=2)["copy"]
+    floor = 2.5 * copy_t
+    print(f"# memory floor (5 passes of {n} float32, as src.copy() x 2.5): {floor * 1e3:.2f} ms")
+    rows = []
+    for name in overridden:
+        fn = calls[name]
+        for upstream in ("gy", "sum", "mean"):
+            run = _case(ferro, fn, x_np, upstream, gy_np)
+            cases = {
+                "fused": _switched(engine, True, run),
+                "generic": _switched(engine, False, run),
+            }
+            if torch is not None and upstream == "gy":
+                tx = torch.from_numpy(x_np.copy()).requires_grad_()
+                tgy, tfn = torch.from_numpy(gy_np), _torch_fn(torch, name, args.classes)
 
-    ops = {
-        "tanh": (ferro.tanh, "tanh"),
-        "sigmoid": (ferro.sigmoid, "sigmoid"),
-        "relu": (ferro.relu, "relu"),
-        "gelu": (ferro.gelu, "gelu"),
-        "gelu_tanh": (lambda t: ferro.gelu(t, "tanh"), None),
-        "silu": (ferro.silu, "silu"),
-        "softmax": (
-            lambda t: ferro.softmax(t.reshape(-1, args.classes), -1).reshape(-1),
-            "softmax",
-        ),
-        "log_softmax": (
-            lambda t: ferro.log_softmax(t.reshape(-1, args.classes), -1).reshape(-1),
-            "log_softmax",
-        ),
-    }
-    rows, records = [], []
-    for name, (fn, tname) in ops.items():
-        cases = {"fused": _ferro_case(ferro, fn, x_np, gy_np)}
-        if torch is not None and tname is not None:
-            tx = torch.from_numpy(x_np.copy()).requires_grad_()
-            tgy = torch.from_numpy(gy_np)
-            tfn = {
-                "tanh": torch.tanh,
-                "sigmoid": torch.sigmoid,
-                "relu": torch.relu,
-                "gelu": torch.nn.functional.gelu,
-                "silu": torch.nn.functional.silu,
-                "softmax": lambda t: torch.softmax(t.reshape(-1, args.classes), -1).reshape(-1),
-                "log_softmax": lambda t: torch.log_softmax(t.reshape(-1, args.classes), -1).reshape(
-                    -1
-                ),
-            }[tname]
+                def trun(tx=tx, tgy=tgy, tfn=tfn):
+                    tx.grad = None
+                    tfn(tx).backward(tgy)
 
-            def trun(tx=tx, tgy=tgy, tfn=tfn):
-                tx.grad = None
-                tfn(tx).backward(tgy)
-
-            cases["torch"] = trun
-        med = measure(cases, args.repeats, warmup=1)
-        prev = engine.set_overrides_enabled(False)
-        try:
-            med["generic"] = measure(
-                {"generic": _ferro_case(ferro, fn, x_np, gy_np)},
-                max(3, args.repeats // 2),
-                warmup=1,
-            )["generic"]
-        finally:
-            engine.set_overrides_enabled(prev)
-        floor = 2.5 * copy_t
-        rec = emit(
-            "bench_ops",
-            f"fused_{name}",
-            n=n,
-            fused_s=med["fused"],
-            generic_s=med["generic"],
-            torch_s=med.get("torch"),
-            memory_floor_s=floor,
-            fused_over_floor=med["fused"] / floor,
-            fused_over_torch=med["fused"] / med["torch"] if "torch" in med else None,
-        )
-        records.append(rec)
-        rows.append(
-            [
-                name,
-                med["fused"] * 1e3,
-                med["generic"] * 1e3,
-                med["torch"] * 1e3 if "torch" in med else "skipped",
-                floor * 1e3,
-                med["fused"] / floor,
-                med["generic"] / med["fused"],
-            ]
-        )
-
-    # Cross-entropy: (n / classes, classes) logits.
-    m = n // args.classes
-    logits = rng.normal(size=(m, args.classes)).astype(np.float32)
-    target = rng.integers(0, args.classes, m)
-    cases = {"fused": _ce_case(ferro, logits, target)}
-    if torch is not None:
-        tl = torch.from_numpy(logits.copy()).requires_grad_()
-        tt = torch.from_numpy(target)
-
-        def tce():
-            tl.grad = None
-            torch.nn.functional.cross_entropy(tl, tt).backward()
-
-        cases["torch"] = tce
-    med = measure(cases, args.repeats, warmup=1)
-    prev = engine.set_overrides_enabled(False)
-    try:
-        med["generic"] = measure({"g": _ce_case(ferro, logits, target)}, 3, warmup=1)["g"]
-    finally:
-        engine.set_overrides_enabled(prev)
-    floor = 1.5 * copy_t * (m * args.classes) / n
-    records.append(
-        emit(
-            "bench_ops",
-            "fused_cross_entropy",
-            n=m * args.classes,
-            fused_s=med["fused"],
-            generic_s=med["generic"],
-            torch_s=med.get("torch"),
-            memory_floor_s=floor,
-            fused_over_floor=med["fused"] / floor,
-            fused_over_torch=med["fused"] / med["torch"] if "torch" in med else None,
-        )
-    )
-    rows.append(
-        [
-            "cross_entropy",
-            med["fused"] * 1e3,
-            med["generic"] * 1e3,
-            med["torch"] * 1e3 if "torch" in med else "skipped",
-            floor * 1e3,
-            med["fused"] / floor,
-            med["generic"] / med["fused"],
-        ]
-    )
+                cases["torch"] = trun
+            med = measure(cases, args.repeats, warmup=1)
+            ratio = med["generic"] / med["fused"]
+            records.append(
+                emit(
+                    "bench_ops",
+                    f"fused_{name}_{upstream}",
+                    n=n,
+                    fused_s=med["fused"],
+                    generic_s=med["generic"],
+                    torch_s=med.get("torch"),
+                    memory_floor_s=floor,
+                    generic_over_fused=ratio,
+                )
+            )
+            rows.append(
+                [
+                    name,
+                    upstream,
+                    med["fused"] * 1e3,
+                    med["generic"] * 1e3,
+                    med["torch"] * 1e3 if "torch" in med else "-",
+                    med["fused"] / floor,
+                    ratio,
+                ]
+            )
     print()
     table(
         rows,
-        [
-            "op (fwd+bwd)",
-            "fused ms",
-            "generic ms",
-            "torch ms",
-            "floor ms",
-            "fused/floor",
-            "generic/fused",
-        ],
+        ["op (fwd+bwd)", "upstream", "fused ms", "generic ms", "torch ms", "fused/floor", "win"],
     )
 
-    # (a*b + c).sum() with gradients for a, b, c.
+    # 2. Small arrays, .sum() upstream: the per-call cost.
+    m = args.small
+    xs = rng.normal(size=m).astype(np.float32)
+    rows = []
+    small_classes = max(1, min(args.classes, m // 4))
+    for name in overridden:
+        fn = _calls(ferro, small_classes)[name]
+        run = _case(ferro, fn, xs, "sum")
+        cases = {"fused": _switched(engine, True, run), "generic": _switched(engine, False, run)}
+        med = measure(cases, max(args.repeats, 101), warmup=20)
+        ratio = med["generic"] / med["fused"]
+        records.append(
+            emit(
+                "bench_ops",
+                f"small_{name}_sum",
+                n=m,
+                fused_s=med["fused"],
+                generic_s=med["generic"],
+                generic_over_fused=ratio,
+            )
+        )
+        rows.append([name, m, med["fused"] * 1e6, med["generic"] * 1e6, ratio])
+    print()
+    table(rows, ["op + .sum() (fwd+bwd)", "n", "fused us", "generic us", "win"])
+
+    # 3. The README example.
+    x = ferro.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    w = ferro.randn(3, 2, requires_grad=True)
+
+    def readme():
+        x.grad = w.grad = None
+        ferro.tanh(x @ w).sum().backward()
+
+    cases = {"on": _switched(engine, True, readme), "off": _switched(engine, False, readme)}
+    med = measure(cases, max(args.repeats, 301), warmup=50)
+    records.append(
+        emit(
+            "bench_ops",
+            "readme_example",
+            on_s=med["on"],
+            off_s=med["off"],
+            on_over_off=med["on"] / med["off"],
+        )
+    )
+    print()
+    table(
+        [["tanh(x @ w).sum()", med["on"] * 1e6, med["off"] * 1e6, med["on"] / med["off"]]],
+        ["README example (fwd+bwd)", "on us", "off us", "on/off"],
+    )
+
+    # 4. (a*b + c).sum() with gradients for a, b, c.
     a_np, b_np, c_np = (rng.normal(size=n).astype(np.float32) for _ in range(3))
     fa, fb, fc = (ferro.from_numpy(v).requires_grad_() for v in (a_np, b_np, c_np))
 

@@ -25,6 +25,8 @@ from ferro import (  # noqa: F401  (submodules)
     utils,
     viz,
 )
+from ferro._C import cpu_kernels as _cpu_kernels
+from ferro._C import engine as _engine
 from ferro._tensor import Tensor
 from ferro.autograd import (
     enable_grad,
@@ -50,6 +52,7 @@ from ferro.creation import (
     zeros,
     zeros_like,
 )
+from ferro.cuda import ops as _cuda_kernels
 from ferro.dtypes import (
     bool_,
     dtype,
@@ -66,6 +69,7 @@ from ferro.dtypes import (
 )
 from ferro.ops import *  # noqa: F403  (every public op)
 from ferro.ops import __all__ as _ops_all
+from ferro.ops import fused as _fused
 from ferro.random import (
     Generator,
     default_generator,
@@ -77,6 +81,15 @@ from ferro.random import (
 )
 from ferro.serialization import load, save
 from ferro.utils.checkpoint import checkpoint, checkpoint_sequential
+
+# The composition root: each backend's fused kernels become the overrides of the ops that
+# ferro.ops.fused lists (so ops never import cuda), and the GPU kernels become the engine's
+# accumulation and sum-to-shape on CuPy arrays. Neither imports CuPy: that waits for a kernel.
+_fused.install("cpu", _cpu_kernels)
+_fused.install("cuda", _cuda_kernels)
+_engine.set_gpu_backend(
+    _cuda_kernels.owns, _cuda_kernels.accepts, _cuda_kernels.accumulate, _cuda_kernels.sum_to_shape
+)
 
 __version__ = "0.1.0"
 

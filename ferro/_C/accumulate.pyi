@@ -3,6 +3,7 @@ from typing import Any
 
 def set_gpu_backend(
     owns: Callable[[Any], bool] | None,
+    accepts: Callable[[tuple[Any, ...]], bool] | None,
     accumulate: Callable[[Any, Any], None] | None,
     sum_to_shape: Callable[[Any, tuple[int, ...]], Any] | None,
 ) -> None: ...

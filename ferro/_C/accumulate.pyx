@@ -77,22 +77,27 @@ cdef bint _plain_array(object arr):
             and cnp.PyArray_IS_C_CONTIGUOUS(a))
 
 
-# The GPU backend (ferro.cuda.fused registers it; None until then): whether a CuPy array owns
-# its memory as _plain_array asks of NumPy arrays, ``dst += src`` in place, and sum-to-shape.
+# The GPU backend (the composition root, ferro/__init__.py, registers ferro.cuda.ops; None
+# until then): whether a CuPy array owns its memory as _plain_array asks of NumPy arrays, the
+# layout predicate of its kernels, ``dst += src`` in place, and sum-to-shape.
 cdef object _gpu_owns = None
+cdef object _gpu_accepts = None
 cdef object _gpu_accumulate = None
 cdef object _gpu_sum_to_shape = None
 
 
-def set_gpu_backend(owns, accumulate, sum_to_shape):
-    """Register the GPU accumulation and sum-to-shape (``ferro.cuda.fused`` does, at import).
+def set_gpu_backend(owns, accepts, accumulate, sum_to_shape):
+    """Register the GPU accumulation and sum-to-shape kernels (``ferro/__init__.py`` does).
 
     ``owns(arr)``: the CuPy array owns writeable, C-contiguous memory nobody else sees.
-    ``accumulate(dst, src)``: ``dst += src`` in place. ``sum_to_shape(g, shape)``: a new
-    array, or ValueError when its kernel cannot take ``g`` (the generic path runs then).
+    ``accepts(arrays) -> bool``: the kernels take these arrays (one float dtype and shape,
+    C-contiguous); asked first, so nothing is refused by an exception. ``accumulate(dst, src)``:
+    ``dst += src`` in place. ``sum_to_shape(g, shape)``: a new array of ``shape``.
+    Both kernels run only while overrides are on (``set_overrides_enabled``).
     """
-    global _gpu_owns, _gpu_accumulate, _gpu_sum_to_shape
-    _gpu_owns, _gpu_accumulate, _gpu_sum_to_shape = owns, accumulate, sum_to_shape
+    global _gpu_owns, _gpu_accepts, _gpu_accumulate, _gpu_sum_to_shape
+    _gpu_owns, _gpu_accepts = owns, accepts
+    _gpu_accumulate, _gpu_sum_to_shape = accumulate, sum_to_shape
 
 
 cdef bint _can_write(_Entry e):
@@ -125,14 +130,10 @@ cdef int _add_inplace(object dst, object src) except -1:
         return 0
     # A CuPy array: the accumulation kernel when overrides are on and it takes the arrays,
     # CuPy's in-place add otherwise.
-    if _F.overrides and _gpu_accumulate is not None:
-        try:
-            _gpu_accumulate(dst, src)
-            _F.n_inplace_adds += 1
-            return 1
-        except ValueError:
-            pass
-    dst += src
+    if _F.overrides and _gpu_accumulate is not None and _gpu_accepts((dst, src)):
+        _gpu_accumulate(dst, src)
+    else:
+        dst += src
     _F.n_inplace_adds += 1
     return 1
 
@@ -172,11 +173,9 @@ cdef object _sum_to_shape(object g, tuple shape):
     """Undo broadcasting: sum ``g`` back to ``shape``. The one place it happens."""
     if cpu_kernels.supports(g):
         return cpu_kernels.sum_to_shape(<cnp.ndarray>g, shape)
-    if _F.overrides and _gpu_sum_to_shape is not None and type(g) is not cnp.ndarray:
-        try:
-            return _gpu_sum_to_shape(g, shape)
-        except ValueError:
-            pass  # shapes that do not broadcast get the generic path's ShapeError
+    if (_F.overrides and _gpu_sum_to_shape is not None and type(g) is not cnp.ndarray
+            and _gpu_accepts((g,))):
+        return _gpu_sum_to_shape(g, shape)
     return sum_to_shape_generic(g, shape)
 
 

@@ -1,14 +1,18 @@
 # cython: language_level=3
-"""nogil CPU loops for the engine's hot spots: in-place accumulation and sum-to-shape.
+"""nogil CPU loops: the engine's hot spots (in-place accumulation, sum-to-shape), the fused op
+kernels and the optimizer updates.
 
-Every function here has a generic NumPy twin (the reference) in ``ferro._C.engine`` and a
-parity test in ``tests/engine/test_cpu_kernels.py``. The loops work on raw pointers read through
-NumPy's C API: a typed memoryview costs about a microsecond to acquire, which is more than the
-whole add on a 1-element gradient.
+The fused op kernels are the CPU half of ferro's override mechanism (``ferro.ops.fused``): the
+names in :data:`FUSED_KERNELS` mean the same kernel, with the same arguments, as in
+``ferro.cuda.ops``, and their per-element math is the formulas in
+``ferro/cuda/kernels/formulas.cuh``, which the CUDA kernels compile too. ``accepts`` and
+``accepts_grad`` are the predicates the adapter asks before it calls a kernel: they read array
+flags only, raise nothing and format nothing.
 
-Every function is importable, so each one checks its arguments itself before it touches memory
-(docs/design.md, "Kernel accept checks"): the check reads array flags only; an error message is
-built only when it refuses.
+The loops work on raw pointers read through NumPy's C API: a typed memoryview costs about a
+microsecond to acquire, which is more than the whole add on a 1-element gradient. Every function
+is importable, so each one checks its arguments itself before it touches memory
+(docs/design.md, "Kernel accept checks"); an error message is built only when it refuses.
 """
 
 cimport numpy as cnp
@@ -22,7 +26,6 @@ from ferro.errors import (
     ArgumentError,
     ArgumentTypeError,
     DtypeError,
-    IndexOutOfRangeError,
     ReadOnlyError,
     ShapeError,
 )
@@ -30,10 +33,9 @@ from ferro.errors import (
 cnp.import_array()
 
 # Below this many elements a parallel region costs more than it saves: waking a sleeping OpenMP
-# team takes tens of microseconds. Memory-bound loops (accumulation) need about a million
-# elements; loops doing exp per element (softmax rows, cross-entropy) gain earlier.
+# team takes tens of microseconds, so a memory-bound loop (accumulation) needs about a million
+# elements (kernels.h has the same thresholds for the fused loops).
 cdef Py_ssize_t PARALLEL_MIN = 1 << 20
-cdef Py_ssize_t PARALLEL_MIN_COMPUTE = 1 << 15
 cdef int MAX_DIMS = 64
 
 
@@ -60,7 +62,7 @@ cpdef bint supports(object arr):
     return _is_float(a) and cnp.PyArray_ISNOTSWAPPED(a) and cnp.PyArray_ISALIGNED(a)
 
 
-cpdef bint same_layout(tuple arrays):
+cpdef bint accepts(tuple arrays):
     """True if every array is an exact ndarray, C-contiguous, aligned, in native byte order,
     float32/float64, all of one dtype and one shape: what the flat-index loops can read."""
     cdef cnp.ndarray a0, a
@@ -79,11 +81,38 @@ cpdef bint same_layout(tuple arrays):
     return True
 
 
+cdef Py_ssize_t _grad_stride(object gy, object like) noexcept:
+    # How a backward kernel reads the upstream gradient ``gy`` next to the array ``like``: 1 for
+    # C-contiguous, 0 for one value broadcast (every dimension longer than 1 has stride 0: what
+    # .sum() and .mean() hand back), -1 when it cannot (another type, dtype or shape, non-native
+    # byte order, misaligned, or any other strides).
+    if type(gy) is not cnp.ndarray or type(like) is not cnp.ndarray:
+        return -1
+    cdef cnp.ndarray g = <cnp.ndarray>gy, v = <cnp.ndarray>like
+    cdef int d
+    if (cnp.PyArray_TYPE(g) != cnp.PyArray_TYPE(v) or not cnp.PyArray_SAMESHAPE(g, v)
+            or not cnp.PyArray_ISNOTSWAPPED(g) or not cnp.PyArray_ISALIGNED(g)):
+        return -1
+    if cnp.PyArray_ISCARRAY_RO(g):
+        return 1
+    for d in range(cnp.PyArray_NDIM(g)):
+        if cnp.PyArray_DIMS(g)[d] > 1 and cnp.PyArray_STRIDES(g)[d] != 0:
+            return -1
+    return 0
+
+
+cpdef bint accepts_grad(object gy, tuple arrays):
+    """True if a backward kernel takes upstream gradient ``gy`` with the saved ``arrays``:
+    ``accepts(arrays)``, and ``gy`` of their dtype and shape, C-contiguous or one value
+    broadcast with stride 0 (the gradient of ``.sum()`` or ``.mean()``)."""
+    return accepts(arrays) and _grad_stride(gy, arrays[0]) >= 0
+
+
 cdef int _accept(str who, tuple names, tuple arrays, unsigned int writes) except -1:
-    # The check every flat-index kernel runs first: ``same_layout`` of ``arrays``, and each array
+    # The check every flat-index kernel runs first: ``accepts(arrays)``, and each array
     # whose bit is set in ``writes`` writeable. Refusing raises the error that says why.
     cdef Py_ssize_t i
-    if not same_layout(arrays):
+    if not accepts(arrays):
         raise _refusal(who, names, arrays, writes)
     for i in range(len(arrays)):
         if (writes >> i) & 1 and not cnp.PyArray_ISWRITEABLE(<cnp.ndarray>arrays[i]):
@@ -151,7 +180,7 @@ cpdef int add_inplace(object dst, object src) except -1:
     """``dst += src`` in place, for two ndarrays of one float dtype and shape; ``dst`` must be
     writeable (the caller, the engine, has also checked that it owns it: Note [Grad ownership]).
 
-    The nogil loop runs when both pass ``same_layout`` and do not overlap other than exactly;
+    The nogil loop runs when both pass ``accepts`` and do not overlap other than exactly;
     anything else (strided, misaligned, non-native byte order, overlapping) goes through NumPy's
     add into ``dst``, which handles all of these.
     """
@@ -299,27 +328,51 @@ cpdef object sum_to_shape(object src, tuple shape):
 
 
 # ---------------------------------------------------------------------------------------------
-# Fused activation kernels, generated in kernels.h (one loop per op and dtype, computed in the
-# array's own precision). Each checks its arrays with ``_accept`` and writes only the fresh
-# output it allocates; callers (ferro/ops/fused.py) test ``same_layout`` first and take the
-# generic path when it is false.
+# Fused op kernels (loops in kernels.h over the formulas in formulas.cuh). Each checks its arrays
+# and writes only the fresh output it allocates. Backward kernels take the upstream gradient
+# first, C-contiguous or one broadcast value (``accepts_grad``), then the saved arrays, then
+# scalar parameters; the adapter (ferro/ops/fused.py) asks ``accepts``/``accepts_grad`` first and
+# runs the generic op where they say no.
 # ---------------------------------------------------------------------------------------------
 
-from libc.math cimport exp, expf, log
+# The fused kernels this backend implements (ferro.cuda.ops implements the same names).
+FUSED_KERNELS = frozenset({
+    "tanh_bwd", "sigmoid_bwd", "relu_bwd", "leaky_relu_bwd", "gelu_bwd", "silu_bwd",
+    "gelu_fwd", "softmax_bwd",
+    "sgd_update", "adam_update", "rmsprop_update", "adagrad_update",
+})
 
 cdef extern from "kernels.h" nogil:
-    void ferro_tanh_bwd_f32(const float*, const float*, float*, Py_ssize_t)
-    void ferro_tanh_bwd_f64(const double*, const double*, double*, Py_ssize_t)
-    void ferro_sigmoid_bwd_f32(const float*, const float*, float*, Py_ssize_t)
-    void ferro_sigmoid_bwd_f64(const double*, const double*, double*, Py_ssize_t)
-    void ferro_relu_bwd_f32(const float*, const float*, float*, Py_ssize_t)
-    void ferro_relu_bwd_f64(const double*, const double*, double*, Py_ssize_t)
-    void ferro_gelu_bwd_f32(const float*, const float*, float*, Py_ssize_t)
-    void ferro_gelu_bwd_f64(const double*, const double*, double*, Py_ssize_t)
-    void ferro_silu_bwd_f32(const float*, const float*, const float*, float*, Py_ssize_t)
-    void ferro_silu_bwd_f64(const double*, const double*, const double*, double*, Py_ssize_t)
+    void ferro_tanh_bwd_f32(const float*, Py_ssize_t, const float*, const float*, float*,
+                            Py_ssize_t, double)
+    void ferro_tanh_bwd_f64(const double*, Py_ssize_t, const double*, const double*, double*,
+                            Py_ssize_t, double)
+    void ferro_sigmoid_bwd_f32(const float*, Py_ssize_t, const float*, const float*, float*,
+                               Py_ssize_t, double)
+    void ferro_sigmoid_bwd_f64(const double*, Py_ssize_t, const double*, const double*, double*,
+                               Py_ssize_t, double)
+    void ferro_relu_bwd_f32(const float*, Py_ssize_t, const float*, const float*, float*,
+                            Py_ssize_t, double)
+    void ferro_relu_bwd_f64(const double*, Py_ssize_t, const double*, const double*, double*,
+                            Py_ssize_t, double)
+    void ferro_leaky_relu_bwd_f32(const float*, Py_ssize_t, const float*, const float*, float*,
+                                  Py_ssize_t, double)
+    void ferro_leaky_relu_bwd_f64(const double*, Py_ssize_t, const double*, const double*,
+                                  double*, Py_ssize_t, double)
+    void ferro_gelu_bwd_f32(const float*, Py_ssize_t, const float*, const float*, float*,
+                            Py_ssize_t, double)
+    void ferro_gelu_bwd_f64(const double*, Py_ssize_t, const double*, const double*, double*,
+                            Py_ssize_t, double)
+    void ferro_silu_bwd_f32(const float*, Py_ssize_t, const float*, const float*, float*,
+                            Py_ssize_t, double)
+    void ferro_silu_bwd_f64(const double*, Py_ssize_t, const double*, const double*, double*,
+                            Py_ssize_t, double)
     void ferro_gelu_fwd_f32(const float*, float*, Py_ssize_t)
     void ferro_gelu_fwd_f64(const double*, double*, Py_ssize_t)
+    void ferro_softmax_bwd_f32(const float*, Py_ssize_t, const float*, float*, Py_ssize_t,
+                               Py_ssize_t)
+    void ferro_softmax_bwd_f64(const double*, Py_ssize_t, const double*, double*, Py_ssize_t,
+                               Py_ssize_t)
     void ferro_sgd_f32(float*, const float*, float*, Py_ssize_t, double, double, double, double,
                        int, int)
     void ferro_sgd_f64(double*, const double*, double*, Py_ssize_t, double, double, double,
@@ -337,63 +390,137 @@ cdef extern from "kernels.h" nogil:
     int ferro_all_finite_f32(const float*, Py_ssize_t)
     int ferro_all_finite_f64(const double*, Py_ssize_t)
 
-ctypedef void (*map2_f32)(const float*, const float*, float*, Py_ssize_t) noexcept nogil
-ctypedef void (*map2_f64)(const double*, const double*, double*, Py_ssize_t) noexcept nogil
+ctypedef void (*grad_f32)(const float*, Py_ssize_t, const float*, const float*, float*,
+                          Py_ssize_t, double) noexcept nogil
+ctypedef void (*grad_f64)(const double*, Py_ssize_t, const double*, const double*, double*,
+                          Py_ssize_t, double) noexcept nogil
 
 
-def activation_backward(str name, object gy_, object saved_):
-    """Fused ``gx = f(gy, saved)`` for tanh, sigmoid, relu (saved y) and gelu (saved x)."""
-    cdef map2_f32 f32
-    cdef map2_f64 f64
-    if name == "tanh":
-        f32, f64 = ferro_tanh_bwd_f32, ferro_tanh_bwd_f64
-    elif name == "sigmoid":
-        f32, f64 = ferro_sigmoid_bwd_f32, ferro_sigmoid_bwd_f64
-    elif name == "relu":
-        f32, f64 = ferro_relu_bwd_f32, ferro_relu_bwd_f64
-    elif name == "gelu":
-        f32, f64 = ferro_gelu_bwd_f32, ferro_gelu_bwd_f64
-    else:
-        raise ArgumentError(
-            f"activation_backward: no kernel for {name!r}; expected tanh, sigmoid, relu or gelu"
+cdef object _grad_refusal(str who, tuple names, object gy, tuple saved):
+    # Only runs when a backward kernel refused: the saved arrays' reason first, then gy's.
+    if not accepts(saved):
+        return _refusal(who, names[1:], saved, 0)
+    if type(gy) is not np.ndarray:
+        return ArgumentTypeError(
+            f"{who}: gy must be a numpy.ndarray, got {type(gy).__module__}.{type(gy).__qualname__}"
         )
-    _accept("activation_backward", ("gy", "saved"), (gy_, saved_), 0)
-    cdef cnp.ndarray gy = <cnp.ndarray>gy_, saved = <cnp.ndarray>saved_
-    cdef cnp.ndarray out = _empty_as(gy)
-    cdef Py_ssize_t n = cnp.PyArray_SIZE(gy)
-    if cnp.PyArray_TYPE(gy) == cnp.NPY_FLOAT32:
+    v = saved[0]
+    if not gy.dtype.isnative:
+        return DtypeError(f"{who}: gy has non-native byte order (dtype {gy.dtype.str})")
+    if gy.dtype != v.dtype:
+        return DtypeError(f"{who}: gy has dtype {gy.dtype} but {names[1]} has {v.dtype}")
+    if gy.shape != v.shape:
+        return ShapeError(f"{who}: gy has shape {gy.shape} but {names[1]} has {v.shape}")
+    if not gy.flags.aligned:
+        return ArgumentError(f"{who}: gy is not aligned to its {gy.dtype} elements")
+    return ArgumentError(
+        f"{who}: gy must be C-contiguous or one value broadcast with stride 0, got strides "
+        f"{gy.strides} for shape {gy.shape}"
+    )
+
+
+cdef object _grad_map(str who, tuple names, grad_f32 f32, grad_f64 f64, object gy,
+                      tuple saved, double a):
+    # The elementwise backward driver: gx = formula(gy, saved..., a) in one pass.
+    cdef Py_ssize_t gs = _grad_stride(gy, saved[0]) if accepts(saved) else -1
+    if gs < 0:
+        raise _grad_refusal(who, names, gy, saved)
+    cdef cnp.ndarray v = <cnp.ndarray>saved[0]
+    cdef cnp.ndarray out = _empty_as(v)
+    cdef Py_ssize_t n = cnp.PyArray_SIZE(v)
+    cdef const void *gp = cnp.PyArray_DATA(<cnp.ndarray>gy)
+    cdef const void *vp = cnp.PyArray_DATA(v)
+    cdef const void *wp = cnp.PyArray_DATA(<cnp.ndarray>saved[1]) if len(saved) > 1 else NULL
+    if n == 0:
+        return out
+    if cnp.PyArray_TYPE(v) == cnp.NPY_FLOAT32:
         with nogil:
-            f32(<const float*>cnp.PyArray_DATA(gy), <const float*>cnp.PyArray_DATA(saved),
-                <float*>cnp.PyArray_DATA(out), n)
+            f32(<const float*>gp, gs, <const float*>vp, <const float*>wp,
+                <float*>cnp.PyArray_DATA(out), n, a)
     else:
         with nogil:
-            f64(<const double*>cnp.PyArray_DATA(gy), <const double*>cnp.PyArray_DATA(saved),
-                <double*>cnp.PyArray_DATA(out), n)
+            f64(<const double*>gp, gs, <const double*>vp, <const double*>wp,
+                <double*>cnp.PyArray_DATA(out), n, a)
     return out
 
 
-def silu_backward(object gy_, object x_, object s_):
-    """Fused silu backward ``gy * s * (1 + x * (1 - s))`` from x and s = sigmoid(x)."""
-    _accept("silu_backward", ("gy", "x", "s"), (gy_, x_, s_), 0)
-    cdef cnp.ndarray gy = <cnp.ndarray>gy_, x = <cnp.ndarray>x_, s = <cnp.ndarray>s_
-    cdef cnp.ndarray out = _empty_as(gy)
-    cdef Py_ssize_t n = cnp.PyArray_SIZE(gy)
-    if cnp.PyArray_TYPE(gy) == cnp.NPY_FLOAT32:
+def tanh_bwd(object gy, object y):
+    """tanh backward from the output: ``gy * (1 - y**2)``."""
+    return _grad_map("tanh_bwd", ("gy", "y"), ferro_tanh_bwd_f32, ferro_tanh_bwd_f64, gy,
+                     (y,), 0.0)
+
+
+def sigmoid_bwd(object gy, object y):
+    """sigmoid backward from the output: ``gy * y * (1 - y)``."""
+    return _grad_map("sigmoid_bwd", ("gy", "y"), ferro_sigmoid_bwd_f32, ferro_sigmoid_bwd_f64,
+                     gy, (y,), 0.0)
+
+
+def relu_bwd(object gy, object y):
+    """relu backward from the output: ``gy`` where ``y > 0``, else 0."""
+    return _grad_map("relu_bwd", ("gy", "y"), ferro_relu_bwd_f32, ferro_relu_bwd_f64, gy,
+                     (y,), 0.0)
+
+
+def leaky_relu_bwd(object gy, object x, double slope):
+    """leaky_relu backward from the input: ``gy`` where ``x > 0``, else ``gy * slope``."""
+    return _grad_map("leaky_relu_bwd", ("gy", "x"), ferro_leaky_relu_bwd_f32,
+                     ferro_leaky_relu_bwd_f64, gy, (x,), slope)
+
+
+def gelu_bwd(object gy, object x):
+    """Exact gelu backward from the input: ``gy * (Phi(x) + x * phi(x))``."""
+    return _grad_map("gelu_bwd", ("gy", "x"), ferro_gelu_bwd_f32, ferro_gelu_bwd_f64, gy,
+                     (x,), 0.0)
+
+
+def silu_bwd(object gy, object x, object s):
+    """silu backward from x and ``s = sigmoid(x)``: ``gy * s * (1 + x * (1 - s))``."""
+    return _grad_map("silu_bwd", ("gy", "x", "s"), ferro_silu_bwd_f32, ferro_silu_bwd_f64, gy,
+                     (x, s), 0.0)
+
+
+def gelu_fwd(object x_):
+    """Exact gelu ``x * Phi(x)`` (NumPy has no vectorized erf; this is the fast path for it)."""
+    _accept("gelu_fwd", ("x",), (x_,), 0)
+    cdef cnp.ndarray x = <cnp.ndarray>x_
+    cdef cnp.ndarray out = _empty_as(x)
+    cdef Py_ssize_t n = cnp.PyArray_SIZE(x)
+    if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT32:
         with nogil:
-            ferro_silu_bwd_f32(<const float*>cnp.PyArray_DATA(gy),
-                               <const float*>cnp.PyArray_DATA(x),
-                               <const float*>cnp.PyArray_DATA(s), <float*>cnp.PyArray_DATA(out), n)
+            ferro_gelu_fwd_f32(<const float*>cnp.PyArray_DATA(x), <float*>cnp.PyArray_DATA(out), n)
     else:
         with nogil:
-            ferro_silu_bwd_f64(<const double*>cnp.PyArray_DATA(gy),
-                               <const double*>cnp.PyArray_DATA(x),
-                               <const double*>cnp.PyArray_DATA(s), <double*>cnp.PyArray_DATA(out),
+            ferro_gelu_fwd_f64(<const double*>cnp.PyArray_DATA(x), <double*>cnp.PyArray_DATA(out),
                                n)
     return out
 
 
+def softmax_bwd(object gy, object y_):
+    """Softmax backward over the last axis from the output: ``y * (gy - sum(gy * y))``."""
+    cdef Py_ssize_t gs = _grad_stride(gy, y_) if accepts((y_,)) else -1
+    if gs < 0:
+        raise _grad_refusal("softmax_bwd", ("gy", "y"), gy, (y_,))
+    cdef cnp.ndarray y = <cnp.ndarray>y_
+    cdef cnp.ndarray out = _empty_as(y)
+    cdef Py_ssize_t c = y.shape[y.ndim - 1] if y.ndim else 1
+    cdef Py_ssize_t r = cnp.PyArray_SIZE(y) // c if c else 0
+    cdef const void *gp = cnp.PyArray_DATA(<cnp.ndarray>gy)
+    if c == 0 or r == 0:
+        return out
+    if cnp.PyArray_TYPE(y) == cnp.NPY_FLOAT32:
+        with nogil:
+            ferro_softmax_bwd_f32(<const float*>gp, gs, <const float*>cnp.PyArray_DATA(y),
+                                  <float*>cnp.PyArray_DATA(out), r, c)
+    else:
+        with nogil:
+            ferro_softmax_bwd_f64(<const double*>gp, gs, <const double*>cnp.PyArray_DATA(y),
+                                  <double*>cnp.PyArray_DATA(out), r, c)
+    return out
+
+
 cpdef bint all_finite(object x):
-    """True if the float array (``same_layout``) holds no NaN or Inf (one pass, no temporary).
+    """True if the float array (``accepts``) holds no NaN or Inf (one pass, no temporary).
 
     It tests the exponent bits, so an array in non-native byte order must be refused, not read.
     """
@@ -410,271 +537,12 @@ cpdef bint all_finite(object x):
     return ok != 0
 
 
-def gelu_forward(object x_):
-    """Exact gelu ``x * Phi(x)`` (NumPy has no erf; this is the fast path for it)."""
-    _accept("gelu_forward", ("x",), (x_,), 0)
-    cdef cnp.ndarray x = <cnp.ndarray>x_
-    cdef cnp.ndarray out = _empty_as(x)
-    cdef Py_ssize_t n = cnp.PyArray_SIZE(x)
-    if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT32:
-        with nogil:
-            ferro_gelu_fwd_f32(<const float*>cnp.PyArray_DATA(x), <float*>cnp.PyArray_DATA(out), n)
-    else:
-        with nogil:
-            ferro_gelu_fwd_f64(<const double*>cnp.PyArray_DATA(x), <double*>cnp.PyArray_DATA(out),
-                               n)
-    return out
-
-
-cdef inline floating_t _exp(floating_t x) noexcept nogil:
-    if floating_t is float:
-        return expf(x)
-    else:
-        return exp(x)
-
-
-# ---------------------------------------------------------------------------------------------
-# Row kernels over the last axis of a C-contiguous (rows, cols) array: softmax backward and
-# softmax cross-entropy. One row per iteration; rows run in parallel when there are many.
-# ---------------------------------------------------------------------------------------------
-
-cdef inline void _softmax_bwd_row(const floating_t* g, const floating_t* y, floating_t* out,
-                                  Py_ssize_t c) noexcept nogil:
-    cdef Py_ssize_t j
-    cdef double d = 0.0
-    for j in range(c):
-        d += g[j] * y[j]
-    for j in range(c):
-        out[j] = <floating_t>(y[j] * (g[j] - d))
-
-
-cdef void _rows_bwd(const floating_t* g, const floating_t* y, floating_t* out, Py_ssize_t r,
-                    Py_ssize_t c) noexcept nogil:
-    cdef Py_ssize_t i
-    if r * c >= PARALLEL_MIN and r > 1:
-        for i in prange(r, schedule="static"):
-            _softmax_bwd_row(g + i * c, y + i * c, out + i * c, c)
-    else:
-        for i in range(r):
-            _softmax_bwd_row(g + i * c, y + i * c, out + i * c, c)
-
-
-def softmax_backward(object gy_, object y_):
-    """Softmax backward over the last axis, ``y * (gy - sum(gy * y))``, from the output ``y``."""
-    _accept("softmax_backward", ("gy", "y"), (gy_, y_), 0)
-    cdef cnp.ndarray gy = <cnp.ndarray>gy_, y = <cnp.ndarray>y_
-    cdef cnp.ndarray out = _empty_as(gy)
-    cdef Py_ssize_t c = gy.shape[gy.ndim - 1] if gy.ndim else 1
-    cdef Py_ssize_t r = cnp.PyArray_SIZE(gy) // c if c else 0
-    if c == 0 or r == 0:
-        return out
-    if cnp.PyArray_TYPE(gy) == cnp.NPY_FLOAT32:
-        with nogil:
-            _rows_bwd(<const float*>cnp.PyArray_DATA(gy), <const float*>cnp.PyArray_DATA(y),
-                      <float*>cnp.PyArray_DATA(out), r, c)
-    else:
-        with nogil:
-            _rows_bwd(<const double*>cnp.PyArray_DATA(gy), <const double*>cnp.PyArray_DATA(y),
-                      <double*>cnp.PyArray_DATA(out), r, c)
-    return out
-
-
-cdef void _ce_fwd(const floating_t* x, const long long* t, const floating_t* w, bint has_w,
-                  long long ignore, double eps, Py_ssize_t r, Py_ssize_t c,
-                  double* loss, double* lse, double* wy) noexcept nogil:
-    cdef Py_ssize_t i
-    if r * c >= PARALLEL_MIN_COMPUTE and r > 1:
-        for i in prange(r, schedule="static"):
-            _ce_fwd_row(x, t, w, has_w, ignore, eps, i, c, loss, lse, wy)
-    else:
-        for i in range(r):
-            _ce_fwd_row(x, t, w, has_w, ignore, eps, i, c, loss, lse, wy)
-
-
-cdef inline void _ce_fwd_row(const floating_t* x, const long long* t, const floating_t* w,
-                             bint has_w, long long ignore, double eps, Py_ssize_t i, Py_ssize_t c,
-                             double* loss, double* lse, double* wy) noexcept nogil:
-    cdef Py_ssize_t j
-    cdef double m, s = 0.0, lse_i, smooth = 0.0, wj
-    cdef long long y = t[i]
-    if y == ignore:
-        loss[i] = 0.0
-        wy[i] = 0.0
-        lse[i] = 0.0
-        return
-    m = x[i * c]
-    for j in range(1, c):
-        if x[i * c + j] > m:
-            m = x[i * c + j]
-    for j in range(c):
-        s += _exp(<floating_t>(x[i * c + j] - m))
-    lse_i = m + log(s)
-    lse[i] = lse_i
-    wy[i] = w[y] if has_w else 1.0
-    loss[i] = -(1.0 - eps) * wy[i] * (x[i * c + y] - lse_i)
-    if eps != 0.0:
-        for j in range(c):
-            wj = w[j] if has_w else 1.0
-            smooth += wj * (x[i * c + j] - lse_i)
-        loss[i] -= eps / c * smooth
-
-
-cdef void _ce_bwd(const floating_t* x, const long long* t, const floating_t* w, bint has_w,
-                  long long ignore, double eps, Py_ssize_t r, Py_ssize_t c, const double* lse,
-                  const double* wy, const double* scale, bint per_row,
-                  floating_t* out) noexcept nogil:
-    cdef Py_ssize_t i, j
-    cdef double wsum = 0.0
-    if eps != 0.0:
-        if has_w:
-            for j in range(c):
-                wsum += w[j]
-        else:
-            wsum = c
-    if r * c >= PARALLEL_MIN_COMPUTE and r > 1:
-        for i in prange(r, schedule="static"):
-            _ce_bwd_row(x, t, w, has_w, ignore, eps, i, c, lse, wy,
-                        scale[i] if per_row else scale[0], wsum, out)
-    else:
-        for i in range(r):
-            _ce_bwd_row(x, t, w, has_w, ignore, eps, i, c, lse, wy,
-                        scale[i] if per_row else scale[0], wsum, out)
-
-
-cdef inline void _ce_bwd_row(const floating_t* x, const long long* t, const floating_t* w,
-                             bint has_w, long long ignore, double eps, Py_ssize_t i, Py_ssize_t c,
-                             const double* lse, const double* wy, double sc, double wsum,
-                             floating_t* out) noexcept nogil:
-    cdef Py_ssize_t j
-    cdef double p, g, wj
-    if t[i] == ignore:
-        for j in range(c):
-            out[i * c + j] = 0
-        return
-    for j in range(c):
-        p = _exp(<floating_t>(x[i * c + j] - lse[i]))
-        g = (1.0 - eps) * wy[i] * p
-        if j == t[i]:
-            g = g - (1.0 - eps) * wy[i]
-        if eps != 0.0:
-            wj = w[j] if has_w else 1.0
-            g = g + eps / c * (wsum * p - wj)
-        out[i * c + j] = <floating_t>(g * sc)
-
-
-cdef tuple _ce_inputs(str who, object x, object target, object weight, long long ignore):
-    # Checks the logits and returns the target (int64) and weights (x's dtype; a dummy 1-element
-    # array when there are none) as C-contiguous, aligned, native arrays the loops may index:
-    # every target that is not ``ignore`` must be a class in [0, classes).
-    _accept(who, ("x",), (x,), 0)
-    if cnp.PyArray_NDIM(<cnp.ndarray>x) != 2:
-        raise ShapeError(f"{who}: logits must be 2-D (rows, classes), got shape {x.shape}")
-    cdef Py_ssize_t r = x.shape[0], c = x.shape[1]
-    if type(target) is not np.ndarray:
-        raise ArgumentTypeError(
-            f"{who}: target must be a numpy.ndarray, got {type(target).__module__}."
-            f"{type(target).__qualname__}"
-        )
-    if target.dtype.kind not in "iu":
-        raise DtypeError(f"{who}: target must hold integers, got {target.dtype}")
-    if target.shape != (r,):
-        raise ShapeError(f"{who}: target must have shape ({r},), got {target.shape}")
-    valid = target[target != ignore]
-    if valid.size and (valid.min() < 0 or valid.max() >= c):
-        raise IndexOutOfRangeError(
-            f"{who}: target classes must lie in [0, {c}) or equal ignore_index {ignore}, got "
-            f"values from {valid.min()} to {valid.max()}"
-        )
-    if weight is None:
-        w = np.empty(1, dtype=x.dtype)
-    else:
-        if type(weight) is not np.ndarray:
-            raise ArgumentTypeError(
-                f"{who}: weight must be a numpy.ndarray or None, got "
-                f"{type(weight).__module__}.{type(weight).__qualname__}"
-            )
-        if weight.dtype.kind not in "iuf":
-            raise DtypeError(f"{who}: weight must hold real numbers, got {weight.dtype}")
-        if weight.shape != (c,):
-            raise ShapeError(f"{who}: weight must have shape ({c},), got {weight.shape}")
-        w = np.require(weight, x.dtype, "CA")
-    return np.require(target, np.int64, "CA"), w
-
-
-def cross_entropy_forward(object x_, object target, object weight, long long ignore,
-                          double eps):
-    """Per-row softmax cross-entropy of logits (rows, classes) and integer targets.
-
-    Returns ``(loss, lse, wy)`` as float64 arrays of length rows (wy: the target's weight, 0 for
-    ignored rows).
-    """
-    t, w = _ce_inputs("cross_entropy_forward", x_, target, weight, ignore)
-    cdef cnp.ndarray x = <cnp.ndarray>x_
-    cdef Py_ssize_t r = x.shape[0], c = x.shape[1]
-    cdef cnp.ndarray loss = np.empty(r), lse = np.empty(r), wy = np.empty(r)
-    cdef bint has_w = weight is not None
-    cdef const long long *tp = <const long long*>cnp.PyArray_DATA(<cnp.ndarray>t)
-    cdef void *wp = cnp.PyArray_DATA(<cnp.ndarray>w)
-    if r == 0:
-        return loss, lse, wy
-    if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT32:
-        with nogil:
-            _ce_fwd(<const float*>cnp.PyArray_DATA(x), tp, <const float*>wp, has_w, ignore, eps,
-                    r, c, <double*>cnp.PyArray_DATA(loss), <double*>cnp.PyArray_DATA(lse),
-                    <double*>cnp.PyArray_DATA(wy))
-    else:
-        with nogil:
-            _ce_fwd(<const double*>cnp.PyArray_DATA(x), tp, <const double*>wp, has_w, ignore,
-                    eps, r, c, <double*>cnp.PyArray_DATA(loss), <double*>cnp.PyArray_DATA(lse),
-                    <double*>cnp.PyArray_DATA(wy))
-    return loss, lse, wy
-
-
-def cross_entropy_backward(object x_, object target, object weight, long long ignore,
-                           double eps, object lse_, object wy_, object scale):
-    """Gradient of the rows' losses w.r.t. the logits, each row times ``scale`` (length 1, or
-    one per row). ``lse`` and ``wy`` are the float64 arrays ``cross_entropy_forward`` returned."""
-    who = "cross_entropy_backward"
-    t, w = _ce_inputs(who, x_, target, weight, ignore)
-    cdef cnp.ndarray x = <cnp.ndarray>x_
-    cdef Py_ssize_t r = x.shape[0], c = x.shape[1]
-    _accept(who, ("lse", "wy"), (lse_, wy_), 0)
-    if cnp.PyArray_TYPE(<cnp.ndarray>lse_) != cnp.NPY_FLOAT64:
-        raise DtypeError(f"{who}: lse and wy must be float64, got {lse_.dtype}")
-    if lse_.shape != (r,):
-        raise ShapeError(f"{who}: lse and wy must have shape ({r},), got {lse_.shape}")
-    if type(scale) is not np.ndarray or scale.dtype.kind not in "iuf":
-        raise DtypeError(f"{who}: scale must be a numpy.ndarray of real numbers")
-    if scale.size != 1 and scale.size != r:
-        raise ShapeError(f"{who}: scale must have 1 or {r} entries, got shape {scale.shape}")
-    cdef cnp.ndarray lse = <cnp.ndarray>lse_, wy = <cnp.ndarray>wy_
-    cdef cnp.ndarray out = _empty_as(x)
-    cdef cnp.ndarray sc = np.require(scale, np.float64, "CA").reshape(-1)
-    cdef bint has_w = weight is not None, per_row = sc.shape[0] == r and r != 1
-    cdef const long long *tp = <const long long*>cnp.PyArray_DATA(<cnp.ndarray>t)
-    cdef void *wp = cnp.PyArray_DATA(<cnp.ndarray>w)
-    if r == 0:
-        return out
-    if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT32:
-        with nogil:
-            _ce_bwd(<const float*>cnp.PyArray_DATA(x), tp, <const float*>wp, has_w, ignore, eps,
-                    r, c, <const double*>cnp.PyArray_DATA(lse),
-                    <const double*>cnp.PyArray_DATA(wy), <const double*>cnp.PyArray_DATA(sc),
-                    per_row, <float*>cnp.PyArray_DATA(out))
-    else:
-        with nogil:
-            _ce_bwd(<const double*>cnp.PyArray_DATA(x), tp, <const double*>wp, has_w, ignore,
-                    eps, r, c, <const double*>cnp.PyArray_DATA(lse),
-                    <const double*>cnp.PyArray_DATA(wy), <const double*>cnp.PyArray_DATA(sc),
-                    per_row, <double*>cnp.PyArray_DATA(out))
-    return out
-
-
 # ---------------------------------------------------------------------------------------------
 # Fused optimizer updates (loops in kernels.h), in place on the parameter and its state. Every
-# array must pass ``same_layout`` (the optimizer tests it first and otherwise takes the generic
-# update) and each one a loop writes must be writeable: the optimizer checks that for all its
-# parameters before it updates any, so the check here only guards direct calls. An unused
+# array must pass ``accepts`` (the optimizer asks it through ferro.ops.fused.kernel_for and
+# otherwise takes the generic update) and each one a loop writes must be writeable: the
+# optimizer checks that for all its parameters before it updates any, so the check here only
+# guards direct calls. An unused
 # state array (no momentum, not centered) may be passed as ``p`` itself: it is not read.
 # ---------------------------------------------------------------------------------------------
 

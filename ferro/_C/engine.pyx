@@ -39,6 +39,8 @@ from ferro._C.accumulate cimport (
     _unlock_commits,
 )
 from ferro._C.graph cimport (
+    FUSED_BACKWARD,
+    FUSED_FORWARD,
     Node,
     OpDef,
     no_edges,
@@ -272,23 +274,22 @@ def apply(OpDef op, *args, **params):
     if record and raw:
         call = _copy_raw_arrays(call)  # after slot 0 is set: the tuple is complete
 
-    fwd = op.forward
+    # Note [Fused overrides]: the backend's fused forward, when overrides are on, returns
+    # NotImplemented where its kernel does not take the arrays; the generic forward runs then.
+    # Only a kernel that ran is recorded (node._fused), for the backward to pair with.
+    fwd = None
     if _F.overrides:
-        if atype is cnp.ndarray:
-            if op.cpu_forward is not None:
-                fwd = op.cpu_forward
-                fused = True
-        elif op.gpu_forward is not None:
-            fwd = op.gpu_forward
-            fused = True
+        fwd = op.cpu_forward if atype is cnp.ndarray else op.gpu_forward
     cdef long long t0 = 0
     if _F.profiler is not None:
         t0 = clock_ns()
     try:
-        if params:
-            out = fwd(*call, **params)
-        else:
-            out = fwd(*call)
+        out = NotImplemented
+        if fwd is not None:
+            out = fwd(*call, **params) if params else fwd(*call)
+            fused = out is not NotImplemented
+        if not fused:
+            out = op.forward(*call, **params) if params else op.forward(*call)
     except ValueError:
         if op.broadcasts:
             _check_broadcast(op, call)
@@ -320,7 +321,7 @@ def apply(OpDef op, *args, **params):
                 _share_version(<TensorBase>r, first_t)
         return results
 
-    node._fused = fused
+    node._fused = FUSED_FORWARD if fused else 0
     node._n_out = n_out
     if outs is None:
         node._shape0 = out.shape
@@ -905,20 +906,33 @@ cdef tuple _run_node(Node node, _Entry e, Py_ssize_t n_out, Py_ssize_t n_in):
         raise GraphError(f"{node.name()}: op {node.op.name} is not differentiable")
     if node._n_sv and not node._released:
         _check_versions(node)
-    bwd = node.op.backward
-    # An op with a fused forward pairs it with its fused backward (they share saved state); an
-    # op with only a fused backward takes it whenever overrides are on.
-    if node.xp is _np:
-        if node.op.cpu_backward is not None:
-            if node._fused if node.op.cpu_forward is not None else _F.overrides:
-                bwd = node.op.cpu_backward
-    elif node.op.gpu_backward is not None:
-        if node._fused if node.op.gpu_forward is not None else _F.overrides:
-            bwd = node.op.gpu_backward
+    # Note [Fused overrides]: a paired override's backward runs exactly when its forward kernel
+    # ran (it reads state only that forward leaves); any other fused backward runs while
+    # overrides are on and returns NotImplemented where its kernel does not take the arrays.
+    cdef OpDef op = node.op
+    cdef bint cpu = node.xp is _np
+    cdef bint paired = op.cpu_paired if cpu else op.gpu_paired
+    bwd = op.cpu_backward if cpu else op.gpu_backward
+    if paired:
+        if not node._fused & FUSED_FORWARD:
+            bwd = None
+    elif not _F.overrides:
+        bwd = None
     cdef long long t0 = 0
     if _F.profiler is not None:
         t0 = clock_ns()
-    res = bwd(node, *gys)
+    res = NotImplemented
+    if bwd is not None:
+        res = bwd(node, *gys)
+        if res is not NotImplemented:
+            node._fused |= FUSED_BACKWARD
+        elif paired:
+            raise GraphError(
+                f"{node.name()}: the fused backward of op {op.name} refused the state its own "
+                "forward left (a bug in its override)"
+            )
+    if res is NotImplemented:
+        res = op.backward(node, *gys)
     if _F.profiler is not None:
         _F.profiler.record_backward(
             node.name(), node.op.name, node._prof_id, node.xp, gys, res, t0, clock_ns()
@@ -952,7 +966,7 @@ cdef int _check_finite(Node node, tuple res) except -1:
         if g is None or not hasattr(g, "dtype") or g.dtype.kind != "f":
             continue
         xp = node.xp
-        if cpu_kernels.same_layout((g,)):
+        if cpu_kernels.accepts((g,)):
             if cpu_kernels.all_finite(<cnp.ndarray>g):
                 continue
         elif bool(xp.isfinite(g).all()):

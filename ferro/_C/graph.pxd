@@ -14,11 +14,21 @@ cdef class OpDef:
     cdef readonly bint same_dtype
     cdef readonly bint view
     cdef readonly str display
-    cdef readonly object cpu_forward     # fused CPU overrides (None: use forward/backward)
+    # Fused overrides per backend (ferro.ops.fused binds them; None: the generic forward and
+    # backward). Each returns NotImplemented when its kernel does not take the arrays. A paired
+    # forward leaves state only its own backward reads: Note [Fused overrides].
+    cdef readonly object cpu_forward
     cdef readonly object cpu_backward
-    cdef readonly object gpu_forward     # fused GPU (RawKernel) overrides, likewise
+    cdef readonly bint cpu_paired
+    cdef readonly object gpu_forward
     cdef readonly object gpu_backward
+    cdef readonly bint gpu_paired
     cdef readonly bint private_ctx   # forward reads back what it stores on ctx (Function)
+
+
+cdef enum:
+    FUSED_FORWARD = 1
+    FUSED_BACKWARD = 2
 
 
 cdef class _Packed:
@@ -36,7 +46,7 @@ cdef class Node:
     cdef VersionCounter _svc0, _svc1
     cdef list _sv_more
     cdef bint _released
-    cdef bint _fused           # forward ran the op's CPU override: backward must too
+    cdef unsigned char _fused  # FUSED_FORWARD | FUSED_BACKWARD: which override kernels ran
     cdef tuple _next           # per positional input: Node, leaf TensorBase, or None
     cdef tuple _next_nr        # per positional input: which output of the target Node
     cdef Py_ssize_t _n_out

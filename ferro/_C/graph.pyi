@@ -14,13 +14,16 @@ class OpDef:
     display: str
     cpu_forward: Callable[..., Any] | None
     cpu_backward: Callable[..., Any] | None
+    cpu_paired: bool
     gpu_forward: Callable[..., Any] | None
     gpu_backward: Callable[..., Any] | None
-    def set_cpu_override(
-        self, forward: Callable[..., Any] | None = ..., backward: Callable[..., Any] | None = ...
-    ) -> None: ...
-    def set_gpu_override(
-        self, forward: Callable[..., Any] | None = ..., backward: Callable[..., Any] | None = ...
+    gpu_paired: bool
+    def set_override(
+        self,
+        device: str,
+        forward: Callable[..., Any] | None = ...,
+        backward: Callable[..., Any] | None = ...,
+        paired: bool = ...,
     ) -> None: ...
     def __init__(
         self,
@@ -41,6 +44,10 @@ class Node:
     def save(self, *arrays: Any) -> None: ...
     @property
     def saved(self) -> tuple[Any, ...]: ...
+    @property
+    def fused_forward(self) -> bool: ...
+    @property
+    def fused_backward(self) -> bool: ...
     @property
     def needs_input_grad(self) -> tuple[bool, ...]: ...
     @property

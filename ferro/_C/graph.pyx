@@ -16,7 +16,7 @@ import weakref
 
 import numpy as np
 
-from ferro.errors import ArgumentTypeError, GraphError
+from ferro.errors import ArgumentError, ArgumentTypeError, GraphError
 
 cnp.import_array()
 
@@ -101,24 +101,25 @@ cdef class OpDef:
         self.private_ctx = private_ctx
         self.display = display or "".join(p.capitalize() for p in name.split("_"))
 
-    def set_cpu_override(self, forward=None, backward=None):
-        """Register fused CPU versions of forward and/or backward (same signatures).
+    def set_override(self, str device, forward=None, backward=None, bint paired=False):
+        """Register a backend's fused forward and/or backward (``ferro.ops.fused`` does this
+        from its table; ``device`` is ``"cpu"`` for NumPy arrays, ``"cuda"`` for CuPy ones).
 
-        They run for NumPy arrays unless overrides are disabled (:func:`set_overrides_enabled`);
-        the generic ``forward``/``backward`` stay the reference they are tested against.
+        They take the generic signatures and return ``NotImplemented`` when their kernel does
+        not take the arrays; the engine then runs the generic ``forward``/``backward``, which
+        stay the reference. With ``paired`` the fused forward leaves state only the fused
+        backward reads, so a node whose forward ran the kernel always runs the fused backward,
+        and one whose forward did not, the generic one (Note [Fused overrides],
+        docs/design.md). Overrides run only while ``set_overrides_enabled`` is on.
         """
-        self.cpu_forward = forward
-        self.cpu_backward = backward
-
-    def set_gpu_override(self, forward=None, backward=None):
-        """Register GPU (CuPy RawKernel) versions of forward and/or backward (same signatures).
-
-        They run for CuPy arrays unless overrides are disabled, on the same terms as
-        :meth:`set_cpu_override`: a node whose forward ran the override runs the backward
-        override too; an op with only a backward override takes it for every CuPy node.
-        """
-        self.gpu_forward = forward
-        self.gpu_backward = backward
+        if device == "cpu":
+            self.cpu_forward, self.cpu_backward, self.cpu_paired = forward, backward, paired
+        elif device == "cuda":
+            self.gpu_forward, self.gpu_backward, self.gpu_paired = forward, backward, paired
+        else:
+            raise ArgumentError(
+                f"set_override: op {self.name!r}: device must be 'cpu' or 'cuda', got {device!r}"
+            )
 
     def __repr__(self):
         return f"<OpDef {self.name}>"
@@ -292,6 +293,17 @@ cdef class Node:
     def register_hook(self, fn):
         """``fn(grad_inputs, grad_outputs) -> tuple | None`` runs after this node's backward."""
         return register_node_hook(self, fn)
+
+    @property
+    def fused_forward(self):
+        """True if the forward ran its backend's fused override kernel (recorded after the
+        kernel ran, never when the override fell back to the generic forward)."""
+        return bool(self._fused & FUSED_FORWARD)
+
+    @property
+    def fused_backward(self):
+        """True once a backward of this node ran its backend's fused override kernel."""
+        return bool(self._fused & FUSED_BACKWARD)
 
     @property
     def needs_input_grad(self):

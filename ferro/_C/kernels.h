@@ -1,9 +1,10 @@
-/* Fused elementwise kernels for ferro's CPU overrides (included by cpu_kernels.pyx).
+/* Fused loops for ferro's CPU kernels (included by cpu_kernels.pyx).
  *
- * One macro per kernel shape generates a float32 and a float64 loop. Each loop body is one
- * branch-free expression computed in the array's own precision (so float32 uses expf/erff/
- * tanhf and the arithmetic loops vectorize). Small arrays run serially: a 1-element gradient
- * must not pay for entering a parallel region.
+ * The per-element math comes from formulas.cuh, which the CUDA kernels compile too, so each
+ * formula is written once for both backends. Here each kernel is a loop over flat indices,
+ * one per dtype, computed in the array's own precision (float32 uses expf/erff, and the
+ * arithmetic loops vectorize). Small arrays run serially: a 1-element gradient must not pay for
+ * entering a parallel region.
  */
 #ifndef FERRO_KERNELS_H
 #define FERRO_KERNELS_H
@@ -11,81 +12,122 @@
 #include <math.h>
 #include <stddef.h>
 
+/* gcc may not turn a select with arithmetic in one arm (leaky_relu's x > 0 ? g : g a) into
+ * branch-free vector code while floating-point exceptions might trap (-ftrapping-math, its
+ * default): the loop then runs 3x slower than relu's. Nothing in ferro enables FP traps, so the
+ * kernels are compiled without that assumption (formulas included: they must inline). */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC push_options
+#pragma GCC optimize("no-trapping-math")
+#endif
+
+#include "../cuda/kernels/formulas.cuh"
+
 /* Thresholds for going parallel. Waking an OpenMP team costs tens of microseconds when its
  * threads sleep (OMP_WAIT_POLICY=passive), so a memory-bound loop needs about a million
  * elements to gain from a second core; a loop doing erf/exp per element gains much earlier. */
 #define FERRO_PARALLEL_MIN (1 << 20)
 #define FERRO_PARALLEL_MIN_COMPUTE (1 << 15)
 
-#define FERRO_SQRT_2_OVER_PI 0.7978845608028654
-#define FERRO_INV_SQRT_2 0.7071067811865476
-#define FERRO_INV_SQRT_2PI 0.3989422804014327
+/* for (i = 0; i < n; i++) BODY, on every core from MIN elements. */
+#define FERRO_FOR(MIN, ...)                                                          \
+    if (n < (MIN)) {                                                                 \
+        for (i = 0; i < n; i++) { __VA_ARGS__ }                                      \
+    } else {                                                                         \
+        _Pragma("omp parallel for schedule(static)")                                 \
+        for (i = 0; i < n; i++) { __VA_ARGS__ }                                      \
+    }
 
-/* out[i] = EXPR(a[i]) */
-#define FERRO_MAP1(NAME, T, EXPR)                                                    \
-    static void NAME(const T *a, T *out, ptrdiff_t n) {                              \
+/* Elementwise backward: out[i] = EXPR, where EXPR reads g (the upstream gradient), vp[i] and
+ * wp[i] (the saved arrays; wp is NULL for kernels that read one) and a (a scalar parameter).
+ * g is gp[i] when gs is 1, and gp[0] for every i when gs is 0: after .sum() or .mean() the
+ * upstream gradient is one value broadcast with stride 0, which the kernel takes as it is. */
+#define FERRO_GRAD_LOOP(NAME, T, MIN, EXPR)                                          \
+    static void NAME(const T *gp, ptrdiff_t gs, const T *vp, const T *wp, T *out,    \
+                     ptrdiff_t n, double a_) {                                       \
+        const T a = (T)a_;                                                           \
         ptrdiff_t i;                                                                 \
-        if (n < FERRO_PARALLEL_MIN_COMPUTE) {                                        \
-            for (i = 0; i < n; i++) { const T x = a[i]; out[i] = (EXPR); }           \
+        (void)wp;                                                                    \
+        (void)a;                                                                     \
+        if (gs == 0) {                                                               \
+            const T g = gp[0];                                                       \
+            FERRO_FOR(MIN, out[i] = (EXPR);)                                         \
         } else {                                                                     \
-            _Pragma("omp parallel for schedule(static)")                             \
-            for (i = 0; i < n; i++) { const T x = a[i]; out[i] = (EXPR); }           \
+            FERRO_FOR(MIN, const T g = gp[i]; out[i] = (EXPR);)                      \
         }                                                                            \
     }
 
-/* out[i] = EXPR(g[i], v[i]), parallel from MIN elements */
-#define FERRO_MAP2_MIN(NAME, T, EXPR, MIN)                                           \
-    static void NAME(const T *gp, const T *vp, T *out, ptrdiff_t n) {                \
-        ptrdiff_t i;                                                                 \
-        if (n < (MIN)) {                                                             \
-            for (i = 0; i < n; i++) { const T g = gp[i], v = vp[i]; out[i] = (EXPR); } \
-        } else {                                                                     \
-            _Pragma("omp parallel for schedule(static)")                             \
-            for (i = 0; i < n; i++) { const T g = gp[i], v = vp[i]; out[i] = (EXPR); } \
-        }                                                                            \
-    }
+#define FERRO_GRAD_LOOPS(NAME, MIN, EXPR32, EXPR64)                                  \
+    FERRO_GRAD_LOOP(NAME##_f32, float, MIN, EXPR32)                                  \
+    FERRO_GRAD_LOOP(NAME##_f64, double, MIN, EXPR64)
 
-#define FERRO_MAP2(NAME, T, EXPR) FERRO_MAP2_MIN(NAME, T, EXPR, FERRO_PARALLEL_MIN)
+FERRO_GRAD_LOOPS(ferro_tanh_bwd, FERRO_PARALLEL_MIN,
+                 ferro_tanh_grad_f32(g, vp[i]), ferro_tanh_grad_f64(g, vp[i]))
+FERRO_GRAD_LOOPS(ferro_sigmoid_bwd, FERRO_PARALLEL_MIN,
+                 ferro_sigmoid_grad_f32(g, vp[i]), ferro_sigmoid_grad_f64(g, vp[i]))
+FERRO_GRAD_LOOPS(ferro_relu_bwd, FERRO_PARALLEL_MIN,
+                 ferro_relu_grad_f32(g, vp[i]), ferro_relu_grad_f64(g, vp[i]))
+FERRO_GRAD_LOOPS(ferro_leaky_relu_bwd, FERRO_PARALLEL_MIN,
+                 ferro_leaky_relu_grad_f32(g, vp[i], a), ferro_leaky_relu_grad_f64(g, vp[i], a))
+FERRO_GRAD_LOOPS(ferro_gelu_bwd, FERRO_PARALLEL_MIN_COMPUTE,
+                 ferro_gelu_grad_f32(g, vp[i]), ferro_gelu_grad_f64(g, vp[i]))
+FERRO_GRAD_LOOPS(ferro_silu_bwd, FERRO_PARALLEL_MIN,
+                 ferro_silu_grad_f32(g, vp[i], wp[i]), ferro_silu_grad_f64(g, vp[i], wp[i]))
 
-/* out[i] = EXPR(g[i], v[i], w[i]) */
-#define FERRO_MAP3(NAME, T, EXPR)                                                    \
-    static void NAME(const T *gp, const T *vp, const T *wp, T *out, ptrdiff_t n) {   \
-        ptrdiff_t i;                                                                 \
-        if (n < FERRO_PARALLEL_MIN) {                                                \
-            for (i = 0; i < n; i++) {                                                \
-                const T g = gp[i], v = vp[i], w = wp[i]; out[i] = (EXPR);            \
+/* exact gelu forward: out[i] = x Phi(x) (NumPy has no vectorized erf) */
+static void ferro_gelu_fwd_f32(const float *x, float *out, ptrdiff_t n) {
+    ptrdiff_t i;
+    FERRO_FOR(FERRO_PARALLEL_MIN_COMPUTE, out[i] = ferro_gelu_f32(x[i]);)
+}
+static void ferro_gelu_fwd_f64(const double *x, double *out, ptrdiff_t n) {
+    ptrdiff_t i;
+    FERRO_FOR(FERRO_PARALLEL_MIN_COMPUTE, out[i] = ferro_gelu_f64(x[i]);)
+}
+
+/* softmax backward over rows of c elements: d = sum(g y) per row, then
+ * out = ferro_softmax_grad(g, y, d). g is C-contiguous (gs 1) or one broadcast value (gs 0:
+ * then d = g sum(y)). The row sum runs in double with four accumulators, so it is not one long
+ * chain of dependent adds; the second loop vectorizes. */
+#define FERRO_SOFTMAX_BWD(T, S)                                                      \
+    static void ferro_softmax_bwd_row_##S(const T *g, ptrdiff_t gs, const T *y, T *out, \
+                                          ptrdiff_t c) {                             \
+        ptrdiff_t j;                                                                 \
+        double d0 = 0.0, d1 = 0.0, d2 = 0.0, d3 = 0.0;                               \
+        if (gs == 0) {                                                               \
+            const T g0 = g[0];                                                       \
+            for (j = 0; j + 4 <= c; j += 4) {                                        \
+                d0 += y[j]; d1 += y[j + 1]; d2 += y[j + 2]; d3 += y[j + 3];          \
             }                                                                        \
+            for (; j < c; j++) d0 += y[j];                                           \
+            const T d = (T)((double)g0 * ((d0 + d1) + (d2 + d3)));                   \
+            for (j = 0; j < c; j++) out[j] = ferro_softmax_grad_##S(g0, y[j], d);    \
+        } else {                                                                     \
+            for (j = 0; j + 4 <= c; j += 4) {                                        \
+                d0 += (double)g[j] * y[j];                                           \
+                d1 += (double)g[j + 1] * y[j + 1];                                   \
+                d2 += (double)g[j + 2] * y[j + 2];                                   \
+                d3 += (double)g[j + 3] * y[j + 3];                                   \
+            }                                                                        \
+            for (; j < c; j++) d0 += (double)g[j] * y[j];                            \
+            const T d = (T)((d0 + d1) + (d2 + d3));                                  \
+            for (j = 0; j < c; j++) out[j] = ferro_softmax_grad_##S(g[j], y[j], d);  \
+        }                                                                            \
+    }                                                                                \
+    static void ferro_softmax_bwd_##S(const T *gp, ptrdiff_t gs, const T *y, T *out, \
+                                      ptrdiff_t r, ptrdiff_t c) {                    \
+        ptrdiff_t i, n = r * c;                                                      \
+        if (n < FERRO_PARALLEL_MIN || r < 2) {                                       \
+            for (i = 0; i < r; i++)                                                  \
+                ferro_softmax_bwd_row_##S(gp + i * c * gs, gs, y + i * c, out + i * c, c); \
         } else {                                                                     \
             _Pragma("omp parallel for schedule(static)")                             \
-            for (i = 0; i < n; i++) {                                                \
-                const T g = gp[i], v = vp[i], w = wp[i]; out[i] = (EXPR);            \
-            }                                                                        \
+            for (i = 0; i < r; i++)                                                  \
+                ferro_softmax_bwd_row_##S(gp + i * c * gs, gs, y + i * c, out + i * c, c); \
         }                                                                            \
     }
 
-/* tanh: gx = g (1 - y^2), from the saved output y */
-FERRO_MAP2(ferro_tanh_bwd_f32, float, g * (1.0f - v * v))
-FERRO_MAP2(ferro_tanh_bwd_f64, double, g * (1.0 - v * v))
-/* sigmoid: gx = g y (1 - y) */
-FERRO_MAP2(ferro_sigmoid_bwd_f32, float, g * v * (1.0f - v))
-FERRO_MAP2(ferro_sigmoid_bwd_f64, double, g * v * (1.0 - v))
-/* relu: gx = g where y > 0 */
-FERRO_MAP2(ferro_relu_bwd_f32, float, v > 0.0f ? g : 0.0f)
-FERRO_MAP2(ferro_relu_bwd_f64, double, v > 0.0 ? g : 0.0)
-/* silu: gx = g s (1 + x (1 - s)), from the saved x (v) and s = sigmoid(x) (w) */
-FERRO_MAP3(ferro_silu_bwd_f32, float, g * w * (1.0f + v * (1.0f - w)))
-FERRO_MAP3(ferro_silu_bwd_f64, double, g * w * (1.0 + v * (1.0 - w)))
-/* gelu (exact): y = x Phi(x); gx = g (Phi(x) + x phi(x)) */
-FERRO_MAP1(ferro_gelu_fwd_f32, float, 0.5f * x * (1.0f + erff(x * (float)FERRO_INV_SQRT_2)))
-FERRO_MAP1(ferro_gelu_fwd_f64, double, 0.5 * x * (1.0 + erf(x * FERRO_INV_SQRT_2)))
-FERRO_MAP2_MIN(ferro_gelu_bwd_f32, float,
-           g * (0.5f * (1.0f + erff(v * (float)FERRO_INV_SQRT_2))
-                + v * (float)FERRO_INV_SQRT_2PI * expf(-0.5f * v * v)),
-           FERRO_PARALLEL_MIN_COMPUTE)
-FERRO_MAP2_MIN(ferro_gelu_bwd_f64, double,
-           g * (0.5 * (1.0 + erf(v * FERRO_INV_SQRT_2))
-                + v * FERRO_INV_SQRT_2PI * exp(-0.5 * v * v)),
-           FERRO_PARALLEL_MIN_COMPUTE)
+FERRO_SOFTMAX_BWD(float, f32)
+FERRO_SOFTMAX_BWD(double, f64)
 
 /* 1 if every element is finite. Integer test of the exponent bits (all ones means Inf or
  * NaN): no floating-point compare, so the loop vectorizes, and large arrays use both cores. */
@@ -105,21 +147,13 @@ FERRO_MAP2_MIN(ferro_gelu_bwd_f64, double,
 
 /* Optimizer updates: one pass over param, grad and state, following PyTorch's formulas, in the
  * parameters' own precision (as PyTorch computes them), so float32 loops vectorize. */
-#define FERRO_PARALLEL_FOR(...)                                                      \
-    if (n < FERRO_PARALLEL_MIN) {                                                    \
-        for (i = 0; i < n; i++) { __VA_ARGS__ }                                      \
-    } else {                                                                         \
-        _Pragma("omp parallel for schedule(static)")                                 \
-        for (i = 0; i < n; i++) { __VA_ARGS__ }                                      \
-    }
-
 #define FERRO_OPTIM(T, SFX, SQRT)                                                        \
 static void ferro_sgd_##SFX(T *p, const T *g, T *buf, ptrdiff_t n, double lr_,       \
                             double momentum_, double dampening_, double wd_, int nesterov, \
                             int first) {                                             \
     ptrdiff_t i;                                                                     \
     const T lr = (T)lr_, momentum = (T)momentum_, damp = (T)(1.0 - dampening_), wd = (T)wd_; \
-    FERRO_PARALLEL_FOR(                                                              \
+    FERRO_FOR(FERRO_PARALLEL_MIN,                                                    \
         T d = g[i] + wd * p[i];                                                      \
         if (momentum != 0) {                                                         \
             T b = first ? d : momentum * buf[i] + damp * d;                          \
@@ -136,7 +170,7 @@ static void ferro_adam_##SFX(T *p, const T *g, T *m, T *v, ptrdiff_t n, double l
     const T b1 = (T)b1_, b2 = (T)b2_, eps = (T)eps_, wd = (T)wd_;                    \
     const T step_size = (T)(lr_ / bc1), inv_sqrt_bc2 = (T)(1.0 / sqrt(bc2));         \
     const T shrink = (T)(1.0 - lr_ * wd_);                                           \
-    FERRO_PARALLEL_FOR(                                                              \
+    FERRO_FOR(FERRO_PARALLEL_MIN,                                                    \
         T gi = g[i], pi = p[i];                                                      \
         if (decoupled) pi *= shrink; else gi += wd * pi;                             \
         const T mi = b1 * m[i] + (1 - b1) * gi;                                      \
@@ -151,7 +185,7 @@ static void ferro_rmsprop_##SFX(T *p, const T *g, T *sq, T *buf, T *gavg, ptrdif
     ptrdiff_t i;                                                                     \
     const T lr = (T)lr_, alpha = (T)alpha_, eps = (T)eps_, wd = (T)wd_;              \
     const T momentum = (T)momentum_;                                                 \
-    FERRO_PARALLEL_FOR(                                                              \
+    FERRO_FOR(FERRO_PARALLEL_MIN,                                                    \
         const T gi = g[i] + wd * p[i];                                               \
         const T s = alpha * sq[i] + (1 - alpha) * gi * gi;                           \
         sq[i] = s;                                                                   \
@@ -176,7 +210,7 @@ static void ferro_adagrad_##SFX(T *p, const T *g, T *sum, ptrdiff_t n, double cl
                                 double eps_, double wd_) {                           \
     ptrdiff_t i;                                                                     \
     const T clr = (T)clr_, eps = (T)eps_, wd = (T)wd_;                               \
-    FERRO_PARALLEL_FOR(                                                              \
+    FERRO_FOR(FERRO_PARALLEL_MIN,                                                    \
         const T gi = g[i] + wd * p[i];                                               \
         const T s = sum[i] + gi * gi;                                                \
         sum[i] = s;                                                                  \
@@ -190,5 +224,9 @@ FERRO_OPTIM(double, f64, sqrt)
 #include <stdint.h>
 FERRO_ALL_FINITE(ferro_all_finite_f32, float, uint32_t, 0x7F800000u)
 FERRO_ALL_FINITE(ferro_all_finite_f64, double, uint64_t, 0x7FF0000000000000ull)
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC pop_options
+#endif
 
 #endif

@@ -36,19 +36,26 @@ SOURCES: dict[str, list[str]] = {
         f"ferro_{k}_bwd<{t}>"
         for k in ("relu", "leaky_relu", "sigmoid", "tanh", "gelu", "silu")
         for t in _FLOATS
-    ],
+    ]
+    + [f"ferro_gelu_fwd<{t}>" for t in _FLOATS],
     "softmax": [f"ferro_softmax_{d}<{t}>" for d in ("fwd", "bwd") for t in _FLOATS],
     "cross_entropy": [f"ferro_cross_entropy_{d}<{t}>" for d in ("fwd", "bwd") for t in _FLOATS],
     "dropout": [f"ferro_dropout_mask<{t}>" for t in _FLOATS],
 }
 
 
+# Headers put in front of every source, in order: the formulas shared with the CPU kernels
+# (ferro/_C/kernels.h includes the same file), then the CUDA helpers.
+PRELUDE = ("formulas.cuh", "common.cuh")
+
+
 def source(name: str) -> str:
-    """The CUDA source of kernel file ``name`` (without ``.cu``), after ``common.cuh``."""
-    with open(os.path.join(KERNEL_DIR, "common.cuh")) as f:
-        common = f.read()
-    with open(os.path.join(KERNEL_DIR, f"{name}.cu")) as f:
-        return common + "\n" + f.read()
+    """The CUDA source of kernel file ``name`` (without ``.cu``), after :data:`PRELUDE`."""
+    parts = []
+    for file in (*PRELUDE, f"{name}.cu"):
+        with open(os.path.join(KERNEL_DIR, file)) as f:
+            parts.append(f.read())
+    return "\n".join(parts)
 
 
 def ctype(dtype) -> str:

@@ -1,11 +1,16 @@
-"""Launch wrappers for ferro's CUDA kernels (CuPy arrays in, CuPy arrays out).
+"""The GPU kernels: launch wrappers for ferro's CUDA kernels (CuPy arrays in, CuPy arrays out).
 
-Each wrapper checks what its kernel assumes (C-contiguous float32/float64 arrays of one dtype
-and matching shapes) and raises ``ValueError`` otherwise, so the overrides in
-:mod:`ferro.cuda.fused` can fall back to the generic CuPy expression. The host-side planning
-(:func:`plan_sum_to_shape`, :func:`sum_launch`) is plain Python. ``tests/cuda/test_kernels.py``
-runs these wrappers and the kernel sources against NumPy twice: on a device when there is one,
-and everywhere on a CPU emulation of the CUDA features the kernels use (``cuda_emu.h``).
+This module is the GPU half of ferro's override mechanism (``ferro.ops.fused``): the names in
+:data:`FUSED_KERNELS` mean the same kernel, with the same arguments, as in
+``ferro._C.cpu_kernels``, and the per-element math is ``kernels/formulas.cuh``, which the CPU
+kernels compile too. :func:`accepts` and :func:`accepts_grad` are the predicates the adapter and
+the engine ask first (no exception, no message on that path); each wrapper still checks what its
+kernel assumes and raises a typed error for a direct caller. The host-side planning
+(:func:`plan_sum_to_shape`, :func:`sum_launch`) is plain Python. Nothing here imports CuPy until
+a kernel runs, so the composition root (``ferro/__init__.py``) registers it everywhere.
+``tests/cuda/test_kernels.py`` runs these wrappers and the kernel sources against NumPy twice: on
+a device when there is one, and everywhere on a CPU emulation of the CUDA features the kernels
+use (``cuda_emu.h``).
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import numpy as np
 
 from ferro.cuda import get_rng_state, set_rng_state
 from ferro.cuda.loader import ctype, grid_for, kernel, row_block
-from ferro.errors import ArgumentError, ShapeError
+from ferro.errors import ArgumentError, DtypeError, ShapeError
 
 # ---------------------------------------------------------------------------------------------
 # Host-side planning (no CuPy needed)
@@ -82,19 +87,89 @@ def sum_launch(lens: tuple, red_mask: int, n_out: int, n_red: int, sm_count: int
 
 
 # ---------------------------------------------------------------------------------------------
-# Launch wrappers
+# Accept predicates and launch wrappers
 # ---------------------------------------------------------------------------------------------
 
+# The fused kernels this backend implements (ferro._C.cpu_kernels implements the same names).
+FUSED_KERNELS = frozenset(
+    {
+        "tanh_bwd",
+        "sigmoid_bwd",
+        "relu_bwd",
+        "leaky_relu_bwd",
+        "gelu_bwd",
+        "silu_bwd",
+        "gelu_fwd",
+        "softmax_fwd",
+        "softmax_bwd",
+        "log_softmax_fwd",
+        "log_softmax_bwd",
+        "cross_entropy_fwd",
+        "cross_entropy_bwd",
+    }
+)
 
-def _check(*arrays):
+_FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def accepts(arrays: tuple) -> bool:
+    """True if the kernels take ``arrays``: one float32/float64 dtype, one shape, C-contiguous.
+
+    The engine only hands CuPy arrays of one device to the GPU backend; this reads their flags.
+    """
+    if not arrays:
+        return False
     a0 = arrays[0]
+    if a0.dtype not in _FLOAT_DTYPES:
+        return False
     for a in arrays:
-        if not a.flags.c_contiguous or a.dtype != a0.dtype:
-            raise ArgumentError("ferro.cuda: kernels need C-contiguous arrays of one dtype")
-    try:
-        return ctype(a0.dtype)
-    except TypeError as exc:  # no kernel for this dtype: the caller falls back
-        raise ArgumentError(str(exc)) from None
+        if a.dtype != a0.dtype or a.shape != a0.shape or not a.flags.c_contiguous:
+            return False
+    return True
+
+
+def _grad_stride(gy) -> int:
+    # 0 when gy is one value broadcast (every dimension longer than 1 has stride 0: the
+    # gradient of .sum() or .mean()), else 1 (any other layout is made contiguous first: one
+    # copy costs less than the generic chain of kernels).
+    for n, st in zip(gy.shape, gy.strides, strict=True):
+        if n > 1 and st != 0:
+            return 1
+    return 0
+
+
+def accepts_grad(gy, arrays: tuple) -> bool:
+    """True if a backward kernel takes upstream gradient ``gy`` with the saved ``arrays``:
+    :func:`accepts` of ``arrays``, and ``gy`` of their dtype and shape in any layout."""
+    return accepts(arrays) and gy.dtype == arrays[0].dtype and gy.shape == arrays[0].shape
+
+
+def _check(who: str, *arrays):
+    if not accepts(arrays):
+        a0 = arrays[0]
+        for a in arrays:
+            if a.dtype not in _FLOAT_DTYPES or a.dtype != a0.dtype:
+                raise DtypeError(f"{who}: arrays must be float32 or float64 of one dtype")
+            if a.shape != a0.shape:
+                raise ShapeError(f"{who}: shapes {a0.shape} and {a.shape} differ")
+        raise ArgumentError(f"{who}: the kernel needs C-contiguous arrays")
+    return ctype(arrays[0].dtype)
+
+
+def _grad_args(who: str, gy, saved: tuple):
+    """The C type, gy as the kernel reads it, and its stride (0: one broadcast value)."""
+    import cupy
+
+    t = _check(who, *saved)
+    if gy.dtype != saved[0].dtype or gy.shape != saved[0].shape:
+        raise ShapeError(
+            f"{who}: gy ({gy.dtype}, {gy.shape}) does not match ({saved[0].dtype}, "
+            f"{saved[0].shape})"
+        )
+    gs = _grad_stride(gy)
+    if gs and not gy.flags.c_contiguous:
+        gy = cupy.ascontiguousarray(gy)
+    return t, gy, gs
 
 
 @functools.cache
@@ -109,24 +184,36 @@ def _sm_count_of(arr) -> int:
     return _sm_count(arr.device.id)
 
 
+def owns(arr) -> bool:
+    """A CuPy array the engine may write once nothing else references it: not a view, laid out
+    C-contiguously, on memory CuPy allocated (not borrowed through DLPack or a raw pointer)."""
+    if arr.base is not None or not arr.flags.c_contiguous:
+        return False
+    from cupy.cuda.memory import UnownedMemory
+
+    mem = arr.data.mem
+    return mem is not None and not isinstance(mem, UnownedMemory)
+
+
 def accumulate(dst, src) -> None:
     """``dst += src`` in place (dst owned by the engine)."""
-    t = _check(dst, src)
-    if dst.shape != src.shape:
-        raise ShapeError(f"accumulate: shapes {dst.shape} and {src.shape} differ")
+    t = _check("accumulate", dst, src)
     if dst.size:
         grid, block = grid_for(dst.size)
         kernel("accumulate", f"ferro_accumulate<{t}>")(grid, block, (dst, src, np.int64(dst.size)))
 
 
 def sum_to_shape(src, shape: tuple):
-    """Sum the broadcast ``src`` back to ``shape`` in one kernel; returns a new array."""
+    """Sum the broadcast ``src`` back to ``shape`` in one kernel; returns a new array (the
+    generic reduction where more than :data:`MAX_DIMS` dims remain after coalescing)."""
     import cupy
 
-    t = _check(src)
+    t = _check("sum_to_shape", src)
     plan = plan_sum_to_shape(src.shape, shape)
     if plan is None:
-        raise ArgumentError(f"sum_to_shape: more than {MAX_DIMS} dims after coalescing")
+        from ferro._C.accumulate import sum_to_shape_generic
+
+        return sum_to_shape_generic(src, tuple(shape))
     lens, red_mask, n_out, n_red = plan
     if n_out == 0 or n_red == 0:
         return cupy.zeros(shape, dtype=src.dtype)
@@ -156,20 +243,62 @@ def sum_to_shape(src, shape: tuple):
     return out
 
 
-def activation_backward(name: str, gy, saved, slope: float = 0.0):
-    """Fused ``gx`` of relu, sigmoid, tanh (saved y) or leaky_relu, gelu, silu (saved x)."""
+def _grad_map(name: str, gy, saved: tuple, a: float = 0.0):
+    """Launch ``ferro_<name><T>``: gx = formula(gy, saved..., a) elementwise."""
     import cupy
 
-    t = _check(gy, saved)
-    if gy.shape != saved.shape:
-        raise ShapeError(f"{name} backward: shapes {gy.shape} and {saved.shape} differ")
-    gx = cupy.empty_like(gy)
-    if gy.size:
-        grid, block = grid_for(gy.size)
-        kernel("activation", f"ferro_{name}_bwd<{t}>")(
-            grid, block, (gy, saved, gx, np.int64(gy.size), gy.dtype.type(slope))
+    t, gy, gs = _grad_args(name, gy, saved)
+    v = saved[0]
+    gx = cupy.empty_like(v)
+    if v.size:
+        grid, block = grid_for(v.size)
+        w = saved[1] if len(saved) > 1 else v  # not read by one-array formulas
+        kernel("activation", f"ferro_{name}<{t}>")(
+            grid, block, (gy, np.int64(gs), v, w, gx, np.int64(v.size), v.dtype.type(a))
         )
     return gx
+
+
+def tanh_bwd(gy, y):
+    """tanh backward from the output: ``gy * (1 - y**2)``."""
+    return _grad_map("tanh_bwd", gy, (y,))
+
+
+def sigmoid_bwd(gy, y):
+    """sigmoid backward from the output: ``gy * y * (1 - y)``."""
+    return _grad_map("sigmoid_bwd", gy, (y,))
+
+
+def relu_bwd(gy, y):
+    """relu backward from the output: ``gy`` where ``y > 0``, else 0."""
+    return _grad_map("relu_bwd", gy, (y,))
+
+
+def leaky_relu_bwd(gy, x, slope: float):
+    """leaky_relu backward from the input: ``gy`` where ``x > 0``, else ``gy * slope``."""
+    return _grad_map("leaky_relu_bwd", gy, (x,), slope)
+
+
+def gelu_bwd(gy, x):
+    """Exact gelu backward from the input: ``gy * (Phi(x) + x * phi(x))``."""
+    return _grad_map("gelu_bwd", gy, (x,))
+
+
+def silu_bwd(gy, x, s):
+    """silu backward from x and ``s = sigmoid(x)``: ``gy * s * (1 + x * (1 - s))``."""
+    return _grad_map("silu_bwd", gy, (x, s))
+
+
+def gelu_fwd(x):
+    """Exact gelu ``x * Phi(x)`` in one pass."""
+    import cupy
+
+    t = _check("gelu_fwd", x)
+    y = cupy.empty_like(x)
+    if x.size:
+        grid, block = grid_for(x.size)
+        kernel("activation", f"ferro_gelu_fwd<{t}>")(grid, block, (x, y, np.int64(x.size)))
+    return y
 
 
 def _rows(x):
@@ -177,11 +306,10 @@ def _rows(x):
     return (x.size // cols if cols else 0), cols
 
 
-def softmax_forward(x, log: bool):
-    """Softmax (or log-softmax) over the last axis, one block per row."""
+def _softmax_fwd(who: str, x, log: bool):
     import cupy
 
-    t = _check(x)
+    t = _check(who, x)
     y = cupy.empty_like(x)
     rows, cols = _rows(x)
     if rows:
@@ -191,38 +319,55 @@ def softmax_forward(x, log: bool):
     return y
 
 
-def softmax_backward(gy, y, log: bool):
-    """Backward of softmax (or log-softmax) over the last axis from the output ``y``."""
+def _softmax_bwd(who: str, gy, y, log: bool):
     import cupy
 
-    t = _check(gy, y)
-    if gy.shape != y.shape:
-        raise ShapeError(f"softmax backward: shapes {gy.shape} and {y.shape} differ")
-    gx = cupy.empty_like(gy)
-    rows, cols = _rows(gy)
+    t, gy, gs = _grad_args(who, gy, (y,))
+    gx = cupy.empty_like(y)
+    rows, cols = _rows(y)
     if rows:
         kernel("softmax", f"ferro_softmax_bwd<{t}>")(
-            (rows,), (row_block(cols),), (gy, y, gx, np.int64(cols), np.int32(log))
+            (rows,), (row_block(cols),), (gy, np.int64(gs), y, gx, np.int64(cols), np.int32(log))
         )
     return gx
 
 
-def _ce_args(logits, target):
+def softmax_fwd(x):
+    """Softmax over the last axis, one block per row."""
+    return _softmax_fwd("softmax_fwd", x, False)
+
+
+def log_softmax_fwd(x):
+    """Log-softmax over the last axis, one block per row."""
+    return _softmax_fwd("log_softmax_fwd", x, True)
+
+
+def softmax_bwd(gy, y):
+    """Softmax backward over the last axis from the output: ``y * (gy - sum(gy * y))``."""
+    return _softmax_bwd("softmax_bwd", gy, y, False)
+
+
+def log_softmax_bwd(gy, y):
+    """Log-softmax backward over the last axis from the output: ``gy - exp(y) * sum(gy)``."""
+    return _softmax_bwd("log_softmax_bwd", gy, y, True)
+
+
+def _ce_args(who: str, logits, target):
     import cupy
 
-    t = _check(logits)
+    t = _check(who, logits)
     if logits.ndim != 2 or target.shape != logits.shape[:1]:
         raise ShapeError(
-            f"cross_entropy: logits {logits.shape} and target {target.shape} are not (N, C), (N,)"
+            f"{who}: logits {logits.shape} and target {target.shape} are not (N, C), (N,)"
         )
     return t, cupy.ascontiguousarray(target, dtype=cupy.int64)
 
 
-def cross_entropy_forward(logits, target, ignore_index: int = -100):
+def cross_entropy_fwd(logits, target, ignore_index: int = -100):
     """Per-row loss ``logsumexp(x) - x[t]`` (0 where ignored) and ``logsumexp(x)``."""
     import cupy
 
-    t, target = _ce_args(logits, target)
+    t, target = _ce_args("cross_entropy_fwd", logits, target)
     rows, classes = logits.shape
     loss = cupy.empty(rows, dtype=logits.dtype)
     lse = cupy.empty(rows, dtype=logits.dtype)
@@ -235,19 +380,20 @@ def cross_entropy_forward(logits, target, ignore_index: int = -100):
     return loss, lse
 
 
-def cross_entropy_backward(logits, target, lse, gy, denom, ignore_index: int = -100):
+def cross_entropy_bwd(logits, target, lse, gy, denom, ignore_index: int = -100):
     """``(softmax(x) - onehot(t)) * gy / denom`` per row (0 where ignored). ``gy`` has one
     entry per row or is a scalar; ``denom`` is a one-element device array."""
     import cupy
 
-    t, target = _ce_args(logits, target)
+    who = "cross_entropy_bwd"
+    t, target = _ce_args(who, logits, target)
     rows, classes = logits.shape
     per_row = gy.ndim == 1
     if (per_row and gy.shape != (rows,)) or (not per_row and gy.size != 1) or denom.size != 1:
-        raise ShapeError(f"cross_entropy backward: gy {gy.shape}, denom {denom.shape}")
+        raise ShapeError(f"{who}: gy {gy.shape}, denom {denom.shape}")
     gy = cupy.ascontiguousarray(gy, dtype=logits.dtype)
     denom = cupy.ascontiguousarray(denom, dtype=logits.dtype)
-    _check(logits, lse, gy, denom)
+    _check(who, lse)
     grad = cupy.empty_like(logits)
     if rows:
         kernel("cross_entropy", f"ferro_cross_entropy_bwd<{t}>")(

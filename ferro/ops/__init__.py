@@ -2,8 +2,6 @@
 
 from importlib import import_module as _import_module
 
-from ferro.cuda import fused as _cuda_fused  # noqa: F401  (GPU overrides; imports no CuPy)
-from ferro.ops import device, fused  # noqa: F401  (device: to_device; fused: CPU overrides)
 from ferro.ops.activation import *  # noqa: F403
 from ferro.ops.device import *  # noqa: F403
 from ferro.ops.dropout import *  # noqa: F403

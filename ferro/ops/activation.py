@@ -1,8 +1,8 @@
 """Activations: relu and its relatives, gelu, silu, mish, softplus, softmax, log_softmax, prelu.
 
-Ops whose generic NumPy expression makes several passes over memory get a fused nogil CPU
-override (``ferro._C.cpu_kernels``) registered in :mod:`ferro.ops.fused`; the classes here stay
-the reference implementations the overrides are tested against.
+Ops whose generic expression makes several passes over memory get fused kernels, listed in the
+table of :mod:`ferro.ops.fused`; the classes here stay the reference implementations the
+overrides are tested against.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ SELU_SCALE = 1.0507009873554804934193349852946
 def erf(xp, x):
     """Elementwise erf for NumPy (no SciPy dependency) or CuPy."""
     if xp.__name__ == "numpy":
-        return xp.frompyfunc(math.erf, 1, 1)(x).astype(x.dtype)
+        # asarray: on a 0-d input frompyfunc returns a Python float, not an array.
+        return xp.asarray(xp.frompyfunc(math.erf, 1, 1)(x), dtype=x.dtype)
     from cupyx.scipy.special import erf as cupy_erf
 
     return cupy_erf(x)

@@ -1,123 +1,225 @@
-"""Fused CPU overrides: nogil kernels (``ferro._C.cpu_kernels``, loops in ``kernels.h``)
-registered on ops where ``benchmarks/bench_ops.py`` shows the generic NumPy expression is slower.
+"""Fused overrides: one table names each op's fused kernels, one adapter applies them.
 
-Where NumPy already runs a SIMD single pass (``tanh``, ``exp``, ``maximum`` forwards) the
-forward stays generic and only the backward, a chain of NumPy temporaries, is fused. Exact gelu
-is fused both ways: NumPy has no vectorized erf. The kernels read only exact, C-contiguous,
-aligned, native-byte-order float32/float64 arrays of one dtype and shape; each override tests
-that with ``same_layout`` (array flags, no exception on the way) and otherwise runs the generic
-implementation, which handles any layout or byte order. The kernels also check it themselves,
-raising a typed error, for direct callers. The generic implementation stays the reference:
-every override is
-parity-tested against it (``tests/ops/test_fused.py``), and
-``ferro._C.engine.set_overrides_enabled(False)`` switches them all off. An override forward
-that used a kernel sets ``ctx.fused``; its backward then uses the matching kernel.
+Note [Fused overrides] (docs/design.md). An op's generic ``forward``/``backward`` is written once
+against ``xp`` and stays the reference. Where a chain of array temporaries is measurably slower
+than one pass (``benchmarks/bench_ops.py``), :data:`OVERRIDES` names the fused kernel that
+replaces it and the saved arrays that kernel reads. Each backend implements the kernels under
+the same names and signatures: ``ferro._C.cpu_kernels`` (nogil loops) and ``ferro.cuda.ops``
+(CUDA kernels), both over the per-element formulas of ``ferro/cuda/kernels/formulas.cuh``. The
+composition root (``ferro/__init__.py``) calls :func:`install` once per backend, so ``ops``
+never imports ``cuda``.
+
+The adapter asks the backend's ``accepts``/``accepts_grad`` (array flags only: dtype, native byte
+order, alignment, layout, shape) before it calls a kernel, and returns ``NotImplemented`` where
+the answer is no; the engine then runs the generic code. Nothing on that path raises or formats
+a message. A fused forward leaves ``ctx`` as the generic forward does, so after it either
+backward may run; an entry with its own ``adapter`` is *paired* instead (its forward keeps state
+only its backward reads), and the engine runs that backward exactly when that forward's kernel
+ran. ``ferro._C.engine.set_overrides_enabled(False)`` switches every override off, the
+optimizers' fused updates (:func:`kernel_for`) and the engine's GPU accumulation included.
+
+Where NumPy already runs a SIMD single pass (the forwards of ``tanh``, ``sigmoid``, ``relu``,
+``softmax``) the CPU keeps the generic forward and only the backward, a chain of temporaries,
+is fused; exact gelu is fused both ways (NumPy has no vectorized erf). Backward kernels take an
+upstream gradient that is one value broadcast with stride 0, which is what ``.sum()`` and
+``.mean()`` hand back.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import numpy as np
 
-from ferro._C import cpu_kernels as K
-from ferro.ops import activation as act
-from ferro.ops import elementwise as ew
-from ferro.ops import loss
+from ferro._C.engine import overrides_enabled
+from ferro.errors import ArgumentError
+from ferro.ops.registry import REGISTRY
 
 
-def _fused_backward(op_def, name):
-    """Backward ``gx = f(gy, saved)`` in one pass, from the array the generic forward saved."""
-    generic = op_def.backward
+@dataclass(frozen=True)
+class Fused:
+    """One op's fused kernels and what they read.
 
-    def backward(ctx, gy):
-        (v,) = ctx.saved
-        if K.same_layout((gy, v)):
-            return K.activation_backward(name, gy, v)
-        return generic(ctx, gy)
+    Attributes:
+        backward: kernel name; ``gx = kernel(gy, *ctx.saved[:saved], *params)``.
+        forward: kernel name; ``y = kernel(x)``. It then saves ``x`` or ``y`` (``saves``) and
+            stores each keyword parameter on ``ctx`` under its name, as the generic forward does.
+        saved: how many saved arrays, from slot 0, the backward kernel reads.
+        params: ``ctx`` attributes the backward kernel takes after the arrays.
+        only: ``(name, value)`` pairs the kernels need of the keyword parameters (forward) and
+            of the ``ctx`` attributes the forward stored under those names (backward).
+        rows: the kernels work along the last axis: the op's ``axis`` must be ``ndim - 1``.
+        saves: what the generic forward saves, ``"x"`` or ``"y"``.
+        adapter: for a paired override (its forward keeps state the generic backward cannot
+            read): ``adapter(backend) -> (forward, backward)`` replaces the generic adapter.
+    """
 
-    op_def.set_cpu_override(backward=backward)
+    backward: str | None = None
+    forward: str | None = None
+    saved: int = 1
+    params: tuple[str, ...] = ()
+    only: tuple[tuple[str, Any], ...] = ()
+    rows: bool = False
+    saves: str = "y"
+    adapter: Any = None
 
-
-_fused_backward(ew.Tanh, "tanh")
-_fused_backward(ew.Sigmoid, "sigmoid")
-_fused_backward(act.Relu, "relu")
-
-
-def _silu_backward(ctx, gy):
-    x, s = ctx.saved
-    if K.same_layout((gy, x, s)):
-        return K.silu_backward(gy, x, s)
-    return act.Silu.backward(ctx, gy)
-
-
-act.Silu.set_cpu_override(backward=_silu_backward)
-
-
-def _gelu_forward(ctx, x, *, approximate):
-    if approximate != "none" or not K.same_layout((x,)):
-        return act.Gelu.forward(ctx, x, approximate=approximate)
-    ctx.save(x)
-    ctx.approximate = approximate
-    ctx.fused = True
-    return K.gelu_forward(x)
+    @property
+    def kernels(self) -> tuple[str, ...]:
+        """The kernel names this entry uses."""
+        return tuple(k for k in (self.forward, self.backward) if k is not None)
 
 
-def _gelu_backward(ctx, gy):
-    (x,) = ctx.saved
-    if getattr(ctx, "fused", False) and K.same_layout((gy, x)):
-        return K.activation_backward("gelu", gy, x)
-    return act.Gelu.backward(ctx, gy)
-
-
-act.Gelu.set_cpu_override(forward=_gelu_forward, backward=_gelu_backward)
-
-
-def _softmax_backward(ctx, gy):
-    (y,) = ctx.saved
-    if ctx.axis == y.ndim - 1 and K.same_layout((gy, y)):
-        return K.softmax_backward(gy, y)
-    return act.Softmax.backward(ctx, gy)
-
-
-# Softmax's forward stays NumPy (its SIMD exp beats a scalar loop); the backward is arithmetic
-# over each row and fuses well. log_softmax gains nothing from fusing and stays generic.
-act.Softmax.set_cpu_override(backward=_softmax_backward)
-
-
-def _ce_forward(ctx, logits, *, target, weight, ignore_index, smoothing, reduction):
-    if not K.same_layout((logits,)) or logits.ndim != 2:
-        return loss.CrossEntropy.forward(
-            ctx,
-            logits,
-            target=target,
-            weight=weight,
-            ignore_index=ignore_index,
-            smoothing=smoothing,
-            reduction=reduction,
-        )
-    per_row, lse, wy = K.cross_entropy_forward(logits, target, weight, ignore_index, smoothing)
-    ctx.save(logits)
-    ctx.fused = True
-    ctx.target, ctx.weight, ctx.ignore, ctx.smoothing = target, weight, ignore_index, smoothing
-    ctx.lse, ctx.reduction, ctx.wy = lse, reduction, wy
-    dt = logits.dtype
-    if reduction == "none":
-        return per_row.astype(dt)
-    ctx.denom = denom = wy.sum() if reduction == "mean" else 1.0
-    total = per_row.sum()
-    return (total / denom if reduction == "mean" else total).astype(dt)
-
-
-def _ce_backward(ctx, gy):
-    if not getattr(ctx, "fused", False):
-        return loss.CrossEntropy.backward(ctx, gy)
-    (logits,) = ctx.saved
-    if ctx.reduction == "none":
-        scale = np.asarray(gy, dtype=np.float64)
-    else:
-        scale = np.asarray([float(gy) / ctx.denom])
-    return K.cross_entropy_backward(
-        logits, ctx.target, ctx.weight, ctx.ignore, ctx.smoothing, ctx.lse, ctx.wy, scale
+def _cross_entropy(backend):
+    """The paired override of cross_entropy: the forward keeps each row's logsumexp instead of
+    the log-probabilities, and the backward writes the gradient from the logits in one pass.
+    Class indices only: weights and label smoothing take the generic path."""
+    fwd_kernel, bwd_kernel, accepts = (
+        backend.cross_entropy_fwd,
+        backend.cross_entropy_bwd,
+        backend.accepts,
     )
 
+    def forward(ctx, logits, *, target, weight, ignore_index, smoothing, reduction):
+        if weight is not None or smoothing or logits.ndim != 2 or not accepts((logits,)):
+            return NotImplemented
+        per_row, lse = fwd_kernel(logits, target, ignore_index)
+        ctx.save(logits)
+        ctx.target, ctx.ignore, ctx.lse, ctx.reduction = target, ignore_index, lse, reduction
+        if reduction == "mean":
+            # Rows not ignored, counted where the arrays live: nothing waits for a device.
+            ctx.denom = denom = (target != ignore_index).sum().astype(logits.dtype)
+            return per_row.sum() / denom
+        ctx.denom = ctx.xp.ones((), dtype=logits.dtype)
+        return per_row if reduction == "none" else per_row.sum()
 
-loss.CrossEntropy.set_cpu_override(forward=_ce_forward, backward=_ce_backward)
+    def backward(ctx, gy):
+        (logits,) = ctx.saved
+        return bwd_kernel(logits, ctx.target, ctx.lse, gy, ctx.denom, ctx.ignore)
+
+    return forward, backward
+
+
+# The one table: op (registry name) -> its fused kernels. An entry applies on a backend that
+# implements all of its kernels (cpu: no softmax/log_softmax forward, whose generic NumPy
+# forward is a SIMD pass, and no cross-entropy, which measured 0.5-0.97x; see docs/design.md).
+OVERRIDES: dict[str, Fused] = {
+    "tanh": Fused(backward="tanh_bwd"),
+    "sigmoid": Fused(backward="sigmoid_bwd"),
+    "relu": Fused(backward="relu_bwd"),
+    "leaky_relu": Fused(backward="leaky_relu_bwd", saves="x", params=("slope",)),
+    "gelu": Fused(
+        forward="gelu_fwd", backward="gelu_bwd", saves="x", only=(("approximate", "none"),)
+    ),
+    "silu": Fused(backward="silu_bwd", saved=2, saves="x"),
+    "softmax": Fused(forward="softmax_fwd", backward="softmax_bwd", rows=True),
+    "log_softmax": Fused(forward="log_softmax_fwd", backward="log_softmax_bwd", rows=True),
+    "cross_entropy": Fused(
+        forward="cross_entropy_fwd", backward="cross_entropy_bwd", adapter=_cross_entropy
+    ),
+}
+
+
+def _holds(get, entry: Fused, ndim: int) -> bool:
+    # The entry's conditions on the op's parameters (``get(name)``) for an array of ``ndim``.
+    for name, value in entry.only:
+        if get(name) != value:
+            return False
+    return not entry.rows or (ndim >= 1 and get("axis") == ndim - 1)
+
+
+def _bind_forward(entry: Fused, kernel, accepts):
+    keep_input = entry.saves == "x"
+
+    def forward(ctx, x, **params):
+        if not accepts((x,)) or not _holds(params.get, entry, x.ndim):
+            return NotImplemented
+        y = kernel(x)
+        ctx.save(x if keep_input else y)
+        for name, value in params.items():
+            setattr(ctx, name, value)
+        return y
+
+    return forward
+
+
+def _bind_backward(entry: Fused, kernel, accepts_grad):
+    k = entry.saved
+    if not (entry.params or entry.only or entry.rows):
+        # The common case (tanh, sigmoid, relu, silu) is kept lean: it runs once per node.
+        def backward(ctx, gy):
+            arrays = ctx.saved
+            if len(arrays) != k:
+                arrays = arrays[:k]
+            if accepts_grad(gy, arrays):
+                return kernel(gy, *arrays)
+            return NotImplemented
+
+        return backward
+
+    params = entry.params
+
+    def backward_with_params(ctx, gy):
+        arrays = ctx.saved[:k]
+        if not accepts_grad(gy, arrays) or not _holds(
+            lambda name: getattr(ctx, name, None), entry, arrays[0].ndim
+        ):
+            return NotImplemented
+        return kernel(gy, *arrays, *[getattr(ctx, p) for p in params])
+
+    return backward_with_params
+
+
+def bind(entry: Fused, backend) -> tuple:
+    """``(forward, backward)`` overrides of ``entry`` on ``backend`` (None where the backend
+    lacks a kernel; both None for a paired entry unless the backend has both)."""
+    have = backend.FUSED_KERNELS
+    if entry.adapter is not None:
+        if all(k in have for k in entry.kernels):
+            return entry.adapter(backend)
+        return None, None
+    forward = backward = None
+    if entry.forward in have:
+        forward = _bind_forward(entry, getattr(backend, entry.forward), backend.accepts)
+    if entry.backward in have:
+        backward = _bind_backward(entry, getattr(backend, entry.backward), backend.accepts_grad)
+    return forward, backward
+
+
+# device ("cpu", "cuda") -> backend module, as installed.
+_BACKENDS: dict[str, Any] = {}
+
+
+def install(device: str, backend) -> None:
+    """Register ``backend``'s kernels as the ``device`` overrides of every op in the table.
+
+    ``backend`` is a module with ``FUSED_KERNELS`` (the names it implements), ``accepts``,
+    ``accepts_grad`` and the kernels: ``ferro._C.cpu_kernels`` for ``"cpu"``,
+    ``ferro.cuda.ops`` for ``"cuda"``. Called by ``ferro/__init__.py``, once per backend.
+    """
+    if device not in ("cpu", "cuda"):
+        raise ArgumentError(f"install: device must be 'cpu' or 'cuda', got {device!r}")
+    _BACKENDS[device] = backend
+    for name, entry in OVERRIDES.items():
+        forward, backward = bind(entry, backend)
+        REGISTRY[name].set_override(
+            device, forward, backward, paired=entry.adapter is not None and forward is not None
+        )
+
+
+def kernel_for(name: str, arrays: tuple):
+    """The fused kernel ``name`` of the backend ``arrays`` live on, if it takes them, else None.
+
+    Through this the optimizers' fused updates follow the same switch and the same accept
+    predicate as the ops' overrides: None while overrides are off, where the backend lacks the
+    kernel, or where ``accepts(arrays)`` says no (the caller runs its generic update then).
+    """
+    if not overrides_enabled():
+        return None
+    backend = _BACKENDS.get("cpu" if type(arrays[0]) is np.ndarray else "cuda")
+    if backend is None or name not in backend.FUSED_KERNELS or not backend.accepts(arrays):
+        return None
+    return getattr(backend, name)
+
+
+__all__ = ["Fused", "OVERRIDES", "bind", "install", "kernel_for"]

@@ -1,20 +1,19 @@
 """``Optimizer``: parameter groups, per-parameter state, ``zero_grad`` and state dicts.
 
-Each optimizer implements one update twice: ``_update_fused`` (a nogil kernel from
-``ferro._C.cpu_kernels``, one pass over param, grad and state, for arrays that pass
-``cpu_kernels.same_layout``) and ``_update_generic`` (in-place array expressions: the
-reference, and the path for CuPy, other layouts or byte orders).
-``ferro._C.engine.set_overrides_enabled(False)`` forces the generic one. Both write into the
-parameter's own memory, so ``step`` first checks that every parameter and state array it will
-write is writeable (docs/design.md, "Kernel accept checks").
+Each optimizer implements one update twice: ``_update_fused`` (the backend's fused kernel named
+by :attr:`Optimizer.kernel`, one pass over param, grad and state) and ``_update_generic``
+(in-place array expressions: the reference, and the path for other layouts, byte orders or
+backends without the kernel). The choice goes through the ops' override mechanism
+(``ferro.ops.fused.kernel_for``): the same switch, ``set_overrides_enabled``, and the same
+accept predicate. Both write into the parameter's own memory, so ``step`` first checks that every
+parameter and state array it will write is writeable (docs/design.md, "Kernel accept checks").
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ferro._C import cpu_kernels
-from ferro._C.engine import bump_version, overrides_enabled
+from ferro._C.engine import bump_version
 from ferro._C.tensor import TensorBase
 from ferro.autograd.grad_mode import no_grad
 from ferro.backend import device_of, is_array, move
@@ -26,6 +25,7 @@ from ferro.errors import (
     ReadOnlyError,
     ShapeError,
 )
+from ferro.ops.fused import kernel_for
 
 
 def _read_only(arr) -> bool:
@@ -36,6 +36,9 @@ def _read_only(arr) -> bool:
 class Optimizer:
     """Base class. ``params`` is an iterable of tensors or of dicts (parameter groups) with a
     ``"params"`` key and per-group hyperparameters."""
+
+    #: Name of the fused update kernel (``ferro.ops.fused.kernel_for``); None: generic only.
+    kernel: str | None = None
 
     def __init__(self, params, defaults: dict) -> None:
         self.defaults = dict(defaults)
@@ -113,9 +116,10 @@ class Optimizer:
                 state = self.state.setdefault(p, {})
                 self._begin_step(p.data, state, group)
                 g = p.grad.data
-                arrays = (p.data, g) + tuple(v for v in state.values() if isinstance(v, np.ndarray))
-                if overrides_enabled() and cpu_kernels.same_layout(arrays):
-                    self._update_fused(p.data, g, state, group)
+                arrays = (p.data, g) + tuple(v for v in state.values() if is_array(v))
+                kernel = kernel_for(self.kernel, arrays) if self.kernel else None
+                if kernel is not None:
+                    self._update_fused(kernel, p.data, g, state, group)
                 else:
                     self._update_generic(p.data, g, state, group)
                 bump_version(p)  # saved copies of p in a live graph are now stale
@@ -169,7 +173,7 @@ class Optimizer:
         """Create the parameter's state on its first step and advance its step count, once
         per step whichever update runs (so the layout check sees the state arrays too)."""
 
-    def _update_fused(self, p, g, state, group):
+    def _update_fused(self, kernel, p, g, state, group):
         raise NotSupportedError(f"{type(self).__name__} does not implement _update_fused")
 
     def _update_generic(self, p, g, state, group):

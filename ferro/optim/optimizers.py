@@ -8,7 +8,6 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from ferro._C import cpu_kernels as K
 from ferro._C.engine import bump_version
 from ferro._C.tensor import TensorBase
 from ferro.autograd.grad_mode import enable_grad
@@ -48,6 +47,8 @@ class SGD(Optimizer):
     NotSupportedError.
     """
 
+    kernel = "sgd_update"
+
     def __init__(
         self,
         params,
@@ -83,14 +84,14 @@ class SGD(Optimizer):
             ),
         )
 
-    def _update_fused(self, p, g, state, group):
+    def _update_fused(self, kernel, p, g, state, group):
         if group["maximize"]:
             g = -g
         first = "momentum_buffer" not in state
         if group["momentum"] != 0 and first:
             state["momentum_buffer"] = np.empty_like(p)
         buf = state.get("momentum_buffer", p)
-        K.sgd_update(
+        kernel(
             p,
             g,
             buf,
@@ -125,6 +126,8 @@ class Adam(Optimizer):
     ``p -= lr / (1-b1^t) * m / (sqrt(v) / sqrt(1-b2^t) + eps)``.
     """
 
+    kernel = "adam_update"
+
     decoupled = False
 
     def __init__(
@@ -147,10 +150,10 @@ class Adam(Optimizer):
             state["exp_avg_sq"] = np.zeros_like(p)
         state["step"] += 1
 
-    def _update_fused(self, p, g, state, group):
+    def _update_fused(self, kernel, p, g, state, group):
         b1, b2 = group["betas"]
         t = state["step"]
-        K.adam_update(
+        kernel(
             p,
             g,
             state["exp_avg"],
@@ -204,6 +207,8 @@ class RMSprop(Optimizer):
     ``sqrt(s) + eps``; ``p -= lr g / avg`` (or through a momentum buffer).
     """
 
+    kernel = "rmsprop_update"
+
     def __init__(
         self,
         params,
@@ -236,8 +241,8 @@ class RMSprop(Optimizer):
                 state["grad_avg"] = np.zeros_like(p)
         state["step"] += 1
 
-    def _update_fused(self, p, g, state, group):
-        K.rmsprop_update(
+    def _update_fused(self, kernel, p, g, state, group):
+        kernel(
             p,
             g,
             state["square_avg"],
@@ -277,6 +282,8 @@ class RMSprop(Optimizer):
 class Adagrad(Optimizer):
     """Adagrad: ``sum += g^2``; ``p -= lr / (1 + (t-1) lr_decay) * g / (sqrt(sum) + eps)``."""
 
+    kernel = "adagrad_update"
+
     def __init__(
         self,
         params,
@@ -306,10 +313,8 @@ class Adagrad(Optimizer):
     def _clr(self, state, group):
         return group["lr"] / (1 + (state["step"] - 1) * group["lr_decay"])
 
-    def _update_fused(self, p, g, state, group):
-        K.adagrad_update(
-            p, g, state["sum"], self._clr(state, group), group["eps"], group["weight_decay"]
-        )
+    def _update_fused(self, kernel, p, g, state, group):
+        kernel(p, g, state["sum"], self._clr(state, group), group["eps"], group["weight_decay"])
 
     def _update_generic(self, p, g, state, group):
         if group["weight_decay"]:
@@ -340,18 +345,10 @@ def _check_values(name: str, group: dict, **ranges) -> None:
                 raise ArgumentError(f"{name}: invalid {what} {v!r}; expected a value in {bound}")
 
 
-class _GenericUpdate(Optimizer):
-    """An optimizer with no fused kernel: its array-expression update serves both of
-    ``Optimizer.step``'s paths."""
-
-    def _update_fused(self, p, g, state, group):
-        self._update_generic(p, g, state, group)
-
-
 _INF = math.inf
 
 
-class Adadelta(_GenericUpdate):
+class Adadelta(Optimizer):
     """Adadelta (Zeiler, 2012), as PyTorch's.
 
     Update (``g`` negated first with ``maximize``, then ``g += wd p``):
@@ -424,7 +421,7 @@ class Adadelta(_GenericUpdate):
         p -= group["lr"] * delta
 
 
-class Adamax(_GenericUpdate):
+class Adamax(Optimizer):
     """Adamax, Adam's infinity-norm variant, as PyTorch's.
 
     Update (``g`` negated first with ``maximize``, then ``g += wd p``):
@@ -489,7 +486,7 @@ class Adamax(_GenericUpdate):
         p -= (group["lr"] / (1 - b1 ** state["step"])) * (m / u)
 
 
-class NAdam(_GenericUpdate):
+class NAdam(Optimizer):
     """Adam with Nesterov momentum (Dozat, 2016), as PyTorch's, with its momentum decay
     schedule ``mu_t = b1 (1 - 0.96^(t momentum_decay) / 2)``; ``decoupled_weight_decay=True``
     decays the parameter as AdamW does (PyTorch's NAdamW).
@@ -573,7 +570,7 @@ class NAdam(_GenericUpdate):
         p += (-lr * mu_next / (1.0 - mu_product * mu_next)) * (m / denom)
 
 
-class RAdam(_GenericUpdate):
+class RAdam(Optimizer):
     """Rectified Adam (Liu et al., 2019), as PyTorch's; ``decoupled_weight_decay=True`` decays
     the parameter as AdamW does.
 

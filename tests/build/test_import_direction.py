@@ -29,9 +29,6 @@ pytestmark = pytest.mark.skipif(
 
 # Imports the rules below allow for now, each waiting on a change another branch makes.
 PENDING = {
-    # ops/__init__.py imports ferro.cuda.fused to register the GPU overrides; the override
-    # registration moves to ferro/__init__.py (the composition root) in the override rework.
-    ("ferro/ops/__init__.py", "from ferro.cuda import fused"),
     # Dropout calls the CUDA mask kernel itself on a GPU (inside forward, not at import): a
     # per-backend kernel that belongs in the one override table of the same rework.
     ("ferro/ops/dropout.py", "from ferro.cuda.ops import dropout_mask"),

@@ -41,8 +41,10 @@ def _emulator():
     gxx = shutil.which("g++")
     if gxx is None:
         return None
-    with open(os.path.join(loader.KERNEL_DIR, "common.cuh")) as f:
-        parts = [f'#include "{os.path.join(HERE, "cuda_emu.h")}"', f.read()]
+    parts = [f'#include "{os.path.join(HERE, "cuda_emu.h")}"']
+    for header in loader.PRELUDE:  # the formulas shared with the CPU kernels, then common.cuh
+        with open(os.path.join(loader.KERNEL_DIR, header)) as f:
+            parts.append(f.read())
     for name, exprs in loader.SOURCES.items():
         with open(os.path.join(loader.KERNEL_DIR, f"{name}.cu")) as f:
             parts.append(f.read())
@@ -90,6 +92,7 @@ _FAKE_CUPY = types.SimpleNamespace(
     empty=np.empty,
     empty_like=np.empty_like,
     zeros=np.zeros,
+    ones=np.ones,
     ascontiguousarray=np.ascontiguousarray,
     int64=np.int64,
 )
@@ -125,40 +128,70 @@ def test_accumulate_and_elementwise_cover_tails_and_misaligned_views(xp, dtype, 
     for lo in (0, 1):  # an offset of one element breaks 16-byte alignment
         da = xp.asarray(a.copy())[lo : lo + n]  # a copy: accumulate writes into it
         db = xp.asarray(b)[lo : lo + n]
-        got = host(K.activation_backward("relu", db, da))
+        got = host(K.relu_bwd(db, da))
         np.testing.assert_array_equal(got, np.where(a[lo : lo + n] > 0, b[lo : lo + n], 0))
         K.accumulate(da, db)
         np.testing.assert_allclose(host(da), a[lo : lo + n] + b[lo : lo + n], rtol=1e-6)
 
 
-@pytest.mark.parametrize("name", ["relu", "leaky_relu", "sigmoid", "tanh", "gelu", "silu"])
+def _sig(x):
+    return 1 / (1 + np.exp(-x))
+
+
+def _erf(x):
+    return np.vectorize(math.erf, otypes=[float])(x)
+
+
+# kernel: (saved arrays from x, extra arguments, reference gx from g and x); the CPU kernels of
+# the same names (tests/engine/test_cpu_kernels.py) are checked against the same formulas.
+BACKWARD = {
+    "relu_bwd": (lambda x: (np.maximum(x, 0),), (), lambda g, x: g * (x > 0)),
+    "leaky_relu_bwd": (lambda x: (x,), (0.1,), lambda g, x: np.where(x > 0, g, 0.1 * g)),
+    "sigmoid_bwd": (lambda x: (_sig(x),), (), lambda g, x: g * _sig(x) * (1 - _sig(x))),
+    "tanh_bwd": (lambda x: (np.tanh(x),), (), lambda g, x: g * (1 - np.tanh(x) ** 2)),
+    "gelu_bwd": (
+        lambda x: (x,),
+        (),
+        lambda g, x: (
+            g
+            * (0.5 * (1 + _erf(x / math.sqrt(2))) + x * np.exp(-x * x / 2) / math.sqrt(2 * math.pi))
+        ),
+    ),
+    "silu_bwd": (lambda x: (x, _sig(x)), (), lambda g, x: g * _sig(x) * (1 + x * (1 - _sig(x)))),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BACKWARD))
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_activation_backward(xp, name, dtype):
+@pytest.mark.parametrize("gy_kind", ["contiguous", "strided", "broadcast scalar"])
+def test_backward_kernels(xp, name, dtype, gy_kind):
     rng = np.random.default_rng(0)
     x = rng.normal(size=999) * 3
-    g = rng.normal(size=999)
-    s = 1 / (1 + np.exp(-x))
-    saved, want = {
-        "relu": (np.maximum(x, 0), g * (x > 0)),
-        "leaky_relu": (x, np.where(x > 0, g, 0.1 * g)),
-        "sigmoid": (s, g * s * (1 - s)),
-        "tanh": (np.tanh(x), g * (1 - np.tanh(x) ** 2)),
-        "gelu": (
-            x,
-            g
-            * (
-                0.5 * (1 + np.vectorize(math.erf)(x / math.sqrt(2)))
-                + x * np.exp(-x * x / 2) / math.sqrt(2 * math.pi)
-            ),
-        ),
-        "silu": (x, g * s * (1 + x * (1 - s))),
-    }[name]
-    got = K.activation_backward(
-        name, xp.asarray(g.astype(dtype)), xp.asarray(saved.astype(dtype)), slope=0.1
-    )
+    g = {
+        "contiguous": rng.normal(size=999),
+        "strided": rng.normal(size=1998)[::2],
+        "broadcast scalar": np.broadcast_to(np.asarray(-1.25), (999,)),  # .sum()'s gradient
+    }[gy_kind]
+    make, extra, ref = BACKWARD[name]
+    saved = tuple(xp.asarray(a.astype(dtype)) for a in make(x))
+    gy = xp.asarray(g.astype(dtype)) if gy_kind != "broadcast scalar" else _broadcast(xp, g, dtype)
+    assert K.accepts_grad(gy, saved)
+    got = getattr(K, name)(gy, *saved, *extra)
     assert got.dtype == dtype
     tol = dict(rtol=1e-5, atol=1e-6) if dtype == np.float32 else dict(rtol=1e-12, atol=1e-13)
-    np.testing.assert_allclose(host(got), want, **tol)
+    np.testing.assert_allclose(host(got), ref(g, x), **tol)
+
+
+def _broadcast(xp, g, dtype):
+    """A stride-0 view of one value on ``xp``, as ``.sum()`` hands back."""
+    return xp.broadcast_to(xp.asarray(g.flat[0], dtype=dtype), g.shape)
+
+
+def test_gelu_fwd(xp):
+    x = np.linspace(-6, 6, 1001)
+    for dtype, tol in ((np.float32, 1e-6), (np.float64, 1e-14)):
+        got = host(K.gelu_fwd(xp.asarray(x.astype(dtype))))
+        np.testing.assert_allclose(got, 0.5 * x * (1 + _erf(x / math.sqrt(2))), rtol=tol, atol=tol)
 
 
 @pytest.mark.parametrize("log", [False, True])
@@ -166,16 +199,20 @@ def test_activation_backward(xp, name, dtype):
 def test_softmax_forward_and_backward(xp, log, cols):
     rng = np.random.default_rng(cols)
     x = rng.normal(size=(7, cols)) * 5
-    g = rng.normal(size=(7, cols))
     z = x - x.max(1, keepdims=True)
     lsm = z - np.log(np.exp(z).sum(1, keepdims=True))
     y = lsm if log else np.exp(lsm)
-    np.testing.assert_allclose(host(K.softmax_forward(xp.asarray(x), log)), y, rtol=1e-12)
-    want = (
-        g - np.exp(y) * g.sum(1, keepdims=True) if log else y * (g - (g * y).sum(1, keepdims=True))
-    )
-    got = K.softmax_backward(xp.asarray(g), xp.asarray(y), log)
-    np.testing.assert_allclose(host(got), want, rtol=1e-10, atol=1e-12)
+    fwd, bwd = (K.log_softmax_fwd, K.log_softmax_bwd) if log else (K.softmax_fwd, K.softmax_bwd)
+    np.testing.assert_allclose(host(fwd(xp.asarray(x))), y, rtol=1e-12)
+    for g in (rng.normal(size=(7, cols)), np.broadcast_to(np.asarray(0.75), (7, cols))):
+        want = (
+            g - np.exp(y) * g.sum(1, keepdims=True)
+            if log
+            else y * (g - (g * y).sum(1, keepdims=True))
+        )
+        gy = xp.asarray(g) if g.strides[0] else _broadcast(xp, g, np.float64)
+        got = bwd(gy, xp.asarray(y))
+        np.testing.assert_allclose(host(got), want, rtol=1e-10, atol=1e-12)
 
 
 def test_softmax_takes_masked_rows(xp):
@@ -185,7 +222,7 @@ def test_softmax_takes_masked_rows(xp):
     )
     e = np.exp(x - np.nanmax(x, axis=1, keepdims=True))
     want = e / e.sum(axis=1, keepdims=True)
-    got = host(K.softmax_forward(xp.asarray(x), False))
+    got = host(K.softmax_fwd(xp.asarray(x)))
     np.testing.assert_allclose(got[:2], want[:2], rtol=1e-12)
     assert np.isnan(got[2]).all()
 
@@ -196,23 +233,21 @@ def test_cross_entropy_kernels_match_the_cpu_op(xp, per_row):
     x = rng.normal(size=(6, 1000)) * 3
     t = rng.integers(0, 1000, 6)
     t[3] = -100
-    loss, lse = K.cross_entropy_forward(xp.asarray(x), xp.asarray(t))
+    loss, lse = K.cross_entropy_fwd(xp.asarray(x), xp.asarray(t))
     xt = ferro.tensor(x, requires_grad=True)
     ref = ferro.cross_entropy(xt, ferro.tensor(t), reduction="none")
     gy = rng.normal(size=6) if per_row else np.array(0.5)
     ref.backward(ferro.tensor(gy * np.ones(6)))
     np.testing.assert_allclose(host(loss), ref.detach().numpy(), rtol=1e-10, atol=1e-12)
-    grad = K.cross_entropy_backward(
-        xp.asarray(x), xp.asarray(t), lse, xp.asarray(gy), xp.asarray([2.0])
-    )
+    grad = K.cross_entropy_bwd(xp.asarray(x), xp.asarray(t), lse, xp.asarray(gy), xp.asarray([2.0]))
     np.testing.assert_allclose(host(grad) * 2, xt.grad.numpy(), rtol=1e-9, atol=1e-12)
 
 
 def test_cross_entropy_kernels_give_nan_for_a_target_out_of_range(xp):
     x = xp.zeros((2, 4))
-    loss, lse = K.cross_entropy_forward(x, xp.asarray([1, 7]))
+    loss, lse = K.cross_entropy_fwd(x, xp.asarray([1, 7]))
     assert np.isfinite(host(loss)[0]) and np.isnan(host(loss)[1])
-    grad = host(K.cross_entropy_backward(x, xp.asarray([1, 7]), lse, xp.ones(()), xp.ones(1)))
+    grad = host(K.cross_entropy_bwd(x, xp.asarray([1, 7]), lse, xp.ones(()), xp.ones(1)))
     assert np.isfinite(grad[0]).all() and np.isnan(grad[1]).all()
 
 
@@ -264,8 +299,10 @@ def test_dropout_mask_replays_from_saved_state(xp):
 
 
 # ---------------------------------------------------------------------------------------------
-# The GPU overrides (ferro/cuda/fused.py) against the generic forward/backward they replace, on
-# the same two backends, with a stand-in for the node the engine passes as ctx.
+# The GPU overrides (ferro.ops.fused's table bound to ferro.cuda.ops) against the generic
+# forward/backward they replace, on the same two backends, with a stand-in for the node the
+# engine passes as ctx. The op list comes from the registry; GPU_CASES gives each op's
+# parameters, and a guard fails when an op with a GPU override has no case.
 # ---------------------------------------------------------------------------------------------
 
 
@@ -282,50 +319,57 @@ class _Ctx:
         return self._saved
 
 
-def _ops():
-    from ferro.ops import activation as act
-    from ferro.ops import elementwise as ew
-
-    return {
-        "relu": (act.Relu, {}),
-        "leaky_relu": (act.LeakyRelu, {"slope": 0.2}),
-        "sigmoid": (ew.Sigmoid, {}),
-        "tanh": (ew.Tanh, {}),
-        "gelu": (act.Gelu, {"approximate": "none"}),
-        "gelu_tanh": (act.Gelu, {"approximate": "tanh"}),  # no kernel: the generic backward
-        "silu": (act.Silu, {}),
-    }
+# op -> list of (params, whether the kernels take them); inputs are (12, 40) logits or values.
+GPU_CASES = {
+    "relu": [({}, True)],
+    "leaky_relu": [({"slope": 0.2}, True)],
+    "sigmoid": [({}, True)],
+    "tanh": [({}, True)],
+    "gelu": [({"approximate": "none"}, True), ({"approximate": "tanh"}, False)],
+    "silu": [({}, True)],
+    "softmax": [({"axis": 1}, True), ({"axis": 0}, False)],
+    "log_softmax": [({"axis": 1}, True), ({"axis": 0}, False)],
+}
 
 
-@pytest.mark.parametrize("name", sorted(_ops()))
-def test_activation_overrides_match_the_generic_backward(xp, name):
-    op, params = _ops()[name]
+def _gpu_ops():
+    from ferro.ops.registry import REGISTRY
+
+    return sorted(n for n, op in REGISTRY.items() if op.gpu_forward or op.gpu_backward)
+
+
+def test_every_gpu_override_has_a_case():
+    assert set(_gpu_ops()) == set(GPU_CASES) | {"cross_entropy"}
+
+
+@pytest.mark.parametrize("name", sorted(GPU_CASES))
+def test_gpu_overrides_match_the_generic_op(xp, name):
+    from ferro.ops.registry import REGISTRY
+
+    op = REGISTRY[name]
     rng = np.random.default_rng(5)
-    x = xp.asarray(rng.normal(size=(40, 30)) * 3)
-    gy_wide = xp.asarray(rng.normal(size=(40, 60)))
-    ctx = _Ctx(xp)
-    op.forward(ctx, x, **params)
-    for gy in (gy_wide[:, :30].copy(), gy_wide[:, ::2]):  # contiguous, then a strided view
-        np.testing.assert_allclose(
-            host(op.gpu_backward(ctx, gy)), host(op.backward(ctx, gy)), rtol=1e-12, atol=1e-13
-        )
-
-
-@pytest.mark.parametrize("log", [False, True])
-@pytest.mark.parametrize("axis", [-1, 1, 0])
-def test_softmax_overrides_match_the_generic_op(xp, log, axis):
-    from ferro.ops import activation as act
-
-    op = act.LogSoftmax if log else act.Softmax
-    rng = np.random.default_rng(6)
-    x = xp.asarray(rng.normal(size=(9, 50)) * 4)
-    gy = xp.asarray(rng.normal(size=(9, 50)))
-    mine, ref = _Ctx(xp), _Ctx(xp)
-    y = op.gpu_forward(mine, x, axis=axis)
-    np.testing.assert_allclose(host(y), host(op.forward(ref, x, axis=axis)), rtol=1e-12)
-    got = op.gpu_backward(mine, gy)
-    np.testing.assert_allclose(host(got), host(op.backward(ref, gy)), rtol=1e-10, atol=1e-12)
-    assert getattr(mine, "fused", True) == (axis != 0)  # axis 0 takes the generic path
+    x = xp.asarray(rng.normal(size=(12, 40)) * 3)
+    gys = {
+        "contiguous": xp.asarray(rng.normal(size=(12, 40))),
+        "strided": xp.asarray(rng.normal(size=(12, 80)))[:, ::2],
+        "broadcast scalar": _broadcast(xp, np.full((12, 40), 0.75), np.float64),
+    }
+    for params, takes in GPU_CASES[name]:
+        mine, ref = _Ctx(xp), _Ctx(xp)
+        want = op.forward(ref, x, **params)
+        got = op.gpu_forward(mine, x, **params) if op.gpu_forward else NotImplemented
+        if got is NotImplemented:
+            assert not (takes and op.gpu_forward)
+            got = op.forward(mine, x, **params)
+        np.testing.assert_allclose(host(got), host(want), rtol=1e-12, atol=1e-13)
+        assert vars(mine).keys() == vars(ref).keys()  # the generic backward can follow it
+        for kind, gy in gys.items():
+            fused = op.gpu_backward(mine, gy)
+            assert (fused is not NotImplemented) == takes, kind
+            if takes:
+                np.testing.assert_allclose(
+                    host(fused), host(op.backward(ref, gy)), rtol=1e-10, atol=1e-12
+                )
 
 
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
@@ -333,6 +377,8 @@ def test_softmax_overrides_match_the_generic_op(xp, log, axis):
 def test_cross_entropy_override_matches_the_generic_op(xp, reduction, extra):
     from ferro.ops import loss
 
+    op = loss.CrossEntropy
+    assert op.gpu_paired and not op.cpu_forward  # measured slower on the CPU: no CPU override
     rng = np.random.default_rng(7)
     x = xp.asarray(rng.normal(size=(12, 40)) * 3)
     t = rng.integers(0, 40, 12)
@@ -346,11 +392,11 @@ def test_cross_entropy_override_matches_the_generic_op(xp, reduction, extra):
     }
     gy = xp.asarray(rng.normal(size=12) if reduction == "none" else np.array(1.7))
     mine, ref = _Ctx(xp), _Ctx(xp)
-    out = loss.CrossEntropy.gpu_forward(mine, x, **params)
-    want = loss.CrossEntropy.forward(ref, x, **params)
+    out = op.gpu_forward(mine, x, **params)
+    want = op.forward(ref, x, **params)
+    if extra:  # weights or smoothing: the kernels do not take them
+        assert out is NotImplemented
+        return
     np.testing.assert_allclose(host(out), host(want), rtol=1e-12)
-    got = loss.CrossEntropy.gpu_backward(mine, gy)
-    np.testing.assert_allclose(
-        host(got), host(loss.CrossEntropy.backward(ref, gy)), rtol=1e-10, atol=1e-13
-    )
-    assert mine.fused == (not extra)  # weights or smoothing: the generic path
+    got = op.gpu_backward(mine, gy)
+    np.testing.assert_allclose(host(got), host(op.backward(ref, gy)), rtol=1e-10, atol=1e-13)

@@ -99,19 +99,15 @@ def _state(n, rng):
 
 # name: (number of arrays, positions the kernel writes, call taking those arrays)
 KERNELS = {
-    "activation_backward(tanh)": (2, (), lambda a: K.activation_backward("tanh", *a)),
-    "activation_backward(sigmoid)": (2, (), lambda a: K.activation_backward("sigmoid", *a)),
-    "activation_backward(relu)": (2, (), lambda a: K.activation_backward("relu", *a)),
-    "activation_backward(gelu)": (2, (), lambda a: K.activation_backward("gelu", *a)),
-    "silu_backward": (3, (), lambda a: K.silu_backward(*a)),
-    "gelu_forward": (1, (), lambda a: K.gelu_forward(*a)),
-    "softmax_backward": (2, (), lambda a: K.softmax_backward(*a)),
+    "tanh_bwd": (2, (), lambda a: K.tanh_bwd(*a)),
+    "sigmoid_bwd": (2, (), lambda a: K.sigmoid_bwd(*a)),
+    "relu_bwd": (2, (), lambda a: K.relu_bwd(*a)),
+    "leaky_relu_bwd": (2, (), lambda a: K.leaky_relu_bwd(*a, 0.1)),
+    "gelu_bwd": (2, (), lambda a: K.gelu_bwd(*a)),
+    "silu_bwd": (3, (), lambda a: K.silu_bwd(*a)),
+    "gelu_fwd": (1, (), lambda a: K.gelu_fwd(*a)),
+    "softmax_bwd": (2, (), lambda a: K.softmax_bwd(*a)),
     "all_finite": (1, (), lambda a: K.all_finite(*a)),
-    "cross_entropy_forward": (
-        1,
-        (),
-        lambda a: K.cross_entropy_forward(a[0], np.array([0, 3, 1]), None, -100, 0.1),
-    ),
     "sgd_update": (3, (0, 2), lambda a: K.sgd_update(*a, 0.1, 0.9, 0.0, 0.01, False, False)),
     "adam_update": (
         4,
@@ -243,22 +239,30 @@ def test_sum_to_shape_reads_any_strides():
 def test_kernels_refuse_non_native_order_instead_of_reading_it_as_native():
     x = np.array([0.84, -1.5, np.inf], dtype=">f4")
     with pytest.raises(DtypeError, match="byte order"):
-        K.gelu_forward(x)
+        K.gelu_fwd(x)
     with pytest.raises(DtypeError, match="byte order"):
         K.all_finite(x)  # its exponent-bit test would miss the Inf
-    assert not K.same_layout((x,)) and not K.supports(x)
+    with pytest.raises(DtypeError, match="byte order"):
+        K.tanh_bwd(x, np.ones(3, F32))
+    assert not K.accepts((x,)) and not K.supports(x)
+    assert not K.accepts_grad(x, (np.ones(3, F32),))
 
 
-@pytest.mark.parametrize("spoil", [non_native, misaligned, strided])
-def test_cross_entropy_kernels_take_any_target_layout(spoil):
-    rng = np.random.default_rng(0)
-    x = rng.normal(size=(3, 4))
-    t = np.array([0, 3, 1])
-    w = rng.uniform(0.5, 2, 4)
-    want = K.cross_entropy_forward(x, t, w, -100, 0.1)
-    got = K.cross_entropy_forward(x, spoil(t), spoil(w), -100, 0.1)
-    for a, b in zip(got, want, strict=True):
-        np.testing.assert_array_equal(a, b)
+def test_backward_kernels_refuse_a_gradient_they_cannot_read_and_take_a_broadcast_one():
+    y = np.full((3, 4), 0.5, F32)
+    for gy, error in [
+        (np.ones((4, 3), F32).T, ArgumentError),  # strided, and not one value
+        (np.broadcast_to(np.arange(4, dtype=F32), (3, 4)), ArgumentError),
+        (np.ones((3, 4), F32).astype(">f4"), DtypeError),
+        (misaligned(np.ones((3, 4), F32)), ArgumentError),
+        (np.ones((3, 4)), DtypeError),
+        (np.ones((4, 3), F32), ShapeError),
+        (np.ones((3, 4), F32).tolist(), ArgumentTypeError),
+    ]:
+        with pytest.raises(error, match="tanh_bwd: gy"):
+            K.tanh_bwd(gy, y)
+    one = np.broadcast_to(np.asarray(2.0, F32), (3, 4))  # .sum()'s gradient: read, not refused
+    np.testing.assert_array_equal(K.tanh_bwd(one, y), np.full((3, 4), 2.0 * 0.75, F32))
 
 
 # --- gelu over big-endian data, through the public op ---------------------------------------

@@ -1,6 +1,6 @@
-// Shared by every ferro kernel source: the loader prepends this file (NVRTC has no include
-// path for package files), so the compile test covers it with each kernel. No header is
-// included: NVRTC's built-in device math is all the kernels use.
+// Shared by every ferro kernel source: the loader puts formulas.cuh and this file in front of
+// each source (NVRTC has no include path for package files), so the compile test covers them
+// with each kernel. No header is included: NVRTC's built-in device math is all the kernels use.
 
 // NVRTC has no math.h: infinity from its bit pattern.
 #define FERRO_INF __longlong_as_double(0x7ff0000000000000LL)
@@ -13,8 +13,6 @@ __device__ __forceinline__ float ferro_exp(float x) { return expf(x); }
 __device__ __forceinline__ double ferro_exp(double x) { return exp(x); }
 __device__ __forceinline__ float ferro_log(float x) { return logf(x); }
 __device__ __forceinline__ double ferro_log(double x) { return log(x); }
-__device__ __forceinline__ float ferro_erf(float x) { return erff(x); }
-__device__ __forceinline__ double ferro_erf(double x) { return erf(x); }
 
 // 16-byte vectors for the elementwise kernels: 4 floats or 2 doubles per load.
 template <typename T> struct ferro_vec { typedef float4 type; enum { n = 4 }; };
@@ -83,30 +81,4 @@ __device__ __forceinline__ void ferro_row_state(const T* __restrict__ x, long lo
             s += ferro_exp(v - m);            // NaN stays NaN
         }
     }
-}
-
-// Grid-stride elementwise map over n elements: out[i] = op(a[i], b[i]), 16-byte vectors when
-// every pointer allows them, scalars for the tail (and for misaligned pointers).
-template <typename T, typename Op>
-__device__ __forceinline__ void ferro_map2(const T* __restrict__ a, const T* __restrict__ b,
-                                           T* __restrict__ out, long long n, Op op) {
-    typedef typename ferro_vec<T>::type V;
-    const int W = ferro_vec<T>::n;
-    const long long tid = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-    const long long stride = (long long)blockDim.x * gridDim.x;
-    long long head = 0;
-    if (ferro_aligned16(a) && ferro_aligned16(b) && ferro_aligned16(out)) {
-        const long long nv = n / W;
-        for (long long i = tid; i < nv; i += stride) {
-            V va = reinterpret_cast<const V*>(a)[i], vb = reinterpret_cast<const V*>(b)[i], vo;
-            const T* pa = reinterpret_cast<const T*>(&va);
-            const T* pb = reinterpret_cast<const T*>(&vb);
-            T* po = reinterpret_cast<T*>(&vo);
-#pragma unroll
-            for (int k = 0; k < W; k++) po[k] = op(pa[k], pb[k]);
-            reinterpret_cast<V*>(out)[i] = vo;
-        }
-        head = nv * W;
-    }
-    for (long long i = head + tid; i < n; i += stride) out[i] = op(a[i], b[i]);
 }

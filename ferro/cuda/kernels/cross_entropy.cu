@@ -52,7 +52,7 @@ __global__ void ferro_cross_entropy_bwd(const T* __restrict__ x,
     const A scale = (A)gy[per_row ? row : 0] / (A)denom[0];
     const A lse = lse_in[row];
     for (long long j = threadIdx.x; j < classes; j += blockDim.x) {
-        const A p = ferro_exp((A)xr[j] - lse);
-        gr[j] = bad ? (T)(A(FERRO_INF) - A(FERRO_INF)) : (T)((p - (j == t ? A(1) : A(0))) * scale);
+        gr[j] = bad ? (T)(A(FERRO_INF) - A(FERRO_INF))
+                    : (T)ferro_cross_entropy_grad((A)xr[j], lse, j == t, scale);
     }
 }

@@ -20,19 +20,23 @@ __global__ void ferro_softmax_fwd(const T* __restrict__ x, T* __restrict__ y, lo
     }
 }
 
-// gx = y (gy - sum(gy y)) for softmax; gx = gy - exp(y) sum(gy) for log-softmax (y = log p).
+// gx = y (gy - sum(gy y)) for softmax; gx = gy - exp(y) sum(gy) for log-softmax (y = log p):
+// the formulas of formulas.cuh, computed in A. The upstream gradient is gy[k * gs]: gs == 0 reads
+// one value broadcast with stride 0 (the gradient of .sum() or .mean()).
 template <typename T>
-__global__ void ferro_softmax_bwd(const T* __restrict__ gy, const T* __restrict__ y,
+__global__ void ferro_softmax_bwd(const T* __restrict__ gy, long long gs, const T* __restrict__ y,
                                   T* __restrict__ gx, long long cols, int log_out) {
     typedef typename ferro_acc<T>::type A;
     __shared__ A scratch[32];
     const long long off = blockIdx.x * cols;
     A d = A(0);
-    for (long long j = threadIdx.x; j < cols; j += blockDim.x)
-        d += log_out ? (A)gy[off + j] : (A)gy[off + j] * (A)y[off + j];
+    for (long long j = threadIdx.x; j < cols; j += blockDim.x) {
+        const A g = gy[(off + j) * gs];
+        d += log_out ? g : g * (A)y[off + j];
+    }
     d = ferro_block_sum(d, scratch);
     for (long long j = threadIdx.x; j < cols; j += blockDim.x) {
-        const A g = gy[off + j], v = y[off + j];
-        gx[off + j] = (T)(log_out ? g - ferro_exp(v) * d : v * (g - d));
+        const A g = gy[(off + j) * gs], v = y[off + j];
+        gx[off + j] = (T)(log_out ? ferro_log_softmax_grad(g, v, d) : ferro_softmax_grad(g, v, d));
     }
 }

@@ -1,0 +1,64 @@
+/* The per-element math of ferro's fused kernels, written once for both backends.
+ *
+ * Compiled three ways: as C by the CPU kernels (ferro/_C/kernels.h includes this file), under
+ * NVRTC by the CUDA kernels (ferro/cuda/loader.py puts it in front of every source), and as C++
+ * by the CPU emulation of the CUDA kernels in tests/cuda. Each function is one formula of a
+ * fused forward or backward; the op's generic Python code (ferro/ops/) is its reference, and
+ * tests/ops/test_fused.py compares the two.
+ *
+ * C has no overloading, so the C names carry _f32/_f64; in C++ both precisions are overloads of
+ * one name, which the templated CUDA kernels call for either type (ferro_tanh_grad(g, y)).
+ * Math runs in the data's own precision (float32 uses expf and erff, and its loops vectorize).
+ */
+#ifndef FERRO_FORMULAS_CUH
+#define FERRO_FORMULAS_CUH
+
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+#define FERRO_FN static __device__ __forceinline__
+#else
+#include <math.h>
+#define FERRO_FN static inline
+#endif
+
+#define FERRO_INV_SQRT_2 0.70710678118654752440
+#define FERRO_INV_SQRT_2PI 0.39894228040143267794
+
+/* T: the type; S: the name suffix (empty in C++); EXP, ERF: its exp and erf. */
+#define FERRO_FORMULAS(T, S, EXP, ERF)                                                        \
+    /* tanh: gx = g (1 - y^2), from the output y */                                           \
+    FERRO_FN T ferro_tanh_grad##S(T g, T y) { return g * ((T)1 - y * y); }                     \
+    /* sigmoid: gx = g y (1 - y), from the output y */                                        \
+    FERRO_FN T ferro_sigmoid_grad##S(T g, T y) { return g * y * ((T)1 - y); }                  \
+    /* relu: gx = g where y > 0, from the output y */                                         \
+    FERRO_FN T ferro_relu_grad##S(T g, T y) { return y > (T)0 ? g : (T)0; }                    \
+    /* leaky_relu: gx = g where x > 0, else g a (a: the slope) */                             \
+    FERRO_FN T ferro_leaky_relu_grad##S(T g, T x, T a) { return x > (T)0 ? g : g * a; }        \
+    /* exact gelu: y = x Phi(x) */                                                            \
+    FERRO_FN T ferro_gelu##S(T x) {                                                           \
+        return (T)0.5 * x * ((T)1 + ERF(x * (T)FERRO_INV_SQRT_2));                            \
+    }                                                                                         \
+    /* d/dx [x Phi(x)] = Phi(x) + x phi(x) */                                                 \
+    FERRO_FN T ferro_gelu_grad##S(T g, T x) {                                                 \
+        return g * ((T)0.5 * ((T)1 + ERF(x * (T)FERRO_INV_SQRT_2))                            \
+                    + x * (T)FERRO_INV_SQRT_2PI * EXP((T)-0.5 * x * x));                      \
+    }                                                                                         \
+    /* silu: d/dx [x s(x)] = s (1 + x (1 - s)), from x and s = sigmoid(x) */                  \
+    FERRO_FN T ferro_silu_grad##S(T g, T x, T s) { return g * s * ((T)1 + x * ((T)1 - s)); }   \
+    /* softmax over a row: gx = y (g - d), d = sum over the row of g y */                     \
+    FERRO_FN T ferro_softmax_grad##S(T g, T y, T d) { return y * (g - d); }                   \
+    /* log-softmax over a row (y = log p): gx = g - exp(y) d, d = sum over the row of g */    \
+    FERRO_FN T ferro_log_softmax_grad##S(T g, T y, T d) { return g - EXP(y) * d; }            \
+    /* softmax cross-entropy: d loss / dx = (softmax(x) - onehot(target)) scale */            \
+    FERRO_FN T ferro_cross_entropy_grad##S(T x, T lse, int is_target, T scale) {              \
+        return (EXP(x - lse) - (is_target ? (T)1 : (T)0)) * scale;                            \
+    }
+
+#ifdef __cplusplus
+FERRO_FORMULAS(float, , expf, erff)
+FERRO_FORMULAS(double, , exp, erf)
+#else
+FERRO_FORMULAS(float, _f32, expf, erff)
+FERRO_FORMULAS(double, _f64, exp, erf)
+#endif
+
+#endif

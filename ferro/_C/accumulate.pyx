@@ -62,12 +62,12 @@ cdef _Entry _slot(_Entry e, Py_ssize_t nr, Py_ssize_t n_out):
 cdef Py_ssize_t _REF_BASELINE = -1
 
 
-cdef bint _slot_exclusive(_Entry e):
+cdef bint _slot_exclusive(_Entry e) noexcept:
     """True if ``e.grad`` is referenced by ``e`` and nothing else. The one refcount check."""
     return _refcnt(<PyObject*>e.grad) == _REF_BASELINE
 
 
-cdef bint _plain_array(object arr):
+cdef bint _plain_array(object arr) noexcept:
     # An exact ndarray that owns writeable, C-contiguous data: writing it touches nobody else.
     if type(arr) is not cnp.ndarray:
         return False
@@ -100,7 +100,7 @@ def set_gpu_backend(owns, accepts, accumulate, sum_to_shape):
     _gpu_accumulate, _gpu_sum_to_shape = accumulate, sum_to_shape
 
 
-cdef bint _can_write(_Entry e):
+cdef bint _can_write(_Entry e) except -1:
     """Note [Grad ownership]: may the engine write into ``e.grad`` now?"""
     if not e.owned and _slot_exclusive(e) and (
         _plain_array(e.grad)

@@ -377,7 +377,7 @@ cdef int _check_broadcast(OpDef op, tuple call) except -1:
     return 0
 
 
-cdef inline bint _is_nondiff(Node node, object arr):
+cdef inline bint _is_nondiff(Node node, object arr) noexcept:
     if node._nondiff is None:
         return False
     for a in node._nondiff:
@@ -778,7 +778,7 @@ def run_backward(tuple roots, tuple root_grads, bint retain_graph=False, tuple i
     return None
 
 
-cdef bint _has_grad(_Entry e, Py_ssize_t n_out):
+cdef bint _has_grad(_Entry e, Py_ssize_t n_out) except -1:
     if n_out == 1:
         return e.grad is not None
     if e.subs is None:
@@ -789,7 +789,7 @@ cdef bint _has_grad(_Entry e, Py_ssize_t n_out):
     return False
 
 
-cdef void _mark_needed(dict table, list root_entries) except *:
+cdef int _mark_needed(dict table, list root_entries) except -1:
     """With ``inputs=``: a node runs only if one of its edges leads to a wanted target."""
     # Dry Kahn pass for a topological order, then propagate from the leaves up.
     cdef dict deps = {}
@@ -822,15 +822,16 @@ cdef void _mark_needed(dict table, list root_entries) except *:
             if c.wanted or c.needed:
                 e.needed = True
                 break
+    return 0
 
 
-cdef void _finish_leaf(_Entry e, TensorBase t, bint selective, bint accumulate, list results,
-                       list commits) except *:
+cdef int _finish_leaf(_Entry e, TensorBase t, bint selective, bint accumulate, list results,
+                      list commits) except -1:
     """A leaf's gradient is complete: tensor hooks, then capture or a deferred .grad write."""
     if e.grad is None:
-        return
+        return 0
     if selective and not e.wanted:
-        return
+        return 0
     if t._hooks:
         g = _run_tensor_hooks(t._hooks, e.grad, "a leaf tensor", t._data.shape, t._data.dtype)
         if g is not e.grad:
@@ -840,13 +841,14 @@ cdef void _finish_leaf(_Entry e, TensorBase t, bint selective, bint accumulate, 
     if e.captures is not None and not accumulate:
         for cap in e.captures:
             results[cap[1]] = e.grad
-        return
+        return 0
     if accumulate and t._requires_grad:
         commits.append((e, t))
+    return 0
 
 
-cdef void _finish_outputs(_Entry e, Node node, bint accumulate, list results,
-                          list commits) except *:
+cdef int _finish_outputs(_Entry e, Node node, bint accumulate, list results,
+                         list commits) except -1:
     """A node's output gradients are complete: tensor hooks, capture, retain_grad (deferred)."""
     cdef Py_ssize_t nr, n_out = node._n_out
     cdef _Entry s, h
@@ -879,6 +881,7 @@ cdef void _finish_outputs(_Entry e, Node node, bint accumulate, list results,
                 h.grad = s.grad
                 h.rank = e.rank
                 commits.append((h, tensor))
+    return 0
 
 
 cdef tuple _run_node(Node node, _Entry e, Py_ssize_t n_out, Py_ssize_t n_in):

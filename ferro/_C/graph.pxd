@@ -83,7 +83,7 @@ cdef tuple no_edges(Py_ssize_t n)
 cdef object _xp_of(object arr)
 cdef str _device_name(object arr)
 cdef object _scalar_to_array(object x)
-cdef bint _is_array(object a)
+cdef bint _is_array(object a) noexcept
 cdef int _record_saved_versions(Node node, tuple args, Py_ssize_t n, object outputs) except -1
 cdef int _retarget_version(Node node, object old_data, VersionCounter vc) except -1
 cdef void _share_version(TensorBase view, TensorBase src) noexcept
@@ -97,20 +97,20 @@ cdef inline object _as_array(object x):
     return _scalar_to_array(x)
 
 
-cdef inline bint _is_float_array(object arr):
+cdef inline bint _is_float_array(object arr) except -1:
     if type(arr) is cnp.ndarray:
         return cnp.PyArray_ISFLOAT(<cnp.ndarray>arr)
     return arr.dtype.kind == "f"
 
 
-cdef inline bint _same_dtype(object a, object b):
+cdef inline bint _same_dtype(object a, object b) except -1:
     if type(a) is cnp.ndarray and type(b) is cnp.ndarray:
         if <object>cnp.PyArray_DESCR(<cnp.ndarray>a) is <object>cnp.PyArray_DESCR(<cnp.ndarray>b):
             return True
     return a.dtype == b.dtype
 
 
-cdef inline bint _shape_is(object arr, tuple shape):
+cdef inline bint _shape_is(object arr, tuple shape) except -1:
     cdef int nd, i
     if type(arr) is cnp.ndarray:
         nd = cnp.PyArray_NDIM(<cnp.ndarray>arr)

@@ -132,7 +132,7 @@ cdef class _Packed:
         self.value = value
 
 
-cdef bint _is_array(object a):
+cdef bint _is_array(object a) noexcept:
     return type(a) is cnp.ndarray or type(a) in _xp_by_type
 
 

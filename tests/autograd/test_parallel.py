@@ -197,3 +197,23 @@ def test_second_backward_through_a_freed_graph_still_raises():
     loss.backward(num_threads=2)
     with pytest.raises(GraphError):
         loss.backward(num_threads=2)
+
+
+def test_checkpointed_towers_recompute_inside_workers_and_match_serial():
+    # Checkpoint recomputes a block's forward when backward first unpacks its saved arrays:
+    # inside the worker that runs the node, under the caller's context (saved-tensor hooks).
+    def grads(n):
+        rng = np.random.default_rng(11)
+        x = ferro.tensor(rng.normal(size=(6, 12)), requires_grad=True)
+        ws = [ferro.tensor(rng.normal(size=(12, 12)) * 0.3, requires_grad=True) for _ in range(4)]
+
+        def block(h, w):
+            return ferro.tanh(h @ w) * 2.0
+
+        loss = sum(ferro.checkpoint(block, x, w).sum() for w in ws)
+        loss.backward(num_threads=n)
+        return [t.grad.numpy().tobytes() for t in [x, *ws]]
+
+    serial = grads(1)
+    for n in (2, 4):
+        assert grads(n) == serial

@@ -351,7 +351,7 @@ def prelu(x, weight):
     return apply(Prelu, x, weight)
 
 
-# The family's public functions (ferro.ops builds its list from these).
+# The family's public functions (ferro.ops exports their union): a new op's name goes here.
 __all__ = [
     "elu",
     "gelu",

@@ -665,7 +665,7 @@ def sign(x):
     return apply(Sign, x)
 
 
-# The family's public functions (ferro.ops builds its list from these).
+# The family's public functions (ferro.ops exports their union): a new op's name goes here.
 __all__ = [
     "abs",
     "add",

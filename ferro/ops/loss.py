@@ -422,7 +422,7 @@ def kl_div(input, target, reduction: str = "mean", log_target: bool = False):  #
     return _reduce(loss, reduction)
 
 
-# The family's public functions (ferro.ops builds its list from these).
+# The family's public functions (ferro.ops exports their union): a new op's name goes here.
 __all__ = [
     "binary_cross_entropy",
     "binary_cross_entropy_with_logits",

@@ -411,7 +411,7 @@ def cumsum(x, axis: int):
     return apply(Cumsum, x, axis=a)
 
 
-# The family's public functions (ferro.ops builds its list from these).
+# The family's public functions (ferro.ops exports their union): a new op's name goes here.
 __all__ = [
     "amax",
     "amin",

@@ -954,7 +954,7 @@ def embedding(indices, weight, padding_idx=None):
     return apply(Embedding, weight, operand, padding_idx=padding_idx)
 
 
-# The family's public functions (ferro.ops builds its list from these).
+# The family's public functions (ferro.ops exports their union): a new op's name goes here.
 __all__ = [
     "broadcast_to",
     "cat",

@@ -256,6 +256,36 @@ def log(x):
     return apply(Log, x)
 
 
+@register("logaddexp", broadcasts=True)
+class Logaddexp:
+    @staticmethod
+    def forward(ctx, a, b):
+        ctx.save(a, b)
+        return ctx.xp.logaddexp(a, b)
+
+    @staticmethod
+    def backward(ctx, gy):
+        a, b = ctx.saved
+        xp = ctx.xp
+        need_a, need_b = ctx.needs_input_grad
+        # exp(a - y) = sigmoid(a - b), from e = exp(-|a - b|) <= 1: nothing overflows, and no
+        # rounding error of a large y enters (a - y loses an ulp of y: 1e-13 at y = 1000).
+        e = xp.exp(-xp.abs(a - b))
+        a_larger = a >= b
+        ga = gy * xp.where(a_larger, 1, e) / (1 + e) if need_a else None
+        gb = gy * xp.where(a_larger, e, 1) / (1 + e) if need_b else None
+        return ga, gb
+
+
+def logaddexp(a, b):
+    """``log(exp(a) + exp(b))`` with broadcasting, without overflow (``logaddexp(1000, 1000)``
+    is ``1000 + log 2``).
+
+    Gradient: ga = gy * exp(a - y), gb = gy * exp(b - y) (the softmax weights of a and b).
+    """
+    return apply(Logaddexp, a, b)
+
+
 @register("tanh")
 class Tanh:
     @staticmethod
@@ -683,6 +713,7 @@ __all__ = [
     "le",
     "log",
     "log1p",
+    "logaddexp",
     "lt",
     "maximum",
     "minimum",

@@ -31,6 +31,18 @@ def erf(xp, x):
     return cupy_erf(x)
 
 
+def _softplus(xp, x):
+    # log(1 + exp(x)) without overflow: max(x, 0) + log1p(exp(-|x|)).
+    return xp.maximum(x, 0) + xp.log1p(xp.exp(-xp.abs(x)))
+
+
+def _axis1(axis, ndim, op):
+    if ndim == 0:
+        raise ShapeError(f"{op}: needs at least 1 dimension")
+    (a,) = normalize_axes(axis, ndim, op)
+    return a
+
+
 @register("relu")
 class Relu:
     @staticmethod
@@ -45,6 +57,14 @@ class Relu:
         return gy * (y > 0)
 
 
+def relu(x):
+    """``max(x, 0)``.
+
+    Gradient: gx = gy where x > 0, else 0.
+    """
+    return apply(Relu, x)
+
+
 @register("leaky_relu")
 class LeakyRelu:
     @staticmethod
@@ -57,6 +77,14 @@ class LeakyRelu:
     def backward(ctx, gy):
         (x,) = ctx.saved
         return ctx.xp.where(x > 0, gy, gy * ctx.slope)
+
+
+def leaky_relu(x, negative_slope: float = 0.01):
+    """``x`` for x > 0, else ``negative_slope * x``.
+
+    Gradient: gx = gy where x > 0, else negative_slope * gy.
+    """
+    return apply(LeakyRelu, x, slope=real_arg(negative_slope, "negative_slope", "leaky_relu"))
 
 
 @register("elu")
@@ -75,6 +103,22 @@ class Elu:
         x, y = ctx.saved
         s = ctx.scale
         return gy * ctx.xp.where(x > 0, s, y + s * ctx.alpha)
+
+
+def elu(x, alpha: float = 1.0):
+    """``x`` for x > 0, else ``alpha * (exp(x) - 1)``.
+
+    Gradient: gx = gy where x > 0, else gy * (y + alpha).
+    """
+    return apply(Elu, x, alpha=real_arg(alpha, "alpha", "elu"), scale=1.0)
+
+
+def selu(x):
+    """``scale * elu(x, alpha)`` with the self-normalizing constants.
+
+    Gradient: gx = scale * gy where x > 0, else gy * (y + scale * alpha).
+    """
+    return apply(Elu, x, alpha=SELU_ALPHA, scale=SELU_SCALE)
 
 
 @register("gelu")
@@ -102,6 +146,16 @@ class Gelu:
         return gy * (cdf + x * pdf)
 
 
+def gelu(x, approximate: str = "none"):
+    """Gaussian error linear unit: ``x * Phi(x)`` (``approximate="tanh"`` for the tanh form).
+
+    Gradient: gx = gy * (Phi(x) + x * phi(x)) (or the derivative of the tanh form).
+    """
+    if approximate not in ("none", "tanh"):
+        raise ArgumentError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    return apply(Gelu, x, approximate=approximate)
+
+
 @register("silu")
 class Silu:
     @staticmethod
@@ -116,9 +170,12 @@ class Silu:
         return gy * s * (1 + x * (1 - s))
 
 
-def _softplus(xp, x):
-    # log(1 + exp(x)) without overflow: max(x, 0) + log1p(exp(-|x|)).
-    return xp.maximum(x, 0) + xp.log1p(xp.exp(-xp.abs(x)))
+def silu(x):
+    """``x * sigmoid(x)`` (swish).
+
+    Gradient: gx = gy * s * (1 + x * (1 - s)) with s = sigmoid(x).
+    """
+    return apply(Silu, x)
 
 
 @register("mish")
@@ -135,6 +192,14 @@ class Mish:
         x, t = ctx.saved
         s = 0.5 * (1 + ctx.xp.tanh(0.5 * x))
         return gy * (t + x * s * (1 - t * t))
+
+
+def mish(x):
+    """``x * tanh(softplus(x))``.
+
+    Gradient: gx = gy * (t + x * sigmoid(x) * (1 - t**2)) with t = tanh(softplus(x)).
+    """
+    return apply(Mish, x)
 
 
 @register("softplus")
@@ -155,6 +220,15 @@ class Softplus:
         return gy * xp.where(bx > ctx.threshold, 1, s)
 
 
+def softplus(x, beta: float = 1.0, threshold: float = 20.0):
+    """``log(1 + exp(beta * x)) / beta``, linear where ``beta * x > threshold``.
+
+    Gradient: gx = gy * sigmoid(beta * x) (gy in the linear region).
+    """
+    beta = real_arg(beta, "beta", "softplus")
+    return apply(Softplus, x, beta=beta, threshold=real_arg(threshold, "threshold", "softplus"))
+
+
 @register("hardtanh")
 class Hardtanh:
     @staticmethod
@@ -167,6 +241,17 @@ class Hardtanh:
     def backward(ctx, gy):
         (x,) = ctx.saved
         return gy * ((x > ctx.lo) & (x < ctx.hi))
+
+
+def hardtanh(x, min_val: float = -1.0, max_val: float = 1.0):
+    """``x`` clipped to ``[min_val, max_val]``.
+
+    Gradient: gx = gy strictly inside the interval, else 0.
+    """
+    lo, hi = real_arg(min_val, "min_val", "hardtanh"), real_arg(max_val, "max_val", "hardtanh")
+    if lo > hi:
+        raise ArgumentError(f"hardtanh: min_val must not exceed max_val, got {lo} > {hi}")
+    return apply(Hardtanh, x, lo=lo, hi=hi)
 
 
 @register("softmax")
@@ -188,6 +273,14 @@ class Softmax:
         return g
 
 
+def softmax(x, axis: int = -1):
+    """``exp(x) / sum(exp(x))`` along ``axis`` (numerically stable).
+
+    Gradient: gx = y * (gy - sum(gy * y, axis)).
+    """
+    return apply(Softmax, x, axis=_axis1(axis, x.ndim, "softmax"))
+
+
 @register("log_softmax")
 class LogSoftmax:
     @staticmethod
@@ -206,6 +299,14 @@ class LogSoftmax:
         e = xp.exp(y)
         e *= gy.sum(axis=ctx.axis, keepdims=True)
         return xp.subtract(gy, e, out=e)
+
+
+def log_softmax(x, axis: int = -1):
+    """``x - logsumexp(x)`` along ``axis`` (numerically stable).
+
+    Gradient: gx = gy - exp(y) * sum(gy, axis).
+    """
+    return apply(LogSoftmax, x, axis=_axis1(axis, x.ndim, "log_softmax"))
 
 
 @register("prelu")
@@ -234,107 +335,6 @@ class Prelu:
         return gx, gw
 
 
-def _axis1(axis, ndim, op):
-    if ndim == 0:
-        raise ShapeError(f"{op}: needs at least 1 dimension")
-    (a,) = normalize_axes(axis, ndim, op)
-    return a
-
-
-def relu(x):
-    """``max(x, 0)``.
-
-    Gradient: gx = gy where x > 0, else 0.
-    """
-    return apply(Relu, x)
-
-
-def leaky_relu(x, negative_slope: float = 0.01):
-    """``x`` for x > 0, else ``negative_slope * x``.
-
-    Gradient: gx = gy where x > 0, else negative_slope * gy.
-    """
-    return apply(LeakyRelu, x, slope=real_arg(negative_slope, "negative_slope", "leaky_relu"))
-
-
-def elu(x, alpha: float = 1.0):
-    """``x`` for x > 0, else ``alpha * (exp(x) - 1)``.
-
-    Gradient: gx = gy where x > 0, else gy * (y + alpha).
-    """
-    return apply(Elu, x, alpha=real_arg(alpha, "alpha", "elu"), scale=1.0)
-
-
-def selu(x):
-    """``scale * elu(x, alpha)`` with the self-normalizing constants.
-
-    Gradient: gx = scale * gy where x > 0, else gy * (y + scale * alpha).
-    """
-    return apply(Elu, x, alpha=SELU_ALPHA, scale=SELU_SCALE)
-
-
-def gelu(x, approximate: str = "none"):
-    """Gaussian error linear unit: ``x * Phi(x)`` (``approximate="tanh"`` for the tanh form).
-
-    Gradient: gx = gy * (Phi(x) + x * phi(x)) (or the derivative of the tanh form).
-    """
-    if approximate not in ("none", "tanh"):
-        raise ArgumentError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
-    return apply(Gelu, x, approximate=approximate)
-
-
-def silu(x):
-    """``x * sigmoid(x)`` (swish).
-
-    Gradient: gx = gy * s * (1 + x * (1 - s)) with s = sigmoid(x).
-    """
-    return apply(Silu, x)
-
-
-def mish(x):
-    """``x * tanh(softplus(x))``.
-
-    Gradient: gx = gy * (t + x * sigmoid(x) * (1 - t**2)) with t = tanh(softplus(x)).
-    """
-    return apply(Mish, x)
-
-
-def softplus(x, beta: float = 1.0, threshold: float = 20.0):
-    """``log(1 + exp(beta * x)) / beta``, linear where ``beta * x > threshold``.
-
-    Gradient: gx = gy * sigmoid(beta * x) (gy in the linear region).
-    """
-    beta = real_arg(beta, "beta", "softplus")
-    return apply(Softplus, x, beta=beta, threshold=real_arg(threshold, "threshold", "softplus"))
-
-
-def hardtanh(x, min_val: float = -1.0, max_val: float = 1.0):
-    """``x`` clipped to ``[min_val, max_val]``.
-
-    Gradient: gx = gy strictly inside the interval, else 0.
-    """
-    lo, hi = real_arg(min_val, "min_val", "hardtanh"), real_arg(max_val, "max_val", "hardtanh")
-    if lo > hi:
-        raise ArgumentError(f"hardtanh: min_val must not exceed max_val, got {lo} > {hi}")
-    return apply(Hardtanh, x, lo=lo, hi=hi)
-
-
-def softmax(x, axis: int = -1):
-    """``exp(x) / sum(exp(x))`` along ``axis`` (numerically stable).
-
-    Gradient: gx = y * (gy - sum(gy * y, axis)).
-    """
-    return apply(Softmax, x, axis=_axis1(axis, x.ndim, "softmax"))
-
-
-def log_softmax(x, axis: int = -1):
-    """``x - logsumexp(x)`` along ``axis`` (numerically stable).
-
-    Gradient: gx = gy - exp(y) * sum(gy, axis).
-    """
-    return apply(LogSoftmax, x, axis=_axis1(axis, x.ndim, "log_softmax"))
-
-
 def prelu(x, weight):
     """``x`` for x > 0, else ``weight * x``; ``weight`` has 1 or C (= x.shape[1]) elements.
 
@@ -351,7 +351,7 @@ def prelu(x, weight):
     return apply(Prelu, x, weight)
 
 
-# The family's public functions (ferro.ops builds its list from these).
+# The family's public functions (ferro.ops exports their union): a new op's name goes here.
 __all__ = [
     "elu",
     "gelu",

@@ -33,4 +33,5 @@ def to_device(x, device):
     return apply(ToDevice, x, device=target)
 
 
+# The family's public functions (ferro.ops exports their union): a new op's name goes here.
 __all__ = ["to_device"]

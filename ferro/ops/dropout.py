@@ -49,7 +49,7 @@ def dropout(x, p: float = 0.5, training: bool = True):
     return apply(Dropout, x, p=p)
 
 
-# The family's public functions (ferro.ops builds its list from these).
+# The family's public functions (ferro.ops exports their union): a new op's name goes here.
 __all__ = [
     "dropout",
 ]

@@ -24,6 +24,23 @@ def real_arg(value, name: str, op: str) -> float:
     )
 
 
+def sigmoid_array(xp, x):
+    """``1 / (1 + exp(-x))`` as ``0.5 * (1 + tanh(x / 2))``: no overflow for large |x|, and
+    computed in one fresh buffer (x is only read)."""
+    y = xp.multiply(x, 0.5, out=xp.empty_like(x))  # an array even for 0-d x
+    xp.tanh(y, out=y)
+    y += 1
+    y *= 0.5
+    return y
+
+
+def _split_ties(xp, gy, a_wins, tie):
+    # PyTorch's convention for maximum/minimum: ties share the gradient evenly.
+    ga = xp.where(tie, gy * 0.5, xp.where(a_wins, gy, 0))
+    gb = xp.where(tie, gy * 0.5, xp.where(a_wins, 0, gy))
+    return ga, gb
+
+
 @register("add", broadcasts=True)
 class Add:
     @staticmethod
@@ -35,6 +52,14 @@ class Add:
         return gy, gy
 
 
+def add(a, b):
+    """``a + b`` with broadcasting.
+
+    Gradient: ga = gy, gb = gy (summed back over broadcast dimensions).
+    """
+    return apply(Add, a, b)
+
+
 @register("sub", broadcasts=True)
 class Sub:
     @staticmethod
@@ -44,6 +69,14 @@ class Sub:
     @staticmethod
     def backward(ctx, gy):
         return gy, (-gy if ctx.needs_input_grad[1] else None)
+
+
+def sub(a, b):
+    """``a - b`` with broadcasting.
+
+    Gradient: ga = gy, gb = -gy.
+    """
+    return apply(Sub, a, b)
 
 
 @register("mul", broadcasts=True)
@@ -62,6 +95,14 @@ class Mul:
         return (gy * b if need_a else None), (gy * a if need_b else None)
 
 
+def mul(a, b):
+    """``a * b`` with broadcasting.
+
+    Gradient: ga = gy * b, gb = gy * a.
+    """
+    return apply(Mul, a, b)
+
+
 @register("div", broadcasts=True)
 class Div:
     @staticmethod
@@ -78,6 +119,14 @@ class Div:
         ga = gy / b if need_a else None
         gb = -gy * y / b if need_b else None
         return ga, gb
+
+
+def div(a, b):
+    """True division ``a / b`` with broadcasting.
+
+    Gradient: ga = gy / b, gb = -gy * a / b**2.
+    """
+    return apply(Div, a, b)
 
 
 @register("clone")
@@ -111,6 +160,14 @@ class Neg:
     @staticmethod
     def backward(ctx, gy):
         return -gy
+
+
+def neg(x):
+    """``-x``.
+
+    Gradient: gx = -gy.
+    """
+    return apply(Neg, x)
 
 
 def _log_scalar(a):
@@ -148,6 +205,14 @@ class Pow:
         return ga, gb
 
 
+def pow(a, b):  # noqa: A001 - the public name mirrors torch.pow
+    """``a ** b`` (either may be a scalar).
+
+    Gradient: ga = gy * b * a**(b-1), gb = gy * a**b * log(a).
+    """
+    return apply(Pow, a, b)
+
+
 @register("exp")
 class Exp:
     @staticmethod
@@ -162,6 +227,14 @@ class Exp:
         return gy * y
 
 
+def exp(x):
+    """``e ** x``.
+
+    Gradient: gx = gy * y.
+    """
+    return apply(Exp, x)
+
+
 @register("log")
 class Log:
     @staticmethod
@@ -173,6 +246,44 @@ class Log:
     def backward(ctx, gy):
         (x,) = ctx.saved
         return gy / x
+
+
+def log(x):
+    """Natural logarithm.
+
+    Gradient: gx = gy / x.
+    """
+    return apply(Log, x)
+
+
+@register("logaddexp", broadcasts=True)
+class Logaddexp:
+    @staticmethod
+    def forward(ctx, a, b):
+        ctx.save(a, b)
+        return ctx.xp.logaddexp(a, b)
+
+    @staticmethod
+    def backward(ctx, gy):
+        a, b = ctx.saved
+        xp = ctx.xp
+        need_a, need_b = ctx.needs_input_grad
+        # exp(a - y) = sigmoid(a - b), from e = exp(-|a - b|) <= 1: nothing overflows, and no
+        # rounding error of a large y enters (a - y loses an ulp of y: 1e-13 at y = 1000).
+        e = xp.exp(-xp.abs(a - b))
+        a_larger = a >= b
+        ga = gy * xp.where(a_larger, 1, e) / (1 + e) if need_a else None
+        gb = gy * xp.where(a_larger, e, 1) / (1 + e) if need_b else None
+        return ga, gb
+
+
+def logaddexp(a, b):
+    """``log(exp(a) + exp(b))`` with broadcasting, without overflow (``logaddexp(1000, 1000)``
+    is ``1000 + log 2``).
+
+    Gradient: ga = gy * exp(a - y), gb = gy * exp(b - y) (the softmax weights of a and b).
+    """
+    return apply(Logaddexp, a, b)
 
 
 @register("tanh")
@@ -189,6 +300,14 @@ class Tanh:
         return gy * (1 - y * y)
 
 
+def tanh(x):
+    """Hyperbolic tangent.
+
+    Gradient: gx = gy * (1 - y**2).
+    """
+    return apply(Tanh, x)
+
+
 @register("cast", same_dtype=False)
 class Cast:
     @staticmethod
@@ -199,78 +318,6 @@ class Cast:
     @staticmethod
     def backward(ctx, gy):
         return gy.astype(ctx.in_dtype)
-
-
-def add(a, b):
-    """``a + b`` with broadcasting.
-
-    Gradient: ga = gy, gb = gy (summed back over broadcast dimensions).
-    """
-    return apply(Add, a, b)
-
-
-def sub(a, b):
-    """``a - b`` with broadcasting.
-
-    Gradient: ga = gy, gb = -gy.
-    """
-    return apply(Sub, a, b)
-
-
-def mul(a, b):
-    """``a * b`` with broadcasting.
-
-    Gradient: ga = gy * b, gb = gy * a.
-    """
-    return apply(Mul, a, b)
-
-
-def div(a, b):
-    """True division ``a / b`` with broadcasting.
-
-    Gradient: ga = gy / b, gb = -gy * a / b**2.
-    """
-    return apply(Div, a, b)
-
-
-def neg(x):
-    """``-x``.
-
-    Gradient: gx = -gy.
-    """
-    return apply(Neg, x)
-
-
-def pow(a, b):  # noqa: A001 - the public name mirrors torch.pow
-    """``a ** b`` (either may be a scalar).
-
-    Gradient: ga = gy * b * a**(b-1), gb = gy * a**b * log(a).
-    """
-    return apply(Pow, a, b)
-
-
-def exp(x):
-    """``e ** x``.
-
-    Gradient: gx = gy * y.
-    """
-    return apply(Exp, x)
-
-
-def log(x):
-    """Natural logarithm.
-
-    Gradient: gx = gy / x.
-    """
-    return apply(Log, x)
-
-
-def tanh(x):
-    """Hyperbolic tangent.
-
-    Gradient: gx = gy * (1 - y**2).
-    """
-    return apply(Tanh, x)
 
 
 def cast(x, dtype):
@@ -295,6 +342,14 @@ class Abs:
     def backward(ctx, gy):
         (x,) = ctx.saved
         return gy * ctx.xp.sign(x)
+
+
+def abs(x):  # noqa: A001 - mirrors torch.abs
+    """Absolute value.
+
+    Gradient: gx = gy * sign(x) (0 at x = 0).
+    """
+    return apply(Abs, x)
 
 
 @register("clamp", same_dtype=False, broadcasts=True)
@@ -328,192 +383,6 @@ class Clamp:
         return gx, glo, ghi
 
 
-@register("expm1")
-class Expm1:
-    @staticmethod
-    def forward(ctx, x):
-        y = ctx.xp.expm1(x)
-        ctx.save(y)
-        return y
-
-    @staticmethod
-    def backward(ctx, gy):
-        (y,) = ctx.saved
-        return gy * (y + 1)
-
-
-@register("log1p")
-class Log1p:
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save(x)
-        return ctx.xp.log1p(x)
-
-    @staticmethod
-    def backward(ctx, gy):
-        (x,) = ctx.saved
-        return gy / (x + 1)
-
-
-@register("sqrt")
-class Sqrt:
-    @staticmethod
-    def forward(ctx, x):
-        y = ctx.xp.sqrt(x)
-        ctx.save(y)
-        return y
-
-    @staticmethod
-    def backward(ctx, gy):
-        (y,) = ctx.saved
-        return gy / (2 * y)
-
-
-@register("rsqrt")
-class Rsqrt:
-    @staticmethod
-    def forward(ctx, x):
-        y = 1 / ctx.xp.sqrt(x)
-        ctx.save(y)
-        return y
-
-    @staticmethod
-    def backward(ctx, gy):
-        (y,) = ctx.saved
-        return gy * (-0.5 * y * y * y)
-
-
-@register("sin")
-class Sin:
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save(x)
-        return ctx.xp.sin(x)
-
-    @staticmethod
-    def backward(ctx, gy):
-        (x,) = ctx.saved
-        return gy * ctx.xp.cos(x)
-
-
-@register("cos")
-class Cos:
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save(x)
-        return ctx.xp.cos(x)
-
-    @staticmethod
-    def backward(ctx, gy):
-        (x,) = ctx.saved
-        return -gy * ctx.xp.sin(x)
-
-
-def sigmoid_array(xp, x):
-    """``1 / (1 + exp(-x))`` as ``0.5 * (1 + tanh(x / 2))``: no overflow for large |x|, and
-    computed in one fresh buffer (x is only read)."""
-    y = xp.multiply(x, 0.5, out=xp.empty_like(x))  # an array even for 0-d x
-    xp.tanh(y, out=y)
-    y += 1
-    y *= 0.5
-    return y
-
-
-@register("sigmoid")
-class Sigmoid:
-    @staticmethod
-    def forward(ctx, x):
-        y = sigmoid_array(ctx.xp, x)
-        ctx.save(y)
-        return y
-
-    @staticmethod
-    def backward(ctx, gy):
-        (y,) = ctx.saved
-        return gy * y * (1 - y)
-
-
-def _split_ties(xp, gy, a_wins, tie):
-    # PyTorch's convention for maximum/minimum: ties share the gradient evenly.
-    ga = xp.where(tie, gy * 0.5, xp.where(a_wins, gy, 0))
-    gb = xp.where(tie, gy * 0.5, xp.where(a_wins, 0, gy))
-    return ga, gb
-
-
-@register("maximum", broadcasts=True)
-class Maximum:
-    @staticmethod
-    def forward(ctx, a, b):
-        ctx.save(a, b)
-        return ctx.xp.maximum(a, b)
-
-    @staticmethod
-    def backward(ctx, gy):
-        a, b = ctx.saved
-        return _split_ties(ctx.xp, gy, a > b, a == b)
-
-
-@register("minimum", broadcasts=True)
-class Minimum:
-    @staticmethod
-    def forward(ctx, a, b):
-        ctx.save(a, b)
-        return ctx.xp.minimum(a, b)
-
-    @staticmethod
-    def backward(ctx, gy):
-        a, b = ctx.saved
-        return _split_ties(ctx.xp, gy, a < b, a == b)
-
-
-@register("where", broadcasts=True, same_dtype=False)
-class Where:
-    @staticmethod
-    def forward(ctx, cond, a, b):
-        ctx.save(cond)
-        return ctx.xp.where(cond, a, b)
-
-    @staticmethod
-    def backward(ctx, gy):
-        (cond,) = ctx.saved
-        xp = ctx.xp
-        _, need_a, need_b = ctx.needs_input_grad
-        ga = xp.where(cond, gy, 0) if need_a else None
-        gb = xp.where(cond, 0, gy) if need_b else None
-        return None, ga, gb
-
-
-def _comparison(name, fn):
-    @register(name, differentiable=False, broadcasts=True, same_dtype=False)
-    class Compare:
-        forward = staticmethod(lambda ctx, a, b: fn(a, b))
-
-    return Compare
-
-
-Eq = _comparison("eq", lambda a, b: a == b)
-Ne = _comparison("ne", lambda a, b: a != b)
-Lt = _comparison("lt", lambda a, b: a < b)
-Le = _comparison("le", lambda a, b: a <= b)
-Gt = _comparison("gt", lambda a, b: a > b)
-Ge = _comparison("ge", lambda a, b: a >= b)
-
-
-@register("sign", differentiable=False)
-class Sign:
-    @staticmethod
-    def forward(ctx, x):
-        return ctx.xp.sign(x)
-
-
-def abs(x):  # noqa: A001 - mirrors torch.abs
-    """Absolute value.
-
-    Gradient: gx = gy * sign(x) (0 at x = 0).
-    """
-    return apply(Abs, x)
-
-
 def clamp(x, min=None, max=None):  # noqa: A002 - PyTorch's argument names
     """Limit ``x`` to ``[min, max]``; each bound may be None, a scalar or a tensor.
 
@@ -533,12 +402,39 @@ def clamp(x, min=None, max=None):  # noqa: A002 - PyTorch's argument names
 clip = clamp
 
 
+@register("expm1")
+class Expm1:
+    @staticmethod
+    def forward(ctx, x):
+        y = ctx.xp.expm1(x)
+        ctx.save(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, gy):
+        (y,) = ctx.saved
+        return gy * (y + 1)
+
+
 def expm1(x):
     """``exp(x) - 1``, accurate near 0.
 
     Gradient: gx = gy * (y + 1).
     """
     return apply(Expm1, x)
+
+
+@register("log1p")
+class Log1p:
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save(x)
+        return ctx.xp.log1p(x)
+
+    @staticmethod
+    def backward(ctx, gy):
+        (x,) = ctx.saved
+        return gy / (x + 1)
 
 
 def log1p(x):
@@ -549,12 +445,40 @@ def log1p(x):
     return apply(Log1p, x)
 
 
+@register("sqrt")
+class Sqrt:
+    @staticmethod
+    def forward(ctx, x):
+        y = ctx.xp.sqrt(x)
+        ctx.save(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, gy):
+        (y,) = ctx.saved
+        return gy / (2 * y)
+
+
 def sqrt(x):
     """Square root.
 
     Gradient: gx = gy / (2 * y).
     """
     return apply(Sqrt, x)
+
+
+@register("rsqrt")
+class Rsqrt:
+    @staticmethod
+    def forward(ctx, x):
+        y = 1 / ctx.xp.sqrt(x)
+        ctx.save(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, gy):
+        (y,) = ctx.saved
+        return gy * (-0.5 * y * y * y)
 
 
 def rsqrt(x):
@@ -565,12 +489,38 @@ def rsqrt(x):
     return apply(Rsqrt, x)
 
 
+@register("sin")
+class Sin:
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save(x)
+        return ctx.xp.sin(x)
+
+    @staticmethod
+    def backward(ctx, gy):
+        (x,) = ctx.saved
+        return gy * ctx.xp.cos(x)
+
+
 def sin(x):
     """Sine.
 
     Gradient: gx = gy * cos(x).
     """
     return apply(Sin, x)
+
+
+@register("cos")
+class Cos:
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save(x)
+        return ctx.xp.cos(x)
+
+    @staticmethod
+    def backward(ctx, gy):
+        (x,) = ctx.saved
+        return -gy * ctx.xp.sin(x)
 
 
 def cos(x):
@@ -581,12 +531,39 @@ def cos(x):
     return apply(Cos, x)
 
 
+@register("sigmoid")
+class Sigmoid:
+    @staticmethod
+    def forward(ctx, x):
+        y = sigmoid_array(ctx.xp, x)
+        ctx.save(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, gy):
+        (y,) = ctx.saved
+        return gy * y * (1 - y)
+
+
 def sigmoid(x):
     """Logistic sigmoid ``1 / (1 + exp(-x))``.
 
     Gradient: gx = gy * y * (1 - y).
     """
     return apply(Sigmoid, x)
+
+
+@register("maximum", broadcasts=True)
+class Maximum:
+    @staticmethod
+    def forward(ctx, a, b):
+        ctx.save(a, b)
+        return ctx.xp.maximum(a, b)
+
+    @staticmethod
+    def backward(ctx, gy):
+        a, b = ctx.saved
+        return _split_ties(ctx.xp, gy, a > b, a == b)
 
 
 def maximum(a, b):
@@ -597,12 +574,42 @@ def maximum(a, b):
     return apply(Maximum, a, b)
 
 
+@register("minimum", broadcasts=True)
+class Minimum:
+    @staticmethod
+    def forward(ctx, a, b):
+        ctx.save(a, b)
+        return ctx.xp.minimum(a, b)
+
+    @staticmethod
+    def backward(ctx, gy):
+        a, b = ctx.saved
+        return _split_ties(ctx.xp, gy, a < b, a == b)
+
+
 def minimum(a, b):
     """Elementwise minimum with broadcasting.
 
     Gradient: to the smaller input; ties split gy evenly (PyTorch's convention).
     """
     return apply(Minimum, a, b)
+
+
+@register("where", broadcasts=True, same_dtype=False)
+class Where:
+    @staticmethod
+    def forward(ctx, cond, a, b):
+        ctx.save(cond)
+        return ctx.xp.where(cond, a, b)
+
+    @staticmethod
+    def backward(ctx, gy):
+        (cond,) = ctx.saved
+        xp = ctx.xp
+        _, need_a, need_b = ctx.needs_input_grad
+        ga = xp.where(cond, gy, 0) if need_a else None
+        gb = xp.where(cond, 0, gy) if need_b else None
+        return None, ga, gb
 
 
 def where(cond, a, b):
@@ -620,9 +627,23 @@ def where(cond, a, b):
     return apply(Where, cond, a, b)
 
 
+def _comparison(name, fn):
+    @register(name, differentiable=False, broadcasts=True, same_dtype=False)
+    class Compare:
+        forward = staticmethod(lambda ctx, a, b: fn(a, b))
+
+    return Compare
+
+
+Eq = _comparison("eq", lambda a, b: a == b)
+
+
 def eq(a, b):
     """``a == b`` elementwise (bool tensor; not differentiable)."""
     return apply(Eq, a, b)
+
+
+Ne = _comparison("ne", lambda a, b: a != b)
 
 
 def ne(a, b):
@@ -630,9 +651,15 @@ def ne(a, b):
     return apply(Ne, a, b)
 
 
+Lt = _comparison("lt", lambda a, b: a < b)
+
+
 def lt(a, b):
     """``a < b`` elementwise (bool tensor; not differentiable)."""
     return apply(Lt, a, b)
+
+
+Le = _comparison("le", lambda a, b: a <= b)
 
 
 def le(a, b):
@@ -640,9 +667,15 @@ def le(a, b):
     return apply(Le, a, b)
 
 
+Gt = _comparison("gt", lambda a, b: a > b)
+
+
 def gt(a, b):
     """``a > b`` elementwise (bool tensor; not differentiable)."""
     return apply(Gt, a, b)
+
+
+Ge = _comparison("ge", lambda a, b: a >= b)
 
 
 def ge(a, b):
@@ -650,12 +683,19 @@ def ge(a, b):
     return apply(Ge, a, b)
 
 
+@register("sign", differentiable=False)
+class Sign:
+    @staticmethod
+    def forward(ctx, x):
+        return ctx.xp.sign(x)
+
+
 def sign(x):
     """-1, 0 or 1 by the sign of ``x``, in x's dtype (not differentiable: its gradient is 0)."""
     return apply(Sign, x)
 
 
-# The family's public functions (ferro.ops builds its list from these).
+# The family's public functions (ferro.ops exports their union): a new op's name goes here.
 __all__ = [
     "abs",
     "add",
@@ -673,6 +713,7 @@ __all__ = [
     "le",
     "log",
     "log1p",
+    "logaddexp",
     "lt",
     "maximum",
     "minimum",

@@ -66,7 +66,7 @@ def zero_(t):
     return fill_(t, 0)
 
 
-# The family's public functions (ferro.ops builds its list from these).
+# The family's public functions (ferro.ops exports their union): a new op's name goes here.
 __all__ = [
     "add_",
     "clamp_",

@@ -225,7 +225,7 @@ def einsum(subscripts: str, *operands):
     return apply(Einsum, *operands, subscripts=subscripts, parsed=parsed)
 
 
-# The family's public functions (ferro.ops builds its list from these).
+# The family's public functions (ferro.ops exports their union): a new op's name goes here.
 __all__ = [
     "dot",
     "einsum",

@@ -40,6 +40,18 @@ def _same_shape(a, b, op):
         raise ShapeError(f"{op}: input of shape {a.shape} and target of shape {b.shape} differ")
 
 
+def _like_input(w, input):  # noqa: A002
+    """A weight given as an array or a list (not a Tensor) takes the input's dtype and device;
+    Tensors are kept."""
+    from ferro._C.tensor import TensorBase
+
+    if w is None or isinstance(w, TensorBase):
+        return w
+    data = array_of(input)
+    arr = w if is_device_array(w) else np.asarray(w)
+    return move(arr, device_of(data)).astype(data.dtype, copy=False)
+
+
 def mse_loss(input, target, reduction: str = "mean"):  # noqa: A002 - PyTorch's names
     """Mean squared error ``(input - target)**2``.
 
@@ -115,103 +127,6 @@ def _targets(target, n_classes, ignore_index, op, like):
     return t
 
 
-@register("cross_entropy")
-class CrossEntropy:
-    """Softmax cross-entropy from logits (M, C) and class indices, with weights, ignore_index
-    and label smoothing, as PyTorch defines them.
-
-    Per row i with target y (not ignored), weights w (ones if none), W = sum(w), eps smoothing:
-    ``loss_i = -(1 - eps) w_y logp_y - (eps / C) sum_c w_c logp_c``; "mean" divides the sum by
-    ``sum_i w_{y_i}`` over rows that are not ignored.
-    """
-
-    @staticmethod
-    def forward(ctx, logits, *, target, weight, ignore_index, smoothing, reduction):
-        xp = ctx.xp
-        m, c = logits.shape
-        valid = target != ignore_index
-        t = xp.where(valid, target, 0)
-        z = logits - logits.max(axis=1, keepdims=True)
-        lse = xp.log(xp.exp(z).sum(axis=1, keepdims=True))
-        logp = z - lse
-        w = weight if weight is not None else None
-        wy = w[t] if w is not None else xp.ones(m, dtype=logits.dtype)
-        wy = xp.where(valid, wy, 0).astype(logits.dtype)
-        nll = -xp.take_along_axis(logp, t[:, None], axis=1)[:, 0]
-        loss = (1 - smoothing) * wy * nll
-        if smoothing:
-            wl = logp * w if w is not None else logp
-            loss = loss - xp.where(valid, smoothing / c * wl.sum(axis=1), 0)
-        denom = wy.sum() if reduction == "mean" else None
-        ctx.save(logp)
-        ctx.t, ctx.valid, ctx.wy, ctx.w = t, valid, wy, w
-        ctx.smoothing, ctx.reduction, ctx.denom = smoothing, reduction, denom
-        if reduction == "none":
-            return loss
-        total = loss.sum()
-        return total / denom if reduction == "mean" else total
-
-    @staticmethod
-    def backward(ctx, gy):
-        (logp,) = ctx.saved
-        xp = ctx.xp
-        m, c = logp.shape
-        p = xp.exp(logp)
-        eps = ctx.smoothing
-        # d loss_i / d x = (1-eps) w_y (p - onehot_y) + (eps/C) (W p - w)
-        g = (1 - eps) * ctx.wy[:, None] * p
-        g[xp.arange(m), ctx.t] -= (1 - eps) * ctx.wy
-        if eps:
-            wsum = ctx.w.sum() if ctx.w is not None else c
-            wvec = ctx.w if ctx.w is not None else 1.0
-            g += xp.where(ctx.valid[:, None], eps / c * (wsum * p - wvec), 0)
-        if ctx.reduction == "none":
-            return g * gy[:, None]
-        scale = gy / ctx.denom if ctx.reduction == "mean" else gy
-        return (g * scale).astype(logp.dtype, copy=False)
-
-
-@register("nll_loss")
-class NllLoss:
-    @staticmethod
-    def forward(ctx, logp, *, target, weight, ignore_index, reduction):
-        xp = ctx.xp
-        m = logp.shape[0]
-        valid = target != ignore_index
-        t = xp.where(valid, target, 0)
-        wy = weight[t] if weight is not None else xp.ones(m, dtype=logp.dtype)
-        wy = xp.where(valid, wy, 0).astype(logp.dtype)
-        loss = -wy * xp.take_along_axis(logp, t[:, None], axis=1)[:, 0]
-        ctx.shape, ctx.t, ctx.wy, ctx.reduction = logp.shape, t, wy, reduction
-        ctx.denom = denom = wy.sum() if reduction == "mean" else None
-        if reduction == "none":
-            return loss
-        return loss.sum() / denom if reduction == "mean" else loss.sum()
-
-    @staticmethod
-    def backward(ctx, gy):
-        xp = ctx.xp
-        m = ctx.shape[0]
-        g = xp.zeros(ctx.shape, dtype=gy.dtype)
-        scale = (
-            gy if ctx.reduction == "none" else (gy / ctx.denom if ctx.reduction == "mean" else gy)
-        )
-        g[xp.arange(m), ctx.t] = -ctx.wy * scale
-        return g
-
-
-def _like_input(w, input):  # noqa: A002
-    """A weight given as an array or a list (not a Tensor) takes the input's dtype and device;
-    Tensors are kept."""
-    from ferro._C.tensor import TensorBase
-
-    if w is None or isinstance(w, TensorBase):
-        return w
-    data = array_of(input)
-    arr = w if is_device_array(w) else np.asarray(w)
-    return move(arr, device_of(data)).astype(data.dtype, copy=False)
-
-
 def _class_weight(weight, n_classes, like, op):
     """The class weights as a private array of ``like``'s dtype and device."""
     if weight is None:
@@ -235,42 +150,6 @@ def _check_logits(input, target, op):
         raise ShapeError(
             f"{op}: input {input.shape} needs target of shape {expected}, got {target.shape}"
         )
-
-
-def cross_entropy(
-    input,
-    target,
-    weight=None,
-    ignore_index: int = -100,  # noqa: A002
-    reduction: str = "mean",
-    label_smoothing: float = 0.0,
-):
-    """Softmax cross-entropy of logits ``input`` (N, C) or (N, C, d1, ...) against class indices
-    (N, d1, ...) or class probabilities (same shape as input), as PyTorch defines it.
-
-    Gradient: ginput = (softmax(input) - target distribution) scaled by the weights and the
-    reduction.
-    """
-    from ferro._C.tensor import TensorBase
-
-    _check_reduction(reduction, "cross_entropy")
-    if not 0.0 <= label_smoothing <= 1.0:
-        raise ArgumentError(
-            f"cross_entropy: label_smoothing must be in [0, 1], got {label_smoothing}"
-        )
-    probs_target = isinstance(target, TensorBase) and target.dtype.kind == "f"
-    if probs_target:
-        return _cross_entropy_probs(input, target, weight, reduction, label_smoothing)
-    return _class_index_loss(
-        CrossEntropy,
-        "cross_entropy",
-        input,
-        target,
-        weight,
-        ignore_index,
-        reduction,
-        smoothing=float(label_smoothing),
-    )
 
 
 def _to_rows_tensor(x):
@@ -333,6 +212,127 @@ def _cross_entropy_probs(input, target, weight, reduction, smoothing):  # noqa: 
             n *= s
         return ew.div(total, float(n)) if n else ew.mul(total, float("nan"))
     return reshape(total, ())
+
+
+@register("cross_entropy")
+class CrossEntropy:
+    """Softmax cross-entropy from logits (M, C) and class indices, with weights, ignore_index
+    and label smoothing, as PyTorch defines them.
+
+    Per row i with target y (not ignored), weights w (ones if none), W = sum(w), eps smoothing:
+    ``loss_i = -(1 - eps) w_y logp_y - (eps / C) sum_c w_c logp_c``; "mean" divides the sum by
+    ``sum_i w_{y_i}`` over rows that are not ignored.
+    """
+
+    @staticmethod
+    def forward(ctx, logits, *, target, weight, ignore_index, smoothing, reduction):
+        xp = ctx.xp
+        m, c = logits.shape
+        valid = target != ignore_index
+        t = xp.where(valid, target, 0)
+        z = logits - logits.max(axis=1, keepdims=True)
+        lse = xp.log(xp.exp(z).sum(axis=1, keepdims=True))
+        logp = z - lse
+        w = weight if weight is not None else None
+        wy = w[t] if w is not None else xp.ones(m, dtype=logits.dtype)
+        wy = xp.where(valid, wy, 0).astype(logits.dtype)
+        nll = -xp.take_along_axis(logp, t[:, None], axis=1)[:, 0]
+        loss = (1 - smoothing) * wy * nll
+        if smoothing:
+            wl = logp * w if w is not None else logp
+            loss = loss - xp.where(valid, smoothing / c * wl.sum(axis=1), 0)
+        denom = wy.sum() if reduction == "mean" else None
+        ctx.save(logp)
+        ctx.t, ctx.valid, ctx.wy, ctx.w = t, valid, wy, w
+        ctx.smoothing, ctx.reduction, ctx.denom = smoothing, reduction, denom
+        if reduction == "none":
+            return loss
+        total = loss.sum()
+        return total / denom if reduction == "mean" else total
+
+    @staticmethod
+    def backward(ctx, gy):
+        (logp,) = ctx.saved
+        xp = ctx.xp
+        m, c = logp.shape
+        p = xp.exp(logp)
+        eps = ctx.smoothing
+        # d loss_i / d x = (1-eps) w_y (p - onehot_y) + (eps/C) (W p - w)
+        g = (1 - eps) * ctx.wy[:, None] * p
+        g[xp.arange(m), ctx.t] -= (1 - eps) * ctx.wy
+        if eps:
+            wsum = ctx.w.sum() if ctx.w is not None else c
+            wvec = ctx.w if ctx.w is not None else 1.0
+            g += xp.where(ctx.valid[:, None], eps / c * (wsum * p - wvec), 0)
+        if ctx.reduction == "none":
+            return g * gy[:, None]
+        scale = gy / ctx.denom if ctx.reduction == "mean" else gy
+        return (g * scale).astype(logp.dtype, copy=False)
+
+
+def cross_entropy(
+    input,
+    target,
+    weight=None,
+    ignore_index: int = -100,  # noqa: A002
+    reduction: str = "mean",
+    label_smoothing: float = 0.0,
+):
+    """Softmax cross-entropy of logits ``input`` (N, C) or (N, C, d1, ...) against class indices
+    (N, d1, ...) or class probabilities (same shape as input), as PyTorch defines it.
+
+    Gradient: ginput = (softmax(input) - target distribution) scaled by the weights and the
+    reduction.
+    """
+    from ferro._C.tensor import TensorBase
+
+    _check_reduction(reduction, "cross_entropy")
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise ArgumentError(
+            f"cross_entropy: label_smoothing must be in [0, 1], got {label_smoothing}"
+        )
+    probs_target = isinstance(target, TensorBase) and target.dtype.kind == "f"
+    if probs_target:
+        return _cross_entropy_probs(input, target, weight, reduction, label_smoothing)
+    return _class_index_loss(
+        CrossEntropy,
+        "cross_entropy",
+        input,
+        target,
+        weight,
+        ignore_index,
+        reduction,
+        smoothing=float(label_smoothing),
+    )
+
+
+@register("nll_loss")
+class NllLoss:
+    @staticmethod
+    def forward(ctx, logp, *, target, weight, ignore_index, reduction):
+        xp = ctx.xp
+        m = logp.shape[0]
+        valid = target != ignore_index
+        t = xp.where(valid, target, 0)
+        wy = weight[t] if weight is not None else xp.ones(m, dtype=logp.dtype)
+        wy = xp.where(valid, wy, 0).astype(logp.dtype)
+        loss = -wy * xp.take_along_axis(logp, t[:, None], axis=1)[:, 0]
+        ctx.shape, ctx.t, ctx.wy, ctx.reduction = logp.shape, t, wy, reduction
+        ctx.denom = denom = wy.sum() if reduction == "mean" else None
+        if reduction == "none":
+            return loss
+        return loss.sum() / denom if reduction == "mean" else loss.sum()
+
+    @staticmethod
+    def backward(ctx, gy):
+        xp = ctx.xp
+        m = ctx.shape[0]
+        g = xp.zeros(ctx.shape, dtype=gy.dtype)
+        scale = (
+            gy if ctx.reduction == "none" else (gy / ctx.denom if ctx.reduction == "mean" else gy)
+        )
+        g[xp.arange(m), ctx.t] = -ctx.wy * scale
+        return g
 
 
 def nll_loss(
@@ -422,7 +422,7 @@ def kl_div(input, target, reduction: str = "mean", log_target: bool = False):  #
     return _reduce(loss, reduction)
 
 
-# The family's public functions (ferro.ops builds its list from these).
+# The family's public functions (ferro.ops exports their union): a new op's name goes here.
 __all__ = [
     "binary_cross_entropy",
     "binary_cross_entropy_with_logits",

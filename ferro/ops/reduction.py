@@ -38,6 +38,44 @@ def _expand_back(xp, gy, shape, axes, keepdims):
     return xp.broadcast_to(gy, shape)
 
 
+def _count(shape, axes) -> int:
+    n = 1
+    for a in axes:
+        n *= shape[a]
+    return n
+
+
+def _expand(xp, g, ndim, axes, keepdims):
+    # Reinsert reduced axes (as size 1) so g broadcasts against the input.
+    if not keepdims and axes is not None and g.ndim != ndim:
+        g = xp.expand_dims(g, axes)
+    return g
+
+
+def _reduced_shape(shape, axes):
+    if axes is None:
+        return ()
+    return tuple(s for d, s in enumerate(shape) if d not in axes)
+
+
+def _float_only(x, op):
+    if x.dtype.kind != "f":
+        from ferro.errors import DtypeError
+
+        raise DtypeError(f"{op}: needs a floating tensor, got {x.dtype}")
+
+
+def _nonempty(x, axes, op):
+    """A maximum or minimum over an empty dimension has no value (no identity): refuse it.
+    Reducing the other dimensions of an empty tensor is fine (an empty result)."""
+    reduced = range(x.ndim) if axes is None else axes
+    if x.numel() == 0 and any(x.shape[a] == 0 for a in reduced):
+        raise ShapeError(
+            f"{op}: cannot reduce over an empty dimension (shape {tuple(x.shape)}, "
+            f"axis {'all' if axes is None else axes})"
+        )
+
+
 @register("sum")
 class Sum:
     @staticmethod
@@ -50,6 +88,14 @@ class Sum:
     @staticmethod
     def backward(ctx, gy):
         return _expand_back(ctx.xp, gy, ctx.shape, ctx.axes, ctx.keepdims)
+
+
+def sum(x, axis=None, keepdims: bool = False):  # noqa: A001 - mirrors torch.sum
+    """Sum over ``axis`` (None: all elements).
+
+    Gradient: gx = gy broadcast back over the reduced axes.
+    """
+    return apply(Sum, x, axes=normalize_axes(axis, x.ndim, "sum"), keepdims=bool(keepdims))
 
 
 @register("mean")
@@ -68,21 +114,6 @@ class Mean:
         return _expand_back(ctx.xp, gy * ctx.scale, ctx.shape, ctx.axes, ctx.keepdims)
 
 
-def _count(shape, axes) -> int:
-    n = 1
-    for a in axes:
-        n *= shape[a]
-    return n
-
-
-def sum(x, axis=None, keepdims: bool = False):  # noqa: A001 - mirrors torch.sum
-    """Sum over ``axis`` (None: all elements).
-
-    Gradient: gx = gy broadcast back over the reduced axes.
-    """
-    return apply(Sum, x, axes=normalize_axes(axis, x.ndim, "sum"), keepdims=bool(keepdims))
-
-
 def mean(x, axis=None, keepdims: bool = False):
     """Mean over ``axis`` (None: all elements).
 
@@ -93,13 +124,6 @@ def mean(x, axis=None, keepdims: bool = False):
 
         raise DtypeError(f"mean: needs a floating tensor, got {x.dtype}")
     return apply(Mean, x, axes=normalize_axes(axis, x.ndim, "mean"), keepdims=bool(keepdims))
-
-
-def _expand(xp, g, ndim, axes, keepdims):
-    # Reinsert reduced axes (as size 1) so g broadcasts against the input.
-    if not keepdims and axes is not None and g.ndim != ndim:
-        g = xp.expand_dims(g, axes)
-    return g
 
 
 @register("var")
@@ -120,6 +144,33 @@ class Var:
         (d,) = ctx.saved
         g = _expand(ctx.xp, gy, d.ndim, ctx.axes, ctx.keepdims)
         return g * (2 * ctx.scale) * d
+
+
+def var(x, axis=None, correction: int = 1, keepdims: bool = False):
+    """Variance over ``axis`` with ``correction`` (1: unbiased, 0: population).
+
+    Gradient: gx = gy * 2 * (x - mean) / (n - correction).
+    """
+    _float_only(x, "var")
+    if not isinstance(correction, numbers.Integral) or isinstance(correction, bool):
+        raise ArgumentTypeError(f"var: correction must be an int, got {correction!r}")
+    return apply(
+        Var,
+        x,
+        axes=normalize_axes(axis, x.ndim, "var"),
+        correction=int(correction),
+        keepdims=bool(keepdims),
+    )
+
+
+def std(x, axis=None, correction: int = 1, keepdims: bool = False):
+    """Standard deviation over ``axis``: ``sqrt(var(x, axis, correction))``.
+
+    Gradient: gx = gy * (x - mean) / ((n - correction) * y).
+    """
+    from ferro.ops.elementwise import sqrt
+
+    return sqrt(var(x, axis, correction, keepdims))
 
 
 @register("prod")
@@ -154,6 +205,14 @@ class Prod:
         others = others.transpose(inv)
         g = _expand(xp, gy, x.ndim, ctx.axes, ctx.keepdims)
         return g * others
+
+
+def prod(x, axis=None, keepdims: bool = False):
+    """Product over ``axis``.
+
+    Gradient: gx = gy * (product of the other elements of the group), exact with zeros.
+    """
+    return apply(Prod, x, axes=normalize_axes(axis, x.ndim, "prod"), keepdims=bool(keepdims))
 
 
 @register("max_dim")
@@ -198,129 +257,6 @@ class Amax:
         count = mask.sum(axis=ctx.axes, keepdims=True).astype(x.dtype)
         g = _expand(ctx.xp, gy, x.ndim, ctx.axes, ctx.keepdims)
         return g * mask / count
-
-
-def _reduced_shape(shape, axes):
-    if axes is None:
-        return ()
-    return tuple(s for d, s in enumerate(shape) if d not in axes)
-
-
-@register("logsumexp")
-class Logsumexp:
-    @staticmethod
-    def forward(ctx, x, *, axes, keepdims):
-        xp = ctx.xp
-        m = x.max(axis=axes, keepdims=True)
-        m = xp.where(xp.isfinite(m), m, 0)
-        y = m + xp.log(xp.exp(x - m).sum(axis=axes, keepdims=True))
-        ctx.save(x, y)
-        ctx.axes, ctx.keepdims = axes, keepdims
-        return y if keepdims else y.reshape(_reduced_shape(x.shape, axes))
-
-    @staticmethod
-    def backward(ctx, gy):
-        x, y = ctx.saved
-        g = _expand(ctx.xp, gy, x.ndim, ctx.axes, ctx.keepdims)
-        return g * ctx.xp.exp(x - y)
-
-
-@register("norm")
-class Norm:
-    @staticmethod
-    def forward(ctx, x, *, p, axes, keepdims):
-        xp = ctx.xp
-        a = xp.abs(x)
-        if p == 1:
-            y = a.sum(axis=axes, keepdims=True)
-        elif p == 2:
-            y = xp.sqrt((x * x).sum(axis=axes, keepdims=True))
-        else:
-            y = a.max(axis=axes, keepdims=True) if x.size else a.sum(axis=axes, keepdims=True)
-        ctx.save(x, y)
-        ctx.p, ctx.axes, ctx.keepdims = p, axes, keepdims
-        return y if keepdims else y.reshape(_reduced_shape(x.shape, axes))
-
-    @staticmethod
-    def backward(ctx, gy):
-        x, y = ctx.saved
-        xp = ctx.xp
-        g = _expand(xp, gy, x.ndim, ctx.axes, ctx.keepdims)
-        if ctx.p == 1:
-            return g * xp.sign(x)
-        if ctx.p == 2:
-            # The subgradient 0 at the origin, as PyTorch defines it.
-            safe = xp.where(y == 0, 1, y)
-            return xp.where(y == 0, 0, g * x / safe)
-        mask = xp.abs(x) == y
-        count = xp.maximum(mask.sum(axis=ctx.axes, keepdims=True), 1).astype(x.dtype)
-        return g * xp.sign(x) * mask / count
-
-
-@register("cumsum")
-class Cumsum:
-    @staticmethod
-    def forward(ctx, x, *, axis):
-        ctx.axis = axis
-        return ctx.xp.cumsum(x, axis=axis)
-
-    @staticmethod
-    def backward(ctx, gy):
-        xp = ctx.xp
-        return xp.flip(xp.cumsum(xp.flip(gy, ctx.axis), axis=ctx.axis), ctx.axis)
-
-
-def _float_only(x, op):
-    if x.dtype.kind != "f":
-        from ferro.errors import DtypeError
-
-        raise DtypeError(f"{op}: needs a floating tensor, got {x.dtype}")
-
-
-def var(x, axis=None, correction: int = 1, keepdims: bool = False):
-    """Variance over ``axis`` with ``correction`` (1: unbiased, 0: population).
-
-    Gradient: gx = gy * 2 * (x - mean) / (n - correction).
-    """
-    _float_only(x, "var")
-    if not isinstance(correction, numbers.Integral) or isinstance(correction, bool):
-        raise ArgumentTypeError(f"var: correction must be an int, got {correction!r}")
-    return apply(
-        Var,
-        x,
-        axes=normalize_axes(axis, x.ndim, "var"),
-        correction=int(correction),
-        keepdims=bool(keepdims),
-    )
-
-
-def std(x, axis=None, correction: int = 1, keepdims: bool = False):
-    """Standard deviation over ``axis``: ``sqrt(var(x, axis, correction))``.
-
-    Gradient: gx = gy * (x - mean) / ((n - correction) * y).
-    """
-    from ferro.ops.elementwise import sqrt
-
-    return sqrt(var(x, axis, correction, keepdims))
-
-
-def prod(x, axis=None, keepdims: bool = False):
-    """Product over ``axis``.
-
-    Gradient: gx = gy * (product of the other elements of the group), exact with zeros.
-    """
-    return apply(Prod, x, axes=normalize_axes(axis, x.ndim, "prod"), keepdims=bool(keepdims))
-
-
-def _nonempty(x, axes, op):
-    """A maximum or minimum over an empty dimension has no value (no identity): refuse it.
-    Reducing the other dimensions of an empty tensor is fine (an empty result)."""
-    reduced = range(x.ndim) if axes is None else axes
-    if x.numel() == 0 and any(x.shape[a] == 0 for a in reduced):
-        raise ShapeError(
-            f"{op}: cannot reduce over an empty dimension (shape {tuple(x.shape)}, "
-            f"axis {'all' if axes is None else axes})"
-        )
 
 
 def _extreme(x, axis, keepdims, largest, op):
@@ -374,6 +310,25 @@ def amin(x, axis=None, keepdims: bool = False):
     return apply(Amax, x, axes=axes, keepdims=bool(keepdims), largest=False)
 
 
+@register("logsumexp")
+class Logsumexp:
+    @staticmethod
+    def forward(ctx, x, *, axes, keepdims):
+        xp = ctx.xp
+        m = x.max(axis=axes, keepdims=True)
+        m = xp.where(xp.isfinite(m), m, 0)
+        y = m + xp.log(xp.exp(x - m).sum(axis=axes, keepdims=True))
+        ctx.save(x, y)
+        ctx.axes, ctx.keepdims = axes, keepdims
+        return y if keepdims else y.reshape(_reduced_shape(x.shape, axes))
+
+    @staticmethod
+    def backward(ctx, gy):
+        x, y = ctx.saved
+        g = _expand(ctx.xp, gy, x.ndim, ctx.axes, ctx.keepdims)
+        return g * ctx.xp.exp(x - y)
+
+
 def logsumexp(x, axis=None, keepdims: bool = False):
     """``log(sum(exp(x)))`` over ``axis``, numerically stable.
 
@@ -383,6 +338,38 @@ def logsumexp(x, axis=None, keepdims: bool = False):
     return apply(
         Logsumexp, x, axes=normalize_axes(axis, x.ndim, "logsumexp"), keepdims=bool(keepdims)
     )
+
+
+@register("norm")
+class Norm:
+    @staticmethod
+    def forward(ctx, x, *, p, axes, keepdims):
+        xp = ctx.xp
+        a = xp.abs(x)
+        if p == 1:
+            y = a.sum(axis=axes, keepdims=True)
+        elif p == 2:
+            y = xp.sqrt((x * x).sum(axis=axes, keepdims=True))
+        else:
+            y = a.max(axis=axes, keepdims=True) if x.size else a.sum(axis=axes, keepdims=True)
+        ctx.save(x, y)
+        ctx.p, ctx.axes, ctx.keepdims = p, axes, keepdims
+        return y if keepdims else y.reshape(_reduced_shape(x.shape, axes))
+
+    @staticmethod
+    def backward(ctx, gy):
+        x, y = ctx.saved
+        xp = ctx.xp
+        g = _expand(xp, gy, x.ndim, ctx.axes, ctx.keepdims)
+        if ctx.p == 1:
+            return g * xp.sign(x)
+        if ctx.p == 2:
+            # The subgradient 0 at the origin, as PyTorch defines it.
+            safe = xp.where(y == 0, 1, y)
+            return xp.where(y == 0, 0, g * x / safe)
+        mask = xp.abs(x) == y
+        count = xp.maximum(mask.sum(axis=ctx.axes, keepdims=True), 1).astype(x.dtype)
+        return g * xp.sign(x) * mask / count
 
 
 def norm(x, p=2, axis=None, keepdims: bool = False):
@@ -398,6 +385,19 @@ def norm(x, p=2, axis=None, keepdims: bool = False):
     return apply(Norm, x, p=p, axes=normalize_axes(axis, x.ndim, "norm"), keepdims=bool(keepdims))
 
 
+@register("cumsum")
+class Cumsum:
+    @staticmethod
+    def forward(ctx, x, *, axis):
+        ctx.axis = axis
+        return ctx.xp.cumsum(x, axis=axis)
+
+    @staticmethod
+    def backward(ctx, gy):
+        xp = ctx.xp
+        return xp.flip(xp.cumsum(xp.flip(gy, ctx.axis), axis=ctx.axis), ctx.axis)
+
+
 def cumsum(x, axis: int):
     """Cumulative sum along ``axis``.
 
@@ -411,7 +411,7 @@ def cumsum(x, axis: int):
     return apply(Cumsum, x, axis=a)
 
 
-# The family's public functions (ferro.ops builds its list from these).
+# The family's public functions (ferro.ops exports their union): a new op's name goes here.
 __all__ = [
     "amax",
     "amin",

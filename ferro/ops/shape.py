@@ -29,6 +29,130 @@ from ferro.errors import (
 from ferro.ops.registry import apply, register
 
 
+def _size_args(shape) -> tuple:
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        shape = tuple(shape[0])
+    for s in shape:
+        if not isinstance(s, numbers.Integral) or isinstance(s, bool):
+            raise ArgumentTypeError(f"reshape: sizes must be ints, got {shape!r}")
+    return tuple(int(s) for s in shape)
+
+
+def _axis(a, ndim, op):
+    if not isinstance(a, numbers.Integral) or isinstance(a, bool):
+        raise ArgumentTypeError(f"{op}: dims must be ints, got {a!r}")
+    if not -ndim <= a < max(ndim, 1):
+        raise IndexOutOfRangeError(
+            f"{op}: dim {a} is out of range for a tensor of {ndim} dimensions "
+            f"(expected a dim in [{-ndim}, {max(ndim, 1) - 1}])"
+        )
+    return int(a) % ndim if ndim else 0
+
+
+def _int(value, op, what):
+    """``value`` as a Python int (ints, NumPy integers, one-element integer tensors), or raise."""
+    if isinstance(value, bool):
+        raise ArgumentTypeError(f"{op}: {what} must be an int, got {value!r}")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise ArgumentTypeError(
+            f"{op}: {what} must be an int, got {type(value).__name__}"
+        ) from None
+
+
+def _tensor_list(tensors, op):
+    tensors = list(tensors)
+    if not tensors:
+        raise ArgumentError(f"{op}: expected a non-empty sequence of tensors, got an empty one")
+    return tensors
+
+
+def _unstack(xp, y, axis):
+    """The slices of ``y`` along ``axis``, as views (one basic index each: no copies)."""
+    moved = xp.moveaxis(y, axis, 0)
+    # moved[i, ...] keeps a 0-d slice an array (moved[i] would give a NumPy scalar).
+    return tuple([moved[i, ...] for i in range(moved.shape[0])])
+
+
+def _scatter_add_into_zeros(xp, shape, where, gy):
+    """Zeros of ``shape`` with ``gy`` added at ``where``: the backward of every gathering op
+    (``add.at`` adds repeated indices up, where assignment would keep only the last)."""
+    gx = xp.zeros(shape, dtype=gy.dtype)
+    xp.add.at(gx, where, gy)
+    return gx
+
+
+def _on_device_of(arr, like):
+    """``arr`` on the device of the array ``like`` (``arr`` itself when it is there already)."""
+    if type(arr) is np.ndarray and type(like) is np.ndarray:
+        return arr
+    device = device_of(like)
+    return arr if device_of(arr) == device else move(arr, device)
+
+
+def _index_operand(index, like, op, kinds="iu"):
+    """An index argument as the positional operand of an indexing op (Note [Index operands]).
+
+    Returns ``(operand, array)``: the operand to pass to ``apply`` (a Tensor, whose version the
+    engine records when the op saves it, or an array nobody else holds) and its array, on the
+    device of ``like`` and of a dtype kind in ``kinds``.
+    """
+    like = like.data if isinstance(like, TensorBase) else like
+    if isinstance(index, TensorBase):
+        arr = _on_device_of(index.data, like)
+        operand = index if arr is index.data else arr
+    elif is_array(index):
+        arr = _on_device_of(index, like)
+        operand = arr = index.copy() if arr is index else arr
+    elif isinstance(index, (list, tuple, numbers.Integral)) and not isinstance(index, bool):
+        arr = np.asarray(index)
+        if arr.size == 0 and arr.dtype.kind == "f":
+            arr = arr.astype(np.int64)  # [] is an empty index, not a float array
+        operand = arr = _on_device_of(arr, like)
+    else:
+        raise ArgumentTypeError(
+            f"{op}: the index must be a Tensor, an array or a list of ints, got "
+            f"{type(index).__name__}"
+        )
+    if arr.dtype.kind not in kinds:
+        what = "integer or bool" if "b" in kinds else "integer"
+        raise DtypeError(f"{op}: the index must be {what}, got dtype {arr.dtype}")
+    return operand, arr
+
+
+def _check_range(arr, size, op, negative=True):
+    """Raise IndexOutOfRangeError unless every value of ``arr`` indexes a dimension of ``size``
+    (in ``[-size, size)``, or ``[0, size)`` when ``negative`` is False)."""
+    if not arr.size:
+        return
+    lo, hi = int(arr.min()), int(arr.max())
+    low = -size if negative else 0
+    if lo < low or hi >= size:
+        bad = lo if lo < low else hi
+        raise IndexOutOfRangeError(
+            f"{op}: index {bad} is out of range for a dimension of size {size} (expected "
+            f"indices in [{low}, {size}); got values in [{lo}, {hi}])"
+        )
+
+
+def _grid(xp, index, axis):
+    # Index tuple addressing x at (i0, ..., index[i], ...) for every position of ``index``.
+    grids = list(xp.ogrid[tuple(slice(0, s) for s in index.shape)]) if index.ndim else []
+    grids[axis] = index
+    return tuple(grids)
+
+
+def _gather_index(x, index, a, op):
+    operand, idx = _index_operand(index, x, op)
+    _check_range(idx, x.shape[a], op)
+    if idx.ndim != x.ndim or any(
+        i > s for d, (i, s) in enumerate(zip(idx.shape, x.shape, strict=True)) if d != a
+    ):
+        raise ShapeError(f"{op}: index of shape {idx.shape} does not fit input of shape {x.shape}")
+    return operand, idx
+
+
 @register("reshape", view=True)
 class Reshape:
     @staticmethod
@@ -39,30 +163,6 @@ class Reshape:
     @staticmethod
     def backward(ctx, gy):
         return gy.reshape(ctx.in_shape)
-
-
-@register("permute", view=True)
-class Permute:
-    @staticmethod
-    def forward(ctx, x, *, axes):
-        ctx.axes = axes
-        return x.transpose(axes)
-
-    @staticmethod
-    def backward(ctx, gy):
-        inv = [0] * len(ctx.axes)
-        for i, a in enumerate(ctx.axes):
-            inv[a] = i
-        return gy.transpose(inv)
-
-
-def _size_args(shape) -> tuple:
-    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
-        shape = tuple(shape[0])
-    for s in shape:
-        if not isinstance(s, numbers.Integral) or isinstance(s, bool):
-            raise ArgumentTypeError(f"reshape: sizes must be ints, got {shape!r}")
-    return tuple(int(s) for s in shape)
 
 
 def reshape(x, *shape):
@@ -88,27 +188,19 @@ def reshape(x, *shape):
     return apply(Reshape, x, shape=shape)
 
 
-def _axis(a, ndim, op):
-    if not isinstance(a, numbers.Integral) or isinstance(a, bool):
-        raise ArgumentTypeError(f"{op}: dims must be ints, got {a!r}")
-    if not -ndim <= a < max(ndim, 1):
-        raise IndexOutOfRangeError(
-            f"{op}: dim {a} is out of range for a tensor of {ndim} dimensions "
-            f"(expected a dim in [{-ndim}, {max(ndim, 1) - 1}])"
-        )
-    return int(a) % ndim if ndim else 0
+@register("permute", view=True)
+class Permute:
+    @staticmethod
+    def forward(ctx, x, *, axes):
+        ctx.axes = axes
+        return x.transpose(axes)
 
-
-def _int(value, op, what):
-    """``value`` as a Python int (ints, NumPy integers, one-element integer tensors), or raise."""
-    if isinstance(value, bool):
-        raise ArgumentTypeError(f"{op}: {what} must be an int, got {value!r}")
-    try:
-        return operator.index(value)
-    except TypeError:
-        raise ArgumentTypeError(
-            f"{op}: {what} must be an int, got {type(value).__name__}"
-        ) from None
+    @staticmethod
+    def backward(ctx, gy):
+        inv = [0] * len(ctx.axes)
+        for i, a in enumerate(ctx.axes):
+            inv[a] = i
+        return gy.transpose(inv)
 
 
 def permute(x, *dims):
@@ -146,12 +238,6 @@ def detach(x):
     """A tensor sharing ``x``'s data (and version counter) that is not part of any graph
     (not differentiable: no gradient flows through it)."""
     return apply(Detach, x)
-
-
-def _dims_arg(dims) -> tuple:
-    if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
-        return tuple(dims[0])
-    return tuple(dims)
 
 
 def flatten(x, start_dim: int = 0, end_dim: int = -1):
@@ -246,13 +332,6 @@ class Cat:
         return tuple(ctx.xp.split(gy, bounds, axis=ctx.axis))
 
 
-def _tensor_list(tensors, op):
-    tensors = list(tensors)
-    if not tensors:
-        raise ArgumentError(f"{op}: expected a non-empty sequence of tensors, got an empty one")
-    return tensors
-
-
 def cat(tensors, dim: int = 0):
     """Concatenate tensors along an existing dimension.
 
@@ -269,13 +348,6 @@ def cat(tensors, dim: int = 0):
                 f"cat: shapes {[tuple(t.shape) for t in tensors]} differ outside dim {dim}"
             )
     return apply(Cat, *tensors, axis=a)
-
-
-def _unstack(xp, y, axis):
-    """The slices of ``y`` along ``axis``, as views (one basic index each: no copies)."""
-    moved = xp.moveaxis(y, axis, 0)
-    # moved[i, ...] keeps a 0-d slice an array (moved[i] would give a NumPy scalar).
-    return tuple([moved[i, ...] for i in range(moved.shape[0])])
 
 
 @register("stack")
@@ -376,67 +448,6 @@ def chunk(x, chunks: int, dim: int = 0):
     n = x.shape[_axis(dim, x.ndim, "chunk")]
     step = max(-(-n // chunks), 1)
     return split(x, step, dim)
-
-
-def _scatter_add_into_zeros(xp, shape, where, gy):
-    """Zeros of ``shape`` with ``gy`` added at ``where``: the backward of every gathering op
-    (``add.at`` adds repeated indices up, where assignment would keep only the last)."""
-    gx = xp.zeros(shape, dtype=gy.dtype)
-    xp.add.at(gx, where, gy)
-    return gx
-
-
-def _on_device_of(arr, like):
-    """``arr`` on the device of the array ``like`` (``arr`` itself when it is there already)."""
-    if type(arr) is np.ndarray and type(like) is np.ndarray:
-        return arr
-    device = device_of(like)
-    return arr if device_of(arr) == device else move(arr, device)
-
-
-def _index_operand(index, like, op, kinds="iu"):
-    """An index argument as the positional operand of an indexing op (Note [Index operands]).
-
-    Returns ``(operand, array)``: the operand to pass to ``apply`` (a Tensor, whose version the
-    engine records when the op saves it, or an array nobody else holds) and its array, on the
-    device of ``like`` and of a dtype kind in ``kinds``.
-    """
-    like = like.data if isinstance(like, TensorBase) else like
-    if isinstance(index, TensorBase):
-        arr = _on_device_of(index.data, like)
-        operand = index if arr is index.data else arr
-    elif is_array(index):
-        arr = _on_device_of(index, like)
-        operand = arr = index.copy() if arr is index else arr
-    elif isinstance(index, (list, tuple, numbers.Integral)) and not isinstance(index, bool):
-        arr = np.asarray(index)
-        if arr.size == 0 and arr.dtype.kind == "f":
-            arr = arr.astype(np.int64)  # [] is an empty index, not a float array
-        operand = arr = _on_device_of(arr, like)
-    else:
-        raise ArgumentTypeError(
-            f"{op}: the index must be a Tensor, an array or a list of ints, got "
-            f"{type(index).__name__}"
-        )
-    if arr.dtype.kind not in kinds:
-        what = "integer or bool" if "b" in kinds else "integer"
-        raise DtypeError(f"{op}: the index must be {what}, got dtype {arr.dtype}")
-    return operand, arr
-
-
-def _check_range(arr, size, op, negative=True):
-    """Raise IndexOutOfRangeError unless every value of ``arr`` indexes a dimension of ``size``
-    (in ``[-size, size)``, or ``[0, size)`` when ``negative`` is False)."""
-    if not arr.size:
-        return
-    lo, hi = int(arr.min()), int(arr.max())
-    low = -size if negative else 0
-    if lo < low or hi >= size:
-        bad = lo if lo < low else hi
-        raise IndexOutOfRangeError(
-            f"{op}: index {bad} is out of range for a dimension of size {size} (expected "
-            f"indices in [{low}, {size}); got values in [{lo}, {hi}])"
-        )
 
 
 def _bound(v):
@@ -584,13 +595,6 @@ def index_select(x, dim: int, index):
     return apply(IndexSelect, x, operand, axis=a)
 
 
-def _grid(xp, index, axis):
-    # Index tuple addressing x at (i0, ..., index[i], ...) for every position of ``index``.
-    grids = list(xp.ogrid[tuple(slice(0, s) for s in index.shape)]) if index.ndim else []
-    grids[axis] = index
-    return tuple(grids)
-
-
 @register("gather", same_dtype=False)
 class Gather:
     @staticmethod
@@ -604,16 +608,6 @@ class Gather:
         (index,) = ctx.saved
         where = _grid(ctx.xp, index, ctx.axis)
         return _scatter_add_into_zeros(ctx.xp, ctx.shape, where, gy), None
-
-
-def _gather_index(x, index, a, op):
-    operand, idx = _index_operand(index, x, op)
-    _check_range(idx, x.shape[a], op)
-    if idx.ndim != x.ndim or any(
-        i > s for d, (i, s) in enumerate(zip(idx.shape, x.shape, strict=True)) if d != a
-    ):
-        raise ShapeError(f"{op}: index of shape {idx.shape} does not fit input of shape {x.shape}")
-    return operand, idx
 
 
 def gather(x, dim: int, index):
@@ -839,6 +833,12 @@ def repeat(x, *sizes):
     return tile(x, sizes)
 
 
+def _dims_arg(dims) -> tuple:
+    if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
+        return tuple(dims[0])
+    return tuple(dims)
+
+
 @register("flip", view=True)
 class Flip:
     @staticmethod
@@ -954,7 +954,7 @@ def embedding(indices, weight, padding_idx=None):
     return apply(Embedding, weight, operand, padding_idx=padding_idx)
 
 
-# The family's public functions (ferro.ops builds its list from these).
+# The family's public functions (ferro.ops exports their union): a new op's name goes here.
 __all__ = [
     "broadcast_to",
     "cat",

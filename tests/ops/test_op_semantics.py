@@ -34,6 +34,21 @@ def test_maximum_splits_ties():
     assert a.grad.tolist() == [0.5, 0.0] and b.grad.tolist() == [0.5, 1.0]
 
 
+def test_logaddexp_is_finite_and_exact_where_exp_overflows_or_underflows():
+    # exp(±1000) is inf/0 in float64: log(exp(a) + exp(b)) would give inf and -inf here.
+    a = ferro.tensor([1000.0, -1000.0, 0.0], dtype=ferro.float64, requires_grad=True)
+    b = ferro.tensor([1000.0, -1001.0, -40.0], dtype=ferro.float64, requires_grad=True)
+    y = ferro.logaddexp(a, b)
+    e1, e40 = np.exp(-1.0), np.exp(-40.0)
+    np.testing.assert_allclose(
+        y.detach().numpy(), [1000 + np.log(2), -1000 + np.log1p(e1), np.log1p(e40)], rtol=1e-15
+    )
+    y.sum().backward()
+    # ga = exp(a - y) = 1 / (1 + exp(b - a)): the softmax weight of a in (a, b).
+    np.testing.assert_allclose(a.grad.numpy(), [0.5, 1 / (1 + e1), 1 / (1 + e40)], rtol=1e-14)
+    np.testing.assert_allclose(b.grad.numpy(), [0.5, e1 / (1 + e1), e40 / (1 + e40)], rtol=1e-14)
+
+
 def test_getitem_repeated_integer_indices_accumulate():
     x = ferro.tensor([1.0, 2.0, 3.0], requires_grad=True)
     x[ferro.tensor([0, 0, 2, 0])].sum().backward()

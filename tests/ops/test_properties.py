@@ -101,6 +101,7 @@ def test_clamp_bounds_that_broadcast_the_input_to_a_larger_shape():
         "einsum",
         "kl_div",
         "bce_logits",
+        "logaddexp",
     ],
 )
 def test_against_pytorch(case):
@@ -146,6 +147,10 @@ def test_against_pytorch(case):
             lambda a: F.binary_cross_entropy_with_logits(
                 a, torch.tensor(p), pos_weight=torch.tensor(w)
             ),
+        ),
+        "logaddexp": (
+            lambda a: ferro.logaddexp(a, 3.0 * a[:, :1]).sum(),
+            lambda a: torch.logaddexp(a, 3.0 * a[:, :1]).sum(),
         ),
     }
     f_fn, t_fn = cases[case]

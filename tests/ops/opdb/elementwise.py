@@ -52,6 +52,7 @@ ENTRIES = [
     binary("pow", ferro.pow, np.power, (0.5, 2.0), (-1.5, 1.5)),
     unary("exp", ferro.exp, np.exp),
     unary("log", ferro.log, np.log, (0.3, 3.0)),
+    binary("logaddexp", ferro.logaddexp, np.logaddexp),
     unary("tanh", ferro.tanh, np.tanh),
     unary(
         "cast",

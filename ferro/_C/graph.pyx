@@ -202,6 +202,7 @@ cdef class Node:
     """
 
     def save(self, *arrays):
+        # Note [Saved-hook order] (docs/design.md).
         """Keep ``arrays`` for backward (released after backward unless ``retain_graph``).
 
         Inside ``ferro.autograd.graph.saved_tensors_hooks(pack, unpack)`` each array is passed to
@@ -333,6 +334,7 @@ cdef class Node:
 # gradient.
 # ---------------------------------------------------------------------------------------------
 
+# Note [Version counters] (docs/design.md).
 cdef int _record_saved_versions(Node node, tuple args, Py_ssize_t n, object outputs) except -1:
     """For each saved array that is a tensor's data, remember that tensor's version now.
 

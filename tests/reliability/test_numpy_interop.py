@@ -131,8 +131,9 @@ def test_int_float_and_index_of_one_element_tensors():
 
 
 def test_tensor_constructor_refuses_what_would_leave_it_without_data_or_alias_a_tensor():
-    # ferro.Tensor(list) / Tensor(*sizes) work as in PyTorch (tests/engine/test_creation.py);
-    # these calls would give a tensor without data, or one aliasing another behind its graph.
+    # ferro.Tensor(list) / Tensor(*sizes) work as in PyTorch (see
+    # tests/engine/test_factories_and_views.py); these calls would give a tensor without data,
+    # or one aliasing another behind its graph.
     with pytest.raises(ArgumentTypeError, match=r"ferro\.tensor\(value\)"):
         ferro.Tensor(2.5)
     with pytest.raises(ArgumentTypeError, match=r"t\.detach\(\)"):

@@ -22,10 +22,18 @@ import numpy as np
 
 from ferro import autograd as _autograd
 from ferro import backend as _backend
+from ferro import creation as _creation
 from ferro import dtypes as _dtypes
 from ferro._C import engine as _engine
 from ferro._C.tensor import TensorBase, set_tensor_type
-from ferro.errors import ArgumentTypeError, DeviceError, DtypeError, GraphError, ShapeError
+from ferro.errors import (
+    ArgumentTypeError,
+    DeviceError,
+    DtypeError,
+    GraphError,
+    IndexOutOfRangeError,
+    ShapeError,
+)
 from ferro.ops import activation as _act
 from ferro.ops import device as _dev
 from ferro.ops import elementwise as _ew
@@ -67,12 +75,49 @@ class Tensor(TensorBase):
 
     __slots__ = ()
 
-    def __init__(self, *args, **kwargs) -> None:
-        # The engine makes tensors without calling __init__; only ``ferro.Tensor(...)`` gets here.
-        raise ArgumentTypeError(
-            "Tensor(...) cannot be called directly: create tensors with ferro.tensor(data), "
-            "ferro.from_numpy(array) or a factory such as ferro.zeros(2, 3)"
-        )
+    def __init__(self, *args, device=None) -> None:
+        """PyTorch's legacy constructor: ``Tensor(data)`` copies a (nested) sequence or an array
+        into a tensor of the default dtype (float32); ``Tensor(*sizes)`` makes a zero-filled one
+        of that shape (PyTorch leaves it uninitialized); ``Tensor()`` is empty, of shape (0,).
+
+        ``ferro.tensor(data)`` is the usual way: it keeps the data's dtype and takes ``dtype=``
+        and ``requires_grad=``. The engine makes its tensors without calling ``__init__``, so
+        this runs only for ``ferro.Tensor(...)``.
+
+        Raises:
+            ArgumentTypeError: a Tensor argument (PyTorch would alias it: use ``t.detach()``
+                to share its memory or ``t.clone()`` to copy it), a scalar, other arguments
+                with sizes, or a call on a tensor that already holds data.
+
+        Example:
+            >>> ferro.Tensor([1, 2]), ferro.Tensor(2, 3).shape
+            (tensor([1., 2.]), (2, 3))
+        """
+        # Reached on a fresh object only, whose data is still None; refusing a second call
+        # keeps t.__init__(...) from swapping an existing tensor's data behind its graph.
+        if self.data is not None:
+            raise ArgumentTypeError("Tensor.__init__: this tensor already holds data")
+        if args and all(isinstance(a, int) and not isinstance(a, bool) for a in args):
+            made = _creation.zeros(*args, device=device)
+        elif len(args) > 1:
+            raise ArgumentTypeError(
+                "Tensor(...): expected sizes (Tensor(2, 3)) or one sequence of data "
+                f"(Tensor([1.0, 2.0])), got arguments of types {[type(a).__name__ for a in args]}"
+            )
+        elif args and isinstance(args[0], TensorBase):
+            raise ArgumentTypeError(
+                "Tensor(tensor): ferro does not alias a tensor through its constructor; use "
+                "t.detach() to share its memory or t.clone() to copy it"
+            )
+        elif args and not isinstance(args[0], (list, tuple)) and not _backend.is_array(args[0]):
+            raise ArgumentTypeError(
+                f"Tensor(data): data must be a sequence or an array, got "
+                f"{type(args[0]).__name__}; ferro.tensor(value) makes a 0-d tensor"
+            )
+        else:
+            data = args[0] if args else []
+            made = _creation.tensor(data, dtype=_dtypes.default_float(), device=device)
+        self.data = made.data
 
     # Arithmetic. The forward functions take (a, b), so they serve directly as methods.
     __add__ = _ew.add
@@ -205,6 +250,123 @@ class Tensor(TensorBase):
     def mT(self) -> Tensor:
         """The last two dimensions swapped (batched matrix transpose)."""
         return _sh.transpose(self, -2, -1)
+
+    def t(self) -> Tensor:
+        """The transpose of a matrix; a 0-D or 1-D tensor is returned as it is (PyTorch's
+        ``t()``).
+
+        Raises:
+            ShapeError: more than 2 dimensions (use ``transpose(d0, d1)`` or ``mT``).
+        """
+        if self.ndim > 2:
+            raise ShapeError(
+                f"t(): expects a tensor with at most 2 dimensions, got shape {self.shape}; use "
+                "transpose(dim0, dim1) or .mT"
+            )
+        if self.ndim < 2:
+            return _sh.permute(self, tuple(range(self.ndim)))
+        return _sh.transpose(self, 0, 1)
+
+    def mm(self, mat2) -> Tensor:
+        """The matrix product of two 2-D tensors (``matmul`` without broadcasting)."""
+        _check_matrices("mm", (self, 2), (mat2, 2))
+        return _la.matmul(self, mat2)
+
+    def bmm(self, mat2) -> Tensor:
+        """Batched matrix product: ``(b, n, m) @ (b, m, p) -> (b, n, p)``, same batch size."""
+        _check_matrices("bmm", (self, 3), (mat2, 3))
+        if self.shape[0] != mat2.shape[0]:
+            raise ShapeError(
+                f"bmm: the batch sizes differ: shapes {self.shape} and {mat2.shape} (bmm does "
+                "not broadcast; matmul does)"
+            )
+        return _la.matmul(self, mat2)
+
+    def mv(self, vec) -> Tensor:
+        """The product of a 2-D matrix and a 1-D vector."""
+        _check_matrices("mv", (self, 2), (vec, 1))
+        return _la.matmul(self, vec)
+
+    def contiguous(self) -> Tensor:
+        """This tensor if its data is C-contiguous, else a C-contiguous copy (with history)."""
+        return self if self.is_contiguous() else _ew.clone(self)
+
+    def is_contiguous(self) -> bool:
+        """True if the data is laid out in row-major (C) order without gaps."""
+        return bool(self.data.flags.c_contiguous)
+
+    def view_as(self, other) -> Tensor:
+        """``self.view(other.shape)``."""
+        return _sh.reshape(self, _other(other, "view_as").shape)
+
+    def reshape_as(self, other) -> Tensor:
+        """``self.reshape(other.shape)``."""
+        return _sh.reshape(self, _other(other, "reshape_as").shape)
+
+    def expand_as(self, other) -> Tensor:
+        """``self.expand(other.shape)``."""
+        return _sh.expand(self, _other(other, "expand_as").shape)
+
+    def nelement(self) -> int:
+        """Number of elements (``numel()``)."""
+        return self.data.size
+
+    def size(self, dim=None):
+        """The shape, or the length of dimension ``dim`` (negative counts from the end).
+
+        Raises:
+            IndexOutOfRangeError: ``dim`` outside ``[-ndim, ndim)``.
+        """
+        shape = self.data.shape
+        if dim is None:
+            return shape
+        if isinstance(dim, bool) or not isinstance(dim, int):
+            raise ArgumentTypeError(f"size: dim must be an int, got {type(dim).__name__}")
+        if not -len(shape) <= dim < len(shape):
+            raise IndexOutOfRangeError(
+                f"size: dimension {dim} is out of range for a tensor of {len(shape)} "
+                f"dimensions (expected [{-len(shape)}, {len(shape)}))"
+            )
+        return shape[dim]
+
+    # PyTorch's new_* factories: this tensor's dtype and device unless given.
+    def new_tensor(self, data, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+        """A copy of ``data`` as a tensor of this tensor's dtype and device unless given."""
+        dtype, device = self._new_args(dtype, device)
+        return _creation.tensor(data, dtype=dtype, device=device, requires_grad=requires_grad)
+
+    def new_zeros(self, *size, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+        """Zeros of ``size``, with this tensor's dtype and device unless given."""
+        dtype, device = self._new_args(dtype, device)
+        return _creation.zeros(*size, dtype=dtype, device=device, requires_grad=requires_grad)
+
+    def new_ones(self, *size, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+        """Ones of ``size``, with this tensor's dtype and device unless given."""
+        dtype, device = self._new_args(dtype, device)
+        return _creation.ones(*size, dtype=dtype, device=device, requires_grad=requires_grad)
+
+    def new_empty(self, *size, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+        """An uninitialized tensor of ``size``, with this tensor's dtype and device unless
+        given."""
+        dtype, device = self._new_args(dtype, device)
+        return _creation.empty(*size, dtype=dtype, device=device, requires_grad=requires_grad)
+
+    def new_full(
+        self, size, fill_value, dtype=None, device=None, requires_grad: bool = False
+    ) -> Tensor:
+        """``fill_value`` in a tensor of ``size``, with this tensor's dtype and device unless
+        given (PyTorch does not infer the dtype from the value here, unlike ``full``)."""
+        dtype, device = self._new_args(dtype, device)
+        return _creation.full(
+            size, fill_value, dtype=dtype, device=device, requires_grad=requires_grad
+        )
+
+    def _new_args(self, dtype, device):
+        data = self.data
+        return (
+            data.dtype if dtype is None else dtype,
+            _backend.device_of(data) if device is None else device,
+        )
 
     # Devices and dtypes (ferro/backend.py, ferro/dtypes.py).
     @property
@@ -545,6 +707,25 @@ def _parse_type_name(name: str) -> tuple:
             "'ferro.cuda.DoubleTensor'"
         )
     return ("cuda" if parts[1:-1] else "cpu", _TYPE_DTYPES[kind])
+
+
+def _check_matrices(op: str, *operands) -> None:
+    """Raise unless each ``(tensor, ndim)`` of ``operands`` is a Tensor of that many dims."""
+    for t, _ in operands:
+        if not isinstance(t, TensorBase):
+            raise ArgumentTypeError(f"{op}: expected a Tensor, got {type(t).__name__}")
+    for name, (t, ndim) in zip(("self", "the argument"), operands, strict=True):
+        if t.ndim != ndim:
+            raise ShapeError(
+                f"{op}: {name} must have {ndim} dimension(s), got shape {t.shape} (shapes "
+                f"{operands[0][0].shape} and {operands[1][0].shape})"
+            )
+
+
+def _other(other, op: str):
+    if not isinstance(other, TensorBase):
+        raise ArgumentTypeError(f"{op}: expected a Tensor, got {type(other).__name__}")
+    return other
 
 
 def _rebuild(cls, data, requires_grad):

@@ -333,3 +333,251 @@ def randn(*size, generator=None, dtype=None, requires_grad: bool = False, device
     rng = _random.numpy_generator(generator, "randn")
     arr = rng.standard_normal(_shape(size, "randn", dt), dtype=dt)
     return _make(np.asarray(arr), requires_grad, device)
+
+
+def empty_like(t, dtype=None, requires_grad: bool = False, device=None):
+    """An uninitialized tensor with the shape of ``t``, and its dtype and device unless given."""
+    data = _tensor_arg(t, "empty_like").data
+    dt = data.dtype if dtype is None else as_dtype(dtype, where="empty_like")
+    out = backend.xp_of(t.data).empty(t.data.shape, dtype=dt)
+    return _make(out, requires_grad, backend.device_of(t.data) if device is None else device)
+
+
+def _tensor_arg(t, op):
+    if not isinstance(t, TensorBase):
+        raise ArgumentTypeError(f"{op}: expected a Tensor, got {type(t).__name__}")
+    return t
+
+
+def _real(value, name, op):
+    """A finite real bound (a Python or NumPy number, or a one-element tensor)."""
+    if isinstance(value, TensorBase):
+        if value.data.size != 1:
+            raise ArgumentError(f"{op}: {name} must be a number, got shape {value.shape}")
+        value = value.data.item()
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ArgumentTypeError(f"{op}: {name} must be a real number, got {type(value).__name__}")
+    if not math.isfinite(value):
+        raise ArgumentError(f"{op}: {name} must be finite, got {value}")
+    return value
+
+
+def _steps(steps, op) -> int:
+    if isinstance(steps, bool) or not hasattr(type(steps), "__index__"):
+        raise ArgumentTypeError(f"{op}: steps must be an int, got {type(steps).__name__}")
+    steps = operator.index(steps)
+    if steps < 0:
+        raise ArgumentError(f"{op}: steps must be non-negative, got {steps}")
+    return steps
+
+
+def _linspace(start, end, steps, dt, op):
+    """PyTorch's linspace in dtype ``dt``: the first half counts up from ``start`` and the
+    second half down from ``end`` (so both ends are exact), in ``dt``'s own precision for the
+    float dtypes. For the integer dtypes the bounds are truncated toward zero first and the
+    values computed in float64, then truncated, as PyTorch does. PyTorch's vectorized kernel
+    rounds some interior values differently in the last place (by the CPU's vector width)."""
+    _shape((steps,), op, dt)
+    work = dt if dt.kind == "f" else np.dtype(np.float64)
+    if dt.kind != "f":
+        start, end = math.trunc(start), math.trunc(end)
+    start, end = work.type(start), work.type(end)
+    if steps == 1:
+        return np.full(1, start, dtype=work).astype(dt)
+    step = (end - start) / work.type(steps - 1)
+    idx = np.arange(steps, dtype=work)
+    half = steps // 2
+    out = np.empty(steps, dtype=work)
+    out[:half] = start + step * idx[:half]
+    out[half:] = end - step * (work.type(steps - 1) - idx[half:])
+    if dt.kind == "i":
+        _fits_int64(out, op)
+    return out.astype(dt)
+
+
+def linspace(start, end, steps, *, dtype=None, device=None, requires_grad: bool = False):
+    """``steps`` evenly spaced values from ``start`` to ``end`` (both included), in the
+    default dtype unless ``dtype`` is given, as PyTorch's ``linspace``.
+
+    Raises:
+        ArgumentTypeError: a bound that is not a real number, or ``steps`` not an int.
+        ArgumentError: a bound that is not finite, or a negative ``steps``.
+
+    Example:
+        >>> ferro.linspace(0, 1, 5)
+        tensor([0.  , 0.25, 0.5 , 0.75, 1.  ])
+    """
+    start, end = _real(start, "start", "linspace"), _real(end, "end", "linspace")
+    dt = _dtype_or_default(dtype, "linspace")
+    values = _linspace(start, end, _steps(steps, "linspace"), dt, "linspace")
+    return _make(values, requires_grad, device)
+
+
+def logspace(start, end, steps, base=10.0, *, dtype=None, device=None, requires_grad=False):
+    """``base ** linspace(start, end, steps)``, as PyTorch's ``logspace`` (the powers are taken
+    in float64, then converted to the dtype).
+
+    Example:
+        >>> ferro.logspace(0, 2, 3)
+        tensor([  1.,  10., 100.])
+    """
+    start, end = _real(start, "start", "logspace"), _real(end, "end", "logspace")
+    base = _real(base, "base", "logspace")
+    dt = _dtype_or_default(dtype, "logspace")
+    exponents = _linspace(start, end, _steps(steps, "logspace"), np.dtype(np.float64), "logspace")
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        values = np.power(np.float64(base), exponents)
+    if dt.kind == "i":
+        _fits_int64(values, "logspace")
+    return _make(values.astype(dt), requires_grad, device)
+
+
+def eye(n, m=None, *, dtype=None, device=None, requires_grad: bool = False):
+    """An ``n`` x ``m`` (default ``n`` x ``n``) matrix with ones on the diagonal.
+
+    Example:
+        >>> ferro.eye(2)
+        tensor([[1., 0.],
+                [0., 1.]])
+    """
+    dt = _dtype_or_default(dtype, "eye")
+    rows, cols = _shape((n, n if m is None else m), "eye", dt)
+    return _make(np.eye(rows, cols, dtype=dt), requires_grad, device)
+
+
+def _int_arg(value, name, op) -> int:
+    if isinstance(value, bool) or not hasattr(type(value), "__index__"):
+        raise ArgumentTypeError(f"{op}: {name} must be an int, got {type(value).__name__}")
+    return operator.index(value)
+
+
+def _random_ints(low, high, shape, generator, dt, op):
+    """Integers drawn uniformly from [low, high) as an array of ``dt``."""
+    low, high = _int_arg(low, "low", op), _int_arg(high, "high", op)
+    if not _INT64_MIN <= low < high <= _INT64_MAX + 1:
+        raise ArgumentError(
+            f"{op}: expected low < high within int64 [-2**63, 2**63], got low={low}, high={high}"
+        )
+    if dt == _BOOL:
+        raise DtypeError(f"{op}: dtype must be numeric, got bool")
+    rng = _random.numpy_generator(generator, op)
+    return rng.integers(low, high, size=shape, dtype=np.int64).astype(dt)
+
+
+def randint(
+    low=0,
+    high=None,
+    size=None,
+    *,
+    generator=None,
+    dtype=None,
+    device=None,
+    requires_grad: bool = False,
+):
+    """Integers drawn uniformly from [``low``, ``high``), as PyTorch's ``randint``: call it as
+    ``randint(high, size)`` or ``randint(low, high, size)``; int64 unless ``dtype`` is given.
+
+    Raises:
+        ArgumentTypeError: bounds that are not ints, or no ``size``.
+        ArgumentError: ``low >= high``.
+
+    Example:
+        >>> ferro.randint(0, 10, (2, 3)).shape
+        (2, 3)
+    """
+    if size is None and isinstance(high, (tuple, list)):
+        low, high, size = 0, low, high  # randint(high, size)
+    elif high is None:
+        low, high = 0, low  # randint(high, size=...)
+    if size is None:
+        raise ArgumentTypeError("randint: missing the size argument, as in randint(high, size)")
+    dt = _INT64 if dtype is None else as_dtype(dtype, where="randint")
+    shape = _shape((size,) if isinstance(size, (tuple, list)) else (size,), "randint", dt)
+    return _make(_random_ints(low, high, shape, generator, dt, "randint"), requires_grad, device)
+
+
+def randperm(n, *, generator=None, dtype=None, device=None, requires_grad: bool = False):
+    """A random permutation of ``0 .. n - 1`` (int64 unless ``dtype`` is given).
+
+    Example:
+        >>> sorted(ferro.randperm(4).tolist())
+        [0, 1, 2, 3]
+    """
+    dt = _INT64 if dtype is None else as_dtype(dtype, where="randperm")
+    (n,) = _shape((_int_arg(n, "n", "randperm"),), "randperm", dt)
+    rng = _random.numpy_generator(generator, "randperm")
+    return _make(rng.permutation(n).astype(dt), requires_grad, device)
+
+
+def _random_like(t, dtype, device, op):
+    """``t``'s array, the dtype to sample (``t``'s unless given) and the device to place on."""
+    data = _tensor_arg(t, op).data
+    dt = data.dtype if dtype is None else as_dtype(dtype, where=op)
+    return data, dt, backend.device_of(data) if device is None else device
+
+
+def rand_like(t, *, generator=None, dtype=None, device=None, requires_grad: bool = False):
+    """Uniform samples in [0, 1) with the shape of ``t``, and its dtype and device unless given."""
+    data, dt, device = _random_like(t, dtype, device, "rand_like")
+    return rand(
+        data.shape, generator=generator, dtype=dt, requires_grad=requires_grad, device=device
+    )
+
+
+def randn_like(t, *, generator=None, dtype=None, device=None, requires_grad: bool = False):
+    """Standard normal samples with the shape of ``t``, and its dtype and device unless given."""
+    data, dt, device = _random_like(t, dtype, device, "randn_like")
+    return randn(
+        data.shape, generator=generator, dtype=dt, requires_grad=requires_grad, device=device
+    )
+
+
+def randint_like(
+    t,
+    low=0,
+    high=None,
+    *,
+    generator=None,
+    dtype=None,
+    device=None,
+    requires_grad: bool = False,
+):
+    """Integers from [``low``, ``high``) with the shape of ``t``, and its dtype (floats hold the
+    integer values) and device unless given: ``randint_like(t, high)`` or
+    ``randint_like(t, low, high)``."""
+    if high is None:
+        low, high = 0, low
+    data, dt, device = _random_like(t, dtype, device, "randint_like")
+    values = _random_ints(low, high, data.shape, generator, dt, "randint_like")
+    return _make(values, requires_grad, device)
+
+
+def as_tensor(data, dtype=None, device=None):
+    """``data`` as a tensor, sharing memory where it can, as PyTorch's ``as_tensor``.
+
+    A Tensor already of the dtype and on the device is returned itself; otherwise it is
+    converted (with history: ``t.to(...)``). A NumPy array that ferro can hold as it is (see
+    :func:`from_numpy`), with no other dtype or device asked for, shares its memory; anything
+    else is copied by :func:`tensor`.
+
+    Example:
+        >>> a = np.zeros(2, np.float32)
+        >>> ferro.as_tensor(a).data is a
+        True
+    """
+    if isinstance(data, TensorBase):
+        return data.to(device=device, dtype=dtype)
+    if (
+        isinstance(data, np.ndarray)
+        and data.dtype in SUPPORTED_DTYPES
+        and data.dtype.isnative
+        and (dtype is None or as_dtype(dtype, where="as_tensor") == data.dtype)
+        and (
+            device is None
+            and backend.default_device_or_none() is None
+            or device is not None
+            and backend.parse_device(device).type == "cpu"
+        )
+    ):
+        return from_numpy(data)
+    return tensor(data, dtype=dtype, device=device)

@@ -130,9 +130,18 @@ def test_int_float_and_index_of_one_element_tensors():
             range(bad)
 
 
-def test_tensor_cannot_be_constructed_directly():
-    with pytest.raises(ArgumentTypeError, match=r"ferro\.tensor\(data\)"):
-        ferro.Tensor([1.0, 2.0])
+def test_tensor_constructor_refuses_what_would_leave_it_without_data_or_alias_a_tensor():
+    # ferro.Tensor(list) / Tensor(*sizes) work as in PyTorch (see
+    # tests/engine/test_factories_and_views.py); these calls would give a tensor without data,
+    # or one aliasing another behind its graph.
+    with pytest.raises(ArgumentTypeError, match=r"ferro\.tensor\(value\)"):
+        ferro.Tensor(2.5)
+    with pytest.raises(ArgumentTypeError, match=r"t\.detach\(\)"):
+        ferro.Tensor(ferro.ones(2))
+    t = ferro.Tensor([1.0, 2.0])
+    with pytest.raises(ArgumentTypeError, match="already holds data"):
+        t.__init__([3.0])
+    assert t.tolist() == [1.0, 2.0]
 
 
 # pickle and deepcopy, as PyTorch.

@@ -734,10 +734,10 @@ def run_backward(tuple roots, tuple root_grads, bint retain_graph=False, tuple i
 
     # The walk succeeded (Note [Atomic backward]: nothing was written before). Note [Commit
     # order]: check every .grad the commit will write, then accumulate into the leaves' .grad,
-    # run their post-accumulate hooks, store retained non-leaf gradients, free the graph. Once the first .grad is written the backward has
-    # happened: a post-accumulate hook that raises stops the remaining hooks, but the retained
-    # gradients are still stored and the graph still freed (the `finally`), so retrying the
-    # backward cannot count a gradient twice.
+    # run their post-accumulate hooks, store retained non-leaf gradients, free the graph. Once
+    # the first .grad is written the backward has happened: a post-accumulate hook that raises
+    # stops the remaining hooks, but the retained gradients are still stored and the graph still
+    # freed (the `finally`), so retrying the backward cannot count a gradient twice.
     for item in commits:
         _check_commit(<_Entry>item[0], <TensorBase>item[1])
     _lock_commits()

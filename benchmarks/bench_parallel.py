@@ -63,6 +63,36 @@ def chain_graph():
     return h.sum(), [x, w, b]
 
 
+def raw_thread_ceiling(repeats: int) -> float:
+    """Speedup of two plain Python threads running a tower layer's two backward GEMMs (no
+    autograd at all) over one thread running both shares: what these cores and this BLAS allow
+    for the towers case, the ceiling the parallel walk is measured against."""
+    import threading
+
+    rng = np.random.default_rng(0)
+    w = rng.random((512, 512)).astype(np.float32)
+    gy = rng.random((64, 512)).astype(np.float32)
+    h = rng.random((64, 512)).astype(np.float32)
+
+    def work(n):
+        for _ in range(n):
+            gy @ w.T
+            h.T @ gy
+
+    n = 8 * repeats
+    work(n)
+    t0 = time.perf_counter()
+    work(2 * n)
+    serial = time.perf_counter() - t0
+    threads = [threading.Thread(target=work, args=(n,)) for _ in range(2)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return serial / (time.perf_counter() - t0)
+
+
 def time_backward(make, threads: int, repeats: int) -> tuple[float, list[bytes]]:
     samples = []
     grads = None
@@ -86,6 +116,10 @@ def main() -> None:
     rows = []
     for blas in (1, 2):
         with threadpool_limits(limits=blas, user_api="blas"):
+            if blas == 1:
+                ceiling = statistics.median(raw_thread_ceiling(args.repeats) for _ in range(3))
+                emit("bench_parallel", "raw_thread_ceiling_blas1", speedup=ceiling)
+                print(f"# two plain threads on the towers' GEMMs (no autograd): {ceiling:.2f}x")
             for case, make, goal in (
                 ("towers", towers_graph, ">= 1.6x"),
                 ("chain", chain_graph, ">= 0.91x (no slower than 1.1x serial)"),

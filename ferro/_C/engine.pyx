@@ -1013,7 +1013,8 @@ cdef tuple _check_post_hook(object r, Node node, object fn, tuple res):
 #
 # * The caller's thread runs the walk: it pops ready targets, runs leaf and output hooks, and
 #   hands a node's backward to a worker when it has other work of its own (another ready
-#   target), else runs it itself: a chain never leaves the caller's thread.
+#   target) and fewer than two jobs per worker are queued, else runs it itself: a chain never
+#   leaves the caller's thread.
 # * Workers are persistent threads (started on first use, one job queue); each runs a node's
 #   backward in a copy of the caller's context (grad mode, saved-tensor hooks, profiler stack and
 #   every other ContextVar), so the node sees what it would see in serial backward. NumPy and
@@ -1244,7 +1245,9 @@ cdef int _walk_parallel(dict table, list ready, list ran, list commits, list res
                 _deliver(node, e.rank, width, None, table, ready)
                 continue
             ran.append(node)
-            if ready and inflight < n_workers:
+            # Keep up to two jobs per worker queued, so a worker that finishes finds its next
+            # node at once instead of idling until this thread is back from an inline node.
+            if ready and inflight < 2 * n_workers:
                 token += 1
                 running[token] = (node, e)
                 inflight += 1

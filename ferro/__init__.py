@@ -15,6 +15,7 @@ from ferro import (  # noqa: F401  (submodules)
     _C,  # noqa: F401  (raises a friendly error when the core is not built)
     accelerator,
     autograd,
+    backend,
     cuda,
     errors,
     nn,
@@ -100,6 +101,7 @@ _fused.install("cuda", _cuda_kernels)
 _engine.set_gpu_backend(
     _cuda_kernels.owns, _cuda_kernels.accepts, _cuda_kernels.accumulate, _cuda_kernels.sum_to_shape
 )
+backend.register_dropout_mask(_cuda_kernels.dropout_mask)
 
 __version__ = "0.1.0"
 

@@ -296,3 +296,24 @@ __all__ = [
     "get_default_device",
     "default_device_or_none",
 ]
+
+
+# The CUDA dropout-mask kernel, registered by the composition root (ferro/__init__.py) so that
+# neither this layer nor ferro.ops imports ferro.cuda.
+_dropout_mask_kernel = None
+
+
+def register_dropout_mask(kernel) -> None:
+    """Install ``kernel(shape, p, dtype, device_index)``, the device's dropout-mask generator."""
+    global _dropout_mask_kernel
+    _dropout_mask_kernel = kernel
+
+
+def device_dropout_mask(x, p: float):
+    """A dropout mask for the CuPy array ``x`` (keep with probability ``1 - p``, scaled by
+    ``1 / (1 - p)``), drawn on its device by the counter-based generator kernel, so checkpointing
+    replays it by restoring that device's (seed, offset). The CPU mask comes from ferro's
+    generator instead (``ferro.ops.dropout``)."""
+    if _dropout_mask_kernel is None:
+        raise DeviceError("dropout: no device dropout kernel is registered (import ferro first)")
+    return _dropout_mask_kernel(x.shape, p, x.dtype, x.device.id)

@@ -3,6 +3,7 @@ checkpointing can replay it)."""
 
 from __future__ import annotations
 
+from ferro.backend import device_dropout_mask
 from ferro.errors import ArgumentError
 from ferro.ops.elementwise import mul, real_arg
 from ferro.ops.registry import apply, register
@@ -15,9 +16,7 @@ class Dropout:
         if ctx.xp.__name__ != "numpy":
             # On a GPU the mask comes from that device's counter-based generator (a kernel), so
             # checkpointing replays it by restoring the device's (seed, offset).
-            from ferro.cuda.ops import dropout_mask
-
-            mask = dropout_mask(x.shape, p, x.dtype, x.device.id)
+            mask = device_dropout_mask(x, p)
         else:
             from ferro.random import numpy_generator
 

@@ -28,11 +28,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 # Imports the rules below allow for now, each waiting on a change another branch makes.
-PENDING = {
-    # Dropout calls the CUDA mask kernel itself on a GPU (inside forward, not at import): a
-    # per-backend kernel that belongs in the one override table of the same rework.
-    ("ferro/ops/dropout.py", "from ferro.cuda.ops import dropout_mask"),
-}
+PENDING: set[tuple[str, str]] = set()  # (file, import) exceptions waiting on a change: none
 
 # Cython import lines: "from ferro.x cimport y", "from ferro.x import y", "cimport ferro.x".
 _CY_IMPORT = re.compile(r"^(\s*)(?:from\s+([\w.]+)\s+c?import\b|c?import\s+([\w.]+))", re.M)

@@ -35,6 +35,19 @@ def _refuse_differentiable(name: str, differentiable: bool, capturable: bool = F
             )
 
 
+def _decayed_grad(p, g, group, decoupled: bool = False):
+    """The gradient an update uses: negated under ``maximize``, plus ``weight_decay * p`` (L2),
+    or with ``decoupled`` the parameter shrunk in place by ``lr * weight_decay`` instead."""
+    if group.get("maximize"):
+        g = -g
+    wd = group["weight_decay"]
+    if wd and decoupled:
+        p *= 1 - group["lr"] * wd
+    elif wd:
+        g = g + wd * p
+    return g
+
+
 class SGD(Optimizer):
     """Stochastic gradient descent with momentum, dampening, Nesterov and weight decay.
 
@@ -104,9 +117,7 @@ class SGD(Optimizer):
         )
 
     def _update_generic(self, p, g, state, group):
-        if group["maximize"]:
-            g = -g
-        d = g + group["weight_decay"] * p if group["weight_decay"] else g
+        d = _decayed_grad(p, g, group)
         m = group["momentum"]
         if m != 0:
             if "momentum_buffer" not in state:
@@ -170,11 +181,8 @@ class Adam(Optimizer):
 
     def _update_generic(self, p, g, state, group):
         b1, b2 = group["betas"]
-        t, lr, wd = state["step"], group["lr"], group["weight_decay"]
-        if self.decoupled:
-            p *= 1 - lr * wd
-        elif wd:
-            g = g + wd * p
+        t, lr = state["step"], group["lr"]
+        g = _decayed_grad(p, g, group, self.decoupled)
         m, v = state["exp_avg"], state["exp_avg_sq"]
         m *= b1
         m += (1 - b1) * g
@@ -407,10 +415,7 @@ class Adadelta(Optimizer):
         state["step"] += 1
 
     def _update_generic(self, p, g, state, group):
-        if group["maximize"]:
-            g = -g
-        if group["weight_decay"]:
-            g = g + group["weight_decay"] * p
+        g = _decayed_grad(p, g, group)
         rho, eps = group["rho"], group["eps"]
         v, u = state["square_avg"], state["acc_delta"]
         v *= rho
@@ -474,10 +479,7 @@ class Adamax(Optimizer):
         state["step"] += 1
 
     def _update_generic(self, p, g, state, group):
-        if group["maximize"]:
-            g = -g
-        if group["weight_decay"]:
-            g = g + group["weight_decay"] * p
+        g = _decayed_grad(p, g, group)
         b1, b2 = group["betas"]
         m, u = state["exp_avg"], state["exp_inf"]
         _lerp_(m, g, 1 - b1)
@@ -548,13 +550,8 @@ class NAdam(Optimizer):
         state["step"] += 1
 
     def _update_generic(self, p, g, state, group):
-        if group["maximize"]:
-            g = -g
-        lr, wd = group["lr"], group["weight_decay"]
-        if wd and group["decoupled_weight_decay"]:
-            p *= 1 - lr * wd
-        elif wd:
-            g = g + wd * p
+        g = _decayed_grad(p, g, group, group["decoupled_weight_decay"])
+        lr = group["lr"]
         b1, b2 = group["betas"]
         t, decay = state["step"], group["momentum_decay"]
         mu = b1 * (1.0 - 0.5 * 0.96 ** (t * decay))
@@ -628,13 +625,8 @@ class RAdam(Optimizer):
         state["step"] += 1
 
     def _update_generic(self, p, g, state, group):
-        if group["maximize"]:
-            g = -g
-        lr, wd = group["lr"], group["weight_decay"]
-        if wd and group["decoupled_weight_decay"]:
-            p *= 1 - lr * wd
-        elif wd:
-            g = g + wd * p
+        g = _decayed_grad(p, g, group, group["decoupled_weight_decay"])
+        lr = group["lr"]
         b1, b2 = group["betas"]
         t = state["step"]
         m, v = state["exp_avg"], state["exp_avg_sq"]

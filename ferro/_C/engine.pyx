@@ -687,15 +687,10 @@ def run_backward(tuple roots, tuple root_grads, bint retain_graph=False, tuple i
             e = <_Entry>ready.pop()
             e.rank = popped
             popped += 1
-            target = e.target
-            if type(target) is not Node:
-                _finish_leaf(e, <TensorBase>target, selective, accumulate, results, commits)
+            node = _take(e, selective, accumulate, results, commits)
+            if node is None:
                 continue
-            node = <Node>target
             n_out = node._n_out
-            if (node._tensor_hooks is not None or node._retained is not None
-                    or e.captures is not None):
-                _finish_outputs(e, node, accumulate, results, commits)
             n_in = len(node._next)
             if not e.needed or not _has_grad(e, n_out):
                 for i in range(n_in):
@@ -776,6 +771,20 @@ def run_backward(tuple roots, tuple root_grads, bint retain_graph=False, tuple i
     if results is not None and not accumulate:
         return tuple(results)
     return None
+
+
+cdef Node _take(_Entry e, bint selective, bint accumulate, list results, list commits):
+    """A target just popped from the ready list, in both walks: a leaf is finished here (None is
+    returned); a node's output hooks, captures and retained gradients run, and the node is
+    returned for its backward."""
+    target = e.target
+    if type(target) is not Node:
+        _finish_leaf(e, <TensorBase>target, selective, accumulate, results, commits)
+        return None
+    cdef Node node = <Node>target
+    if node._tensor_hooks is not None or node._retained is not None or e.captures is not None:
+        _finish_outputs(e, node, accumulate, results, commits)
+    return node
 
 
 cdef bint _has_grad(_Entry e, Py_ssize_t n_out) except -1:
@@ -1232,15 +1241,10 @@ cdef int _walk_parallel(dict table, list ready, list ran, list commits, list res
                 grads = exc = None
                 continue
             e = <_Entry>ready.pop()
-            target = e.target
-            if type(target) is not Node:
-                _finish_leaf(e, <TensorBase>target, selective, accumulate, results, commits)
+            node = _take(e, selective, accumulate, results, commits)
+            if node is None:
                 continue
-            node = <Node>target
             n_out = node._n_out
-            if (node._tensor_hooks is not None or node._retained is not None
-                    or e.captures is not None):
-                _finish_outputs(e, node, accumulate, results, commits)
             if not e.needed or not _has_grad(e, n_out):
                 _deliver(node, e.rank, width, None, table, ready)
                 continue

@@ -7,8 +7,11 @@ Cases (backward alone is timed; each round builds the graph untimed, then runs b
   goal: >= 1.6x faster with 2 threads than serial, BLAS at one thread per call.
 - chain: 2,000 ops on 1-element tensors (no parallelism available); goal: parallel no slower
   than 1.1x serial.
-Each case runs with BLAS limited to 1 thread per call and again at 2 threads (threadpoolctl), to
-show how the two kinds of parallelism share the cores. Gradients are checked bit-identical.
+Each case runs with BLAS limited to 1 thread per call and again at 2 threads, to show how the two
+kinds of parallelism share the cores. Each setting runs in its own process started with
+OPENBLAS_NUM_THREADS set: limiting OpenBLAS at run time (threadpoolctl) leaves its 2-thread pool
+alive, and a second backward thread then runs its GEMMs at half speed (measured: 1.23x instead
+of about 1.25x on the towers). Gradients are checked bit-identical.
 """
 
 from __future__ import annotations
@@ -64,33 +67,34 @@ def chain_graph():
 
 
 def raw_thread_ceiling(repeats: int) -> float:
-    """Speedup of two plain Python threads running a tower layer's two backward GEMMs (no
-    autograd at all) over one thread running both shares: what these cores and this BLAS allow
-    for the towers case, the ceiling the parallel walk is measured against."""
+    """Speedup of two plain Python threads over one on the towers' backward GEMMs, with no
+    autograd at all: each of the 32 layers' two GEMMs (gy @ w.T and h.T @ gy) on that layer's own
+    arrays, as backward meets them. What these cores, their shared memory bandwidth and this
+    BLAS allow for the towers case: the ceiling the parallel walk is measured against."""
     import threading
 
     rng = np.random.default_rng(0)
-    w = rng.random((512, 512)).astype(np.float32)
+    ws = [rng.random((512, 512)).astype(np.float32) for _ in range(32)]
+    hs = [rng.random((64, 512)).astype(np.float32) for _ in range(32)]
     gy = rng.random((64, 512)).astype(np.float32)
-    h = rng.random((64, 512)).astype(np.float32)
 
-    def work(n):
-        for _ in range(n):
-            gy @ w.T
-            h.T @ gy
+    def work(layers):
+        for i in layers:
+            gy @ ws[i].T
+            hs[i].T @ gy
 
-    n = 8 * repeats
-    work(n)
-    t0 = time.perf_counter()
-    work(2 * n)
-    serial = time.perf_counter() - t0
-    threads = [threading.Thread(target=work, args=(n,)) for _ in range(2)]
-    t0 = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return serial / (time.perf_counter() - t0)
+    serial, parallel = [], []
+    for _ in range(max(repeats // 3, 1)):
+        t0 = time.perf_counter()
+        work(range(32))
+        serial.append(time.perf_counter() - t0)
+        other = threading.Thread(target=work, args=(range(0, 32, 2),))
+        t0 = time.perf_counter()
+        other.start()
+        work(range(1, 32, 2))
+        other.join()
+        parallel.append(time.perf_counter() - t0)
+    return statistics.median(serial) / statistics.median(parallel)
 
 
 def time_backward(make, threads: int, repeats: int) -> tuple[float, list[bytes]]:
@@ -105,47 +109,66 @@ def time_backward(make, threads: int, repeats: int) -> tuple[float, list[bytes]]
     return statistics.median(samples[1:]), grads
 
 
+def run_setting(blas: int, threads: int, repeats: int) -> list[list]:
+    """The cases at one BLAS thread count (this process must have been started with it)."""
+    rows = []
+    if blas == 1:
+        ceiling = statistics.median(raw_thread_ceiling(repeats) for _ in range(3))
+        emit("bench_parallel", "raw_thread_ceiling_blas1", speedup=ceiling)
+        print(f"# two plain threads on the towers' GEMMs (no autograd): {ceiling:.2f}x")
+    for case, make, goal in (
+        ("towers", towers_graph, ">= 1.6x"),
+        ("chain", chain_graph, ">= 0.91x (no slower than 1.1x serial)"),
+    ):
+        serial = parallel = None
+        times = {1: [], threads: []}
+        for _ in range(3):  # interleave serial and parallel rounds against drift
+            for n in (1, threads):
+                t, g = time_backward(make, n, max(repeats // 3, 1))
+                times[n].append(t)
+                if n == 1:
+                    serial = g
+                else:
+                    parallel = g
+        t1, tn = statistics.median(times[1]), statistics.median(times[threads])
+        same = serial == parallel
+        rows.append([case, blas, t1 * 1e3, tn * 1e3, t1 / tn, same, goal])
+        emit(
+            "bench_parallel",
+            f"{case}_blas{blas}",
+            serial_ms=t1 * 1e3,
+            parallel_ms=tn * 1e3,
+            speedup=t1 / tn,
+            threads=threads,
+            bit_identical=same,
+        )
+    return rows
+
+
 def main() -> None:
+    import json
+    import subprocess
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=9)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--blas", type=int, default=0, help="run one BLAS setting (internal)")
     args = ap.parse_args()
-    from threadpoolctl import threadpool_limits
-
+    if args.blas:
+        print("ROWS " + json.dumps(run_setting(args.blas, args.threads, args.repeats)))
+        return
     header("bench_parallel")
     rows = []
     for blas in (1, 2):
-        with threadpool_limits(limits=blas, user_api="blas"):
-            if blas == 1:
-                ceiling = statistics.median(raw_thread_ceiling(args.repeats) for _ in range(3))
-                emit("bench_parallel", "raw_thread_ceiling_blas1", speedup=ceiling)
-                print(f"# two plain threads on the towers' GEMMs (no autograd): {ceiling:.2f}x")
-            for case, make, goal in (
-                ("towers", towers_graph, ">= 1.6x"),
-                ("chain", chain_graph, ">= 0.91x (no slower than 1.1x serial)"),
-            ):
-                serial = parallel = None
-                times = {1: [], args.threads: []}
-                for _ in range(3):  # interleave serial and parallel rounds against drift
-                    for n in (1, args.threads):
-                        t, g = time_backward(make, n, max(args.repeats // 3, 1))
-                        times[n].append(t)
-                        if n == 1:
-                            serial = g
-                        else:
-                            parallel = g
-                t1, tn = statistics.median(times[1]), statistics.median(times[args.threads])
-                same = serial == parallel
-                rows.append([case, blas, t1 * 1e3, tn * 1e3, t1 / tn, same, goal])
-                emit(
-                    "bench_parallel",
-                    f"{case}_blas{blas}",
-                    serial_ms=t1 * 1e3,
-                    parallel_ms=tn * 1e3,
-                    speedup=t1 / tn,
-                    threads=args.threads,
-                    bit_identical=same,
-                )
+        env = dict(os.environ, OPENBLAS_NUM_THREADS=str(blas))
+        cmd = [sys.executable, __file__, "--blas", str(blas), "--threads", str(args.threads)]
+        cmd += ["--repeats", str(args.repeats)]
+        out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
+        for line in out.splitlines():
+            if line.startswith("ROWS "):
+                rows += json.loads(line[5:])
+            else:
+                print(line)
     table(
         rows,
         ["case", "blas thr", "serial ms", f"{args.threads} thr ms", "speedup", "bit-equal", "goal"],

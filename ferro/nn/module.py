@@ -343,16 +343,21 @@ class Module:
                 raise AttributeError(f"`{item}` is not an nn.Module")
         return mod
 
+    def _owner_of(self, target: str) -> tuple[Module, str]:
+        """The submodule that holds the attribute at dotted path ``target``, and its name."""
+        path, _, name = target.rpartition(".")
+        mod = self.get_submodule(path)
+        if not hasattr(mod, name):
+            raise AttributeError(f"{type(mod).__name__} has no attribute `{name}`")
+        return mod, name
+
     def get_parameter(self, target: str) -> Parameter:
         """The parameter at dotted path ``target`` (``"encoder.0.weight"``).
 
         Raises:
             AttributeError: the path is missing or does not end at a Parameter.
         """
-        path, _, name = target.rpartition(".")
-        mod = self.get_submodule(path)
-        if not hasattr(mod, name):
-            raise AttributeError(f"{type(mod).__name__} has no attribute `{name}`")
+        mod, name = self._owner_of(target)
         param = getattr(mod, name)
         if not isinstance(param, Parameter):
             raise AttributeError(f"`{name}` is not an nn.Parameter")
@@ -364,10 +369,7 @@ class Module:
         Raises:
             AttributeError: the path is missing or does not end at a buffer.
         """
-        path, _, name = target.rpartition(".")
-        mod = self.get_submodule(path)
-        if not hasattr(mod, name):
-            raise AttributeError(f"{type(mod).__name__} has no attribute `{name}`")
+        mod, name = self._owner_of(target)
         if name not in mod._buffers:
             raise AttributeError(f"`{name}` is not a buffer")
         return mod._buffers[name]

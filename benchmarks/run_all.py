@@ -32,6 +32,7 @@ PLAN = {
     ),
     "bench_train": (["--repeats", "7"], ["--repeats", "3", "--params", "2000000"]),
     "bench_ops": (["--repeats", "7"], ["--repeats", "3", "--n", "1000000", "--classes", "100"]),
+    "bench_parallel": (["--repeats", "30"], ["--repeats", "6"]),
     "bench_checkpoint": (
         ["--segments", "4", "14", "50"],
         ["--layers", "40", "--width", "256", "--repeats", "1", "--segments", "2", "6", "20"],

@@ -226,6 +226,24 @@ class _Capsule:
         return self._device
 
 
+class _Writeable:
+    """The same memory as a read-only array, described writeable (``__array_interface__``)."""
+
+    def __init__(self, array):
+        self.__array_interface__ = dict(array.__array_interface__, data=(array.ctypes.data, False))
+        self._owner = array  # keeps the capsule's memory alive while the tensor uses it
+
+
+def _writeable(array):
+    """A writeable view of an array NumPy imported read-only from a legacy capsule.
+
+    A legacy capsule cannot mark memory read-only, so NumPy imports every one read-only; its
+    producers (``torch.utils.dlpack.to_dlpack``, ferro's ``to_dlpack``) hand out writeable memory
+    and PyTorch imports it writeable, which ``ferro.utils.dlpack.from_dlpack`` follows.
+    """
+    return np.asarray(_Writeable(array))
+
+
 def _capsule_name(obj):
     """The DLPack name of capsule ``obj``, or None if it is not an unconsumed DLPack capsule."""
     for name in _CAPSULE_NAMES:
@@ -288,6 +306,8 @@ def from_dlpack(ext_tensor, *, copy=None):
             array = array.copy()
     elif device_type in (_DL_CPU, _DL_CUDA_HOST, _DL_CUDA_MANAGED):
         array = np.from_dlpack(ext_tensor, copy=copy)
+        if name == b"dltensor" and not array.flags.writeable:
+            array = _writeable(array)
     else:
         raise DeviceError(
             f"from_dlpack: the data is on DLPack device type {device_type} (index {index}); "

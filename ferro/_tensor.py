@@ -32,6 +32,7 @@ from ferro.errors import (
     DtypeError,
     GraphError,
     IndexOutOfRangeError,
+    ReadOnlyError,
     ShapeError,
 )
 from ferro.ops import activation as _act
@@ -536,6 +537,47 @@ class Tensor(TensorBase):
         if copy:
             return np.array(data, dtype=dtype, copy=True)
         return data if dtype is None else data.astype(dtype, copy=False)
+
+    def __dlpack__(self, stream=None, *, max_version=None, dl_device=None, copy=None):
+        """Export the data as a DLPack capsule, for ``np.from_dlpack(t)``, ``torch.from_dlpack(t)``.
+
+        The consumer shares the tensor's memory (writes through either side are seen by the
+        other) and keeps it alive. The arguments are the DLPack protocol's, passed on to the
+        array that holds the data (NumPy's on the CPU, CuPy's on CUDA, where ``stream`` is the
+        consumer's stream). A read-only tensor is exported read-only to consumers of DLPack 1.0
+        or later (``max_version``) and refused to older ones, which cannot mark it.
+
+        Raises:
+            GraphError: the tensor requires grad (PyTorch raises BufferError there); export
+                ``t.detach()``, which shares the same memory.
+            ReadOnlyError: the tensor's memory is read-only and the consumer asked for a
+                legacy (pre-1.0) capsule, which has no read-only flag.
+        """
+        if self.requires_grad:
+            raise GraphError(
+                "__dlpack__: the tensor requires grad, and DLPack carries no autograd history; "
+                "export tensor.detach() instead, which shares the same memory"
+            )
+        kwargs = {"stream": stream, "max_version": max_version, "dl_device": dl_device}
+        kwargs["copy"] = copy
+        # Only what the consumer set: an older producer (CuPy < 13) takes ``stream`` alone.
+        kwargs = {k: v for k, v in kwargs.items() if v is not None}
+        try:
+            return self.data.__dlpack__(**kwargs)
+        except BufferError as err:
+            if getattr(self.data.flags, "writeable", True):
+                raise
+            raise ReadOnlyError(
+                "__dlpack__: the tensor's memory is read-only and the consumer asked for a "
+                "legacy DLPack capsule, which cannot mark it read-only; a consumer of DLPack "
+                "1.0 (NumPy >= 2.1) imports it read-only; or export a copy "
+                "(tensor.clone())"
+            ) from err
+
+    def __dlpack_device__(self) -> tuple:
+        """The DLPack ``(device_type, device_id)`` of the data: ``(1, 0)`` on the CPU, ``(2, i)``
+        on CUDA device ``i``."""
+        return self.data.__dlpack_device__()
 
     def item(self):
         """The value of a 1-element tensor as a Python number."""

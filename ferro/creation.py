@@ -16,6 +16,7 @@ raise a typed error naming what was wrong, instead of a wrapped-around or empty 
 
 from __future__ import annotations
 
+import ctypes
 import math
 import numbers
 import operator
@@ -27,7 +28,7 @@ from ferro import random as _random
 from ferro._C.tensor import TensorBase, wrap
 from ferro.dtypes import HELD, SUPPORTED_DTYPES, as_dtype, default_float
 from ferro.dtypes import fill_value as _fill_value
-from ferro.errors import ArgumentError, ArgumentTypeError, DtypeError
+from ferro.errors import ArgumentError, ArgumentTypeError, DeviceError, DtypeError
 
 _INT64 = np.dtype(np.int64)
 _BOOL = np.dtype(np.bool_)
@@ -186,6 +187,137 @@ def from_numpy(array: np.ndarray):
         )
     if type(array) is not np.ndarray:
         array = array.view(np.ndarray)  # a memmap or np.matrix: the same memory, plain semantics
+    return wrap(array)
+
+
+# DLPack's device types (dlpack.h, DLDeviceType) that ferro can hold: host memory (NumPy) and
+# CUDA memory (CuPy). Pinned (kDLCUDAHost) and managed (kDLCUDAManaged) memory are readable from
+# the host, so NumPy takes them as CPU memory, as it does.
+_DL_CPU, _DL_CUDA, _DL_CUDA_HOST, _DL_CUDA_MANAGED = 1, 2, 3, 13
+_CAPSULE_NAMES = (b"dltensor", b"dltensor_versioned")
+# Byte offsets of DLTensor.device in the structs a capsule points to: DLManagedTensor starts with
+# its DLTensor; DLManagedTensorVersioned has a version (2 x uint32), manager_ctx, deleter and a
+# uint64 flags before it. In DLTensor, device follows the one ``void* data`` pointer.
+_POINTER = ctypes.sizeof(ctypes.c_void_p)
+_DEVICE_OFFSET = {b"dltensor": _POINTER, b"dltensor_versioned": 8 + 2 * _POINTER + 8 + _POINTER}
+_capsule_api = ctypes.pythonapi
+_capsule_api.PyCapsule_IsValid.restype = ctypes.c_int
+_capsule_api.PyCapsule_IsValid.argtypes = (ctypes.py_object, ctypes.c_char_p)
+_capsule_api.PyCapsule_GetPointer.restype = ctypes.c_void_p
+_capsule_api.PyCapsule_GetPointer.argtypes = (ctypes.py_object, ctypes.c_char_p)
+
+
+class _Capsule:
+    """A legacy DLPack capsule presented as an object with ``__dlpack__``, for the consumers.
+
+    NumPy's and CuPy's ``from_dlpack`` take only objects; the device is read from the struct the
+    capsule points to (the consumer renames the capsule once it takes ownership).
+    """
+
+    def __init__(self, capsule, name: bytes):
+        address = _capsule_api.PyCapsule_GetPointer(capsule, name) + _DEVICE_OFFSET[name]
+        device = (ctypes.c_int32 * 2).from_address(address)
+        self._capsule, self._device = capsule, (int(device[0]), int(device[1]))
+
+    def __dlpack__(self, **kwargs):
+        return self._capsule
+
+    def __dlpack_device__(self):
+        return self._device
+
+
+class _Writeable:
+    """The same memory as a read-only array, described writeable (``__array_interface__``)."""
+
+    def __init__(self, array):
+        self.__array_interface__ = dict(array.__array_interface__, data=(array.ctypes.data, False))
+        self._owner = array  # keeps the capsule's memory alive while the tensor uses it
+
+
+def _writeable(array):
+    """A writeable view of an array NumPy imported read-only from a legacy capsule.
+
+    A legacy capsule cannot mark memory read-only, so NumPy imports every one read-only; its
+    producers (``torch.utils.dlpack.to_dlpack``, ferro's ``to_dlpack``) hand out writeable memory
+    and PyTorch imports it writeable, which ``ferro.utils.dlpack.from_dlpack`` follows.
+    """
+    return np.asarray(_Writeable(array))
+
+
+def _capsule_name(obj):
+    """The DLPack name of capsule ``obj``, or None if it is not an unconsumed DLPack capsule."""
+    for name in _CAPSULE_NAMES:
+        if _capsule_api.PyCapsule_IsValid(obj, name):
+            return name
+    return None
+
+
+def from_dlpack(ext_tensor, *, copy=None):
+    """Wrap another library's array through DLPack: a ferro tensor sharing its memory.
+
+    ``ext_tensor`` is an object with ``__dlpack__`` and ``__dlpack_device__`` (a NumPy array, a
+    PyTorch tensor, a CuPy or JAX array, ...) or an unconsumed DLPack capsule (the legacy
+    ``torch.utils.dlpack.to_dlpack`` form). Host memory becomes a NumPy-backed tensor and CUDA
+    memory a CuPy-backed one (CuPy is imported only then), without copying unless
+    ``copy=True``; ``copy=False`` raises where the producer would have to copy. Writes through
+    either side are seen by the other. Memory the producer marks read-only (a read-only NumPy
+    array) gives a tensor that raises ReadOnlyError on in-place writes, as ``from_numpy`` does.
+    The result never requires grad.
+
+    Args:
+        ext_tensor: the object (or capsule) to import.
+        copy: None (share when possible), True (always copy) or False (never copy).
+
+    Returns:
+        A Tensor on the CPU or on the CUDA device that holds the memory.
+
+    Raises:
+        ArgumentTypeError: ``ext_tensor`` is neither a DLPack producer nor a DLPack capsule.
+        DeviceError: the memory is on a device ferro does not support (not the host or CUDA).
+        DtypeError: the data's dtype is not one ferro tensors hold (float32, float64, int64,
+            bool); ``ferro.tensor(np.from_dlpack(x))`` converts host data, copying.
+
+    Example:
+        >>> a = np.zeros(2, np.float32)
+        >>> t = ferro.from_dlpack(a); a[0] = 1.0; t
+        tensor([1., 0.])
+    """
+    name = _capsule_name(ext_tensor) if type(ext_tensor).__name__ == "PyCapsule" else None
+    if name is not None:
+        ext_tensor = _Capsule(ext_tensor, name)
+    elif not (hasattr(ext_tensor, "__dlpack__") and hasattr(ext_tensor, "__dlpack_device__")):
+        what = type(ext_tensor).__name__
+        if what == "PyCapsule":
+            what = "a capsule that is not an unconsumed DLPack capsule (each is consumed once)"
+        raise ArgumentTypeError(
+            f"from_dlpack: expected an object with __dlpack__ and __dlpack_device__, or a DLPack "
+            f"capsule, got {what}"
+        )
+    device_type, index = ext_tensor.__dlpack_device__()
+    if device_type == _DL_CUDA:
+        cupy = backend.cupy_or_none()
+        if cupy is None:
+            raise DeviceError(
+                f"from_dlpack: the data is in CUDA memory (device {index}) but CuPy is not "
+                "installed; ferro's CUDA tensors are CuPy arrays"
+            )
+        array = cupy.from_dlpack(ext_tensor)
+        if copy:
+            array = array.copy()
+    elif device_type in (_DL_CPU, _DL_CUDA_HOST, _DL_CUDA_MANAGED):
+        array = np.from_dlpack(ext_tensor, copy=copy)
+        if name == b"dltensor" and not array.flags.writeable:
+            array = _writeable(array)
+    else:
+        raise DeviceError(
+            f"from_dlpack: the data is on DLPack device type {device_type} (index {index}); "
+            "ferro tensors live in host memory (NumPy) or CUDA memory (CuPy)"
+        )
+    if array.dtype not in SUPPORTED_DTYPES:
+        raise DtypeError(
+            f"from_dlpack: unsupported dtype {array.dtype}; {HELD}. Convert with the producer "
+            "first, or copy with ferro.tensor(numpy.from_dlpack(x))"
+        )
     return wrap(array)
 
 

@@ -1,3 +1,3 @@
-"""Utilities built on the autograd API: checkpointing and in-memory data loading."""
+"""Utilities built on the autograd API: checkpointing, in-memory data loading and DLPack."""
 
-from ferro.utils import checkpoint, data  # noqa: F401
+from ferro.utils import checkpoint, data, dlpack  # noqa: F401

@@ -386,15 +386,15 @@ def _arg_extreme(x, dim, keepdim, largest, op):
 
 @aliases
 def argmax(x, dim=None, keepdim: bool = False):
-    """Index (int64) of the first maximum along ``dim``; of the flattened tensor when None.
-    Not differentiable."""
+    """Index of the first maximum along ``dim`` (of the flattened tensor when None), as an
+    int64 tensor; not differentiable."""
     return _arg_extreme(x, dim, keepdim, True, "argmax")
 
 
 @aliases
 def argmin(x, dim=None, keepdim: bool = False):
-    """Index (int64) of the first minimum along ``dim``; of the flattened tensor when None.
-    Not differentiable."""
+    """Index of the first minimum along ``dim`` (of the flattened tensor when None), as an
+    int64 tensor; not differentiable."""
     return _arg_extreme(x, dim, keepdim, False, "argmin")
 
 

@@ -211,6 +211,8 @@ class Tensor(TensorBase):
     min = _red.min
     amax = _red.amax
     amin = _red.amin
+    argmax = _red.argmax
+    argmin = _red.argmin
     logsumexp = _red.logsumexp
     norm = _red.norm
     cumsum = _red.cumsum

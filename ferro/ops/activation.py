@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 from ferro.errors import ArgumentError, ShapeError
+from ferro.ops._args import aliases
 from ferro.ops.elementwise import real_arg, sigmoid_array
 from ferro.ops.reduction import normalize_axes
 from ferro.ops.registry import apply, register
@@ -273,12 +274,13 @@ class Softmax:
         return g
 
 
-def softmax(x, axis: int = -1):
-    """``exp(x) / sum(exp(x))`` along ``axis`` (numerically stable).
+@aliases
+def softmax(x, dim: int = -1):
+    """``exp(x) / sum(exp(x))`` along ``dim`` (numerically stable).
 
     Gradient: gx = y * (gy - sum(gy * y, axis)).
     """
-    return apply(Softmax, x, axis=_axis1(axis, x.ndim, "softmax"))
+    return apply(Softmax, x, axis=_axis1(dim, x.ndim, "softmax"))
 
 
 @register("log_softmax")
@@ -301,12 +303,13 @@ class LogSoftmax:
         return xp.subtract(gy, e, out=e)
 
 
-def log_softmax(x, axis: int = -1):
-    """``x - logsumexp(x)`` along ``axis`` (numerically stable).
+@aliases
+def log_softmax(x, dim: int = -1):
+    """``x - logsumexp(x)`` along ``dim`` (numerically stable).
 
     Gradient: gx = gy - exp(y) * sum(gy, axis).
     """
-    return apply(LogSoftmax, x, axis=_axis1(axis, x.ndim, "log_softmax"))
+    return apply(LogSoftmax, x, axis=_axis1(dim, x.ndim, "log_softmax"))
 
 
 @register("prelu")

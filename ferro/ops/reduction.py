@@ -1,12 +1,18 @@
-"""Reductions over an axis, a tuple of axes, or everything, with ``keepdims``."""
+"""Reductions over a dim, a tuple of dims, or everything, with ``keepdim``.
+
+Arguments carry PyTorch's names (``dim``, ``keepdim``); NumPy's ``axis``/``keepdims`` are
+accepted as aliases (see :mod:`ferro.ops._args`).
+"""
 
 from __future__ import annotations
 
 import builtins
 import math
 import numbers
+from collections import namedtuple
 
 from ferro.errors import ArgumentError, ArgumentTypeError, IndexOutOfRangeError, ShapeError
+from ferro.ops._args import aliases
 from ferro.ops.registry import apply, register
 
 
@@ -90,12 +96,13 @@ class Sum:
         return _expand_back(ctx.xp, gy, ctx.shape, ctx.axes, ctx.keepdims)
 
 
-def sum(x, axis=None, keepdims: bool = False):  # noqa: A001 - mirrors torch.sum
-    """Sum over ``axis`` (None: all elements).
+@aliases
+def sum(x, dim=None, keepdim: bool = False):  # noqa: A001 - mirrors torch.sum
+    """Sum over ``dim`` (an int or a tuple; None: all elements).
 
     Gradient: gx = gy broadcast back over the reduced axes.
     """
-    return apply(Sum, x, axes=normalize_axes(axis, x.ndim, "sum"), keepdims=bool(keepdims))
+    return apply(Sum, x, axes=normalize_axes(dim, x.ndim, "sum"), keepdims=bool(keepdim))
 
 
 @register("mean")
@@ -114,8 +121,9 @@ class Mean:
         return _expand_back(ctx.xp, gy * ctx.scale, ctx.shape, ctx.axes, ctx.keepdims)
 
 
-def mean(x, axis=None, keepdims: bool = False):
-    """Mean over ``axis`` (None: all elements).
+@aliases
+def mean(x, dim=None, keepdim: bool = False):
+    """Mean over ``dim`` (an int or a tuple; None: all elements).
 
     Gradient: gx = gy / n broadcast back over the reduced axes (n elements reduced).
     """
@@ -123,7 +131,7 @@ def mean(x, axis=None, keepdims: bool = False):
         from ferro.errors import DtypeError
 
         raise DtypeError(f"mean: needs a floating tensor, got {x.dtype}")
-    return apply(Mean, x, axes=normalize_axes(axis, x.ndim, "mean"), keepdims=bool(keepdims))
+    return apply(Mean, x, axes=normalize_axes(dim, x.ndim, "mean"), keepdims=bool(keepdim))
 
 
 @register("var")
@@ -146,31 +154,54 @@ class Var:
         return g * (2 * ctx.scale) * d
 
 
-def var(x, axis=None, correction: int = 1, keepdims: bool = False):
-    """Variance over ``axis`` with ``correction`` (1: unbiased, 0: population).
+def _correction(op, dim, unbiased, correction):
+    """PyTorch's three ways to say the degrees-of-freedom correction, reduced to one number:
+    ``op(x, True)`` (the legacy ``unbiased`` overload), ``unbiased=`` and ``correction=``."""
+    if isinstance(dim, bool):
+        if unbiased is not None:
+            raise ArgumentTypeError(f"{op}: got a bool dim {dim!r} and unbiased={unbiased!r}")
+        dim, unbiased = None, dim
+    if unbiased is not None and correction is not None:
+        raise ArgumentTypeError(f"{op}: pass unbiased= or correction=, not both")
+    if unbiased is not None:
+        if not isinstance(unbiased, bool):
+            raise ArgumentTypeError(f"{op}: unbiased must be a bool, got {unbiased!r}")
+        return dim, int(unbiased)
+    if correction is None:
+        return dim, 1
+    if not isinstance(correction, numbers.Real) or isinstance(correction, bool):
+        raise ArgumentTypeError(f"{op}: correction must be a number, got {correction!r}")
+    return dim, correction
+
+
+@aliases
+def var(x, dim=None, unbiased=None, keepdim: bool = False, *, correction=None):
+    """Variance over ``dim`` with ``correction`` (1, the default: unbiased; 0: population),
+    or PyTorch's older ``unbiased=`` bool; ``var(x, False)`` is the legacy overload.
 
     Gradient: gx = gy * 2 * (x - mean) / (n - correction).
     """
     _float_only(x, "var")
-    if not isinstance(correction, numbers.Integral) or isinstance(correction, bool):
-        raise ArgumentTypeError(f"var: correction must be an int, got {correction!r}")
+    dim, correction = _correction("var", dim, unbiased, correction)
     return apply(
         Var,
         x,
-        axes=normalize_axes(axis, x.ndim, "var"),
-        correction=int(correction),
-        keepdims=bool(keepdims),
+        axes=normalize_axes(dim, x.ndim, "var"),
+        correction=correction,
+        keepdims=bool(keepdim),
     )
 
 
-def std(x, axis=None, correction: int = 1, keepdims: bool = False):
-    """Standard deviation over ``axis``: ``sqrt(var(x, axis, correction))``.
+@aliases
+def std(x, dim=None, unbiased=None, keepdim: bool = False, *, correction=None):
+    """Standard deviation over ``dim``: ``sqrt(var(x, dim, ...))``, same arguments as :func:`var`.
 
     Gradient: gx = gy * (x - mean) / ((n - correction) * y).
     """
     from ferro.ops.elementwise import sqrt
 
-    return sqrt(var(x, axis, correction, keepdims))
+    dim, correction = _correction("std", dim, unbiased, correction)
+    return sqrt(var(x, dim, keepdim=keepdim, correction=correction))
 
 
 @register("prod")
@@ -207,12 +238,13 @@ class Prod:
         return g * others
 
 
-def prod(x, axis=None, keepdims: bool = False):
-    """Product over ``axis``.
+@aliases
+def prod(x, dim=None, keepdim: bool = False):
+    """Product over ``dim`` (an int or a tuple; None: all elements).
 
     Gradient: gx = gy * (product of the other elements of the group), exact with zeros.
     """
-    return apply(Prod, x, axes=normalize_axes(axis, x.ndim, "prod"), keepdims=bool(keepdims))
+    return apply(Prod, x, axes=normalize_axes(dim, x.ndim, "prod"), keepdims=bool(keepdim))
 
 
 @register("max_dim")
@@ -259,55 +291,111 @@ class Amax:
         return g * mask / count
 
 
-def _extreme(x, axis, keepdims, largest, op):
-    if axis is None:
+#: What ``max(x, dim)``/``min(x, dim)`` return, as PyTorch's ``torch.return_types``: a tuple
+#: ``(values, indices)`` that also has ``.values`` and ``.indices``.
+MaxResult = namedtuple("max", ("values", "indices"))
+MinResult = namedtuple("min", ("values", "indices"))
+
+
+def _extreme(x, dim, keepdim, largest, op):
+    from ferro._C.tensor import TensorBase
+
+    if isinstance(dim, TensorBase):
+        # torch.max(a, b): the elementwise maximum, as PyTorch overloads it.
+        from ferro.ops.elementwise import maximum, minimum
+
+        if keepdim:
+            raise ArgumentTypeError(f"{op}: keepdim has no meaning with a tensor `other`")
+        return maximum(x, dim) if largest else minimum(x, dim)
+    if dim is None:
         _nonempty(x, None, op)
         return apply(Amax, x, axes=None, keepdims=False, largest=largest)
-    if not isinstance(axis, numbers.Integral) or isinstance(axis, bool):
+    if not isinstance(dim, numbers.Integral) or isinstance(dim, bool):
         raise ArgumentTypeError(
-            f"{op}: axis must be an int (use amax/amin for several axes), got {axis!r}"
+            f"{op}: dim must be an int (use amax/amin for several dims), got {dim!r}"
         )
-    (a,) = normalize_axes(axis, x.ndim, op)
+    (a,) = normalize_axes(dim, x.ndim, op)
     _nonempty(x, (a,), op)
-    return apply(MaxDim, x, axis=a, keepdims=bool(keepdims), largest=largest)
+    values, indices = apply(MaxDim, x, axis=a, keepdims=bool(keepdim), largest=largest)
+    return (MaxResult if largest else MinResult)(values, indices)
 
 
-def max(x, axis=None, keepdims: bool = False):  # noqa: A001 - mirrors torch.max
-    """Maximum. Without ``axis``: the value (ties share the gradient evenly). With an int
-    ``axis``: ``(values, indices)``; indices are int64 and not differentiable, and the gradient
-    goes to the first maximal element, the one ``indices`` names.
+@aliases
+def max(x, dim=None, keepdim: bool = False):  # noqa: A001 - mirrors torch.max
+    """Maximum. Without ``dim``: the value (ties share the gradient evenly). With an int
+    ``dim``: a named tuple ``(values, indices)``; indices are int64 and not differentiable, and
+    the gradient goes to the first maximal element, the one ``indices`` names. With a tensor
+    in place of ``dim``: the elementwise :func:`~ferro.ops.maximum`, as ``torch.max(a, b)``.
 
     Gradient: gx = gy at the selected element(s), else 0.
     """
-    return _extreme(x, axis, keepdims, True, "max")
+    return _extreme(x, dim, keepdim, True, "max")
 
 
-def min(x, axis=None, keepdims: bool = False):  # noqa: A001 - mirrors torch.min
+@aliases
+def min(x, dim=None, keepdim: bool = False):  # noqa: A001 - mirrors torch.min
     """Minimum; see :func:`max` for the return values and tie convention.
 
     Gradient: gx = gy at the selected element(s), else 0.
     """
-    return _extreme(x, axis, keepdims, False, "min")
+    return _extreme(x, dim, keepdim, False, "min")
 
 
-def amax(x, axis=None, keepdims: bool = False):
-    """Maximum over ``axis`` (an int or a tuple); ties share the gradient evenly.
+@aliases
+def amax(x, dim=None, keepdim: bool = False):
+    """Maximum over ``dim`` (an int or a tuple); ties share the gradient evenly.
 
     Gradient: gx = gy / (number of maximal elements) at each maximal element, else 0.
     """
-    axes = normalize_axes(axis, x.ndim, "amax")
+    axes = normalize_axes(dim, x.ndim, "amax")
     _nonempty(x, axes, "amax")
-    return apply(Amax, x, axes=axes, keepdims=bool(keepdims), largest=True)
+    return apply(Amax, x, axes=axes, keepdims=bool(keepdim), largest=True)
 
 
-def amin(x, axis=None, keepdims: bool = False):
-    """Minimum over ``axis`` (an int or a tuple); ties share the gradient evenly.
+@aliases
+def amin(x, dim=None, keepdim: bool = False):
+    """Minimum over ``dim`` (an int or a tuple); ties share the gradient evenly.
 
     Gradient: gx = gy / (number of minimal elements) at each minimal element, else 0.
     """
-    axes = normalize_axes(axis, x.ndim, "amin")
+    axes = normalize_axes(dim, x.ndim, "amin")
     _nonempty(x, axes, "amin")
-    return apply(Amax, x, axes=axes, keepdims=bool(keepdims), largest=False)
+    return apply(Amax, x, axes=axes, keepdims=bool(keepdim), largest=False)
+
+
+@register("argmax", differentiable=False)
+class Argmax:
+    @staticmethod
+    def forward(ctx, x, *, axis, keepdims, largest):
+        xp = ctx.xp
+        i = x.argmax(axis=axis) if largest else x.argmin(axis=axis)
+        i = xp.asarray(i, dtype=xp.int64)
+        if keepdims:
+            i = i.reshape((1,) * x.ndim) if axis is None else xp.expand_dims(i, axis)
+        return i
+
+
+def _arg_extreme(x, dim, keepdim, largest, op):
+    if dim is not None and (not isinstance(dim, numbers.Integral) or isinstance(dim, bool)):
+        raise ArgumentTypeError(f"{op}: dim must be an int or None, got {dim!r}")
+    axes = None if dim is None else normalize_axes(dim, x.ndim, op)
+    _nonempty(x, axes, op)
+    axis = None if axes is None or x.ndim == 0 else axes[0]
+    return apply(Argmax, x, axis=axis, keepdims=bool(keepdim), largest=largest)
+
+
+@aliases
+def argmax(x, dim=None, keepdim: bool = False):
+    """Index of the first maximum along ``dim`` (of the flattened tensor when None), as an
+    int64 tensor; not differentiable."""
+    return _arg_extreme(x, dim, keepdim, True, "argmax")
+
+
+@aliases
+def argmin(x, dim=None, keepdim: bool = False):
+    """Index of the first minimum along ``dim`` (of the flattened tensor when None), as an
+    int64 tensor; not differentiable."""
+    return _arg_extreme(x, dim, keepdim, False, "argmin")
 
 
 @register("logsumexp")
@@ -329,14 +417,15 @@ class Logsumexp:
         return g * ctx.xp.exp(x - y)
 
 
-def logsumexp(x, axis=None, keepdims: bool = False):
-    """``log(sum(exp(x)))`` over ``axis``, numerically stable.
+@aliases
+def logsumexp(x, dim=None, keepdim: bool = False):
+    """``log(sum(exp(x)))`` over ``dim``, numerically stable.
 
     Gradient: gx = gy * exp(x - y).
     """
     _float_only(x, "logsumexp")
     return apply(
-        Logsumexp, x, axes=normalize_axes(axis, x.ndim, "logsumexp"), keepdims=bool(keepdims)
+        Logsumexp, x, axes=normalize_axes(dim, x.ndim, "logsumexp"), keepdims=bool(keepdim)
     )
 
 
@@ -372,17 +461,19 @@ class Norm:
         return g * xp.sign(x) * mask / count
 
 
-def norm(x, p=2, axis=None, keepdims: bool = False):
-    """Vector p-norm over ``axis`` for p in 1, 2, inf.
+@aliases
+def norm(x, p=2, dim=None, keepdim: bool = False):
+    """Vector p-norm over ``dim`` for p in 1, 2, inf and ``"fro"`` (the 2-norm of the
+    elements, as PyTorch's default).
 
     Gradient: p=1: gy * sign(x); p=2: gy * x / y (0 at y = 0); p=inf: gy * sign(x) at the
     maximal |x| (ties share evenly).
     """
-    if p not in (1, 2, math.inf, "inf"):
-        raise ArgumentError(f"norm: p must be 1, 2 or inf, got {p!r}")
-    p = math.inf if p in ("inf", math.inf) else int(p)
+    if p not in (1, 2, math.inf, "inf", "fro"):
+        raise ArgumentError(f"norm: p must be 1, 2, inf or 'fro', got {p!r}")
+    p = math.inf if p in ("inf", math.inf) else 2 if p == "fro" else int(p)
     _float_only(x, "norm")
-    return apply(Norm, x, p=p, axes=normalize_axes(axis, x.ndim, "norm"), keepdims=bool(keepdims))
+    return apply(Norm, x, p=p, axes=normalize_axes(dim, x.ndim, "norm"), keepdims=bool(keepdim))
 
 
 @register("cumsum")
@@ -398,12 +489,15 @@ class Cumsum:
         return xp.flip(xp.cumsum(xp.flip(gy, ctx.axis), axis=ctx.axis), ctx.axis)
 
 
-def cumsum(x, axis: int):
-    """Cumulative sum along ``axis``.
+@aliases
+def cumsum(x, dim: int):
+    """Cumulative sum along ``dim``.
 
-    Gradient: gx = reversed cumulative sum of gy along ``axis``.
+    Gradient: gx = reversed cumulative sum of gy along ``dim``.
     """
-    (a,) = normalize_axes(axis, x.ndim, "cumsum")
+    if not isinstance(dim, numbers.Integral) or isinstance(dim, bool):
+        raise ArgumentTypeError(f"cumsum: dim must be an int, got {dim!r}")
+    (a,) = normalize_axes(dim, x.ndim, "cumsum")
     if x.ndim == 0:
         from ferro.ops.shape import reshape
 
@@ -415,6 +509,8 @@ def cumsum(x, axis: int):
 __all__ = [
     "amax",
     "amin",
+    "argmax",
+    "argmin",
     "cumsum",
     "logsumexp",
     "max",

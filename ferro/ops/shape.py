@@ -26,6 +26,7 @@ from ferro.errors import (
     NotSupportedError,
     ShapeError,
 )
+from ferro.ops._args import aliases
 from ferro.ops.registry import apply, register
 
 
@@ -254,6 +255,7 @@ def flatten(x, start_dim: int = 0, end_dim: int = -1):
     return reshape(x, shape[:s] + (-1 if 0 not in shape[s : e + 1] else 0,) + shape[e + 1 :])
 
 
+@aliases
 def squeeze(x, dim=None):
     """Remove dimensions of size 1 (all of them, or ``dim`` if it has size 1).
 
@@ -266,6 +268,7 @@ def squeeze(x, dim=None):
     return reshape(x, tuple(s for i, s in enumerate(x.shape) if not (i in axes and s == 1)))
 
 
+@aliases
 def unsqueeze(x, dim: int):
     """Insert a dimension of size 1 at ``dim`` (``-1`` appends).
 
@@ -332,6 +335,7 @@ class Cat:
         return tuple(ctx.xp.split(gy, bounds, axis=ctx.axis))
 
 
+@aliases
 def cat(tensors, dim: int = 0):
     """Concatenate tensors along an existing dimension.
 
@@ -364,6 +368,7 @@ class Stack:
         return _unstack(ctx.xp, gy, ctx.axis)
 
 
+@aliases
 def stack(tensors, dim: int = 0):
     """Stack same-shape tensors along a new dimension ``dim``.
 
@@ -412,6 +417,7 @@ class Split:
         return ctx.xp.concatenate(gys, axis=ctx.axis)
 
 
+@aliases
 def split(x, split_size_or_sections, dim: int = 0):
     """Split into pieces of ``split_size`` (the last may be smaller) or of the given sizes.
 
@@ -437,6 +443,7 @@ def split(x, split_size_or_sections, dim: int = 0):
     return apply(Split, x, bounds=tuple(bounds), axis=a)
 
 
+@aliases
 def chunk(x, chunks: int, dim: int = 0):
     """Split into ``chunks`` pieces of equal size (the last may be smaller), as PyTorch does.
 

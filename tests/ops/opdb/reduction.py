@@ -55,6 +55,20 @@ def _var_samples(rng):
     ]
 
 
+def _argmax_samples(rng):
+    # Distinct values (a permutation): ties would make the index a matter of convention.
+    def perm(shape):
+        return rng.permutation(math.prod(shape)).reshape(shape).astype(float)
+
+    return [
+        Sample((perm((5,)),), {}, label="flat"),
+        Sample((perm((2, 3)),), {"axis": None, "keepdims": True}, label="flat keepdims"),
+        Sample((perm((2, 3)),), {"axis": 1}, label="axis 1"),
+        Sample((perm((2, 3, 4)),), {"axis": -2, "keepdims": True}, label="axis -2 keepdims"),
+        Sample((perm((3, 4)),), {"axis": 0}, noncontig=True, label="noncontig"),
+    ]
+
+
 def _prod_samples(rng):
     with_zero = uniform(rng, (3, 4))
     with_zero[1, 2] = 0.0
@@ -153,6 +167,17 @@ ENTRIES = [
         _extreme_samples,
         func="min",
     ),
+    *[
+        OpInfo(
+            name,
+            getattr(ferro, name),
+            lambda x, axis=None, keepdims=False, f=f: f(x, axis=axis, keepdims=keepdims),
+            _argmax_samples,
+            grad=False,
+            same_dtype_out=False,
+        )
+        for name, f in [("argmax", np.argmax), ("argmin", np.argmin)]
+    ],
     OpInfo(
         "amax",
         ferro.amax,

@@ -1,4 +1,5 @@
-"""Activations: relu and its relatives, gelu, silu, mish, softplus, softmax, log_softmax, prelu.
+"""Activations: relu and its relatives, gelu, silu, mish, softplus, the hard and gated ones,
+softmax, log_softmax, prelu.
 
 Ops whose generic expression makes several passes over memory get fused kernels, listed in the
 table of :mod:`ferro.ops.fused`; the classes here stay the reference implementations the
@@ -230,6 +231,152 @@ def softplus(x, beta: float = 1.0, threshold: float = 20.0):
     return apply(Softplus, x, beta=beta, threshold=real_arg(threshold, "threshold", "softplus"))
 
 
+@register("hardswish")
+class Hardswish:
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save(x)
+        return x * ctx.xp.clip(x + 3, 0, 6) / 6
+
+    @staticmethod
+    def backward(ctx, gy):
+        (x,) = ctx.saved
+        xp = ctx.xp
+        # PyTorch's choices at the kinks: the quadratic piece's slope at both, -0.5 at x = -3 and
+        # 1.5 at x = 3.
+        return gy * xp.where(x < -3, 0, xp.where(x <= 3, (2 * x + 3) / 6, 1))
+
+
+def hardswish(x):
+    """``x * relu6(x + 3) / 6``, the piecewise-quadratic swish of MobileNetV3.
+
+    Gradient: gx = 0 for x < -3, gy * (2x + 3) / 6 for -3 <= x <= 3, gy for x > 3.
+    """
+    return apply(Hardswish, x)
+
+
+@register("hardsigmoid")
+class Hardsigmoid:
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save(x)
+        return ctx.xp.clip(x + 3, 0, 6) / 6
+
+    @staticmethod
+    def backward(ctx, gy):
+        (x,) = ctx.saved
+        return gy * ((x > -3) & (x < 3)) / 6
+
+
+def hardsigmoid(x):
+    """``relu6(x + 3) / 6``, a piecewise-linear sigmoid.
+
+    Gradient: gx = gy / 6 for -3 < x < 3, else 0.
+    """
+    return apply(Hardsigmoid, x)
+
+
+@register("logsigmoid")
+class Logsigmoid:
+    @staticmethod
+    def forward(ctx, x):
+        xp = ctx.xp
+        ctx.save(x)
+        # -softplus(-x) = min(x, 0) - log1p(exp(-|x|)): no overflow for large |x|.
+        return xp.minimum(x, 0) - xp.log1p(xp.exp(-xp.abs(x)))
+
+    @staticmethod
+    def backward(ctx, gy):
+        (x,) = ctx.saved
+        return gy * sigmoid_array(ctx.xp, -x)
+
+
+def logsigmoid(x):
+    """``log(sigmoid(x))``, computed without overflow (``logsigmoid(-1000)`` is ``-1000``).
+
+    Gradient: gx = gy * sigmoid(-x).
+    """
+    return apply(Logsigmoid, x)
+
+
+@register("softsign")
+class Softsign:
+    @staticmethod
+    def forward(ctx, x):
+        d = 1 + ctx.xp.abs(x)
+        ctx.save(d)
+        return x / d
+
+    @staticmethod
+    def backward(ctx, gy):
+        (d,) = ctx.saved
+        return gy / (d * d)
+
+
+def softsign(x):
+    """``x / (1 + |x|)``.
+
+    Gradient: gx = gy / (1 + |x|)**2.
+    """
+    return apply(Softsign, x)
+
+
+@register("tanhshrink")
+class Tanhshrink:
+    @staticmethod
+    def forward(ctx, x):
+        t = ctx.xp.tanh(x)
+        ctx.save(t)
+        return x - t
+
+    @staticmethod
+    def backward(ctx, gy):
+        (t,) = ctx.saved
+        return gy * t * t
+
+
+def tanhshrink(x):
+    """``x - tanh(x)``.
+
+    Gradient: gx = gy * tanh(x)**2.
+    """
+    return apply(Tanhshrink, x)
+
+
+@register("glu")
+class Glu:
+    @staticmethod
+    def forward(ctx, x, *, axis):
+        xp = ctx.xp
+        a, b = xp.split(x, 2, axis=axis)
+        s = sigmoid_array(xp, b)
+        ctx.save(a, s)
+        ctx.axis = axis
+        return a * s
+
+    @staticmethod
+    def backward(ctx, gy):
+        a, s = ctx.saved
+        ga = gy * s
+        return ctx.xp.concatenate([ga, ga * a * (1 - s)], axis=ctx.axis)
+
+
+@aliases
+def glu(x, dim: int = -1):
+    """Gated linear unit: ``a * sigmoid(b)`` where ``a`` and ``b`` are the two halves of ``x``
+    along ``dim`` (whose size must be even).
+
+    Gradient: ga = gy * sigmoid(b), gb = gy * a * sigmoid(b) * (1 - sigmoid(b)), concatenated.
+    """
+    axis = _axis1(dim, x.ndim, "glu")
+    if x.shape[axis] % 2:
+        raise ShapeError(
+            f"glu: dim {dim} must have an even size to halve, got size {x.shape[axis]} "
+            f"(shape {tuple(x.shape)})"
+        )
+    return apply(Glu, x, axis=axis)
+
+
 @register("hardtanh")
 class Hardtanh:
     @staticmethod
@@ -358,9 +505,13 @@ def prelu(x, weight):
 __all__ = [
     "elu",
     "gelu",
+    "glu",
+    "hardsigmoid",
+    "hardswish",
     "hardtanh",
     "leaky_relu",
     "log_softmax",
+    "logsigmoid",
     "mish",
     "prelu",
     "relu",
@@ -368,4 +519,6 @@ __all__ = [
     "silu",
     "softmax",
     "softplus",
+    "softsign",
+    "tanhshrink",
 ]

@@ -26,6 +26,22 @@ def _softplus_ref(x, beta=1.0, threshold=20.0):
     return np.where(beta * x > threshold, x, np.log1p(np.exp(beta * x)) / beta)
 
 
+def _glu_ref(x, dim=-1):
+    a, b = np.split(x, 2, axis=dim)
+    return a * sigmoid_ref(b)
+
+
+def _glu_samples(rng):
+    return [
+        Sample((uniform(rng, (4,)),), label="1d"),
+        Sample((uniform(rng, (2, 6)),), label="rows"),
+        Sample((uniform(rng, (4, 3)),), {"dim": 0}, label="dim 0"),
+        Sample((uniform(rng, (2, 4, 3)),), {"dim": 1}, label="middle dim"),
+        Sample((uniform(rng, (3, 4)),), noncontig=True, label="noncontig"),
+        Sample((uniform(rng, (0, 4)),), label="empty"),
+    ]
+
+
 def _prelu_ref(x, w):
     return np.where(x > 0, x, (w.reshape((1, -1) + (1,) * (x.ndim - 2)) if x.ndim >= 2 else w) * x)
 
@@ -75,6 +91,24 @@ ENTRIES = [
         # beta * x > threshold switches to the identity at x = 0.5: a jump.
         kink=lambda x: np.abs(x - 0.5),
     ),
+    unary(
+        "hardswish",
+        ferro.hardswish,
+        lambda x: x * np.clip(x + 3, 0, 6) / 6,
+        domain=(-5.0, 5.0),
+        kink=lambda x: np.abs(np.abs(x) - 3),
+    ),
+    unary(
+        "hardsigmoid",
+        ferro.hardsigmoid,
+        lambda x: np.clip(x + 3, 0, 6) / 6,
+        domain=(-5.0, 5.0),
+        kink=lambda x: np.abs(np.abs(x) - 3),
+    ),
+    unary("logsigmoid", ferro.logsigmoid, lambda x: np.log(sigmoid_ref(x)), domain=(-5.0, 5.0)),
+    unary("softsign", ferro.softsign, lambda x: x / (1 + np.abs(x))),
+    unary("tanhshrink", ferro.tanhshrink, lambda x: x - np.tanh(x)),
+    OpInfo("glu", ferro.glu, _glu_ref, _glu_samples),
     unary(
         "hardtanh",
         ferro.hardtanh,

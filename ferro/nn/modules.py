@@ -296,6 +296,37 @@ Hardtanh = _activation(
 )
 Tanh = _activation("Tanh", F.tanh, "``tanh`` as a module.")
 Sigmoid = _activation("Sigmoid", F.sigmoid, "``sigmoid`` as a module.")
+Hardswish = _activation("Hardswish", F.hardswish, "``hardswish`` as a module.", inplace=True)
+Hardsigmoid = _activation(
+    "Hardsigmoid", F.hardsigmoid, "``hardsigmoid`` as a module.", inplace=True
+)
+LogSigmoid = _activation("LogSigmoid", F.logsigmoid, "``logsigmoid`` as a module.")
+Softsign = _activation("Softsign", F.softsign, "``softsign`` as a module.")
+Tanhshrink = _activation("Tanhshrink", F.tanhshrink, "``tanhshrink`` as a module.")
+GLU = _activation("GLU", F.glu, "``glu`` along ``dim`` as a module.", [("dim", -1)])
+
+
+class CosineSimilarity(Module):
+    """``cosine_similarity(x1, x2, dim, eps)`` as a module (PyTorch shows no arguments in its
+    repr, and neither does ferro)."""
+
+    def __init__(self, dim: int = 1, eps: float = 1e-8) -> None:
+        super().__init__()
+        self.dim, self.eps = dim, eps
+
+    def forward(self, x1, x2):
+        return F.cosine_similarity(x1, x2, self.dim, self.eps)
+
+
+class PairwiseDistance(Module):
+    """``pairwise_distance(x1, x2, p, eps, keepdim)`` as a module."""
+
+    def __init__(self, p: float = 2.0, eps: float = 1e-6, keepdim: bool = False) -> None:
+        super().__init__()
+        self.norm, self.eps, self.keepdim = p, eps, keepdim
+
+    def forward(self, x1, x2):
+        return F.pairwise_distance(x1, x2, self.norm, self.eps, self.keepdim)
 
 
 def _softmax_dim(name: str, ndim: int) -> int:

@@ -242,15 +242,14 @@ class Hardswish:
     def backward(ctx, gy):
         (x,) = ctx.saved
         xp = ctx.xp
-        # PyTorch's choices at the kinks: the quadratic piece's slope at both, -0.5 at x = -3 and
-        # 1.5 at x = 3.
-        return gy * xp.where(x < -3, 0, xp.where(x <= 3, (2 * x + 3) / 6, 1))
+        # PyTorch's choices at the kinks: the outer pieces' slopes, 0 at x = -3 and 1 at x = 3.
+        return gy * xp.where(x <= -3, 0, xp.where(x < 3, (2 * x + 3) / 6, 1))
 
 
 def hardswish(x):
     """``x * relu6(x + 3) / 6``, the piecewise-quadratic swish of MobileNetV3.
 
-    Gradient: gx = 0 for x < -3, gy * (2x + 3) / 6 for -3 <= x <= 3, gy for x > 3.
+    Gradient: gx = 0 for x <= -3, gy * (2x + 3) / 6 for -3 < x < 3, gy for x >= 3.
     """
     return apply(Hardswish, x)
 

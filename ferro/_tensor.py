@@ -239,6 +239,12 @@ class Tensor(TensorBase):
     split = _sh.split
     unbind = _sh.unbind
     chunk = _sh.chunk
+    all = _red.all
+    any = _red.any
+    cumprod = _red.cumprod
+    sort = _red.sort
+    topk = _red.topk
+    argsort = _red.argsort
 
     def clone(self) -> Tensor:
         """A copy with its own memory; gradients flow back to this tensor."""

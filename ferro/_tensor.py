@@ -245,6 +245,15 @@ class Tensor(TensorBase):
     sort = _red.sort
     topk = _red.topk
     argsort = _red.argsort
+    tril = _sh.tril
+    triu = _sh.triu
+    diagonal = _sh.diagonal
+    diag = _sh.diag
+    movedim = _sh.movedim
+    swapaxes = _sh.swapaxes
+    swapdims = _sh.swapdims
+    masked_select = _sh.masked_select
+    nonzero = _sh.nonzero
 
     def clone(self) -> Tensor:
         """A copy with its own memory; gradients flow back to this tensor."""

@@ -1035,7 +1035,7 @@ def diagonal(x, offset: int = 0, dim1: int = 0, dim2: int = 1):
     return apply(Diagonal, x, offset=_int(offset, "diagonal", "offset"), dim1=d1, dim2=d2)
 
 
-@register("diag_embed")
+@register("diag")
 class DiagEmbed:
     @staticmethod
     def forward(ctx, x, *, k):

@@ -239,6 +239,21 @@ class Tensor(TensorBase):
     split = _sh.split
     unbind = _sh.unbind
     chunk = _sh.chunk
+    all = _red.all
+    any = _red.any
+    cumprod = _red.cumprod
+    sort = _red.sort
+    topk = _red.topk
+    argsort = _red.argsort
+    tril = _sh.tril
+    triu = _sh.triu
+    diagonal = _sh.diagonal
+    diag = _sh.diag
+    movedim = _sh.movedim
+    swapaxes = _sh.swapaxes
+    swapdims = _sh.swapdims
+    masked_select = _sh.masked_select
+    nonzero = _sh.nonzero
 
     def clone(self) -> Tensor:
         """A copy with its own memory; gradients flow back to this tensor."""

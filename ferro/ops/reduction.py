@@ -21,7 +21,7 @@ def normalize_axes(axis, ndim: int, op: str) -> tuple | None:
     if axis is None:
         return None
     axes = (axis,) if isinstance(axis, numbers.Integral) else axis
-    if not isinstance(axes, tuple | list | range) or not all(
+    if not isinstance(axes, tuple | list | range) or not builtins.all(
         isinstance(a, numbers.Integral) and not isinstance(a, bool) for a in axes
     ):
         raise ArgumentTypeError(f"{op}: axis must be an int or a tuple of ints, got {axis!r}")
@@ -75,7 +75,7 @@ def _nonempty(x, axes, op):
     """A maximum or minimum over an empty dimension has no value (no identity): refuse it.
     Reducing the other dimensions of an empty tensor is fine (an empty result)."""
     reduced = range(x.ndim) if axes is None else axes
-    if x.numel() == 0 and any(x.shape[a] == 0 for a in reduced):
+    if x.numel() == 0 and builtins.any(x.shape[a] == 0 for a in reduced):
         raise ShapeError(
             f"{op}: cannot reduce over an empty dimension (shape {tuple(x.shape)}, "
             f"axis {'all' if axes is None else axes})"
@@ -505,12 +505,190 @@ def cumsum(x, dim: int):
     return apply(Cumsum, x, axis=a)
 
 
+@register("all", differentiable=False, same_dtype=False)
+class All:
+    @staticmethod
+    def forward(ctx, x, *, axes, keepdims, every):
+        f = ctx.xp.all if every else ctx.xp.any
+        return ctx.xp.asarray(f(x, axis=axes, keepdims=keepdims))
+
+
+def _logical_reduce(x, dim, keepdim, every, op):
+    axes = normalize_axes(dim, x.ndim, op)
+    return apply(All, x, axes=axes, keepdims=bool(keepdim), every=every)
+
+
+@aliases
+def all(x, dim=None, keepdim: bool = False):  # noqa: A001 - mirrors torch.all
+    """Whether every element over ``dim`` (an int or a tuple; None: all elements) is nonzero,
+    as a bool tensor; not differentiable."""
+    return _logical_reduce(x, dim, keepdim, True, "all")
+
+
+@aliases
+def any(x, dim=None, keepdim: bool = False):  # noqa: A001 - mirrors torch.any
+    """Whether any element over ``dim`` (an int or a tuple; None: all elements) is nonzero,
+    as a bool tensor; not differentiable."""
+    return _logical_reduce(x, dim, keepdim, False, "any")
+
+
+@register("cumprod")
+class Cumprod:
+    @staticmethod
+    def forward(ctx, x, *, axis):
+        y = ctx.xp.cumprod(x, axis=axis)
+        ctx.save(x, y)
+        ctx.axis = axis
+        return y
+
+    @staticmethod
+    def backward(ctx, gy):
+        x, y = ctx.saved
+        xp = ctx.xp
+        x, y, gy = (xp.moveaxis(a, ctx.axis, -1) for a in (x, y, gy))
+        if bool((x != 0).all()):
+            # gx_i = sum_{j >= i} gy_j * y_j / x_i: a reversed cumulative sum, O(n).
+            rcs = xp.flip(xp.cumsum(xp.flip(gy * y, -1), axis=-1), -1)
+            gx = rcs / x
+        else:
+            # With a zero, y_j / x_i is 0/0: take prod_{k <= j, k != i} x_k directly as
+            # (prod_{k < i} x_k) * (prod_{i < k <= j} x_k), O(n^2) but exact.
+            n = x.shape[-1]
+            gx = xp.empty_like(gy)
+            for i in range(n):
+                left = y[..., i - 1 : i] if i else xp.ones_like(x[..., :1])
+                right = xp.cumprod(x[..., i + 1 :], axis=-1)
+                inner = gy[..., i : i + 1].copy()
+                if n - i > 1:
+                    inner = inner + (gy[..., i + 1 :] * right).sum(axis=-1, keepdims=True)
+                gx[..., i : i + 1] = left * inner
+        return xp.moveaxis(gx, -1, ctx.axis)
+
+
+def _one_dim(dim, x, op):
+    if not isinstance(dim, numbers.Integral) or isinstance(dim, bool):
+        raise ArgumentTypeError(f"{op}: dim must be an int, got {dim!r}")
+    # A 0-d tensor has one dim to name, 0 or -1, as in PyTorch.
+    (a,) = normalize_axes(0 if x.ndim == 0 and dim == -1 else dim, x.ndim, op)
+    return a
+
+
+def _as_1d(fn, x, *args, **kwargs):
+    """Run ``fn`` on a 0-d tensor as on one element of a 1-D one (NumPy has no axis 0 there)."""
+    from ferro.ops.shape import reshape
+
+    out = fn(reshape(x, 1), *args, **kwargs)
+    if isinstance(out, tuple):
+        return type(out)(*(reshape(o, ()) for o in out))
+    return reshape(out, ())
+
+
+@aliases
+def cumprod(x, dim: int):
+    """Cumulative product along ``dim``.
+
+    Gradient: gx_i = sum over j >= i of gy_j * (product of x_0..x_j except x_i), exact with
+    zeros.
+    """
+    a = _one_dim(dim, x, "cumprod")
+    if x.ndim == 0:
+        return _as_1d(cumprod, x, 0)
+    return apply(Cumprod, x, axis=a)
+
+
+#: What ``sort``/``topk`` return, as PyTorch's ``torch.return_types``.
+SortResult = namedtuple("sort", ("values", "indices"))
+TopkResult = namedtuple("topk", ("values", "indices"))
+
+
+def _argsort(xp, x, axis, descending):
+    # Stable both ways: descending sorts the reversed array and reverses back, so equal
+    # elements keep their original order (PyTorch's stable=True).
+    if not descending:
+        return xp.argsort(x, axis=axis, kind="stable")
+    n = x.shape[axis]
+    idx = xp.argsort(xp.flip(x, axis), axis=axis, kind="stable")
+    return n - 1 - xp.flip(idx, axis)
+
+
+@register("sort")
+class Sort:
+    @staticmethod
+    def forward(ctx, x, *, axis, descending, k):
+        xp = ctx.xp
+        idx = _argsort(xp, x, axis, descending)
+        if k is not None:
+            idx = xp.take(idx, xp.arange(k), axis=axis)
+        ctx.save(idx)
+        ctx.shape, ctx.axis = x.shape, axis
+        return xp.take_along_axis(x, idx, axis=axis), idx.astype(xp.int64)
+
+    @staticmethod
+    def backward(ctx, gy, gi):
+        (idx,) = ctx.saved
+        gx = ctx.xp.zeros(ctx.shape, dtype=gy.dtype)
+        ctx.xp.put_along_axis(gx, idx, gy, axis=ctx.axis)
+        return gx
+
+
+def sort(x, dim: int = -1, descending: bool = False, stable: bool = False):
+    """``x`` sorted along ``dim``: a named tuple ``(values, indices)``; indices are int64
+    and not differentiable. The sort is always stable (``stable`` is accepted for PyTorch's
+    signature).
+
+    Gradient: gx = gy put back at the positions ``indices`` names.
+    """
+    a = _one_dim(dim, x, "sort")
+    if x.ndim == 0:
+        return _as_1d(sort, x, 0, descending)
+    values, indices = apply(Sort, x, axis=a, descending=bool(descending), k=None)
+    return SortResult(values, indices)
+
+
+def topk(x, k: int, dim: int = -1, largest: bool = True, sorted: bool = True):  # noqa: A002
+    """The ``k`` largest (``largest=False``: smallest) elements along ``dim``: a named tuple
+    ``(values, indices)``, in sorted order (``sorted`` is accepted for PyTorch's signature);
+    indices are int64 and not differentiable.
+
+    Gradient: gx = gy put back at the positions ``indices`` names, else 0.
+    """
+    a = _one_dim(dim, x, "topk")
+    if not isinstance(k, numbers.Integral) or isinstance(k, bool):
+        raise ArgumentTypeError(f"topk: k must be an int, got {k!r}")
+    n = x.shape[a] if x.ndim else 1
+    if not 0 <= k <= n:
+        raise IndexOutOfRangeError(f"topk: k={k} is out of range for a dimension of size {n}")
+    if x.ndim == 0:
+        return _as_1d(topk, x, k, 0, largest)
+    values, indices = apply(Sort, x, axis=a, descending=bool(largest), k=int(k))
+    return TopkResult(values, indices)
+
+
+@register("argsort", differentiable=False, same_dtype=False)
+class Argsort:
+    @staticmethod
+    def forward(ctx, x, *, axis, descending):
+        return _argsort(ctx.xp, x, axis, descending).astype(ctx.xp.int64)
+
+
+def argsort(x, dim: int = -1, descending: bool = False, stable: bool = False):
+    """The int64 indices that sort ``x`` along ``dim`` (stable); not differentiable."""
+    a = _one_dim(dim, x, "argsort")
+    if x.ndim == 0:
+        return _as_1d(argsort, x, 0, descending)
+    return apply(Argsort, x, axis=a, descending=bool(descending))
+
+
 # The family's public functions (ferro.ops exports their union): a new op's name goes here.
 __all__ = [
+    "all",
     "amax",
     "amin",
+    "any",
     "argmax",
     "argmin",
+    "argsort",
+    "cumprod",
     "cumsum",
     "logsumexp",
     "max",
@@ -519,6 +697,8 @@ __all__ = [
     "norm",
     "prod",
     "std",
+    "sort",
     "sum",
+    "topk",
     "var",
 ]

@@ -961,12 +961,271 @@ def embedding(indices, weight, padding_idx=None):
     return apply(Embedding, weight, operand, padding_idx=padding_idx)
 
 
+def _matrix(x, op):
+    if x.ndim < 2:
+        raise ShapeError(f"{op}: expects a tensor of at least 2 dimensions, got shape {x.shape}")
+
+
+@register("tril")
+class Tril:
+    @staticmethod
+    def forward(ctx, x, *, k, lower):
+        ctx.k, ctx.lower = k, lower
+        return ctx.xp.tril(x, k) if lower else ctx.xp.triu(x, k)
+
+    @staticmethod
+    def backward(ctx, gy):
+        return ctx.xp.tril(gy, ctx.k) if ctx.lower else ctx.xp.triu(gy, ctx.k)
+
+
+def tril(x, diagonal: int = 0):
+    """The lower triangle of the last two dims: elements above diagonal ``diagonal`` (0: the
+    main one, > 0 above it) are set to 0.
+
+    Gradient: gx = tril(gy, diagonal).
+    """
+    _matrix(x, "tril")
+    return apply(Tril, x, k=_int(diagonal, "tril", "diagonal"), lower=True)
+
+
+def triu(x, diagonal: int = 0):
+    """The upper triangle of the last two dims: elements below diagonal ``diagonal`` are set
+    to 0.
+
+    Gradient: gx = triu(gy, diagonal).
+    """
+    _matrix(x, "triu")
+    return apply(Tril, x, k=_int(diagonal, "triu", "diagonal"), lower=False)
+
+
+def _diagonal_index(xp, n, offset):
+    # Row and column of the ``n`` elements of diagonal ``offset``.
+    i = xp.arange(n)
+    return i + max(-offset, 0), i + max(offset, 0)
+
+
+@register("diagonal")
+class Diagonal:
+    @staticmethod
+    def forward(ctx, x, *, offset, dim1, dim2):
+        ctx.shape, ctx.offset, ctx.dims = x.shape, offset, (dim1, dim2)
+        return ctx.xp.diagonal(x, offset, dim1, dim2).copy()
+
+    @staticmethod
+    def backward(ctx, gy):
+        xp = ctx.xp
+        d1, d2 = ctx.dims
+        moved = xp.zeros(ctx.shape, dtype=gy.dtype)
+        moved = xp.moveaxis(moved, (d1, d2), (-2, -1))
+        rows, cols = _diagonal_index(xp, gy.shape[-1], ctx.offset)
+        moved[..., rows, cols] = gy
+        return xp.ascontiguousarray(xp.moveaxis(moved, (-2, -1), (d1, d2)))
+
+
+def diagonal(x, offset: int = 0, dim1: int = 0, dim2: int = 1):
+    """The diagonal ``offset`` of the planes spanned by ``dim1`` and ``dim2``, as a new last
+    dim (a copy; PyTorch returns a view).
+
+    Gradient: gx = gy written on that diagonal, 0 elsewhere.
+    """
+    _matrix(x, "diagonal")
+    d1, d2 = _axis(dim1, x.ndim, "diagonal"), _axis(dim2, x.ndim, "diagonal")
+    if d1 == d2:
+        raise ArgumentError(f"diagonal: dim1 and dim2 must differ, got {dim1} and {dim2}")
+    return apply(Diagonal, x, offset=_int(offset, "diagonal", "offset"), dim1=d1, dim2=d2)
+
+
+@register("diag")
+class DiagEmbed:
+    @staticmethod
+    def forward(ctx, x, *, k):
+        ctx.k = k
+        return ctx.xp.diag(x, k)
+
+    @staticmethod
+    def backward(ctx, gy):
+        return ctx.xp.diagonal(gy, ctx.k).copy()
+
+
+def diag(x, diagonal: int = 0):
+    """A 1-D ``x``: the square matrix with ``x`` on diagonal ``diagonal``; a 2-D ``x``: its
+    diagonal ``diagonal`` (see :func:`~ferro.ops.diagonal`).
+
+    Gradient: 1-D: gx = the diagonal of gy; 2-D: gx = gy on the diagonal, 0 elsewhere.
+    """
+    k = _int(diagonal, "diag", "diagonal")
+    if x.ndim == 1:
+        return apply(DiagEmbed, x, k=k)
+    if x.ndim == 2:
+        return globals()["diagonal"](x, k)
+    raise ShapeError(f"diag: expects a 1-D or 2-D tensor, got shape {x.shape}")
+
+
+def _dim_list(dims, ndim, op):
+    dims = (dims,) if isinstance(dims, numbers.Integral) else tuple(dims)
+    return tuple(_axis(d, ndim, op) for d in dims)
+
+
+def movedim(x, source, destination):
+    """``x`` with dims ``source`` (an int or a tuple) moved to ``destination``, the others in
+    their order (a view).
+
+    Gradient: gx = gy with the dims moved back.
+    """
+    src = _dim_list(source, x.ndim, "movedim")
+    dst = _dim_list(destination, x.ndim, "movedim")
+    if len(src) != len(dst):
+        raise ArgumentError(f"movedim: {len(src)} source dims for {len(dst)} destination dims")
+    if len(set(src)) != len(src) or len(set(dst)) != len(dst):
+        raise ArgumentError(f"movedim: repeated dim in {source!r} or {destination!r}")
+    rest = iter(d for d in range(x.ndim) if d not in src)
+    where = dict(zip(dst, src, strict=True))
+    return permute(x, tuple(where[i] if i in where else next(rest) for i in range(x.ndim)))
+
+
+def swapaxes(x, axis0: int, axis1: int):
+    """``x`` with dims ``axis0`` and ``axis1`` swapped (a view; :func:`transpose`).
+
+    Gradient: gx = gy with the dims swapped back.
+    """
+    return transpose(x, axis0, axis1)
+
+
+def swapdims(x, dim0: int, dim1: int):
+    """``x`` with dims ``dim0`` and ``dim1`` swapped (a view; :func:`transpose`).
+
+    Gradient: gx = gy with the dims swapped back.
+    """
+    return transpose(x, dim0, dim1)
+
+
+@register("masked_select", broadcasts=True, same_dtype=False)
+class MaskedSelect:
+    @staticmethod
+    def forward(ctx, x, mask):
+        xp = ctx.xp
+        shape = xp.broadcast_shapes(x.shape, mask.shape)
+        mask = xp.broadcast_to(mask, shape)
+        ctx.save(mask)
+        return xp.broadcast_to(x, shape)[mask]
+
+    @staticmethod
+    def backward(ctx, gy):
+        (mask,) = ctx.saved
+        gx = ctx.xp.zeros(mask.shape, dtype=gy.dtype)
+        gx[mask] = gy
+        return gx, None
+
+
+def masked_select(x, mask):
+    """The elements of ``x`` where the bool ``mask`` (broadcast with ``x``) is true, as a 1-D
+    tensor in row-major order.
+
+    Gradient: gx = gy at the selected elements, 0 elsewhere (summed over broadcast dims).
+    """
+    if getattr(getattr(mask, "dtype", None), "kind", None) != "b":
+        raise DtypeError(
+            f"masked_select: mask must be a bool tensor, got {getattr(mask, 'dtype', None)}"
+        )
+    try:
+        np.broadcast_shapes(tuple(x.shape), tuple(mask.shape))
+    except ValueError:
+        raise ShapeError(
+            f"masked_select: mask of shape {tuple(mask.shape)} does not broadcast with the "
+            f"tensor's shape {tuple(x.shape)}"
+        ) from None
+    mask = _index_operand(mask, x, "masked_select", kinds="b")[0]
+    return apply(MaskedSelect, x, mask)
+
+
+@register("nonzero", differentiable=False, same_dtype=False)
+class Nonzero:
+    @staticmethod
+    def forward(ctx, x):
+        return ctx.xp.argwhere(x).astype(ctx.xp.int64)
+
+
+def nonzero(x, *, as_tuple: bool = False):
+    """The int64 indices of the nonzero elements of ``x``: a (count, ndim) tensor, or with
+    ``as_tuple`` one 1-D tensor per dim; not differentiable."""
+    idx = apply(Nonzero, x)
+    if not as_tuple:
+        return idx
+    if x.ndim == 0:
+        return (apply(Nonzero, reshape(x, 1))[:, 0],)
+    return tuple(idx[:, d] for d in range(x.ndim))
+
+
+def broadcast_tensors(*tensors):
+    """The tensors broadcast to their common shape (read-only views), as a tuple.
+
+    Gradient: each gx = its gy summed over the broadcast dims.
+    """
+    tensors = _tensor_list(tensors, "broadcast_tensors")
+    try:
+        shape = np.broadcast_shapes(*(tuple(t.shape) for t in tensors))
+    except ValueError:
+        raise ShapeError(
+            "broadcast_tensors: shapes "
+            f"{', '.join(str(tuple(t.shape)) for t in tensors)} do not broadcast"
+        ) from None
+    return tuple(broadcast_to(t, shape) for t in tensors)
+
+
+def meshgrid(*tensors, indexing: str = "ij"):
+    """Coordinate grids of 1-D (or 0-d) tensors: output i varies along dim i (``indexing="ij"``,
+    PyTorch's default), or with ``"xy"`` the first two dims swapped, as NumPy's default.
+
+    Gradient: each gx = its grid's gy summed over the other dims.
+    """
+    if len(tensors) == 1 and isinstance(tensors[0], list | tuple):
+        tensors = tensors[0]
+    tensors = _tensor_list(tensors, "meshgrid")
+    if indexing not in ("ij", "xy"):
+        raise ArgumentError(f"meshgrid: indexing must be 'ij' or 'xy', got {indexing!r}")
+    for t in tensors:
+        if t.ndim > 1:
+            raise ShapeError(f"meshgrid: expects 0-d or 1-D tensors, got shape {tuple(t.shape)}")
+    n = len(tensors)
+    order = list(range(n))
+    if indexing == "xy" and n > 1:
+        order[0], order[1] = 1, 0
+    shape = [0] * n
+    for i, t in enumerate(tensors):
+        shape[order[i]] = t.numel()
+    out = []
+    for i, t in enumerate(tensors):
+        one = [1] * n
+        one[order[i]] = -1
+        out.append(broadcast_to(reshape(t, tuple(one)), tuple(shape)))
+    return tuple(out)
+
+
+def cartesian_prod(*tensors):
+    """The Cartesian product of 1-D tensors: a (count, len(tensors)) tensor of all
+    combinations, the last tensor varying fastest (one tensor: itself).
+
+    Gradient: each gx = the sum of gy over the rows its elements appear in.
+    """
+    tensors = _tensor_list(tensors, "cartesian_prod")
+    for t in tensors:
+        if t.ndim != 1:
+            raise ShapeError(f"cartesian_prod: expects 1-D tensors, got shape {tuple(t.shape)}")
+    if len(tensors) == 1:
+        return tensors[0]
+    return stack([reshape(g, -1) for g in meshgrid(*tensors, indexing="ij")], 1)
+
+
 # The family's public functions (ferro.ops exports their union): a new op's name goes here.
 __all__ = [
+    "broadcast_tensors",
     "broadcast_to",
+    "cartesian_prod",
     "cat",
     "chunk",
     "detach",
+    "diag",
+    "diagonal",
     "embedding",
     "expand",
     "flatten",
@@ -975,7 +1234,11 @@ __all__ = [
     "getitem",
     "index_select",
     "masked_fill",
+    "masked_select",
+    "meshgrid",
+    "movedim",
     "narrow",
+    "nonzero",
     "one_hot",
     "pad",
     "permute",
@@ -988,8 +1251,12 @@ __all__ = [
     "split",
     "squeeze",
     "stack",
+    "swapaxes",
+    "swapdims",
     "tile",
     "transpose",
+    "tril",
+    "triu",
     "unbind",
     "unsqueeze",
 ]

@@ -129,6 +129,82 @@ def _cumsum_samples(rng):
     ]
 
 
+def _logical_samples(rng):
+    # Zeros among the values, so all and any differ.
+    def some_zeros(shape):
+        return np.where(rng.uniform(size=shape) < 0.3, 0.0, uniform(rng, shape))
+
+    return [
+        Sample((some_zeros(()),), {}, label="0-d"),
+        Sample((some_zeros((0, 3)),), {"axis": 1}, label="empty"),
+        Sample((some_zeros((4, 5)),), {}, label="all"),
+        Sample((some_zeros((4, 5)),), {"axis": 1, "keepdims": True}, label="axis 1 keepdims"),
+        Sample((some_zeros((2, 3, 4)),), {"axis": (0, 2)}, label="tuple"),
+        Sample((some_zeros((3, 4)),), {"axis": 0}, noncontig=True, label="noncontig"),
+    ]
+
+
+def _cumprod_samples(rng):
+    one_zero = uniform(rng, (3, 4))
+    one_zero[1, 2] = 0.0
+    two_zeros = uniform(rng, (5,))
+    two_zeros[1] = two_zeros[3] = 0.0
+    return _cumsum_samples(rng) + [
+        Sample((one_zero,), {"axis": 1}, label="one zero"),
+        Sample((two_zeros,), {"axis": 0}, label="two zeros"),
+        Sample((uniform(rng, (0, 3)),), {"axis": 1}, label="empty"),
+    ]
+
+
+def _sort_samples(rng):
+    # Distinct values: at a tie the order (and the gradient) is a matter of convention.
+    def perm(shape):
+        return np.asarray(rng.permutation(math.prod(shape)).reshape(shape) / 3)
+
+    return [
+        Sample((perm(()),), {}, label="0-d"),
+        Sample((perm((0, 3)),), {"axis": 0}, label="empty"),
+        Sample((perm((6,)),), {}, label="1d"),
+        Sample((perm((3, 4)),), {"axis": 0, "descending": True}, label="descending"),
+        Sample((perm((2, 3, 4)),), {"axis": -2}, label="3d"),
+        Sample((perm((3, 4)),), {"axis": 1}, noncontig=True, label="noncontig"),
+    ]
+
+
+def _sort_ref(x, axis=-1, descending=False):
+    if np.ndim(x) == 0:
+        return x
+    y = np.sort(x, axis=axis)
+    return np.flip(y, axis) if descending else y
+
+
+def _argsort_ref(x, axis=-1, descending=False):
+    if np.ndim(x) == 0:
+        return np.zeros((), np.int64)
+    return np.argsort(-x if descending else x, axis=axis, kind="stable")
+
+
+def _topk_samples(rng):
+    def perm(shape):
+        return np.asarray(rng.permutation(math.prod(shape)).reshape(shape) / 3)
+
+    return [
+        Sample((perm(()),), {"k": 1}, label="0-d"),
+        Sample((perm((0, 3)),), {"k": 2, "axis": 1}, label="empty"),
+        Sample((perm((6,)),), {"k": 3}, label="1d"),
+        Sample((perm((3, 4)),), {"k": 2, "axis": 0, "largest": False}, label="smallest"),
+        Sample((perm((2, 3, 4)),), {"k": 0, "axis": -1}, label="k=0"),
+        Sample((perm((3, 4)),), {"k": 4, "axis": 1}, noncontig=True, label="noncontig"),
+    ]
+
+
+def _topk_ref(x, k, axis=-1, largest=True):
+    if np.ndim(x) == 0:
+        return x
+    y = np.flip(np.sort(x, axis=axis), axis) if largest else np.sort(x, axis=axis)
+    return np.take(y, np.arange(k), axis=axis)
+
+
 def _logsumexp_ref(x, axis=None, keepdims=False):
     return np.log(np.exp(x).sum(axis=axis, keepdims=keepdims))
 
@@ -201,5 +277,44 @@ ENTRIES = [
         ferro.cumsum,
         lambda x, axis: np.cumsum(x, axis=axis).reshape(np.shape(x) or (1,)).reshape(np.shape(x)),
         _cumsum_samples,
+    ),
+    *[
+        OpInfo(
+            name,
+            getattr(ferro, name),
+            lambda x, axis=None, keepdims=False, f=f: np.asarray(
+                f(x, axis=axis, keepdims=keepdims)
+            ),
+            _logical_samples,
+            grad=False,
+            same_dtype_out=False,
+        )
+        for name, f in [("all", np.all), ("any", np.any)]
+    ],
+    OpInfo(
+        "cumprod",
+        ferro.cumprod,
+        lambda x, axis: np.cumprod(x, axis=axis).reshape(np.shape(x)),
+        _cumprod_samples,
+    ),
+    OpInfo(
+        "sort",
+        lambda x, axis=-1, descending=False: ferro.sort(x, axis, descending).values,
+        _sort_ref,
+        _sort_samples,
+    ),
+    OpInfo(
+        "topk",
+        lambda x, k, axis=-1, largest=True: ferro.topk(x, k, axis, largest).values,
+        _topk_ref,
+        _topk_samples,
+    ),
+    OpInfo(
+        "argsort",
+        lambda x, axis=-1, descending=False: ferro.argsort(x, axis, descending),
+        _argsort_ref,
+        _sort_samples,
+        grad=False,
+        same_dtype_out=False,
     ),
 ]

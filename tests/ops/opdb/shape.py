@@ -265,6 +265,128 @@ def _embedding_ref(w, indices, padding_idx=None):
     return w[indices]
 
 
+def _triangle_samples(rng):
+    return [
+        Sample((uniform(rng, (4, 4)),), {}, label="square"),
+        Sample((uniform(rng, (3, 5)),), {"diagonal": 1}, label="above"),
+        Sample((uniform(rng, (2, 4, 3)),), {"diagonal": -1}, label="batched below"),
+        Sample((uniform(rng, (0, 3)),), {}, label="empty"),
+        Sample((uniform(rng, (3, 4)),), {"diagonal": 2}, noncontig=True, label="noncontig"),
+    ]
+
+
+def _diagonal_samples(rng):
+    return [
+        Sample((uniform(rng, (4, 4)),), {}, label="square"),
+        Sample((uniform(rng, (3, 5)),), {"offset": 1}, label="above"),
+        Sample((uniform(rng, (3, 5)),), {"offset": -2}, label="below"),
+        Sample((uniform(rng, (2, 3, 4)),), {"dim1": 2, "dim2": 0}, label="3d dims"),
+        Sample((uniform(rng, (0, 3)),), {}, label="empty"),
+        Sample((uniform(rng, (3, 4)),), {"offset": 1}, noncontig=True, label="noncontig"),
+    ]
+
+
+def _diag_samples(rng):
+    return [
+        Sample((uniform(rng, (3,)),), {}, label="1-D"),
+        Sample((uniform(rng, (3,)),), {"diagonal": -1}, label="1-D below"),
+        Sample((uniform(rng, (0,)),), {}, label="empty"),
+        Sample((uniform(rng, (3, 4)),), {"diagonal": 1}, label="2-D above"),
+        Sample((uniform(rng, (3, 4)),), {}, noncontig=True, label="noncontig"),
+    ]
+
+
+def _movedim_samples(rng):
+    return [
+        Sample((uniform(rng, (2, 3, 4)),), {"source": 0, "destination": -1}, label="one"),
+        Sample((uniform(rng, (2, 3, 4)),), {"source": (0, 1), "destination": (2, 0)}, label="two"),
+        Sample((uniform(rng, (0, 3)),), {"source": 1, "destination": 0}, label="empty"),
+        Sample((uniform(rng, (3, 4)),), {"source": 0, "destination": 1}, noncontig=True),
+    ]
+
+
+def _swap_samples(rng):
+    return [
+        Sample((uniform(rng, (2, 3, 4)),), {"a": 0, "b": 2}, label="3d"),
+        Sample((uniform(rng, (0, 3)),), {"a": 1, "b": 0}, label="empty"),
+        Sample((uniform(rng, (3, 4)),), {"a": -1, "b": 0}, noncontig=True, label="noncontig"),
+    ]
+
+
+def _masked_select_samples(rng):
+    x = uniform(rng, (3, 4))
+    return [
+        Sample((x, x > 0.5), label="same shape"),
+        Sample((x, rng.random((4,)) > 0.5), label="broadcast mask"),
+        Sample((uniform(rng, (4,)), rng.random((3, 1)) > 0.5), label="broadcast x"),
+        Sample((uniform(rng, ()), np.array(True)), label="0-d"),
+        Sample((uniform(rng, (0, 4)), np.zeros((0, 4), bool)), label="empty"),
+    ]
+
+
+def _masked_select_ref(x, mask):
+    shape = np.broadcast_shapes(x.shape, mask.shape)
+    return np.broadcast_to(x, shape)[np.broadcast_to(mask, shape)]
+
+
+def _nonzero_samples(rng):
+    def some_zeros(shape):
+        return np.where(rng.random(shape) < 0.4, 0.0, uniform(rng, shape))
+
+    return [
+        Sample((some_zeros(()),), label="0-d"),
+        Sample((some_zeros((0, 3)),), label="empty"),
+        Sample((some_zeros((6,)),), label="1d"),
+        Sample((some_zeros((3, 4)),), noncontig=True, label="noncontig"),
+        Sample((some_zeros((2, 3, 4)),), label="3d"),
+    ]
+
+
+def _weighted_sum(outs):
+    # Weight each output differently, so a gradient landing on the wrong input is caught.
+    total = outs[0]
+    for i, o in enumerate(outs[1:]):
+        total = total + o * float(i + 2)
+    return total
+
+
+def _broadcast_tensors_samples(rng):
+    return [
+        Sample((uniform(rng, (3, 1)), uniform(rng, (4,))), label="pair"),
+        Sample((uniform(rng, ()), uniform(rng, (2, 3)), uniform(rng, (1, 3))), label="three"),
+        Sample((uniform(rng, (0, 1)), uniform(rng, (3,))), label="empty"),
+    ]
+
+
+def _meshgrid_samples(rng):
+    return [
+        Sample((uniform(rng, (3,)), uniform(rng, (2,))), {"indexing": "ij"}, label="ij"),
+        Sample((uniform(rng, (3,)), uniform(rng, (2,))), {"indexing": "xy"}, label="xy"),
+        Sample(
+            (uniform(rng, (2,)), uniform(rng, ()), uniform(rng, (4,))),
+            {"indexing": "xy"},
+            label="three with 0-d",
+        ),
+        Sample((uniform(rng, (0,)), uniform(rng, (2,))), {"indexing": "ij"}, label="empty"),
+    ]
+
+
+def _cartesian_prod_samples(rng):
+    return [
+        Sample((uniform(rng, (3,)),), label="one"),
+        Sample((uniform(rng, (3,)), uniform(rng, (2,))), label="two"),
+        Sample((uniform(rng, (2,)), uniform(rng, (1,)), uniform(rng, (3,))), label="three"),
+        Sample((uniform(rng, (0,)), uniform(rng, (2,))), label="empty"),
+    ]
+
+
+def _cartesian_prod_ref(*xs):
+    if len(xs) == 1:
+        return xs[0]
+    grids = np.meshgrid(*xs, indexing="ij")
+    return np.stack([g.reshape(-1) for g in grids], axis=1)
+
+
 ENTRIES = [
     OpInfo(
         "reshape",
@@ -398,4 +520,57 @@ ENTRIES = [
         lambda x: x.reshape(x.shape[0], -1),
         lambda rng: [Sample((uniform(rng, (2, 3, 4)),))],
     ),
+    OpInfo("tril", ferro.tril, lambda x, diagonal=0: np.tril(x, diagonal), _triangle_samples),
+    OpInfo("triu", ferro.triu, lambda x, diagonal=0: np.triu(x, diagonal), _triangle_samples),
+    OpInfo(
+        "diagonal",
+        ferro.diagonal,
+        lambda x, offset=0, dim1=0, dim2=1: np.diagonal(x, offset, dim1, dim2),
+        _diagonal_samples,
+    ),
+    OpInfo("diag", ferro.diag, lambda x, diagonal=0: np.diag(x, diagonal), _diag_samples),
+    OpInfo("movedim", ferro.movedim, np.moveaxis, _movedim_samples),
+    OpInfo(
+        "swapaxes",
+        lambda x, a, b: ferro.swapaxes(x, a, b),
+        lambda x, a, b: np.swapaxes(x, a, b),
+        _swap_samples,
+    ),
+    OpInfo(
+        "swapdims",
+        lambda x, a, b: ferro.swapdims(x, a, b),
+        lambda x, a, b: np.swapaxes(x, a, b),
+        _swap_samples,
+    ),
+    OpInfo("masked_select", ferro.masked_select, _masked_select_ref, _masked_select_samples),
+    OpInfo(
+        "nonzero",
+        ferro.nonzero,
+        lambda x: np.argwhere(x),
+        _nonzero_samples,
+        grad=False,
+        same_dtype_out=False,
+    ),
+    OpInfo(
+        "nonzero_tuple",
+        lambda x: ferro.stack(ferro.nonzero(x, as_tuple=True)),
+        lambda x: np.stack(np.nonzero(x.reshape(-1) if x.ndim == 0 else x)),
+        _nonzero_samples,
+        func="nonzero",
+        grad=False,
+        same_dtype_out=False,
+    ),
+    OpInfo(
+        "broadcast_tensors",
+        lambda *xs: _weighted_sum(ferro.broadcast_tensors(*xs)),
+        lambda *xs: _weighted_sum(np.broadcast_arrays(*xs)),
+        _broadcast_tensors_samples,
+    ),
+    OpInfo(
+        "meshgrid",
+        lambda *xs, indexing: ferro.stack(ferro.meshgrid(*xs, indexing=indexing)),
+        lambda *xs, indexing: np.stack(np.meshgrid(*xs, indexing=indexing)),
+        _meshgrid_samples,
+    ),
+    OpInfo("cartesian_prod", ferro.cartesian_prod, _cartesian_prod_ref, _cartesian_prod_samples),
 ]

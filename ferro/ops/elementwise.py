@@ -695,38 +695,458 @@ def sign(x):
     return apply(Sign, x)
 
 
+@register("square")
+class Square:
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save(x)
+        return ctx.xp.square(x)
+
+    @staticmethod
+    def backward(ctx, gy):
+        (x,) = ctx.saved
+        return gy * (2 * x)
+
+
+def square(x):
+    """``x * x``.
+
+    Gradient: gx = 2 * gy * x.
+    """
+    return apply(Square, x)
+
+
+@register("reciprocal")
+class Reciprocal:
+    @staticmethod
+    def forward(ctx, x):
+        y = ctx.xp.reciprocal(x)
+        ctx.save(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, gy):
+        (y,) = ctx.saved
+        return -gy * (y * y)
+
+
+def reciprocal(x):
+    """``1 / x``.
+
+    Gradient: gx = -gy * y**2.
+    """
+    return apply(Reciprocal, x)
+
+
+@register("log2")
+class Log2:
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save(x)
+        return ctx.xp.log2(x)
+
+    @staticmethod
+    def backward(ctx, gy):
+        (x,) = ctx.saved
+        return gy / (x * math.log(2))
+
+
+def log2(x):
+    """Base-2 logarithm.
+
+    Gradient: gx = gy / (x * log(2)).
+    """
+    return apply(Log2, x)
+
+
+@register("log10")
+class Log10:
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save(x)
+        return ctx.xp.log10(x)
+
+    @staticmethod
+    def backward(ctx, gy):
+        (x,) = ctx.saved
+        return gy / (x * math.log(10))
+
+
+def log10(x):
+    """Base-10 logarithm.
+
+    Gradient: gx = gy / (x * log(10)).
+    """
+    return apply(Log10, x)
+
+
+@register("exp2")
+class Exp2:
+    @staticmethod
+    def forward(ctx, x):
+        y = ctx.xp.exp2(x)
+        ctx.save(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, gy):
+        (y,) = ctx.saved
+        return gy * (y * math.log(2))
+
+
+def exp2(x):
+    """``2 ** x``.
+
+    Gradient: gx = gy * y * log(2).
+    """
+    return apply(Exp2, x)
+
+
+def _rounding(name, fn):
+    # Piecewise constant: the gradient is 0 everywhere (PyTorch's choice, also at the jumps), so
+    # backward returns zeros rather than the op being non-differentiable: a graph through
+    # floor(x) still reaches x. An integer tensor is already integral and keeps its dtype.
+    class Rounding:
+        @staticmethod
+        def forward(ctx, x, **kwargs):
+            if x.dtype.kind in "biu":
+                return x.copy()
+            return fn(ctx.xp, x, **kwargs)
+
+        @staticmethod
+        def backward(ctx, gy):
+            return ctx.xp.zeros_like(gy)
+
+    Rounding.__name__ = name.capitalize()  # the node's name: FloorBackward, as PyTorch's
+    return register(name)(Rounding)
+
+
+Floor = _rounding("floor", lambda xp, x: xp.floor(x))
+
+
+def floor(x):
+    """The largest integer not above ``x``, in x's dtype.
+
+    Gradient: gx = 0 (piecewise constant, as in PyTorch).
+    """
+    return apply(Floor, x)
+
+
+Ceil = _rounding("ceil", lambda xp, x: xp.ceil(x))
+
+
+def ceil(x):
+    """The smallest integer not below ``x``, in x's dtype.
+
+    Gradient: gx = 0 (piecewise constant, as in PyTorch).
+    """
+    return apply(Ceil, x)
+
+
+Round = _rounding("round", lambda xp, x, decimals: xp.round(x, decimals))
+
+
+def round(x, *, decimals=0):  # noqa: A001 - mirrors torch.round
+    """``x`` rounded to ``decimals`` decimal places, halves to even (``round(2.5)`` is 2).
+
+    Gradient: gx = 0 (piecewise constant, as in PyTorch).
+    """
+    if not isinstance(decimals, numbers.Integral) or isinstance(decimals, bool):
+        raise ArgumentTypeError(
+            f"round: decimals must be an int, got {type(decimals).__name__} {decimals!r}"
+        )
+    return apply(Round, x, decimals=int(decimals))
+
+
+Trunc = _rounding("trunc", lambda xp, x: xp.trunc(x))
+
+
+def trunc(x):
+    """``x`` rounded toward zero, in x's dtype.
+
+    Gradient: gx = 0 (piecewise constant, as in PyTorch).
+    """
+    return apply(Trunc, x)
+
+
+@register("frac")
+class Frac:
+    @staticmethod
+    def forward(ctx, x):
+        return x - ctx.xp.trunc(x)
+
+    @staticmethod
+    def backward(ctx, gy):
+        return gy
+
+
+def frac(x):
+    """The fractional part ``x - trunc(x)``, with the sign of ``x``.
+
+    Gradient: gx = gy.
+    """
+    return apply(Frac, x)
+
+
+@register("fmod", broadcasts=True)
+class Fmod:
+    @staticmethod
+    def forward(ctx, a, b):
+        ctx.save(a, b)
+        return ctx.xp.fmod(a, b)
+
+    @staticmethod
+    def backward(ctx, gy):
+        a, b = ctx.saved
+        need_a, need_b = ctx.needs_input_grad
+        ga = gy if need_a else None
+        gb = -gy * ctx.xp.trunc(a / b) if need_b else None
+        return ga, gb
+
+
+def fmod(input, other):  # noqa: A002 - PyTorch's argument names
+    """C's ``fmod``: ``input - trunc(input / other) * other``, with the sign of ``input``.
+
+    Gradient: ga = gy, gb = -gy * trunc(a / b).
+    """
+    return apply(Fmod, input, other)
+
+
+@register("remainder", broadcasts=True)
+class Remainder:
+    @staticmethod
+    def forward(ctx, a, b):
+        ctx.save(a, b)
+        return ctx.xp.remainder(a, b)
+
+    @staticmethod
+    def backward(ctx, gy):
+        a, b = ctx.saved
+        need_a, need_b = ctx.needs_input_grad
+        ga = gy if need_a else None
+        gb = -gy * ctx.xp.floor(a / b) if need_b else None
+        return ga, gb
+
+
+def remainder(input, other):  # noqa: A002 - PyTorch's argument names
+    """Python's ``%``: ``input - floor(input / other) * other``, with the sign of ``other``.
+
+    Gradient: ga = gy, gb = -gy * floor(a / b).
+    """
+    return apply(Remainder, input, other)
+
+
+@register("lerp", broadcasts=True)
+class Lerp:
+    @staticmethod
+    def forward(ctx, start, end, weight):
+        ctx.save(start, end, weight)
+        return start + weight * (end - start)
+
+    @staticmethod
+    def backward(ctx, gy):
+        start, end, weight = ctx.saved
+        need_start, need_end, need_weight = ctx.needs_input_grad
+        g_start = gy * (1 - weight) if need_start else None
+        g_end = gy * weight if need_end else None
+        g_weight = gy * (end - start) if need_weight else None
+        return g_start, g_end, g_weight
+
+
+def lerp(input, end, weight):  # noqa: A002 - PyTorch's argument names
+    """Linear interpolation ``input + weight * (end - input)``; ``weight`` a scalar or a tensor.
+
+    Gradient: g_input = gy * (1 - weight), g_end = gy * weight,
+    g_weight = gy * (end - input).
+    """
+    if not hasattr(weight, "dtype"):
+        weight = real_arg(weight, "weight", "lerp")
+    return apply(Lerp, input, end, weight)
+
+
+@register("addcmul", broadcasts=True)
+class Addcmul:
+    @staticmethod
+    def forward(ctx, x, t1, t2, value):
+        ctx.save(t1, t2)
+        ctx.value = value
+        return x + value * (t1 * t2)
+
+    @staticmethod
+    def backward(ctx, gy):
+        t1, t2 = ctx.saved
+        need_x, need_t1, need_t2 = ctx.needs_input_grad
+        gx = gy if need_x else None
+        g1 = gy * (ctx.value * t2) if need_t1 else None
+        g2 = gy * (ctx.value * t1) if need_t2 else None
+        return gx, g1, g2
+
+
+def addcmul(input, tensor1, tensor2, *, value=1):  # noqa: A002 - PyTorch's argument names
+    """``input + value * tensor1 * tensor2`` with broadcasting.
+
+    Gradient: g_input = gy, g_tensor1 = gy * value * tensor2, g_tensor2 = gy * value * tensor1.
+    """
+    return apply(Addcmul, input, tensor1, tensor2, value=real_arg(value, "value", "addcmul"))
+
+
+@register("addcdiv", broadcasts=True)
+class Addcdiv:
+    @staticmethod
+    def forward(ctx, x, t1, t2, value):
+        ctx.save(t1, t2)
+        ctx.value = value
+        return x + value * (t1 / t2)
+
+    @staticmethod
+    def backward(ctx, gy):
+        t1, t2 = ctx.saved
+        need_x, need_t1, need_t2 = ctx.needs_input_grad
+        gx = gy if need_x else None
+        g1 = gy * (ctx.value / t2) if need_t1 else None
+        g2 = -gy * (ctx.value * t1 / (t2 * t2)) if need_t2 else None
+        return gx, g1, g2
+
+
+def addcdiv(input, tensor1, tensor2, *, value=1):  # noqa: A002 - PyTorch's argument names
+    """``input + value * tensor1 / tensor2`` with broadcasting.
+
+    Gradient: g_input = gy, g_tensor1 = gy * value / tensor2,
+    g_tensor2 = -gy * value * tensor1 / tensor2**2.
+    """
+    return apply(Addcdiv, input, tensor1, tensor2, value=real_arg(value, "value", "addcdiv"))
+
+
+def clamp_min(input, min):  # noqa: A002 - PyTorch's argument names
+    """``clamp(input, min=min)``: the lower bound alone.
+
+    Gradient: gx = gy where x >= min, else 0; a tensor bound receives gy where it is taken.
+    """
+    return clamp(input, min=min)
+
+
+def clamp_max(input, max):  # noqa: A002 - PyTorch's argument names
+    """``clamp(input, max=max)``: the upper bound alone.
+
+    Gradient: gx = gy where x <= max, else 0; a tensor bound receives gy where it is taken.
+    """
+    return clamp(input, max=max)
+
+
+def _predicate(name, fn):
+    @register(name, differentiable=False, same_dtype=False)
+    class Predicate:
+        forward = staticmethod(lambda ctx, x: fn(ctx.xp, x))
+
+    return Predicate
+
+
+Isnan = _predicate("isnan", lambda xp, x: xp.isnan(x))
+
+
+def isnan(input):  # noqa: A002 - PyTorch's argument names
+    """Whether each element is NaN (bool tensor; not differentiable)."""
+    return apply(Isnan, input)
+
+
+Isinf = _predicate("isinf", lambda xp, x: xp.isinf(x))
+
+
+def isinf(input):  # noqa: A002 - PyTorch's argument names
+    """Whether each element is +inf or -inf (bool tensor; not differentiable)."""
+    return apply(Isinf, input)
+
+
+Isfinite = _predicate("isfinite", lambda xp, x: xp.isfinite(x))
+
+
+def isfinite(input):  # noqa: A002 - PyTorch's argument names
+    """Whether each element is neither NaN nor infinite (bool tensor; not differentiable)."""
+    return apply(Isfinite, input)
+
+
+@register("nan_to_num")
+class NanToNum:
+    @staticmethod
+    def forward(ctx, x, nan, posinf, neginf):
+        xp = ctx.xp
+        ctx.save(x)
+        if x.dtype.kind != "f":
+            return x.copy()
+        return xp.nan_to_num(x, copy=True, nan=nan, posinf=posinf, neginf=neginf)
+
+    @staticmethod
+    def backward(ctx, gy):
+        (x,) = ctx.saved
+        # A replaced element is a constant: only the finite ones pass the gradient (PyTorch).
+        return ctx.xp.where(ctx.xp.isfinite(x), gy, 0)
+
+
+def nan_to_num(input, nan=0.0, posinf=None, neginf=None):  # noqa: A002 - PyTorch's names
+    """``input`` with NaN replaced by ``nan``, +inf by ``posinf`` and -inf by ``neginf`` (None:
+    the dtype's largest and smallest finite values).
+
+    Gradient: gx = gy where x is finite, else 0.
+    """
+    nan = real_arg(nan, "nan", "nan_to_num")
+    posinf = None if posinf is None else real_arg(posinf, "posinf", "nan_to_num")
+    neginf = None if neginf is None else real_arg(neginf, "neginf", "nan_to_num")
+    return apply(NanToNum, input, nan=nan, posinf=posinf, neginf=neginf)
+
+
 # The family's public functions (ferro.ops exports their union): a new op's name goes here.
 __all__ = [
     "abs",
     "add",
+    "addcdiv",
+    "addcmul",
     "cast",
+    "ceil",
     "clamp",
-    "clone",
+    "clamp_max",
+    "clamp_min",
     "clip",
+    "clone",
     "cos",
     "div",
     "eq",
     "exp",
+    "exp2",
     "expm1",
+    "floor",
+    "fmod",
+    "frac",
     "ge",
     "gt",
+    "isfinite",
+    "isinf",
+    "isnan",
     "le",
+    "lerp",
     "log",
+    "log10",
     "log1p",
+    "log2",
     "logaddexp",
     "lt",
     "maximum",
     "minimum",
     "mul",
+    "nan_to_num",
     "ne",
     "neg",
     "pow",
+    "reciprocal",
+    "remainder",
+    "round",
     "rsqrt",
     "sigmoid",
     "sign",
     "sin",
     "sqrt",
+    "square",
     "sub",
     "tanh",
+    "trunc",
     "where",
 ]

@@ -5,7 +5,16 @@ from __future__ import annotations
 import numpy as np
 
 import ferro
-from opdb.core import OpInfo, Sample, binary, sigmoid_ref, unary, uniform
+from opdb.core import (
+    OpInfo,
+    Sample,
+    binary,
+    binary_samples,
+    sigmoid_ref,
+    unary,
+    unary_samples,
+    uniform,
+)
 
 
 def _clamp_samples(rng):
@@ -40,6 +49,101 @@ def _where_samples(rng):
 
 def _tie(a, b):
     return np.abs(a - b)
+
+
+def _to_integer(x):
+    return np.abs(x - np.round(x))
+
+
+def _to_half_integer(x):
+    return np.abs(x - np.floor(x) - 0.5)
+
+
+def _quotient_integer(a, b):
+    return np.abs(a / b - np.round(a / b)) * np.abs(b)
+
+
+def _with_nonfinite(rng):
+    special = np.array([[np.nan, np.inf, -np.inf], [1.5, -0.25, 0.0]])
+    return [*unary_samples((-2.0, 2.0))(rng), Sample((special,), label="nan and inf")]
+
+
+def _nan_to_num_samples(rng):
+    special = np.array([[np.nan, np.inf, -np.inf], [1.5, -0.25, 0.0]])
+    return [
+        *_with_nonfinite(rng),
+        Sample((special,), {"nan": 1.0, "posinf": 5.0, "neginf": -5.0}, label="replacements"),
+    ]
+
+
+def _nan_to_num_ref(x, nan=0.0, posinf=None, neginf=None):
+    return np.nan_to_num(x, nan=nan, posinf=posinf, neginf=neginf)
+
+
+def _round_samples(rng):
+    return [
+        *unary_samples((-2.0, 2.0))(rng),
+        Sample((np.array([0.5, 1.5, 2.5, -0.5, -2.5]),), grad=False, label="halves to even"),
+        Sample((uniform(rng, (3, 4), -20.0, 20.0),), {"decimals": 1}, label="decimals=1"),
+    ]
+
+
+def _lerp_samples(rng):
+    return [
+        Sample((uniform(rng, (3, 4)), uniform(rng, (3, 4)), 0.3), label="scalar weight"),
+        Sample(
+            (uniform(rng, (3, 4)), uniform(rng, (4,)), uniform(rng, (3, 1), 0.0, 1.0)),
+            label="broadcast tensor weight",
+        ),
+        Sample((uniform(rng, ()), uniform(rng, ()), uniform(rng, ())), label="0-d"),
+        Sample((uniform(rng, (0, 3)), uniform(rng, (3,)), 0.5), label="empty"),
+        Sample(
+            (uniform(rng, (3, 4)), uniform(rng, (3, 4)), uniform(rng, (3, 4))),
+            noncontig=True,
+            label="noncontig",
+        ),
+    ]
+
+
+def _lerp_ref(start, end, weight):
+    return start + weight * (end - start)
+
+
+def _addc_samples(rhs_domain):
+    def make(rng):
+        return [
+            Sample(
+                (uniform(rng, (3, 4)), uniform(rng, (3, 4)), uniform(rng, (3, 4), *rhs_domain)),
+                label="same shape",
+            ),
+            Sample(
+                (uniform(rng, (4,)), uniform(rng, (3, 1)), uniform(rng, (3, 4), *rhs_domain)),
+                {"value": -0.5},
+                label="broadcast, value",
+            ),
+            Sample(
+                (uniform(rng, ()), uniform(rng, ()), uniform(rng, (), *rhs_domain)), label="0-d"
+            ),
+            Sample(
+                (uniform(rng, (0, 3)), uniform(rng, (3,)), uniform(rng, (3,), *rhs_domain)),
+                label="empty",
+            ),
+            Sample(
+                (uniform(rng, (3, 4)), uniform(rng, (3, 4)), uniform(rng, (3, 4), *rhs_domain)),
+                noncontig=True,
+                label="noncontig",
+            ),
+        ]
+
+    return make
+
+
+def _addcmul_ref(x, t1, t2, value=1):
+    return x + value * t1 * t2
+
+
+def _addcdiv_ref(x, t1, t2, value=1):
+    return x + value * t1 / t2
 
 
 ENTRIES = [
@@ -97,4 +201,68 @@ ENTRIES = [
         ]
     ],
     unary("sign", ferro.sign, np.sign, grad=False),
+    unary("square", ferro.square, np.square),
+    unary("reciprocal", ferro.reciprocal, np.reciprocal, (0.3, 3.0)),
+    unary("log2", ferro.log2, np.log2, (0.3, 3.0)),
+    unary("log10", ferro.log10, np.log10, (0.3, 3.0)),
+    unary("exp2", ferro.exp2, np.exp2),
+    unary("floor", ferro.floor, np.floor, kink=_to_integer),
+    unary("ceil", ferro.ceil, np.ceil, kink=_to_integer),
+    OpInfo(
+        "round",
+        ferro.round,
+        np.round,
+        _round_samples,
+        elementwise=True,
+        kink=_to_half_integer,
+    ),
+    unary("trunc", ferro.trunc, np.trunc, kink=_to_integer),
+    unary("frac", ferro.frac, lambda x: x - np.trunc(x), kink=_to_integer),
+    binary("fmod", ferro.fmod, np.fmod, rhs_domain=(0.5, 2.0), kink=_quotient_integer),
+    binary(
+        "remainder", ferro.remainder, np.remainder, rhs_domain=(0.5, 2.0), kink=_quotient_integer
+    ),
+    OpInfo(
+        "lerp",
+        ferro.lerp,
+        _lerp_ref,
+        _lerp_samples,
+        elementwise=True,
+        domain=((-2.0, 2.0), (-2.0, 2.0), (0.0, 1.0)),
+    ),
+    OpInfo(
+        "addcmul",
+        ferro.addcmul,
+        _addcmul_ref,
+        _addc_samples((-2.0, 2.0)),
+        elementwise=True,
+        domain=((-2.0, 2.0), (-2.0, 2.0), (-2.0, 2.0)),
+    ),
+    OpInfo(
+        "addcdiv",
+        ferro.addcdiv,
+        _addcdiv_ref,
+        _addc_samples((0.5, 2.0)),
+        elementwise=True,
+        domain=((-2.0, 2.0), (-2.0, 2.0), (0.5, 2.0)),
+    ),
+    OpInfo(
+        "clamp_min",
+        ferro.clamp_min,
+        np.maximum,
+        lambda rng: [s for s in binary_samples((-2.0, 2.0))(rng) if s.label != "f(x,x)"],
+        kink=_tie,
+    ),
+    OpInfo(
+        "clamp_max",
+        ferro.clamp_max,
+        np.minimum,
+        lambda rng: [s for s in binary_samples((-2.0, 2.0))(rng) if s.label != "f(x,x)"],
+        kink=_tie,
+    ),
+    *[
+        OpInfo(n, getattr(ferro, n), f, _with_nonfinite, grad=False, same_dtype_out=False)
+        for n, f in [("isnan", np.isnan), ("isinf", np.isinf), ("isfinite", np.isfinite)]
+    ],
+    OpInfo("nan_to_num", ferro.nan_to_num, _nan_to_num_ref, _nan_to_num_samples),
 ]

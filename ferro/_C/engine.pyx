@@ -205,7 +205,7 @@ def apply(OpDef op, *args, **params):
     cdef TensorBase t, first_t = None
     cdef Node node = None
     cdef object arr, first_arr = None, a, ctx
-    cdef bint is_array, fused = False, raw = False
+    cdef bint is_array, fused = False, raw = False, mixed = False
     cdef tuple call = PyTuple_New(n + 1)
     cdef type atype = None
 
@@ -243,11 +243,8 @@ def apply(OpDef op, *args, **params):
                         f"{op.name}: arguments are on different devices: "
                         f"{_device_name(first_arr)} and {_device_name(arr)}"
                     )
-                if op.same_dtype and not _same_dtype(first_arr, arr):
-                    raise DtypeError(
-                        f"{op.name}: arguments have different dtypes: {first_arr.dtype} and "
-                        f"{arr.dtype}; convert one with .to(dtype) or .astype"
-                    )
+                if op.same_dtype and not mixed and not _same_dtype(first_arr, arr):
+                    mixed = True  # Note [Type promotion]: cast below, off the common path
         Py_INCREF(arr)
         PyTuple_SET_ITEM(call, i + 1, arr)
     if atype is None:
@@ -273,6 +270,10 @@ def apply(OpDef op, *args, **params):
     PyTuple_SET_ITEM(call, 0, ctx)
     if record and raw:
         call = _copy_raw_arrays(call)  # after slot 0 is set: the tuple is complete
+    if mixed:
+        call = _promote(op, call)
+        if node is not None:
+            node._promoted = True
 
     # Note [Fused overrides]: the backend's fused forward, when overrides are on, returns
     # NotImplemented where its kernel does not take the arrays; the generic forward runs then.
@@ -350,6 +351,35 @@ def apply(OpDef op, *args, **params):
     if node._saved is not None:
         _record_saved_versions(node, args, n, results)
     return results
+
+
+cdef int _category(object dtype) except -1:
+    # PyTorch's type categories: bool < integer < floating.
+    k = dtype.kind
+    if k == "b":
+        return 0
+    if k in "iu":
+        return 1
+    if k == "f":
+        return 2
+    raise DtypeError(f"type promotion: ferro holds no {dtype} tensors")
+
+
+cdef tuple _promote(OpDef op, tuple call):
+    """Note [Type promotion]: cast the array arguments of a same-dtype op to PyTorch's result
+    type. The highest category (bool < integer < floating) wins; within it, the widest dtype
+    among the arguments with dimensions, else among the 0-d ones (a 0-d tensor does not widen a
+    dimensioned one of its category, as in PyTorch). Python scalars never reach here."""
+    arrays = [a for a in call[1:] if _is_array(a)]
+    top = max([_category(a.dtype) for a in arrays])
+    pool = [a.dtype for a in arrays if _category(a.dtype) == top and a.ndim > 0]
+    if not pool:
+        pool = [a.dtype for a in arrays if _category(a.dtype) == top]
+    target = _np.result_type(*pool)
+    out = [call[0]]
+    for a in call[1:]:
+        out.append(a.astype(target) if _is_array(a) and a.dtype != target else a)
+    return tuple(out)
 
 
 cdef tuple _copy_raw_arrays(tuple call):
@@ -505,6 +535,10 @@ cdef object _check_grad(object g, object who, Py_ssize_t index, tuple shape, obj
             )
     if not (type(g) is cnp.ndarray and <object>cnp.PyArray_DESCR(<cnp.ndarray>g) is dtype) \
             and g.dtype != dtype:
+        if type(who) is Node and (<Node>who)._promoted and dtype.kind == "f":
+            # Note [Type promotion]: the op ran in the promoted dtype; each input's gradient
+            # goes back in the input's own dtype (PyTorch casts there too).
+            return g.astype(dtype)
         raise GradientError(
             f"{_who(who)} returned a gradient of dtype {g.dtype} for input {index}; "
             f"expected {dtype}"

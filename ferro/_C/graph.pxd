@@ -62,6 +62,7 @@ cdef class Node:
     cdef tuple _saved_raw      # the arrays themselves, until apply has recorded their versions
     cdef tuple _nondiff        # outputs marked non-differentiable (arrays)
     cdef bint _no_materialize  # backward receives None (not zeros) for outputs without grad
+    cdef bint _promoted        # forward cast its inputs to one dtype (Note [Type promotion])
     cdef object _site          # anomaly mode: (filename, lineno, function) of the creating code
     cdef Py_ssize_t _prof_id   # profiler: id of the forward event that created this node (-1)
     cdef dict __dict__

@@ -27,12 +27,13 @@ upstream gradient that is one value broadcast with stride 0, which is what ``.su
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from ferro._C.engine import overrides_enabled
+from ferro._C.engine import overrides_enabled, set_overrides_enabled
 from ferro.errors import ArgumentError
 from ferro.ops.registry import REGISTRY
 
@@ -222,4 +223,15 @@ def kernel_for(name: str, arrays: tuple):
     return getattr(backend, name)
 
 
-__all__ = ["Fused", "OVERRIDES", "bind", "install", "kernel_for"]
+@contextlib.contextmanager
+def overrides(enabled: bool):
+    """Fused overrides (ops and optimizer steps) on or off inside the block, restored after: the
+    parity tests and the benchmarks compare the two paths with it."""
+    prev = set_overrides_enabled(enabled)
+    try:
+        yield
+    finally:
+        set_overrides_enabled(prev)
+
+
+__all__ = ["Fused", "OVERRIDES", "bind", "install", "kernel_for", "overrides"]

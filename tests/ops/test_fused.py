@@ -10,27 +10,15 @@ and where the kernels take the arrays the engine must record that they ran.
 
 from __future__ import annotations
 
-import contextlib
-
 import numpy as np
 import pytest
 from opdb import OPS
 
 import ferro
-from ferro._C import cpu_kernels, engine
+from ferro._C import cpu_kernels
 from ferro._C.tensor import wrap
-from ferro.ops.fused import OVERRIDES, Fused, bind
+from ferro.ops.fused import OVERRIDES, Fused, bind, overrides
 from ferro.ops.registry import REGISTRY
-
-
-@contextlib.contextmanager
-def overrides(enabled):
-    prev = engine.set_overrides_enabled(enabled)
-    try:
-        yield
-    finally:
-        engine.set_overrides_enabled(prev)
-
 
 OVERRIDDEN = sorted(n for n, op in REGISTRY.items() if op.cpu_forward or op.cpu_backward)
 

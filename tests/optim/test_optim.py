@@ -1,14 +1,12 @@
 """Optimizers: fused kernels against the generic (reference) updates, PyTorch as an extra
 oracle, state dicts, groups, schedules."""
 
-import contextlib
-
 import numpy as np
 import pytest
 
 import ferro
-from ferro._C import engine
 from ferro.errors import ArgumentError, ArgumentTypeError
+from ferro.ops.fused import overrides as fused
 from ferro.optim import SGD, Adagrad, Adam, AdamW, RMSprop
 from ferro.optim.lr_scheduler import CosineAnnealingLR, LambdaLR, OneCycleLR, StepLR
 
@@ -25,15 +23,6 @@ CONFIGS = [
     (Adagrad, dict(lr=0.1, lr_decay=0.01, weight_decay=0.01, initial_accumulator_value=0.1)),
 ]
 IDS = [f"{c.__name__}-{','.join(k for k in kw if k != 'lr') or 'plain'}" for c, kw in CONFIGS]
-
-
-@contextlib.contextmanager
-def fused(enabled):
-    prev = engine.set_overrides_enabled(enabled)
-    try:
-        yield
-    finally:
-        engine.set_overrides_enabled(prev)
 
 
 def _run(cls, kw, dtype, steps=5, shape=(3, 4)):

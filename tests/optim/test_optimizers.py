@@ -1,13 +1,10 @@
 """Adadelta, Adamax, NAdam, RAdam and LBFGS, and SGD's PyTorch keywords: NumPy references of
 the published update rules, PyTorch as an extra oracle, state dicts, groups, refusals."""
 
-import contextlib
-
 import numpy as np
 import pytest
 
 import ferro
-from ferro._C import engine
 from ferro.errors import (
     ArgumentError,
     ArgumentTypeError,
@@ -15,6 +12,7 @@ from ferro.errors import (
     ReadOnlyError,
     ShapeError,
 )
+from ferro.ops.fused import overrides as _fused
 from ferro.optim import LBFGS, SGD, Adadelta, Adamax, NAdam, RAdam
 
 STEPS = 12  # RAdam switches from its SGD phase to the rectified one at step 6
@@ -149,15 +147,6 @@ def _run(cls, kw, w0, grads):
         p.grad = ferro.tensor(g)
         opt.step()
     return p.detach().numpy(), opt
-
-
-@contextlib.contextmanager
-def _fused(enabled):
-    prev = engine.set_overrides_enabled(enabled)
-    try:
-        yield
-    finally:
-        engine.set_overrides_enabled(prev)
 
 
 @pytest.mark.parametrize("cls, ref, kw", CONFIGS, ids=IDS)

@@ -8,7 +8,6 @@ refuse a step on read-only memory before they change anything; the crash that st
 read-only memory map) runs in a subprocess, so a segfault fails the test instead of killing it.
 """
 
-import contextlib
 import math
 import subprocess
 import sys
@@ -19,7 +18,6 @@ import pytest
 
 import ferro
 from ferro._C import cpu_kernels as K
-from ferro._C import engine
 from ferro._C.tensor import wrap
 from ferro.errors import (
     ArgumentError,
@@ -28,18 +26,10 @@ from ferro.errors import (
     ReadOnlyError,
     ShapeError,
 )
+from ferro.ops.fused import overrides
 from ferro.optim import SGD, Adagrad, Adam, AdamW, RMSprop
 
 F32 = np.float32
-
-
-@contextlib.contextmanager
-def overrides(enabled):
-    prev = engine.set_overrides_enabled(enabled)
-    try:
-        yield
-    finally:
-        engine.set_overrides_enabled(prev)
 
 
 # --- spoiled copies of an array: same values, another memory layout --------------------------

@@ -187,22 +187,44 @@ def bind(entry: Fused, backend) -> tuple:
     return forward, backward
 
 
-# device ("cpu", "cuda") -> backend module, as installed.
-_BACKENDS: dict[str, Any] = {}
+# device ("cpu", "cuda") -> its backend modules, as installed.
+_BACKENDS: dict[str, tuple] = {}
 
 
-def install(device: str, backend) -> None:
-    """Register ``backend``'s kernels as the ``device`` overrides of every op in the table.
+def _provider(backends: tuple, kernels: tuple):
+    # The first backend module that implements every one of ``kernels``, or None.
+    for backend in backends:
+        if all(k in backend.FUSED_KERNELS for k in kernels):
+            return backend
+    return None
 
-    ``backend`` is a module with ``FUSED_KERNELS`` (the names it implements), ``accepts``,
-    ``accepts_grad`` and the kernels: ``ferro._C.cpu_kernels`` for ``"cpu"``,
-    ``ferro.cuda.ops`` for ``"cuda"``. Called by ``ferro/__init__.py``, once per backend.
+
+def install(device: str, *backends) -> None:
+    """Register the kernels of ``backends`` as the ``device`` overrides of every op in the table.
+
+    Each backend is a module with ``FUSED_KERNELS`` (the names it implements), ``accepts``,
+    ``accepts_grad`` and the kernels: ``ferro._C.cpu_kernels`` and the per-family kernel
+    modules of ``ferro._C`` for ``"cpu"``, ``ferro.cuda.ops`` and its siblings for ``"cuda"``.
+    An entry binds to the first module that implements all of its kernels (an op family keeps
+    its kernels, and the predicates they need, in one module of its own). Called by
+    ``ferro/__init__.py``, once per device.
     """
     if device not in ("cpu", "cuda"):
         raise ArgumentError(f"install: device must be 'cpu' or 'cuda', got {device!r}")
-    _BACKENDS[device] = backend
+    _BACKENDS[device] = backends
     for name, entry in OVERRIDES.items():
-        forward, backward = bind(entry, backend)
+        forward = backward = None
+        if entry.adapter is not None:
+            backend = _provider(backends, entry.kernels)
+            if backend is not None:
+                forward, backward = bind(entry, backend)
+        else:
+            fb = _provider(backends, (entry.forward,)) if entry.forward else None
+            bb = _provider(backends, (entry.backward,)) if entry.backward else None
+            if fb is not None:
+                forward = bind(entry, fb)[0]
+            if bb is not None:
+                backward = bind(entry, bb)[1]
         REGISTRY[name].set_override(
             device, forward, backward, paired=entry.adapter is not None and forward is not None
         )
@@ -212,13 +234,16 @@ def kernel_for(name: str, arrays: tuple):
     """The fused kernel ``name`` of the backend ``arrays`` live on, if it takes them, else None.
 
     Through this the optimizers' fused updates follow the same switch and the same accept
-    predicate as the ops' overrides: None while overrides are off, where the backend lacks the
-    kernel, or where ``accepts(arrays)`` says no (the caller runs its generic update then).
+    predicate as the ops' overrides: None while overrides are off, where no backend module
+    implements the kernel, or where its ``accepts(arrays)`` says no (the caller runs its generic
+    update then).
     """
     if not overrides_enabled():
         return None
-    backend = _BACKENDS.get("cpu" if type(arrays[0]) is np.ndarray else "cuda")
-    if backend is None or name not in backend.FUSED_KERNELS or not backend.accepts(arrays):
+    backend = _provider(
+        _BACKENDS.get("cpu" if type(arrays[0]) is np.ndarray else "cuda", ()), (name,)
+    )
+    if backend is None or not backend.accepts(arrays):
         return None
     return getattr(backend, name)
 

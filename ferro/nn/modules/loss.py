@@ -1,0 +1,117 @@
+"""Loss modules, generated from the loss functions with PyTorch's constructors."""
+
+from __future__ import annotations
+
+from ferro._C.tensor import TensorBase
+from ferro.nn import functional as F
+from ferro.nn.module import Module
+from ferro.nn.modules._bind import _bind
+
+_LEGACY = ("size_average", "reduce")
+
+
+def _legacy_reduction(size_average, reduce) -> str:
+    """PyTorch's mapping of its deprecated ``size_average``/``reduce`` flags to ``reduction``."""
+    size_average = True if size_average is None else size_average
+    reduce = True if reduce is None else reduce
+    if size_average and reduce:
+        return "mean"
+    return "sum" if reduce else "none"
+
+
+def _loss(name: str, fn, doc: str, params):
+    """A module class for ``fn(input, target, **params)`` with PyTorch's constructor:
+    ``params`` in its positional order, including the deprecated ``size_average``/``reduce``
+    (which set ``reduction`` as PyTorch maps them). Tensor ``weight``/``pos_weight`` arguments
+    are buffers (moved by ``.to``, saved by ``state_dict``), as in PyTorch."""
+    names = tuple(k for k, _ in params)
+    defaults = tuple(v for _, v in params)
+    keys = [k for k in names if k not in _LEGACY]
+
+    def __init__(self, *args, **kwargs):
+        Module.__init__(self)
+        values = _bind(name, names, defaults, args, kwargs)
+        if values.get("size_average") is not None or values.get("reduce") is not None:
+            values["reduction"] = _legacy_reduction(values["size_average"], values["reduce"])
+        for k in keys:
+            v = values[k]
+            if k in ("weight", "pos_weight") and (v is None or isinstance(v, TensorBase)):
+                self.register_buffer(k, v)
+            else:
+                setattr(self, k, v)
+
+    def forward(self, input, target):  # noqa: A002
+        return fn(input, target, **{k: getattr(self, k) for k in keys})
+
+    return type(name, (Module,), {"__init__": __init__, "forward": forward, "__doc__": doc})
+
+
+_REDUCE = [("size_average", None), ("reduce", None), ("reduction", "mean")]
+
+MSELoss = _loss("MSELoss", F.mse_loss, "``mse_loss`` as a module.", _REDUCE)
+L1Loss = _loss("L1Loss", F.l1_loss, "``l1_loss`` as a module.", _REDUCE)
+SmoothL1Loss = _loss(
+    "SmoothL1Loss", F.smooth_l1_loss, "``smooth_l1_loss`` as a module.", [*_REDUCE, ("beta", 1.0)]
+)
+HuberLoss = _loss(
+    "HuberLoss",
+    F.huber_loss,
+    "``huber_loss`` as a module.",
+    [("reduction", "mean"), ("delta", 1.0)],
+)
+NLLLoss = _loss(
+    "NLLLoss",
+    F.nll_loss,
+    "``nll_loss`` as a module.",
+    [
+        ("weight", None),
+        ("size_average", None),
+        ("ignore_index", -100),
+        ("reduce", None),
+        ("reduction", "mean"),
+    ],
+)
+CrossEntropyLoss = _loss(
+    "CrossEntropyLoss",
+    F.cross_entropy,
+    "``cross_entropy`` as a module.",
+    [
+        ("weight", None),
+        ("size_average", None),
+        ("ignore_index", -100),
+        ("reduce", None),
+        ("reduction", "mean"),
+        ("label_smoothing", 0.0),
+    ],
+)
+BCELoss = _loss(
+    "BCELoss",
+    F.binary_cross_entropy,
+    "``binary_cross_entropy`` as a module.",
+    [("weight", None), *_REDUCE],
+)
+BCEWithLogitsLoss = _loss(
+    "BCEWithLogitsLoss",
+    F.binary_cross_entropy_with_logits,
+    "``binary_cross_entropy_with_logits`` as a module.",
+    [("weight", None), *_REDUCE, ("pos_weight", None)],
+)
+KLDivLoss = _loss(
+    "KLDivLoss",
+    F.kl_div,
+    "``kl_div`` as a module.",
+    [*_REDUCE, ("log_target", False)],
+)
+
+
+__all__ = [
+    "MSELoss",
+    "L1Loss",
+    "SmoothL1Loss",
+    "HuberLoss",
+    "NLLLoss",
+    "CrossEntropyLoss",
+    "BCELoss",
+    "BCEWithLogitsLoss",
+    "KLDivLoss",
+]

@@ -296,6 +296,89 @@ def _weight_grad_as_conv(x, gy, stride, pads, dilation, groups, kernel):
     return r.permute((1, 0) + tuple(range(2, 2 + nd)))
 
 
+# Double backward: the same gradients as the ops' ``backward``, from ferro ops on Tensors (the
+# engine calls them under create_graph=True; ``ctx.saved`` then holds Tensors).
+
+
+def _conv_differentiable_backward(ctx, gy):
+    x, w = ctx.saved
+    need_x, need_w, need_b = ctx.needs_input_grad
+    stride, pads, dilation, groups = ctx.geom
+    gx = gw = gb = None
+    if need_x:
+        gx = apply(
+            ConvTranspose,
+            gy,
+            w,
+            None,
+            stride=stride,
+            pads=pads,
+            dilation=dilation,
+            groups=groups,
+            size=tuple(ctx.in_size),
+        )
+    if need_w:
+        gw = _weight_grad_as_conv(x, gy, stride, pads, dilation, groups, ctx.kernel)
+    if need_b:
+        gb = gy.sum(dim=(0,) + tuple(range(2, gy.ndim)))
+    return gx, gw, gb
+
+
+def _conv_transpose_differentiable_backward(ctx, gy):
+    x, w = ctx.saved
+    need_x, need_w, need_b = ctx.needs_input_grad
+    stride, pads, dilation, groups = ctx.geom
+    gx = gw = gb = None
+    if need_x:
+        gx = apply(
+            Conv,
+            gy,
+            w,
+            None,
+            stride=stride,
+            pads=pads,
+            dilation=dilation,
+            groups=groups,
+            size=tuple(ctx.in_size),
+        )
+    if need_w:
+        gw = _weight_grad_as_conv(gy, x, stride, pads, dilation, groups, ctx.kernel)
+    if need_b:
+        gb = gy.sum(dim=(0,) + tuple(range(2, gy.ndim)))
+    return gx, gw, gb
+
+
+def _unfold_differentiable_backward(ctx, gy):
+    stride, pads, dilation = ctx.geom
+    return (
+        apply(
+            Fold,
+            gy,
+            kernel=ctx.kernel,
+            stride=stride,
+            pads=pads,
+            dilation=dilation,
+            out=ctx.out,
+            size=tuple(ctx.size),
+        ),
+    )
+
+
+def _fold_differentiable_backward(ctx, gy):
+    stride, pads, dilation = ctx.geom
+    return (
+        apply(
+            Unfold,
+            gy,
+            kernel=ctx.kernel,
+            stride=stride,
+            pads=pads,
+            dilation=dilation,
+            out=ctx.out,
+        ),
+    )
+
+
 @register("conv")
 class Conv:
     """N-d convolution: ``x`` ``(N, C_in, *size)``, ``w`` ``(C_out, C_in/groups, *kernel)``,
@@ -321,29 +404,7 @@ class Conv:
         gw = _conv_weight_grad(xp, x, gy, *ctx.geom, ctx.kernel) if need_w else None
         return gx, gw, _bias_grad(gy) if need_b else None
 
-    @staticmethod
-    def differentiable_backward(ctx, gy):
-        x, w = ctx.saved
-        need_x, need_w, need_b = ctx.needs_input_grad
-        stride, pads, dilation, groups = ctx.geom
-        gx = gw = gb = None
-        if need_x:
-            gx = apply(
-                ConvTranspose,
-                gy,
-                w,
-                None,
-                stride=stride,
-                pads=pads,
-                dilation=dilation,
-                groups=groups,
-                size=tuple(ctx.in_size),
-            )
-        if need_w:
-            gw = _weight_grad_as_conv(x, gy, stride, pads, dilation, groups, ctx.kernel)
-        if need_b:
-            gb = gy.sum(dim=(0,) + tuple(range(2, gy.ndim)))
-        return gx, gw, gb
+    differentiable_backward = staticmethod(_conv_differentiable_backward)
 
 
 @register("conv_transpose")
@@ -370,29 +431,7 @@ class ConvTranspose:
         gw = _conv_weight_grad(xp, gy, x, *ctx.geom, ctx.kernel) if need_w else None
         return gx, gw, _bias_grad(gy) if need_b else None
 
-    @staticmethod
-    def differentiable_backward(ctx, gy):
-        x, w = ctx.saved
-        need_x, need_w, need_b = ctx.needs_input_grad
-        stride, pads, dilation, groups = ctx.geom
-        gx = gw = gb = None
-        if need_x:
-            gx = apply(
-                Conv,
-                gy,
-                w,
-                None,
-                stride=stride,
-                pads=pads,
-                dilation=dilation,
-                groups=groups,
-                size=tuple(ctx.in_size),
-            )
-        if need_w:
-            gw = _weight_grad_as_conv(gy, x, stride, pads, dilation, groups, ctx.kernel)
-        if need_b:
-            gb = gy.sum(dim=(0,) + tuple(range(2, gy.ndim)))
-        return gx, gw, gb
+    differentiable_backward = staticmethod(_conv_transpose_differentiable_backward)
 
 
 @register("unfold")
@@ -412,21 +451,7 @@ class Unfold:
         col = gy.reshape(gy.shape[:1] + (-1,) + tuple(ctx.kernel) + tuple(ctx.out))
         return (_col2im(ctx.xp, col, ctx.size, stride, pads, dilation),)
 
-    @staticmethod
-    def differentiable_backward(ctx, gy):
-        stride, pads, dilation = ctx.geom
-        return (
-            apply(
-                Fold,
-                gy,
-                kernel=ctx.kernel,
-                stride=stride,
-                pads=pads,
-                dilation=dilation,
-                out=ctx.out,
-                size=tuple(ctx.size),
-            ),
-        )
+    differentiable_backward = staticmethod(_unfold_differentiable_backward)
 
 
 @register("fold")
@@ -446,20 +471,7 @@ class Fold:
         col = _im2col(ctx.xp, gy, ctx.kernel, stride, pads, dilation, ctx.out)
         return (col.reshape(gy.shape[0], -1, math.prod(ctx.out)),)
 
-    @staticmethod
-    def differentiable_backward(ctx, gy):
-        stride, pads, dilation = ctx.geom
-        return (
-            apply(
-                Unfold,
-                gy,
-                kernel=ctx.kernel,
-                stride=stride,
-                pads=pads,
-                dilation=dilation,
-                out=ctx.out,
-            ),
-        )
+    differentiable_backward = staticmethod(_fold_differentiable_backward)
 
 
 # --- argument checks and the public functions -------------------------------------------------

@@ -105,7 +105,9 @@ def numpy_conv2d_step(x, w, b, padding):
 def _check(ferro_step, ferro_ts, torch_step, torch_ts, rtol=2e-3):
     fy, ty = ferro_step(), torch_step()
     scale = float(np.abs(ty.detach().numpy()).max()) or 1.0
-    np.testing.assert_allclose(fy.detach().numpy(), ty.detach().numpy(), rtol=rtol, atol=rtol * scale)
+    np.testing.assert_allclose(
+        fy.detach().numpy(), ty.detach().numpy(), rtol=rtol, atol=rtol * scale
+    )
     for f, t in zip(ferro_ts, torch_ts, strict=True):
         g = t.grad.numpy()
         gscale = float(np.abs(g).max()) or 1.0

@@ -260,6 +260,19 @@ def _depthwise_weight_grad(xp, x, gy, stride, pads, dilation, groups, kernel):
     return gw.reshape((groups * mult, 1) + tuple(kernel))
 
 
+def is_depthwise2d(x, w, pads, groups) -> bool:
+    """Whether a convolution is what the CPU's direct depthwise loops take: 2-d, one input
+    channel per group, symmetric padding (the conv override's condition, recorded on ctx as
+    ``depthwise2d`` so the override table can name it)."""
+    return (
+        x.ndim == 4
+        and groups > 1
+        and w.shape[1] == 1
+        and pads[0][0] == pads[0][1]
+        and pads[1][0] == pads[1][1]
+    )
+
+
 def _bias_grad(gy):
     return gy.sum(axis=(0,) + tuple(range(2, gy.ndim)))
 
@@ -395,6 +408,7 @@ class Conv:
         ctx.save(x if need_w else None, w if need_x else None)
         ctx.geom = (stride, pads, dilation, groups)
         ctx.in_size, ctx.kernel = x.shape[2:], w.shape[2:]
+        ctx.depthwise2d = is_depthwise2d(x, w, pads, groups)
         y = _conv_forward(xp, x, w, stride, pads, dilation, groups, size)
         return y if b is None else _add_bias(y, b)
 
@@ -545,7 +559,7 @@ def _check_arrays(op, x, w, b, nd, transposed, groups):
     if b is not None and tuple(b.shape) != (out_channels,):
         raise ShapeError(f"{op}: bias of shape {tuple(b.shape)}, expected ({out_channels},)")
     for name, t in (("weight", w), ("bias", b)):
-        if t is not None and t.dtype != x.dtype:
+        if t is not None and t.dtype.type is not x.dtype.type:  # byte order may differ
             raise DtypeError(
                 f"{op}: input ({x.dtype}) and {name} ({t.dtype}) must have the same dtype"
             )

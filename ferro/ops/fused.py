@@ -101,6 +101,42 @@ def _cross_entropy(backend):
     return forward, backward
 
 
+def _depthwise_conv(backend):
+    """The paired override of conv for a depthwise 2-d convolution (one input channel per
+    group, symmetric padding): direct loops forward and backward instead of a sum of strided
+    slices. Every other convolution, and a gradient the loops do not take, runs the generic
+    code; the forward leaves ctx as the generic forward does (both saved arrays)."""
+    fwd_kernel, bwd_kernel = backend.depthwise2d_fwd, backend.depthwise2d_bwd
+    accepts, accepts_grad = backend.accepts, backend.accepts_grad
+    from ferro.ops.conv import is_depthwise2d
+
+    generic_backward = REGISTRY["conv"].backward
+
+    def forward(ctx, x, w, b, *, stride, pads, dilation, groups, size):
+        if not is_depthwise2d(x, w, pads, groups) or not accepts(
+            (x, w) if b is None else (x, w, b)
+        ):
+            return NotImplemented
+        y = fwd_kernel(x, w, stride, pads, dilation, size)
+        ctx.save(x, w)
+        ctx.geom = (stride, pads, dilation, groups)
+        ctx.in_size, ctx.kernel, ctx.depthwise2d = x.shape[2:], w.shape[2:], True
+        if b is not None:
+            y += b.reshape(1, -1, 1, 1)
+        return y
+
+    def backward(ctx, gy):
+        x, w = ctx.saved
+        if not accepts_grad(gy, (x, w)):
+            return generic_backward(ctx, gy)
+        need_x, need_w, need_b = ctx.needs_input_grad
+        stride, pads, dilation, _ = ctx.geom
+        gx, gw = bwd_kernel(gy, x, w, stride, pads, dilation, need_x, need_w)
+        return gx, gw, gy.sum(axis=(0, 2, 3)) if need_b else None
+
+    return forward, backward
+
+
 # The one table: op (registry name) -> its fused kernels. An entry applies on a backend that
 # implements all of its kernels (cpu: no softmax/log_softmax forward, whose generic NumPy
 # forward is a SIMD pass, and no cross-entropy, which measured 0.5-0.97x; see docs/design.md).
@@ -117,6 +153,12 @@ OVERRIDES: dict[str, Fused] = {
     "log_softmax": Fused(forward="log_softmax_fwd", backward="log_softmax_bwd", rows=True),
     "cross_entropy": Fused(
         forward="cross_entropy_fwd", backward="cross_entropy_bwd", adapter=_cross_entropy
+    ),
+    "conv": Fused(
+        forward="depthwise2d_fwd",
+        backward="depthwise2d_bwd",
+        only=(("depthwise2d", True),),
+        adapter=_depthwise_conv,
     ),
 }
 

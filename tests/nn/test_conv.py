@@ -336,3 +336,50 @@ def test_differentiable_backward_matches_backward(name, i):
         if w is not None:
             assert g.shape == w.shape
             np.testing.assert_allclose(g.data, w, rtol=1e-10, atol=1e-10)
+
+
+# --- the CPU depthwise kernels (ferro/_C/conv_kernels.pyx) ------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(
+    "mult, stride, pad, dilation",
+    [(1, (1, 1), 1, (1, 1)), (2, (2, 1), 2, (1, 2)), (3, (2, 3), 0, (2, 1))],
+)
+def test_depthwise_kernels_match_the_generic_code(dtype, mult, stride, pad, dilation):
+    from ferro._C import conv_kernels as K
+
+    rng = np.random.default_rng(10)
+    x = rng.normal(size=(2, 3, 9, 8)).astype(dtype)
+    w = rng.normal(size=(3 * mult, 1, 3, 2)).astype(dtype)
+    pads = ((pad, pad), (pad, pad))
+    out = tuple(
+        (x.shape[2 + i] + 2 * pad - dilation[i] * (w.shape[2 + i] - 1) - 1) // stride[i] + 1
+        for i in range(2)
+    )
+    geom = (stride, pads, dilation, 3)
+    want = conv_ops._conv_forward(np, x, w, *geom, out)
+    y = K.depthwise2d_fwd(x, w, stride, pads, dilation, out)
+    tol = dict(rtol=1e-5, atol=1e-5) if dtype == np.float32 else dict(rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(y, want, **tol)
+    gy = rng.normal(size=y.shape).astype(dtype)
+    gx, gw = K.depthwise2d_bwd(gy, x, w, stride, pads, dilation, True, True)
+    np.testing.assert_allclose(gx, conv_ops._conv_input_grad(np, gy, w, *geom, (9, 8)), **tol)
+    np.testing.assert_allclose(gw, conv_ops._conv_weight_grad(np, x, gy, *geom, (3, 2)), **tol)
+    assert K.depthwise2d_bwd(gy, x, w, stride, pads, dilation, False, True)[0] is None
+
+
+def test_depthwise_kernels_refuse_what_they_cannot_read():
+    from ferro._C import conv_kernels as K
+
+    x, w = np.ones((1, 2, 5, 5)), np.ones((2, 1, 3, 3))
+    args = ((1, 1), ((0, 0), (0, 0)), (1, 1), (3, 3))
+    assert K.accepts((x, w)) and not K.accepts((x.T, w)) and not K.accepts((x, w.astype("f4")))
+    with pytest.raises(ArgumentError, match="C-contiguous"):
+        K.depthwise2d_fwd(np.asfortranarray(x), w, *args)
+    with pytest.raises(ArgumentError, match="dtype"):
+        K.depthwise2d_fwd(x, w.astype(np.float32), *args)
+    with pytest.raises(ShapeError, match="depthwise"):
+        K.depthwise2d_fwd(x, np.ones((2, 2, 3, 3)), *args)
+    with pytest.raises(ArgumentError, match="geometry"):
+        K.depthwise2d_fwd(x, w, (1, 1), ((0, 0), (0, 0)), (1, 1), (4, 3))

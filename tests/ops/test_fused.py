@@ -17,6 +17,7 @@ from opdb import OPS
 import ferro
 from ferro._C import cpu_kernels
 from ferro._C.tensor import wrap
+from ferro.ops import fused as fused_module
 from ferro.ops.fused import OVERRIDES, Fused, bind, overrides
 from ferro.ops.registry import REGISTRY
 
@@ -274,9 +275,13 @@ def test_every_table_kernel_is_implemented_with_one_meaning():
     from ferro.cuda import ops as gpu
 
     names = {k for e in OVERRIDES.values() for k in e.kernels}
-    cpu, cuda = cpu_kernels.FUSED_KERNELS, gpu.FUSED_KERNELS
+    # install() takes several modules per device (an op family keeps its kernels in its own).
+    cpu_backends, gpu_backends = fused_module._BACKENDS["cpu"], fused_module._BACKENDS["cuda"]
+    assert cpu_kernels in cpu_backends and gpu in gpu_backends
+    cpu = frozenset().union(*(b.FUSED_KERNELS for b in cpu_backends))
+    cuda = frozenset().union(*(b.FUSED_KERNELS for b in gpu_backends))
     assert names <= cpu | cuda, names - (cpu | cuda)
-    for backend in (cpu_kernels, gpu):
+    for backend in (*cpu_backends, *gpu_backends):
         for name in backend.FUSED_KERNELS:
             assert callable(getattr(backend, name)), name
     # The CPU leaves out only what measured slower than NumPy (docs/design.md).

@@ -1,0 +1,24 @@
+import numpy as np
+
+FUSED_KERNELS: frozenset[str]
+
+def accepts(arrays: tuple) -> bool: ...
+def accepts_grad(gy: object, arrays: tuple) -> bool: ...
+def depthwise2d_fwd(
+    x: np.ndarray,
+    w: np.ndarray,
+    stride: tuple[int, int],
+    pads: tuple[tuple[int, int], tuple[int, int]],
+    dilation: tuple[int, int],
+    out: tuple[int, int],
+) -> np.ndarray: ...
+def depthwise2d_bwd(
+    gy: np.ndarray,
+    x: np.ndarray,
+    w: np.ndarray,
+    stride: tuple[int, int],
+    pads: tuple[tuple[int, int], tuple[int, int]],
+    dilation: tuple[int, int],
+    need_x: bool,
+    need_w: bool,
+) -> tuple[np.ndarray | None, np.ndarray | None]: ...

@@ -1,0 +1,122 @@
+"""The GPU kernels of the convolution family: launch wrappers for ``kernels/conv.cu`` (CuPy
+arrays in, CuPy arrays out).
+
+The same kernel names, arguments and meaning as ``ferro._C.conv_kernels`` (the depthwise 2-d
+convolution, forward and backward), so the ``conv`` entry of ``ferro.ops.fused.OVERRIDES`` binds
+to either backend. Every other convolution runs the generic code on CuPy (strided views, cuBLAS
+through ``matmul``). :func:`accepts`/:func:`accepts_grad` read array flags only; each wrapper
+still checks what its kernel assumes and raises a typed error for a direct caller. Nothing here
+imports CuPy until a kernel runs. ``tests/cuda/test_conv_kernels.py`` runs the wrappers against
+the NumPy reference on a device when there is one and everywhere on the CPU emulation.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ferro.cuda.loader import ctype, grid_for, kernel
+from ferro.errors import ArgumentError, DtypeError, ShapeError
+
+FUSED_KERNELS = frozenset({"depthwise2d_fwd", "depthwise2d_bwd"})
+
+_FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+_WEIGHT_BLOCK = 256  # threads per block of the weight-gradient reduction
+
+
+def accepts(arrays: tuple) -> bool:
+    """True if the kernels take ``arrays``: one float32/float64 dtype, C-contiguous (shapes may
+    differ)."""
+    if not arrays:
+        return False
+    a0 = arrays[0]
+    if a0.dtype not in _FLOAT_DTYPES:
+        return False
+    return all(a.dtype == a0.dtype and a.flags.c_contiguous for a in arrays)
+
+
+def accepts_grad(gy, arrays: tuple) -> bool:
+    """True if the backward kernels take upstream gradient ``gy`` with the saved ``arrays``."""
+    return accepts((gy, *arrays))
+
+
+def _check(who: str, names: tuple, arrays: tuple) -> str:
+    if not accepts(arrays):
+        for name, a in zip(names, arrays, strict=True):
+            if a.dtype not in _FLOAT_DTYPES or a.dtype != arrays[0].dtype:
+                raise DtypeError(f"{who}: {name} must be float32 or float64 of one dtype")
+        raise ArgumentError(f"{who}: the kernels need C-contiguous arrays")
+    return ctype(arrays[0].dtype)
+
+
+def _geometry(who: str, x, w, stride, pads, dilation, out):
+    """The 15 int64 values the kernels read (see conv.cu), after checking them."""
+    if x.ndim != 4 or w.ndim != 4 or w.shape[1] != 1 or w.shape[0] % max(x.shape[1], 1):
+        raise ShapeError(
+            f"{who}: expected x (N, C, H, W) and a depthwise weight (C * m, 1, kH, kW), got "
+            f"{x.shape} and {w.shape}"
+        )
+    (sh, sw), ((ph, ph2), (pw, pw2)), (dh, dw), (oh, ow) = stride, pads, dilation, out
+    n, c, h, wd = x.shape
+    kh, kw = w.shape[2:]
+    if (
+        min(sh, sw, dh, dw) < 1
+        or min(ph, pw) < 0
+        or (ph, pw) != (ph2, pw2)
+        or oh != (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1
+        or ow != (wd + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+        or min(oh, ow) < 1
+    ):
+        raise ArgumentError(
+            f"{who}: inconsistent geometry stride={stride} pads={pads} dilation={dilation} "
+            f"out={out} for x {x.shape} and weight {w.shape}"
+        )
+    return (n, c, w.shape[0] // c, h, wd, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw)
+
+
+def _device_geometry(values):
+    import cupy
+
+    return cupy.asarray(np.asarray(values, dtype=np.int64))
+
+
+def depthwise2d_fwd(x, w, stride: tuple, pads: tuple, dilation: tuple, out: tuple):
+    """Depthwise 2-d convolution ``y`` ``(N, C*m, oH, oW)`` of ``x`` ``(N, C, H, W)`` by ``w``
+    ``(C*m, 1, kH, kW)``; ``pads`` ``((ph, ph), (pw, pw))``, ``out`` ``(oH, oW)``."""
+    import cupy
+
+    t = _check("depthwise2d_fwd", ("x", "weight"), (x, w))
+    g = _geometry("depthwise2d_fwd", x, w, stride, pads, dilation, out)
+    y = cupy.empty((x.shape[0], w.shape[0], *out), dtype=x.dtype)
+    if y.size:
+        grid, block = grid_for(y.size)
+        kernel("conv", f"ferro_depthwise2d_fwd<{t}>")(grid, block, (x, w, y, _device_geometry(g)))
+    return y
+
+
+def depthwise2d_bwd(
+    gy, x, w, stride: tuple, pads: tuple, dilation: tuple, need_x: bool, need_w: bool
+):
+    """``(gx, gw)`` of :func:`depthwise2d_fwd` from ``gy`` (None where not needed)."""
+    import cupy
+
+    t = _check("depthwise2d_bwd", ("gy", "x", "weight"), (gy, x, w))
+    g = _geometry("depthwise2d_bwd", x, w, stride, pads, dilation, tuple(gy.shape[2:]))
+    if gy.shape[:2] != (x.shape[0], w.shape[0]):
+        raise ShapeError(f"depthwise2d_bwd: gy {gy.shape} does not fit x {x.shape}, w {w.shape}")
+    geom = _device_geometry(g)
+    gx = gw = None
+    if need_x:
+        gx = cupy.empty_like(x)
+        if gx.size:
+            grid, block = grid_for(gx.size)
+            kernel("conv", f"ferro_depthwise2d_bwd_x<{t}>")(grid, block, (gy, w, gx, geom))
+    if need_w:
+        gw = cupy.zeros_like(w)
+        if gw.size and gy.size:
+            kernel("conv", f"ferro_depthwise2d_bwd_w<{t}>")(
+                (gw.size,), (_WEIGHT_BLOCK,), (gy, x, gw, geom)
+            )
+    return gx, gw
+
+
+__all__ = ["FUSED_KERNELS", "accepts", "accepts_grad", "depthwise2d_bwd", "depthwise2d_fwd"]

@@ -612,11 +612,18 @@ class Where:
         return None, ga, gb
 
 
-def where(cond, a, b):
-    """``a`` where ``cond`` is true, else ``b`` (all three broadcast).
+def where(cond, a=None, b=None):
+    """``a`` where ``cond`` is true, else ``b`` (all three broadcast). ``where(cond)`` alone is
+    ``nonzero(cond, as_tuple=True)``, as in PyTorch.
 
     Gradient: ga = gy where cond, gb = gy where not cond; cond gets none.
     """
+    if a is None and b is None:
+        from ferro.ops.shape import nonzero
+
+        return nonzero(cond, as_tuple=True)
+    if a is None or b is None:
+        raise ArgumentTypeError("where: give both a and b, or neither (where(cond) = nonzero)")
     if getattr(cond, "dtype", None) is None or cond.dtype != bool:
         raise DtypeError(
             f"where: cond must be a bool tensor, got {getattr(cond, 'dtype', type(cond))}"

@@ -26,27 +26,27 @@ from ferro.random import numpy_generator
 
 def add_(t, other):
     """``t += other`` in place; returns ``t``."""
-    return commit_inplace(t, ew.add(t, other), "add_")
+    return _commit(t, ew.add(t, other), "add_")
 
 
 def sub_(t, other):
     """``t -= other`` in place; returns ``t``."""
-    return commit_inplace(t, ew.sub(t, other), "sub_")
+    return _commit(t, ew.sub(t, other), "sub_")
 
 
 def mul_(t, other):
     """``t *= other`` in place; returns ``t``."""
-    return commit_inplace(t, ew.mul(t, other), "mul_")
+    return _commit(t, ew.mul(t, other), "mul_")
 
 
 def div_(t, other):
     """``t /= other`` in place; returns ``t``."""
-    return commit_inplace(t, ew.div(t, other), "div_")
+    return _commit(t, ew.div(t, other), "div_")
 
 
 def clamp_(t, min=None, max=None):  # noqa: A002 - PyTorch's argument names
     """Clamp ``t`` to ``[min, max]`` in place; returns ``t``."""
-    return commit_inplace(t, ew.clamp(t, min, max), "clamp_")
+    return _commit(t, ew.clamp(t, min, max), "clamp_")
 
 
 def fill_(t, value):
@@ -71,27 +71,36 @@ def zero_(t):
     return fill_(t, 0)
 
 
-def _check_castable(t, other, op):
-    """PyTorch's rule for in-place ops: the result must be castable to ``t``'s dtype (a float
-    result cannot go into an integer tensor, nor anything but bool into a bool one)."""
-    kind = getattr(getattr(other, "dtype", None), "kind", None)
-    if kind is None:
-        if isinstance(other, bool):
-            kind = "b"
-        elif isinstance(other, int):
-            kind = "i"
-        elif isinstance(other, float):
-            kind = "f"
-        else:
-            return
-    order = "biuf"
-    mine = t._data.dtype.kind
-    if order.index(kind if kind in order else "f") > order.index(mine if mine in order else "f"):
-        raise DtypeError(
-            f"{op}: the result type {kind!r} cannot be cast to the dtype {t._data.dtype} of the "
-            "tensor modified in place (PyTorch's rule); convert the tensor first "
-            "(t = t.to(...)) or use the out-of-place op"
-        )
+_KIND_ORDER = "biuf"
+
+
+def _commit(t, out, op):
+    """Commit ``out`` into ``t`` (see the module docstring), converting it to ``t``'s dtype by
+    PyTorch's rule for in-place ops: the result's dtype must be castable to ``t``'s (a float
+    result cannot go into an integer tensor, nor a number into a bool one); float64 into
+    float32 (the same kind) is converted."""
+    have, want = out._data.dtype, t._data.dtype
+    if have != want:
+        rank = _KIND_ORDER.index
+        if (
+            have.kind in _KIND_ORDER
+            and want.kind in _KIND_ORDER
+            and rank(have.kind) > rank(want.kind)
+        ):
+            raise DtypeError(
+                f"{op}: the result type {have} cannot be cast to the dtype {want} of the tensor "
+                "modified in place (PyTorch's rule); convert the tensor first "
+                "(t = t.to(...)) or use the out-of-place op"
+            )
+        out = ew.cast(out, want)
+    return commit_inplace(t, out, op)
+
+
+def _scalar_as(t, value, op):
+    """A number converted to ``t``'s dtype (as PyTorch casts a fill value); anything else as is."""
+    if isinstance(value, (int, float)):
+        return fill_value(value, t._data.dtype, op)[0]
+    return value
 
 
 def _recording(t, value=None) -> bool:
@@ -125,7 +134,6 @@ def setitem(t, index, value):
 
     Gradient: gt = gy with the written positions zeroed; gvalue = gy at ``index``.
     """
-    _check_castable(t, value, "setitem")
     if not _recording(t, value):
         items, _ = sh._index_items(index, t, "setitem")
         if isinstance(value, TensorBase) and value._data.dtype != t._data.dtype:
@@ -163,50 +171,44 @@ def _is_view_at(value, data, index) -> bool:
 
 def index_put_(t, indices, values, accumulate: bool = False):
     """In-place :func:`ferro.index_put`; returns ``t``."""
-    _check_castable(t, values, "index_put_")
     return commit_inplace(t, sh.index_put(t, indices, values, accumulate), "index_put_")
 
 
 def index_add_(t, dim: int, index, source, *, alpha=1):
     """In-place :func:`ferro.index_add`; returns ``t``."""
-    _check_castable(t, source, "index_add_")
-    return commit_inplace(t, sh.index_add(t, dim, index, source, alpha=alpha), "index_add_")
+    return _commit(t, sh.index_add(t, dim, index, source, alpha=alpha), "index_add_")
 
 
 def index_copy_(t, dim: int, index, source):
     """In-place :func:`ferro.index_copy`; returns ``t``."""
-    _check_castable(t, source, "index_copy_")
     return commit_inplace(t, sh.index_copy(t, dim, index, source), "index_copy_")
 
 
 def index_fill_(t, dim: int, index, value):
     """In-place :func:`ferro.index_fill`; returns ``t``."""
-    _check_castable(t, value, "index_fill_")
+    value = _scalar_as(t, value, "index_fill_")
     return commit_inplace(t, sh.index_fill(t, dim, index, value), "index_fill_")
 
 
 def masked_fill_(t, mask, value):
     """In-place :func:`ferro.masked_fill`; returns ``t``."""
-    _check_castable(t, value, "masked_fill_")
-    return commit_inplace(t, sh.masked_fill(t, mask, value), "masked_fill_")
+    value = _scalar_as(t, value, "masked_fill_")
+    return _commit(t, sh.masked_fill(t, mask, value), "masked_fill_")
 
 
 def masked_scatter_(t, mask, source):
     """In-place :func:`ferro.masked_scatter`; returns ``t``."""
-    _check_castable(t, source, "masked_scatter_")
     return commit_inplace(t, sh.masked_scatter(t, mask, source), "masked_scatter_")
 
 
 def scatter_(t, dim: int, index, src):
     """In-place :func:`ferro.scatter`; returns ``t``."""
-    _check_castable(t, src, "scatter_")
     return commit_inplace(t, sh.scatter(t, dim, index, src), "scatter_")
 
 
 def scatter_add_(t, dim: int, index, src):
     """In-place :func:`ferro.scatter_add`; returns ``t``."""
-    _check_castable(t, src, "scatter_add_")
-    return commit_inplace(t, sh.scatter_add(t, dim, index, src), "scatter_add_")
+    return _commit(t, sh.scatter_add(t, dim, index, src), "scatter_add_")
 
 
 def copy_(t, src, non_blocking: bool = False):

@@ -534,6 +534,18 @@ def getitem(x, index):
         ) from None
 
 
+def _index_put_backward_ops(ctx, gy):
+    """IndexPut's backward with ferro ops (Tensors in and out), for double backward."""
+    index = ctx.saved
+    need_x, need_value = ctx.needs_input_grad[:2]
+    gx = gvalue = None
+    if need_x:
+        gx = gy if ctx.accumulate else index_put(gy, index, 0.0)
+    if need_value:
+        gvalue = getitem(gy, index)
+    return (gx, gvalue) + (None,) * len(index)
+
+
 @register("index_put", broadcasts=True, same_dtype=False)
 class IndexPut:
     @staticmethod
@@ -563,16 +575,7 @@ class IndexPut:
             gvalue = gy[index]
         return (gx, gvalue) + (None,) * len(index)
 
-    @staticmethod
-    def differentiable_backward(ctx, gy):
-        index = ctx.saved
-        need_x, need_value = ctx.needs_input_grad[:2]
-        gx = gvalue = None
-        if need_x:
-            gx = gy if ctx.accumulate else index_put(gy, index, 0.0)
-        if need_value:
-            gvalue = getitem(gy, index)
-        return (gx, gvalue) + (None,) * len(index)
+    differentiable_backward = staticmethod(_index_put_backward_ops)
 
 
 def index_put(x, indices, values, accumulate: bool = False):

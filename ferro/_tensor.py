@@ -311,6 +311,21 @@ class Tensor(TensorBase):
     swapaxes = _sh.swapaxes
     swapdims = _sh.swapdims
     masked_select = _sh.masked_select
+    addmm = _la.addmm
+    addmv = _la.addmv
+    baddbmm = _la.baddbmm
+    cross = _la.cross
+    unique = _red.unique
+    bucketize = _red.bucketize
+
+    def multinomial(self, num_samples: int, replacement: bool = False, *, generator=None):
+        """:func:`ferro.multinomial` of this tensor's weights."""
+        return _creation.multinomial(self, num_samples, replacement, generator=generator)
+
+    def bernoulli(self, p=None, *, generator=None):
+        """:func:`ferro.bernoulli` with this tensor's probabilities."""
+        return _creation.bernoulli(self, p, generator=generator)
+
     nonzero = _sh.nonzero
 
     def clone(self) -> Tensor:

@@ -28,6 +28,7 @@ from ferro import (  # noqa: F401  (submodules)
 )
 from ferro._C import cpu_kernels as _cpu_kernels
 from ferro._C import engine as _engine
+from ferro._missing import module_attribute as __getattr__  # noqa: F401  (PEP 562 hints)
 from ferro._tensor import Size, Tensor
 from ferro.autograd import (
     enable_grad,

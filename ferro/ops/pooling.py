@@ -224,7 +224,8 @@ def _max_backward(ctx, gy):
     return _scatter_planes(ctx.xp, gy, idx, ctx.shape, ctx.nd, ctx.unique)
 
 
-def _max_differentiable_backward(ctx, gy):
+def _max_differentiable_backward(ctx, gy, gi=None):
+    """Max pooling's backward with ferro ops: ``gy`` scatter-added through the saved indices."""
     (idx,) = ctx.saved
     return _scatter_planes_differentiable(gy, idx, ctx.shape, ctx.nd)
 
@@ -253,9 +254,7 @@ class MaxPool:
     def backward(ctx, gy, gi):
         return _max_backward(ctx, gy)
 
-    @staticmethod
-    def differentiable_backward(ctx, gy, gi):
-        return _max_differentiable_backward(ctx, gy)
+    differentiable_backward = staticmethod(_max_differentiable_backward)
 
 
 def _adaptive_bounds(n, out):
@@ -295,9 +294,7 @@ class AdaptiveMaxPool:
     def backward(ctx, gy, gi):
         return _max_backward(ctx, gy)
 
-    @staticmethod
-    def differentiable_backward(ctx, gy, gi):
-        return _max_differentiable_backward(ctx, gy)
+    differentiable_backward = staticmethod(_max_differentiable_backward)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -320,6 +317,34 @@ def _avg_divisor(spatial, k, s, p, out, count_include_pad, divisor_override):
         count = end - start if count_include_pad else np.minimum(end, n) - np.maximum(start, 0)
         div = np.multiply.outer(div, count.astype(np.float64))
     return float(div.flat[0]) if (div == div.flat[0]).all() else div
+
+
+def _avg_differentiable_backward(ctx, gy):
+    """The adjoint of the window sums as one scatter-add of ``gy / divisor`` into the padded
+    input's windows, then the crop."""
+    nd, k, s, p = ctx.nd, ctx.k, ctx.s, ctx.p
+    out = tuple(gy.shape[-nd:])
+    padded = ctx.padded_shape[1:]
+    pos = []
+    for i in range(nd):
+        shape = [1] * (2 * nd)
+        shape[i], shape[nd + i] = out[i], k[i]
+        table = np.arange(out[i])[:, None] * s[i] + np.arange(k[i])
+        pos.append(table.reshape(shape))
+    idx = pos[0]
+    for i in range(1, nd):
+        idx = idx * padded[i] + pos[i]
+    idx = np.broadcast_to(idx, out + k).reshape(-1)
+    planes = math.prod(ctx.shape[:-nd])
+    div = ctx.divisor
+    g = gy.reshape(planes, -1) / (div if isinstance(div, float) else _const(div.reshape(-1), gy))
+    kk = math.prod(k)
+    g = g.reshape(planes, -1, 1).expand(planes, g.shape[1], kk).reshape(planes, -1)
+    index = np.ascontiguousarray(np.broadcast_to(idx, (planes, idx.size)))
+    gx = _scatter_planes_differentiable(g, _on_device(index, gy), (planes,) + padded, nd)
+    spatial = tuple(ctx.shape[-nd:])
+    crop = (slice(None),) + tuple(slice(a, a + n) for a, n in zip(p, spatial, strict=True))
+    return gx[crop].reshape(ctx.shape)
 
 
 @register("avg_pool")
@@ -366,35 +391,7 @@ class AvgPool:
         crop = (slice(None),) + tuple(slice(a, a + n) for a, n in zip(p, spatial, strict=True))
         return g[crop].reshape(ctx.shape)
 
-    @staticmethod
-    def differentiable_backward(ctx, gy):
-        """The adjoint of the window sums as one scatter-add of ``gy / divisor`` into the padded
-        input's windows, then the crop."""
-        nd, k, s, p = ctx.nd, ctx.k, ctx.s, ctx.p
-        out = tuple(gy.shape[-nd:])
-        padded = ctx.padded_shape[1:]
-        pos = []
-        for i in range(nd):
-            shape = [1] * (2 * nd)
-            shape[i], shape[nd + i] = out[i], k[i]
-            table = np.arange(out[i])[:, None] * s[i] + np.arange(k[i])
-            pos.append(table.reshape(shape))
-        idx = pos[0]
-        for i in range(1, nd):
-            idx = idx * padded[i] + pos[i]
-        idx = np.broadcast_to(idx, out + k).reshape(-1)
-        planes = math.prod(ctx.shape[:-nd])
-        div = ctx.divisor
-        g = gy.reshape(planes, -1) / (
-            div if isinstance(div, float) else _const(div.reshape(-1), gy)
-        )
-        kk = math.prod(k)
-        g = g.reshape(planes, -1, 1).expand(planes, g.shape[1], kk).reshape(planes, -1)
-        index = np.ascontiguousarray(np.broadcast_to(idx, (planes, idx.size)))
-        gx = _scatter_planes_differentiable(g, _on_device(index, gy), (planes,) + padded, nd)
-        spatial = tuple(ctx.shape[-nd:])
-        crop = (slice(None),) + tuple(slice(a, a + n) for a, n in zip(p, spatial, strict=True))
-        return gx[crop].reshape(ctx.shape)
+    differentiable_backward = staticmethod(_avg_differentiable_backward)
 
 
 def _on_device(arr, like):
@@ -418,6 +415,18 @@ def _adaptive_matrix(n, out):
 
 def _even(spatial, out):
     return all(n % m == 0 for n, m in zip(spatial, out, strict=True))
+
+
+def _adaptive_avg_differentiable_backward(ctx, gy):
+    """The same contraction with each dimension's averaging matrix, as ferro matmuls."""
+    nd = ctx.nd
+    spatial = tuple(ctx.shape[-nd:])
+    out = tuple(gy.shape[-nd:])
+    g = gy.reshape((-1,) + out)
+    for i, (n, m) in enumerate(zip(spatial, out, strict=True)):
+        a = _const(_adaptive_matrix(n, m), gy)
+        g = (g.movedim(1 + i, -1) @ a).movedim(-1, 1 + i)
+    return g.reshape(ctx.shape)
 
 
 @register("adaptive_avg_pool")
@@ -457,21 +466,22 @@ class AdaptiveAvgPool:
             g = xp.moveaxis(xp.moveaxis(g, 1 + i, -1) @ a, -1, 1 + i)
         return g.reshape(ctx.shape)
 
-    @staticmethod
-    def differentiable_backward(ctx, gy):
-        """The same contraction with each dimension's averaging matrix, as ferro matmuls."""
-        nd = ctx.nd
-        spatial = tuple(ctx.shape[-nd:])
-        out = tuple(gy.shape[-nd:])
-        g = gy.reshape((-1,) + out)
-        for i, (n, m) in enumerate(zip(spatial, out, strict=True)):
-            a = _const(_adaptive_matrix(n, m), gy)
-            g = (g.movedim(1 + i, -1) @ a).movedim(-1, 1 + i)
-        return g.reshape(ctx.shape)
+    differentiable_backward = staticmethod(_adaptive_avg_differentiable_backward)
 
 
 # ---------------------------------------------------------------------------------------------
 # Max unpooling
+
+
+def _unpool_differentiable_backward(ctx, gy):
+    """Max-unpooling's backward with ferro ops: ``gy`` gathered at the indices."""
+    import ferro
+
+    (indices,) = ctx.saved
+    indices = indices.data if isinstance(indices, TensorBase) else indices
+    g2 = gy.reshape(-1, math.prod(gy.shape[-ctx.nd :]))
+    gx = ferro.gather(g2, 1, indices.reshape(g2.shape[0], -1))
+    return gx.reshape(ctx.shape), None
 
 
 @register("max_unpool", same_dtype=False)
@@ -495,15 +505,7 @@ class MaxUnpool:
         gx = ctx.xp.take_along_axis(g2, indices.reshape(g2.shape[0], -1), axis=1)
         return gx.reshape(ctx.shape), None
 
-    @staticmethod
-    def differentiable_backward(ctx, gy):
-        import ferro
-
-        (indices,) = ctx.saved
-        indices = indices.data if isinstance(indices, TensorBase) else indices
-        g2 = gy.reshape(-1, math.prod(gy.shape[-ctx.nd :]))
-        gx = ferro.gather(g2, 1, indices.reshape(g2.shape[0], -1))
-        return gx.reshape(ctx.shape), None
+    differentiable_backward = staticmethod(_unpool_differentiable_backward)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -24,7 +24,8 @@ import math
 
 import numpy as np
 
-from ferro._C.tensor import TensorBase
+from ferro._C.tensor import TensorBase, wrap
+from ferro.backend import xp_of
 from ferro.errors import (
     ArgumentError,
     ArgumentTypeError,
@@ -33,7 +34,7 @@ from ferro.errors import (
     ShapeError,
 )
 from ferro.ops.registry import apply, register
-from ferro.ops.shape import _index_operand, _int
+from ferro.ops.shape import _index_operand, _int, _on_device_of, gather, scatter_add
 
 # ---------------------------------------------------------------------------------------------
 # Argument checks, shared by the public functions
@@ -166,22 +167,17 @@ def _scatter_planes(xp, gy, idx, shape, nd, unique):
 
 def _scatter_planes_differentiable(gy, idx, shape, nd):
     """:func:`_scatter_planes` with ferro ops (differentiable in ``gy``)."""
-    import ferro
-
     idx = idx.data if isinstance(idx, TensorBase) else idx
     plane = math.prod(shape[-nd:])
     planes = math.prod(shape[:-nd])
     g2 = gy.reshape(planes, -1)
-    zeros = ferro.zeros((planes, plane), dtype=gy.dtype, device=gy.device)
-    return ferro.scatter_add(zeros, 1, idx.reshape(planes, -1), g2).reshape(shape)
+    zeros = wrap(xp_of(gy.data).zeros((planes, plane), dtype=gy.dtype))
+    return scatter_add(zeros, 1, idx.reshape(planes, -1), g2).reshape(shape)
 
 
 def _const(arr, like):
     """A constant NumPy array as a tensor of ``like``'s dtype, on its device."""
-    import ferro
-
-    t = ferro.from_numpy(np.ascontiguousarray(arr, dtype=like.dtype))
-    return t if like.device.type == "cpu" else t.to(like.device)
+    return wrap(_on_device_of(np.ascontiguousarray(arr, dtype=like.dtype), like.data))
 
 
 def _max_of_windows(xp, flat, nd, spatial, positions):
@@ -230,6 +226,21 @@ def _max_differentiable_backward(ctx, gy, gi=None):
     return _scatter_planes_differentiable(gy, idx, ctx.shape, ctx.nd)
 
 
+def _index_first_valid(xp, y, idx, out, k, s, p, d, spatial):
+    """Point the indices of windows whose maximum is -inf at their first element inside the
+    input (as PyTorch does): the argmax over the padded windows may have named padding."""
+    where = xp.nonzero(y == -np.inf)
+    if not where[0].size:
+        return
+    flat = 0
+    for i in range(len(out)):
+        start = where[1 + i] * s[i] - p[i]
+        # The first offset j with start + j * d >= 0 (the window holds an element, so j < k).
+        j = xp.maximum(-start + d[i] - 1, 0) // d[i]
+        flat = flat * spatial[i] + start + j * d[i]
+    idx[where] = flat
+
+
 @register("max_pool")
 class MaxPool:
     @staticmethod
@@ -243,6 +254,8 @@ class MaxPool:
         win = _windows(xp, _padded(xp, _planes(x, nd), p, hi, fill), out, k, s, d)
         flat = win.reshape(win.shape[: 1 + nd] + (-1,))
         y, idx = _max_of_windows(xp, flat, nd, spatial, _Positions(xp, k, out, s, p, d))
+        if fill == -np.inf and (any(p) or any(h > 0 for h in hi)):
+            _index_first_valid(xp, y, idx, out, k, s, p, d, spatial)
         idx = idx.reshape(lead + out)
         ctx.save(idx)
         ctx.shape, ctx.nd = x.shape, nd
@@ -341,7 +354,7 @@ def _avg_differentiable_backward(ctx, gy):
     kk = math.prod(k)
     g = g.reshape(planes, -1, 1).expand(planes, g.shape[1], kk).reshape(planes, -1)
     index = np.ascontiguousarray(np.broadcast_to(idx, (planes, idx.size)))
-    gx = _scatter_planes_differentiable(g, _on_device(index, gy), (planes,) + padded, nd)
+    gx = _scatter_planes_differentiable(g, _on_device_of(index, gy.data), (planes,) + padded, nd)
     spatial = tuple(ctx.shape[-nd:])
     crop = (slice(None),) + tuple(slice(a, a + n) for a, n in zip(p, spatial, strict=True))
     return gx[crop].reshape(ctx.shape)
@@ -392,13 +405,6 @@ class AvgPool:
         return g[crop].reshape(ctx.shape)
 
     differentiable_backward = staticmethod(_avg_differentiable_backward)
-
-
-def _on_device(arr, like):
-    """A NumPy array on the device of the tensor ``like``."""
-    from ferro.backend import move
-
-    return arr if like.device.type == "cpu" else move(arr, like.device)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -475,12 +481,10 @@ class AdaptiveAvgPool:
 
 def _unpool_differentiable_backward(ctx, gy):
     """Max-unpooling's backward with ferro ops: ``gy`` gathered at the indices."""
-    import ferro
-
     (indices,) = ctx.saved
     indices = indices.data if isinstance(indices, TensorBase) else indices
     g2 = gy.reshape(-1, math.prod(gy.shape[-ctx.nd :]))
-    gx = ferro.gather(g2, 1, indices.reshape(g2.shape[0], -1))
+    gx = gather(g2, 1, indices.reshape(g2.shape[0], -1))
     return gx.reshape(ctx.shape), None
 
 

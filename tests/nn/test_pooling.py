@@ -372,3 +372,55 @@ def test_differentiable_backward_is_differentiable_in_gy():
         name = next(n for n in DIFFERENTIABLE if out.grad_fn.name().startswith(REGISTRY[n].display))
         gy = ferro.tensor(rng.standard_normal(out.shape), requires_grad=True)
         assert gradcheck(lambda g, _n=out.grad_fn, _name=name: DIFFERENTIABLE[_name](_n, g), (gy,))
+
+
+# The CPU kernels (ferro._C.pooling_kernels): tests/ops/test_fused.py checks them against the
+# generic path on every op-database sample and layout; here, that they run and refuse bad arrays.
+
+
+def test_max_pool_kernels_run_and_match_the_generic_path():
+    from ferro.ops.fused import overrides
+
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((2, 3, 9, 8)).astype(np.float32)
+    x[0, 0, 0, :3] = np.nan
+    x[1, 1, :, :] = -np.inf
+    gy = rng.standard_normal((2, 3, 5, 5)).astype(np.float32)
+    results = []
+    for on in (True, False):
+        with overrides(on):
+            t = ferro.tensor(x, requires_grad=True)
+            y, idx = F.max_pool2d(t, 3, 2, 1, ceil_mode=True, return_indices=True)
+            y.backward(ferro.tensor(gy))
+            assert y.grad_fn.fused_forward == on and y.grad_fn.fused_backward == on
+            results.append((y.detach().numpy(), idx.numpy(), t.grad.numpy()))
+    (y1, i1, g1), (y0, i0, g0) = results
+    np.testing.assert_array_equal(y1, y0)
+    np.testing.assert_array_equal(i1, i0)
+    np.testing.assert_array_equal(g1, g0)
+    # An all -inf plane: each window names its first element inside the input, as PyTorch.
+    np.testing.assert_array_equal(i1[1, 1, 0], [0, 1, 3, 5, 7])
+
+
+def test_max_pool_kernels_refuse_bad_arrays():
+    from ferro._C import pooling_kernels as K
+
+    x = np.zeros((2, 4, 4), np.float32)
+    with pytest.raises(ArgumentError, match="C-contiguous"):
+        K.max_pool_fwd(x.transpose(0, 2, 1), (2,), (2,), (0,), (1,), (2,))
+    with pytest.raises(DtypeError, match="float32 or float64"):
+        K.max_pool_fwd(x.astype(np.int64), (2,), (2,), (0,), (1,), (2,))
+    with pytest.raises(ArgumentError, match="stride must have 2"):
+        K.max_pool_fwd(x, (2, 2), (2,), (0,), (1,), (2,))
+    gy = np.ones((2, 4, 2), np.float32)
+    with pytest.raises(IndexOutOfRangeError):
+        K.max_pool_bwd(gy, np.full((2, 4, 2), 4, np.int64), (2, 4, 4), 1)
+    with pytest.raises(DtypeError, match="int64"):
+        K.max_pool_bwd(gy, np.zeros((2, 4, 2), np.int32), (2, 4, 4), 1)
+    with pytest.raises(ShapeError):
+        K.max_pool_bwd(gy, np.zeros((2, 4, 2), np.int64), (2, 5, 4), 1)
+    y, idx = K.max_pool_fwd(np.arange(8.0).reshape(1, 8), (3,), (2,), (1,), (1,), (4,))
+    np.testing.assert_array_equal(y, [[1, 3, 5, 7]])
+    np.testing.assert_array_equal(idx, [[1, 3, 5, 7]])
+    g = K.max_pool_bwd(np.ones((1, 4)), np.array([[1, 1, 5, 7]]), (1, 8), 1)
+    np.testing.assert_array_equal(g, [[0, 2, 0, 0, 0, 1, 0, 1]])

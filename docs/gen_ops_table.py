@@ -23,6 +23,7 @@ FAMILIES = [
     ("Linear algebra", "linalg"),
     ("Losses", "loss"),
     ("Convolution", "conv"),
+    ("Pooling and pixel shuffle", "pooling"),
     ("Dropout", "dropout"),
     ("Devices", "device"),
     ("In place", "inplace"),

@@ -10,6 +10,7 @@ from ferro.ops.elementwise import *  # noqa: F403
 from ferro.ops.inplace import *  # noqa: F403
 from ferro.ops.linalg import *  # noqa: F403
 from ferro.ops.loss import *  # noqa: F403
+from ferro.ops.pooling import *  # noqa: F403
 from ferro.ops.reduction import *  # noqa: F403
 from ferro.ops.shape import *  # noqa: F403
 
@@ -24,6 +25,7 @@ FAMILIES = (
     "inplace",
     "linalg",
     "loss",
+    "pooling",
     "reduction",
     "shape",
 )

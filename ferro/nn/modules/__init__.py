@@ -18,6 +18,9 @@ from ferro.nn.modules.flatten import *  # noqa: F403
 from ferro.nn.modules.fold import *  # noqa: F403
 from ferro.nn.modules.linear import *  # noqa: F403
 from ferro.nn.modules.loss import *  # noqa: F403
+from ferro.nn.modules.padding import *  # noqa: F403
+from ferro.nn.modules.pixelshuffle import *  # noqa: F403
+from ferro.nn.modules.pooling import *  # noqa: F403
 from ferro.nn.modules.sparse import *  # noqa: F403
 
 # The families of layers; a new family is a module here and a line in this tuple.
@@ -32,5 +35,8 @@ FAMILIES = (
     "loss",
     "conv",
     "fold",
+    "pooling",
+    "padding",
+    "pixelshuffle",
 )
 __all__ = [name for fam in FAMILIES for name in _import_module(f"ferro.nn.modules.{fam}").__all__]

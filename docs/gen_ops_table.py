@@ -23,6 +23,7 @@ FAMILIES = [
     ("Linear algebra", "linalg"),
     ("Losses", "loss"),
     ("Dropout", "dropout"),
+    ("Resampling", "resampling"),
     ("Devices", "device"),
     ("In place", "inplace"),
 ]

@@ -18,10 +18,11 @@ import functools
 import itertools
 import math
 import numbers
+import types
 
 import numpy as np
 
-from ferro.backend import device_of, move
+from ferro.backend import device_of, move, xp_of
 from ferro.errors import (
     ArgumentError,
     ArgumentTypeError,
@@ -31,6 +32,7 @@ from ferro.errors import (
 )
 from ferro.ops.linalg import matmul
 from ferro.ops.registry import apply, register
+from ferro.ops.shape import gather, scatter_add, stack
 
 # --------------------------------------------------------------------------------------------
 # interpolate
@@ -46,6 +48,7 @@ _MODES = {
     "bicubic": 2,
     "trilinear": 3,
 }
+_LINEAR = ("linear", "bilinear", "trilinear")
 _NEAREST = ("nearest", "nearest2d", "nearest-exact")
 _INTERPOLATING = ("linear", "bilinear", "bicubic", "trilinear")
 _CUBIC_A = -0.75  # PyTorch's (and OpenCV's) bicubic convolution coefficient
@@ -149,6 +152,22 @@ def _along_axis(xp, y, m, axis):
     return xp.matmul(m, y3).reshape(shape[:axis] + (m.shape[0],) + shape[axis + 1 :])
 
 
+#: The namespace :func:`_along_axis` needs, over Tensors.
+_TENSOR_OPS = types.SimpleNamespace(matmul=matmul)
+
+
+def _interpolate_differentiable_backward(ctx, gy):
+    """Interpolate's backward in differentiable ferro ops: ``gy`` times each axis matrix's
+    transpose (``matmul`` with constant arrays), so it is linear in the Tensor ``gy``."""
+    g = gy
+    for axis, mode, n_in, n_out, align, scale in reversed(ctx.plan):
+        m = np.ascontiguousarray(
+            _axis_matrix(mode, n_in, n_out, align, scale, np.dtype(g.dtype).str).T
+        )
+        g = _along_axis(_TENSOR_OPS, g, move(m, device_of(g.data)), axis)
+    return g
+
+
 @register("interpolate")
 class Interpolate:
     """Separable resampling: per spatial axis a gather (nearest modes) or a product with the
@@ -180,24 +199,7 @@ class Interpolate:
             g = _along_axis(xp, g, xp.asarray(m.T), axis)
         return g
 
-    @staticmethod
-    def differentiable_backward(ctx, gy):
-        return _interpolate_transpose(ctx.plan, gy)
-
-
-def _interpolate_transpose(plan, gy):
-    """Backward of interpolate in differentiable ferro ops (a linear map of ``gy``)."""
-
-    class _Ops:
-        matmul = staticmethod(matmul)
-
-    g = gy
-    for axis, mode, n_in, n_out, align, scale in reversed(plan):
-        m = np.ascontiguousarray(
-            _axis_matrix(mode, n_in, n_out, align, scale, np.dtype(g.dtype).str).T
-        )
-        g = _along_axis(_Ops, g, move(m, device_of(g.data)), axis)
-    return g
+    differentiable_backward = staticmethod(_interpolate_differentiable_backward)
 
 
 def _int_tuple(value, n, what, op):
@@ -281,7 +283,8 @@ def _interpolate_plan(
     for d in reversed(range(dims)):  # last axis first: the row-major layout's cheap one
         n_in, n_out = spatial[d], out[d]
         kind = "nearest2d" if mode == "nearest" and dims == 2 else mode
-        if n_in == n_out and _is_identity(kind, n_in, align, scales[d]):
+        # PyTorch's linear kernels copy an axis whose size does not change, whatever the scale
+        if n_in == n_out and (kind in _LINEAR or _is_identity(kind, n_in, align, scales[d])):
             continue
         plan.append((d + 2, kind, n_in, n_out, align, scales[d]))
     return tuple(plan)
@@ -352,15 +355,17 @@ def upsample_bilinear(input, size=None, scale_factor=None):  # noqa: A002
 # --------------------------------------------------------------------------------------------
 
 
-def _corners(xp, coords, sizes):
+def _corners(xp, coords, sizes, values=None):
     """The 2**d corners of linear interpolation at ``coords`` (one float array per spatial
     dim, all of one shape) inside a grid of ``sizes``, zero outside.
 
     Returns a list of ``(lin, weight, grads)``: the flat index into the spatial grid (0 where
     the corner lies outside), the corner's weight (0 outside) and its derivative along each
-    coordinate.
+    coordinate. For the differentiable backward ``coords`` are ferro Tensors and ``values``
+    their arrays: the indices come from the values, the weights are Tensors.
     """
-    lows = [xp.floor(c) for c in coords]
+    values = coords if values is None else values
+    lows = [xp.floor(v) for v in values]
     fracs = [c - lo for c, lo in zip(coords, lows, strict=True)]
     lows = [lo.astype(np.int64) for lo in lows]
     strides = [math.prod(sizes[k + 1 :]) for k in range(len(sizes))]
@@ -374,15 +379,18 @@ def _corners(xp, coords, sizes):
             valid = inside if valid is None else valid & inside
             lin = lin + i * s
         factors = [f if b else 1 - f for f, b in zip(fracs, bits, strict=True)]
-        mask = valid.astype(coords[0].dtype)
-        weight = functools.reduce(lambda a, b: a * b, factors) * mask
+        mask = valid.astype(values[0].dtype)
+        weight = _product(factors) * mask
         grads = []
         for k, b in enumerate(bits):
-            others = [f for j, f in enumerate(factors) if j != k]
-            g = functools.reduce(lambda a, b: a * b, others, mask)
+            g = _product([f for j, f in enumerate(factors) if j != k]) * mask
             grads.append(g if b else -g)
         out.append((xp.where(valid, lin, 0), weight, grads))
     return out
+
+
+def _product(factors):
+    return functools.reduce(lambda a, b: a * b, factors)
 
 
 def _flat_index(xp, lin, batch, channels, size):
@@ -404,6 +412,26 @@ def _scatter(xp, shape, lin, values):
     out = xp.zeros(b * c * s, dtype=values.dtype)
     xp.add.at(out, _flat_index(xp, lin, b, c, s).reshape(-1), values.reshape(-1))
     return out.reshape(shape)
+
+
+def _index_grid(xp, lin, channels):
+    """The points ``lin`` (B, P) as a gather/scatter index (B, channels, P) along dim 2."""
+    b = lin.shape[0]
+    return xp.ascontiguousarray(
+        xp.broadcast_to(lin.reshape(b, 1, -1), (b, channels, lin.size // b))
+    )
+
+
+def _tgather(x, lin):
+    """:func:`_gather` on a Tensor ``x`` (B, C, S), differentiably (``gather``)."""
+    return gather(x, 2, _index_grid(xp_of(lin), lin, x.shape[1]))
+
+
+def _tscatter(shape, lin, values):
+    """:func:`_scatter` of a Tensor ``values`` (B, C, P), differentiably (``scatter_add``)."""
+    xp = xp_of(lin)
+    zeros = xp.zeros(shape, dtype=values.dtype)
+    return scatter_add(zeros, 2, _index_grid(xp, lin, shape[1]), values)
 
 
 # --------------------------------------------------------------------------------------------
@@ -460,6 +488,39 @@ def _grid_coords(xp, grid, sizes, padding_mode, align_corners):
         coords.append(c)
         slopes.append(slope)
     return coords, slopes
+
+
+def _grid_sample_differentiable_backward(ctx, gy):
+    """The backward in differentiable ferro ops (gather, scatter_add, products) of Tensors
+    ``gy`` and ``ctx.saved``: the coordinates are piecewise linear in the grid, so each is
+    ``grid * slope + intercept`` with slope and intercept constant where the grid is."""
+    x, grid = ctx.saved
+    xp = xp_of(x.data)
+    n, c = x.shape[:2]
+    sizes = tuple(x.shape[2:])
+    d = len(sizes)
+    g0 = grid.data.reshape(n, -1, d)
+    values, slopes = _grid_coords(xp, g0, sizes, ctx.padding_mode, ctx.align_corners)
+    gflat = grid.reshape(n, -1, d)
+    coords = [
+        gflat[..., d - 1 - k] * slopes[k] + (values[k] - slopes[k] * g0[..., d - 1 - k])
+        for k in range(d)
+    ]
+    gyf = gy.reshape(n, c, -1)
+    shape = (n, c, math.prod(sizes))
+    if ctx.mode == "nearest":
+        lin, valid = _nearest_points(xp, values, sizes)
+        return _tscatter(shape, lin, gyf * valid[:, None, :]).reshape(x.shape), None
+    xf = x.reshape(n, c, -1)
+    gx = 0
+    dcoord = [0] * d
+    for lin, w, grads in _corners(xp, coords, sizes, values):
+        gx = gx + _tscatter(shape, lin, gyf * w.reshape(n, 1, -1))
+        v = (_tgather(xf, lin) * gyf).sum(1)
+        for k in range(d):
+            dcoord[k] = dcoord[k] + v * grads[k]
+    ggrid = stack([dcoord[d - 1 - j] * slopes[d - 1 - j] for j in range(d)], dim=-1)
+    return gx.reshape(x.shape), ggrid.reshape(grid.shape)
 
 
 @register("grid_sample")
@@ -531,6 +592,8 @@ class GridSample:
                 [dcoord[d - 1 - j] * slopes[d - 1 - j] for j in range(d)], axis=-1
             ).reshape(grid.shape)
         return gx, ggrid
+
+    differentiable_backward = staticmethod(_grid_sample_differentiable_backward)
 
 
 def _nearest_points(xp, coords, sizes):
@@ -681,6 +744,54 @@ def _deform_columns(xp, x, offset, mask, geom):
     return vals, corners
 
 
+def _deform_conv2d_differentiable_backward(ctx, gy):
+    """The backward in differentiable ferro ops of Tensors ``gy`` and ``ctx.saved``, over
+    the whole batch at once: the sampling rows and columns are ``offset + base``."""
+    x, offset, weight, *rest = ctx.saved
+    geom, groups = ctx.geom, ctx.groups
+    mask = rest[-1] if ctx.has_mask else None
+    og, kh, kw, ho, wo = geom[:5]
+    xp = xp_of(x.data)
+    n, cin, h, w = x.shape
+    cout = weight.shape[0]
+    k, L = kh * kw, ho * wo
+    cg = cin // og
+    py0, px0 = _deform_coords(xp, offset.data, *geom)
+    off0 = offset.data.reshape(n, og, k, 2, L)
+    off = offset.reshape(n, og, k, 2, L)
+    coords = [
+        (off[:, :, :, 0] + (py0 - off0[:, :, :, 0])).reshape(n * og, k * L),
+        (off[:, :, :, 1] + (px0 - off0[:, :, :, 1])).reshape(n * og, k * L),
+    ]
+    values = [py0.reshape(n * og, k * L), px0.reshape(n * og, k * L)]
+    corners = _corners(xp, coords, (h, w), values)
+    xf = x.reshape(n * og, cg, h * w)
+    vals = 0
+    for lin, wgt, _ in corners:
+        vals = vals + _tgather(xf, lin) * wgt.reshape(n * og, 1, -1)
+    m = mask.reshape(n * og, 1, k * L) if mask is not None else None
+    cols = (vals * m if m is not None else vals).reshape(n, groups, -1, L)
+    gyg = gy.reshape(n, groups, cout // groups, L)
+    wg = weight.reshape(groups, cout // groups, -1)
+    gw = matmul(gyg, cols.transpose(2, 3)).sum(0).reshape(weight.shape)
+    gcols = matmul(wg.transpose(1, 2), gyg).reshape(n * og, cg, k * L)
+    gm = gcols * m if m is not None else gcols
+    gx = 0
+    gpy = gpx = 0
+    for lin, wgt, (dy, dx) in corners:
+        gx = gx + _tscatter((n * og, cg, h * w), lin, gm * wgt.reshape(n * og, 1, -1))
+        v = (_tgather(xf, lin) * gm).sum(1)
+        gpy = gpy + v * dy
+        gpx = gpx + v * dx
+    goff = stack([gpy.reshape(n, og, k, L), gpx.reshape(n, og, k, L)], dim=3)
+    grads = [gx.reshape(x.shape), goff.reshape(offset.shape), gw]
+    if ctx.has_bias:
+        grads.append(gy.sum((0, 2, 3)))
+    if ctx.has_mask:
+        grads.append((gcols * vals).sum(1).reshape(mask.shape))
+    return tuple(grads)
+
+
 @register("deform_conv2d")
 class DeformConv2d:
     """Deformable convolution (torchvision's ``deform_conv2d``): per batch chunk, bilinear
@@ -766,6 +877,8 @@ class DeformConv2d:
         if ctx.has_mask:
             grads.append(gmask)
         return tuple(grads)
+
+    differentiable_backward = staticmethod(_deform_conv2d_differentiable_backward)
 
 
 def _chunks(n, per_item):

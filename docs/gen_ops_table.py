@@ -25,6 +25,7 @@ FAMILIES = [
     ("Convolution", "conv"),
     ("Pooling and pixel shuffle", "pooling"),
     ("Dropout", "dropout"),
+    ("Resampling", "resampling"),
     ("Devices", "device"),
     ("In place", "inplace"),
 ]

@@ -12,6 +12,7 @@ from ferro.ops.linalg import *  # noqa: F403
 from ferro.ops.loss import *  # noqa: F403
 from ferro.ops.pooling import *  # noqa: F403
 from ferro.ops.reduction import *  # noqa: F403
+from ferro.ops.resampling import *  # noqa: F403
 from ferro.ops.shape import *  # noqa: F403
 
 # The op families. Each lists its public functions in its own __all__; ferro.ops exports their
@@ -27,6 +28,7 @@ FAMILIES = (
     "loss",
     "pooling",
     "reduction",
+    "resampling",
     "shape",
 )
 __all__ = [name for fam in FAMILIES for name in _import_module(f"ferro.ops.{fam}").__all__]

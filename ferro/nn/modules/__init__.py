@@ -12,6 +12,7 @@ from importlib import import_module as _import_module
 from ferro.nn.modules.activation import *  # noqa: F403
 from ferro.nn.modules.container import *  # noqa: F403
 from ferro.nn.modules.conv import *  # noqa: F403
+from ferro.nn.modules.deform_conv import *  # noqa: F403
 from ferro.nn.modules.distance import *  # noqa: F403
 from ferro.nn.modules.dropout import *  # noqa: F403
 from ferro.nn.modules.flatten import *  # noqa: F403
@@ -22,6 +23,7 @@ from ferro.nn.modules.padding import *  # noqa: F403
 from ferro.nn.modules.pixelshuffle import *  # noqa: F403
 from ferro.nn.modules.pooling import *  # noqa: F403
 from ferro.nn.modules.sparse import *  # noqa: F403
+from ferro.nn.modules.upsampling import *  # noqa: F403
 
 # The families of layers; a new family is a module here and a line in this tuple.
 FAMILIES = (
@@ -38,5 +40,7 @@ FAMILIES = (
     "pooling",
     "padding",
     "pixelshuffle",
+    "upsampling",
+    "deform_conv",
 )
 __all__ = [name for fam in FAMILIES for name in _import_module(f"ferro.nn.modules.{fam}").__all__]

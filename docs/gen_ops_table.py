@@ -22,6 +22,7 @@ FAMILIES = [
     ("Shape and indexing", "shape"),
     ("Linear algebra", "linalg"),
     ("Losses", "loss"),
+    ("Normalization", "norm"),
     ("Dropout", "dropout"),
     ("Devices", "device"),
     ("In place", "inplace"),

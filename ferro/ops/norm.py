@@ -79,6 +79,27 @@ def _param_grads(gy, xhat, need_w, need_b, sum_axes, shape):
 # Batch norm ----------------------------------------------------------------------------------
 
 
+def _batch_norm_double(ctx, gy):
+    """BatchNorm's gradients with ferro ops, the statistics recomputed from the saved input
+    (Note [Norm state]): differentiable again, for double backward."""
+    x, weight = ctx.saved
+    need_x, need_w, need_b = ctx.needs_input_grad
+    n, c = x.shape[0], x.shape[1]
+    xr, g = x.reshape(n, c, -1), gy.reshape(n, c, -1)
+    if ctx.training:
+        xhat, rstd = _stats_of(xr, (0, 2), ctx.eps)
+    else:
+        rstd = ctx.rstd  # from the running statistics: a constant of the graph
+        xhat = (xr - ctx.mean) * rstd
+    gw, gb = _param_grads(g, xhat, need_w, need_b, (0, 2), (c,))
+    gx = None
+    if need_x:
+        gw3 = g * weight.reshape(1, c, 1) if weight is not None else g
+        gx = _input_grad(gw3, xhat, rstd, (0, 2)) if ctx.training else gw3 * rstd
+        gx = gx.reshape(x.shape)
+    return gx, gw, gb
+
+
 @register("batch_norm")
 class BatchNorm:
     """Per-channel normalization of (N, C, *) with batch statistics (training) or the running
@@ -118,24 +139,7 @@ class BatchNorm:
                 gx = (gw3 * ctx.rstd).reshape(x.shape)
         return gx, gw, gb
 
-    @staticmethod
-    def differentiable_backward(ctx, gy):
-        x, weight = ctx.saved
-        need_x, need_w, need_b = ctx.needs_input_grad
-        n, c = x.shape[0], x.shape[1]
-        xr, g = x.reshape(n, c, -1), gy.reshape(n, c, -1)
-        if ctx.training:
-            xhat, rstd = _stats_of(xr, (0, 2), ctx.eps)
-        else:
-            rstd = ctx.rstd  # from the running statistics: a constant of the graph
-            xhat = (xr - ctx.mean) * rstd
-        gw, gb = _param_grads(g, xhat, need_w, need_b, (0, 2), (c,))
-        gx = None
-        if need_x:
-            gw3 = g * weight.reshape(1, c, 1) if weight is not None else g
-            gx = _input_grad(gw3, xhat, rstd, (0, 2)) if ctx.training else gw3 * rstd
-            gx = gx.reshape(x.shape)
-        return gx, gw, gb
+    differentiable_backward = staticmethod(_batch_norm_double)
 
 
 def _affine(xhat, weight, bias, shape):
@@ -276,6 +280,22 @@ def batch_norm(
 # Layer norm ----------------------------------------------------------------------------------
 
 
+def _layer_norm_double(ctx, gy):
+    """LayerNorm's gradients with ferro ops, the statistics recomputed from the saved input
+    (Note [Norm state]): differentiable again, for double backward."""
+    x, weight = ctx.saved
+    need_x, need_w, need_b = ctx.needs_input_grad
+    m, d = ctx.mean.shape[0], math.prod(ctx.shape)
+    xr, g = x.reshape(m, d), gy.reshape(m, d)
+    xhat, rstd = _stats_of(xr, (1,), ctx.eps)
+    gw, gb = _param_grads(g, xhat, need_w, need_b, (0,), ctx.shape)
+    gx = None
+    if need_x:
+        gw2 = g * weight.reshape(d) if weight is not None else g
+        gx = _input_grad(gw2, xhat, rstd, (1,)).reshape(x.shape)
+    return gx, gw, gb
+
+
 @register("layer_norm")
 class LayerNorm:
     """Normalization of each (M, D) row, D the product of the trailing ``normalized_shape``."""
@@ -304,19 +324,7 @@ class LayerNorm:
             gx = _input_grad(gw2, xhat, ctx.rstd, (1,)).reshape(x.shape)
         return gx, gw, gb
 
-    @staticmethod
-    def differentiable_backward(ctx, gy):
-        x, weight = ctx.saved
-        need_x, need_w, need_b = ctx.needs_input_grad
-        m, d = ctx.mean.shape[0], math.prod(ctx.shape)
-        xr, g = x.reshape(m, d), gy.reshape(m, d)
-        xhat, rstd = _stats_of(xr, (1,), ctx.eps)
-        gw, gb = _param_grads(g, xhat, need_w, need_b, (0,), ctx.shape)
-        gx = None
-        if need_x:
-            gw2 = g * weight.reshape(d) if weight is not None else g
-            gx = _input_grad(gw2, xhat, rstd, (1,)).reshape(x.shape)
-        return gx, gw, gb
+    differentiable_backward = staticmethod(_layer_norm_double)
 
 
 def _normalized_shape_arg(normalized_shape, fn: str) -> tuple:
@@ -364,6 +372,22 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps: float = 1e-
 # Group and instance norm ---------------------------------------------------------------------
 
 
+def _grouped_double(ctx, gy):
+    """_Grouped's gradients with ferro ops, the statistics recomputed from the saved input
+    (Note [Norm state]): differentiable again, for double backward."""
+    x, weight = ctx.saved
+    need_x, need_w, need_b = ctx.needs_input_grad
+    n, c, groups = x.shape[0], x.shape[1], ctx.groups
+    xhat, rstd = _stats_of(x.reshape(n, groups, -1), (2,), ctx.eps)
+    g = gy.reshape(n, c, -1)
+    gw, gb = _param_grads(g, xhat.reshape(n, c, -1), need_w, need_b, (0, 2), (c,))
+    gx = None
+    if need_x:
+        gw3 = g * weight.reshape(1, c, 1) if weight is not None else g
+        gx = _input_grad(gw3.reshape(n, groups, -1), xhat, rstd, (2,)).reshape(x.shape)
+    return gx, gw, gb
+
+
 class _Grouped:
     """Normalization of (N, C, *) over each of ``groups`` groups of channels and *, with
     a per-channel affine; instance norm (one group per channel) may update running stats."""
@@ -394,19 +418,7 @@ class _Grouped:
             gx = _input_grad(gw3.reshape(n, groups, -1), xhat, ctx.rstd, (2,)).reshape(x.shape)
         return gx, gw, gb
 
-    @staticmethod
-    def differentiable_backward(ctx, gy):
-        x, weight = ctx.saved
-        need_x, need_w, need_b = ctx.needs_input_grad
-        n, c, groups = x.shape[0], x.shape[1], ctx.groups
-        xhat, rstd = _stats_of(x.reshape(n, groups, -1), (2,), ctx.eps)
-        g = gy.reshape(n, c, -1)
-        gw, gb = _param_grads(g, xhat.reshape(n, c, -1), need_w, need_b, (0, 2), (c,))
-        gx = None
-        if need_x:
-            gw3 = g * weight.reshape(1, c, 1) if weight is not None else g
-            gx = _input_grad(gw3.reshape(n, groups, -1), xhat, rstd, (2,)).reshape(x.shape)
-        return gx, gw, gb
+    differentiable_backward = staticmethod(_grouped_double)
 
 
 @register("group_norm")
@@ -514,6 +526,22 @@ def instance_norm(
 # RMS norm ------------------------------------------------------------------------------------
 
 
+def _rms_norm_double(ctx, gy):
+    """RMSNorm's gradients with ferro ops, the statistics recomputed from the saved input
+    (Note [Norm state]): differentiable again, for double backward."""
+    x, weight = ctx.saved
+    need_x, need_w = ctx.needs_input_grad
+    m, d = ctx.rstd.shape[0], math.prod(ctx.shape)
+    xhat, rstd = _stats_of(x.reshape(m, d), (1,), ctx.eps, centered=False)
+    g = gy.reshape(m, d)
+    gw = (g * xhat).sum(axis=0).reshape(ctx.shape) if need_w else None
+    gx = None
+    if need_x:
+        gw2 = g * weight.reshape(d) if weight is not None else g
+        gx = _input_grad(gw2, xhat, rstd, (1,), centered=False).reshape(x.shape)
+    return gx, gw
+
+
 @register("rms_norm")
 class RMSNorm:
     """``x / sqrt(mean(x^2) + eps) * weight`` over each (M, D) row."""
@@ -547,19 +575,7 @@ class RMSNorm:
             gx = _input_grad(gw2, xhat, ctx.rstd, (1,), centered=False).reshape(x.shape)
         return gx, gw
 
-    @staticmethod
-    def differentiable_backward(ctx, gy):
-        x, weight = ctx.saved
-        need_x, need_w = ctx.needs_input_grad
-        m, d = ctx.rstd.shape[0], math.prod(ctx.shape)
-        xhat, rstd = _stats_of(x.reshape(m, d), (1,), ctx.eps, centered=False)
-        g = gy.reshape(m, d)
-        gw = (g * xhat).sum(axis=0).reshape(ctx.shape) if need_w else None
-        gx = None
-        if need_x:
-            gw2 = g * weight.reshape(d) if weight is not None else g
-            gx = _input_grad(gw2, xhat, rstd, (1,), centered=False).reshape(x.shape)
-        return gx, gw
+    differentiable_backward = staticmethod(_rms_norm_double)
 
 
 def rms_norm(input, normalized_shape, weight=None, eps: float | None = None):  # noqa: A002
@@ -596,6 +612,16 @@ def _window_sum(xp, a, before: int, after: int):
     return out
 
 
+def _lrn_double(ctx, gy):
+    """LocalResponseNorm's gradients with ferro ops, the statistics recomputed from the saved input
+    (Note [Norm state]): differentiable again, for double backward."""
+    x, y = ctx.saved
+    size, alpha, beta = ctx.size, ctx.alpha, ctx.beta
+    s = _window_sum_tensor(x * x, size // 2, (size - 1) // 2) * (alpha / size) + ctx.k
+    t = _window_sum_tensor(gy * y / s, (size - 1) // 2, size // 2)
+    return gy * s ** (-beta) - (2 * alpha * beta / size) * x * t
+
+
 @register("local_response_norm")
 class LocalResponseNorm:
     """``x / (k + alpha / size * sum of x^2 over a window of size channels) ** beta``."""
@@ -623,13 +649,7 @@ class LocalResponseNorm:
         t = _window_sum(xp, gy * y / s, (size - 1) // 2, size // 2)
         return gy * xp.power(s, -beta) - (2 * alpha * beta / size) * x * t
 
-    @staticmethod
-    def differentiable_backward(ctx, gy):
-        x, y = ctx.saved
-        size, alpha, beta = ctx.size, ctx.alpha, ctx.beta
-        s = _window_sum_tensor(x * x, size // 2, (size - 1) // 2) * (alpha / size) + ctx.k
-        t = _window_sum_tensor(gy * y / s, (size - 1) // 2, size // 2)
-        return gy * s ** (-beta) - (2 * alpha * beta / size) * x * t
+    differentiable_backward = staticmethod(_lrn_double)
 
 
 def _window_sum_tensor(a, before: int, after: int):

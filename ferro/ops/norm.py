@@ -180,9 +180,9 @@ def _check_param(t, name: str, shape: tuple, fn: str, x) -> None:
             f"{fn}: {name} of shape {tuple(t.shape)} does not fit input of shape "
             f"{tuple(x.shape)} (expected {tuple(shape)})"
         )
-    if device_of(t.data) != device_of(x.data):
+    if device_of(t._data) != device_of(x._data):
         raise DeviceError(
-            f"{fn}: {name} is on {device_of(t.data)}, the input on {device_of(x.data)}"
+            f"{fn}: {name} is on {device_of(t._data)}, the input on {device_of(x._data)}"
         )
 
 
@@ -213,11 +213,11 @@ def _running_arrays(running_mean, running_var, fn: str):
     for name, t in (("running_mean", running_mean), ("running_var", running_var)):
         if t.dtype.kind != "f":
             raise ArgumentTypeError(f"{fn}: {name} must be floating point, got {t.dtype}")
-        if not t.data.flags.writeable:
+        if not t._data.flags.writeable:
             from ferro.errors import ReadOnlyError
 
             raise ReadOnlyError(f"{fn}: {name} is read-only and cannot be updated in place")
-    return running_mean.data, running_var.data
+    return running_mean._data, running_var._data
 
 
 def batch_norm(
@@ -688,6 +688,176 @@ def local_response_norm(
         raise ArgumentError(f"{fn}: size must be a positive int, got {size!r}")
     alpha, beta, k = (real_arg(v, n, fn) for v, n in ((alpha, "alpha"), (beta, "beta"), (k, "k")))
     return apply(LocalResponseNorm, input, size=int(size), alpha=alpha, beta=beta, k=k)
+
+
+# Fused overrides -----------------------------------------------------------------------------
+# Paired adapters (Note [Fused overrides]) for the kernels of ferro/_C/norm_kernels.pyx: each
+# forward leaves the state the generic forward leaves (Note [Norm state]), so where its kernel
+# cannot read the upstream gradient or a saved array (a saved-tensor hook may hand back another
+# layout), the backward runs the generic one instead of refusing.
+
+
+def _contiguous_grad(xp, gy, x, accepts_grad, arrays):
+    """``gy`` as the backward kernel reads it (C-contiguous, x's dtype), or None."""
+    if not accepts_grad(gy, arrays):
+        gy = xp.ascontiguousarray(gy, dtype=x.dtype)
+        if not accepts_grad(gy, arrays):
+            return None
+    return gy
+
+
+def _flat(t):
+    return None if t is None else t.reshape(-1)
+
+
+def layer_norm_override(backend):
+    """``(forward, backward)`` of layer_norm on ``backend``'s kernels."""
+    fwd, bwd, accepts, accepts_grad = (
+        backend.layer_norm_fwd,
+        backend.layer_norm_bwd,
+        backend.accepts,
+        backend.accepts_grad,
+    )
+
+    def forward(ctx, x, weight, bias, *, normalized_shape, eps):
+        d = math.prod(normalized_shape)
+        if d == 0 or not accepts((x, weight, bias)):
+            return NotImplemented
+        y, mean, rstd, _ = fwd(x.reshape(x.size // d, d), _flat(weight), _flat(bias), eps)
+        ctx.save(x, weight)
+        ctx.mean, ctx.rstd, ctx.eps, ctx.shape = mean, rstd, eps, normalized_shape
+        return y.reshape(x.shape)
+
+    def backward(ctx, gy):
+        x, weight = ctx.saved
+        _, need_w, need_b = ctx.needs_input_grad
+        d = math.prod(ctx.shape)
+        arrays = (x, weight, ctx.mean, ctx.rstd)
+        g = _contiguous_grad(ctx.xp, gy, x, accepts_grad, arrays)
+        if g is None:
+            return LayerNorm.backward(ctx, gy)
+        gx, gw, gb = bwd(
+            g.reshape(x.size // d, d),
+            x.reshape(x.size // d, d),
+            _flat(weight),
+            ctx.mean,
+            ctx.rstd,
+            need_w or need_b,
+        )
+        return (
+            gx.reshape(x.shape),
+            gw.reshape(ctx.shape) if need_w else None,
+            gb.reshape(ctx.shape) if need_b else None,
+        )
+
+    return forward, backward
+
+
+def rms_norm_override(backend):
+    """``(forward, backward)`` of rms_norm on ``backend``'s kernels."""
+    fwd, bwd, accepts, accepts_grad = (
+        backend.rms_norm_fwd,
+        backend.rms_norm_bwd,
+        backend.accepts,
+        backend.accepts_grad,
+    )
+
+    def forward(ctx, x, weight, *, normalized_shape, eps):
+        d = math.prod(normalized_shape)
+        if d == 0 or not accepts((x, weight)):
+            return NotImplemented
+        y, rstd = fwd(x.reshape(x.size // d, d), _flat(weight), eps)
+        ctx.save(x, weight)
+        ctx.rstd, ctx.eps, ctx.shape = rstd, eps, normalized_shape
+        return y.reshape(x.shape)
+
+    def backward(ctx, gy):
+        x, weight = ctx.saved
+        _, need_w = ctx.needs_input_grad
+        d = math.prod(ctx.shape)
+        g = _contiguous_grad(ctx.xp, gy, x, accepts_grad, (x, weight, ctx.rstd))
+        if g is None:
+            return RMSNorm.backward(ctx, gy)
+        m = x.size // d
+        gx, gw = bwd(g.reshape(m, d), x.reshape(m, d), _flat(weight), ctx.rstd, need_w)
+        return gx.reshape(x.shape), gw.reshape(ctx.shape) if need_w else None
+
+    return forward, backward
+
+
+def group_norm_override(backend):
+    """``(forward, backward)`` of group_norm and instance_norm on ``backend``'s kernels."""
+    fwd, bwd, accepts, accepts_grad = (
+        backend.group_norm_fwd,
+        backend.group_norm_bwd,
+        backend.accepts,
+        backend.accepts_grad,
+    )
+
+    def forward(ctx, x, weight, bias, *, groups, eps, running_mean, running_var, momentum):
+        if x.size == 0 or not accepts((x, weight, bias)):
+            return NotImplemented
+        n, c = x.shape[0], x.shape[1]
+        y, mean, rstd, var = fwd(x.reshape(n, c, -1), weight, bias, groups, eps)
+        if running_mean is not None:
+            _update_running(running_mean, running_var, mean, var, momentum, x.size // (n * c))
+        ctx.save(x, weight)
+        ctx.mean, ctx.rstd, ctx.groups, ctx.eps = mean, rstd, groups, eps
+        return y.reshape(x.shape)
+
+    def backward(ctx, gy):
+        x, weight = ctx.saved
+        _, need_w, need_b = ctx.needs_input_grad
+        n, c = x.shape[0], x.shape[1]
+        g = _contiguous_grad(ctx.xp, gy, x, accepts_grad, (x, weight, ctx.mean, ctx.rstd))
+        if g is None:
+            return GroupNorm.backward(ctx, gy)
+        gx, gw, gb = bwd(
+            g.reshape(n, c, -1),
+            x.reshape(n, c, -1),
+            weight,
+            ctx.mean,
+            ctx.rstd,
+            ctx.groups,
+            need_w or need_b,
+        )
+        return gx.reshape(x.shape), gw if need_w else None, gb if need_b else None
+
+    return forward, backward
+
+
+def batch_norm_override(backend):
+    """``(forward, backward)`` of batch_norm in training on ``backend``'s kernels (evaluation
+    is one scale and shift per channel: the generic path)."""
+    fwd, bwd, accepts, accepts_grad = (
+        backend.batch_norm_fwd,
+        backend.batch_norm_bwd,
+        backend.accepts,
+        backend.accepts_grad,
+    )
+
+    def forward(ctx, x, weight, bias, *, training, running_mean, running_var, momentum, eps):
+        if not training or x.size == 0 or not accepts((x, weight, bias)):
+            return NotImplemented
+        n, c = x.shape[0], x.shape[1]
+        y, mean, rstd, var = fwd(x.reshape(n, c, -1), weight, bias, eps)
+        if running_mean is not None:
+            _update_running(running_mean, running_var, mean, var, momentum, x.size // c)
+        ctx.save(x, weight)
+        ctx.mean, ctx.rstd, ctx.training, ctx.eps = mean, rstd, training, eps
+        return y.reshape(x.shape)
+
+    def backward(ctx, gy):
+        x, weight = ctx.saved
+        _, need_w, need_b = ctx.needs_input_grad
+        n, c = x.shape[0], x.shape[1]
+        g = _contiguous_grad(ctx.xp, gy, x, accepts_grad, (x, weight, ctx.mean, ctx.rstd))
+        if g is None:
+            return BatchNorm.backward(ctx, gy)
+        gx, gw, gb = bwd(g.reshape(n, c, -1), x.reshape(n, c, -1), weight, ctx.mean, ctx.rstd)
+        return gx.reshape(x.shape), gw if need_w else None, gb if need_b else None
+
+    return forward, backward
 
 
 __all__ = [

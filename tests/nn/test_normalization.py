@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 
 import ferro
+from ferro._C import norm_kernels
 from ferro._C.tensor import wrap
-from ferro.errors import ArgumentError, ArgumentTypeError, ShapeError
+from ferro.errors import ArgumentError, ArgumentTypeError, DtypeError, ShapeError
 from ferro.ops.fused import overrides
 from ferro.ops.registry import REGISTRY
 
@@ -193,9 +194,9 @@ def test_running_statistics_are_updated_in_place_with_unbiased_variance():
     rng = np.random.default_rng(4)
     x = rng.standard_normal((6, 2, 3))
     rm, rv = ferro.zeros(2, dtype=ferro.float64), ferro.ones(2, dtype=ferro.float64)
-    data, version = rm.data, rm._version
+    data, version = rm._data, rm._version
     ferro.batch_norm(ferro.tensor(x), rm, rv, training=True, momentum=0.25)
-    assert rm.data is data and rm._version > version
+    assert rm._data is data and rm._version > version
     np.testing.assert_allclose(rm.numpy(), 0.25 * x.mean(axis=(0, 2)), rtol=1e-12)
     np.testing.assert_allclose(rv.numpy(), 0.75 + 0.25 * x.var(axis=(0, 2), ddof=1), rtol=1e-12)
 
@@ -275,8 +276,8 @@ def test_batch_norm_momentum_none_is_the_cumulative_average():
 
 def test_batch_norm_eval_uses_running_statistics_and_leaves_them():
     bn = ferro.nn.BatchNorm2d(3, dtype=ferro.float64)
-    bn.running_mean.data[...] = [1.0, 2.0, 3.0]
-    bn.running_var.data[...] = [4.0, 1.0, 0.25]
+    bn.running_mean.copy_(ferro.tensor([1.0, 2.0, 3.0]))
+    bn.running_var.copy_(ferro.tensor([4.0, 1.0, 0.25]))
     bn.eval()
     x = ferro.ones(2, 3, 2, 2, dtype=ferro.float64, requires_grad=True)
     y = bn(x)
@@ -475,3 +476,61 @@ def test_float32_statistics_are_accurate_far_from_zero(fused):
         yb = ferro.batch_norm(ferro.tensor(x[None]), None, None, training=True, eps=0.0)
     np.testing.assert_allclose(y.numpy(), want, atol=2e-3)
     np.testing.assert_allclose(yb.numpy()[0], want, atol=2e-3)
+
+
+# The CPU kernels -----------------------------------------------------------------------------
+
+
+def test_the_kernels_run_for_contiguous_float_input_and_match_the_generic_path():
+    rng = np.random.default_rng(9)
+    calls = {
+        "layer_norm": lambda x, w, b: ferro.layer_norm(x, 6, w, b),
+        "rms_norm": lambda x, w, b: ferro.rms_norm(x, 6, w),
+        "group_norm": lambda x, w, b: ferro.group_norm(x.reshape(4, 6, 1), 3, w, b),
+        "batch_norm": lambda x, w, b: ferro.batch_norm(x, None, None, w, b, True),
+    }
+    for name, call in calls.items():
+        results = []
+        for on in (True, False):
+            x, w, b = (
+                ferro.tensor(rng.standard_normal(s).astype(np.float32), requires_grad=True)
+                for s in ((4, 6), (6,), (6,))
+            )
+            with overrides(on):
+                y = call(x, w, b)
+                (y * y).sum().backward()
+            assert y.grad_fn.fused_forward == on and y.grad_fn.fused_backward == on, name
+            results.append(
+                [y.detach().numpy()] + [t.grad.numpy() for t in (x, w) if t.grad is not None]
+            )
+        for a, g in zip(*results, strict=True):
+            np.testing.assert_allclose(a, g, rtol=1e-4, atol=1e-5, err_msg=name)
+
+
+@pytest.mark.parametrize(
+    "call, error",
+    [
+        (lambda: norm_kernels.layer_norm_fwd(np.ones((2, 3)).T, None, None, 1e-5), ArgumentError),
+        (lambda: norm_kernels.layer_norm_fwd(np.ones((2, 3)), np.ones(4), None, 1e-5), ShapeError),
+        (lambda: norm_kernels.layer_norm_fwd(np.ones((2, 3), "i8"), None, None, 1e-5), DtypeError),
+        (lambda: norm_kernels.layer_norm_fwd([[1.0, 2.0]], None, None, 1e-5), ShapeError),
+        (
+            lambda: norm_kernels.rms_norm_fwd(np.ones((2, 3)), np.ones(3, np.float32), 1e-5),
+            DtypeError,
+        ),
+        (lambda: norm_kernels.group_norm_fwd(np.ones((2, 6, 2)), None, None, 4, 1e-5), ShapeError),
+        (
+            lambda: norm_kernels.batch_norm_bwd(
+                np.ones((2, 3, 4)), np.ones((2, 3, 4)), None, np.ones((1, 3, 1)), np.ones(3)
+            ),
+            ShapeError,
+        ),
+        (
+            lambda: norm_kernels.layer_norm_fwd(np.ones((2, 3), ">f8"), None, None, 1e-5),
+            DtypeError,
+        ),
+    ],
+)
+def test_the_kernels_refuse_arrays_they_cannot_read(call, error):
+    with pytest.raises(error):
+        call()

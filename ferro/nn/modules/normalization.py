@@ -121,7 +121,7 @@ class _BatchNorm(_NormBase):
             )
         factor = 0.0 if self.momentum is None else self.momentum
         if self.training and self.track_running_stats and self.num_batches_tracked is not None:
-            self.num_batches_tracked.data[...] += 1
+            self.num_batches_tracked._data[...] += 1
             bump_version(self.num_batches_tracked)
             if self.momentum is None:
                 factor = 1.0 / float(self.num_batches_tracked.item())

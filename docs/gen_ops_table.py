@@ -24,6 +24,7 @@ FAMILIES = [
     ("Losses", "loss"),
     ("Convolution", "conv"),
     ("Pooling and pixel shuffle", "pooling"),
+    ("Normalization", "norm"),
     ("Dropout", "dropout"),
     ("Resampling", "resampling"),
     ("Devices", "device"),

@@ -11,6 +11,7 @@ from ferro.ops.inplace import *  # noqa: F403
 from ferro.ops.linalg import *  # noqa: F403
 from ferro.ops.loss import *  # noqa: F403
 from ferro.ops.pooling import *  # noqa: F403
+from ferro.ops.norm import *  # noqa: F403
 from ferro.ops.reduction import *  # noqa: F403
 from ferro.ops.resampling import *  # noqa: F403
 from ferro.ops.shape import *  # noqa: F403
@@ -27,6 +28,7 @@ FAMILIES = (
     "linalg",
     "loss",
     "pooling",
+    "norm",
     "reduction",
     "resampling",
     "shape",

@@ -23,6 +23,7 @@ FAMILIES = [
     ("Linear algebra", "linalg"),
     ("Losses", "loss"),
     ("Dropout", "dropout"),
+    ("Recurrent cells", "recurrent"),
     ("Devices", "device"),
     ("In place", "inplace"),
 ]

@@ -9,6 +9,7 @@ from ferro.ops.elementwise import *  # noqa: F403
 from ferro.ops.inplace import *  # noqa: F403
 from ferro.ops.linalg import *  # noqa: F403
 from ferro.ops.loss import *  # noqa: F403
+from ferro.ops.recurrent import *  # noqa: F403
 from ferro.ops.reduction import *  # noqa: F403
 from ferro.ops.shape import *  # noqa: F403
 
@@ -22,6 +23,7 @@ FAMILIES = (
     "inplace",
     "linalg",
     "loss",
+    "recurrent",
     "reduction",
     "shape",
 )

@@ -16,6 +16,7 @@ from ferro.nn.modules.dropout import *  # noqa: F403
 from ferro.nn.modules.flatten import *  # noqa: F403
 from ferro.nn.modules.linear import *  # noqa: F403
 from ferro.nn.modules.loss import *  # noqa: F403
+from ferro.nn.modules.rnn import *  # noqa: F403
 from ferro.nn.modules.sparse import *  # noqa: F403
 
 # The families of layers; a new family is a module here and a line in this tuple.
@@ -28,5 +29,6 @@ FAMILIES = (
     "activation",
     "distance",
     "loss",
+    "rnn",
 )
 __all__ = [name for fam in FAMILIES for name in _import_module(f"ferro.nn.modules.{fam}").__all__]

@@ -15,7 +15,7 @@ import ferro
 from ferro import nn
 from ferro.errors import ArgumentError, ArgumentTypeError, ShapeError
 from ferro.nn.utils import rnn as rnn_utils
-from ferro.ops.recurrent import GruCell, LstmCell
+from ferro.ops.recurrent import GruCell, LstmCell, RecurrentLayer, _layer_backward_ops
 from ferro.testing import gradcheck
 
 
@@ -192,6 +192,31 @@ def test_backward_on_tensors_matches_backward_and_differentiates(op):
         )
         if got.shape[0]:
             assert gradcheck(on_tensors, tuple(args))
+
+
+def test_layer_differentiable_backward_matches_backward():
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ops"))
+    from opdb import BY_NAME
+
+    rng = np.random.default_rng(0)
+    for sample in BY_NAME["recurrent_layer"].samples(np.random.default_rng(0)):
+        tensors = [None if a is None else ferro.tensor(a, requires_grad=True) for a in sample.args]
+        outs = ferro.recurrent_layer(*tensors, **sample.kwargs)
+        gys = [rng.normal(size=o.shape) for o in outs]
+        node = outs[0].grad_fn
+        want = RecurrentLayer.backward(node, *gys)
+        ctx = types.SimpleNamespace(
+            saved=tuple(tensors),
+            needs_input_grad=tuple(t is not None for t in tensors),
+            mode=sample.kwargs["mode"],
+            sizes=node.sizes,
+            reverse=sample.kwargs["reverse"],
+        )
+        got = _layer_backward_ops(ctx, *(ferro.tensor(g) for g in gys))
+        for k, (w, g) in enumerate(zip(want, got, strict=True)):
+            assert (w is None) == (g is None), (sample.label, k)
+            if w is not None:
+                np.testing.assert_allclose(_np(g), w, rtol=1e-10, atol=1e-12, err_msg=sample.label)
 
 
 # -- PyTorch as the oracle -----------------------------------------------------------------

@@ -5,10 +5,11 @@ Parameter names, shapes, gate order and initialization are PyTorch's (``weight_i
 uniform in ±1/sqrt(hidden_size)), so a PyTorch ``state_dict`` loads unchanged.
 
 How a layer runs: per layer and direction, the input projection of every step is one GEMM
-(``linear(x, weight_ih, bias_ih)`` over the whole sequence, split into steps by one ``unbind``
-or ``split`` node); then each step is two nodes, the hidden projection
-``linear(h, weight_hh, bias_hh)`` and the fused cell (:func:`ferro.lstm_cell`,
-:func:`ferro.gru_cell`; for the plain RNN an add and its nonlinearity).
+(``linear(x, weight_ih, bias_ih)`` over the whole sequence), and the recurrence is one node,
+:func:`ferro.recurrent_layer` (Note [Recurrent layer] in ``ferro/ops/recurrent.py``): a GEMM
+and PyTorch's cell per step, and one GEMM for each weight gradient over all steps. The cells
+(``RNNCell``, ``LSTMCell``, ``GRUCell``) use the fused single-step ops
+:func:`ferro.lstm_cell` and :func:`ferro.gru_cell`.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from ferro.nn import init
 from ferro.nn.module import Module
 from ferro.nn.parameter import Parameter
 from ferro.nn.utils.rnn import PackedSequence
-from ferro.ops import cat, gru_cell, linear, lstm_cell, relu, stack, tanh
+from ferro.ops import cat, gru_cell, linear, lstm_cell, recurrent_layer, relu, stack, tanh
 
 _CHUNKS = {"RNN_TANH": 1, "RNN_RELU": 1, "LSTM": 4, "GRU": 3}
 
@@ -147,70 +148,6 @@ class RNNBase(Module):
         params = self._parameters
         return tuple(params.get(n + suffix) for n in names)
 
-    def _step(self, xg, h, c, w_hh, b_hh, w_hr):
-        """One step: the new ``(h, c)`` (``c`` None but for LSTM)."""
-        hg = linear(h, w_hh, b_hh)
-        mode = self.mode
-        if mode == "LSTM":
-            h, c = lstm_cell(xg, hg, c)
-            if w_hr is not None:
-                h = linear(h, w_hr)
-            return h, c
-        if mode == "GRU":
-            return gru_cell(xg, hg, h), None
-        pre = xg + hg
-        return (tanh(pre) if mode == "RNN_TANH" else relu(pre)), None
-
-    def _direction(self, steps, h, c, params, sizes, reverse):
-        """Run one direction of one layer over ``steps`` (the input projections, one per step):
-        ``(outputs in time order, final h, final c)``. ``sizes`` are the batch sizes of a
-        packed input (None when every step has the whole batch)."""
-        _, w_hh, _, b_hh, w_hr = params
-        n = len(steps)
-        outs = [None] * n
-        lstm = self.mode == "LSTM"
-        if sizes is None:
-            for t in reversed(range(n)) if reverse else range(n):
-                h, c = self._step(steps[t], h, c, w_hh, b_hh, w_hr)
-                outs[t] = h
-            return outs, h, c
-        if not reverse:
-            # Sequences end as the batch shrinks: their rows leave h, and their final state is
-            # kept for the end (the shortest sequences sit last).
-            done_h, done_c = [], []
-            rows = h.shape[0]
-            for t in range(n):
-                b = sizes[t]
-                if b < rows:
-                    done_h.append(h[b:rows])
-                    h = h[:b]
-                    if lstm:
-                        done_c.append(c[b:rows])
-                        c = c[:b]
-                    rows = b
-                h, c = self._step(steps[t], h, c, w_hh, b_hh, w_hr)
-                outs[t] = h
-            if done_h:
-                h = cat([h, *reversed(done_h)], 0)
-                if lstm:
-                    c = cat([c, *reversed(done_c)], 0)
-            return outs, h, c
-        # Backwards in time, sequences join as the batch grows, each from its initial state.
-        h0, c0 = h, c
-        rows = sizes[-1] if n else 0
-        h = h0[:rows]
-        c = c0[:rows] if lstm else None
-        for t in reversed(range(n)):
-            b = sizes[t]
-            if b > rows:
-                h = cat([h, h0[rows:b]], 0)
-                if lstm:
-                    c = cat([c, c0[rows:b]], 0)
-                rows = b
-            h, c = self._step(steps[t], h, c, w_hh, b_hh, w_hr)
-            outs[t] = h
-        return outs, h, c
-
     def _check_state(self, state, expected: tuple, which: str, cls: str):
         if not isinstance(state, TensorBase):
             raise ArgumentTypeError(f"{cls}: {which} must be a tensor, got {type(state).__name__}")
@@ -294,13 +231,25 @@ class RNNBase(Module):
             outputs = []
             for direction in range(directions):
                 k = layer * directions + direction
-                params = self._layer_params(layer, direction)
-                xg = linear(x, params[0], params[2])  # every step's input projection: one GEMM
-                steps = xg.unbind(0) if sizes is None else xg.split(sizes, 0)
-                outs, h, c = self._direction(
-                    steps, h0s[k], c0s[k] if lstm else None, params, sizes, direction == 1
+                w_ih, w_hh, b_ih, b_hh, w_hr = self._layer_params(layer, direction)
+                # Every step's input projection as one GEMM: folded to 2-D, since NumPy's
+                # matmul runs a 3-D operand as one small GEMM per step.
+                xg = linear(x.reshape(-1, x.shape[-1]), w_ih, b_ih)
+                if sizes is None:
+                    xg = xg.reshape(x.shape[0], x.shape[1], -1)
+                res = recurrent_layer(
+                    xg,
+                    h0s[k],
+                    c0s[k] if lstm else None,
+                    w_hh,
+                    b_hh,
+                    w_hr,
+                    self.mode,
+                    sizes,
+                    direction == 1,
                 )
-                outputs.append(stack(outs, 0) if sizes is None else cat(outs, 0))
+                out, h, c = res if lstm else (*res, None)
+                outputs.append(out)
                 h_n.append(h)
                 c_n.append(c)
             x = outputs[0] if directions == 1 else cat(outputs, -1)

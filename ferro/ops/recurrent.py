@@ -304,6 +304,228 @@ def _layer_backward_ops(ctx, *grads):
     return tuple(result)
 
 
+class GenericCells:
+    """The per-step LSTM and GRU cell math against ``xp``, writing the arrays the backward reads
+    into the layer's buffers. A backend's fused kernels (``ferro._C.recurrent_kernels``,
+    bound by the ``recurrent_layer`` entry of ``OVERRIDES``) have the same names and
+    signatures; every array they get is C-contiguous."""
+
+    def __init__(self, xp):
+        self.xp = xp
+
+    def lstm_fwd(self, x, hg, c, acts, tc):
+        """``(h, c_new)`` of one step; writes the activated gates into ``acts`` and
+        ``tanh(c_new)`` into ``tc``."""
+        xp = self.xp
+        hidden = c.shape[1]
+        xp.add(x, hg, out=acts)
+        # sigmoid(x) = tanh(x / 2) / 2 + 1/2 on i, f, o and tanh on g: one tanh pass over all.
+        acts[:, : 2 * hidden] *= 0.5
+        acts[:, 3 * hidden :] *= 0.5
+        xp.tanh(acts, out=acts)
+        for block in (acts[:, : 2 * hidden], acts[:, 3 * hidden :]):
+            block *= 0.5
+            block += 0.5
+        i, f = acts[:, :hidden], acts[:, hidden : 2 * hidden]
+        g, o = acts[:, 2 * hidden : 3 * hidden], acts[:, 3 * hidden :]
+        c_new = f * c
+        c_new += i * g
+        xp.tanh(c_new, out=tc)
+        return o * tc, c_new
+
+    def lstm_bwd(self, gh, gc, acts, c_prev, tc, g_gates):
+        """The gradient for the previous cell state; writes the gate gradients."""
+        hidden = gh.shape[1]
+        i, f = acts[:, :hidden], acts[:, hidden : 2 * hidden]
+        g, o = acts[:, 2 * hidden : 3 * hidden], acts[:, 3 * hidden :]
+        gc = gc + gh * o * (1 - tc * tc)
+        g_gates[:, :hidden] = gc * g * i * (1 - i)
+        g_gates[:, hidden : 2 * hidden] = gc * c_prev * f * (1 - f)
+        g_gates[:, 2 * hidden : 3 * hidden] = gc * i * (1 - g * g)
+        g_gates[:, 3 * hidden :] = gh * tc * o * (1 - o)
+        return gc * f
+
+    def gru_fwd(self, x, hg, h, acts):
+        """The new hidden state of one step; writes ``r, z, n`` into ``acts``."""
+        xp = self.xp
+        hidden = h.shape[1]
+        k2 = 2 * hidden
+        rz = acts[:, :k2]
+        xp.add(x[:, :k2], hg[:, :k2], out=rz)
+        rz *= 0.5
+        xp.tanh(rz, out=rz)
+        rz *= 0.5
+        rz += 0.5
+        r, z, n = acts[:, :hidden], acts[:, hidden:k2], acts[:, k2:]
+        xp.tanh(x[:, k2:] + r * hg[:, k2:], out=n)
+        h_new = h - n
+        h_new *= z
+        h_new += n
+        return h_new
+
+    def gru_bwd(self, gh, acts, hg_n, h_prev, g_in, g_hid):
+        """``gh * z``, the direct part of the previous state's gradient; writes the gradients of
+        the input and hidden gate projections."""
+        hidden = gh.shape[1]
+        k2 = 2 * hidden
+        r, z, n = acts[:, :hidden], acts[:, hidden:k2], acts[:, k2:]
+        gn = gh * (1 - z) * (1 - n * n)
+        g_in[:, :hidden] = gn * hg_n * r * (1 - r)
+        g_in[:, hidden:k2] = gh * (h_prev - n) * z * (1 - z)
+        g_in[:, k2:] = gn
+        g_hid[:, :k2] = g_in[:, :k2]
+        g_hid[:, k2:] = gn * r
+        return gh * z
+
+
+def layer_forward(ctx, cells, xg, h0, c0, w_hh, b_hh, w_hr, *, mode, sizes, reverse):
+    """RecurrentLayer's forward with the cell math of ``cells`` (:class:`GenericCells` or a
+    backend's kernels)."""
+    xp = ctx.xp
+    lstm, gru = mode == "LSTM", mode == "GRU"
+    packed = sizes is not None
+    batch, hout = h0.shape
+    hidden = w_hh.shape[0] // _CHUNKS[mode]
+    gates = w_hh.shape[0]
+    steps = len(sizes) if packed else xg.shape[0]
+    offsets, bs = _layout(sizes, steps, batch)
+    x2 = xg.reshape(-1, gates)
+    n, dt = x2.shape[0], xg.dtype
+    w_t = xp.ascontiguousarray(w_hh.T)  # h @ w_t: OpenBLAS is 2x faster than h @ w_hh.T
+    out = xp.empty((n, hout), dtype=dt)
+    h_prev = xp.empty((n, hout), dtype=dt)
+    acts = xp.empty((n, gates), dtype=dt)
+    h_n = xp.empty((batch, hout), dtype=dt)
+    c_n = c_prev = tc_all = cell_h = hg_n = None
+    if lstm:
+        c_n = xp.empty((batch, hidden), dtype=dt)
+        c_prev = xp.empty((n, hidden), dtype=dt)
+        tc_all = xp.empty((n, hidden), dtype=dt)
+        if w_hr is not None:
+            cell_h = xp.empty((n, hidden), dtype=dt)
+    if gru:
+        hg_n = xp.empty((n, hidden), dtype=dt)
+    order = range(steps - 1, -1, -1) if reverse else range(steps)
+    rows = bs[order[0]] if steps else batch
+    h = h0[:rows]
+    c = c0[:rows] if lstm else None
+    for t in order:
+        s, b = offsets[t], bs[t]
+        if b < rows:  # forward in time: sequences b..rows ended at the previous step
+            h_n[b:rows] = h[b:rows]
+            h = h[:b]
+            if lstm:
+                c_n[b:rows] = c[b:rows]
+                c = c[:b]
+        elif b > rows:  # backwards in time: sequences rows..b start here
+            h = xp.concatenate([h, h0[rows:b]])
+            if lstm:
+                c = xp.concatenate([c, c0[rows:b]])
+        rows = b
+        h_prev[s : s + b] = h
+        hg = h @ w_t
+        if b_hh is not None:
+            hg += b_hh
+        a = acts[s : s + b]
+        if lstm:
+            c_prev[s : s + b] = c
+            h, c = cells.lstm_fwd(x2[s : s + b], hg, c, a, tc_all[s : s + b])
+            if w_hr is not None:
+                cell_h[s : s + b] = h
+                h = h @ w_hr.T
+        elif gru:
+            hg_n[s : s + b] = hg[:, 2 * hidden :]
+            h = cells.gru_fwd(x2[s : s + b], hg, h, a)
+        else:
+            xp.add(x2[s : s + b], hg, out=a)
+            if mode == "RNN_TANH":
+                xp.tanh(a, out=a)
+            else:
+                xp.maximum(a, 0, out=a)
+            h = a
+        out[s : s + b] = h
+    h_n[:rows] = h
+    if lstm:
+        c_n[:rows] = c
+    ctx.save(xg, h0, c0, w_hh, b_hh, w_hr)
+    ctx.mode, ctx.sizes, ctx.reverse = mode, sizes, reverse
+    ctx.fast = (h_prev, acts, c_prev, tc_all, cell_h, hg_n)  # Note [Cell activations]
+    out = out if packed else out.reshape(steps, batch, hout)
+    return (out, h_n, c_n) if lstm else (out, h_n)
+
+
+def layer_backward(ctx, cells, gout, gh_n, gc_n=None):
+    """RecurrentLayer's backward with the cell math of ``cells``."""
+    xg, h0, c0, w_hh, b_hh, w_hr = ctx.saved
+    h_prev, acts, c_prev, tc_all, cell_h, hg_n = ctx.fast
+    xp = ctx.xp
+    mode, sizes, reverse = ctx.mode, ctx.sizes, ctx.reverse
+    lstm, gru = mode == "LSTM", mode == "GRU"
+    batch, hout = h0.shape
+    gates = w_hh.shape[0]
+    hidden = gates // _CHUNKS[mode]
+    steps = len(sizes) if sizes is not None else xg.shape[0]
+    offsets, bs = _layout(sizes, steps, batch)
+    n, dt = acts.shape[0], acts.dtype
+    g_out = gout.reshape(n, hout)
+    g_in = xp.empty((n, gates), dtype=dt)  # d/d input_gates
+    g_hid = xp.empty((n, gates), dtype=dt) if gru else g_in  # d/d hidden_gates
+    g_hr = xp.empty((n, hout), dtype=dt) if cell_h is not None else None
+    gh0 = xp.empty((batch, hout), dtype=dt)
+    gc0 = xp.empty((batch, hidden), dtype=dt) if lstm else None
+    order = range(steps) if reverse else range(steps - 1, -1, -1)
+    rows = bs[order[0]] if steps else batch
+    gh = gh_n[:rows]
+    gc = xp.ascontiguousarray(gc_n[:rows]) if lstm else None
+    for t in order:
+        s, b = offsets[t], bs[t]
+        if b > rows:  # walking back in time, sequences rows..b end here: their final grads
+            gh = xp.concatenate([gh, gh_n[rows:b]])
+            if lstm:
+                gc = xp.concatenate([gc, gc_n[rows:b]])
+        elif b < rows:  # walking forward (a reverse layer): sequences b..rows started
+            gh0[b:rows] = gh[b:rows]
+            gh = gh[:b]
+            if lstm:
+                gc0[b:rows] = gc[b:rows]
+                gc = gc[:b]
+        rows = b
+        gh = gh + g_out[s : s + b]
+        a = acts[s : s + b]
+        gi = g_in[s : s + b]
+        if lstm:
+            if g_hr is not None:
+                g_hr[s : s + b] = gh
+                gh = gh @ w_hr
+            gc = cells.lstm_bwd(gh, gc, a, c_prev[s : s + b], tc_all[s : s + b], gi)
+            gh = gi @ w_hh
+        elif gru:
+            gg = g_hid[s : s + b]
+            gh = cells.gru_bwd(gh, a, hg_n[s : s + b], h_prev[s : s + b], gi, gg)
+            gh += gg @ w_hh
+        else:
+            if mode == "RNN_TANH":
+                xp.multiply(gh, 1 - a * a, out=gi)
+            else:
+                xp.multiply(gh, a > 0, out=gi)
+            gh = gi @ w_hh
+    gh0[:rows] = gh
+    if lstm:
+        gc0[:rows] = gc
+    need = ctx.needs_input_grad
+    g_w = g_hid.T @ h_prev if need[3] else None  # every step's weight gradient: one GEMM
+    g_b = g_hid.sum(axis=0) if b_hh is not None and need[4] else None
+    g_whr = g_hr.T @ cell_h if g_hr is not None and need[5] else None
+    return (
+        g_in.reshape(xg.shape) if need[0] else None,
+        gh0 if need[1] else None,
+        gc0 if lstm and need[2] else None,
+        g_w,
+        g_b,
+        g_whr,
+    )
+
+
 @register("recurrent_layer")
 class RecurrentLayer:
     """Note [Recurrent layer]: a whole layer and direction in one node. Per step the forward
@@ -317,190 +539,23 @@ class RecurrentLayer:
 
     @staticmethod
     def forward(ctx, xg, h0, c0, w_hh, b_hh, w_hr, *, mode, sizes, reverse):
-        xp = ctx.xp
-        lstm, gru = mode == "LSTM", mode == "GRU"
-        packed = sizes is not None
-        batch, hout = h0.shape
-        hidden = w_hh.shape[0] // _CHUNKS[mode]
-        gates = w_hh.shape[0]
-        steps = len(sizes) if packed else xg.shape[0]
-        offsets, bs = _layout(sizes, steps, batch)
-        x2 = xg.reshape(-1, gates)
-        n, dt = x2.shape[0], xg.dtype
-        w_t = xp.ascontiguousarray(w_hh.T)  # h @ w_t: OpenBLAS is 2x faster than h @ w_hh.T
-        out = xp.empty((n, hout), dtype=dt)
-        h_prev = xp.empty((n, hout), dtype=dt)
-        acts = xp.empty((n, gates), dtype=dt)
-        h_n = xp.empty((batch, hout), dtype=dt)
-        c_n = c_prev = tc_all = cell_h = hg_n = None
-        if lstm:
-            c_n = xp.empty((batch, hidden), dtype=dt)
-            c_prev = xp.empty((n, hidden), dtype=dt)
-            tc_all = xp.empty((n, hidden), dtype=dt)
-            half = xp.full((gates,), 0.5, dtype=dt)
-            half[2 * hidden : 3 * hidden] = 1
-            shift = xp.full((gates,), 0.5, dtype=dt)
-            shift[2 * hidden : 3 * hidden] = 0
-            if w_hr is not None:
-                cell_h = xp.empty((n, hidden), dtype=dt)
-        if gru:
-            hg_n = xp.empty((n, hidden), dtype=dt)
-        order = range(steps - 1, -1, -1) if reverse else range(steps)
-        rows = bs[order[0]] if steps else batch
-        h = h0[:rows]
-        c = c0[:rows] if lstm else None
-        for t in order:
-            s, b = offsets[t], bs[t]
-            if b < rows:  # forward in time: sequences b..rows ended at the previous step
-                h_n[b:rows] = h[b:rows]
-                h = h[:b]
-                if lstm:
-                    c_n[b:rows] = c[b:rows]
-                    c = c[:b]
-            elif b > rows:  # backwards in time: sequences rows..b start here
-                h = xp.concatenate([h, h0[rows:b]])
-                if lstm:
-                    c = xp.concatenate([c, c0[rows:b]])
-            rows = b
-            h_prev[s : s + b] = h
-            hg = h @ w_t
-            if b_hh is not None:
-                hg += b_hh
-            a = acts[s : s + b]
-            if lstm:
-                xp.add(x2[s : s + b], hg, out=a)
-                a *= half  # sigmoid(x) = tanh(x / 2) / 2 + 1/2 on i, f, o; tanh on g
-                xp.tanh(a, out=a)
-                a *= half
-                a += shift
-                i, f = a[:, :hidden], a[:, hidden : 2 * hidden]
-                g, o = a[:, 2 * hidden : 3 * hidden], a[:, 3 * hidden :]
-                c_prev[s : s + b] = c
-                c = f * c
-                c += i * g
-                tc = tc_all[s : s + b]
-                xp.tanh(c, out=tc)
-                h = o * tc
-                if w_hr is not None:
-                    cell_h[s : s + b] = h
-                    h = h @ w_hr.T
-            elif gru:
-                k2 = 2 * hidden
-                rz = a[:, :k2]
-                xp.add(x2[s : s + b, :k2], hg[:, :k2], out=rz)
-                rz *= 0.5
-                xp.tanh(rz, out=rz)
-                rz *= 0.5
-                rz += 0.5
-                r, z = a[:, :hidden], a[:, hidden:k2]
-                hg_n[s : s + b] = hg[:, k2:]
-                nn = a[:, k2:]
-                xp.tanh(x2[s : s + b, k2:] + r * hg[:, k2:], out=nn)
-                h = h - nn
-                h *= z
-                h += nn
-            else:
-                xp.add(x2[s : s + b], hg, out=a)
-                if mode == "RNN_TANH":
-                    xp.tanh(a, out=a)
-                else:
-                    xp.maximum(a, 0, out=a)
-                h = a
-            out[s : s + b] = h
-        h_n[:rows] = h
-        if lstm:
-            c_n[:rows] = c
-        ctx.save(xg, h0, c0, w_hh, b_hh, w_hr)
-        ctx.mode, ctx.sizes, ctx.reverse = mode, sizes, reverse
-        ctx.fast = (h_prev, acts, c_prev, tc_all, cell_h, hg_n)  # Note [Cell activations]
-        out = out if packed else out.reshape(steps, batch, hout)
-        return (out, h_n, c_n) if lstm else (out, h_n)
+        return layer_forward(
+            ctx,
+            GenericCells(ctx.xp),
+            xg,
+            h0,
+            c0,
+            w_hh,
+            b_hh,
+            w_hr,
+            mode=mode,
+            sizes=sizes,
+            reverse=reverse,
+        )
 
     @staticmethod
     def backward(ctx, gout, gh_n, gc_n=None):
-        xg, h0, c0, w_hh, b_hh, w_hr = ctx.saved
-        h_prev, acts, c_prev, tc_all, cell_h, hg_n = ctx.fast
-        xp = ctx.xp
-        mode, sizes, reverse = ctx.mode, ctx.sizes, ctx.reverse
-        lstm, gru = mode == "LSTM", mode == "GRU"
-        batch, hout = h0.shape
-        gates = w_hh.shape[0]
-        hidden = gates // _CHUNKS[mode]
-        steps = len(sizes) if sizes is not None else xg.shape[0]
-        offsets, bs = _layout(sizes, steps, batch)
-        n, dt = acts.shape[0], acts.dtype
-        g_out = gout.reshape(n, hout)
-        g_in = xp.empty((n, gates), dtype=dt)  # d/d input_gates
-        g_hid = xp.empty((n, gates), dtype=dt) if gru else g_in  # d/d hidden_gates
-        g_hr = xp.empty((n, hout), dtype=dt) if cell_h is not None else None
-        gh0 = xp.empty((batch, hout), dtype=dt)
-        gc0 = xp.empty((batch, hidden), dtype=dt) if lstm else None
-        order = range(steps) if reverse else range(steps - 1, -1, -1)
-        rows = bs[order[0]] if steps else batch
-        gh = gh_n[:rows]
-        gc = gc_n[:rows] if lstm else None
-        for t in order:
-            s, b = offsets[t], bs[t]
-            if b > rows:  # walking back in time, sequences rows..b end here: their final grads
-                gh = xp.concatenate([gh, gh_n[rows:b]])
-                if lstm:
-                    gc = xp.concatenate([gc, gc_n[rows:b]])
-            elif b < rows:  # walking forward (a reverse layer): sequences b..rows started
-                gh0[b:rows] = gh[b:rows]
-                gh = gh[:b]
-                if lstm:
-                    gc0[b:rows] = gc[b:rows]
-                    gc = gc[:b]
-            rows = b
-            gh = gh + g_out[s : s + b]
-            a = acts[s : s + b]
-            gi = g_in[s : s + b]
-            if lstm:
-                if g_hr is not None:
-                    g_hr[s : s + b] = gh
-                    gh = gh @ w_hr
-                i, f = a[:, :hidden], a[:, hidden : 2 * hidden]
-                g, o = a[:, 2 * hidden : 3 * hidden], a[:, 3 * hidden :]
-                tc = tc_all[s : s + b]
-                gc = gc + gh * o * (1 - tc * tc)
-                gi[:, :hidden] = gc * g * i * (1 - i)
-                gi[:, hidden : 2 * hidden] = gc * c_prev[s : s + b] * f * (1 - f)
-                gi[:, 2 * hidden : 3 * hidden] = gc * i * (1 - g * g)
-                gi[:, 3 * hidden :] = gh * tc * o * (1 - o)
-                gc = gc * f
-                gh = gi @ w_hh
-            elif gru:
-                k2 = 2 * hidden
-                r, z, nn = a[:, :hidden], a[:, hidden:k2], a[:, k2:]
-                gn = gh * (1 - z) * (1 - nn * nn)
-                gi[:, :hidden] = gn * hg_n[s : s + b] * r * (1 - r)
-                gi[:, hidden:k2] = gh * (h_prev[s : s + b] - nn) * z * (1 - z)
-                gi[:, k2:] = gn
-                gg = g_hid[s : s + b]
-                gg[:, :k2] = gi[:, :k2]
-                gg[:, k2:] = gn * r
-                gh = gh * z + gg @ w_hh
-            else:
-                if mode == "RNN_TANH":
-                    xp.multiply(gh, 1 - a * a, out=gi)
-                else:
-                    xp.multiply(gh, a > 0, out=gi)
-                gh = gi @ w_hh
-        gh0[:rows] = gh
-        if lstm:
-            gc0[:rows] = gc
-        need = ctx.needs_input_grad
-        g_w = g_hid.T @ h_prev if need[3] else None  # every step's weight gradient: one GEMM
-        g_b = g_hid.sum(axis=0) if b_hh is not None and need[4] else None
-        g_whr = g_hr.T @ cell_h if g_hr is not None and need[5] else None
-        return (
-            g_in.reshape(xg.shape) if need[0] else None,
-            gh0 if need[1] else None,
-            gc0 if lstm and need[2] else None,
-            g_w,
-            g_b,
-            g_whr,
-        )
+        return layer_backward(ctx, GenericCells(ctx.xp), gout, gh_n, gc_n)
 
     differentiable_backward = staticmethod(_layer_backward_ops)
 

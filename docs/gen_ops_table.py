@@ -27,6 +27,7 @@ FAMILIES = [
     ("Normalization", "norm"),
     ("Dropout", "dropout"),
     ("Resampling", "resampling"),
+    ("Recurrent cells", "recurrent"),
     ("Devices", "device"),
     ("In place", "inplace"),
 ]

@@ -12,6 +12,7 @@ from ferro.ops.linalg import *  # noqa: F403
 from ferro.ops.loss import *  # noqa: F403
 from ferro.ops.pooling import *  # noqa: F403
 from ferro.ops.norm import *  # noqa: F403
+from ferro.ops.recurrent import *  # noqa: F403
 from ferro.ops.reduction import *  # noqa: F403
 from ferro.ops.resampling import *  # noqa: F403
 from ferro.ops.shape import *  # noqa: F403
@@ -29,6 +30,7 @@ FAMILIES = (
     "loss",
     "pooling",
     "norm",
+    "recurrent",
     "reduction",
     "resampling",
     "shape",

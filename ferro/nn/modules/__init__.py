@@ -23,6 +23,7 @@ from ferro.nn.modules.padding import *  # noqa: F403
 from ferro.nn.modules.pixelshuffle import *  # noqa: F403
 from ferro.nn.modules.pooling import *  # noqa: F403
 from ferro.nn.modules.normalization import *  # noqa: F403
+from ferro.nn.modules.rnn import *  # noqa: F403
 from ferro.nn.modules.sparse import *  # noqa: F403
 from ferro.nn.modules.upsampling import *  # noqa: F403
 
@@ -44,5 +45,6 @@ FAMILIES = (
     "upsampling",
     "deform_conv",
     "normalization",
+    "rnn",
 )
 __all__ = [name for fam in FAMILIES for name in _import_module(f"ferro.nn.modules.{fam}").__all__]

@@ -23,6 +23,7 @@ FAMILIES = [
     ("Linear algebra", "linalg"),
     ("Losses", "loss"),
     ("Dropout", "dropout"),
+    ("Attention", "attention"),
     ("Devices", "device"),
     ("In place", "inplace"),
 ]

@@ -3,6 +3,7 @@
 from importlib import import_module as _import_module
 
 from ferro.ops.activation import *  # noqa: F403
+from ferro.ops.attention import *  # noqa: F403
 from ferro.ops.device import *  # noqa: F403
 from ferro.ops.dropout import *  # noqa: F403
 from ferro.ops.elementwise import *  # noqa: F403
@@ -16,6 +17,7 @@ from ferro.ops.shape import *  # noqa: F403
 # union. The op machinery (ferro.ops.registry: REGISTRY, register, apply) is not part of it.
 FAMILIES = (
     "activation",
+    "attention",
     "device",
     "dropout",
     "elementwise",

@@ -146,7 +146,7 @@ def test_sdpa_dropout_is_reproducible_and_scales_kept_weights():
     a = F.scaled_dot_product_attention(q, k, v, dropout_p=0.5)
     ferro.manual_seed(7)
     b = F.scaled_dot_product_attention(q, k, v, dropout_p=0.5)
-    np.testing.assert_array_equal(a.numpy(), b.numpy())
+    np.testing.assert_array_equal(a.detach().numpy(), b.detach().numpy())
     plain = F.scaled_dot_product_attention(q, k, v)
     assert not np.allclose(a.numpy(), plain.numpy())
     # With v = identity rows the output is the dropped, rescaled weights themselves.
@@ -254,3 +254,183 @@ def test_differentiable_backward_gives_second_derivatives():
         d[i] = eps
         num[i] = (f(q0 + d)[0].item() - f(q0 - d)[0].item()) / (2 * eps)
     np.testing.assert_allclose(q.grad.numpy(), num, rtol=1e-5, atol=1e-7)
+
+
+# ---------------------------------------------------------------- nn.MultiheadAttention
+
+N_, H_, L_, S_ = 3, 2, 5, 6
+
+
+def _mha_pair(torch, kw, batch_first=False):
+    torch.manual_seed(0)
+    tm = torch.nn.MultiheadAttention(8, H_, dtype=torch.float64, batch_first=batch_first, **kw)
+    fm = ferro.nn.MultiheadAttention(8, H_, dtype=ferro.float64, batch_first=batch_first, **kw)
+    assert list(tm.state_dict()) == list(fm.state_dict())
+    fm.load_state_dict({k: ferro.tensor(v.numpy()) for k, v in tm.state_dict().items()})
+    return tm.eval(), fm.eval()
+
+
+MHA_CASES = [
+    ({}, {}),
+    ({}, {"self": True}),
+    ({}, {"need_weights": False}),
+    ({}, {"average_attn_weights": False}),
+    ({}, {"batch_first": True}),
+    ({}, {"unbatched": True}),
+    ({"kdim": 4, "vdim": 5}, {}),
+    ({"bias": False}, {"need_weights": False}),
+    (
+        {"add_bias_kv": True, "add_zero_attn": True},
+        {"attn_mask": "bool", "key_padding_mask": "bool"},
+    ),
+    ({}, {"attn_mask": "float3d", "need_weights": False}),
+    ({}, {"key_padding_mask": "float", "need_weights": False, "batch_first": True}),
+    ({}, {"self": True, "attn_mask": "causal", "is_causal": True, "need_weights": False}),
+]
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("kw, call", MHA_CASES, ids=[str(i) for i in range(len(MHA_CASES))])
+def test_multihead_attention_matches_torch_with_loaded_state_dict(kw, call):
+    torch = pytest.importorskip("torch")
+    call = dict(call)
+    batch_first, unbatched = call.pop("batch_first", False), call.pop("unbatched", False)
+    self_attn = call.pop("self", False)
+    tm, fm = _mha_pair(torch, kw, batch_first)
+    rng = np.random.default_rng(0)
+    S = L_ if self_attn else S_
+
+    def shape(n, e):
+        return (n, e) if unbatched else (N_, n, e) if batch_first else (n, N_, e)
+
+    q = rng.standard_normal(shape(L_, 8))
+    k = rng.standard_normal(shape(S, kw.get("kdim", 8)))
+    v = rng.standard_normal(shape(S, kw.get("vdim", 8)))
+    masks = {
+        "bool": lambda: rng.random((L_, S)) > 0.7,
+        "float3d": lambda: rng.standard_normal((N_ * H_, L_, S)),
+        "causal": lambda: np.triu(np.full((L_, S), -np.inf), 1),
+    }
+    pads = {
+        "bool": lambda: rng.random((N_, S)) > 0.7,
+        "float": lambda: rng.standard_normal((N_, S)),
+    }
+    args = dict(call)
+    if "attn_mask" in args:
+        args["attn_mask"] = masks[args["attn_mask"]]()
+    if "key_padding_mask" in args:
+        args["key_padding_mask"] = pads[args["key_padding_mask"]]()
+
+    def run(lib, mod):
+        ts = [lib.tensor(a, requires_grad=True) for a in (q, k, v)]
+        if self_attn:
+            ts = [ts[0]] * 3
+        a = {n: lib.tensor(x) if isinstance(x, np.ndarray) else x for n, x in args.items()}
+        out, w = mod(*ts, **a)
+        out.sum().backward()
+        grads = [t.grad.numpy() for t in ts] + [p.grad.numpy() for _, p in mod.named_parameters()]
+        return out.detach().numpy(), None if w is None else w.detach().numpy(), grads
+
+    t_out, t_w, t_grads = run(torch, tm)
+    f_out, f_w, f_grads = run(ferro, fm)
+    np.testing.assert_allclose(f_out, t_out, rtol=1e-10, atol=1e-12)
+    assert (f_w is None) == (t_w is None)
+    if t_w is not None:
+        np.testing.assert_allclose(f_w, t_w, rtol=1e-10, atol=1e-12)
+    for a, b in zip(f_grads, t_grads, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-11)
+
+
+def test_multihead_attention_parameters_and_init_follow_pytorch():
+    m = ferro.nn.MultiheadAttention(16, 4, add_bias_kv=True)
+    shapes = {n: tuple(p.shape) for n, p in m.named_parameters()}
+    assert shapes == {
+        "in_proj_weight": (48, 16),
+        "in_proj_bias": (48,),
+        "bias_k": (1, 1, 16),
+        "bias_v": (1, 1, 16),
+        "out_proj.weight": (16, 16),
+        "out_proj.bias": (16,),
+    }
+    assert np.all(m.in_proj_bias.detach().numpy() == 0)
+    assert np.all(m.out_proj.bias.detach().numpy() == 0)
+    bound = np.sqrt(6 / (16 + 48))  # xavier-uniform over the packed (3E, E) weight
+    assert np.abs(m.in_proj_weight.detach().numpy()).max() <= bound
+    m2 = ferro.nn.MultiheadAttention(16, 4, kdim=8, vdim=4, bias=False)
+    names = [n for n, _ in m2.named_parameters()]
+    assert names == ["q_proj_weight", "k_proj_weight", "v_proj_weight", "out_proj.weight"]
+    assert tuple(m2.k_proj_weight.shape) == (16, 8) and tuple(m2.v_proj_weight.shape) == (16, 4)
+
+
+def test_multihead_attention_dropout_only_in_training():
+    m = ferro.nn.MultiheadAttention(8, 2, dropout=0.5, batch_first=True)
+    x = ferro.randn(2, 4, 8)
+    m.eval()
+    a, _ = m(x, x, x)
+    b, _ = m(x, x, x)
+    np.testing.assert_array_equal(a.detach().numpy(), b.detach().numpy())
+    m.train()
+    c, _ = m(x, x, x, need_weights=False)
+    assert not np.allclose(a.detach().numpy(), c.detach().numpy())
+
+
+@pytest.mark.parametrize(
+    "build, call, error, words",
+    [
+        (lambda: ferro.nn.MultiheadAttention(10, 3), None, ArgumentError, ["10", "3", "divisible"]),
+        (
+            None,
+            lambda m: m(ferro.zeros(5, 2, 6), ferro.zeros(5, 2, 6), ferro.zeros(5, 2, 6)),
+            ShapeError,
+            ["(5, 2, 6)", "8"],
+        ),
+        (
+            None,
+            lambda m: m(ferro.zeros(5, 2, 8), ferro.zeros(6, 3, 8), ferro.zeros(6, 3, 8)),
+            ShapeError,
+            ["batch", "(5, 2, 8)", "(6, 3, 8)"],
+        ),
+        (
+            None,
+            lambda m: m(ferro.zeros(5, 2, 8), ferro.zeros(6, 2, 8), ferro.zeros(7, 2, 8)),
+            ShapeError,
+            ["(6, 2, 8)", "(7, 2, 8)"],
+        ),
+        (
+            None,
+            lambda m: m(
+                ferro.zeros(5, 2, 8),
+                ferro.zeros(6, 2, 8),
+                ferro.zeros(6, 2, 8),
+                attn_mask=ferro.zeros(5, 5),
+            ),
+            ShapeError,
+            ["attn_mask", "(5, 5)", "(5, 6)"],
+        ),
+        (
+            None,
+            lambda m: m(
+                ferro.zeros(5, 2, 8),
+                ferro.zeros(6, 2, 8),
+                ferro.zeros(6, 2, 8),
+                key_padding_mask=ferro.zeros(2, 5),
+            ),
+            ShapeError,
+            ["key_padding_mask", "(2, 5)", "(2, 6)"],
+        ),
+        (
+            None,
+            lambda m: m(
+                ferro.zeros(5, 2, 8), ferro.zeros(5, 2, 8), ferro.zeros(5, 2, 8), is_causal=True
+            ),
+            ArgumentError,
+            ["is_causal", "attn_mask"],
+        ),
+    ],
+)
+def test_multihead_attention_bad_input_raises_typed_error(build, call, error, words):
+    with pytest.raises(error) as info:
+        m = build() if build else ferro.nn.MultiheadAttention(8, 2)
+        call(m)
+    for w in words:
+        assert w in str(info.value)

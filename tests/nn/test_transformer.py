@@ -1,5 +1,6 @@
 """Transformer layers against PyTorch with loaded state dicts (eval mode), their parameter
-names, masks and errors."""
+names, masks and errors; the Transformer hot spots (pow's fast exponents, the embedding
+backward, tanh-GELU)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 import ferro
 from ferro.errors import ArgumentError, ShapeError
 
-pytestmark = pytest.mark.skipif(
+needs_layer_norm = pytest.mark.skipif(
     not hasattr(ferro.nn, "LayerNorm"), reason="needs nn.LayerNorm (the normalization family)"
 )
 
@@ -47,6 +48,7 @@ LAYER_CASES = [
 ]
 
 
+@needs_layer_norm
 @pytest.mark.torch
 @pytest.mark.parametrize("kw", LAYER_CASES, ids=[str(i) for i in range(len(LAYER_CASES))])
 def test_encoder_layer_matches_torch(kw):
@@ -64,6 +66,7 @@ def test_encoder_layer_matches_torch(kw):
     _check(torch, tm, fm, [x], call(torch), call(ferro))
 
 
+@needs_layer_norm
 @pytest.mark.torch
 @pytest.mark.parametrize("kw", LAYER_CASES, ids=[str(i) for i in range(len(LAYER_CASES))])
 def test_decoder_layer_matches_torch(kw):
@@ -81,6 +84,7 @@ def test_decoder_layer_matches_torch(kw):
     _check(torch, tm, fm, [tgt, mem], call(torch), call(ferro))
 
 
+@needs_layer_norm
 @pytest.mark.torch
 def test_transformer_matches_torch_with_loaded_state_dict():
     torch = pytest.importorskip("torch")
@@ -103,6 +107,7 @@ def test_transformer_matches_torch_with_loaded_state_dict():
     )
 
 
+@needs_layer_norm
 @pytest.mark.torch
 def test_encoder_stack_with_final_norm_matches_torch():
     torch = pytest.importorskip("torch")
@@ -123,6 +128,7 @@ def test_generate_square_subsequent_mask():
     np.testing.assert_array_equal(m, want)
 
 
+@needs_layer_norm
 def test_stacked_layers_are_independent_copies():
     layer = ferro.nn.TransformerEncoderLayer(8, 2, 16)
     enc = ferro.nn.TransformerEncoder(layer, 2)
@@ -132,6 +138,7 @@ def test_stacked_layers_are_independent_copies():
     assert len(list(enc.parameters())) == 2 * len(list(layer.parameters()))
 
 
+@needs_layer_norm
 def test_callable_activation_and_bad_activation():
     layer = ferro.nn.TransformerEncoderLayer(8, 2, 16, 0.0, activation=ferro.nn.functional.silu)
     x = ferro.randn(3, 2, 8)
@@ -140,6 +147,7 @@ def test_callable_activation_and_bad_activation():
         ferro.nn.TransformerEncoderLayer(8, 2, activation="tanh")
 
 
+@needs_layer_norm
 def test_bad_shapes_raise_typed_errors_naming_shapes():
     model = ferro.nn.Transformer(8, 2, 1, 1, 16)
     with pytest.raises(ShapeError, match=r"\(5, 2, 8\).*\(4, 3, 8\)"):
@@ -151,3 +159,55 @@ def test_bad_shapes_raise_typed_errors_naming_shapes():
     layer = ferro.nn.TransformerEncoderLayer(8, 2, 16)
     with pytest.raises(ShapeError, match=r"src_mask|attn_mask"):
         layer(ferro.randn(5, 2, 8), src_mask=ferro.zeros(4, 4))
+
+
+# ---------------------------------------------------------------- hot spots
+
+
+@pytest.mark.parametrize("b", [2, 3, 4, 1, 0, 0.5, 1.5, -1, -2, -0.5, 2.5])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_pow_fast_exponents_match_numpy_power_forward_and_backward(b, dtype):
+    rng = np.random.default_rng(0)
+    a = rng.uniform(0.2, 2.0, (4, 5)).astype(dtype)
+    if float(b).is_integer():
+        a[0] *= -1  # integer exponents of negative bases
+    x = ferro.tensor(a, requires_grad=True)
+    y = x**b
+    g = rng.standard_normal(a.shape).astype(dtype)
+    y.backward(ferro.tensor(g))
+    rtol = 1e-6 if dtype == np.float32 else 1e-14
+    np.testing.assert_allclose(y.detach().numpy(), np.power(a, dtype(b)), rtol=rtol)
+    want = g * b * np.power(a, dtype(b - 1)) if b != 0 else np.zeros_like(a)
+    np.testing.assert_allclose(x.grad.numpy(), want, rtol=rtol, atol=rtol)
+    assert y.dtype == dtype and x.grad.dtype == dtype
+
+
+def test_pow_fast_exponent_gradcheck_and_second_derivative_input_kept():
+    x = ferro.tensor(np.random.default_rng(1).uniform(0.5, 2, (3, 4)), requires_grad=True)
+    for b in (3, 0.5, -1, 1.5):
+        assert ferro.testing.gradcheck(lambda t, b=b: t**b, (x,))
+    y = x**1  # a fresh array, never the input's
+    assert not np.shares_memory(y.detach().numpy(), x.detach().numpy())
+
+
+@pytest.mark.parametrize("padding_idx", [None, 3])
+def test_embedding_backward_sums_repeated_rows_like_add_at(padding_idx):
+    rng = np.random.default_rng(2)
+    V, D = 11, 5
+    idx = rng.integers(0, V, (9, 13))  # 117 lookups: the sorted path; every row repeats
+    w = ferro.tensor(rng.standard_normal((V, D)), requires_grad=True)
+    out = ferro.nn.functional.embedding(ferro.tensor(idx), w, padding_idx=padding_idx)
+    g = rng.standard_normal(out.shape)
+    out.backward(ferro.tensor(g))
+    want = np.zeros((V, D))
+    np.add.at(want, idx, g)
+    if padding_idx is not None:
+        want[padding_idx] = 0
+    np.testing.assert_allclose(w.grad.numpy(), want, rtol=1e-13, atol=1e-13)
+
+
+def test_embedding_backward_from_sum_broadcast_gradient():
+    idx = np.arange(100) % 7
+    w = ferro.tensor(np.ones((8, 3)), requires_grad=True)
+    ferro.nn.functional.embedding(ferro.tensor(idx), w).sum().backward()
+    np.testing.assert_array_equal(w.grad.numpy()[:, 0], np.bincount(idx, minlength=8))

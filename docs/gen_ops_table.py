@@ -28,6 +28,7 @@ FAMILIES = [
     ("Dropout", "dropout"),
     ("Resampling", "resampling"),
     ("Recurrent cells", "recurrent"),
+    ("Attention", "attention"),
     ("Devices", "device"),
     ("In place", "inplace"),
 ]

@@ -4,6 +4,7 @@ from importlib import import_module as _import_module
 
 from ferro.ops.activation import *  # noqa: F403
 from ferro.ops.conv import *  # noqa: F403
+from ferro.ops.attention import *  # noqa: F403
 from ferro.ops.device import *  # noqa: F403
 from ferro.ops.dropout import *  # noqa: F403
 from ferro.ops.elementwise import *  # noqa: F403
@@ -22,6 +23,7 @@ from ferro.ops.shape import *  # noqa: F403
 FAMILIES = (
     "activation",
     "conv",
+    "attention",
     "device",
     "dropout",
     "elementwise",

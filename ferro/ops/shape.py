@@ -291,6 +291,19 @@ class BroadcastTo:
 
         return sum_to_shape(gy, ctx.in_shape)
 
+    @staticmethod
+    def differentiable_backward(ctx, gy):
+        # Note [Double backward]: the same sum to shape, with recorded ops.
+        from ferro.ops.reduction import sum as sum_
+
+        shape = tuple(ctx.in_shape)
+        lead = gy.ndim - len(shape)
+        axes = tuple(range(lead)) + tuple(
+            lead + i for i, n in enumerate(shape) if n == 1 and gy.shape[lead + i] != 1
+        )
+        g = sum_(gy, axis=axes, keepdims=True) if axes else gy
+        return reshape(g, shape)
+
 
 def broadcast_to(x, *shape):
     """Broadcast ``x`` to ``shape`` without copying (a read-only view).

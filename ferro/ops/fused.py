@@ -153,12 +153,16 @@ OVERRIDES: dict[str, Fused] = {
     "rms_norm": Fused(forward="rms_norm_fwd", backward="rms_norm_bwd", adapter=rms_norm_override),
     "group_norm": Fused(
         forward="group_norm_fwd", backward="group_norm_bwd", adapter=group_norm_override
+    ),
     "instance_norm": Fused(
+        forward="group_norm_fwd", backward="group_norm_bwd", adapter=group_norm_override
+    ),
     "batch_norm": Fused(
         forward="batch_norm_fwd",
         backward="batch_norm_bwd",
         only=(("training", True),),
         adapter=batch_norm_override,
+    ),
 }
 
 

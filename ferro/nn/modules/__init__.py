@@ -20,14 +20,14 @@ from ferro.nn.modules.flatten import *  # noqa: F403
 from ferro.nn.modules.fold import *  # noqa: F403
 from ferro.nn.modules.linear import *  # noqa: F403
 from ferro.nn.modules.loss import *  # noqa: F403
+from ferro.nn.modules.normalization import *  # noqa: F403
 from ferro.nn.modules.padding import *  # noqa: F403
 from ferro.nn.modules.pixelshuffle import *  # noqa: F403
 from ferro.nn.modules.pooling import *  # noqa: F403
-from ferro.nn.modules.normalization import *  # noqa: F403
 from ferro.nn.modules.rnn import *  # noqa: F403
 from ferro.nn.modules.sparse import *  # noqa: F403
-from ferro.nn.modules.upsampling import *  # noqa: F403
 from ferro.nn.modules.transformer import *  # noqa: F403
+from ferro.nn.modules.upsampling import *  # noqa: F403
 
 # The families of layers; a new family is a module here and a line in this tuple.
 FAMILIES = (

@@ -35,6 +35,12 @@ import numpy as np
 
 from ferro._C.engine import overrides_enabled, set_overrides_enabled
 from ferro.errors import ArgumentError
+from ferro.ops.norm import (
+    batch_norm_override,
+    group_norm_override,
+    layer_norm_override,
+    rms_norm_override,
+)
 from ferro.ops.registry import REGISTRY
 
 
@@ -141,6 +147,22 @@ OVERRIDES: dict[str, Fused] = {
         forward="cross_entropy_fwd", backward="cross_entropy_bwd", adapter=_cross_entropy
     ),
     "max_pool": Fused(forward="max_pool_fwd", backward="max_pool_bwd", adapter=_max_pool),
+    "layer_norm": Fused(
+        forward="layer_norm_fwd", backward="layer_norm_bwd", adapter=layer_norm_override
+    ),
+    "rms_norm": Fused(forward="rms_norm_fwd", backward="rms_norm_bwd", adapter=rms_norm_override),
+    "group_norm": Fused(
+        forward="group_norm_fwd", backward="group_norm_bwd", adapter=group_norm_override
+    ),
+    "instance_norm": Fused(
+        forward="group_norm_fwd", backward="group_norm_bwd", adapter=group_norm_override
+    ),
+    "batch_norm": Fused(
+        forward="batch_norm_fwd",
+        backward="batch_norm_bwd",
+        only=(("training", True),),
+        adapter=batch_norm_override,
+    ),
 }
 
 

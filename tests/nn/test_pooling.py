@@ -333,6 +333,8 @@ CASES = [
 def test_every_scattering_op_has_a_differentiable_backward():
     registered = {name for name, d in REGISTRY.items() if d.forward.__module__ == pooling.__name__}
     assert registered == set(DIFFERENTIABLE)
+    for name, fn in DIFFERENTIABLE.items():
+        assert REGISTRY[name].differentiable_backward is fn, name  # what the engine calls
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0].name}-{c[1]}")

@@ -41,6 +41,7 @@ SOURCES: dict[str, list[str]] = {
     "softmax": [f"ferro_softmax_{d}<{t}>" for d in ("fwd", "bwd") for t in _FLOATS],
     "cross_entropy": [f"ferro_cross_entropy_{d}<{t}>" for d in ("fwd", "bwd") for t in _FLOATS],
     "dropout": [f"ferro_dropout_mask<{t}>" for t in _FLOATS],
+    "pooling": [f"ferro_max_pool_{d}<{t}>" for d in ("fwd", "bwd") for t in _FLOATS],
 }
 
 

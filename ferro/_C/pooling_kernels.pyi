@@ -15,5 +15,11 @@ def max_pool_fwd(
     out_size: tuple[int, ...],
 ) -> tuple[np.ndarray, np.ndarray]: ...
 def max_pool_bwd(
-    gy: np.ndarray, indices: np.ndarray, shape: tuple[int, ...], nd: int
+    gy: np.ndarray,
+    indices: np.ndarray,
+    shape: tuple[int, ...],
+    kernel_size: tuple[int, ...],
+    stride: tuple[int, ...],
+    padding: tuple[int, ...],
+    dilation: tuple[int, ...],
 ) -> np.ndarray: ...

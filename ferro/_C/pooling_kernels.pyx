@@ -168,16 +168,23 @@ cdef int _scatter(const floating_t* gy, const int64_t* idx, floating_t* gx, Py_s
     return 0
 
 
-def max_pool_bwd(object gy, object indices, tuple shape, int nd):
+def max_pool_bwd(object gy, object indices, tuple shape, tuple kernel_size, tuple stride,
+                 tuple padding, tuple dilation):
     """Max pooling's input gradient: zeros of ``shape`` (the input's) with ``gy`` added at the
-    flat per-plane ``indices`` (``gy``'s shape, int64) of each of the ``nd`` trailing-dimension
-    planes. Repeated indices (overlapping windows) add up."""
+    flat per-plane ``indices`` (``gy``'s shape, int64). Repeated indices (overlapping windows)
+    add up. The windows' geometry is checked but not needed here (the scatter follows the
+    indices); the GPU kernel of the same signature gathers through it instead."""
     cdef str who = "max_pool_bwd"
     _check_array(who, "gy", gy, True)
     _check_array(who, "indices", indices, False)
+    cdef int nd = len(kernel_size)
+    for what, v, low in (("kernel_size", kernel_size, 1), ("stride", stride, 1),
+                         ("padding", padding, 0), ("dilation", dilation, 1)):
+        _three(who, what, v, nd, low)
     if indices.shape != gy.shape:
         raise ShapeError(f"{who}: indices of shape {indices.shape} must match gy's {gy.shape}")
-    if not 1 <= nd <= len(shape) - 1 or gy.ndim != len(shape) or gy.shape[:-nd] != shape[:-nd]:
+    if (not 1 <= nd <= min(3, len(shape) - 1) or gy.ndim != len(shape)
+            or gy.shape[:-nd] != shape[:-nd]):
         raise ShapeError(f"{who}: gy of shape {gy.shape} does not fit an input of shape {shape}")
     cdef Py_ssize_t plane = 1, per_plane = 1, planes = 1
     for n in shape[-nd:]:

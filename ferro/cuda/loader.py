@@ -42,6 +42,7 @@ SOURCES: dict[str, list[str]] = {
     "cross_entropy": [f"ferro_cross_entropy_{d}<{t}>" for d in ("fwd", "bwd") for t in _FLOATS],
     "dropout": [f"ferro_dropout_mask<{t}>" for t in _FLOATS],
     "conv": [f"ferro_depthwise2d_{d}<{t}>" for d in ("fwd", "bwd_x", "bwd_w") for t in _FLOATS],
+    "pooling": [f"ferro_max_pool_{d}<{t}>" for d in ("fwd", "bwd") for t in _FLOATS],
 }
 
 

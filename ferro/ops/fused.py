@@ -156,11 +156,12 @@ def _max_pool(backend):
         ctx.save(idx)
         # unique=False: the generic backward, if it ever ran here, adds instead of assigning.
         ctx.shape, ctx.nd, ctx.unique = x.shape, len(kernel_size), False
+        ctx.geometry = (kernel_size, stride, padding, dilation)
         return y, idx
 
     def backward(ctx, gy, gi):
         (idx,) = ctx.saved
-        return bwd_kernel(ctx.xp.ascontiguousarray(gy), idx, ctx.shape, ctx.nd)
+        return bwd_kernel(ctx.xp.ascontiguousarray(gy), idx, ctx.shape, *ctx.geometry)
 
     return forward, backward
 

@@ -333,6 +333,8 @@ CASES = [
 def test_every_scattering_op_has_a_differentiable_backward():
     registered = {name for name, d in REGISTRY.items() if d.forward.__module__ == pooling.__name__}
     assert registered == set(DIFFERENTIABLE)
+    for name, fn in DIFFERENTIABLE.items():
+        assert REGISTRY[name].differentiable_backward is fn, name  # what the engine calls
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0].name}-{c[1]}")
@@ -413,14 +415,15 @@ def test_max_pool_kernels_refuse_bad_arrays():
     with pytest.raises(ArgumentError, match="stride must have 2"):
         K.max_pool_fwd(x, (2, 2), (2,), (0,), (1,), (2,))
     gy = np.ones((2, 4, 2), np.float32)
+    geometry = ((2,), (2,), (0,), (1,))
     with pytest.raises(IndexOutOfRangeError):
-        K.max_pool_bwd(gy, np.full((2, 4, 2), 4, np.int64), (2, 4, 4), 1)
+        K.max_pool_bwd(gy, np.full((2, 4, 2), 4, np.int64), (2, 4, 4), *geometry)
     with pytest.raises(DtypeError, match="int64"):
-        K.max_pool_bwd(gy, np.zeros((2, 4, 2), np.int32), (2, 4, 4), 1)
+        K.max_pool_bwd(gy, np.zeros((2, 4, 2), np.int32), (2, 4, 4), *geometry)
     with pytest.raises(ShapeError):
-        K.max_pool_bwd(gy, np.zeros((2, 4, 2), np.int64), (2, 5, 4), 1)
+        K.max_pool_bwd(gy, np.zeros((2, 4, 2), np.int64), (2, 5, 4), *geometry)
     y, idx = K.max_pool_fwd(np.arange(8.0).reshape(1, 8), (3,), (2,), (1,), (1,), (4,))
     np.testing.assert_array_equal(y, [[1, 3, 5, 7]])
     np.testing.assert_array_equal(idx, [[1, 3, 5, 7]])
-    g = K.max_pool_bwd(np.ones((1, 4)), np.array([[1, 1, 5, 7]]), (1, 8), 1)
+    g = K.max_pool_bwd(np.ones((1, 4)), np.array([[1, 1, 5, 7]]), (1, 8), (3,), (2,), (1,), (1,))
     np.testing.assert_array_equal(g, [[0, 2, 0, 0, 0, 1, 0, 1]])

@@ -41,6 +41,12 @@ SOURCES: dict[str, list[str]] = {
     "softmax": [f"ferro_softmax_{d}<{t}>" for d in ("fwd", "bwd") for t in _FLOATS],
     "cross_entropy": [f"ferro_cross_entropy_{d}<{t}>" for d in ("fwd", "bwd") for t in _FLOATS],
     "dropout": [f"ferro_dropout_mask<{t}>" for t in _FLOATS],
+    "norm": [
+        f"ferro_{k}<{t}>"
+        for k in ("norm_rows_fwd", "norm_rows_bwd", "norm_cols_bwd", "batch_norm_fwd")
+        + ("batch_norm_bwd",)
+        for t in _FLOATS
+    ],
 }
 
 

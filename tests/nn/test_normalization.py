@@ -491,11 +491,9 @@ def test_the_kernels_run_for_contiguous_float_input_and_match_the_generic_path()
     }
     for name, call in calls.items():
         results = []
+        arrays = [rng.standard_normal(s).astype(np.float32) for s in ((4, 6), (6,), (6,))]
         for on in (True, False):
-            x, w, b = (
-                ferro.tensor(rng.standard_normal(s).astype(np.float32), requires_grad=True)
-                for s in ((4, 6), (6,), (6,))
-            )
+            x, w, b = (ferro.tensor(a, requires_grad=True) for a in arrays)
             with overrides(on):
                 y = call(x, w, b)
                 (y * y).sum().backward()

@@ -5,7 +5,6 @@ covers forward against NumPy references, gradcheck and layouts."""
 
 from __future__ import annotations
 
-import importlib
 import sys
 import types
 from pathlib import Path
@@ -24,8 +23,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ops"))
 from opdb import BY_FAMILY  # noqa: E402
 
 NORM_OPS = BY_FAMILY["norm"]
-# The family module (``ferro.ops.norm`` the attribute is the vector norm function).
-norm_ops = importlib.import_module("ferro.ops.norm")
 TOL = {np.float32: 2e-5, np.float64: 1e-11}
 
 
@@ -410,26 +407,17 @@ def test_differentiable_backward_agrees_with_backward(case):
 
 
 def _differentiable_backward(node):
-    """The op's ``differentiable_backward`` (on its OpDef once the create_graph engine has it,
-    else the module function it is bound to)."""
-    fn = getattr(node.op, "differentiable_backward", None)
-    if fn is not None:
-        return fn
-    return {
-        "batch_norm": norm_ops._batch_norm_double,
-        "layer_norm": norm_ops._layer_norm_double,
-        "group_norm": norm_ops._grouped_double,
-        "instance_norm": norm_ops._grouped_double,
-        "rms_norm": norm_ops._rms_norm_double,
-        "local_response_norm": norm_ops._lrn_double,
-    }[node.op.name]
+    """The op's ``differentiable_backward``, as the create_graph engine finds it."""
+    assert node.op.differentiable_backward is not None, node.op.name
+    return node.op.differentiable_backward
 
 
 @pytest.mark.torch
 @pytest.mark.parametrize("which", CASE_IDS)
 def test_second_derivatives_match_pytorch(which):
-    """Differentiate ``sum(gx * v)`` (gx from ``differentiable_backward``) once more, against
-    PyTorch's double backward: the recomputed statistics carry their own derivatives."""
+    """``create_graph=True`` through the op (the engine runs ``differentiable_backward``), then
+    ``sum(gx * v)`` differentiated once more, against PyTorch's double backward: the recomputed
+    statistics carry their own derivatives."""
     import torch
 
     name, f_call, t_call, shapes = next(c for c in _cases() if c[0] == which)
@@ -437,21 +425,12 @@ def test_second_derivatives_match_pytorch(which):
     arrays = [rng.uniform(-2, 2, s) for s in shapes]
     f_ins = [ferro.tensor(a, requires_grad=True) for a in arrays]
     t_ins = [torch.tensor(a, requires_grad=True) for a in arrays]
-    out = f_call(*f_ins)
-    gy = rng.standard_normal(out.shape)
+    gy = rng.standard_normal(f_call(*f_ins).shape)
     v = rng.standard_normal(shapes[0])
-    ctx = _tensor_ctx(out.grad_fn)
-    # The saved values as the tensors they came from: (x, weight), or (x, y) for LRN.
-    if name.startswith("local_response_norm"):
-        ctx.saved = (f_ins[0], out)
-    else:
-        ctx.saved = (f_ins[0], f_ins[1] if len(f_ins) > 1 else None)
-    gx = _differentiable_backward(out.grad_fn)(ctx, ferro.tensor(gy))
-    gx = gx[0] if isinstance(gx, tuple) else gx
+    (gx,) = ferro.autograd.grad(f_call(*f_ins), f_ins[0], ferro.tensor(gy), create_graph=True)
     f_second = ferro.autograd.grad((gx * ferro.tensor(v)).sum(), f_ins, allow_unused=True)
 
-    t_out = t_call(*t_ins)
-    (t_gx,) = torch.autograd.grad(t_out, t_ins[0], torch.tensor(gy), create_graph=True)
+    (t_gx,) = torch.autograd.grad(t_call(*t_ins), t_ins[0], torch.tensor(gy), create_graph=True)
     t_second = torch.autograd.grad((t_gx * torch.tensor(v)).sum(), t_ins, allow_unused=True)
     for x, f, t in zip(arrays, f_second, t_second, strict=True):
         got = np.zeros(x.shape) if f is None else f.numpy()

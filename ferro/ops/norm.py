@@ -34,7 +34,7 @@ import numpy as np
 from ferro._C.engine import bump_version
 from ferro._C.tensor import TensorBase
 from ferro.backend import device_of
-from ferro.errors import ArgumentError, ArgumentTypeError, DeviceError, ShapeError
+from ferro.errors import ArgumentError, ArgumentTypeError, DeviceError, DtypeError, ShapeError
 from ferro.ops.elementwise import real_arg
 from ferro.ops.registry import apply, register
 
@@ -204,7 +204,7 @@ def _check_input(x, fn: str, min_dim: int) -> None:
             f"{fn}: expected input with at least {min_dim} dimensions, got shape {tuple(x.shape)}"
         )
     if x.dtype.kind != "f":
-        raise ArgumentTypeError(f"{fn}: input must be a floating-point tensor, got {x.dtype}")
+        raise DtypeError(f"{fn}: input must be a floating-point tensor, got {x.dtype}")
 
 
 def _eps_arg(eps, fn: str) -> float:
@@ -222,7 +222,7 @@ def _running_arrays(running_mean, running_var, fn: str):
         return None, None
     for name, t in (("running_mean", running_mean), ("running_var", running_var)):
         if t.dtype.kind != "f":
-            raise ArgumentTypeError(f"{fn}: {name} must be floating point, got {t.dtype}")
+            raise DtypeError(f"{fn}: {name} must be floating point, got {t.dtype}")
         if not t._data.flags.writeable:
             from ferro.errors import ReadOnlyError
 

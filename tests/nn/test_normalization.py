@@ -337,6 +337,11 @@ def test_modules_train_their_parameters():
         ),
         (lambda: ferro.rms_norm(ferro.randn(3, 4), (3,)), ShapeError, ["(3, 4)", "(3,)"]),
         (lambda: ferro.layer_norm(ferro.randn(3, 4), 4, eps="x"), ArgumentTypeError, ["eps"]),
+        (
+            lambda: ferro.group_norm(ferro.tensor([[1, 2], [3, 4]]), 1),
+            DtypeError,
+            ["floating-point", "int64"],
+        ),
         (lambda: ferro.local_response_norm(ferro.randn(3, 4), 2), ShapeError, ["(3, 4)"]),
         (lambda: ferro.local_response_norm(ferro.randn(2, 3, 4), 0), ArgumentError, ["size"]),
         (lambda: ferro.nn.BatchNorm2d(3)(ferro.randn(2, 3, 4)), ShapeError, ["4D", "3D"]),

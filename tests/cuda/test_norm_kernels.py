@@ -85,7 +85,7 @@ def test_group_norm(xp, dtype, n, c, s, groups):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("n, c, s", [(4, 3, 1), (2, 5, 33), (3, 2, 700)])
+@pytest.mark.parametrize("n, c, s", [(4, 3, 1), (2, 5, 33), (3, 2, 150)])
 @pytest.mark.parametrize("affine", [True, False])
 def test_batch_norm(xp, dtype, n, c, s, affine):
     rng = np.random.default_rng(n * s)

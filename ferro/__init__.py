@@ -72,6 +72,7 @@ from ferro.creation import (
     zeros_like,
 )
 from ferro.cuda import conv as _cuda_conv
+from ferro.cuda import norm as _cuda_norm
 from ferro.cuda import ops as _cuda_kernels
 from ferro.cuda import pooling as _cuda_pooling
 from ferro.dtypes import (
@@ -107,7 +108,7 @@ from ferro.utils.checkpoint import checkpoint, checkpoint_sequential
 # ferro.ops.fused lists (so ops never import cuda), and the GPU kernels become the engine's
 # accumulation and sum-to-shape on CuPy arrays. Neither imports CuPy: that waits for a kernel.
 _fused.install("cpu", _cpu_kernels, _conv_kernels, _norm_kernels, _pooling_kernels)
-_fused.install("cuda", _cuda_kernels, _cuda_conv, _cuda_pooling)
+_fused.install("cuda", _cuda_kernels, _cuda_conv, _cuda_norm, _cuda_pooling)
 _engine.set_gpu_backend(
     _cuda_kernels.owns, _cuda_kernels.accepts, _cuda_kernels.accumulate, _cuda_kernels.sum_to_shape
 )

@@ -203,6 +203,7 @@ cdef void _rows_fwd(const floating_t* x, const floating_t* w, const floating_t* 
                     double eps) noexcept nogil:
     cdef Py_ssize_t r, j, ch, nch = K // S, wi
     cdef double m, v, rs
+    cdef bint per_value = S == 1 and G == 1  # weight index j: layer and RMS norm
     cdef const floating_t* xr
     cdef floating_t* yr
     for r in range(R):
@@ -215,11 +216,14 @@ cdef void _rows_fwd(const floating_t* x, const floating_t* w, const floating_t* 
             mean[r] = <floating_t>m
             var[r] = <floating_t>v
         rstd[r] = <floating_t>rs
-        if S == 1:
+        if per_value and w != NULL and b != NULL:
+            for j in range(K):
+                yr[j] = <floating_t>((xr[j] - m) * rs * w[j] + b[j])
+        elif per_value and w != NULL:
+            for j in range(K):
+                yr[j] = <floating_t>((xr[j] - m) * rs * w[j])
+        elif per_value:
             _scale_shift(xr, yr, K, m, rs, 0.0)
-            if w != NULL:
-                for j in range(K):
-                    yr[j] = yr[j] * w[j]
             if b != NULL:
                 for j in range(K):
                     yr[j] = yr[j] + b[j]
@@ -236,7 +240,8 @@ cdef void _rows_bwd(const floating_t* gy, const floating_t* x, const floating_t*
                     Py_ssize_t G, bint centered) noexcept nogil:
     # gx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = gy * w; gw += gy * xhat, gb += gy.
     cdef Py_ssize_t r, j, ch, nch = K // S, wi
-    cdef double m, rs, sg, sgd, a, bsum, c1, c2, wv, d
+    cdef double m, rs, sg, sgd, sg1, sgd1, a, bsum, c1, c2, wv, d, d1
+    cdef bint per_value = S == 1 and G == 1  # weight index j: layer and RMS norm
     cdef const floating_t* xr
     cdef const floating_t* gr
     cdef floating_t* gxr
@@ -248,18 +253,43 @@ cdef void _rows_bwd(const floating_t* gy, const floating_t* x, const floating_t*
         rs = rstd[r]
         sg = 0.0
         sgd = 0.0
-        if S == 1:
-            if w != NULL:
+        if per_value:
+            if w != NULL and gw != NULL:
+                # Two partial sums each: the dependency chains are half as long.
+                sg1 = 0.0
+                sgd1 = 0.0
+                j = 0
+                while j + 2 <= K:
+                    d = gr[j] * (xr[j] - m)
+                    d1 = gr[j + 1] * (xr[j + 1] - m)
+                    sg += gr[j] * <double>w[j]
+                    sg1 += gr[j + 1] * <double>w[j + 1]
+                    sgd += d * w[j]
+                    sgd1 += d1 * w[j + 1]
+                    gw[j] += d * rs
+                    gw[j + 1] += d1 * rs
+                    gb[j] += gr[j]
+                    gb[j + 1] += gr[j + 1]
+                    j += 2
+                if j < K:
+                    d = gr[j] * (xr[j] - m)
+                    sg += gr[j] * <double>w[j]
+                    sgd += d * w[j]
+                    gw[j] += d * rs
+                    gb[j] += gr[j]
+                sg += sg1
+                sgd += sgd1
+            elif w != NULL:
                 for j in range(K):
                     d = gr[j] * <double>w[j]
                     sg += d
                     sgd += d * (xr[j] - m)
             else:
                 _grad_sums(gr, xr, K, m, &sg, &sgd)
-            if gw != NULL:
-                for j in range(K):
-                    gw[j] += gr[j] * (xr[j] - m) * rs
-                    gb[j] += gr[j]
+                if gw != NULL:
+                    for j in range(K):
+                        gw[j] += gr[j] * (xr[j] - m) * rs
+                        gb[j] += gr[j]
         else:
             for ch in range(nch):
                 wi = (r % G) * nch + ch
@@ -274,7 +304,7 @@ cdef void _rows_bwd(const floating_t* gy, const floating_t* x, const floating_t*
                     gb[wi] += a
         c1 = sg / K if centered else 0.0
         c2 = sgd * rs * rs / K
-        if S == 1 and w != NULL:
+        if per_value and w != NULL:
             for j in range(K):
                 gxr[j] = <floating_t>(rs * (gr[j] * <double>w[j] - c1 - (xr[j] - m) * c2))
         else:

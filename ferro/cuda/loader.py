@@ -43,6 +43,12 @@ SOURCES: dict[str, list[str]] = {
     "dropout": [f"ferro_dropout_mask<{t}>" for t in _FLOATS],
     "conv": [f"ferro_depthwise2d_{d}<{t}>" for d in ("fwd", "bwd_x", "bwd_w") for t in _FLOATS],
     "pooling": [f"ferro_max_pool_{d}<{t}>" for d in ("fwd", "bwd") for t in _FLOATS],
+    "norm": [
+        f"ferro_{k}<{t}>"
+        for k in ("norm_rows_fwd", "norm_rows_bwd", "norm_cols_bwd", "batch_norm_fwd")
+        + ("batch_norm_bwd",)
+        for t in _FLOATS
+    ],
 }
 
 

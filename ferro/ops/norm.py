@@ -34,7 +34,7 @@ import numpy as np
 from ferro._C.engine import bump_version
 from ferro._C.tensor import TensorBase
 from ferro.backend import device_of
-from ferro.errors import ArgumentError, ArgumentTypeError, DeviceError, ShapeError
+from ferro.errors import ArgumentError, ArgumentTypeError, DeviceError, DtypeError, ShapeError
 from ferro.ops.elementwise import real_arg
 from ferro.ops.registry import apply, register
 
@@ -68,6 +68,16 @@ def _stats_of(xr, axes, eps, centered=True):
         return d * rstd, rstd
     rstd = rsqrt((xr * xr).mean(axis=axes, keepdims=True) + eps)
     return xr * rstd, rstd
+
+
+def _shaped(a, shape):
+    """``a``, a fresh array, as ``shape``: in place where it is C-contiguous, so that it keeps
+    owning its data (a reshape's view would make the engine copy a gradient: Note [Grad
+    ownership] in docs/design.md)."""
+    if a.shape != shape and a.flags.c_contiguous:
+        a.shape = shape
+        return a
+    return a.reshape(shape)
 
 
 def _param_grads(gy, xhat, need_w, need_b, sum_axes, shape):
@@ -134,9 +144,9 @@ class BatchNorm:
         if need_x:
             gw3 = g * weight.reshape(1, c, 1) if weight is not None else g
             if ctx.training:
-                gx = _input_grad(gw3, xhat, ctx.rstd, (0, 2)).reshape(x.shape)
+                gx = _shaped(_input_grad(gw3, xhat, ctx.rstd, (0, 2)), x.shape)
             else:
-                gx = (gw3 * ctx.rstd).reshape(x.shape)
+                gx = _shaped((gw3 * ctx.rstd), x.shape)
         return gx, gw, gb
 
     differentiable_backward = staticmethod(_batch_norm_double)
@@ -194,7 +204,7 @@ def _check_input(x, fn: str, min_dim: int) -> None:
             f"{fn}: expected input with at least {min_dim} dimensions, got shape {tuple(x.shape)}"
         )
     if x.dtype.kind != "f":
-        raise ArgumentTypeError(f"{fn}: input must be a floating-point tensor, got {x.dtype}")
+        raise DtypeError(f"{fn}: input must be a floating-point tensor, got {x.dtype}")
 
 
 def _eps_arg(eps, fn: str) -> float:
@@ -212,7 +222,7 @@ def _running_arrays(running_mean, running_var, fn: str):
         return None, None
     for name, t in (("running_mean", running_mean), ("running_var", running_var)):
         if t.dtype.kind != "f":
-            raise ArgumentTypeError(f"{fn}: {name} must be floating point, got {t.dtype}")
+            raise DtypeError(f"{fn}: {name} must be floating point, got {t.dtype}")
         if not t._data.flags.writeable:
             from ferro.errors import ReadOnlyError
 
@@ -321,7 +331,7 @@ class LayerNorm:
         gx = None
         if need_x:
             gw2 = g * weight.reshape(-1) if weight is not None else g
-            gx = _input_grad(gw2, xhat, ctx.rstd, (1,)).reshape(x.shape)
+            gx = _shaped(_input_grad(gw2, xhat, ctx.rstd, (1,)), x.shape)
         return gx, gw, gb
 
     differentiable_backward = staticmethod(_layer_norm_double)
@@ -415,7 +425,7 @@ class _Grouped:
         gx = None
         if need_x:
             gw3 = g * weight.reshape(1, c, 1) if weight is not None else g
-            gx = _input_grad(gw3.reshape(n, groups, -1), xhat, ctx.rstd, (2,)).reshape(x.shape)
+            gx = _shaped(_input_grad(gw3.reshape(n, groups, -1), xhat, ctx.rstd, (2,)), x.shape)
         return gx, gw, gb
 
     differentiable_backward = staticmethod(_grouped_double)
@@ -572,7 +582,7 @@ class RMSNorm:
         gx = None
         if need_x:
             gw2 = g * weight.reshape(d) if weight is not None else g
-            gx = _input_grad(gw2, xhat, ctx.rstd, (1,), centered=False).reshape(x.shape)
+            gx = _shaped(_input_grad(gw2, xhat, ctx.rstd, (1,), centered=False), x.shape)
         return gx, gw
 
     differentiable_backward = staticmethod(_rms_norm_double)
@@ -745,7 +755,7 @@ def layer_norm_override(backend):
             need_w or need_b,
         )
         return (
-            gx.reshape(x.shape),
+            _shaped(gx, x.shape),
             gw.reshape(ctx.shape) if need_w else None,
             gb.reshape(ctx.shape) if need_b else None,
         )
@@ -780,7 +790,7 @@ def rms_norm_override(backend):
             return RMSNorm.backward(ctx, gy)
         m = x.size // d
         gx, gw = bwd(g.reshape(m, d), x.reshape(m, d), _flat(weight), ctx.rstd, need_w)
-        return gx.reshape(x.shape), gw.reshape(ctx.shape) if need_w else None
+        return _shaped(gx, x.shape), gw.reshape(ctx.shape) if need_w else None
 
     return forward, backward
 
@@ -821,7 +831,7 @@ def group_norm_override(backend):
             ctx.groups,
             need_w or need_b,
         )
-        return gx.reshape(x.shape), gw if need_w else None, gb if need_b else None
+        return _shaped(gx, x.shape), gw if need_w else None, gb if need_b else None
 
     return forward, backward
 
@@ -855,7 +865,7 @@ def batch_norm_override(backend):
         if g is None:
             return BatchNorm.backward(ctx, gy)
         gx, gw, gb = bwd(g.reshape(n, c, -1), x.reshape(n, c, -1), weight, ctx.mean, ctx.rstd)
-        return gx.reshape(x.shape), gw if need_w else None, gb if need_b else None
+        return _shaped(gx, x.shape), gw if need_w else None, gb if need_b else None
 
     return forward, backward
 

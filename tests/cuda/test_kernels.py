@@ -340,7 +340,15 @@ def _gpu_ops():
 
 # Ops whose GPU overrides are checked in their family's test module
 # (tests/cuda/test_<family>_kernels.py).
-FAMILY_GPU_CASES = {"conv", "max_pool"}
+FAMILY_GPU_CASES = {
+    "batch_norm",
+    "conv",
+    "group_norm",
+    "instance_norm",
+    "layer_norm",
+    "max_pool",
+    "rms_norm",
+}
 
 
 def test_every_gpu_override_has_a_case():

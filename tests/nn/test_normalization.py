@@ -5,7 +5,6 @@ covers forward against NumPy references, gradcheck and layouts."""
 
 from __future__ import annotations
 
-import importlib
 import sys
 import types
 from pathlib import Path
@@ -24,8 +23,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ops"))
 from opdb import BY_FAMILY  # noqa: E402
 
 NORM_OPS = BY_FAMILY["norm"]
-# The family module (``ferro.ops.norm`` the attribute is the vector norm function).
-norm_ops = importlib.import_module("ferro.ops.norm")
 TOL = {np.float32: 2e-5, np.float64: 1e-11}
 
 
@@ -340,6 +337,11 @@ def test_modules_train_their_parameters():
         ),
         (lambda: ferro.rms_norm(ferro.randn(3, 4), (3,)), ShapeError, ["(3, 4)", "(3,)"]),
         (lambda: ferro.layer_norm(ferro.randn(3, 4), 4, eps="x"), ArgumentTypeError, ["eps"]),
+        (
+            lambda: ferro.group_norm(ferro.tensor([[1, 2], [3, 4]]), 1),
+            DtypeError,
+            ["floating-point", "int64"],
+        ),
         (lambda: ferro.local_response_norm(ferro.randn(3, 4), 2), ShapeError, ["(3, 4)"]),
         (lambda: ferro.local_response_norm(ferro.randn(2, 3, 4), 0), ArgumentError, ["size"]),
         (lambda: ferro.nn.BatchNorm2d(3)(ferro.randn(2, 3, 4)), ShapeError, ["4D", "3D"]),
@@ -410,26 +412,17 @@ def test_differentiable_backward_agrees_with_backward(case):
 
 
 def _differentiable_backward(node):
-    """The op's ``differentiable_backward`` (on its OpDef once the create_graph engine has it,
-    else the module function it is bound to)."""
-    fn = getattr(node.op, "differentiable_backward", None)
-    if fn is not None:
-        return fn
-    return {
-        "batch_norm": norm_ops._batch_norm_double,
-        "layer_norm": norm_ops._layer_norm_double,
-        "group_norm": norm_ops._grouped_double,
-        "instance_norm": norm_ops._grouped_double,
-        "rms_norm": norm_ops._rms_norm_double,
-        "local_response_norm": norm_ops._lrn_double,
-    }[node.op.name]
+    """The op's ``differentiable_backward``, as the create_graph engine finds it."""
+    assert node.op.differentiable_backward is not None, node.op.name
+    return node.op.differentiable_backward
 
 
 @pytest.mark.torch
 @pytest.mark.parametrize("which", CASE_IDS)
 def test_second_derivatives_match_pytorch(which):
-    """Differentiate ``sum(gx * v)`` (gx from ``differentiable_backward``) once more, against
-    PyTorch's double backward: the recomputed statistics carry their own derivatives."""
+    """``create_graph=True`` through the op (the engine runs ``differentiable_backward``), then
+    ``sum(gx * v)`` differentiated once more, against PyTorch's double backward: the recomputed
+    statistics carry their own derivatives."""
     import torch
 
     name, f_call, t_call, shapes = next(c for c in _cases() if c[0] == which)
@@ -437,21 +430,12 @@ def test_second_derivatives_match_pytorch(which):
     arrays = [rng.uniform(-2, 2, s) for s in shapes]
     f_ins = [ferro.tensor(a, requires_grad=True) for a in arrays]
     t_ins = [torch.tensor(a, requires_grad=True) for a in arrays]
-    out = f_call(*f_ins)
-    gy = rng.standard_normal(out.shape)
+    gy = rng.standard_normal(f_call(*f_ins).shape)
     v = rng.standard_normal(shapes[0])
-    ctx = _tensor_ctx(out.grad_fn)
-    # The saved values as the tensors they came from: (x, weight), or (x, y) for LRN.
-    if name.startswith("local_response_norm"):
-        ctx.saved = (f_ins[0], out)
-    else:
-        ctx.saved = (f_ins[0], f_ins[1] if len(f_ins) > 1 else None)
-    gx = _differentiable_backward(out.grad_fn)(ctx, ferro.tensor(gy))
-    gx = gx[0] if isinstance(gx, tuple) else gx
+    (gx,) = ferro.autograd.grad(f_call(*f_ins), f_ins[0], ferro.tensor(gy), create_graph=True)
     f_second = ferro.autograd.grad((gx * ferro.tensor(v)).sum(), f_ins, allow_unused=True)
 
-    t_out = t_call(*t_ins)
-    (t_gx,) = torch.autograd.grad(t_out, t_ins[0], torch.tensor(gy), create_graph=True)
+    (t_gx,) = torch.autograd.grad(t_call(*t_ins), t_ins[0], torch.tensor(gy), create_graph=True)
     t_second = torch.autograd.grad((t_gx * torch.tensor(v)).sum(), t_ins, allow_unused=True)
     for x, f, t in zip(arrays, f_second, t_second, strict=True):
         got = np.zeros(x.shape) if f is None else f.numpy()
@@ -491,11 +475,9 @@ def test_the_kernels_run_for_contiguous_float_input_and_match_the_generic_path()
     }
     for name, call in calls.items():
         results = []
+        arrays = [rng.standard_normal(s).astype(np.float32) for s in ((4, 6), (6,), (6,))]
         for on in (True, False):
-            x, w, b = (
-                ferro.tensor(rng.standard_normal(s).astype(np.float32), requires_grad=True)
-                for s in ((4, 6), (6,), (6,))
-            )
+            x, w, b = (ferro.tensor(a, requires_grad=True) for a in arrays)
             with overrides(on):
                 y = call(x, w, b)
                 (y * y).sum().backward()

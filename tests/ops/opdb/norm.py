@@ -102,6 +102,7 @@ def _gn_samples(rng):
         Sample((arr(2, 6, 3), 3, arr(6), arr(6)), label="(N,C,L)"),
         Sample((arr(2, 4, 2, 3), 1, arr(4), arr(4)), label="one-group"),
         Sample((arr(3, 4), 4, None, None), label="(N,C)-group-per-channel"),
+        Sample((arr(3, 4), 2, arr(4), arr(4)), label="(N,C)-affine"),
         Sample((arr(2, 4, 3, 2), 2, arr(4), arr(4)), noncontig=True, label="noncontig"),
     ]
 

@@ -458,3 +458,85 @@ def test_layers_honour_packed_lengths_like_torch(mode, bidirectional, initial):
     f_outs = [fy, *(fs if isinstance(fs, tuple) else (fs,))]
     t_outs = [ty, *(ts if isinstance(ts, tuple) else (ts,))]
     _compare(f_outs, t_outs, fm, tm, f_in, t_in)
+
+
+# -- the CPU cell-gradient kernels -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("rows,hidden", [(3, 4), (1, 1), (0, 2)])
+def test_cpu_cell_kernels_match_generic_cells(dtype, rows, hidden):
+    from ferro._C import recurrent_kernels as K
+    from ferro.ops.recurrent import GenericCells
+
+    rng = np.random.default_rng(0)
+    generic = GenericCells(np)
+
+    def arr(*shape):
+        return rng.uniform(-1, 1, size=shape).astype(dtype)
+
+    tol = 1e-6 if dtype == np.float32 else 1e-14
+    gh, gc, c_prev, tc, acts = (
+        arr(rows, hidden),
+        arr(rows, hidden),
+        arr(rows, hidden),
+        arr(rows, hidden),
+        arr(rows, 4 * hidden),
+    )
+    got_g, want_g = np.empty((rows, 4 * hidden), dtype), np.empty((rows, 4 * hidden), dtype)
+    got = K.lstm_bwd(gh, gc, acts, c_prev, tc, got_g)
+    want = generic.lstm_bwd(gh, gc, acts, c_prev, tc, want_g)
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+    np.testing.assert_allclose(got_g, want_g, rtol=tol, atol=tol)
+    acts3, hg_n, h_prev = arr(rows, 3 * hidden), arr(rows, hidden), arr(rows, hidden)
+    outs = [np.empty((rows, 3 * hidden), dtype) for _ in range(4)]
+    got = K.gru_bwd(gh, acts3, hg_n, h_prev, outs[0], outs[1])
+    want = generic.gru_bwd(gh, acts3, hg_n, h_prev, outs[2], outs[3])
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+    for a, b in ((outs[0], outs[2]), (outs[1], outs[3])):
+        np.testing.assert_allclose(a, b, rtol=tol, atol=tol)
+
+
+def test_cpu_cell_kernels_refuse_bad_arrays():
+    from ferro._C import recurrent_kernels as K
+    from ferro.errors import DtypeError, ReadOnlyError
+
+    z = np.zeros((2, 3))
+    ok = (z, z, np.zeros((2, 12)), z, z, np.zeros((2, 12)))
+    K.lstm_bwd(*ok)
+    with pytest.raises(ShapeError, match=r"acts has shape \(2, 8\), expected \(2, 12\)"):
+        K.lstm_bwd(z, z, np.zeros((2, 8)), z, z, np.zeros((2, 12)))
+    with pytest.raises(DtypeError, match="gc is float32"):
+        K.lstm_bwd(z, z.astype(np.float32), *ok[2:])
+    with pytest.raises(ShapeError, match="C-contiguous"):
+        K.lstm_bwd(z, np.zeros((3, 2)).T, *ok[2:])
+    with pytest.raises(DtypeError):
+        K.lstm_bwd(z, z.astype(">f8"), *ok[2:])
+    ro = np.zeros((2, 12))
+    ro.flags.writeable = False
+    with pytest.raises(ReadOnlyError, match="g_gates"):
+        K.lstm_bwd(*ok[:5], ro)
+    with pytest.raises(ArgumentTypeError):
+        K.gru_bwd(z, [[0.0]], z, z, z, z)
+    assert K.accepts(ok) and not K.accepts((z, z.astype(np.float32)))
+    assert not K.accepts((np.zeros((3, 2)).T,)) and not K.accepts(())
+
+
+@pytest.mark.parametrize("mode", ["LSTM", "GRU"])
+def test_layer_backward_runs_the_kernel_and_matches_generic(mode):
+    from ferro.ops.fused import overrides
+
+    rng = np.random.default_rng(1)
+    grads = {}
+    for enabled in (True, False):
+        ferro.manual_seed(0)
+        layer = getattr(nn, mode)(3, 4, num_layers=2, bidirectional=True)
+        x = ferro.tensor(rng.normal(size=(5, 2, 3)).astype(np.float32), requires_grad=True)
+        with overrides(enabled):
+            out, _ = layer(x)
+            out.sum().backward()
+        assert out.grad_fn is not None
+        grads[enabled] = [_np(x.grad)] + [_np(p.grad) for p in layer.parameters()]
+        rng = np.random.default_rng(1)
+    for a, b in zip(grads[True], grads[False], strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)

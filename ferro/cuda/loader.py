@@ -41,6 +41,7 @@ SOURCES: dict[str, list[str]] = {
     "softmax": [f"ferro_softmax_{d}<{t}>" for d in ("fwd", "bwd") for t in _FLOATS],
     "cross_entropy": [f"ferro_cross_entropy_{d}<{t}>" for d in ("fwd", "bwd") for t in _FLOATS],
     "dropout": [f"ferro_dropout_mask<{t}>" for t in _FLOATS],
+    "recurrent": [f"ferro_{k}_bwd<{t}>" for k in ("lstm", "gru") for t in _FLOATS],
 }
 
 

@@ -10,16 +10,21 @@ Gate order is PyTorch's: ``i, f, g, o`` for LSTM, ``r, z, n`` for GRU.
 
 Note [Cell activations]: forward computes the activated gates anyway; it keeps them on ``ctx``
 (``ctx.acts``) so the first-order backward does not evaluate the sigmoids again. They are an
-intermediate, not an input or output, so a backward running on Tensors (double backward, where
-``ctx.saved`` holds Tensors) ignores them and recomputes the activations from the saved inputs,
-which keeps second derivatives exact.
+intermediate, not an input or output, so a backward running under ``create_graph`` (``ctx.xp`` the
+differentiable namespace, ``ctx.saved`` arrays with history) ignores them and recomputes the
+activations from the saved inputs, which keeps second derivatives exact.
 """
 
 from __future__ import annotations
 
-from ferro._C.tensor import TensorBase
 from ferro.errors import ArgumentError, ShapeError
 from ferro.ops.registry import apply, register
+
+
+def _raw(xp) -> bool:
+    # NumPy or CuPy: a first-order backward on raw arrays. Under create_graph ``ctx.xp`` is the
+    # differentiable namespace (ferro.autograd.xp) and the saved arrays carry history.
+    return getattr(xp, "__name__", "") in ("numpy", "cupy")
 
 
 def _sigmoid(xp, x):
@@ -68,7 +73,7 @@ class LstmCell:
         xp = ctx.xp
         need_ig, need_hg, need_cx = ctx.needs_input_grad
         n = cx.shape[-1]
-        if isinstance(ig, TensorBase):  # a differentiable backward: no stored intermediates
+        if not _raw(xp):  # a differentiable backward (create_graph): no stored intermediates
             i, f, g, o = _lstm_acts(xp, ig, hg)
             tc = xp.tanh(f * cx + i * g)
         else:
@@ -164,7 +169,7 @@ class GruCell:
         xp = ctx.xp
         need_ig, need_hg, need_hx = ctx.needs_input_grad
         k = hx.shape[-1]
-        if isinstance(ig, TensorBase):
+        if not _raw(xp):
             r, z, n = _gru_acts(xp, ig, hg)
         else:
             acts = ctx.acts
@@ -296,7 +301,7 @@ def _layer_backward_ops(ctx, *grads):
         [inputs[k] for k in wanted],
         [g for _, g in pairs],
         allow_unused=True,
-        **_create_graph(),
+        create_graph=True,
     )
     result = [None] * len(inputs)
     for k, g in zip(wanted, got, strict=True):
@@ -558,15 +563,6 @@ class RecurrentLayer:
         return layer_backward(ctx, GenericCells(ctx.xp), gout, gh_n, gc_n)
 
     differentiable_backward = staticmethod(_layer_backward_ops)
-
-
-def _create_graph() -> dict:
-    # ferro.autograd.grad takes create_graph once the double-backward engine (issue 20) is in.
-    import inspect
-
-    from ferro.autograd import grad
-
-    return {"create_graph": True} if "create_graph" in inspect.signature(grad).parameters else {}
 
 
 def recurrent_layer(

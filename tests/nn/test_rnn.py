@@ -540,3 +540,42 @@ def test_layer_backward_runs_the_kernel_and_matches_generic(mode):
         rng = np.random.default_rng(1)
     for a, b in zip(grads[True], grads[False], strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+# -- second derivatives (the create_graph engine) --------------------------------------------
+
+
+@pytest.mark.parametrize("op", ["lstm_cell", "gru_cell"])
+def test_cells_second_derivatives_match_numeric(op):
+    from ferro.testing import gradgradcheck
+
+    rng = np.random.default_rng(3)
+    chunks = 4 if op == "lstm_cell" else 3
+    args = tuple(
+        ferro.tensor(rng.uniform(-1, 1, size=s), requires_grad=True)
+        for s in ((2, chunks * 2), (2, chunks * 2), (2, 2))
+    )
+    fn = getattr(ferro, op)
+    assert gradgradcheck(fn, args)
+
+
+@pytest.mark.parametrize("label", ["LSTM-proj-packed", "GRU-packed-reverse", "RNN_TANH-packed"])
+def test_layer_second_derivatives_match_numeric(label):
+    from ferro.testing import gradgradcheck
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ops"))
+    from opdb import BY_NAME
+
+    (sample,) = [
+        s for s in BY_NAME["recurrent_layer"].samples(np.random.default_rng(0)) if s.label == label
+    ]
+    tensors = tuple(None if a is None else ferro.tensor(a, requires_grad=True) for a in sample.args)
+    live = [k for k, t in enumerate(tensors) if t is not None]
+
+    def fn(*ts):
+        args = list(tensors)
+        for k, t in zip(live, ts, strict=True):
+            args[k] = t
+        return ferro.recurrent_layer(*args, **sample.kwargs)
+
+    assert gradgradcheck(fn, tuple(tensors[k] for k in live))

@@ -317,20 +317,26 @@ class GenericCells:
 
     def __init__(self, xp):
         self.xp = xp
+        self._lstm_consts = None
 
-    def lstm_fwd(self, x, hg, c, acts, tc):
-        """``(h, c_new)`` of one step; writes the activated gates into ``acts`` and
-        ``tanh(c_new)`` into ``tc``."""
+    def lstm_fwd(self, acts, c, tc):
+        """``(h, c_new)`` of one step from the gate pre-activations in ``acts``, which it
+        activates in place; writes ``tanh(c_new)`` into ``tc``."""
         xp = self.xp
         hidden = c.shape[1]
-        xp.add(x, hg, out=acts)
-        # sigmoid(x) = tanh(x / 2) / 2 + 1/2 on i, f, o and tanh on g: one tanh pass over all.
-        acts[:, : 2 * hidden] *= 0.5
-        acts[:, 3 * hidden :] *= 0.5
+        # sigmoid(x) = tanh(x / 2) / 2 + 1/2 on i, f, o and tanh on g: one tanh pass over all,
+        # between a multiply by ``half`` (1/2 on i, f, o, 1 on g) and an add of ``shift``.
+        if self._lstm_consts is None or self._lstm_consts[0].shape[0] != 4 * hidden:
+            half = xp.full((4 * hidden,), 0.5, dtype=acts.dtype)
+            half[2 * hidden : 3 * hidden] = 1
+            shift = xp.full((4 * hidden,), 0.5, dtype=acts.dtype)
+            shift[2 * hidden : 3 * hidden] = 0
+            self._lstm_consts = (half, shift)
+        half, shift = self._lstm_consts
+        acts *= half
         xp.tanh(acts, out=acts)
-        for block in (acts[:, : 2 * hidden], acts[:, 3 * hidden :]):
-            block *= 0.5
-            block += 0.5
+        acts *= half
+        acts += shift
         i, f = acts[:, :hidden], acts[:, hidden : 2 * hidden]
         g, o = acts[:, 2 * hidden : 3 * hidden], acts[:, 3 * hidden :]
         c_new = f * c
@@ -410,6 +416,10 @@ def layer_forward(ctx, cells, xg, h0, c0, w_hh, b_hh, w_hr, *, mode, sizes, reve
             cell_h = xp.empty((n, hidden), dtype=dt)
     if gru:
         hg_n = xp.empty((n, hidden), dtype=dt)
+    else:
+        # bias_hh is outside the nonlinearity here: added to every step's input projection at
+        # once (the GRU's n block needs it inside, r * (h W_hn^T + b_hn)).
+        xb = x2 if b_hh is None else x2 + b_hh
     order = range(steps - 1, -1, -1) if reverse else range(steps)
     rows = bs[order[0]] if steps else batch
     h = h0[:rows]
@@ -428,21 +438,24 @@ def layer_forward(ctx, cells, xg, h0, c0, w_hh, b_hh, w_hr, *, mode, sizes, reve
                 c = xp.concatenate([c, c0[rows:b]])
         rows = b
         h_prev[s : s + b] = h
-        hg = h @ w_t
-        if b_hh is not None:
-            hg += b_hh
         a = acts[s : s + b]
+        if gru:
+            hg = h @ w_t
+            if b_hh is not None:
+                hg += b_hh
+            hg_n[s : s + b] = hg[:, 2 * hidden :]
+            h = cells.gru_fwd(x2[s : s + b], hg, h, a)
+            out[s : s + b] = h
+            continue
+        xp.matmul(h, w_t, out=a)  # the gate pre-activations, in place
+        a += xb[s : s + b]
         if lstm:
             c_prev[s : s + b] = c
-            h, c = cells.lstm_fwd(x2[s : s + b], hg, c, a, tc_all[s : s + b])
+            h, c = cells.lstm_fwd(a, c, tc_all[s : s + b])
             if w_hr is not None:
                 cell_h[s : s + b] = h
                 h = h @ w_hr.T
-        elif gru:
-            hg_n[s : s + b] = hg[:, 2 * hidden :]
-            h = cells.gru_fwd(x2[s : s + b], hg, h, a)
         else:
-            xp.add(x2[s : s + b], hg, out=a)
             if mode == "RNN_TANH":
                 xp.tanh(a, out=a)
             else:

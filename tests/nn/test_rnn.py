@@ -137,6 +137,18 @@ def test_bad_input_raises_typed_errors_naming_shapes():
         nn.RNN(3, 4, nonlinearity="sigmoid")
 
 
+@pytest.mark.parametrize("mode", ["RNN", "LSTM", "GRU"])
+def test_empty_sequence_returns_the_initial_state(mode):
+    layer = getattr(nn, mode)(3, 4, num_layers=2, dtype=ferro.float64)
+    h0 = ferro.randn(2, 2, 4, dtype=ferro.float64)
+    hx = (h0, ferro.randn(2, 2, 4, dtype=ferro.float64)) if mode == "LSTM" else h0
+    layer.flatten_parameters()  # PyTorch code calls it; nothing to do in ferro
+    out, state = layer(ferro.zeros(0, 2, 3, dtype=ferro.float64), hx)
+    assert out.shape == (0, 2, 4)
+    got = state[0] if mode == "LSTM" else state
+    np.testing.assert_array_equal(_np(got), _np(h0))
+
+
 def test_dropout_between_layers_only_in_training():
     ferro.manual_seed(3)
     gru = nn.GRU(3, 4, num_layers=2, dropout=0.5)

@@ -1,10 +1,12 @@
-"""Recurrent cells: the gate nonlinearities and state update of one LSTM or GRU step, one op.
+"""Recurrent ops: the fused LSTM and GRU cells (one step, one op) and a whole recurrent layer
+in one direction (one op, Note [Recurrent layer]).
 
-A recurrent layer computes the input projection of all its steps with one GEMM
-(``linear(x, weight_ih, bias_ih)`` over the whole sequence), and per step the hidden projection
-``linear(h, weight_hh, bias_hh)`` and one of these cells. The cells take the two projections
-separately (as PyTorch's fused cells ``_thnn_fused_lstm_cell``/``_thnn_fused_gru_cell`` do):
-GRU needs them apart (``n = tanh(x_n + r * h_n)``), and for LSTM it saves the add node.
+The cells (:func:`lstm_cell`, :func:`gru_cell`) take the input projection
+(``x @ weight_ih.T + bias_ih``) and the hidden projection (``h @ weight_hh.T + bias_hh``)
+separately, as PyTorch's fused cells ``_thnn_fused_lstm_cell``/``_thnn_fused_gru_cell`` do: GRU
+needs them apart (``n = tanh(x_n + r * h_n)``), and for LSTM it saves the add node. They serve
+``nn.LSTMCell``/``nn.GRUCell`` and :func:`reference_layer`, the per-step chain that
+:func:`recurrent_layer` computes in one node and differentiates through for double backward.
 
 Gate order is PyTorch's: ``i, f, g, o`` for LSTM, ``r, z, n`` for GRU.
 

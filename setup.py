@@ -37,6 +37,7 @@ MODULES = [
     "conv_kernels",
     "norm_kernels",
     "pooling_kernels",
+    "recurrent_kernels",
 ]
 
 

@@ -31,6 +31,7 @@ from ferro._C import cpu_kernels as _cpu_kernels
 from ferro._C import engine as _engine
 from ferro._C import norm_kernels as _norm_kernels
 from ferro._C import pooling_kernels as _pooling_kernels
+from ferro._C import recurrent_kernels as _recurrent_kernels
 from ferro._missing import module_attribute as __getattr__  # noqa: F401  (PEP 562 hints)
 from ferro._tensor import Size, Tensor
 from ferro.autograd import (
@@ -75,6 +76,7 @@ from ferro.cuda import conv as _cuda_conv
 from ferro.cuda import norm as _cuda_norm
 from ferro.cuda import ops as _cuda_kernels
 from ferro.cuda import pooling as _cuda_pooling
+from ferro.cuda import recurrent as _cuda_recurrent
 from ferro.dtypes import (
     bool_,
     dtype,
@@ -107,8 +109,10 @@ from ferro.utils.checkpoint import checkpoint, checkpoint_sequential
 # The composition root: each backend's fused kernels become the overrides of the ops that
 # ferro.ops.fused lists (so ops never import cuda), and the GPU kernels become the engine's
 # accumulation and sum-to-shape on CuPy arrays. Neither imports CuPy: that waits for a kernel.
-_fused.install("cpu", _cpu_kernels, _conv_kernels, _norm_kernels, _pooling_kernels)
-_fused.install("cuda", _cuda_kernels, _cuda_conv, _cuda_norm, _cuda_pooling)
+_fused.install(
+    "cpu", _cpu_kernels, _conv_kernels, _norm_kernels, _pooling_kernels, _recurrent_kernels
+)
+_fused.install("cuda", _cuda_kernels, _cuda_conv, _cuda_norm, _cuda_pooling, _cuda_recurrent)
 _engine.set_gpu_backend(
     _cuda_kernels.owns, _cuda_kernels.accepts, _cuda_kernels.accumulate, _cuda_kernels.sum_to_shape
 )

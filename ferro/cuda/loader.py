@@ -49,6 +49,7 @@ SOURCES: dict[str, list[str]] = {
         + ("batch_norm_bwd",)
         for t in _FLOATS
     ],
+    "recurrent": [f"ferro_{k}_bwd<{t}>" for k in ("lstm", "gru") for t in _FLOATS],
 }
 
 

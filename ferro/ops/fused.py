@@ -166,6 +166,25 @@ def _max_pool(backend):
     return forward, backward
 
 
+def _recurrent_layer(backend):
+    """recurrent_layer's backward override: the layer's backward loop of
+    ``ferro.ops.recurrent`` with the backend's fused LSTM/GRU cell-gradient kernels
+    (``lstm_bwd``, ``gru_bwd``) in place of the per-step array chain. The forward stays generic
+    (NumPy's SIMD tanh over all gates is the fastest CPU forward measured); the plain RNN modes
+    keep the generic backward (one multiply a step)."""
+    from ferro.ops.recurrent import layer_backward
+
+    accepts = backend.accepts
+    modes = {m for m, k in (("LSTM", "lstm_bwd"), ("GRU", "gru_bwd")) if k in backend.FUSED_KERNELS}
+
+    def backward(ctx, *grads):
+        if ctx.mode not in modes or not accepts(tuple(a for a in ctx.saved if a is not None)):
+            return NotImplemented
+        return layer_backward(ctx, backend, *grads)
+
+    return None, backward
+
+
 # The one table: op (registry name) -> its fused kernels. An entry applies on a backend that
 # implements all of its kernels (cpu: no softmax/log_softmax forward, whose generic NumPy
 # forward is a SIMD pass, and no cross-entropy, which measured 0.5-0.97x; see docs/design.md).
@@ -206,6 +225,7 @@ OVERRIDES: dict[str, Fused] = {
         only=(("training", True),),
         adapter=batch_norm_override,
     ),
+    "recurrent_layer": Fused(backward="lstm_bwd", adapter=_recurrent_layer),
 }
 
 

@@ -1,25 +1,32 @@
-"""Recurrent cells: the gate nonlinearities and state update of one LSTM or GRU step, one op.
+"""Recurrent ops: the fused LSTM and GRU cells (one step, one op) and a whole recurrent layer
+in one direction (one op, Note [Recurrent layer]).
 
-A recurrent layer computes the input projection of all its steps with one GEMM
-(``linear(x, weight_ih, bias_ih)`` over the whole sequence), and per step the hidden projection
-``linear(h, weight_hh, bias_hh)`` and one of these cells. The cells take the two projections
-separately (as PyTorch's fused cells ``_thnn_fused_lstm_cell``/``_thnn_fused_gru_cell`` do):
-GRU needs them apart (``n = tanh(x_n + r * h_n)``), and for LSTM it saves the add node.
+The cells (:func:`lstm_cell`, :func:`gru_cell`) take the input projection
+(``x @ weight_ih.T + bias_ih``) and the hidden projection (``h @ weight_hh.T + bias_hh``)
+separately, as PyTorch's fused cells ``_thnn_fused_lstm_cell``/``_thnn_fused_gru_cell`` do: GRU
+needs them apart (``n = tanh(x_n + r * h_n)``), and for LSTM it saves the add node. They serve
+``nn.LSTMCell``/``nn.GRUCell`` and :func:`reference_layer`, the per-step chain that
+:func:`recurrent_layer` computes in one node and differentiates through for double backward.
 
 Gate order is PyTorch's: ``i, f, g, o`` for LSTM, ``r, z, n`` for GRU.
 
 Note [Cell activations]: forward computes the activated gates anyway; it keeps them on ``ctx``
 (``ctx.acts``) so the first-order backward does not evaluate the sigmoids again. They are an
-intermediate, not an input or output, so a backward running on Tensors (double backward, where
-``ctx.saved`` holds Tensors) ignores them and recomputes the activations from the saved inputs,
-which keeps second derivatives exact.
+intermediate, not an input or output, so a backward running under ``create_graph`` (``ctx.xp`` the
+differentiable namespace, ``ctx.saved`` arrays with history) ignores them and recomputes the
+activations from the saved inputs, which keeps second derivatives exact.
 """
 
 from __future__ import annotations
 
-from ferro._C.tensor import TensorBase
 from ferro.errors import ArgumentError, ShapeError
 from ferro.ops.registry import apply, register
+
+
+def _raw(xp) -> bool:
+    # NumPy or CuPy: a first-order backward on raw arrays. Under create_graph ``ctx.xp`` is the
+    # differentiable namespace (ferro.autograd.xp) and the saved arrays carry history.
+    return getattr(xp, "__name__", "") in ("numpy", "cupy")
 
 
 def _sigmoid(xp, x):
@@ -68,7 +75,7 @@ class LstmCell:
         xp = ctx.xp
         need_ig, need_hg, need_cx = ctx.needs_input_grad
         n = cx.shape[-1]
-        if isinstance(ig, TensorBase):  # a differentiable backward: no stored intermediates
+        if not _raw(xp):  # a differentiable backward (create_graph): no stored intermediates
             i, f, g, o = _lstm_acts(xp, ig, hg)
             tc = xp.tanh(f * cx + i * g)
         else:
@@ -164,7 +171,7 @@ class GruCell:
         xp = ctx.xp
         need_ig, need_hg, need_hx = ctx.needs_input_grad
         k = hx.shape[-1]
-        if isinstance(ig, TensorBase):
+        if not _raw(xp):
             r, z, n = _gru_acts(xp, ig, hg)
         else:
             acts = ctx.acts
@@ -296,7 +303,7 @@ def _layer_backward_ops(ctx, *grads):
         [inputs[k] for k in wanted],
         [g for _, g in pairs],
         allow_unused=True,
-        **_create_graph(),
+        create_graph=True,
     )
     result = [None] * len(inputs)
     for k, g in zip(wanted, got, strict=True):
@@ -312,20 +319,26 @@ class GenericCells:
 
     def __init__(self, xp):
         self.xp = xp
+        self._lstm_consts = None
 
-    def lstm_fwd(self, x, hg, c, acts, tc):
-        """``(h, c_new)`` of one step; writes the activated gates into ``acts`` and
-        ``tanh(c_new)`` into ``tc``."""
+    def lstm_fwd(self, acts, c, tc):
+        """``(h, c_new)`` of one step from the gate pre-activations in ``acts``, which it
+        activates in place; writes ``tanh(c_new)`` into ``tc``."""
         xp = self.xp
         hidden = c.shape[1]
-        xp.add(x, hg, out=acts)
-        # sigmoid(x) = tanh(x / 2) / 2 + 1/2 on i, f, o and tanh on g: one tanh pass over all.
-        acts[:, : 2 * hidden] *= 0.5
-        acts[:, 3 * hidden :] *= 0.5
+        # sigmoid(x) = tanh(x / 2) / 2 + 1/2 on i, f, o and tanh on g: one tanh pass over all,
+        # between a multiply by ``half`` (1/2 on i, f, o, 1 on g) and an add of ``shift``.
+        if self._lstm_consts is None or self._lstm_consts[0].shape[0] != 4 * hidden:
+            half = xp.full((4 * hidden,), 0.5, dtype=acts.dtype)
+            half[2 * hidden : 3 * hidden] = 1
+            shift = xp.full((4 * hidden,), 0.5, dtype=acts.dtype)
+            shift[2 * hidden : 3 * hidden] = 0
+            self._lstm_consts = (half, shift)
+        half, shift = self._lstm_consts
+        acts *= half
         xp.tanh(acts, out=acts)
-        for block in (acts[:, : 2 * hidden], acts[:, 3 * hidden :]):
-            block *= 0.5
-            block += 0.5
+        acts *= half
+        acts += shift
         i, f = acts[:, :hidden], acts[:, hidden : 2 * hidden]
         g, o = acts[:, 2 * hidden : 3 * hidden], acts[:, 3 * hidden :]
         c_new = f * c
@@ -405,6 +418,10 @@ def layer_forward(ctx, cells, xg, h0, c0, w_hh, b_hh, w_hr, *, mode, sizes, reve
             cell_h = xp.empty((n, hidden), dtype=dt)
     if gru:
         hg_n = xp.empty((n, hidden), dtype=dt)
+    else:
+        # bias_hh is outside the nonlinearity here: added to every step's input projection at
+        # once (the GRU's n block needs it inside, r * (h W_hn^T + b_hn)).
+        xb = x2 if b_hh is None else x2 + b_hh
     order = range(steps - 1, -1, -1) if reverse else range(steps)
     rows = bs[order[0]] if steps else batch
     h = h0[:rows]
@@ -423,21 +440,24 @@ def layer_forward(ctx, cells, xg, h0, c0, w_hh, b_hh, w_hr, *, mode, sizes, reve
                 c = xp.concatenate([c, c0[rows:b]])
         rows = b
         h_prev[s : s + b] = h
-        hg = h @ w_t
-        if b_hh is not None:
-            hg += b_hh
         a = acts[s : s + b]
+        if gru:
+            hg = h @ w_t
+            if b_hh is not None:
+                hg += b_hh
+            hg_n[s : s + b] = hg[:, 2 * hidden :]
+            h = cells.gru_fwd(x2[s : s + b], hg, h, a)
+            out[s : s + b] = h
+            continue
+        xp.matmul(h, w_t, out=a)  # the gate pre-activations, in place
+        a += xb[s : s + b]
         if lstm:
             c_prev[s : s + b] = c
-            h, c = cells.lstm_fwd(x2[s : s + b], hg, c, a, tc_all[s : s + b])
+            h, c = cells.lstm_fwd(a, c, tc_all[s : s + b])
             if w_hr is not None:
                 cell_h[s : s + b] = h
                 h = h @ w_hr.T
-        elif gru:
-            hg_n[s : s + b] = hg[:, 2 * hidden :]
-            h = cells.gru_fwd(x2[s : s + b], hg, h, a)
         else:
-            xp.add(x2[s : s + b], hg, out=a)
             if mode == "RNN_TANH":
                 xp.tanh(a, out=a)
             else:
@@ -558,15 +578,6 @@ class RecurrentLayer:
         return layer_backward(ctx, GenericCells(ctx.xp), gout, gh_n, gc_n)
 
     differentiable_backward = staticmethod(_layer_backward_ops)
-
-
-def _create_graph() -> dict:
-    # ferro.autograd.grad takes create_graph once the double-backward engine (issue 20) is in.
-    import inspect
-
-    from ferro.autograd import grad
-
-    return {"create_graph": True} if "create_graph" in inspect.signature(grad).parameters else {}
 
 
 def recurrent_layer(

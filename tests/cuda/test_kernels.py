@@ -347,6 +347,7 @@ FAMILY_GPU_CASES = {
     "instance_norm",
     "layer_norm",
     "max_pool",
+    "recurrent_layer",
     "rms_norm",
 }
 

@@ -137,6 +137,18 @@ def test_bad_input_raises_typed_errors_naming_shapes():
         nn.RNN(3, 4, nonlinearity="sigmoid")
 
 
+@pytest.mark.parametrize("mode", ["RNN", "LSTM", "GRU"])
+def test_empty_sequence_returns_the_initial_state(mode):
+    layer = getattr(nn, mode)(3, 4, num_layers=2, dtype=ferro.float64)
+    h0 = ferro.randn(2, 2, 4, dtype=ferro.float64)
+    hx = (h0, ferro.randn(2, 2, 4, dtype=ferro.float64)) if mode == "LSTM" else h0
+    layer.flatten_parameters()  # PyTorch code calls it; nothing to do in ferro
+    out, state = layer(ferro.zeros(0, 2, 3, dtype=ferro.float64), hx)
+    assert out.shape == (0, 2, 4)
+    got = state[0] if mode == "LSTM" else state
+    np.testing.assert_array_equal(_np(got), _np(h0))
+
+
 def test_dropout_between_layers_only_in_training():
     ferro.manual_seed(3)
     gru = nn.GRU(3, 4, num_layers=2, dropout=0.5)
@@ -458,3 +470,124 @@ def test_layers_honour_packed_lengths_like_torch(mode, bidirectional, initial):
     f_outs = [fy, *(fs if isinstance(fs, tuple) else (fs,))]
     t_outs = [ty, *(ts if isinstance(ts, tuple) else (ts,))]
     _compare(f_outs, t_outs, fm, tm, f_in, t_in)
+
+
+# -- the CPU cell-gradient kernels -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("rows,hidden", [(3, 4), (1, 1), (0, 2)])
+def test_cpu_cell_kernels_match_generic_cells(dtype, rows, hidden):
+    from ferro._C import recurrent_kernels as K
+    from ferro.ops.recurrent import GenericCells
+
+    rng = np.random.default_rng(0)
+    generic = GenericCells(np)
+
+    def arr(*shape):
+        return rng.uniform(-1, 1, size=shape).astype(dtype)
+
+    tol = 1e-6 if dtype == np.float32 else 1e-14
+    gh, gc, c_prev, tc, acts = (
+        arr(rows, hidden),
+        arr(rows, hidden),
+        arr(rows, hidden),
+        arr(rows, hidden),
+        arr(rows, 4 * hidden),
+    )
+    got_g, want_g = np.empty((rows, 4 * hidden), dtype), np.empty((rows, 4 * hidden), dtype)
+    got = K.lstm_bwd(gh, gc, acts, c_prev, tc, got_g)
+    want = generic.lstm_bwd(gh, gc, acts, c_prev, tc, want_g)
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+    np.testing.assert_allclose(got_g, want_g, rtol=tol, atol=tol)
+    acts3, hg_n, h_prev = arr(rows, 3 * hidden), arr(rows, hidden), arr(rows, hidden)
+    outs = [np.empty((rows, 3 * hidden), dtype) for _ in range(4)]
+    got = K.gru_bwd(gh, acts3, hg_n, h_prev, outs[0], outs[1])
+    want = generic.gru_bwd(gh, acts3, hg_n, h_prev, outs[2], outs[3])
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+    for a, b in ((outs[0], outs[2]), (outs[1], outs[3])):
+        np.testing.assert_allclose(a, b, rtol=tol, atol=tol)
+
+
+def test_cpu_cell_kernels_refuse_bad_arrays():
+    from ferro._C import recurrent_kernels as K
+    from ferro.errors import DtypeError, ReadOnlyError
+
+    z = np.zeros((2, 3))
+    ok = (z, z, np.zeros((2, 12)), z, z, np.zeros((2, 12)))
+    K.lstm_bwd(*ok)
+    with pytest.raises(ShapeError, match=r"acts has shape \(2, 8\), expected \(2, 12\)"):
+        K.lstm_bwd(z, z, np.zeros((2, 8)), z, z, np.zeros((2, 12)))
+    with pytest.raises(DtypeError, match="gc is float32"):
+        K.lstm_bwd(z, z.astype(np.float32), *ok[2:])
+    with pytest.raises(ShapeError, match="C-contiguous"):
+        K.lstm_bwd(z, np.zeros((3, 2)).T, *ok[2:])
+    with pytest.raises(DtypeError):
+        K.lstm_bwd(z, z.astype(">f8"), *ok[2:])
+    ro = np.zeros((2, 12))
+    ro.flags.writeable = False
+    with pytest.raises(ReadOnlyError, match="g_gates"):
+        K.lstm_bwd(*ok[:5], ro)
+    with pytest.raises(ArgumentTypeError):
+        K.gru_bwd(z, [[0.0]], z, z, z, z)
+    assert K.accepts(ok) and not K.accepts((z, z.astype(np.float32)))
+    assert not K.accepts((np.zeros((3, 2)).T,)) and not K.accepts(())
+
+
+@pytest.mark.parametrize("mode", ["LSTM", "GRU"])
+def test_layer_backward_runs_the_kernel_and_matches_generic(mode):
+    from ferro.ops.fused import overrides
+
+    rng = np.random.default_rng(1)
+    grads = {}
+    for enabled in (True, False):
+        ferro.manual_seed(0)
+        layer = getattr(nn, mode)(3, 4, num_layers=2, bidirectional=True)
+        x = ferro.tensor(rng.normal(size=(5, 2, 3)).astype(np.float32), requires_grad=True)
+        with overrides(enabled):
+            out, _ = layer(x)
+            out.sum().backward()
+        assert out.grad_fn is not None
+        grads[enabled] = [_np(x.grad)] + [_np(p.grad) for p in layer.parameters()]
+        rng = np.random.default_rng(1)
+    for a, b in zip(grads[True], grads[False], strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+# -- second derivatives (the create_graph engine) --------------------------------------------
+
+
+@pytest.mark.parametrize("op", ["lstm_cell", "gru_cell"])
+def test_cells_second_derivatives_match_numeric(op):
+    from ferro.testing import gradgradcheck
+
+    rng = np.random.default_rng(3)
+    chunks = 4 if op == "lstm_cell" else 3
+    args = tuple(
+        ferro.tensor(rng.uniform(-1, 1, size=s), requires_grad=True)
+        for s in ((2, chunks * 2), (2, chunks * 2), (2, 2))
+    )
+    fn = getattr(ferro, op)
+    assert gradgradcheck(fn, args)
+
+
+@pytest.mark.parametrize("label", ["LSTM-proj-packed", "GRU-packed-reverse", "RNN_TANH-packed"])
+def test_layer_second_derivatives_match_numeric(label):
+    from ferro.testing import gradgradcheck
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ops"))
+    from opdb import BY_NAME
+
+    (sample,) = [
+        s for s in BY_NAME["recurrent_layer"].samples(np.random.default_rng(0)) if s.label == label
+    ]
+    tensors = tuple(None if a is None else ferro.tensor(a, requires_grad=True) for a in sample.args)
+    live = [k for k, t in enumerate(tensors) if t is not None]
+
+    def fn(*ts):
+        args = list(tensors)
+        for k, t in zip(live, ts, strict=True):
+            args[k] = t
+        return ferro.recurrent_layer(*args, **sample.kwargs)
+
+    assert gradgradcheck(fn, tuple(tensors[k] for k in live))

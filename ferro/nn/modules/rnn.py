@@ -124,6 +124,10 @@ class RNNBase(Module):
         for p in self.parameters():
             init.uniform_(p, -bound, bound)
 
+    def flatten_parameters(self) -> None:
+        """Nothing to do (PyTorch packs the weights into one buffer for cuDNN; ferro reads the
+        parameters as they are). Kept so PyTorch code that calls it runs unchanged."""
+
     def extra_repr(self) -> str:
         s = f"{self.input_size}, {self.hidden_size}"
         if self.proj_size != 0:
@@ -236,7 +240,7 @@ class RNNBase(Module):
                 # matmul runs a 3-D operand as one small GEMM per step.
                 xg = linear(x.reshape(-1, x.shape[-1]), w_ih, b_ih)
                 if sizes is None:
-                    xg = xg.reshape(x.shape[0], x.shape[1], -1)
+                    xg = xg.reshape(x.shape[0], x.shape[1], w_ih.shape[0])
                 res = recurrent_layer(
                     xg,
                     h0s[k],

@@ -1,0 +1,214 @@
+"""Fused CPU kernels of the recurrent cells' backward: one nogil pass per step for the LSTM and
+GRU gate gradients, in place of about fifteen array temporaries.
+
+They have the names and signatures of ``ferro.ops.recurrent.GenericCells`` (the reference,
+written against ``xp``), and are bound through the ``recurrent_layer`` entry of ``OVERRIDES``
+(``ferro/ops/fused.py``), which runs the layer's backward loop with them. The forward stays
+NumPy's: its cost is the gate sigmoids and tanhs, and NumPy's SIMD tanh over all gates at once
+beat a fused loop of scalar (libm) or polynomial exps by 3x (benchmarks/bench_rnn.py). Every
+array must be an exact float32/float64 ndarray of one dtype, C-contiguous, aligned, in native
+byte order and of the shape the kernel expects; every array a kernel writes must be writeable.
+``accepts`` is the flag-only predicate the adapter asks first; each kernel checks again and
+raises the error that says why (docs/design.md, "Kernel accept checks").
+
+Gate order is PyTorch's (``i, f, g, o``; ``r, z, n``).
+"""
+
+cimport numpy as cnp
+
+from ferro._C.typedefs cimport floating_t
+
+import numpy as np
+
+from ferro.errors import ArgumentTypeError, DtypeError, ReadOnlyError, ShapeError
+
+cnp.import_array()
+
+
+FUSED_KERNELS = frozenset({"lstm_bwd", "gru_bwd"})
+
+
+cdef inline bint _ok(object o, int dtype) noexcept:
+    if type(o) is not cnp.ndarray:
+        return False
+    cdef cnp.ndarray a = <cnp.ndarray>o
+    return (cnp.PyArray_TYPE(a) == dtype and cnp.PyArray_ISNOTSWAPPED(a)
+            and cnp.PyArray_ISCARRAY_RO(a) and cnp.PyArray_NDIM(a) == 2)
+
+
+cpdef bint accepts(tuple arrays):
+    """True if every array is an exact ndarray, float32 or float64 (all one), C-contiguous,
+    aligned and in native byte order: what the kernels can read (shapes are theirs to check)."""
+    if not arrays or type(arrays[0]) is not cnp.ndarray:
+        return False
+    cdef int dtype = cnp.PyArray_TYPE(<cnp.ndarray>arrays[0])
+    if dtype != cnp.NPY_FLOAT32 and dtype != cnp.NPY_FLOAT64:
+        return False
+    for o in arrays:
+        if type(o) is not cnp.ndarray:
+            return False
+        a = <cnp.ndarray>o
+        if (cnp.PyArray_TYPE(a) != dtype or not cnp.PyArray_ISNOTSWAPPED(a)
+                or not cnp.PyArray_ISCARRAY_RO(a)):
+            return False
+    return True
+
+
+cpdef bint accepts_grad(object gy, tuple arrays):
+    """``accepts`` of ``gy`` with ``arrays``."""
+    return accepts((gy,) + arrays)
+
+
+cdef int _check(str who, tuple names, tuple arrays, tuple shapes, unsigned int writes) except -1:
+    # Every array: exact 2-D ndarray of the first one's float dtype, C-contiguous, aligned,
+    # native, of its expected shape; writeable where its bit in ``writes`` is set.
+    cdef Py_ssize_t k
+    cdef cnp.ndarray a
+    if type(arrays[0]) is not cnp.ndarray:
+        raise ArgumentTypeError(f"{who}: {names[0]} must be a numpy.ndarray")
+    cdef int dtype = cnp.PyArray_TYPE(<cnp.ndarray>arrays[0])
+    if dtype != cnp.NPY_FLOAT32 and dtype != cnp.NPY_FLOAT64:
+        raise DtypeError(f"{who}: {names[0]} must be float32 or float64, got {arrays[0].dtype}")
+    for k in range(len(arrays)):
+        if not _ok(arrays[k], dtype):
+            o = arrays[k]
+            if type(o) is not cnp.ndarray:
+                raise ArgumentTypeError(
+                    f"{who}: {names[k]} must be a numpy.ndarray, got {type(o).__name__}")
+            if o.dtype != arrays[0].dtype or not o.dtype.isnative:
+                raise DtypeError(
+                    f"{who}: {names[k]} is {o.dtype}, expected native {arrays[0].dtype}")
+            raise ShapeError(
+                f"{who}: {names[k]} must be a 2-D C-contiguous aligned array, got shape "
+                f"{o.shape} with strides {o.strides}")
+        a = <cnp.ndarray>arrays[k]
+        if a.shape[0] != shapes[k][0] or a.shape[1] != shapes[k][1]:
+            raise ShapeError(
+                f"{who}: {names[k]} has shape {arrays[k].shape}, expected {shapes[k]}")
+        if writes >> k & 1 and not cnp.PyArray_ISWRITEABLE(a):
+            raise ReadOnlyError(f"{who}: {names[k]} is read-only")
+    return 0
+
+
+cdef void _lstm_bwd(const floating_t* gh, const floating_t* gc, const floating_t* acts,
+                    const floating_t* cp, const floating_t* tc, floating_t* gg,
+                    floating_t* gcp, Py_ssize_t rows, Py_ssize_t hidden) noexcept nogil:
+    cdef Py_ssize_t r, j, k, g4 = 4 * hidden
+    cdef floating_t i, f, g, o, t, dh, dc
+    cdef const floating_t* ar
+    cdef floating_t* gr
+    for r in range(rows):
+        ar = acts + r * g4
+        gr = gg + r * g4
+        for j in range(hidden):
+            k = r * hidden + j
+            i = ar[j]
+            f = ar[hidden + j]
+            g = ar[2 * hidden + j]
+            o = ar[3 * hidden + j]
+            t = tc[k]
+            dh = gh[k]
+            dc = gc[k] + dh * o * (1 - t * t)
+            gr[j] = dc * g * i * (1 - i)
+            gr[hidden + j] = dc * cp[k] * f * (1 - f)
+            gr[2 * hidden + j] = dc * i * (1 - g * g)
+            gr[3 * hidden + j] = dh * t * o * (1 - o)
+            gcp[k] = dc * f
+
+
+def lstm_bwd(object gh, object gc, object acts, object c_prev, object tc, object g_gates):
+    """One LSTM step back: the gradient for the previous cell state; writes the gate gradients
+    into ``g_gates`` (rows, 4 * hidden)."""
+    if type(gh) is not cnp.ndarray or cnp.PyArray_NDIM(<cnp.ndarray>gh) != 2:
+        raise ShapeError("lstm_bwd: gh must be a 2-D numpy.ndarray")
+    cdef Py_ssize_t rows = gh.shape[0], hidden = gh.shape[1]
+    _check("lstm_bwd", ("gh", "gc", "acts", "c_prev", "tc", "g_gates"),
+           (gh, gc, acts, c_prev, tc, g_gates),
+           ((rows, hidden), (rows, hidden), (rows, 4 * hidden), (rows, hidden), (rows, hidden),
+            (rows, 4 * hidden)), 0b100000)
+    cdef cnp.ndarray gcp = np.empty((rows, hidden), dtype=gh.dtype)
+    if cnp.PyArray_TYPE(<cnp.ndarray>gh) == cnp.NPY_FLOAT32:
+        with nogil:
+            _lstm_bwd[float](
+                <const float*>cnp.PyArray_DATA(<cnp.ndarray>gh),
+                <const float*>cnp.PyArray_DATA(<cnp.ndarray>gc),
+                <const float*>cnp.PyArray_DATA(<cnp.ndarray>acts),
+                <const float*>cnp.PyArray_DATA(<cnp.ndarray>c_prev),
+                <const float*>cnp.PyArray_DATA(<cnp.ndarray>tc),
+                <float*>cnp.PyArray_DATA(<cnp.ndarray>g_gates),
+                <float*>cnp.PyArray_DATA(gcp), rows, hidden)
+    else:
+        with nogil:
+            _lstm_bwd[double](
+                <const double*>cnp.PyArray_DATA(<cnp.ndarray>gh),
+                <const double*>cnp.PyArray_DATA(<cnp.ndarray>gc),
+                <const double*>cnp.PyArray_DATA(<cnp.ndarray>acts),
+                <const double*>cnp.PyArray_DATA(<cnp.ndarray>c_prev),
+                <const double*>cnp.PyArray_DATA(<cnp.ndarray>tc),
+                <double*>cnp.PyArray_DATA(<cnp.ndarray>g_gates),
+                <double*>cnp.PyArray_DATA(gcp), rows, hidden)
+    return gcp
+
+
+cdef void _gru_bwd(const floating_t* gh, const floating_t* acts, const floating_t* hgn,
+                   const floating_t* hp, floating_t* gi, floating_t* gg, floating_t* ghz,
+                   Py_ssize_t rows, Py_ssize_t hidden) noexcept nogil:
+    cdef Py_ssize_t r, j, k, g3 = 3 * hidden
+    cdef floating_t rr, z, n, d, gn, gr, gz
+    cdef const floating_t* ar
+    cdef floating_t* ir
+    cdef floating_t* hr
+    for r in range(rows):
+        ar = acts + r * g3
+        ir = gi + r * g3
+        hr = gg + r * g3
+        for j in range(hidden):
+            k = r * hidden + j
+            rr = ar[j]
+            z = ar[hidden + j]
+            n = ar[2 * hidden + j]
+            d = gh[k]
+            gn = d * (1 - z) * (1 - n * n)
+            gr = gn * hgn[k] * rr * (1 - rr)
+            gz = d * (hp[k] - n) * z * (1 - z)
+            ir[j] = gr
+            ir[hidden + j] = gz
+            ir[2 * hidden + j] = gn
+            hr[j] = gr
+            hr[hidden + j] = gz
+            hr[2 * hidden + j] = gn * rr
+            ghz[k] = d * z
+
+
+def gru_bwd(object gh, object acts, object hg_n, object h_prev, object g_in, object g_hid):
+    """One GRU step back: ``gh * z``; writes the gradients of the input and hidden gate
+    projections into ``g_in`` and ``g_hid`` (rows, 3 * hidden)."""
+    if type(gh) is not cnp.ndarray or cnp.PyArray_NDIM(<cnp.ndarray>gh) != 2:
+        raise ShapeError("gru_bwd: gh must be a 2-D numpy.ndarray")
+    cdef Py_ssize_t rows = gh.shape[0], hidden = gh.shape[1]
+    _check("gru_bwd", ("gh", "acts", "hg_n", "h_prev", "g_in", "g_hid"),
+           (gh, acts, hg_n, h_prev, g_in, g_hid),
+           ((rows, hidden), (rows, 3 * hidden), (rows, hidden), (rows, hidden),
+            (rows, 3 * hidden), (rows, 3 * hidden)), 0b110000)
+    cdef cnp.ndarray ghz = np.empty((rows, hidden), dtype=gh.dtype)
+    if cnp.PyArray_TYPE(<cnp.ndarray>gh) == cnp.NPY_FLOAT32:
+        with nogil:
+            _gru_bwd[float](
+                <const float*>cnp.PyArray_DATA(<cnp.ndarray>gh),
+                <const float*>cnp.PyArray_DATA(<cnp.ndarray>acts),
+                <const float*>cnp.PyArray_DATA(<cnp.ndarray>hg_n),
+                <const float*>cnp.PyArray_DATA(<cnp.ndarray>h_prev),
+                <float*>cnp.PyArray_DATA(<cnp.ndarray>g_in),
+                <float*>cnp.PyArray_DATA(<cnp.ndarray>g_hid),
+                <float*>cnp.PyArray_DATA(ghz), rows, hidden)
+    else:
+        with nogil:
+            _gru_bwd[double](
+                <const double*>cnp.PyArray_DATA(<cnp.ndarray>gh),
+                <const double*>cnp.PyArray_DATA(<cnp.ndarray>acts),
+                <const double*>cnp.PyArray_DATA(<cnp.ndarray>hg_n),
+                <const double*>cnp.PyArray_DATA(<cnp.ndarray>h_prev),
+                <double*>cnp.PyArray_DATA(<cnp.ndarray>g_in),
+                <double*>cnp.PyArray_DATA(<cnp.ndarray>g_hid),
+                <double*>cnp.PyArray_DATA(ghz), rows, hidden)
+    return ghz

@@ -102,3 +102,27 @@ def test_op_is_twice_differentiable(case):
         return
     kwargs = dict(op.gradcheck_kwargs)
     assert gradgradcheck(fn, inputs, **kwargs)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[_ids(c) for c in CASES])
+def test_create_graph_gradients_equal_first_order_ones(case):
+    # The same backward source (or an op's differentiable_backward) gives the same first
+    # derivatives under create_graph as the first-order path (fused overrides included).
+    op, i = case
+    sample = op.samples(np.random.default_rng(0))[i]
+    if not sample.grad or op.name in NOT_TWICE_DIFFERENTIABLE:
+        pytest.skip("sample is not twice differentiable")
+    tensors = _build(sample)
+    fn, inputs = _fn_uniq(op, sample, tensors)
+    if not inputs:
+        pytest.skip("no input requires grad")
+    out = fn(*inputs)
+    outs = [o for o in (out if isinstance(out, tuple) else (out,)) if o.requires_grad]
+    rng = np.random.default_rng(1)
+    seeds = [ferro.from_numpy(rng.standard_normal(o.shape)) for o in outs]
+    first = ferro.autograd.grad(outs, inputs, seeds, retain_graph=True, allow_unused=True)
+    again = ferro.autograd.grad(outs, inputs, seeds, create_graph=True, allow_unused=True)
+    for a, b in zip(first, again, strict=True):
+        assert (a is None) == (b is None)
+        if a is not None:
+            np.testing.assert_allclose(b.data, a.data, rtol=1e-10, atol=1e-12)

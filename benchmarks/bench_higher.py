@@ -103,7 +103,7 @@ def make_gp_step(lib, real_np, fake_np, eps_np):
                 if is_torch:
                     p -= LR * p.grad
                 else:
-                    p.data -= LR * p.grad.data
+                    p.sub_(LR * p.grad)
         return loss
 
     return step, params

@@ -46,7 +46,7 @@ class FunctionCtx:
     def mark_dirty(self, *tensors):
         """Declare inputs that forward modified in place (and returns): the caller's tensors
         then take the output's history and their version counters move on."""
-        self._box["dirty"] = [t.data for t in tensors]
+        self._box["dirty"] = [t._data for t in tensors]
 
     def save_for_forward(self, *tensors):
         """Save tensors for :meth:`Function.jvp` (read back as ``ctx.saved_for_forward``)."""
@@ -169,7 +169,7 @@ class Function:
         ctx = Node.__new__(Node)
         fwd_out = op.forward(
             ctx,
-            *[a.data if isinstance(a, TensorBase) else a for a in args],
+            *[a._data if isinstance(a, TensorBase) else a for a in args],
             _ferro_box=box,
             **kwargs,
         )
@@ -187,7 +187,11 @@ def _commit_dirty(name, args, out, dirty):
     for o in outs:
         src = None
         for a in args:
-            if isinstance(a, TensorBase) and a.data is o.data and any(o.data is d for d in dirty):
+            if (
+                isinstance(a, TensorBase)
+                and a._data is o._data
+                and any(o._data is d for d in dirty)
+            ):
                 src = a
                 break
         res.append(o if src is None else commit_inplace(src, o, name))

@@ -53,7 +53,7 @@ def _postprocess(x, create_graph: bool):
 
 
 def _zeros_like(t):
-    xp = np if isinstance(t.data, np.ndarray) else __import__("cupy")
+    xp = np if isinstance(t._data, np.ndarray) else __import__("cupy")
     return wrap(xp.zeros(t.shape, dtype=t.dtype))
 
 

@@ -32,10 +32,10 @@ def test_create_graph_grads_have_history_and_differentiate_again_to_third_order(
     (g2,) = ferro.autograd.grad(g1.sum(), x, create_graph=True)
     (g3,) = ferro.autograd.grad(g2.sum(), x)
     assert g1.requires_grad and g1.grad_fn is not None
-    t = np.tanh(x.data)
-    np.testing.assert_allclose(g1.data, 1 - t * t, rtol=1e-12)
-    np.testing.assert_allclose(g2.data, -2 * t * (1 - t * t), rtol=1e-12)
-    np.testing.assert_allclose(g3.data, (1 - t * t) * (6 * t * t - 2), rtol=1e-12)
+    t = np.tanh(x._data)
+    np.testing.assert_allclose(g1._data, 1 - t * t, rtol=1e-12)
+    np.testing.assert_allclose(g2._data, -2 * t * (1 - t * t), rtol=1e-12)
+    np.testing.assert_allclose(g3._data, (1 - t * t) * (6 * t * t - 2), rtol=1e-12)
 
 
 def test_plain_grad_has_no_history_and_frees_the_graph():
@@ -52,7 +52,7 @@ def test_retain_graph_defaults_to_create_graph():
     y = (x * x * x).sum()
     ferro.autograd.grad(y, x, create_graph=True)
     (g,) = ferro.autograd.grad(y, x)  # the graph was retained
-    np.testing.assert_allclose(g.data, 3 * x.data**2)
+    np.testing.assert_allclose(g._data, 3 * x._data**2)
 
 
 def test_grad_mode_during_backward_equals_create_graph():
@@ -72,7 +72,7 @@ def test_grad_outputs_that_require_grad_join_the_graph():
     v = _t([3.0, 5.0])
     (g,) = ferro.autograd.grad(x * x, x, v, create_graph=True)  # 2 x v
     (gv,) = ferro.autograd.grad(g.sum(), v)
-    np.testing.assert_allclose(gv.data, 2 * x.data)
+    np.testing.assert_allclose(gv._data, 2 * x._data)
 
 
 def test_backward_create_graph_accumulates_grad_with_history_and_warns():
@@ -80,14 +80,14 @@ def test_backward_create_graph_accumulates_grad_with_history_and_warns():
     with pytest.warns(UserWarning, match="reference cycle"):
         (x * x * x).sum().backward(create_graph=True)
     assert x.grad.requires_grad
-    np.testing.assert_allclose(x.grad.data, 3 * x.data**2)
+    np.testing.assert_allclose(x.grad._data, 3 * x._data**2)
     # A second create_graph backward adds out of place: .grad keeps both terms' history.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         (x * x).sum().backward(create_graph=True)
-    np.testing.assert_allclose(x.grad.data, 3 * x.data**2 + 2 * x.data)
+    np.testing.assert_allclose(x.grad._data, 3 * x._data**2 + 2 * x._data)
     (h,) = ferro.autograd.grad(x.grad.sum(), x)
-    np.testing.assert_allclose(h.data, 6 * x.data + 2)
+    np.testing.assert_allclose(h._data, 6 * x._data + 2)
     x.grad = None
 
 
@@ -108,7 +108,7 @@ def test_double_backward_through_broadcasting_and_promotion():
     gx, gb = ferro.autograd.grad(y, (x, b), create_graph=True)
     assert gb.dtype == np.float32
     (h,) = ferro.autograd.grad((gx * gx).sum(), b)
-    np.testing.assert_allclose(h.data, 2 * 2 * b.data, rtol=1e-6)
+    np.testing.assert_allclose(h._data, 2 * 2 * b._data, rtol=1e-6)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -139,14 +139,14 @@ def test_function_backward_written_with_ferro_ops_is_differentiable():
     assert gradgradcheck(Cube.apply, (x,))
     (g,) = ferro.autograd.grad(Cube.apply(x).sum(), x, create_graph=True)
     (h,) = ferro.autograd.grad(g.sum(), x)
-    np.testing.assert_allclose(h.data, 6 * x.data)
+    np.testing.assert_allclose(h._data, 6 * x._data)
 
 
 def test_function_jvp_with_save_for_forward():
     x = _t([1.0, 2.0])
     out, tangent = Cube.apply_jvp((x,), (_t([1.0, 0.5], False),))
-    np.testing.assert_allclose(out.data, x.data**3)
-    np.testing.assert_allclose(tangent.data, 3 * x.data**2 * [1.0, 0.5])
+    np.testing.assert_allclose(out._data, x._data**3)
+    np.testing.assert_allclose(tangent._data, 3 * x._data**2 * [1.0, 0.5])
 
 
 def test_once_differentiable_raises_when_differentiated_twice():
@@ -166,7 +166,7 @@ def test_once_differentiable_raises_when_differentiated_twice():
     x = _t([1.0, 2.0])
     v = _t([1.0, 1.0])
     (g,) = ferro.autograd.grad(Square.apply(x), x, v, create_graph=True)
-    np.testing.assert_allclose(g.data, 2 * x.data)
+    np.testing.assert_allclose(g._data, 2 * x._data)
     with pytest.raises(GraphError, match="once_differentiable"):
         ferro.autograd.grad(g.sum(), v)
 
@@ -175,7 +175,7 @@ def test_mark_dirty_gives_the_input_the_output_history():
     class DoubleInPlace(Function):
         @staticmethod
         def forward(ctx, x):
-            x.data[...] *= 2
+            x._data[...] *= 2
             ctx.mark_dirty(x)
             return x
 
@@ -190,7 +190,7 @@ def test_mark_dirty_gives_the_input_the_output_history():
     assert c is b and b.grad_fn.name() == "DoubleInPlaceBackward"
     assert b._version == version + 1
     c.sum().backward()
-    np.testing.assert_allclose(a.grad.data, [2.0, 2.0])
+    np.testing.assert_allclose(a.grad._data, [2.0, 2.0])
     with pytest.raises(GraphError, match="leaf"):
         DoubleInPlace.apply(_t([1.0]))
 
@@ -235,10 +235,10 @@ def test_hessian_of_small_network_matches_finite_differences():
     def grad_np(theta):
         t = _t(theta)
         (g,) = ferro.autograd.grad(loss(t), t)
-        return g.data
+        return g._data
 
     h = ferro.autograd.functional.hessian(loss, _t(theta0))
-    np.testing.assert_allclose(h.data, _numeric_hessian(grad_np, theta0), rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(h._data, _numeric_hessian(grad_np, theta0), rtol=1e-6, atol=1e-8)
 
 
 def test_wgan_gp_gradient_penalty_step():
@@ -257,16 +257,16 @@ def test_wgan_gp_gradient_penalty_step():
     gp = penalty()
     gp.backward()
     w = critic[0].weight
-    analytic = w.grad.data.copy()
+    analytic = w.grad._data.copy()
     # Finite differences of the penalty in one weight.
     num = np.zeros(3)
     for j in range(3):
-        old = w.data[0, j]
-        w.data[0, j] = old + 1e-6
-        plus = float(penalty().data)
-        w.data[0, j] = old - 1e-6
-        minus = float(penalty().data)
-        w.data[0, j] = old
+        old = w._data[0, j]
+        w._data[0, j] = old + 1e-6
+        plus = float(penalty()._data)
+        w._data[0, j] = old - 1e-6
+        minus = float(penalty()._data)
+        w._data[0, j] = old
         num[j] = (plus - minus) / 2e-6
     np.testing.assert_allclose(analytic[0], num, rtol=1e-5, atol=1e-8)
 
@@ -287,10 +287,10 @@ def test_maml_inner_step_differentiates_through_the_update():
     (meta,) = ferro.autograd.grad(outer(w), w)
     # Closed form: inner grad = 2/n xs^T (xs w - ys); w2 = (I - 2 lr/n xs^T xs) w + ...
     n = 4
-    a = np.eye(3) - 2 * lr / n * xs.data.T @ xs.data
-    w2 = a @ w.data + 2 * lr / n * xs.data.T @ ys.data
-    want = a.T @ (2 / n * xq.data.T @ (xq.data @ w2 - yq.data))
-    np.testing.assert_allclose(meta.data, want, rtol=1e-10)
+    a = np.eye(3) - 2 * lr / n * xs._data.T @ xs._data
+    w2 = a @ w._data + 2 * lr / n * xs._data.T @ ys._data
+    want = a.T @ (2 / n * xq._data.T @ (xq._data @ w2 - yq._data))
+    np.testing.assert_allclose(meta._data, want, rtol=1e-10)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -358,9 +358,9 @@ def test_tensor_hook_under_create_graph_sees_a_tensor_with_history_and_may_repla
     y.register_hook(hook)
     (g,) = ferro.autograd.grad(y.sum(), x, create_graph=True)
     assert got == [False]  # the seed of ones has no history; the replacement records
-    np.testing.assert_allclose(g.data, 6 * x.data)
+    np.testing.assert_allclose(g._data, 6 * x._data)
     (h,) = ferro.autograd.grad(g.sum(), x)
-    np.testing.assert_allclose(h.data, [6.0, 6.0])
+    np.testing.assert_allclose(h._data, [6.0, 6.0])
 
 
 def test_checkpointed_segment_can_be_double_differentiated():
@@ -375,8 +375,8 @@ def test_checkpointed_segment_can_be_double_differentiated():
     (h,) = ferro.autograd.grad(g.sum(), x)
     (g0,) = ferro.autograd.grad(seg(x).sum(), x, create_graph=True)
     (h0,) = ferro.autograd.grad(g0.sum(), x)
-    np.testing.assert_allclose(g.data, g0.data, rtol=1e-12)
-    np.testing.assert_allclose(h.data, h0.data, rtol=1e-12)
+    np.testing.assert_allclose(g._data, g0._data, rtol=1e-12)
+    np.testing.assert_allclose(h._data, h0._data, rtol=1e-12)
 
 
 def test_saved_tensor_hooks_wrap_saves_under_create_graph():
@@ -387,7 +387,7 @@ def test_saved_tensor_hooks_wrap_saves_under_create_graph():
         (g,) = ferro.autograd.grad(y, x, create_graph=True)
     assert packed
     (h,) = ferro.autograd.grad(g.sum(), x)
-    np.testing.assert_allclose(h.data, 6 * x.data)
+    np.testing.assert_allclose(h._data, 6 * x._data)
 
 
 def test_anomaly_mode_checks_create_graph_backward():
@@ -398,7 +398,7 @@ def test_anomaly_mode_checks_create_graph_backward():
         y = _t([1.0, 4.0])
         (g,) = ferro.autograd.grad(y.sqrt().sum(), y, create_graph=True)
         (h,) = ferro.autograd.grad(g.sum(), y)
-    np.testing.assert_allclose(h.data, -0.25 * y.data**-1.5)
+    np.testing.assert_allclose(h._data, -0.25 * y._data**-1.5)
 
 
 def test_profiler_records_create_graph_backward():

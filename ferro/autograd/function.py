@@ -24,7 +24,7 @@ from ferro._C.graph import OpDef
 from ferro._C.tensor import TensorBase, wrap
 from ferro.autograd.grad_mode import is_grad_enabled, no_grad
 from ferro.backend import is_array
-from ferro.errors import ArgumentTypeError, GradientError, GraphError
+from ferro.errors import ArgumentTypeError, GradientError, GraphError, NotSupportedError
 
 
 class FunctionCtx:
@@ -139,7 +139,7 @@ class Function:
     def jvp(ctx, *grad_inputs):
         """Forward mode: the output tangents for input tangents ``grad_inputs`` (optional; see
         :meth:`apply_jvp`). Reads what forward stored with ``ctx.save_for_forward``."""
-        raise NotImplementedError("this Function defines no jvp(ctx, *grad_inputs)")
+        raise NotSupportedError("this Function defines no jvp(ctx, *grad_inputs)")
 
     @classmethod
     def apply(cls, *args, **kwargs):
@@ -159,7 +159,7 @@ class Function:
         """Forward-mode derivative through this Function's ``jvp``: returns ``(outputs,
         output tangents)`` for ``tangents`` (one per argument; None for non-tensors)."""
         if cls.jvp is Function.jvp:
-            raise NotImplementedError(f"{cls.__name__} defines no jvp(ctx, *grad_inputs)")
+            raise NotSupportedError(f"{cls.__name__} defines no jvp(ctx, *grad_inputs)")
         box = {}
         op = cls.__dict__.get("_ferro_opdef")
         if op is None:

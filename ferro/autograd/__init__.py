@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from ferro._C import engine as _engine
 from ferro._C.tensor import TensorBase, wrap
-from ferro.autograd import graph  # noqa: F401  (ferro.autograd.graph)
+from ferro.autograd import functional, graph  # noqa: F401  (ferro.autograd.functional, .graph)
 from ferro.autograd._higher import run_backward_graph
 from ferro.autograd.anomaly_mode import detect_anomaly, is_anomaly_enabled, set_detect_anomaly
 from ferro.autograd.function import Function
@@ -155,6 +155,7 @@ __all__ = [
     "get_num_threads",
     "grad",
     "Function",
+    "functional",
     "graph",
     "detect_anomaly",
     "set_detect_anomaly",

@@ -28,6 +28,7 @@ from ferro import (  # noqa: F401  (submodules)
 )
 from ferro._C import cpu_kernels as _cpu_kernels
 from ferro._C import engine as _engine
+from ferro._C import resampling_kernels as _resampling_kernels
 from ferro._tensor import Tensor
 from ferro.autograd import (
     enable_grad,
@@ -97,7 +98,7 @@ from ferro.utils.checkpoint import checkpoint, checkpoint_sequential
 # The composition root: each backend's fused kernels become the overrides of the ops that
 # ferro.ops.fused lists (so ops never import cuda), and the GPU kernels become the engine's
 # accumulation and sum-to-shape on CuPy arrays. Neither imports CuPy: that waits for a kernel.
-_fused.install("cpu", _cpu_kernels)
+_fused.install("cpu", _cpu_kernels, _resampling_kernels)
 _fused.install("cuda", _cuda_kernels)
 _engine.set_gpu_backend(
     _cuda_kernels.owns, _cuda_kernels.accepts, _cuda_kernels.accumulate, _cuda_kernels.sum_to_shape

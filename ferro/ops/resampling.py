@@ -730,18 +730,123 @@ def _deform_coords(xp, offset, og, kh, kw, ho, wo, stride, padding, dilation):
     return off[:, :, :, 0] + base_y, off[:, :, :, 1] + base_x
 
 
-def _deform_columns(xp, x, offset, mask, geom):
-    """The sampled (unmasked) values (nb, og, Cg, K*L) and the corners used."""
+def _deform_samples(xp, x, offset, geom):
+    """The unmasked samples (nb*og, Cg, K*L) of a chunk, and the corners they were read at."""
     og, kh, kw, ho, wo, stride, padding, dilation = geom
     nb, cin, h, w = x.shape
-    cg = cin // og
     py, px = _deform_coords(xp, offset, og, kh, kw, ho, wo, stride, padding, dilation)
     corners = _corners(xp, [py.reshape(nb * og, -1), px.reshape(nb * og, -1)], (h, w))
-    xf = x.reshape(nb * og, cg, h * w)
+    xf = x.reshape(nb * og, cin // og, h * w)
     vals = 0
     for lin, wgt, _ in corners:
         vals = vals + _gather(xp, xf, lin) * wgt[:, None, :]
     return vals, corners
+
+
+def _deform_im2col(xp, x, offset, mask, geom):
+    """A chunk's column matrix (nb, Cin*K, L): the samples times the mask (generic path; the
+    CPU kernel ``deform_im2col`` computes the same)."""
+    og, kh, kw, ho, wo = geom[:5]
+    nb, cin = x.shape[:2]
+    vals, _ = _deform_samples(xp, x, offset, geom)
+    if mask is not None:
+        vals = vals * mask.reshape(nb * og, 1, -1)
+    return vals.reshape(nb, cin * kh * kw, ho * wo)
+
+
+def _deform_col2im(xp, x, offset, mask, gcols, geom, need):
+    """The transpose of :func:`_deform_im2col` for the chunk's ``gcols``: ``(ginput, goffset,
+    gmask)``, None where ``need`` (three flags) says no (generic path; the CPU kernel
+    ``deform_col2im`` computes the same in one pass)."""
+    og, kh, kw, ho, wo = geom[:5]
+    nb, cin, h, w = x.shape
+    k, L = kh * kw, ho * wo
+    cg = cin // og
+    vals, corners = _deform_samples(xp, x, offset, geom)
+    gcols = gcols.reshape(nb * og, cg, k * L)
+    gmask = None
+    if mask is not None:
+        if need[2]:
+            gmask = (gcols * vals).sum(axis=1).reshape(mask.shape)
+        gcols = gcols * mask.reshape(nb * og, 1, k * L)
+    gx = goff = None
+    if need[0]:
+        gx = 0
+        for lin, wgt, _ in corners:
+            gx = gx + _scatter(xp, (nb * og, cg, h * w), lin, gcols * wgt[:, None, :])
+        gx = gx.reshape(x.shape)
+    if need[1]:
+        xf = x.reshape(nb * og, cg, h * w)
+        gpy = gpx = 0
+        for lin, _, (dy, dx) in corners:
+            v = (_gather(xp, xf, lin) * gcols).sum(axis=1)
+            gpy = gpy + v * dy
+            gpx = gpx + v * dx
+        goff = xp.stack([gpy.reshape(nb, og, k, L), gpx.reshape(nb, og, k, L)], axis=3)
+        goff = goff.reshape(offset.shape)
+    return gx, goff, gmask
+
+
+def _deform_forward(ctx, im2col, x, offset, weight, rest, geom, groups, has_bias, has_mask):
+    """deform_conv2d's forward with the column builder ``im2col(x, offset, mask, geom)`` (the
+    generic one or the CPU kernel): per batch chunk, one grouped GEMM of weight and columns."""
+    xp = ctx.xp
+    ctx.save(x, offset, weight, *rest)
+    ctx.geom, ctx.groups, ctx.has_bias, ctx.has_mask = geom, groups, has_bias, has_mask
+    mask = rest[-1] if has_mask else None
+    og, kh, kw, ho, wo = geom[:5]
+    n, cin = x.shape[:2]
+    cout = weight.shape[0]
+    wg = weight.reshape(groups, cout // groups, -1)
+    out = xp.empty((n, cout, ho * wo), dtype=x.dtype)
+    for lo, hi in _chunks(n, cin * kh * kw * ho * wo):
+        cols = im2col(x[lo:hi], offset[lo:hi], None if mask is None else mask[lo:hi], geom)
+        cols = cols.reshape(hi - lo, groups, -1, ho * wo)
+        out[lo:hi] = xp.matmul(wg, cols).reshape(hi - lo, cout, ho * wo)
+    if has_bias:
+        out += rest[0][:, None]
+    return out.reshape(n, cout, ho, wo)
+
+
+def _deform_backward(ctx, im2col, col2im, gy):
+    """deform_conv2d's backward with the column builder and its transpose ``col2im(x, offset,
+    mask, gcols, geom, need)``: per chunk the columns are rebuilt (only the inputs are saved,
+    so the workspace stays one chunk's), gweight = gy @ cols^T, gcols = weight^T @ gy."""
+    x, offset, weight, *rest = ctx.saved
+    xp = ctx.xp
+    geom, groups = ctx.geom, ctx.groups
+    mask = rest[-1] if ctx.has_mask else None
+    og, kh, kw, ho, wo = geom[:5]
+    need = ctx.needs_input_grad
+    need_sampled = (need[0], need[1], ctx.has_mask and need[-1])
+    n, cin = x.shape[:2]
+    cout = weight.shape[0]
+    L = ho * wo
+    wg = weight.reshape(groups, cout // groups, -1)
+    gyg = gy.reshape(n, groups, cout // groups, L)
+    gx = xp.empty_like(x) if need[0] else None
+    goff = xp.empty_like(offset) if need[1] else None
+    gw = xp.zeros_like(wg) if need[2] else None
+    gmask = xp.empty_like(mask) if need_sampled[2] else None
+    for lo, hi in _chunks(n, cin * kh * kw * L):
+        nb = hi - lo
+        m = None if mask is None else mask[lo:hi]
+        g = gyg[lo:hi]
+        if gw is not None:
+            cols = im2col(x[lo:hi], offset[lo:hi], m, geom).reshape(nb, groups, -1, L)
+            gw += xp.matmul(g, cols.swapaxes(-1, -2)).sum(axis=0)
+        if any(need_sampled):
+            gcols = xp.matmul(wg.swapaxes(-1, -2), g).reshape(nb, -1, L)
+            parts = col2im(x[lo:hi], offset[lo:hi], m, gcols, geom, need_sampled)
+            for dst, part in zip((gx, goff, gmask), parts, strict=True):
+                if dst is not None:
+                    dst[lo:hi] = part
+    grads = [gx, goff, gw.reshape(weight.shape) if gw is not None else None]
+    if ctx.has_bias:
+        grads.append(gy.sum(axis=(0, 2, 3)) if need[3] else None)
+    if ctx.has_mask:
+        grads.append(gmask)
+    return tuple(grads)
 
 
 def _deform_conv2d_differentiable_backward(ctx, gy):
@@ -806,77 +911,19 @@ class DeformConv2d:
 
     @staticmethod
     def forward(ctx, x, offset, weight, *rest, geom, groups, has_bias, has_mask):
-        xp = ctx.xp
-        ctx.save(x, offset, weight, *rest)
-        ctx.geom, ctx.groups, ctx.has_bias, ctx.has_mask = geom, groups, has_bias, has_mask
-        bias = rest[0] if has_bias else None
-        mask = rest[-1] if has_mask else None
-        og, kh, kw, ho, wo = geom[:5]
-        n, cin = x.shape[:2]
-        cout = weight.shape[0]
-        wg = weight.reshape(groups, cout // groups, -1)
-        out = xp.empty((n, cout, ho * wo), dtype=x.dtype)
-        for lo, hi in _chunks(n, cin * kh * kw * ho * wo):
-            cols = _deform_cols(xp, x[lo:hi], offset[lo:hi], mask, lo, hi, geom)[0]
-            out[lo:hi] = xp.matmul(wg, cols.reshape(hi - lo, groups, -1, ho * wo)).reshape(
-                hi - lo, cout, ho * wo
-            )
-        if bias is not None:
-            out += bias[:, None]
-        return out.reshape(n, cout, ho, wo)
+        im2col = functools.partial(_deform_im2col, ctx.xp)
+        return _deform_forward(
+            ctx, im2col, x, offset, weight, rest, geom, groups, has_bias, has_mask
+        )
 
     @staticmethod
     def backward(ctx, gy):
-        x, offset, weight, *rest = ctx.saved
         xp = ctx.xp
-        geom, groups = ctx.geom, ctx.groups
-        mask = rest[-1] if ctx.has_mask else None
-        og, kh, kw, ho, wo = geom[:5]
-        need = ctx.needs_input_grad
-        n, cin, h, w = x.shape
-        cout = weight.shape[0]
-        k, L = kh * kw, ho * wo
-        cg = cin // og
-        wg = weight.reshape(groups, cout // groups, -1)
-        gyg = gy.reshape(n, groups, cout // groups, L)
-        gx = xp.zeros_like(x) if need[0] else None
-        goff = xp.zeros_like(offset) if need[1] else None
-        gw = xp.zeros_like(wg) if need[2] else None
-        gmask = xp.zeros_like(mask) if ctx.has_mask and need[-1] else None
-        for lo, hi in _chunks(n, cin * k * L):
-            nb = hi - lo
-            cols, vals, corners = _deform_cols(xp, x[lo:hi], offset[lo:hi], mask, lo, hi, geom)
-            g = gyg[lo:hi]
-            if gw is not None:
-                gw += xp.matmul(g, cols.reshape(nb, groups, -1, L).swapaxes(-1, -2)).sum(axis=0)
-            if gx is None and goff is None and gmask is None:
-                continue
-            gcols = xp.matmul(wg.swapaxes(-1, -2), g).reshape(nb * og, cg, k * L)
-            if gmask is not None:
-                gmask[lo:hi] = (gcols * vals).sum(axis=1).reshape(nb, og * k, ho, wo)
-            if mask is not None:
-                gcols = gcols * mask[lo:hi].reshape(nb * og, 1, k * L)
-            if gx is not None:
-                part = 0
-                for lin, wgt, _ in corners:
-                    part = part + _scatter(xp, (nb * og, cg, h * w), lin, gcols * wgt[:, None, :])
-                gx[lo:hi] = part.reshape(nb, cin, h, w)
-            if goff is not None:
-                xf = x[lo:hi].reshape(nb * og, cg, h * w)
-                gpy = gpx = 0
-                for lin, _, (dy, dx) in corners:
-                    v = (_gather(xp, xf, lin) * gcols).sum(axis=1)
-                    gpy = gpy + v * dy
-                    gpx = gpx + v * dx
-                goff[lo:hi] = xp.stack(
-                    [gpy.reshape(nb, og, k, L), gpx.reshape(nb, og, k, L)], axis=3
-                ).reshape(nb, 2 * og * k, ho, wo)
-        grads = [gx, goff, gw.reshape(weight.shape) if gw is not None else None]
-        if ctx.has_bias:
-            grads.append(gy.sum(axis=(0, 2, 3)) if need[3] else None)
-        if ctx.has_mask:
-            grads.append(gmask)
-        return tuple(grads)
+        im2col, col2im = (
+            functools.partial(_deform_im2col, xp),
+            functools.partial(_deform_col2im, xp),
+        )
+        return _deform_backward(ctx, im2col, col2im, gy)
 
     differentiable_backward = staticmethod(_deform_conv2d_differentiable_backward)
 
@@ -885,18 +932,6 @@ def _chunks(n, per_item):
     """Batch ranges whose column matrices hold at most ``_COLUMN_BUDGET`` elements."""
     step = max(1, _COLUMN_BUDGET // max(per_item, 1))
     return [(lo, min(lo + step, n)) for lo in range(0, n, step)]
-
-
-def _deform_cols(xp, x, offset, mask, lo, hi, geom):
-    """One chunk's column matrix (nb, Cin*K, L), its unmasked samples (nb*og, Cg, K*L) and the
-    corners of the samples."""
-    og, kh, kw, ho, wo = geom[:5]
-    nb, cin = x.shape[:2]
-    vals, corners = _deform_columns(xp, x, offset, mask, geom)
-    cols = vals
-    if mask is not None:
-        cols = vals * mask[lo:hi].reshape(nb * og, 1, -1)
-    return cols.reshape(nb, cin * kh * kw, ho * wo), vals, corners
 
 
 def _pair(value, what, op):

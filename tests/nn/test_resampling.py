@@ -558,3 +558,77 @@ def test_differentiable_backward_has_the_right_derivatives(name):
 
     inputs = tuple(ferro.tensor(a.data, requires_grad=True) for a in tensors)
     assert gradcheck(second, (ferro.tensor(gy0, requires_grad=True), *inputs))
+
+
+# ---- CPU kernels ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("with_mask", [False, True])
+def test_deform_kernels_match_the_generic_sampling(dtype, with_mask):
+    from ferro._C import resampling_kernels as rk
+
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 4, 5, 6)).astype(dtype)
+    kernel, stride, padding, dilation = (3, 2), (2, 1), (1, 0), (1, 2)
+    ho, wo = 3, 4
+    offset = rng.uniform(-2.5, 2.5, (2, 2 * 2 * 6, ho, wo)).astype(dtype)
+    mask = rng.uniform(0, 1, (2, 2 * 6, ho, wo)).astype(dtype) if with_mask else None
+    geom = (2, 3, 2, ho, wo, stride, padding, dilation)
+    cols = rk.deform_im2col(x, offset, mask, kernel, stride, padding, dilation)
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(cols, resampling._deform_im2col(np, x, offset, mask, geom), atol=tol)
+    gcols = rng.standard_normal(cols.shape).astype(dtype)
+    got = rk.deform_col2im(x, offset, mask, gcols, kernel, stride, padding, dilation)
+    want = resampling._deform_col2im(np, x, offset, mask, gcols, geom, (True, True, True))
+    for g, w in zip(got, want, strict=True):
+        if w is None:
+            assert g is None
+        else:
+            assert g.dtype == dtype
+            np.testing.assert_allclose(g, w, atol=10 * tol)
+    none = rk.deform_col2im(
+        x, offset, mask, gcols, kernel, stride, padding, dilation, False, False, False
+    )
+    assert none == (None, None, None)
+
+
+def test_deform_kernels_refuse_what_they_cannot_read():
+    from ferro._C import resampling_kernels as rk
+    from ferro.errors import ArgumentTypeError
+
+    x = np.zeros((1, 2, 4, 4))
+    off = np.zeros((1, 18, 4, 4))
+    args = ((3, 3), (1, 1), (1, 1), (1, 1))
+    with pytest.raises(ArgumentTypeError, match="x must be a numpy.ndarray"):
+        rk.deform_im2col(x.tolist(), off, None, *args)
+    with pytest.raises(DtypeError, match="one dtype"):
+        rk.deform_im2col(x, off.astype(np.float32), None, *args)
+    with pytest.raises(DtypeError, match="native byte order"):
+        rk.deform_im2col(x, off.astype(">f8"), None, *args)
+    with pytest.raises(ShapeError, match="C-contiguous"):
+        rk.deform_im2col(np.asfortranarray(x), off, None, *args)
+    with pytest.raises(ShapeError, match=r"offset of shape \(1, 17, 4, 4\)"):
+        rk.deform_im2col(x, np.zeros((1, 17, 4, 4)), None, *args)
+    with pytest.raises(ShapeError, match=r"gcols must have shape \(1, 18, 16\)"):
+        rk.deform_col2im(x, off, None, np.zeros((1, 18, 15)), *args)
+    with pytest.raises(ShapeError, match=r"mask must have shape \(1, 9, 4, 4\)"):
+        rk.deform_im2col(x, off, np.zeros((1, 9, 4, 3)), *args)
+    assert not rk.accepts((x, off.astype(np.float32))) and rk.accepts((x, off))
+    assert not rk.accepts_grad(x.T, (x,))
+
+
+def test_deform_conv2d_runs_the_cpu_kernels_where_they_take_the_arrays():
+    rng = np.random.default_rng(6)
+    sample = BY_NAME["deform_conv2d_mask"].samples(rng)[0]
+    args = [ferro.tensor(a, requires_grad=True) for a in sample.args]
+    y = F.deform_conv2d(*args[:4], mask=args[4], **sample.kwargs)
+    y.sum().backward()  # a stride-0 upstream gradient: made contiguous for the kernel
+    assert y.grad_fn.fused_forward and y.grad_fn.fused_backward
+    np.testing.assert_allclose(
+        y.data,
+        deform_conv2d_ref(*sample.args[:4], mask=sample.args[4], **sample.kwargs),
+        atol=1e-12,
+    )
+    t = [ferro.from_numpy(np.asfortranarray(a)).requires_grad_() for a in sample.args]
+    assert not F.deform_conv2d(*t[:4], mask=t[4], **sample.kwargs).grad_fn.fused_forward

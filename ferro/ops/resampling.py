@@ -629,9 +629,10 @@ def grid_sample(
     clipped).
 
     Example:
+        >>> x = ferro.randn(1, 1, 4, 4)
         >>> theta = ferro.tensor([[[1.0, 0, 0], [0, 1, 0]]])
         >>> grid = F.affine_grid(theta, (1, 1, 4, 4), align_corners=False)
-        >>> F.grid_sample(x, grid, align_corners=False)  # x itself
+        >>> F.grid_sample(x, grid, align_corners=False)  # the identity map: x itself
     """
     op = "grid_sample"
     if mode not in _GRID_MODES:
@@ -961,7 +962,9 @@ def deform_conv2d(
     and goffset through the bilinear samples (corner weights and slopes).
 
     Example:
-        >>> y = F.deform_conv2d(x, offset, weight, padding=1)  # offset zeros: conv2d
+        >>> x, w = ferro.randn(1, 2, 5, 5), ferro.randn(3, 2, 3, 3)
+        >>> F.deform_conv2d(x, ferro.zeros(1, 18, 5, 5), w, padding=1).shape  # conv2d
+        (1, 3, 5, 5)
     """
     op = "deform_conv2d"
     stride = _pair(stride, "stride", op)

@@ -66,6 +66,7 @@ from ferro.creation import (
     zeros_like,
 )
 from ferro.cuda import ops as _cuda_kernels
+from ferro.cuda import resampling as _cuda_resampling
 from ferro.dtypes import (
     bool_,
     dtype,
@@ -99,7 +100,7 @@ from ferro.utils.checkpoint import checkpoint, checkpoint_sequential
 # ferro.ops.fused lists (so ops never import cuda), and the GPU kernels become the engine's
 # accumulation and sum-to-shape on CuPy arrays. Neither imports CuPy: that waits for a kernel.
 _fused.install("cpu", _cpu_kernels, _resampling_kernels)
-_fused.install("cuda", _cuda_kernels)
+_fused.install("cuda", _cuda_kernels, _cuda_resampling)
 _engine.set_gpu_backend(
     _cuda_kernels.owns, _cuda_kernels.accepts, _cuda_kernels.accumulate, _cuda_kernels.sum_to_shape
 )

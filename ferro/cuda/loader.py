@@ -41,6 +41,11 @@ SOURCES: dict[str, list[str]] = {
     "softmax": [f"ferro_softmax_{d}<{t}>" for d in ("fwd", "bwd") for t in _FLOATS],
     "cross_entropy": [f"ferro_cross_entropy_{d}<{t}>" for d in ("fwd", "bwd") for t in _FLOATS],
     "dropout": [f"ferro_dropout_mask<{t}>" for t in _FLOATS],
+    "resampling": [
+        f"ferro_deform_{k}<{t}>"
+        for k in ("im2col", "col2im_input", "col2im_coord")
+        for t in _FLOATS
+    ],
 }
 
 

@@ -126,7 +126,7 @@ def _deform_conv2d(backend):
 
     def backward(ctx, gy):
         saved = tuple(ctx.saved)
-        gy = np.ascontiguousarray(gy, dtype=saved[0].dtype)
+        gy = ctx.xp.ascontiguousarray(gy, dtype=saved[0].dtype)
         if accepts((gy, *saved)):
             return _deform_backward(ctx, im2col, col2im, gy)
         return REGISTRY["deform_conv2d"].backward(ctx, gy)

@@ -680,3 +680,23 @@ def test_second_derivatives_through_the_engine(name, index):
         return BY_NAME[name].fn(*call, **sample.kwargs)
 
     assert gradgradcheck(fn, tuple(args[k] for k in pos))
+
+
+def test_deform_conv2d_with_zero_offset_equals_ferro_conv2d_and_its_gradients():
+    rng = np.random.default_rng(8)
+    x, w, b = (
+        rng.standard_normal((2, 4, 6, 5)),
+        rng.standard_normal((6, 2, 3, 3)),
+        rng.standard_normal(6),
+    )
+    ins = [ferro.tensor(a, requires_grad=True) for a in (x, w, b)]
+    ref = [ferro.tensor(a, requires_grad=True) for a in (x, w, b)]
+    offset = ferro.zeros(2, 18, 3, 3, dtype=ferro.float64)
+    y = F.deform_conv2d(ins[0], offset, ins[1], ins[2], stride=2, padding=1)
+    want = F.conv2d(ref[0], ref[1], ref[2], stride=2, padding=1, groups=2)
+    np.testing.assert_allclose(y.detach().numpy(), want.detach().numpy(), atol=1e-12)
+    gy = ferro.tensor(rng.standard_normal(y.shape))
+    y.backward(gy)
+    want.backward(gy)
+    for a, r in zip(ins, ref, strict=True):
+        np.testing.assert_allclose(a.grad.numpy(), r.grad.numpy(), atol=1e-11)

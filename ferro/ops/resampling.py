@@ -22,6 +22,7 @@ import types
 
 import numpy as np
 
+from ferro._C.tensor import wrap
 from ferro.backend import device_of, move, xp_of
 from ferro.errors import (
     ArgumentError,
@@ -32,7 +33,7 @@ from ferro.errors import (
 )
 from ferro.ops.linalg import matmul
 from ferro.ops.registry import apply, array_of, register
-from ferro.ops.shape import gather, scatter_add, stack
+from ferro.ops.shape import gather, index_add, scatter_add, stack
 
 # --------------------------------------------------------------------------------------------
 # interpolate
@@ -69,21 +70,24 @@ def _source_coords(n_in, n_out, align_corners, scale, cubic):
     return src if cubic else np.maximum(src, 0.0)
 
 
-def _nearest_index(mode, n_in, n_out, scale):
-    """The source index of each output index, computed in float32 as PyTorch's CPU kernels do
-    (``nearest_idx``, ``nearest_neighbor_exact_compute_source_index``: ``floor(dst * scale)``
-    and ``floor((dst + 0.5) * scale)``). On an exact integer boundary PyTorch's float64
-    kernel may round the other way (nearest-exact, sizes over 32)."""
+def _nearest_index(mode, n_in, n_out, scale, wide):
+    """The source index of each output index as PyTorch's CPU kernels compute it:
+    ``floor(dst * scale)`` (``nearest``) or ``floor((dst + 0.5) * scale)`` (``nearest-exact``),
+    in float32 for float32 data and in float64 (dividing by the scale factor) for float64
+    (``wide``): the two round exact integer boundaries differently (``69 / 2.3``)."""
     if mode == "nearest2d":  # PyTorch's 2-D kernel keeps nearest_idx's two shortcuts
         if n_out == n_in:
             return np.arange(n_out)
         if n_out == 2 * n_in:
             return np.arange(n_out) >> 1
-    dst = np.arange(n_out, dtype=np.float32)
-    if mode == "nearest-exact":
-        dst += np.float32(0.5)
-    src = np.floor(dst * np.float32(_scale_value(scale, n_in, n_out)))
-    return np.minimum(src.astype(np.int64), n_in - 1)
+    off = 0.5 if mode == "nearest-exact" else 0.0
+    if wide:
+        dst = np.arange(n_out) + off
+        src = dst / scale if scale is not None and scale > 0 else dst * (n_in / n_out)
+    else:
+        dst = np.arange(n_out, dtype=np.float32) + np.float32(off)
+        src = dst * np.float32(_scale_value(scale, n_in, n_out))
+    return np.minimum(np.floor(src).astype(np.int64), n_in - 1)
 
 
 def _cubic_weights(t):
@@ -99,34 +103,80 @@ def _cubic_weights(t):
     return far(t + 1), near(t), near(1 - t), far(2 - t)
 
 
-@functools.lru_cache(maxsize=512)
-def _axis_matrix(mode, n_in, n_out, align_corners, scale, dtype):
-    """The (n_out, n_in) matrix that resamples one axis (read-only, cached)."""
-    m = np.zeros((n_out, n_in), dtype=np.float64)
+#: Axes with at most this many (out * in) matrix entries are resampled by one GEMM with the
+#: dense matrix (BLAS outruns a few NumPy passes there); larger ones by their 1 to 4 taps per
+#: output (a gather each), so a big image costs O(out) per row, not O(out * in).
+_DENSE_MAX = 1 << 16
+
+
+@functools.lru_cache(maxsize=64)
+def _axis_taps(mode, n_in, n_out, align_corners, scale, wide):
+    """``(index, weight)``, each (taps, n_out): output o of the axis is
+    ``sum_k weight[k, o] * input[index[k, o]]`` (read-only, cached)."""
     rows = np.arange(n_out)
     if mode in _NEAREST:
-        m[rows, _nearest_index(mode, n_in, n_out, scale)] = 1.0
+        idx = _nearest_index(mode, n_in, n_out, scale, wide)[None]
+        w = np.ones((1, n_out))
     elif mode == "area":
         # adaptive average pooling: out i averages inputs floor(i*in/out) .. ceil((i+1)*in/out)
         start = rows * n_in // n_out
         end = ((rows + 1) * n_in + n_out - 1) // n_out
-        for i in range(n_out):
-            m[i, start[i] : end[i]] = 1.0 / (end[i] - start[i])
+        k = np.arange(int((end - start).max()) if n_out else 1)[:, None]
+        idx = np.minimum(start + k, np.maximum(end - 1, 0))
+        w = np.where(start + k < end, 1.0 / np.maximum(end - start, 1), 0.0)
     elif mode == "bicubic":
         src = _source_coords(n_in, n_out, align_corners, scale, cubic=True)
         i0 = np.floor(src)
-        for k, w in enumerate(_cubic_weights(src - i0)):
-            np.add.at(m, (rows, np.clip(i0.astype(np.int64) - 1 + k, 0, n_in - 1)), w)
+        idx = np.stack([np.clip(i0.astype(np.int64) - 1 + k, 0, n_in - 1) for k in range(4)])
+        w = np.stack(_cubic_weights(src - i0))
     else:
         src = _source_coords(n_in, n_out, align_corners, scale, cubic=False)
         i0 = np.minimum(np.floor(src).astype(np.int64), n_in - 1)
         lam = np.clip(src - i0, 0.0, 1.0)
-        i1 = np.minimum(i0 + 1, n_in - 1)
-        np.add.at(m, (rows, i0), 1.0 - lam)
-        np.add.at(m, (rows, i1), lam)
+        idx = np.stack([i0, np.minimum(i0 + 1, n_in - 1)])
+        w = np.stack([1.0 - lam, lam])
+    idx, w = idx.astype(np.int64), w.astype(np.float64)
+    idx.flags.writeable = w.flags.writeable = False
+    return idx, w
+
+
+@functools.lru_cache(maxsize=64)
+def _axis_matrix(mode, n_in, n_out, align_corners, scale, dtype):
+    """The (n_out, n_in) matrix that resamples one axis (read-only, cached)."""
+    idx, w = _axis_taps(mode, n_in, n_out, align_corners, scale, np.dtype(dtype).itemsize == 8)
+    m = np.zeros((n_out, n_in), dtype=np.float64)
+    rows = np.arange(n_out)
+    for k in range(idx.shape[0]):
+        np.add.at(m, (rows, idx[k]), w[k])
     m = m.astype(dtype)
     m.flags.writeable = False
     return m
+
+
+def _resample_axis(xp, y, step, transpose=False):
+    """Axis ``step[0]`` of ``y`` resampled by the plan step (or by its transpose: backward)."""
+    axis, mode, n_in, n_out, align, scale = step
+    if n_in * n_out <= _DENSE_MAX:
+        m = _axis_matrix(mode, n_in, n_out, align, scale, np.dtype(y.dtype).str)
+        return _along_axis(xp, y, xp.asarray(m.T if transpose else m), axis)
+    idx, w = _axis_taps(mode, n_in, n_out, align, scale, np.dtype(y.dtype).itemsize == 8)
+    bshape = [1] * y.ndim
+    bshape[axis] = n_out
+    if not transpose:
+        out = 0
+        for k in range(idx.shape[0]):
+            wk = xp.asarray(w[k].astype(y.dtype).reshape(bshape))
+            out = out + xp.take(y, xp.asarray(idx[k]), axis=axis) * wk
+        return out
+    # the transpose of the gathers: a scatter-add into zeros, along the axis moved last
+    moved = xp.moveaxis(y, axis, -1)
+    flat = xp.ascontiguousarray(moved).reshape(-1, n_out)
+    out = xp.zeros(flat.shape[0] * n_in, dtype=y.dtype)
+    base = xp.arange(flat.shape[0], dtype=np.int64)[:, None] * n_in
+    for k in range(idx.shape[0]):
+        where = (base + xp.asarray(idx[k])[None, :]).reshape(-1)
+        xp.add.at(out, where, (flat * xp.asarray(w[k].astype(y.dtype))).reshape(-1))
+    return xp.moveaxis(out.reshape(moved.shape[:-1] + (n_in,)), -1, axis)
 
 
 @functools.lru_cache(maxsize=512)
@@ -135,8 +185,8 @@ def _is_identity(mode, n, align_corners, scale):
 
 
 @functools.lru_cache(maxsize=512)
-def _axis_index(mode, n_in, n_out, scale):
-    idx = _nearest_index(mode, n_in, n_out, scale)
+def _axis_index(mode, n_in, n_out, scale, wide):
+    idx = _nearest_index(mode, n_in, n_out, scale, wide)
     idx.flags.writeable = False
     return idx
 
@@ -158,13 +208,27 @@ _TENSOR_OPS = types.SimpleNamespace(matmul=matmul)
 
 def _interpolate_differentiable_backward(ctx, gy):
     """Interpolate's backward in differentiable ferro ops: ``gy`` times each axis matrix's
-    transpose (``matmul`` with constant arrays), so it is linear in the Tensor ``gy``."""
+    transpose (``matmul`` with constant arrays) or, on large axes, the taps' ``index_add``;
+    linear in the Tensor ``gy``."""
     g = gy
-    for axis, mode, n_in, n_out, align, scale in reversed(ctx.plan):
-        m = np.ascontiguousarray(
-            _axis_matrix(mode, n_in, n_out, align, scale, np.dtype(g.dtype).str).T
+    device = device_of(array_of(g))
+    for step in reversed(ctx.plan):
+        axis, mode, n_in, n_out, align, scale = step
+        if n_in * n_out <= _DENSE_MAX:
+            m = _axis_matrix(mode, n_in, n_out, align, scale, np.dtype(g.dtype).str)
+            g = _along_axis(_TENSOR_OPS, g, move(np.ascontiguousarray(m.T), device), axis)
+            continue
+        idx, w = _axis_taps(mode, n_in, n_out, align, scale, np.dtype(g.dtype).itemsize == 8)
+        bshape = [1] * g.ndim
+        bshape[axis] = n_out
+        zeros = wrap(
+            xp_of(array_of(g)).zeros(g.shape[:axis] + (n_in,) + g.shape[axis + 1 :], g.dtype)
         )
-        g = _along_axis(_TENSOR_OPS, g, move(m, device_of(array_of(g))), axis)
+        out = 0
+        for k in range(idx.shape[0]):
+            wk = move(w[k].astype(g.dtype).reshape(bshape), device)
+            out = out + index_add(zeros, axis, move(idx[k], device), g * wk)
+        g = out
     return g
 
 
@@ -182,21 +246,22 @@ class Interpolate:
         xp = ctx.xp
         ctx.plan = plan
         y = x
-        for axis, mode, n_in, n_out, align, scale in plan:
+        for step in plan:
+            axis, mode, n_in, n_out, _, scale = step
             if mode in _NEAREST:
-                y = xp.take(y, xp.asarray(_axis_index(mode, n_in, n_out, scale)), axis=axis)
+                wide = np.dtype(y.dtype).itemsize == 8
+                idx = _axis_index(mode, n_in, n_out, scale, wide)
+                y = xp.take(y, xp.asarray(idx), axis=axis)
             else:
-                m = xp.asarray(_axis_matrix(mode, n_in, n_out, align, scale, y.dtype.str))
-                y = _along_axis(xp, y, m, axis)
+                y = _resample_axis(xp, y, step)
         return y
 
     @staticmethod
     def backward(ctx, gy):
         xp = ctx.xp
         g = gy
-        for axis, mode, n_in, n_out, align, scale in reversed(ctx.plan):
-            m = _axis_matrix(mode, n_in, n_out, align, scale, np.dtype(g.dtype).str)
-            g = _along_axis(xp, g, xp.asarray(m.T), axis)
+        for step in reversed(ctx.plan):
+            g = _resample_axis(xp, g, step, transpose=True)
         return g
 
     differentiable_backward = staticmethod(_interpolate_differentiable_backward)

@@ -3,7 +3,8 @@
     python benchmarks/bench_resample.py [--repeats 7] [--scale 1.0]
 
 Cases (input gradient, plus the grid's, offset's and weight's where they exist):
-- ``interpolate`` nearest, bilinear (up and down), bicubic and trilinear upsampling;
+- ``interpolate`` nearest, bilinear (up and down), bicubic and trilinear upsampling, and a
+  large image (its axes resampled by taps instead of dense matrices);
 - ``grid_sample`` bilinear with zero padding, gradients for the input and the grid;
 - ``deform_conv2d`` (no PyTorch peer: torchvision has no CPU build here) against PyTorch's
   ``conv2d`` of the same shapes, the cost of the same convolution without the deformation.
@@ -41,6 +42,11 @@ def _cases(scale):
             "bilinear 0.5x",
             (n, 64, 64, 64),
             {"scale_factor": 0.5, "mode": "bilinear", "align_corners": False},
+        ),
+        (
+            "bilinear 2x, 512^2 (taps)",
+            (max(1, n // 8), 3, 512, 512),
+            {"scale_factor": 2, "mode": "bilinear", "align_corners": False},
         ),
         (
             "bicubic 2x",

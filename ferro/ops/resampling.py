@@ -22,7 +22,6 @@ import types
 
 import numpy as np
 
-from ferro._C.tensor import wrap
 from ferro.backend import device_of, move, xp_of
 from ferro.errors import (
     ArgumentError,
@@ -33,7 +32,7 @@ from ferro.errors import (
 )
 from ferro.ops.linalg import matmul
 from ferro.ops.registry import apply, array_of, register
-from ferro.ops.shape import gather, index_add, scatter_add, stack
+from ferro.ops.shape import gather, index_select, scatter_add, stack
 
 # --------------------------------------------------------------------------------------------
 # interpolate
@@ -141,6 +140,26 @@ def _axis_taps(mode, n_in, n_out, align_corners, scale, wide):
 
 
 @functools.lru_cache(maxsize=64)
+def _axis_taps_transposed(mode, n_in, n_out, align_corners, scale, wide):
+    """The taps of the transpose (in, out): ``(index, weight)``, each (taps, n_in), input i
+    receiving ``sum_k weight[k, i] * gy[index[k, i]]``; padded with zero weights. The matrix
+    is banded, so its transpose is too: backward is gathers as well, not a scatter."""
+    idx, w = _axis_taps(mode, n_in, n_out, align_corners, scale, wide)
+    src = idx.reshape(-1)
+    dst = np.broadcast_to(np.arange(n_out), idx.shape).reshape(-1)
+    order = np.argsort(src, kind="stable")
+    src, dst, wt = src[order], dst[order], w.reshape(-1)[order]
+    counts = np.bincount(src, minlength=n_in)
+    slot = np.arange(src.size) - np.repeat(np.cumsum(counts) - counts, counts)
+    tidx = np.zeros((max(int(counts.max()) if n_in else 1, 1), n_in), dtype=np.int64)
+    tw = np.zeros(tidx.shape)
+    tidx[slot, src] = dst
+    tw[slot, src] = wt
+    tidx.flags.writeable = tw.flags.writeable = False
+    return tidx, tw
+
+
+@functools.lru_cache(maxsize=64)
 def _axis_matrix(mode, n_in, n_out, align_corners, scale, dtype):
     """The (n_out, n_in) matrix that resamples one axis (read-only, cached)."""
     idx, w = _axis_taps(mode, n_in, n_out, align_corners, scale, np.dtype(dtype).itemsize == 8)
@@ -159,24 +178,15 @@ def _resample_axis(xp, y, step, transpose=False):
     if n_in * n_out <= _DENSE_MAX:
         m = _axis_matrix(mode, n_in, n_out, align, scale, np.dtype(y.dtype).str)
         return _along_axis(xp, y, xp.asarray(m.T if transpose else m), axis)
-    idx, w = _axis_taps(mode, n_in, n_out, align, scale, np.dtype(y.dtype).itemsize == 8)
+    taps = _axis_taps_transposed if transpose else _axis_taps
+    idx, w = taps(mode, n_in, n_out, align, scale, np.dtype(y.dtype).itemsize == 8)
     bshape = [1] * y.ndim
-    bshape[axis] = n_out
-    if not transpose:
-        out = 0
-        for k in range(idx.shape[0]):
-            wk = xp.asarray(w[k].astype(y.dtype).reshape(bshape))
-            out = out + xp.take(y, xp.asarray(idx[k]), axis=axis) * wk
-        return out
-    # the transpose of the gathers: a scatter-add into zeros, along the axis moved last
-    moved = xp.moveaxis(y, axis, -1)
-    flat = xp.ascontiguousarray(moved).reshape(-1, n_out)
-    out = xp.zeros(flat.shape[0] * n_in, dtype=y.dtype)
-    base = xp.arange(flat.shape[0], dtype=np.int64)[:, None] * n_in
+    bshape[axis] = idx.shape[1]
+    out = 0
     for k in range(idx.shape[0]):
-        where = (base + xp.asarray(idx[k])[None, :]).reshape(-1)
-        xp.add.at(out, where, (flat * xp.asarray(w[k].astype(y.dtype))).reshape(-1))
-    return xp.moveaxis(out.reshape(moved.shape[:-1] + (n_in,)), -1, axis)
+        wk = xp.asarray(w[k].astype(y.dtype).reshape(bshape))
+        out = out + xp.take(y, xp.asarray(idx[k]), axis=axis) * wk
+    return out
 
 
 @functools.lru_cache(maxsize=512)
@@ -208,8 +218,8 @@ _TENSOR_OPS = types.SimpleNamespace(matmul=matmul)
 
 def _interpolate_differentiable_backward(ctx, gy):
     """Interpolate's backward in differentiable ferro ops: ``gy`` times each axis matrix's
-    transpose (``matmul`` with constant arrays) or, on large axes, the taps' ``index_add``;
-    linear in the Tensor ``gy``."""
+    transpose (``matmul`` with constant arrays) or, on large axes, the transpose's taps
+    (``index_select``); linear in the Tensor ``gy``."""
     g = gy
     device = device_of(array_of(g))
     for step in reversed(ctx.plan):
@@ -218,16 +228,14 @@ def _interpolate_differentiable_backward(ctx, gy):
             m = _axis_matrix(mode, n_in, n_out, align, scale, np.dtype(g.dtype).str)
             g = _along_axis(_TENSOR_OPS, g, move(np.ascontiguousarray(m.T), device), axis)
             continue
-        idx, w = _axis_taps(mode, n_in, n_out, align, scale, np.dtype(g.dtype).itemsize == 8)
+        wide = np.dtype(g.dtype).itemsize == 8
+        idx, w = _axis_taps_transposed(mode, n_in, n_out, align, scale, wide)
         bshape = [1] * g.ndim
-        bshape[axis] = n_out
-        zeros = wrap(
-            xp_of(array_of(g)).zeros(g.shape[:axis] + (n_in,) + g.shape[axis + 1 :], g.dtype)
-        )
+        bshape[axis] = n_in
         out = 0
         for k in range(idx.shape[0]):
             wk = move(w[k].astype(g.dtype).reshape(bshape), device)
-            out = out + index_add(zeros, axis, move(idx[k], device), g * wk)
+            out = out + index_select(g, axis, move(idx[k], device)) * wk
         g = out
     return g
 

@@ -38,6 +38,7 @@ MODULES = [
     "norm_kernels",
     "pooling_kernels",
     "recurrent_kernels",
+    "resampling_kernels",
 ]
 
 

@@ -32,6 +32,7 @@ from ferro._C import engine as _engine
 from ferro._C import norm_kernels as _norm_kernels
 from ferro._C import pooling_kernels as _pooling_kernels
 from ferro._C import recurrent_kernels as _recurrent_kernels
+from ferro._C import resampling_kernels as _resampling_kernels
 from ferro._missing import module_attribute as __getattr__  # noqa: F401  (PEP 562 hints)
 from ferro._tensor import Size, Tensor
 from ferro.autograd import (
@@ -77,6 +78,7 @@ from ferro.cuda import norm as _cuda_norm
 from ferro.cuda import ops as _cuda_kernels
 from ferro.cuda import pooling as _cuda_pooling
 from ferro.cuda import recurrent as _cuda_recurrent
+from ferro.cuda import resampling as _cuda_resampling
 from ferro.dtypes import (
     bool_,
     dtype,
@@ -112,7 +114,30 @@ from ferro.utils.checkpoint import checkpoint, checkpoint_sequential
 _fused.install(
     "cpu", _cpu_kernels, _conv_kernels, _norm_kernels, _pooling_kernels, _recurrent_kernels
 )
-_fused.install("cuda", _cuda_kernels, _cuda_conv, _cuda_norm, _cuda_pooling, _cuda_recurrent)
+_fused.install(
+    "cpu",
+    _cpu_kernels,
+    _conv_kernels,
+    _norm_kernels,
+    _pooling_kernels,
+    _recurrent_kernels,
+    _resampling_kernels,
+)
+_fused.install(
+    "cuda", _cuda_kernels, _cuda_conv, _cuda_norm, _cuda_pooling, _cuda_recurrent, _cuda_resampling
+)
+_fused.install(
+    "cpu",
+    _cpu_kernels,
+    _conv_kernels,
+    _norm_kernels,
+    _pooling_kernels,
+    _recurrent_kernels,
+    _resampling_kernels,
+)
+_fused.install(
+    "cuda", _cuda_kernels, _cuda_conv, _cuda_norm, _cuda_pooling, _cuda_recurrent, _cuda_resampling
+)
 _engine.set_gpu_backend(
     _cuda_kernels.owns, _cuda_kernels.accepts, _cuda_kernels.accumulate, _cuda_kernels.sum_to_shape
 )

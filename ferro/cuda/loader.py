@@ -50,6 +50,11 @@ SOURCES: dict[str, list[str]] = {
         for t in _FLOATS
     ],
     "recurrent": [f"ferro_{k}_bwd<{t}>" for k in ("lstm", "gru") for t in _FLOATS],
+    "resampling": [
+        f"ferro_deform_{k}<{t}>"
+        for k in ("im2col", "col2im_input", "col2im_coord")
+        for t in _FLOATS
+    ],
 }
 
 

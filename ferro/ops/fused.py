@@ -185,6 +185,39 @@ def _recurrent_layer(backend):
     return None, backward
 
 
+def _deform_conv2d(backend):
+    """The paired override of deform_conv2d: the kernels sample the column matrix and run its
+    transpose in place of index arrays the size of the columns; the batch chunks and the GEMMs
+    are the op's own (``_deform_forward``/``_deform_backward`` with these column builders). The
+    forward leaves ``ctx`` as the generic one does, so the backward never refuses: an upstream
+    gradient in another layout is made contiguous, and saved arrays a saved-tensor hook
+    changed the layout of go to the generic backward."""
+    from ferro.ops.resampling import _deform_backward, _deform_forward
+
+    im2col_kernel, col2im_kernel = backend.deform_im2col, backend.deform_col2im
+    accepts = backend.accepts
+
+    def im2col(x, offset, mask, geom):
+        return im2col_kernel(x, offset, mask, geom[1:3], *geom[5:])
+
+    def col2im(x, offset, mask, gcols, geom, need):
+        return col2im_kernel(x, offset, mask, gcols, geom[1:3], *geom[5:], *need)
+
+    def forward(ctx, x, offset, weight, *rest, **params):
+        if not accepts((x, offset, weight, *rest)):
+            return NotImplemented
+        return _deform_forward(ctx, im2col, x, offset, weight, rest, **params)
+
+    def backward(ctx, gy):
+        saved = tuple(ctx.saved)
+        gy = ctx.xp.ascontiguousarray(gy, dtype=saved[0].dtype)
+        if accepts((gy, *saved)):
+            return _deform_backward(ctx, im2col, col2im, gy)
+        return REGISTRY["deform_conv2d"].backward(ctx, gy)
+
+    return forward, backward
+
+
 # The one table: op (registry name) -> its fused kernels. An entry applies on a backend that
 # implements all of its kernels (cpu: no softmax/log_softmax forward, whose generic NumPy
 # forward is a SIMD pass, and no cross-entropy, which measured 0.5-0.97x; see docs/design.md).
@@ -226,6 +259,9 @@ OVERRIDES: dict[str, Fused] = {
         adapter=batch_norm_override,
     ),
     "recurrent_layer": Fused(backward="lstm_bwd", adapter=_recurrent_layer),
+    "deform_conv2d": Fused(
+        forward="deform_im2col", backward="deform_col2im", adapter=_deform_conv2d
+    ),
 }
 
 

@@ -31,8 +31,8 @@ from ferro.errors import (
     ShapeError,
 )
 from ferro.ops.linalg import matmul
-from ferro.ops.registry import apply, register
-from ferro.ops.shape import gather, scatter_add, stack
+from ferro.ops.registry import apply, array_of, register
+from ferro.ops.shape import gather, index_select, scatter_add, stack
 
 # --------------------------------------------------------------------------------------------
 # interpolate
@@ -69,21 +69,24 @@ def _source_coords(n_in, n_out, align_corners, scale, cubic):
     return src if cubic else np.maximum(src, 0.0)
 
 
-def _nearest_index(mode, n_in, n_out, scale):
-    """The source index of each output index, computed in float32 as PyTorch's CPU kernels do
-    (``nearest_idx``, ``nearest_neighbor_exact_compute_source_index``: ``floor(dst * scale)``
-    and ``floor((dst + 0.5) * scale)``). On an exact integer boundary PyTorch's float64
-    kernel may round the other way (nearest-exact, sizes over 32)."""
+def _nearest_index(mode, n_in, n_out, scale, wide):
+    """The source index of each output index as PyTorch's CPU kernels compute it:
+    ``floor(dst * scale)`` (``nearest``) or ``floor((dst + 0.5) * scale)`` (``nearest-exact``),
+    in float32 for float32 data and in float64 (dividing by the scale factor) for float64
+    (``wide``): the two round exact integer boundaries differently (``69 / 2.3``)."""
     if mode == "nearest2d":  # PyTorch's 2-D kernel keeps nearest_idx's two shortcuts
         if n_out == n_in:
             return np.arange(n_out)
         if n_out == 2 * n_in:
             return np.arange(n_out) >> 1
-    dst = np.arange(n_out, dtype=np.float32)
-    if mode == "nearest-exact":
-        dst += np.float32(0.5)
-    src = np.floor(dst * np.float32(_scale_value(scale, n_in, n_out)))
-    return np.minimum(src.astype(np.int64), n_in - 1)
+    off = 0.5 if mode == "nearest-exact" else 0.0
+    if wide:
+        dst = np.arange(n_out) + off
+        src = dst / scale if scale is not None and scale > 0 else dst * (n_in / n_out)
+    else:
+        dst = np.arange(n_out, dtype=np.float32) + np.float32(off)
+        src = dst * np.float32(_scale_value(scale, n_in, n_out))
+    return np.minimum(np.floor(src).astype(np.int64), n_in - 1)
 
 
 def _cubic_weights(t):
@@ -99,34 +102,91 @@ def _cubic_weights(t):
     return far(t + 1), near(t), near(1 - t), far(2 - t)
 
 
-@functools.lru_cache(maxsize=512)
-def _axis_matrix(mode, n_in, n_out, align_corners, scale, dtype):
-    """The (n_out, n_in) matrix that resamples one axis (read-only, cached)."""
-    m = np.zeros((n_out, n_in), dtype=np.float64)
+#: Axes with at most this many (out * in) matrix entries are resampled by one GEMM with the
+#: dense matrix (BLAS outruns a few NumPy passes there); larger ones by their 1 to 4 taps per
+#: output (a gather each), so a big image costs O(out) per row, not O(out * in).
+_DENSE_MAX = 1 << 16
+
+
+@functools.lru_cache(maxsize=64)
+def _axis_taps(mode, n_in, n_out, align_corners, scale, wide):
+    """``(index, weight)``, each (taps, n_out): output o of the axis is
+    ``sum_k weight[k, o] * input[index[k, o]]`` (read-only, cached)."""
     rows = np.arange(n_out)
     if mode in _NEAREST:
-        m[rows, _nearest_index(mode, n_in, n_out, scale)] = 1.0
+        idx = _nearest_index(mode, n_in, n_out, scale, wide)[None]
+        w = np.ones((1, n_out))
     elif mode == "area":
         # adaptive average pooling: out i averages inputs floor(i*in/out) .. ceil((i+1)*in/out)
         start = rows * n_in // n_out
         end = ((rows + 1) * n_in + n_out - 1) // n_out
-        for i in range(n_out):
-            m[i, start[i] : end[i]] = 1.0 / (end[i] - start[i])
+        k = np.arange(int((end - start).max()) if n_out else 1)[:, None]
+        idx = np.minimum(start + k, np.maximum(end - 1, 0))
+        w = np.where(start + k < end, 1.0 / np.maximum(end - start, 1), 0.0)
     elif mode == "bicubic":
         src = _source_coords(n_in, n_out, align_corners, scale, cubic=True)
         i0 = np.floor(src)
-        for k, w in enumerate(_cubic_weights(src - i0)):
-            np.add.at(m, (rows, np.clip(i0.astype(np.int64) - 1 + k, 0, n_in - 1)), w)
+        idx = np.stack([np.clip(i0.astype(np.int64) - 1 + k, 0, n_in - 1) for k in range(4)])
+        w = np.stack(_cubic_weights(src - i0))
     else:
         src = _source_coords(n_in, n_out, align_corners, scale, cubic=False)
         i0 = np.minimum(np.floor(src).astype(np.int64), n_in - 1)
         lam = np.clip(src - i0, 0.0, 1.0)
-        i1 = np.minimum(i0 + 1, n_in - 1)
-        np.add.at(m, (rows, i0), 1.0 - lam)
-        np.add.at(m, (rows, i1), lam)
+        idx = np.stack([i0, np.minimum(i0 + 1, n_in - 1)])
+        w = np.stack([1.0 - lam, lam])
+    idx, w = idx.astype(np.int64), w.astype(np.float64)
+    idx.flags.writeable = w.flags.writeable = False
+    return idx, w
+
+
+@functools.lru_cache(maxsize=64)
+def _axis_taps_transposed(mode, n_in, n_out, align_corners, scale, wide):
+    """The taps of the transpose (in, out): ``(index, weight)``, each (taps, n_in), input i
+    receiving ``sum_k weight[k, i] * gy[index[k, i]]``; padded with zero weights. The matrix
+    is banded, so its transpose is too: backward is gathers as well, not a scatter."""
+    idx, w = _axis_taps(mode, n_in, n_out, align_corners, scale, wide)
+    src = idx.reshape(-1)
+    dst = np.broadcast_to(np.arange(n_out), idx.shape).reshape(-1)
+    order = np.argsort(src, kind="stable")
+    src, dst, wt = src[order], dst[order], w.reshape(-1)[order]
+    counts = np.bincount(src, minlength=n_in)
+    slot = np.arange(src.size) - np.repeat(np.cumsum(counts) - counts, counts)
+    tidx = np.zeros((max(int(counts.max()) if n_in else 1, 1), n_in), dtype=np.int64)
+    tw = np.zeros(tidx.shape)
+    tidx[slot, src] = dst
+    tw[slot, src] = wt
+    tidx.flags.writeable = tw.flags.writeable = False
+    return tidx, tw
+
+
+@functools.lru_cache(maxsize=64)
+def _axis_matrix(mode, n_in, n_out, align_corners, scale, dtype):
+    """The (n_out, n_in) matrix that resamples one axis (read-only, cached)."""
+    idx, w = _axis_taps(mode, n_in, n_out, align_corners, scale, np.dtype(dtype).itemsize == 8)
+    m = np.zeros((n_out, n_in), dtype=np.float64)
+    rows = np.arange(n_out)
+    for k in range(idx.shape[0]):
+        np.add.at(m, (rows, idx[k]), w[k])
     m = m.astype(dtype)
     m.flags.writeable = False
     return m
+
+
+def _resample_axis(xp, y, step, transpose=False):
+    """Axis ``step[0]`` of ``y`` resampled by the plan step (or by its transpose: backward)."""
+    axis, mode, n_in, n_out, align, scale = step
+    if n_in * n_out <= _DENSE_MAX:
+        m = _axis_matrix(mode, n_in, n_out, align, scale, np.dtype(y.dtype).str)
+        return _along_axis(xp, y, xp.asarray(m.T if transpose else m), axis)
+    taps = _axis_taps_transposed if transpose else _axis_taps
+    idx, w = taps(mode, n_in, n_out, align, scale, np.dtype(y.dtype).itemsize == 8)
+    bshape = [1] * y.ndim
+    bshape[axis] = idx.shape[1]
+    out = 0
+    for k in range(idx.shape[0]):
+        wk = xp.asarray(w[k].astype(y.dtype).reshape(bshape))
+        out = out + xp.take(y, xp.asarray(idx[k]), axis=axis) * wk
+    return out
 
 
 @functools.lru_cache(maxsize=512)
@@ -135,8 +195,8 @@ def _is_identity(mode, n, align_corners, scale):
 
 
 @functools.lru_cache(maxsize=512)
-def _axis_index(mode, n_in, n_out, scale):
-    idx = _nearest_index(mode, n_in, n_out, scale)
+def _axis_index(mode, n_in, n_out, scale, wide):
+    idx = _nearest_index(mode, n_in, n_out, scale, wide)
     idx.flags.writeable = False
     return idx
 
@@ -158,13 +218,25 @@ _TENSOR_OPS = types.SimpleNamespace(matmul=matmul)
 
 def _interpolate_differentiable_backward(ctx, gy):
     """Interpolate's backward in differentiable ferro ops: ``gy`` times each axis matrix's
-    transpose (``matmul`` with constant arrays), so it is linear in the Tensor ``gy``."""
+    transpose (``matmul`` with constant arrays) or, on large axes, the transpose's taps
+    (``index_select``); linear in the Tensor ``gy``."""
     g = gy
-    for axis, mode, n_in, n_out, align, scale in reversed(ctx.plan):
-        m = np.ascontiguousarray(
-            _axis_matrix(mode, n_in, n_out, align, scale, np.dtype(g.dtype).str).T
-        )
-        g = _along_axis(_TENSOR_OPS, g, move(m, device_of(g.data)), axis)
+    device = device_of(array_of(g))
+    for step in reversed(ctx.plan):
+        axis, mode, n_in, n_out, align, scale = step
+        if n_in * n_out <= _DENSE_MAX:
+            m = _axis_matrix(mode, n_in, n_out, align, scale, np.dtype(g.dtype).str)
+            g = _along_axis(_TENSOR_OPS, g, move(np.ascontiguousarray(m.T), device), axis)
+            continue
+        wide = np.dtype(g.dtype).itemsize == 8
+        idx, w = _axis_taps_transposed(mode, n_in, n_out, align, scale, wide)
+        bshape = [1] * g.ndim
+        bshape[axis] = n_in
+        out = 0
+        for k in range(idx.shape[0]):
+            wk = move(w[k].astype(g.dtype).reshape(bshape), device)
+            out = out + index_select(g, axis, move(idx[k], device)) * wk
+        g = out
     return g
 
 
@@ -182,21 +254,22 @@ class Interpolate:
         xp = ctx.xp
         ctx.plan = plan
         y = x
-        for axis, mode, n_in, n_out, align, scale in plan:
+        for step in plan:
+            axis, mode, n_in, n_out, _, scale = step
             if mode in _NEAREST:
-                y = xp.take(y, xp.asarray(_axis_index(mode, n_in, n_out, scale)), axis=axis)
+                wide = np.dtype(y.dtype).itemsize == 8
+                idx = _axis_index(mode, n_in, n_out, scale, wide)
+                y = xp.take(y, xp.asarray(idx), axis=axis)
             else:
-                m = xp.asarray(_axis_matrix(mode, n_in, n_out, align, scale, y.dtype.str))
-                y = _along_axis(xp, y, m, axis)
+                y = _resample_axis(xp, y, step)
         return y
 
     @staticmethod
     def backward(ctx, gy):
         xp = ctx.xp
         g = gy
-        for axis, mode, n_in, n_out, align, scale in reversed(ctx.plan):
-            m = _axis_matrix(mode, n_in, n_out, align, scale, np.dtype(g.dtype).str)
-            g = _along_axis(xp, g, xp.asarray(m.T), axis)
+        for step in reversed(ctx.plan):
+            g = _resample_axis(xp, g, step, transpose=True)
         return g
 
     differentiable_backward = staticmethod(_interpolate_differentiable_backward)
@@ -495,11 +568,11 @@ def _grid_sample_differentiable_backward(ctx, gy):
     ``gy`` and ``ctx.saved``: the coordinates are piecewise linear in the grid, so each is
     ``grid * slope + intercept`` with slope and intercept constant where the grid is."""
     x, grid = ctx.saved
-    xp = xp_of(x.data)
+    xp = xp_of(array_of(x))
     n, c = x.shape[:2]
     sizes = tuple(x.shape[2:])
     d = len(sizes)
-    g0 = grid.data.reshape(n, -1, d)
+    g0 = array_of(grid).reshape(n, -1, d)
     values, slopes = _grid_coords(xp, g0, sizes, ctx.padding_mode, ctx.align_corners)
     gflat = grid.reshape(n, -1, d)
     coords = [
@@ -629,9 +702,10 @@ def grid_sample(
     clipped).
 
     Example:
+        >>> x = ferro.randn(1, 1, 4, 4)
         >>> theta = ferro.tensor([[[1.0, 0, 0], [0, 1, 0]]])
         >>> grid = F.affine_grid(theta, (1, 1, 4, 4), align_corners=False)
-        >>> F.grid_sample(x, grid, align_corners=False)  # x itself
+        >>> F.grid_sample(x, grid, align_corners=False)  # the identity map: x itself
     """
     op = "grid_sample"
     if mode not in _GRID_MODES:
@@ -703,7 +777,7 @@ def affine_grid(theta, size, align_corners: bool | None = None):
     if theta.dtype.kind != "f":
         raise DtypeError(f"{op}: theta must be float, got {theta.dtype}")
     base = _base_grid(size[2:], bool(align_corners), theta.dtype)
-    base = move(base, device_of(theta.data))
+    base = move(base, device_of(array_of(theta)))
     grid = matmul(base, theta.transpose(1, 2))  # (N, P, d)
     return grid.reshape((size[0],) + tuple(size[2:]) + (d,))
 
@@ -730,18 +804,123 @@ def _deform_coords(xp, offset, og, kh, kw, ho, wo, stride, padding, dilation):
     return off[:, :, :, 0] + base_y, off[:, :, :, 1] + base_x
 
 
-def _deform_columns(xp, x, offset, mask, geom):
-    """The sampled (unmasked) values (nb, og, Cg, K*L) and the corners used."""
+def _deform_samples(xp, x, offset, geom):
+    """The unmasked samples (nb*og, Cg, K*L) of a chunk, and the corners they were read at."""
     og, kh, kw, ho, wo, stride, padding, dilation = geom
     nb, cin, h, w = x.shape
-    cg = cin // og
     py, px = _deform_coords(xp, offset, og, kh, kw, ho, wo, stride, padding, dilation)
     corners = _corners(xp, [py.reshape(nb * og, -1), px.reshape(nb * og, -1)], (h, w))
-    xf = x.reshape(nb * og, cg, h * w)
+    xf = x.reshape(nb * og, cin // og, h * w)
     vals = 0
     for lin, wgt, _ in corners:
         vals = vals + _gather(xp, xf, lin) * wgt[:, None, :]
     return vals, corners
+
+
+def _deform_im2col(xp, x, offset, mask, geom):
+    """A chunk's column matrix (nb, Cin*K, L): the samples times the mask (generic path; the
+    CPU kernel ``deform_im2col`` computes the same)."""
+    og, kh, kw, ho, wo = geom[:5]
+    nb, cin = x.shape[:2]
+    vals, _ = _deform_samples(xp, x, offset, geom)
+    if mask is not None:
+        vals = vals * mask.reshape(nb * og, 1, -1)
+    return vals.reshape(nb, cin * kh * kw, ho * wo)
+
+
+def _deform_col2im(xp, x, offset, mask, gcols, geom, need):
+    """The transpose of :func:`_deform_im2col` for the chunk's ``gcols``: ``(ginput, goffset,
+    gmask)``, None where ``need`` (three flags) says no (generic path; the CPU kernel
+    ``deform_col2im`` computes the same in one pass)."""
+    og, kh, kw, ho, wo = geom[:5]
+    nb, cin, h, w = x.shape
+    k, L = kh * kw, ho * wo
+    cg = cin // og
+    vals, corners = _deform_samples(xp, x, offset, geom)
+    gcols = gcols.reshape(nb * og, cg, k * L)
+    gmask = None
+    if mask is not None:
+        if need[2]:
+            gmask = (gcols * vals).sum(axis=1).reshape(mask.shape)
+        gcols = gcols * mask.reshape(nb * og, 1, k * L)
+    gx = goff = None
+    if need[0]:
+        gx = 0
+        for lin, wgt, _ in corners:
+            gx = gx + _scatter(xp, (nb * og, cg, h * w), lin, gcols * wgt[:, None, :])
+        gx = gx.reshape(x.shape)
+    if need[1]:
+        xf = x.reshape(nb * og, cg, h * w)
+        gpy = gpx = 0
+        for lin, _, (dy, dx) in corners:
+            v = (_gather(xp, xf, lin) * gcols).sum(axis=1)
+            gpy = gpy + v * dy
+            gpx = gpx + v * dx
+        goff = xp.stack([gpy.reshape(nb, og, k, L), gpx.reshape(nb, og, k, L)], axis=3)
+        goff = goff.reshape(offset.shape)
+    return gx, goff, gmask
+
+
+def _deform_forward(ctx, im2col, x, offset, weight, rest, geom, groups, has_bias, has_mask):
+    """deform_conv2d's forward with the column builder ``im2col(x, offset, mask, geom)`` (the
+    generic one or the CPU kernel): per batch chunk, one grouped GEMM of weight and columns."""
+    xp = ctx.xp
+    ctx.save(x, offset, weight, *rest)
+    ctx.geom, ctx.groups, ctx.has_bias, ctx.has_mask = geom, groups, has_bias, has_mask
+    mask = rest[-1] if has_mask else None
+    og, kh, kw, ho, wo = geom[:5]
+    n, cin = x.shape[:2]
+    cout = weight.shape[0]
+    wg = weight.reshape(groups, cout // groups, -1)
+    out = xp.empty((n, cout, ho * wo), dtype=x.dtype)
+    for lo, hi in _chunks(n, cin * kh * kw * ho * wo):
+        cols = im2col(x[lo:hi], offset[lo:hi], None if mask is None else mask[lo:hi], geom)
+        cols = cols.reshape(hi - lo, groups, -1, ho * wo)
+        out[lo:hi] = xp.matmul(wg, cols).reshape(hi - lo, cout, ho * wo)
+    if has_bias:
+        out += rest[0][:, None]
+    return out.reshape(n, cout, ho, wo)
+
+
+def _deform_backward(ctx, im2col, col2im, gy):
+    """deform_conv2d's backward with the column builder and its transpose ``col2im(x, offset,
+    mask, gcols, geom, need)``: per chunk the columns are rebuilt (only the inputs are saved,
+    so the workspace stays one chunk's), gweight = gy @ cols^T, gcols = weight^T @ gy."""
+    x, offset, weight, *rest = ctx.saved
+    xp = ctx.xp
+    geom, groups = ctx.geom, ctx.groups
+    mask = rest[-1] if ctx.has_mask else None
+    og, kh, kw, ho, wo = geom[:5]
+    need = ctx.needs_input_grad
+    need_sampled = (need[0], need[1], ctx.has_mask and need[-1])
+    n, cin = x.shape[:2]
+    cout = weight.shape[0]
+    L = ho * wo
+    wg = weight.reshape(groups, cout // groups, -1)
+    gyg = gy.reshape(n, groups, cout // groups, L)
+    gx = xp.empty_like(x) if need[0] else None
+    goff = xp.empty_like(offset) if need[1] else None
+    gw = xp.zeros_like(wg) if need[2] else None
+    gmask = xp.empty_like(mask) if need_sampled[2] else None
+    for lo, hi in _chunks(n, cin * kh * kw * L):
+        nb = hi - lo
+        m = None if mask is None else mask[lo:hi]
+        g = gyg[lo:hi]
+        if gw is not None:
+            cols = im2col(x[lo:hi], offset[lo:hi], m, geom).reshape(nb, groups, -1, L)
+            gw += xp.matmul(g, cols.swapaxes(-1, -2)).sum(axis=0)
+        if any(need_sampled):
+            gcols = xp.matmul(wg.swapaxes(-1, -2), g).reshape(nb, -1, L)
+            parts = col2im(x[lo:hi], offset[lo:hi], m, gcols, geom, need_sampled)
+            for dst, part in zip((gx, goff, gmask), parts, strict=True):
+                if dst is not None:
+                    dst[lo:hi] = part
+    grads = [gx, goff, gw.reshape(weight.shape) if gw is not None else None]
+    if ctx.has_bias:
+        grads.append(gy.sum(axis=(0, 2, 3)) if need[3] else None)
+    if ctx.has_mask:
+        grads.append(gmask)
+    return tuple(grads)
 
 
 def _deform_conv2d_differentiable_backward(ctx, gy):
@@ -751,13 +930,13 @@ def _deform_conv2d_differentiable_backward(ctx, gy):
     geom, groups = ctx.geom, ctx.groups
     mask = rest[-1] if ctx.has_mask else None
     og, kh, kw, ho, wo = geom[:5]
-    xp = xp_of(x.data)
+    xp = xp_of(array_of(x))
     n, cin, h, w = x.shape
     cout = weight.shape[0]
     k, L = kh * kw, ho * wo
     cg = cin // og
-    py0, px0 = _deform_coords(xp, offset.data, *geom)
-    off0 = offset.data.reshape(n, og, k, 2, L)
+    py0, px0 = _deform_coords(xp, array_of(offset), *geom)
+    off0 = array_of(offset).reshape(n, og, k, 2, L)
     off = offset.reshape(n, og, k, 2, L)
     coords = [
         (off[:, :, :, 0] + (py0 - off0[:, :, :, 0])).reshape(n * og, k * L),
@@ -806,77 +985,19 @@ class DeformConv2d:
 
     @staticmethod
     def forward(ctx, x, offset, weight, *rest, geom, groups, has_bias, has_mask):
-        xp = ctx.xp
-        ctx.save(x, offset, weight, *rest)
-        ctx.geom, ctx.groups, ctx.has_bias, ctx.has_mask = geom, groups, has_bias, has_mask
-        bias = rest[0] if has_bias else None
-        mask = rest[-1] if has_mask else None
-        og, kh, kw, ho, wo = geom[:5]
-        n, cin = x.shape[:2]
-        cout = weight.shape[0]
-        wg = weight.reshape(groups, cout // groups, -1)
-        out = xp.empty((n, cout, ho * wo), dtype=x.dtype)
-        for lo, hi in _chunks(n, cin * kh * kw * ho * wo):
-            cols = _deform_cols(xp, x[lo:hi], offset[lo:hi], mask, lo, hi, geom)[0]
-            out[lo:hi] = xp.matmul(wg, cols.reshape(hi - lo, groups, -1, ho * wo)).reshape(
-                hi - lo, cout, ho * wo
-            )
-        if bias is not None:
-            out += bias[:, None]
-        return out.reshape(n, cout, ho, wo)
+        im2col = functools.partial(_deform_im2col, ctx.xp)
+        return _deform_forward(
+            ctx, im2col, x, offset, weight, rest, geom, groups, has_bias, has_mask
+        )
 
     @staticmethod
     def backward(ctx, gy):
-        x, offset, weight, *rest = ctx.saved
         xp = ctx.xp
-        geom, groups = ctx.geom, ctx.groups
-        mask = rest[-1] if ctx.has_mask else None
-        og, kh, kw, ho, wo = geom[:5]
-        need = ctx.needs_input_grad
-        n, cin, h, w = x.shape
-        cout = weight.shape[0]
-        k, L = kh * kw, ho * wo
-        cg = cin // og
-        wg = weight.reshape(groups, cout // groups, -1)
-        gyg = gy.reshape(n, groups, cout // groups, L)
-        gx = xp.zeros_like(x) if need[0] else None
-        goff = xp.zeros_like(offset) if need[1] else None
-        gw = xp.zeros_like(wg) if need[2] else None
-        gmask = xp.zeros_like(mask) if ctx.has_mask and need[-1] else None
-        for lo, hi in _chunks(n, cin * k * L):
-            nb = hi - lo
-            cols, vals, corners = _deform_cols(xp, x[lo:hi], offset[lo:hi], mask, lo, hi, geom)
-            g = gyg[lo:hi]
-            if gw is not None:
-                gw += xp.matmul(g, cols.reshape(nb, groups, -1, L).swapaxes(-1, -2)).sum(axis=0)
-            if gx is None and goff is None and gmask is None:
-                continue
-            gcols = xp.matmul(wg.swapaxes(-1, -2), g).reshape(nb * og, cg, k * L)
-            if gmask is not None:
-                gmask[lo:hi] = (gcols * vals).sum(axis=1).reshape(nb, og * k, ho, wo)
-            if mask is not None:
-                gcols = gcols * mask[lo:hi].reshape(nb * og, 1, k * L)
-            if gx is not None:
-                part = 0
-                for lin, wgt, _ in corners:
-                    part = part + _scatter(xp, (nb * og, cg, h * w), lin, gcols * wgt[:, None, :])
-                gx[lo:hi] = part.reshape(nb, cin, h, w)
-            if goff is not None:
-                xf = x[lo:hi].reshape(nb * og, cg, h * w)
-                gpy = gpx = 0
-                for lin, _, (dy, dx) in corners:
-                    v = (_gather(xp, xf, lin) * gcols).sum(axis=1)
-                    gpy = gpy + v * dy
-                    gpx = gpx + v * dx
-                goff[lo:hi] = xp.stack(
-                    [gpy.reshape(nb, og, k, L), gpx.reshape(nb, og, k, L)], axis=3
-                ).reshape(nb, 2 * og * k, ho, wo)
-        grads = [gx, goff, gw.reshape(weight.shape) if gw is not None else None]
-        if ctx.has_bias:
-            grads.append(gy.sum(axis=(0, 2, 3)) if need[3] else None)
-        if ctx.has_mask:
-            grads.append(gmask)
-        return tuple(grads)
+        im2col, col2im = (
+            functools.partial(_deform_im2col, xp),
+            functools.partial(_deform_col2im, xp),
+        )
+        return _deform_backward(ctx, im2col, col2im, gy)
 
     differentiable_backward = staticmethod(_deform_conv2d_differentiable_backward)
 
@@ -885,18 +1006,6 @@ def _chunks(n, per_item):
     """Batch ranges whose column matrices hold at most ``_COLUMN_BUDGET`` elements."""
     step = max(1, _COLUMN_BUDGET // max(per_item, 1))
     return [(lo, min(lo + step, n)) for lo in range(0, n, step)]
-
-
-def _deform_cols(xp, x, offset, mask, lo, hi, geom):
-    """One chunk's column matrix (nb, Cin*K, L), its unmasked samples (nb*og, Cg, K*L) and the
-    corners of the samples."""
-    og, kh, kw, ho, wo = geom[:5]
-    nb, cin = x.shape[:2]
-    vals, corners = _deform_columns(xp, x, offset, mask, geom)
-    cols = vals
-    if mask is not None:
-        cols = vals * mask[lo:hi].reshape(nb * og, 1, -1)
-    return cols.reshape(nb, cin * kh * kw, ho * wo), vals, corners
 
 
 def _pair(value, what, op):
@@ -926,7 +1035,9 @@ def deform_conv2d(
     and goffset through the bilinear samples (corner weights and slopes).
 
     Example:
-        >>> y = F.deform_conv2d(x, offset, weight, padding=1)  # offset zeros: conv2d
+        >>> x, w = ferro.randn(1, 2, 5, 5), ferro.randn(3, 2, 3, 3)
+        >>> F.deform_conv2d(x, ferro.zeros(1, 18, 5, 5), w, padding=1).shape  # conv2d
+        (1, 3, 5, 5)
     """
     op = "deform_conv2d"
     stride = _pair(stride, "stride", op)

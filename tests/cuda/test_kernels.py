@@ -343,6 +343,7 @@ def _gpu_ops():
 FAMILY_GPU_CASES = {
     "batch_norm",
     "conv",
+    "deform_conv2d",
     "group_norm",
     "instance_norm",
     "layer_norm",

@@ -104,9 +104,11 @@ def test_interpolate_matches_torch(mode, dims):
             yf.backward(ferro.tensor(gy))
             tol = 2e-5 if dtype == np.float32 else 1e-12
             assert yf.shape == tuple(yt.shape), (shape, kw)
-            np.testing.assert_allclose(yf.data, yt.detach().numpy(), atol=tol, err_msg=str(kw))
+            np.testing.assert_allclose(
+                yf.detach().numpy(), yt.detach().numpy(), atol=tol, err_msg=str(kw)
+            )
             if not _torch_nearest_grad_differs(mode, shape, kw):
-                np.testing.assert_allclose(xf.grad.data, xt.grad.numpy(), atol=10 * tol)
+                np.testing.assert_allclose(xf.grad.detach().numpy(), xt.grad.numpy(), atol=10 * tol)
             checked += 1
     assert checked >= 20
 
@@ -121,34 +123,39 @@ def test_interpolate_backward_is_the_adjoint_of_forward(mode, dims):
         y = F.interpolate(x, mode=mode, **kw)
         gy = rng.standard_normal(y.shape)
         y.backward(ferro.tensor(gy))
-        assert np.isclose((y.data * gy).sum(), (x.data * x.grad.data).sum(), rtol=1e-12)
+        assert np.isclose(
+            (y.detach().numpy() * gy).sum(),
+            (x.detach().numpy() * x.grad.detach().numpy()).sum(),
+            rtol=1e-12,
+        )
 
 
 def test_interpolate_identity_and_known_values():
     x = ferro.arange(4.0, dtype=ferro.float64).reshape(1, 1, 2, 2)
     up = F.interpolate(x, scale_factor=2, mode="nearest")
     np.testing.assert_array_equal(
-        up.data[0, 0], [[0, 0, 1, 1], [0, 0, 1, 1], [2, 2, 3, 3]] + [[2, 2, 3, 3]]
+        up.detach().numpy()[0, 0], [[0, 0, 1, 1], [0, 0, 1, 1], [2, 2, 3, 3]] + [[2, 2, 3, 3]]
     )
     lin = F.interpolate(x, size=(3, 3), mode="bilinear", align_corners=True)
-    np.testing.assert_allclose(lin.data[0, 0], [[0, 0.5, 1], [1, 1.5, 2], [2, 2.5, 3]])
+    np.testing.assert_allclose(lin.detach().numpy()[0, 0], [[0, 0.5, 1], [1, 1.5, 2], [2, 2.5, 3]])
     same = F.interpolate(x, size=(2, 2), mode="bicubic")
-    np.testing.assert_array_equal(same.data, x.data)
-    np.testing.assert_allclose(F.interpolate(x, size=1, mode="area").data, [[[[1.5]]]])
+    np.testing.assert_array_equal(same.detach().numpy(), x.detach().numpy())
+    np.testing.assert_allclose(F.interpolate(x, size=1, mode="area").detach().numpy(), [[[[1.5]]]])
 
 
 def test_upsample_aliases():
     x = ferro.tensor(np.random.default_rng(0).standard_normal((1, 2, 3, 4)))
     np.testing.assert_array_equal(
-        F.upsample(x, scale_factor=2, mode="bilinear").data,
-        F.interpolate(x, scale_factor=2, mode="bilinear").data,
+        F.upsample(x, scale_factor=2, mode="bilinear").detach().numpy(),
+        F.interpolate(x, scale_factor=2, mode="bilinear").detach().numpy(),
     )
     np.testing.assert_array_equal(
-        F.upsample_nearest(x, size=(5, 6)).data, F.interpolate(x, size=(5, 6)).data
+        F.upsample_nearest(x, size=(5, 6)).detach().numpy(),
+        F.interpolate(x, size=(5, 6)).detach().numpy(),
     )
     np.testing.assert_array_equal(
-        F.upsample_bilinear(x, scale_factor=2).data,
-        F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=True).data,
+        F.upsample_bilinear(x, scale_factor=2).detach().numpy(),
+        F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=True).detach().numpy(),
     )
 
 
@@ -179,9 +186,11 @@ def test_grid_sample_matches_torch(dims, mode):
                 yf = F.grid_sample(xf, gf, **kw)
                 yf.backward(ferro.tensor(gy))
                 tol = 1e-4 if dtype == np.float32 else 1e-10
-                np.testing.assert_allclose(yf.data, yt.detach().numpy(), atol=tol, err_msg=str(kw))
-                np.testing.assert_allclose(xf.grad.data, xt.grad.numpy(), atol=tol)
-                np.testing.assert_allclose(gf.grad.data, gt.grad.numpy(), atol=tol * 10)
+                np.testing.assert_allclose(
+                    yf.detach().numpy(), yt.detach().numpy(), atol=tol, err_msg=str(kw)
+                )
+                np.testing.assert_allclose(xf.grad.detach().numpy(), xt.grad.numpy(), atol=tol)
+                np.testing.assert_allclose(gf.grad.detach().numpy(), gt.grad.numpy(), atol=tol * 10)
 
 
 @pytest.mark.torch
@@ -202,8 +211,8 @@ def test_affine_grid_matches_torch(size, align):
     tf = ferro.tensor(theta, requires_grad=True)
     gf = F.affine_grid(tf, size, align_corners=align)
     gf.backward(ferro.tensor(gy))
-    np.testing.assert_allclose(gf.data, gt.detach().numpy(), atol=1e-12)
-    np.testing.assert_allclose(tf.grad.data, tt.grad.numpy(), atol=1e-12)
+    np.testing.assert_allclose(gf.detach().numpy(), gt.detach().numpy(), atol=1e-12)
+    np.testing.assert_allclose(tf.grad.detach().numpy(), tt.grad.numpy(), atol=1e-12)
 
 
 class _nothing:
@@ -219,7 +228,9 @@ def test_identity_affine_grid_samples_the_input_back():
     theta = ferro.tensor(np.tile(np.eye(2, 3), (2, 1, 1)))
     for align in (False, True):
         grid = F.affine_grid(theta, (2, 3, 4, 5), align_corners=align)
-        np.testing.assert_allclose(F.grid_sample(x, grid, align_corners=align).data, x.data)
+        np.testing.assert_allclose(
+            F.grid_sample(x, grid, align_corners=align).detach().numpy(), x.detach().numpy()
+        )
 
 
 # ---- deform_conv2d -------------------------------------------------------------------------
@@ -268,7 +279,7 @@ def test_deform_conv2d_with_zero_offset_is_conv2d(stride, padding, dilation, gro
         dilation=dilation,
     )
     want = _numpy_conv2d(x, w, b, stride, padding, dilation, groups)
-    np.testing.assert_allclose(y.data, want, atol=1e-12)
+    np.testing.assert_allclose(y.detach().numpy(), want, atol=1e-12)
 
 
 @pytest.mark.torch
@@ -289,9 +300,9 @@ def test_deform_conv2d_with_zero_offset_matches_torch_conv2d_gradients():
     xf, wf, bf = (ferro.tensor(a, requires_grad=True) for a in (x, w, b))
     yf = F.deform_conv2d(xf, ferro.zeros(2, 18, 6, 5, dtype=ferro.float64), wf, bf, padding=1)
     yf.backward(ferro.tensor(gy))
-    np.testing.assert_allclose(yf.data, yt.detach().numpy(), atol=1e-12)
+    np.testing.assert_allclose(yf.detach().numpy(), yt.detach().numpy(), atol=1e-12)
     for f, t in ((xf, xt), (wf, wt), (bf, bt)):
-        np.testing.assert_allclose(f.grad.data, t.grad.numpy(), atol=1e-11)
+        np.testing.assert_allclose(f.grad.detach().numpy(), t.grad.numpy(), atol=1e-11)
 
 
 def test_deform_conv2d_offsets_shift_the_samples():
@@ -303,7 +314,7 @@ def test_deform_conv2d_offsets_shift_the_samples():
         ferro.tensor(x), ferro.tensor(offset), ferro.ones(1, 1, 1, 1, dtype=ferro.float64)
     )
     want = np.concatenate([x[:, :, 1:], np.zeros((1, 1, 1, 4))], axis=2)
-    np.testing.assert_allclose(y.data, want)
+    np.testing.assert_allclose(y.detach().numpy(), want)
 
 
 def test_deform_conv2d_chunks_give_the_unchunked_result(monkeypatch):
@@ -312,19 +323,19 @@ def test_deform_conv2d_chunks_give_the_unchunked_result(monkeypatch):
     args = [ferro.tensor(a, requires_grad=True) for a in sample.args]
     full = F.deform_conv2d(*args[:4], mask=args[4], **sample.kwargs)
     full.backward(ferro.ones_like(full))
-    want = [a.grad.data.copy() for a in args]
+    want = [a.grad.detach().numpy().copy() for a in args]
     monkeypatch.setattr(resampling, "_COLUMN_BUDGET", 1)  # one image per chunk
     args2 = [ferro.tensor(a, requires_grad=True) for a in sample.args]
     part = F.deform_conv2d(*args2[:4], mask=args2[4], **sample.kwargs)
     part.backward(ferro.ones_like(part))
-    np.testing.assert_allclose(part.data, full.data, atol=1e-12)
+    np.testing.assert_allclose(part.detach().numpy(), full.detach().numpy(), atol=1e-12)
     np.testing.assert_allclose(
-        part.data,
+        part.detach().numpy(),
         deform_conv2d_ref(*sample.args[:4], mask=sample.args[4], **sample.kwargs),
         atol=1e-12,
     )
     for a, g in zip(args2, want, strict=True):
-        np.testing.assert_allclose(a.grad.data, g, atol=1e-12)
+        np.testing.assert_allclose(a.grad.detach().numpy(), g, atol=1e-12)
 
 
 # ---- modules -------------------------------------------------------------------------------
@@ -335,16 +346,19 @@ def test_upsample_modules_forward_and_repr():
     m = ferro.nn.Upsample(scale_factor=2, mode="bilinear")
     assert repr(m) == "Upsample(scale_factor=2.0, mode='bilinear')"
     np.testing.assert_array_equal(
-        m(x).data, F.interpolate(x, scale_factor=2.0, mode="bilinear").data
+        m(x).detach().numpy(), F.interpolate(x, scale_factor=2.0, mode="bilinear").detach().numpy()
     )
     assert repr(ferro.nn.Upsample(size=(4, 5))) == "Upsample(size=(4, 5), mode='nearest')"
     near = ferro.nn.UpsamplingNearest2d(scale_factor=2)
     assert repr(near) == "UpsamplingNearest2d(scale_factor=2.0, mode='nearest')"
-    np.testing.assert_array_equal(near(x).data, F.interpolate(x, scale_factor=2).data)
+    np.testing.assert_array_equal(
+        near(x).detach().numpy(), F.interpolate(x, scale_factor=2).detach().numpy()
+    )
     bil = ferro.nn.UpsamplingBilinear2d(size=5)
     assert repr(bil) == "UpsamplingBilinear2d(size=5, mode='bilinear')"
     np.testing.assert_array_equal(
-        bil(x).data, F.interpolate(x, size=5, mode="bilinear", align_corners=True).data
+        bil(x).detach().numpy(),
+        F.interpolate(x, size=5, mode="bilinear", align_corners=True).detach().numpy(),
     )
     assert list(m.parameters()) == []
 
@@ -373,16 +387,24 @@ def test_deform_conv2d_module():
     assert m.weight.shape == (6, 2, 3, 3) and m.bias.shape == (6,)
     assert [name for name, _ in m.named_parameters()] == ["weight", "bias"]
     bound = 1 / math.sqrt(2 * 9)
-    assert np.abs(m.bias.data).max() <= bound and np.abs(m.weight.data).max() <= bound
-    assert np.abs(m.weight.data).max() > bound / 2  # drawn, not left empty
+    assert (
+        np.abs(m.bias.detach().numpy()).max() <= bound
+        and np.abs(m.weight.detach().numpy()).max() <= bound
+    )
+    assert np.abs(m.weight.detach().numpy()).max() > bound / 2  # drawn, not left empty
     rng = np.random.default_rng(0)
     x = ferro.tensor(rng.standard_normal((1, 4, 5, 5)))
     off = ferro.tensor(rng.uniform(-1, 1, (1, 18, 5, 5)))
     mask = ferro.tensor(rng.uniform(0, 1, (1, 9, 5, 5)))
     want = deform_conv2d_ref(
-        x.data, off.data, m.weight.data, m.bias.data, padding=1, mask=mask.data
+        x.detach().numpy(),
+        off.detach().numpy(),
+        m.weight.detach().numpy(),
+        m.bias.detach().numpy(),
+        padding=1,
+        mask=mask.detach().numpy(),
     )
-    np.testing.assert_allclose(m(x, off, mask).data, want, atol=1e-12)
+    np.testing.assert_allclose(m(x, off, mask).detach().numpy(), want, atol=1e-12)
     m(x, off).sum().backward()
     assert m.weight.grad.shape == m.weight.shape and m.bias.grad.shape == (6,)
     nobias = ferro.nn.DeformConv2d(2, 2, (1, 2), bias=False, dilation=2)
@@ -434,7 +456,7 @@ def test_interpolate_bad_rank_and_dtype():
     with pytest.raises(DtypeError, match="float"):
         F.interpolate(ferro.zeros(1, 1, 2, dtype=ferro.int64), size=3, mode="linear")
     ints = F.interpolate(ferro.arange(3).reshape(1, 1, 3), size=6)  # nearest copies any dtype
-    np.testing.assert_array_equal(ints.data[0, 0], [0, 0, 1, 1, 2, 2])
+    np.testing.assert_array_equal(ints.detach().numpy()[0, 0], [0, 0, 1, 1, 2, 2])
 
 
 def test_grid_sample_and_affine_grid_bad_input():
@@ -528,20 +550,22 @@ def test_differentiable_backward_agrees_with_backward(name):
         out.backward(ferro.tensor(gy))
         for t, g in zip(tensors, got, strict=True):
             if g is None:
-                assert not t.grad.data.any(), sample.label
+                assert not t.grad.detach().numpy().any(), sample.label
                 continue
             assert isinstance(g, ferro.Tensor)
-            np.testing.assert_allclose(g.data, t.grad.data, atol=1e-12, err_msg=sample.label)
+            np.testing.assert_allclose(
+                g.detach().numpy(), t.grad.detach().numpy(), atol=1e-12, err_msg=sample.label
+            )
 
 
-@pytest.mark.parametrize("name", ["interpolate", "grid_sample", "deform_conv2d_mask"])
+@pytest.mark.parametrize("name", ["interpolate", "grid_sample", "deform_conv2d"])
 def test_differentiable_backward_has_the_right_derivatives(name):
     # Second order: differentiate <differentiable_backward(gy; inputs), r> by gradcheck, which
     # compares the graph it records with central differences of the same function.
     fn, _ = _DIFFERENTIABLE[name]
     rng = np.random.default_rng(4)
     samples = BY_NAME[name].samples(rng)
-    sample = samples[1] if name == "interpolate" else samples[0]
+    sample = samples[{"interpolate": 1, "grid_sample": 0, "deform_conv2d": 2}[name]]
     out, tensors = _recorded(name, sample)
     node = out.grad_fn
     gy0 = rng.standard_normal(out.shape)
@@ -556,5 +580,158 @@ def test_differentiable_backward_has_the_right_derivatives(name):
                 total = total + (g * r).sum()
         return total
 
-    inputs = tuple(ferro.tensor(a.data, requires_grad=True) for a in tensors)
+    inputs = tuple(ferro.tensor(a.detach().numpy(), requires_grad=True) for a in tensors)
     assert gradcheck(second, (ferro.tensor(gy0, requires_grad=True), *inputs))
+
+
+# ---- CPU kernels ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("with_mask", [False, True])
+def test_deform_kernels_match_the_generic_sampling(dtype, with_mask):
+    from ferro._C import resampling_kernels as rk
+
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 4, 5, 6)).astype(dtype)
+    kernel, stride, padding, dilation = (3, 2), (2, 1), (1, 0), (1, 2)
+    ho, wo = 3, 4
+    offset = rng.uniform(-2.5, 2.5, (2, 2 * 2 * 6, ho, wo)).astype(dtype)
+    mask = rng.uniform(0, 1, (2, 2 * 6, ho, wo)).astype(dtype) if with_mask else None
+    geom = (2, 3, 2, ho, wo, stride, padding, dilation)
+    cols = rk.deform_im2col(x, offset, mask, kernel, stride, padding, dilation)
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(cols, resampling._deform_im2col(np, x, offset, mask, geom), atol=tol)
+    gcols = rng.standard_normal(cols.shape).astype(dtype)
+    got = rk.deform_col2im(x, offset, mask, gcols, kernel, stride, padding, dilation)
+    want = resampling._deform_col2im(np, x, offset, mask, gcols, geom, (True, True, True))
+    for g, w in zip(got, want, strict=True):
+        if w is None:
+            assert g is None
+        else:
+            assert g.dtype == dtype
+            np.testing.assert_allclose(g, w, atol=10 * tol)
+    none = rk.deform_col2im(
+        x, offset, mask, gcols, kernel, stride, padding, dilation, False, False, False
+    )
+    assert none == (None, None, None)
+
+
+def test_deform_kernels_refuse_what_they_cannot_read():
+    from ferro._C import resampling_kernels as rk
+    from ferro.errors import ArgumentTypeError
+
+    x = np.zeros((1, 2, 4, 4))
+    off = np.zeros((1, 18, 4, 4))
+    args = ((3, 3), (1, 1), (1, 1), (1, 1))
+    with pytest.raises(ArgumentTypeError, match="x must be a numpy.ndarray"):
+        rk.deform_im2col(x.tolist(), off, None, *args)
+    with pytest.raises(DtypeError, match="one dtype"):
+        rk.deform_im2col(x, off.astype(np.float32), None, *args)
+    with pytest.raises(DtypeError, match="native byte order"):
+        rk.deform_im2col(x, off.astype(">f8"), None, *args)
+    with pytest.raises(ShapeError, match="C-contiguous"):
+        rk.deform_im2col(np.asfortranarray(x), off, None, *args)
+    with pytest.raises(ShapeError, match=r"offset of shape \(1, 17, 4, 4\)"):
+        rk.deform_im2col(x, np.zeros((1, 17, 4, 4)), None, *args)
+    with pytest.raises(ShapeError, match=r"gcols must have shape \(1, 18, 16\)"):
+        rk.deform_col2im(x, off, None, np.zeros((1, 18, 15)), *args)
+    with pytest.raises(ShapeError, match=r"mask must have shape \(1, 9, 4, 4\)"):
+        rk.deform_im2col(x, off, np.zeros((1, 9, 4, 3)), *args)
+    assert not rk.accepts((x, off.astype(np.float32))) and rk.accepts((x, off))
+    assert not rk.accepts_grad(x.T, (x,))
+
+
+def test_deform_conv2d_runs_the_cpu_kernels_where_they_take_the_arrays():
+    rng = np.random.default_rng(6)
+    sample = BY_NAME["deform_conv2d_mask"].samples(rng)[0]
+    args = [ferro.tensor(a, requires_grad=True) for a in sample.args]
+    y = F.deform_conv2d(*args[:4], mask=args[4], **sample.kwargs)
+    y.sum().backward()  # a stride-0 upstream gradient: made contiguous for the kernel
+    assert y.grad_fn.fused_forward and y.grad_fn.fused_backward
+    np.testing.assert_allclose(
+        y.detach().numpy(),
+        deform_conv2d_ref(*sample.args[:4], mask=sample.args[4], **sample.kwargs),
+        atol=1e-12,
+    )
+    t = [ferro.from_numpy(np.asfortranarray(a)).requires_grad_() for a in sample.args]
+    assert not F.deform_conv2d(*t[:4], mask=t[4], **sample.kwargs).grad_fn.fused_forward
+
+
+@pytest.mark.parametrize(
+    "name,index",
+    [("interpolate", 15), ("grid_sample", 0), ("deform_conv2d", 2), ("affine_grid", 2)],
+)
+def test_second_derivatives_through_the_engine(name, index):
+    # create_graph=True runs differentiable_backward: gradgradcheck against central differences.
+    from ferro.testing import gradgradcheck
+
+    sample = BY_NAME[name].samples(np.random.default_rng(0))[index]
+    args = [
+        ferro.tensor(a, requires_grad=True) if isinstance(a, np.ndarray) else a for a in sample.args
+    ]
+    pos = [k for k, a in enumerate(args) if isinstance(a, ferro.Tensor)]
+
+    def fn(*tensors):
+        call = list(args)
+        for k, t in zip(pos, tensors, strict=True):
+            call[k] = t
+        return BY_NAME[name].fn(*call, **sample.kwargs)
+
+    assert gradgradcheck(fn, tuple(args[k] for k in pos))
+
+
+def test_deform_conv2d_with_zero_offset_equals_ferro_conv2d_and_its_gradients():
+    rng = np.random.default_rng(8)
+    x, w, b = (
+        rng.standard_normal((2, 4, 6, 5)),
+        rng.standard_normal((6, 2, 3, 3)),
+        rng.standard_normal(6),
+    )
+    ins = [ferro.tensor(a, requires_grad=True) for a in (x, w, b)]
+    ref = [ferro.tensor(a, requires_grad=True) for a in (x, w, b)]
+    offset = ferro.zeros(2, 18, 3, 3, dtype=ferro.float64)
+    y = F.deform_conv2d(ins[0], offset, ins[1], ins[2], stride=2, padding=1)
+    want = F.conv2d(ref[0], ref[1], ref[2], stride=2, padding=1, groups=2)
+    np.testing.assert_allclose(y.detach().numpy(), want.detach().numpy(), atol=1e-12)
+    gy = ferro.tensor(rng.standard_normal(y.shape))
+    y.backward(gy)
+    want.backward(gy)
+    for a, r in zip(ins, ref, strict=True):
+        np.testing.assert_allclose(a.grad.numpy(), r.grad.numpy(), atol=1e-11)
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize(
+    "shape,kw",
+    [
+        ((1, 2, 300), {"size": 701, "mode": "linear", "align_corners": False}),
+        ((1, 1, 260, 3), {"size": (600, 5), "mode": "bicubic", "align_corners": True}),
+        ((1, 2, 1000), {"size": 300, "mode": "area"}),
+        ((1, 1, 400, 2), {"scale_factor": (2.3, 1.0), "mode": "nearest"}),
+        ((1, 1, 2, 2, 350), {"scale_factor": 1.7, "mode": "trilinear"}),
+    ],
+)
+def test_large_axes_resample_by_taps_as_torch_does(shape, kw):
+    import torch
+    import torch.nn.functional as TF
+
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal(shape)
+    xt = torch.tensor(x, requires_grad=True)
+    yt = TF.interpolate(xt, **kw)
+    gy = rng.standard_normal(tuple(yt.shape))
+    yt.backward(torch.tensor(gy))
+    xf = ferro.tensor(x, requires_grad=True)
+    yf = F.interpolate(xf, **kw)
+    assert any(s[2] * s[3] > resampling._DENSE_MAX for s in yf.grad_fn.plan)
+    yf.backward(ferro.tensor(gy))
+    np.testing.assert_allclose(yf.detach().numpy(), yt.detach().numpy(), atol=1e-12)
+    if kw["mode"] != "nearest":  # PyTorch's float64 nearest backward rounds its indices in
+        # float32, unlike its forward (69 / 2.3): ferro's is the forward's transpose
+        np.testing.assert_allclose(xf.grad.numpy(), xt.grad.numpy(), atol=1e-11)
+    assert np.isclose((yf.detach().numpy() * gy).sum(), (x * xf.grad.numpy()).sum())
+    # the differentiable backward takes the same taps (index_add)
+    node = yf.grad_fn
+    g = resampling._interpolate_differentiable_backward(node, ferro.tensor(gy))
+    np.testing.assert_allclose(g.detach().numpy(), xf.grad.numpy(), atol=1e-11)

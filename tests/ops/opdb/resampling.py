@@ -16,14 +16,17 @@ from opdb.core import OpInfo, Sample, uniform
 # ---- interpolate ---------------------------------------------------------------------------
 
 
-def _interp_weights(mode, n_in, n_out, align, scale):
+def _interp_weights(mode, n_in, n_out, align, scale, wide):
     """(n_out, n_in): output o as a weighted sum of inputs, one output at a time."""
     w = np.zeros((n_out, n_in))
     ratio = 1.0 / scale if scale else n_in / n_out
     for o in range(n_out):
         if mode in ("nearest", "nearest-exact"):
             at = o + 0.5 if mode == "nearest-exact" else o
-            w[o, min(int(np.floor(np.float32(at) * np.float32(ratio))), n_in - 1)] = 1
+            src = at / scale if wide and scale else (at * (n_in / n_out) if wide else None)
+            if src is None:  # float32 data: PyTorch computes the index in float32
+                src = np.float32(at) * np.float32(ratio)
+            w[o, min(int(np.floor(src)), n_in - 1)] = 1
             continue
         if mode == "area":
             lo, hi = (o * n_in) // n_out, -((-(o + 1) * n_in) // n_out)
@@ -66,7 +69,8 @@ def _interp_ref(
         scales = (None,) * dims if recompute_scale_factor else sf
     y = x.astype(np.float64)
     for d in range(dims):
-        w = _interp_weights(mode, x.shape[2 + d], out[d], bool(align_corners), scales[d])
+        wide = x.dtype == np.float64
+        w = _interp_weights(mode, x.shape[2 + d], out[d], bool(align_corners), scales[d], wide)
         if mode == "nearest" and dims == 2 and out[d] in (x.shape[2 + d], 2 * x.shape[2 + d]):
             w = np.eye(x.shape[2 + d]).repeat(out[d] // x.shape[2 + d], axis=0)
         y = np.moveaxis(np.tensordot(w, np.moveaxis(y, 2 + d, 0), axes=1), 0, 2 + d)

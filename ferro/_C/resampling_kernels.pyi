@@ -1,0 +1,28 @@
+import numpy as np
+
+FUSED_KERNELS: frozenset[str]
+
+def accepts(arrays: tuple) -> bool: ...
+def accepts_grad(gy: object, arrays: tuple) -> bool: ...
+def deform_im2col(
+    x: np.ndarray,
+    offset: np.ndarray,
+    mask: np.ndarray | None,
+    kernel: tuple[int, int],
+    stride: tuple[int, int],
+    padding: tuple[int, int],
+    dilation: tuple[int, int],
+) -> np.ndarray: ...
+def deform_col2im(
+    x: np.ndarray,
+    offset: np.ndarray,
+    mask: np.ndarray | None,
+    gcols: np.ndarray,
+    kernel: tuple[int, int],
+    stride: tuple[int, int],
+    padding: tuple[int, int],
+    dilation: tuple[int, int],
+    need_x: bool = True,
+    need_offset: bool = True,
+    need_mask: bool = True,
+) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None]: ...

@@ -28,7 +28,10 @@ from ferro import (  # noqa: F401  (submodules)
 )
 from ferro._C import cpu_kernels as _cpu_kernels
 from ferro._C import engine as _engine
-from ferro._tensor import Tensor
+from ferro._C import norm_kernels as _norm_kernels
+from ferro._C import pooling_kernels as _pooling_kernels
+from ferro._missing import module_attribute as __getattr__  # noqa: F401  (PEP 562 hints)
+from ferro._tensor import Size, Tensor
 from ferro.autograd import (
     enable_grad,
     grad,
@@ -42,6 +45,7 @@ from ferro.backend import device, get_default_device, set_default_device
 from ferro.creation import (
     arange,
     as_tensor,
+    bernoulli,
     empty,
     empty_like,
     eye,
@@ -51,6 +55,8 @@ from ferro.creation import (
     full_like,
     linspace,
     logspace,
+    multinomial,
+    normal,
     ones,
     ones_like,
     rand,
@@ -97,7 +103,7 @@ from ferro.utils.checkpoint import checkpoint, checkpoint_sequential
 # The composition root: each backend's fused kernels become the overrides of the ops that
 # ferro.ops.fused lists (so ops never import cuda), and the GPU kernels become the engine's
 # accumulation and sum-to-shape on CuPy arrays. Neither imports CuPy: that waits for a kernel.
-_fused.install("cpu", _cpu_kernels)
+_fused.install("cpu", _cpu_kernels, _norm_kernels, _pooling_kernels)
 _fused.install("cuda", _cuda_kernels)
 _engine.set_gpu_backend(
     _cuda_kernels.owns, _cuda_kernels.accepts, _cuda_kernels.accumulate, _cuda_kernels.sum_to_shape
@@ -117,6 +123,7 @@ int = int32
 short = int16
 
 __all__ = [
+    "Size",
     "Tensor",
     "tensor",
     "as_tensor",
@@ -141,6 +148,9 @@ __all__ = [
     "rand_like",
     "randn_like",
     "randint_like",
+    "bernoulli",
+    "multinomial",
+    "normal",
     "Generator",
     "default_generator",
     "manual_seed",

@@ -25,6 +25,8 @@ builtin a Python user would expect, so ``except ValueError`` keeps working:
   a fused kernel) into memory that is not writeable, such as a read-only memory map.
 - :class:`NotSupportedError` (``NotImplementedError``): a feature ferro deliberately does not
   provide (float16 on the CPU, ...), named as such rather than failing later.
+- :class:`MissingFeatureError` (``NotSupportedError`` and ``AttributeError``): a PyTorch name
+  ferro does not have; the message says what to do instead.
 
 Messages name the op, what was expected and what was received.
 """
@@ -90,6 +92,11 @@ class NotSupportedError(FerroError, NotImplementedError):
     """A feature ferro deliberately does not provide."""
 
 
+class MissingFeatureError(NotSupportedError, AttributeError):
+    """A PyTorch name ferro does not have (``t.to_sparse``, ``ferro.jit``); the message names
+    the ferro way, if there is one. An AttributeError too, so ``hasattr`` stays False."""
+
+
 __all__ = [
     "FerroError",
     "ShapeError",
@@ -106,4 +113,5 @@ __all__ = [
     "IndexOutOfRangeError",
     "ReadOnlyError",
     "NotSupportedError",
+    "MissingFeatureError",
 ]

@@ -112,7 +112,8 @@ def gpt_cases(ferro, torch, batch, block, embd, heads, layers, vocab=65):
     return cases
 
 
-def _run_sibling(name: str, argv: list[str]) -> None:
+def _run_sibling(name: str) -> None:
+    """Run ``benchmarks/<name>.py``'s ``main()`` with its default arguments, if it exists."""
     path = os.path.join(HERE, f"{name}.py")
     if not os.path.exists(path):
         print(f"# {name}.py: not present, skipped")
@@ -121,7 +122,11 @@ def _run_sibling(name: str, argv: list[str]) -> None:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     print()
-    module.main(argv)
+    argv, sys.argv = sys.argv, [path]  # its main() parses sys.argv
+    try:
+        module.main()
+    finally:
+        sys.argv = argv
 
 
 def main(argv=None) -> list[dict]:
@@ -200,7 +205,7 @@ def main(argv=None) -> list[dict]:
 
     if not args.no_siblings:
         for name in ("bench_norm", "bench_rnn"):
-            _run_sibling(name, [])
+            _run_sibling(name)
     return records
 
 

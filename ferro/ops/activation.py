@@ -133,7 +133,7 @@ class Gelu:
         ctx.save(x)
         ctx.approximate = approximate
         if approximate == "tanh":
-            return 0.5 * x * (1 + xp.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)))
+            return _gelu_tanh(xp, x)
         return 0.5 * x * (1 + erf(xp, x * _INV_SQRT_2))
 
     @staticmethod
@@ -141,6 +141,9 @@ class Gelu:
         (x,) = ctx.saved
         xp = ctx.xp
         if ctx.approximate == "tanh":
+            if xp.__name__ in ("numpy", "cupy") and getattr(x, "ndim", 0) > 0:
+                return _gelu_tanh_grad(xp, x, gy)
+            # The same formula with plain math (this runs on tensors under create_graph).
             inner = _SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)
             t = xp.tanh(inner)
             dinner = _SQRT_2_OVER_PI * (1 + 3 * 0.044715 * x * x)
@@ -148,6 +151,46 @@ class Gelu:
         cdf = 0.5 * (1 + erf(xp, x * _INV_SQRT_2))
         pdf = _INV_SQRT_2PI * xp.exp(-0.5 * x * x)
         return gy * (cdf + x * pdf)
+
+
+_GELU_K = 0.044715
+
+
+def _gelu_tanh(xp, x):
+    # 0.5 x (1 + tanh(c (x + k x^3))) in one buffer, updated in place (the plain expression
+    # allocates eight temporaries). On a 0-d x NumPy's ufuncs return scalars: plain math there.
+    if getattr(x, "ndim", 0) == 0:
+        return 0.5 * x * (1 + xp.tanh(_SQRT_2_OVER_PI * (x + _GELU_K * x * x * x)))
+    y = xp.multiply(x, x)
+    y *= _SQRT_2_OVER_PI * _GELU_K
+    y += _SQRT_2_OVER_PI
+    y *= x
+    xp.tanh(y, out=y)
+    y += 1
+    y *= x
+    y *= 0.5
+    return y
+
+
+def _gelu_tanh_grad(xp, x, gy):
+    # gy (0.5 (1 + t) + 0.5 x (1 - t^2) c (1 + 3 k x^2)), t = tanh(c (x + k x^3)), in two
+    # buffers updated in place.
+    d = xp.multiply(x, x)
+    t = d * (_SQRT_2_OVER_PI * _GELU_K)
+    t += _SQRT_2_OVER_PI
+    t *= x
+    xp.tanh(t, out=t)
+    d *= 1.5 * _SQRT_2_OVER_PI * _GELU_K
+    d += 0.5 * _SQRT_2_OVER_PI
+    d *= x  # 0.5 x c (1 + 3 k x^2)
+    u = xp.multiply(t, t)
+    xp.subtract(1, u, out=u)
+    u *= d
+    t += 1
+    t *= 0.5
+    t += u
+    t *= gy
+    return t
 
 
 def gelu(x, approximate: str = "none"):

@@ -100,6 +100,14 @@ class _Layout:
     grad_mask = grad_q
 
 
+def _add_bias(xp, s, b):
+    # In place when the bias broadcasts into the scores' shape (the common case).
+    if xp.broadcast_shapes(s.shape, b.shape) == s.shape:
+        s += b
+        return s
+    return s + b
+
+
 def _swap(a):
     return a.swapaxes(-1, -2)
 
@@ -132,10 +140,7 @@ def _dense_forward(ctx, lay, bias, scale, dropout_p):
     s = xp.matmul(q, _swap(k))
     s *= scale
     if bias is not None:
-        if xp.broadcast_shapes(s.shape, bias.shape) == s.shape:
-            s += bias
-        else:
-            s = s + bias
+        s = _add_bias(xp, s, bias)
     s -= _safe_max(xp, s)
     xp.exp(s, out=s)
     total = s.sum(axis=-1, keepdims=True)
@@ -209,7 +214,7 @@ def _block_forward(ctx, lay, bias, scale, causal, block):
         s *= scale
         b = _block_bias(xp, bias, causal, r0, L, c0, c1, dtype)
         if b is not None:
-            s = s + b
+            s = _add_bias(xp, s, b)
         m_old = m[..., r0:, :]
         m_new = xp.maximum(m_old, s.max(axis=-1, keepdims=True))
         m_new = xp.where(xp.isneginf(m_new), xp.zeros((), dtype), m_new)
@@ -253,13 +258,13 @@ def _block_backward(ctx, lay, gy, out, need):
         s *= scale
         b = _block_bias(xp, bias, causal, r0, L, c0, c1, dtype)
         if b is not None:
-            s = s + b
+            s = _add_bias(xp, s, b)
         s -= lse[..., r0:, :]
         xp.exp(s, out=s)
         p = s
         g = gy[..., r0:, :]
         if gv is not None:
-            gv[..., c0:c1, :] = xp.matmul(_swap(p), g)
+            xp.matmul(_swap(p), g, out=gv[..., c0:c1, :])
         if gq is None and gk is None and gm is None:
             continue
         ds = xp.matmul(g, _swap(v[..., c0:c1, :]))
@@ -267,10 +272,11 @@ def _block_backward(ctx, lay, gy, out, need):
         ds *= p
         if gm is not None:
             gm[..., r0:, c0:c1] = ds
+        ds *= scale  # the scores' gradient times scale: what q and k receive
         if gq is not None:
-            gq[..., r0:, :] += xp.matmul(ds, kb) * scale
+            gq[..., r0:, :] += xp.matmul(ds, kb)
         if gk is not None:
-            gk[..., c0:c1, :] = xp.matmul(_swap(ds), qr) * scale
+            xp.matmul(_swap(ds), qr, out=gk[..., c0:c1, :])
     return (
         None if gq is None else lay.grad_q(gq),
         None if gk is None else lay.grad_kv(gk),

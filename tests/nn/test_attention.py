@@ -434,3 +434,35 @@ def test_multihead_attention_bad_input_raises_typed_error(build, call, error, wo
         call(m)
     for w in words:
         assert w in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "block, kw",
+    [(0, {}), (2, {"is_causal": True}), (0, {"enable_gqa": True}), (2, {"enable_gqa": True})],
+)
+def test_sdpa_gradgradcheck_through_the_engine(block, kw):
+    rng = np.random.default_rng(9)
+    kv_heads = 2 if kw.get("enable_gqa") else 4
+    q = ferro.tensor(rng.standard_normal((1, 4, 3, 2)), requires_grad=True)
+    k = ferro.tensor(rng.standard_normal((1, kv_heads, 4, 2)), requires_grad=True)
+    v = ferro.tensor(rng.standard_normal((1, kv_heads, 4, 2)), requires_grad=True)
+    causal, gqa = kw.get("is_causal", False), kw.get("enable_gqa", False)
+
+    def f(q, k, v):
+        return attention._sdpa(q, k, v, None, 0.0, causal, None, gqa, block)
+
+    assert ferro.testing.gradgradcheck(f, (q, k, v))
+
+
+def test_sdpa_gradgradcheck_with_float_and_bool_masks():
+    rng = np.random.default_rng(10)
+    q = ferro.tensor(rng.standard_normal((3, 2)), requires_grad=True)
+    k = ferro.tensor(rng.standard_normal((4, 2)), requires_grad=True)
+    m = ferro.tensor(rng.standard_normal((3, 4)), requires_grad=True)
+    assert ferro.testing.gradgradcheck(
+        lambda q, k, m: F.scaled_dot_product_attention(q, k, k, attn_mask=m), (q, k, m)
+    )
+    keep = ferro.tensor(rng.random((3, 4)) > 0.3)
+    assert ferro.testing.gradgradcheck(
+        lambda q, k: F.scaled_dot_product_attention(q, k, k, attn_mask=keep), (q, k)
+    )

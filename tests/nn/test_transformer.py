@@ -211,3 +211,28 @@ def test_embedding_backward_from_sum_broadcast_gradient():
     w = ferro.tensor(np.ones((8, 3)), requires_grad=True)
     ferro.nn.functional.embedding(ferro.tensor(idx), w).sum().backward()
     np.testing.assert_array_equal(w.grad.numpy()[:, 0], np.bincount(idx, minlength=8))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_gelu_tanh_in_place_path_matches_the_formula(dtype):
+    rng = np.random.default_rng(3)
+    a = rng.uniform(-4, 4, (5, 7)).astype(dtype)
+    x = ferro.tensor(a, requires_grad=True)
+    y = ferro.nn.functional.gelu(x, approximate="tanh")
+    g = rng.standard_normal(a.shape).astype(dtype)
+    y.backward(ferro.tensor(g))
+    c = np.sqrt(2 / np.pi)
+    t = np.tanh(c * (a + 0.044715 * a**3))
+    want_g = g * (0.5 * (1 + t) + 0.5 * a * (1 - t * t) * c * (1 + 3 * 0.044715 * a * a))
+    tol = 1e-6 if dtype == np.float32 else 1e-14
+    np.testing.assert_allclose(y.detach().numpy(), 0.5 * a * (1 + t), rtol=tol, atol=tol)
+    np.testing.assert_allclose(x.grad.numpy(), want_g, rtol=10 * tol, atol=10 * tol)
+    assert y.dtype == dtype
+
+
+def test_gelu_tanh_second_derivative_and_0d():
+    x = ferro.tensor(np.random.default_rng(4).uniform(-2, 2, (3, 4)), requires_grad=True)
+    assert ferro.testing.gradgradcheck(lambda t: ferro.nn.functional.gelu(t, "tanh"), (x,))
+    s = ferro.tensor(0.7, requires_grad=True)
+    ferro.nn.functional.gelu(s, "tanh").backward()
+    assert np.isfinite(s.grad.item())

@@ -13,11 +13,18 @@ from ferro.ops.registry import apply, register
 from ferro.ops.shape import broadcast_to
 
 
+def _rows(a):
+    """``a`` as a matrix of its last dimension's rows (a view when ``a``'s layout allows)."""
+    return a if a.ndim == 2 else a.reshape(-1, a.shape[-1])
+
+
 @register("matmul", broadcasts=True)
 class Matmul:
     @staticmethod
     def forward(ctx, a, b):
         ctx.save(a, b)
+        if a.ndim > 2 and b.ndim == 2:  # one GEMM over the folded rows (see Linear)
+            return (_rows(a) @ b).reshape(a.shape[:-1] + (b.shape[1],))
         return a @ b
 
     @staticmethod
@@ -25,6 +32,10 @@ class Matmul:
         a, b = ctx.saved
         xp = ctx.xp
         need_a, need_b = ctx.needs_input_grad
+        if a.ndim > 2 and b.ndim == 2:
+            ga = (_rows(gy) @ b.T).reshape(a.shape) if need_a else None
+            gb = _rows(a).T @ _rows(gy) if need_b else None
+            return ga, gb
         # Treat 1-D operands as matrices (a row, b a column), as matmul itself does.
         a2 = a[None, :] if a.ndim == 1 else a
         b2 = b[:, None] if b.ndim == 1 else b
@@ -69,16 +80,18 @@ class Linear:
     def forward(ctx, x, w, b):
         need_x, need_w, _ = ctx.needs_input_grad
         ctx.save(x if need_w else None, w if need_x else None)
-        y = x @ w.T
+        # Batch dimensions are folded into the rows: one GEMM, where x @ w.T on a 3-D x runs
+        # one small GEMM per leading index (2-3x slower on a Transformer's (B, T, C)).
+        y = _rows(x) @ w.T
         if b is not None:
             y += b
-        return y
+        return y.reshape(x.shape[:-1] + (w.shape[0],))
 
     @staticmethod
     def backward(ctx, gy):
         x, w = ctx.saved
         need_x, need_w, need_b = ctx.needs_input_grad
-        gx = gy @ w if need_x else None
+        gx = (_rows(gy) @ w).reshape(gy.shape[:-1] + (w.shape[1],)) if need_x else None
         gw = gb = None
         if need_w:
             g2 = gy.reshape(-1, gy.shape[-1])

@@ -682,19 +682,31 @@ class Tensor(TensorBase):
 
     # Autograd.
     def backward(
-        self, gradient=None, retain_graph: bool = False, inputs=None, num_threads=None
+        self,
+        gradient=None,
+        retain_graph=None,
+        create_graph: bool = False,
+        inputs=None,
+        num_threads=None,
     ) -> None:
         """Accumulate the gradient of this tensor into the ``.grad`` of the leaves.
 
         Args:
             gradient: the gradient of this tensor; may be omitted for a 1-element tensor.
-            retain_graph: keep saved arrays so the graph can be walked again.
+            retain_graph: keep saved arrays so the graph can be walked again (default:
+                ``create_graph``).
+            create_graph: record the backward, so ``.grad`` has history (double backward).
             inputs: accumulate only into these tensors.
             num_threads: threads for this backward (None: ``ferro.autograd.parallel`` or
                 ``set_num_threads``; see docs/autograd.md).
         """
         _autograd.backward(
-            (self,), None if gradient is None else (gradient,), retain_graph, inputs, num_threads
+            (self,),
+            None if gradient is None else (gradient,),
+            retain_graph,
+            create_graph,
+            inputs,
+            num_threads,
         )
 
     def detach(self) -> Tensor:

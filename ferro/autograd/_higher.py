@@ -190,7 +190,7 @@ def _run_node(node, e, profiler):
 
             g = creation.zeros(*state[9][nr], dtype=state[10][nr])
             if not state[9][nr]:
-                g = wrap(g.data.reshape(()))
+                g = wrap(g._data.reshape(()))
         gys.append(g)
     if pre_hooks:
         for fn in list(pre_hooks.values()):
@@ -251,8 +251,8 @@ def _run_node(node, e, profiler):
             op.name,
             -1,
             node.xp,
-            [None if g is None else g.data for g in gys],
-            [None if g is None else g.data for g in res],
+            [None if g is None else g._data for g in gys],
+            [None if g is None else g._data for g in res],
             t0,
             _engine.now_ns(),
         )
@@ -281,9 +281,9 @@ def _check_finite(node, res):
         if g is None or g.dtype.kind != "f":
             continue
         xp = node.xp
-        if bool(xp.isfinite(g.data).all()):
+        if bool(xp.isfinite(g._data).all()):
             continue
-        what = "NaN" if bool(xp.isnan(g.data).any()) else "Inf"
+        what = "NaN" if bool(xp.isnan(g._data).any()) else "Inf"
         site = node.creation_site
         where = f"; the node was created at {site[0]}:{site[1]} in {site[2]}" if site else ""
         raise AnomalyError(
@@ -308,13 +308,13 @@ def _seed(t, k, g):
                 f"backward: grad can be implicitly created only for 1-element outputs; got shape "
                 f"{tuple(t.shape)}. Pass gradient= of that shape"
             )
-        return wrap(_xp_of(t.data).ones(t.shape, dtype=t.data.dtype))
+        return wrap(_xp_of(t._data).ones(t.shape, dtype=t._data.dtype))
     if not isinstance(g, TensorBase):
         g = wrap(g)
-    if type(g.data) is not type(t.data):
+    if type(g._data) is not type(t._data):
         raise DeviceError(
-            f"backward: gradient {k} is a {type(g.data).__module__}.{type(g.data).__name__}, the "
-            f"tensor's data a {type(t.data).__module__}.{type(t.data).__name__}"
+            f"backward: gradient {k} is a {type(g._data).__module__}.{type(g._data).__name__}, the "
+            f"tensor's data a {type(t._data).__module__}.{type(t._data).__name__}"
         )
     if tuple(g.shape) != tuple(t.shape):
         raise ShapeError(

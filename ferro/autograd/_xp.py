@@ -58,31 +58,31 @@ class DArray:
 
     @property
     def shape(self):
-        return self.tensor.data.shape
+        return self.tensor._data.shape
 
     @property
     def dtype(self):
-        return self.tensor.data.dtype
+        return self.tensor._data.dtype
 
     @property
     def ndim(self):
-        return self.tensor.data.ndim
+        return self.tensor._data.ndim
 
     @property
     def size(self):
-        return self.tensor.data.size
+        return self.tensor._data.size
 
     def __len__(self):
-        return len(self.tensor.data)
+        return len(self.tensor._data)
 
     def __bool__(self):
-        return bool(self.tensor.data)
+        return bool(self.tensor._data)
 
     def __float__(self):
-        return float(self.tensor.data)
+        return float(self.tensor._data)
 
     def item(self):
-        return self.tensor.data.item()
+        return self.tensor._data.item()
 
     def __array__(self, dtype=None, copy=None):
         raise NotTwiceDifferentiable(
@@ -157,22 +157,22 @@ class DArray:
         return self
 
     def __eq__(self, o):
-        return self.tensor.data == _data(o)
+        return self.tensor._data == _data(o)
 
     def __ne__(self, o):
-        return self.tensor.data != _data(o)
+        return self.tensor._data != _data(o)
 
     def __lt__(self, o):
-        return self.tensor.data < _data(o)
+        return self.tensor._data < _data(o)
 
     def __le__(self, o):
-        return self.tensor.data <= _data(o)
+        return self.tensor._data <= _data(o)
 
     def __gt__(self, o):
-        return self.tensor.data > _data(o)
+        return self.tensor._data > _data(o)
 
     def __ge__(self, o):
-        return self.tensor.data >= _data(o)
+        return self.tensor._data >= _data(o)
 
     __hash__ = None
 
@@ -237,16 +237,16 @@ class DArray:
         return _reduce("prod", self, axis, keepdims, None)
 
     def all(self, *args, **kwargs):
-        return self.tensor.data.all(*args, **kwargs)
+        return self.tensor._data.all(*args, **kwargs)
 
     def any(self, *args, **kwargs):
-        return self.tensor.data.any(*args, **kwargs)
+        return self.tensor._data.any(*args, **kwargs)
 
 
 def _data(x):
     """Values only: a DArray's data (nested in tuples/lists too); anything else as is."""
     if isinstance(x, DArray):
-        return x.tensor.data
+        return x.tensor._data
     if isinstance(x, tuple):
         return tuple(_data(v) for v in x)
     return x

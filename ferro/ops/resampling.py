@@ -164,7 +164,7 @@ def _interpolate_differentiable_backward(ctx, gy):
         m = np.ascontiguousarray(
             _axis_matrix(mode, n_in, n_out, align, scale, np.dtype(g.dtype).str).T
         )
-        g = _along_axis(_TENSOR_OPS, g, move(m, device_of(g.data)), axis)
+        g = _along_axis(_TENSOR_OPS, g, move(m, device_of(g._data)), axis)
     return g
 
 
@@ -495,11 +495,11 @@ def _grid_sample_differentiable_backward(ctx, gy):
     ``gy`` and ``ctx.saved``: the coordinates are piecewise linear in the grid, so each is
     ``grid * slope + intercept`` with slope and intercept constant where the grid is."""
     x, grid = ctx.saved
-    xp = xp_of(x.data)
+    xp = xp_of(x._data)
     n, c = x.shape[:2]
     sizes = tuple(x.shape[2:])
     d = len(sizes)
-    g0 = grid.data.reshape(n, -1, d)
+    g0 = grid._data.reshape(n, -1, d)
     values, slopes = _grid_coords(xp, g0, sizes, ctx.padding_mode, ctx.align_corners)
     gflat = grid.reshape(n, -1, d)
     coords = [
@@ -703,7 +703,7 @@ def affine_grid(theta, size, align_corners: bool | None = None):
     if theta.dtype.kind != "f":
         raise DtypeError(f"{op}: theta must be float, got {theta.dtype}")
     base = _base_grid(size[2:], bool(align_corners), theta.dtype)
-    base = move(base, device_of(theta.data))
+    base = move(base, device_of(theta._data))
     grid = matmul(base, theta.transpose(1, 2))  # (N, P, d)
     return grid.reshape((size[0],) + tuple(size[2:]) + (d,))
 
@@ -751,13 +751,13 @@ def _deform_conv2d_differentiable_backward(ctx, gy):
     geom, groups = ctx.geom, ctx.groups
     mask = rest[-1] if ctx.has_mask else None
     og, kh, kw, ho, wo = geom[:5]
-    xp = xp_of(x.data)
+    xp = xp_of(x._data)
     n, cin, h, w = x.shape
     cout = weight.shape[0]
     k, L = kh * kw, ho * wo
     cg = cin // og
-    py0, px0 = _deform_coords(xp, offset.data, *geom)
-    off0 = offset.data.reshape(n, og, k, 2, L)
+    py0, px0 = _deform_coords(xp, offset._data, *geom)
+    off0 = offset._data.reshape(n, og, k, 2, L)
     off = offset.reshape(n, og, k, 2, L)
     coords = [
         (off[:, :, :, 0] + (py0 - off0[:, :, :, 0])).reshape(n * og, k * L),

@@ -64,12 +64,12 @@ def test_forward_and_gradients_match_pytorch(nd, transposed, seed):
     fx, fw, fb = (ferro.tensor(a, requires_grad=True) for a in (x, w, b))
     ty = getattr(torch.nn.functional, name)(tx, tw, tb, **kw)
     fy = getattr(F, name)(fx, fw, fb, **kw)
-    np.testing.assert_allclose(fy.data, ty.detach().numpy(), rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(fy._data, ty.detach().numpy(), rtol=1e-10, atol=1e-10)
     g = rng.normal(size=tuple(ty.shape))
     ty.backward(torch.tensor(g))
     fy.backward(ferro.tensor(g))
     for f, t in ((fx, tx), (fw, tw), (fb, tb)):
-        np.testing.assert_allclose(f.grad.data, t.grad.numpy(), rtol=1e-10, atol=1e-10)
+        np.testing.assert_allclose(f.grad._data, t.grad.numpy(), rtol=1e-10, atol=1e-10)
 
 
 @pytest.mark.torch
@@ -81,7 +81,7 @@ def test_string_padding_matches_pytorch(padding):
     x, w = rng.normal(size=(2, 3, 7, 6)), rng.normal(size=(4, 3, 4, 3))
     want = torch.nn.functional.conv2d(torch.tensor(x), torch.tensor(w), padding=padding, dilation=2)
     got = F.conv2d(ferro.tensor(x), ferro.tensor(w), padding=padding, dilation=2)
-    np.testing.assert_allclose(got.data, want.numpy(), rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(got._data, want.numpy(), rtol=1e-10, atol=1e-10)
 
 
 @pytest.mark.torch
@@ -98,11 +98,11 @@ def test_float32_and_large_batch_chunks_match_pytorch(monkeypatch):
     ty = torch.nn.functional.conv2d(tx, tw, stride=2, padding=1, groups=2)
     fy = F.conv2d(fx, fw, stride=2, padding=1, groups=2)
     assert fy.dtype == np.float32
-    np.testing.assert_allclose(fy.data, ty.detach().numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(fy._data, ty.detach().numpy(), rtol=1e-4, atol=1e-4)
     ty.sum().backward()
     fy.sum().backward()
-    np.testing.assert_allclose(fx.grad.data, tx.grad.numpy(), rtol=1e-4, atol=1e-4)
-    np.testing.assert_allclose(fw.grad.data, tw.grad.numpy(), rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(fx.grad._data, tx.grad.numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(fw.grad._data, tw.grad.numpy(), rtol=1e-4, atol=1e-3)
 
 
 @pytest.mark.torch
@@ -120,14 +120,14 @@ def test_unfold_and_fold_match_pytorch(kw):
     x = rng.normal(size=(2, 3, 7, 8))
     tx, fx = torch.tensor(x, requires_grad=True), ferro.tensor(x, requires_grad=True)
     tc, fc = torch.nn.functional.unfold(tx, **kw), F.unfold(fx, **kw)
-    np.testing.assert_allclose(fc.data, tc.detach().numpy())
+    np.testing.assert_allclose(fc._data, tc.detach().numpy())
     tf = torch.nn.functional.fold(tc, (7, 8), **kw)
     ff = F.fold(fc, (7, 8), **kw)
-    np.testing.assert_allclose(ff.data, tf.detach().numpy(), rtol=1e-12)
+    np.testing.assert_allclose(ff._data, tf.detach().numpy(), rtol=1e-12)
     g = rng.normal(size=x.shape)
     tf.backward(torch.tensor(g))
     ff.backward(ferro.tensor(g))
-    np.testing.assert_allclose(fx.grad.data, tx.grad.numpy(), rtol=1e-12)
+    np.testing.assert_allclose(fx.grad._data, tx.grad.numpy(), rtol=1e-12)
 
 
 # --- layers -----------------------------------------------------------------------------------
@@ -163,11 +163,11 @@ def test_layer_loads_a_pytorch_state_dict_and_matches_its_output(case):
     x = np.random.default_rng(6).normal(size=xshape)
     tx, fx = torch.tensor(x, requires_grad=True), ferro.tensor(x, requires_grad=True)
     ty, fy = t(tx), f(fx)
-    np.testing.assert_allclose(fy.data, ty.detach().numpy(), rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(fy._data, ty.detach().numpy(), rtol=1e-10, atol=1e-10)
     ty.sum().backward()
     fy.sum().backward()
-    np.testing.assert_allclose(fx.grad.data, tx.grad.numpy(), rtol=1e-10, atol=1e-10)
-    np.testing.assert_allclose(f.weight.grad.data, t.weight.grad.numpy(), rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(fx.grad._data, tx.grad.numpy(), rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(f.weight.grad._data, t.weight.grad.numpy(), rtol=1e-9, atol=1e-9)
 
 
 @pytest.mark.torch
@@ -180,7 +180,7 @@ def test_conv_transpose_output_size_matches_pytorch():
     x = np.random.default_rng(7).normal(size=(1, 3, 4, 4))
     for size in [(10, 10), (11, 12), (1, 2, 12, 10)]:
         want = t(torch.tensor(x), output_size=size).detach().numpy()
-        np.testing.assert_allclose(f(ferro.tensor(x), output_size=size).data, want, atol=1e-12)
+        np.testing.assert_allclose(f(ferro.tensor(x), output_size=size)._data, want, atol=1e-12)
     with pytest.raises(ShapeError, match="output_size"):
         f(ferro.tensor(x), output_size=(13, 10))
 
@@ -207,7 +207,7 @@ def test_default_init_is_kaiming_uniform_with_bias_within_one_over_sqrt_fan_in(c
     m = cls(8, 16, 3, groups=2)
     fan_in = m.weight.shape[1] * 9
     bound = 1 / math.sqrt(fan_in)  # kaiming_uniform(a=sqrt(5)): sqrt(6 / (6 fan_in))
-    w, b = m.weight.data, m.bias.data
+    w, b = m.weight._data, m.bias._data
     assert np.abs(w).max() <= bound and np.abs(w).max() > 0.9 * bound
     assert np.abs(b).max() <= bound
     assert abs(w.std() - bound / math.sqrt(3)) < 0.1 * bound
@@ -215,19 +215,19 @@ def test_default_init_is_kaiming_uniform_with_bias_within_one_over_sqrt_fan_in(c
 
 def test_circular_padding_mode_wraps_around():
     m = nn.Conv2d(1, 1, 3, padding=(1, 2), padding_mode="circular", bias=False)
-    m.weight.data[...] = np.arange(9.0).reshape(1, 1, 3, 3)
+    m.weight._data[...] = np.arange(9.0).reshape(1, 1, 3, 3)
     x = np.random.default_rng(8).normal(size=(1, 1, 4, 5)).astype(np.float32)
     wrapped = np.pad(x, [(0, 0), (0, 0), (1, 1), (2, 2)], mode="wrap")
     want = F.conv2d(ferro.tensor(wrapped), m.weight.detach())
-    np.testing.assert_allclose(m(ferro.tensor(x)).data, want.data, rtol=1e-6)
+    np.testing.assert_allclose(m(ferro.tensor(x))._data, want._data, rtol=1e-6)
 
 
 def test_unfold_and_fold_layers_run_the_functions():
     x = ferro.tensor(np.random.default_rng(9).normal(size=(2, 3, 6, 5)))
     cols = nn.Unfold(kernel_size=(2, 3), stride=(2, 1))(x)
-    np.testing.assert_array_equal(cols.data, F.unfold(x, (2, 3), stride=(2, 1)).data)
+    np.testing.assert_array_equal(cols._data, F.unfold(x, (2, 3), stride=(2, 1))._data)
     back = nn.Fold((6, 5), kernel_size=(2, 3), stride=(2, 1))(cols)
-    np.testing.assert_array_equal(back.data, F.fold(cols, (6, 5), (2, 3), stride=(2, 1)).data)
+    np.testing.assert_array_equal(back._data, F.fold(cols, (6, 5), (2, 3), stride=(2, 1))._data)
 
 
 # --- bad input: typed errors naming the op and the shapes ------------------------------------
@@ -335,4 +335,4 @@ def test_differentiable_backward_matches_backward(name, i):
         assert (g is None) == (w is None)
         if w is not None:
             assert g.shape == w.shape
-            np.testing.assert_allclose(g.data, w, rtol=1e-10, atol=1e-10)
+            np.testing.assert_allclose(g._data, w, rtol=1e-10, atol=1e-10)

@@ -104,9 +104,9 @@ def test_interpolate_matches_torch(mode, dims):
             yf.backward(ferro.tensor(gy))
             tol = 2e-5 if dtype == np.float32 else 1e-12
             assert yf.shape == tuple(yt.shape), (shape, kw)
-            np.testing.assert_allclose(yf.data, yt.detach().numpy(), atol=tol, err_msg=str(kw))
+            np.testing.assert_allclose(yf._data, yt.detach().numpy(), atol=tol, err_msg=str(kw))
             if not _torch_nearest_grad_differs(mode, shape, kw):
-                np.testing.assert_allclose(xf.grad.data, xt.grad.numpy(), atol=10 * tol)
+                np.testing.assert_allclose(xf.grad._data, xt.grad.numpy(), atol=10 * tol)
             checked += 1
     assert checked >= 20
 
@@ -121,34 +121,34 @@ def test_interpolate_backward_is_the_adjoint_of_forward(mode, dims):
         y = F.interpolate(x, mode=mode, **kw)
         gy = rng.standard_normal(y.shape)
         y.backward(ferro.tensor(gy))
-        assert np.isclose((y.data * gy).sum(), (x.data * x.grad.data).sum(), rtol=1e-12)
+        assert np.isclose((y._data * gy).sum(), (x._data * x.grad._data).sum(), rtol=1e-12)
 
 
 def test_interpolate_identity_and_known_values():
     x = ferro.arange(4.0, dtype=ferro.float64).reshape(1, 1, 2, 2)
     up = F.interpolate(x, scale_factor=2, mode="nearest")
     np.testing.assert_array_equal(
-        up.data[0, 0], [[0, 0, 1, 1], [0, 0, 1, 1], [2, 2, 3, 3]] + [[2, 2, 3, 3]]
+        up._data[0, 0], [[0, 0, 1, 1], [0, 0, 1, 1], [2, 2, 3, 3]] + [[2, 2, 3, 3]]
     )
     lin = F.interpolate(x, size=(3, 3), mode="bilinear", align_corners=True)
-    np.testing.assert_allclose(lin.data[0, 0], [[0, 0.5, 1], [1, 1.5, 2], [2, 2.5, 3]])
+    np.testing.assert_allclose(lin._data[0, 0], [[0, 0.5, 1], [1, 1.5, 2], [2, 2.5, 3]])
     same = F.interpolate(x, size=(2, 2), mode="bicubic")
-    np.testing.assert_array_equal(same.data, x.data)
-    np.testing.assert_allclose(F.interpolate(x, size=1, mode="area").data, [[[[1.5]]]])
+    np.testing.assert_array_equal(same._data, x._data)
+    np.testing.assert_allclose(F.interpolate(x, size=1, mode="area")._data, [[[[1.5]]]])
 
 
 def test_upsample_aliases():
     x = ferro.tensor(np.random.default_rng(0).standard_normal((1, 2, 3, 4)))
     np.testing.assert_array_equal(
-        F.upsample(x, scale_factor=2, mode="bilinear").data,
-        F.interpolate(x, scale_factor=2, mode="bilinear").data,
+        F.upsample(x, scale_factor=2, mode="bilinear")._data,
+        F.interpolate(x, scale_factor=2, mode="bilinear")._data,
     )
     np.testing.assert_array_equal(
-        F.upsample_nearest(x, size=(5, 6)).data, F.interpolate(x, size=(5, 6)).data
+        F.upsample_nearest(x, size=(5, 6))._data, F.interpolate(x, size=(5, 6))._data
     )
     np.testing.assert_array_equal(
-        F.upsample_bilinear(x, scale_factor=2).data,
-        F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=True).data,
+        F.upsample_bilinear(x, scale_factor=2)._data,
+        F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=True)._data,
     )
 
 
@@ -179,9 +179,9 @@ def test_grid_sample_matches_torch(dims, mode):
                 yf = F.grid_sample(xf, gf, **kw)
                 yf.backward(ferro.tensor(gy))
                 tol = 1e-4 if dtype == np.float32 else 1e-10
-                np.testing.assert_allclose(yf.data, yt.detach().numpy(), atol=tol, err_msg=str(kw))
-                np.testing.assert_allclose(xf.grad.data, xt.grad.numpy(), atol=tol)
-                np.testing.assert_allclose(gf.grad.data, gt.grad.numpy(), atol=tol * 10)
+                np.testing.assert_allclose(yf._data, yt.detach().numpy(), atol=tol, err_msg=str(kw))
+                np.testing.assert_allclose(xf.grad._data, xt.grad.numpy(), atol=tol)
+                np.testing.assert_allclose(gf.grad._data, gt.grad.numpy(), atol=tol * 10)
 
 
 @pytest.mark.torch
@@ -202,8 +202,8 @@ def test_affine_grid_matches_torch(size, align):
     tf = ferro.tensor(theta, requires_grad=True)
     gf = F.affine_grid(tf, size, align_corners=align)
     gf.backward(ferro.tensor(gy))
-    np.testing.assert_allclose(gf.data, gt.detach().numpy(), atol=1e-12)
-    np.testing.assert_allclose(tf.grad.data, tt.grad.numpy(), atol=1e-12)
+    np.testing.assert_allclose(gf._data, gt.detach().numpy(), atol=1e-12)
+    np.testing.assert_allclose(tf.grad._data, tt.grad.numpy(), atol=1e-12)
 
 
 class _nothing:
@@ -219,7 +219,7 @@ def test_identity_affine_grid_samples_the_input_back():
     theta = ferro.tensor(np.tile(np.eye(2, 3), (2, 1, 1)))
     for align in (False, True):
         grid = F.affine_grid(theta, (2, 3, 4, 5), align_corners=align)
-        np.testing.assert_allclose(F.grid_sample(x, grid, align_corners=align).data, x.data)
+        np.testing.assert_allclose(F.grid_sample(x, grid, align_corners=align)._data, x._data)
 
 
 # ---- deform_conv2d -------------------------------------------------------------------------
@@ -268,7 +268,7 @@ def test_deform_conv2d_with_zero_offset_is_conv2d(stride, padding, dilation, gro
         dilation=dilation,
     )
     want = _numpy_conv2d(x, w, b, stride, padding, dilation, groups)
-    np.testing.assert_allclose(y.data, want, atol=1e-12)
+    np.testing.assert_allclose(y._data, want, atol=1e-12)
 
 
 @pytest.mark.torch
@@ -289,9 +289,9 @@ def test_deform_conv2d_with_zero_offset_matches_torch_conv2d_gradients():
     xf, wf, bf = (ferro.tensor(a, requires_grad=True) for a in (x, w, b))
     yf = F.deform_conv2d(xf, ferro.zeros(2, 18, 6, 5, dtype=ferro.float64), wf, bf, padding=1)
     yf.backward(ferro.tensor(gy))
-    np.testing.assert_allclose(yf.data, yt.detach().numpy(), atol=1e-12)
+    np.testing.assert_allclose(yf._data, yt.detach().numpy(), atol=1e-12)
     for f, t in ((xf, xt), (wf, wt), (bf, bt)):
-        np.testing.assert_allclose(f.grad.data, t.grad.numpy(), atol=1e-11)
+        np.testing.assert_allclose(f.grad._data, t.grad.numpy(), atol=1e-11)
 
 
 def test_deform_conv2d_offsets_shift_the_samples():
@@ -303,7 +303,7 @@ def test_deform_conv2d_offsets_shift_the_samples():
         ferro.tensor(x), ferro.tensor(offset), ferro.ones(1, 1, 1, 1, dtype=ferro.float64)
     )
     want = np.concatenate([x[:, :, 1:], np.zeros((1, 1, 1, 4))], axis=2)
-    np.testing.assert_allclose(y.data, want)
+    np.testing.assert_allclose(y._data, want)
 
 
 def test_deform_conv2d_chunks_give_the_unchunked_result(monkeypatch):
@@ -312,19 +312,19 @@ def test_deform_conv2d_chunks_give_the_unchunked_result(monkeypatch):
     args = [ferro.tensor(a, requires_grad=True) for a in sample.args]
     full = F.deform_conv2d(*args[:4], mask=args[4], **sample.kwargs)
     full.backward(ferro.ones_like(full))
-    want = [a.grad.data.copy() for a in args]
+    want = [a.grad._data.copy() for a in args]
     monkeypatch.setattr(resampling, "_COLUMN_BUDGET", 1)  # one image per chunk
     args2 = [ferro.tensor(a, requires_grad=True) for a in sample.args]
     part = F.deform_conv2d(*args2[:4], mask=args2[4], **sample.kwargs)
     part.backward(ferro.ones_like(part))
-    np.testing.assert_allclose(part.data, full.data, atol=1e-12)
+    np.testing.assert_allclose(part._data, full._data, atol=1e-12)
     np.testing.assert_allclose(
-        part.data,
+        part._data,
         deform_conv2d_ref(*sample.args[:4], mask=sample.args[4], **sample.kwargs),
         atol=1e-12,
     )
     for a, g in zip(args2, want, strict=True):
-        np.testing.assert_allclose(a.grad.data, g, atol=1e-12)
+        np.testing.assert_allclose(a.grad._data, g, atol=1e-12)
 
 
 # ---- modules -------------------------------------------------------------------------------
@@ -335,16 +335,16 @@ def test_upsample_modules_forward_and_repr():
     m = ferro.nn.Upsample(scale_factor=2, mode="bilinear")
     assert repr(m) == "Upsample(scale_factor=2.0, mode='bilinear')"
     np.testing.assert_array_equal(
-        m(x).data, F.interpolate(x, scale_factor=2.0, mode="bilinear").data
+        m(x)._data, F.interpolate(x, scale_factor=2.0, mode="bilinear")._data
     )
     assert repr(ferro.nn.Upsample(size=(4, 5))) == "Upsample(size=(4, 5), mode='nearest')"
     near = ferro.nn.UpsamplingNearest2d(scale_factor=2)
     assert repr(near) == "UpsamplingNearest2d(scale_factor=2.0, mode='nearest')"
-    np.testing.assert_array_equal(near(x).data, F.interpolate(x, scale_factor=2).data)
+    np.testing.assert_array_equal(near(x)._data, F.interpolate(x, scale_factor=2)._data)
     bil = ferro.nn.UpsamplingBilinear2d(size=5)
     assert repr(bil) == "UpsamplingBilinear2d(size=5, mode='bilinear')"
     np.testing.assert_array_equal(
-        bil(x).data, F.interpolate(x, size=5, mode="bilinear", align_corners=True).data
+        bil(x)._data, F.interpolate(x, size=5, mode="bilinear", align_corners=True)._data
     )
     assert list(m.parameters()) == []
 
@@ -373,16 +373,16 @@ def test_deform_conv2d_module():
     assert m.weight.shape == (6, 2, 3, 3) and m.bias.shape == (6,)
     assert [name for name, _ in m.named_parameters()] == ["weight", "bias"]
     bound = 1 / math.sqrt(2 * 9)
-    assert np.abs(m.bias.data).max() <= bound and np.abs(m.weight.data).max() <= bound
-    assert np.abs(m.weight.data).max() > bound / 2  # drawn, not left empty
+    assert np.abs(m.bias._data).max() <= bound and np.abs(m.weight._data).max() <= bound
+    assert np.abs(m.weight._data).max() > bound / 2  # drawn, not left empty
     rng = np.random.default_rng(0)
     x = ferro.tensor(rng.standard_normal((1, 4, 5, 5)))
     off = ferro.tensor(rng.uniform(-1, 1, (1, 18, 5, 5)))
     mask = ferro.tensor(rng.uniform(0, 1, (1, 9, 5, 5)))
     want = deform_conv2d_ref(
-        x.data, off.data, m.weight.data, m.bias.data, padding=1, mask=mask.data
+        x._data, off._data, m.weight._data, m.bias._data, padding=1, mask=mask._data
     )
-    np.testing.assert_allclose(m(x, off, mask).data, want, atol=1e-12)
+    np.testing.assert_allclose(m(x, off, mask)._data, want, atol=1e-12)
     m(x, off).sum().backward()
     assert m.weight.grad.shape == m.weight.shape and m.bias.grad.shape == (6,)
     nobias = ferro.nn.DeformConv2d(2, 2, (1, 2), bias=False, dilation=2)
@@ -434,7 +434,7 @@ def test_interpolate_bad_rank_and_dtype():
     with pytest.raises(DtypeError, match="float"):
         F.interpolate(ferro.zeros(1, 1, 2, dtype=ferro.int64), size=3, mode="linear")
     ints = F.interpolate(ferro.arange(3).reshape(1, 1, 3), size=6)  # nearest copies any dtype
-    np.testing.assert_array_equal(ints.data[0, 0], [0, 0, 1, 1, 2, 2])
+    np.testing.assert_array_equal(ints._data[0, 0], [0, 0, 1, 1, 2, 2])
 
 
 def test_grid_sample_and_affine_grid_bad_input():
@@ -528,10 +528,10 @@ def test_differentiable_backward_agrees_with_backward(name):
         out.backward(ferro.tensor(gy))
         for t, g in zip(tensors, got, strict=True):
             if g is None:
-                assert not t.grad.data.any(), sample.label
+                assert not t.grad._data.any(), sample.label
                 continue
             assert isinstance(g, ferro.Tensor)
-            np.testing.assert_allclose(g.data, t.grad.data, atol=1e-12, err_msg=sample.label)
+            np.testing.assert_allclose(g._data, t.grad._data, atol=1e-12, err_msg=sample.label)
 
 
 @pytest.mark.parametrize("name", ["interpolate", "grid_sample", "deform_conv2d_mask"])
@@ -556,5 +556,5 @@ def test_differentiable_backward_has_the_right_derivatives(name):
                 total = total + (g * r).sum()
         return total
 
-    inputs = tuple(ferro.tensor(a.data, requires_grad=True) for a in tensors)
+    inputs = tuple(ferro.tensor(a._data, requires_grad=True) for a in tensors)
     assert gradcheck(second, (ferro.tensor(gy0, requires_grad=True), *inputs))

@@ -268,6 +268,9 @@ class Tensor(TensorBase):
     clamp_min = _ew.clamp_min
     clamp_max = _ew.clamp_max
     isnan = _ew.isnan
+    isclose = _ew.isclose
+    allclose = _ew.allclose
+    equal = _ew.equal
     isinf = _ew.isinf
     isfinite = _ew.isfinite
     nan_to_num = _ew.nan_to_num

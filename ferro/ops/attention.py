@@ -297,7 +297,7 @@ def _differentiable_backward(ctx, gy):
     drop = saved[-1] if ctx.has_drop else None
     groups, scale = ctx.groups, ctx.scale
     L, S = q.shape[-2], k.shape[-2]
-    xp = xp_of(q.data)
+    xp = xp_of(q._data)
     if groups > 1:  # one key head per group of query heads, as in the forward's layout
         k = ops.unsqueeze(k, -3)
         v = ops.unsqueeze(v, -3)
@@ -313,13 +313,13 @@ def _differentiable_backward(ctx, gy):
     if mask is not None and mask.dtype.kind == "f":
         s = s + mask
     elif mask is not None:
-        keep = mask.data
+        keep = mask._data
     if ctx.is_causal:
         c = _causal_keep(xp, L, S)
         keep = c if keep is None else keep & c
     # Hidden scores as the dtype's lowest value, so a row that sees nothing stays finite;
     # such rows get weight 0 from ``seen``, as in the forward.
-    finite = xp.isfinite(s.data)
+    finite = xp.isfinite(s._data)
     if keep is not None:
         finite = finite & keep
     s = ops.where(_tensor(finite), s, float(xp.finfo(s.dtype).min))

@@ -1185,7 +1185,64 @@ def nan_to_num(input, nan=0.0, posinf=None, neginf=None):  # noqa: A002 - PyTorc
 
 
 # The family's public functions (ferro.ops exports their union): a new op's name goes here.
+def _operand_arrays(op, *values):
+    out = []
+    for v in values:
+        if isinstance(v, TensorBase):
+            out.append(v._data)
+        elif isinstance(v, numbers.Number):
+            out.append(v)
+        else:
+            raise ArgumentTypeError(f"{op}: expected Tensors or numbers, got {type(v).__name__}")
+    return out
+
+
+def isclose(input, other, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False):  # noqa: A002
+    """Elementwise ``|input - other| <= atol + rtol * |other|`` (broadcast), as a bool tensor;
+    NaNs are equal only with ``equal_nan``. The result is not differentiable.
+
+    Example:
+        >>> ferro.isclose(ferro.tensor([1.0, 2.0]), ferro.tensor([1.0 + 1e-9, 2.1])).tolist()
+        [True, False]
+    """
+    from ferro._C.tensor import wrap
+    from ferro.backend import xp_of
+
+    a, b = _operand_arrays("isclose", input, other)
+    like = a if hasattr(a, "shape") else b
+    xp = xp_of(like)
+    return wrap(xp.asarray(xp.isclose(a, b, rtol=rtol, atol=atol, equal_nan=equal_nan)))
+
+
+def allclose(input, other, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False):  # noqa: A002
+    """True if :func:`isclose` holds everywhere (a Python bool, as PyTorch's ``allclose``);
+    not differentiable.
+
+    Example:
+        >>> ferro.allclose(ferro.ones(2), ferro.ones(2) + 1e-9)
+        True
+    """
+    return bool(isclose(input, other, rtol, atol, equal_nan)._data.all())
+
+
+def equal(input, other) -> bool:  # noqa: A002
+    """True if the two tensors have the same shape and elements (a Python bool, as PyTorch's
+    ``equal``); not differentiable.
+
+    Example:
+        >>> ferro.equal(ferro.tensor([1, 2]), ferro.tensor([1, 2]))
+        True
+    """
+    a, b = _operand_arrays("equal", input, other)
+    if getattr(a, "shape", None) != getattr(b, "shape", None):
+        return False
+    return bool((a == b).all())
+
+
 __all__ = [
+    "allclose",
+    "equal",
+    "isclose",
     "abs",
     "add",
     "addcdiv",

@@ -7,7 +7,11 @@ Each computes the out-of-place result with the differentiable op, then
 :func:`ferro._C.engine.commit_inplace` writes it into the tensor's memory, bumps the version
 counter shared with its views, and moves the tensor's history to the new node. Backward then
 refuses any node that saved the old contents (the versions differ) instead of computing a wrong
-gradient. A leaf that requires grad cannot be modified in place while grad mode is on.
+gradient. A leaf that requires grad, or a view of one, cannot be modified in place while grad
+mode is on. The result is converted to the tensor's dtype by PyTorch's rule (``_commit``: a float
+result never goes into an integer tensor). With nothing to record (grad mode off, or neither the
+tensor nor the value requires grad), ``x[idx] = v`` and ``copy_`` write straight into memory and
+bump the version.
 """
 
 from __future__ import annotations

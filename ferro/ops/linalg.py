@@ -152,7 +152,7 @@ def _parse_einsum(subscripts: str, n: int):
             f"einsum: subscripts must be a str, got {type(subscripts).__name__} {subscripts!r}"
         )
     s = subscripts.replace(" ", "")
-    if "->" not in s or "." in s:
+    if s.count("->") != 1 or "." in s:
         raise ArgumentError(f"einsum: {subscripts!r}: expected one '->' and no '.' outside '...'")
     lhs, out = s.split("->")
     ins = lhs.split(",")

@@ -167,17 +167,17 @@ def _scatter_planes(xp, gy, idx, shape, nd, unique):
 
 def _scatter_planes_differentiable(gy, idx, shape, nd):
     """:func:`_scatter_planes` with ferro ops (differentiable in ``gy``)."""
-    idx = idx.data if isinstance(idx, TensorBase) else idx
+    idx = idx._data if isinstance(idx, TensorBase) else idx
     plane = math.prod(shape[-nd:])
     planes = math.prod(shape[:-nd])
     g2 = gy.reshape(planes, -1)
-    zeros = wrap(xp_of(gy.data).zeros((planes, plane), dtype=gy.dtype))
+    zeros = wrap(xp_of(gy._data).zeros((planes, plane), dtype=gy.dtype))
     return scatter_add(zeros, 1, idx.reshape(planes, -1), g2).reshape(shape)
 
 
 def _const(arr, like):
     """A constant NumPy array as a tensor of ``like``'s dtype, on its device."""
-    return wrap(_on_device_of(np.ascontiguousarray(arr, dtype=like.dtype), like.data))
+    return wrap(_on_device_of(np.ascontiguousarray(arr, dtype=like.dtype), like._data))
 
 
 def _max_of_windows(xp, flat, nd, spatial, positions):
@@ -354,7 +354,7 @@ def _avg_differentiable_backward(ctx, gy):
     kk = math.prod(k)
     g = g.reshape(planes, -1, 1).expand(planes, g.shape[1], kk).reshape(planes, -1)
     index = np.ascontiguousarray(np.broadcast_to(idx, (planes, idx.size)))
-    gx = _scatter_planes_differentiable(g, _on_device_of(index, gy.data), (planes,) + padded, nd)
+    gx = _scatter_planes_differentiable(g, _on_device_of(index, gy._data), (planes,) + padded, nd)
     spatial = tuple(ctx.shape[-nd:])
     crop = (slice(None),) + tuple(slice(a, a + n) for a, n in zip(p, spatial, strict=True))
     return gx[crop].reshape(ctx.shape)
@@ -482,7 +482,7 @@ class AdaptiveAvgPool:
 def _unpool_differentiable_backward(ctx, gy):
     """Max-unpooling's backward with ferro ops: ``gy`` gathered at the indices."""
     (indices,) = ctx.saved
-    indices = indices.data if isinstance(indices, TensorBase) else indices
+    indices = indices._data if isinstance(indices, TensorBase) else indices
     g2 = gy.reshape(-1, math.prod(gy.shape[-ctx.nd :]))
     gx = gather(g2, 1, indices.reshape(g2.shape[0], -1))
     return gx.reshape(ctx.shape), None

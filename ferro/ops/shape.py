@@ -614,7 +614,9 @@ def index_put(x, indices, values, accumulate: bool = False):
             from ferro.ops.elementwise import cast
 
             values = cast(values, dt)
-    elif is_array(values):
+    elif is_array(values) or isinstance(values, (list, tuple)):
+        if not is_array(values):
+            values = np.asarray(values, dtype=dt)
         values = _on_device_of(values.astype(dt, copy=False), x._data)
     elif not isinstance(values, numbers.Number):
         raise ArgumentTypeError(

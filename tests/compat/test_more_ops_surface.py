@@ -156,3 +156,14 @@ def test_new_ops_match_torch():
         t.add_(0.5)
     with pytest.raises(DtypeError):
         ferro.tensor(i).add_(0.5)
+
+
+def test_isclose_allclose_equal():
+    a = ferro.tensor([1.0, float("nan"), 2.0])
+    b = ferro.tensor([1.0 + 1e-7, float("nan"), 2.5])
+    assert ferro.isclose(a, b).tolist() == [True, False, False]
+    assert ferro.isclose(a, b, equal_nan=True).tolist() == [True, True, False]
+    assert ferro.allclose(a[:1], b[:1]) is True and ferro.allclose(a, b, atol=1.0) is False
+    assert ferro.allclose(a, b, atol=1.0, equal_nan=True) is True
+    assert ferro.equal(ferro.tensor([1, 2]), ferro.tensor([1, 2])) is True
+    assert not ferro.equal(ferro.ones(2), ferro.ones(3)) and ferro.ones(2).allclose(ferro.ones(2))

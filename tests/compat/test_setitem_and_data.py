@@ -238,3 +238,23 @@ def test_setitem_matches_torch(index):
         results.append([t.detach().numpy() for t in (y, xt.grad, vt.grad)])
     for ours, theirs in zip(*results, strict=True):
         np.testing.assert_allclose(ours, theirs)
+
+
+def test_setitem_and_index_put_have_second_derivatives():
+    from ferro.testing import gradgradcheck
+
+    rng = np.random.default_rng(0)
+    x = ferro.tensor(rng.random((4, 3)), requires_grad=True)
+    v = ferro.tensor(rng.random((2, 3)), requires_grad=True)
+
+    def assign(x, v):
+        y = x * 1.0
+        y[1:3] = v * v
+        y[:, :2] *= 3
+        return (y * y).sum()
+
+    def put(x, v):
+        y = ferro.index_put(x * x, (ferro.tensor([0, 2]),), v * v, accumulate=True)
+        return (y**2).sum()
+
+    assert gradgradcheck(assign, (x, v)) and gradgradcheck(put, (x, v))

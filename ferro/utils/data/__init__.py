@@ -25,6 +25,7 @@ from ferro.utils.data.sampler import (
     SubsetRandomSampler,
     WeightedRandomSampler,
 )
+from ferro.utils.data.distributed import DistributedSampler
 from ferro.utils.data.worker import WorkerInfo, get_worker_info
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "Sampler",
     "SequentialSampler",
     "RandomSampler",
+    "DistributedSampler",
     "SubsetRandomSampler",
     "WeightedRandomSampler",
     "BatchSampler",

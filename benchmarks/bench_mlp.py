@@ -85,7 +85,7 @@ def make_ferro_step(ferro, params_np, x_np, y_np):
         loss.backward()
         with ferro.no_grad():
             for p in params:
-                p.data -= LR * p.grad.data
+                p.sub_(LR * p.grad)
         return loss
 
     return step, params

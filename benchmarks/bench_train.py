@@ -118,7 +118,7 @@ def main(argv=None) -> list[dict]:
     opt.step()  # allocate the moments
     bufs = [np.empty(n, np.float32) for _ in range(4)]
     moments = [v for v in opt.state[p].values() if isinstance(v, np.ndarray)]
-    srcs = [p.data, p.grad.data, *moments]
+    srcs = [p._data, p.grad._data, *moments]
 
     def one_pass():
         for b, s in zip(bufs, srcs, strict=True):

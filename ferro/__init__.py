@@ -28,7 +28,7 @@ from ferro import (  # noqa: F401  (submodules)
 )
 from ferro._C import cpu_kernels as _cpu_kernels
 from ferro._C import engine as _engine
-from ferro._tensor import Tensor
+from ferro._tensor import Size, Tensor
 from ferro.autograd import (
     enable_grad,
     grad,
@@ -42,6 +42,7 @@ from ferro.backend import device, get_default_device, set_default_device
 from ferro.creation import (
     arange,
     as_tensor,
+    bernoulli,
     empty,
     empty_like,
     eye,
@@ -51,6 +52,8 @@ from ferro.creation import (
     full_like,
     linspace,
     logspace,
+    multinomial,
+    normal,
     ones,
     ones_like,
     rand,
@@ -118,6 +121,7 @@ int = int32
 short = int16
 
 __all__ = [
+    "Size",
     "Tensor",
     "tensor",
     "as_tensor",
@@ -142,6 +146,9 @@ __all__ = [
     "rand_like",
     "randn_like",
     "randint_like",
+    "bernoulli",
+    "multinomial",
+    "normal",
     "Generator",
     "default_generator",
     "manual_seed",

@@ -60,6 +60,26 @@ def _rmatmul(self, other):
     return _la.matmul(other, self)
 
 
+class Size(tuple):
+    """The shape of a tensor, as ``torch.Size``: a tuple of ints (it compares equal to plain
+    tuples and prints as one) with PyTorch's ``numel()``.
+
+    Example:
+        >>> s = ferro.zeros(2, 3).shape
+        >>> s == (2, 3), s.numel(), isinstance(s, tuple)
+        (True, 6, True)
+    """
+
+    __slots__ = ()
+
+    def numel(self) -> int:
+        """The number of elements of a tensor of this shape."""
+        n = 1
+        for d in self:
+            n *= d
+        return n
+
+
 class Tensor(TensorBase):
     """A multi-dimensional array with reverse-mode autograd.
 
@@ -96,7 +116,7 @@ class Tensor(TensorBase):
         """
         # Reached on a fresh object only, whose data is still None; refusing a second call
         # keeps t.__init__(...) from swapping an existing tensor's data behind its graph.
-        if self.data is not None:
+        if self._data is not None:
             raise ArgumentTypeError("Tensor.__init__: this tensor already holds data")
         if args and all(isinstance(a, int) and not isinstance(a, bool) for a in args):
             made = _creation.zeros(*args, device=device)
@@ -118,7 +138,7 @@ class Tensor(TensorBase):
         else:
             data = args[0] if args else []
             made = _creation.tensor(data, dtype=_dtypes.default_float(), device=device)
-        self.data = made.data
+        self.data = made._data
 
     # Arithmetic. The forward functions take (a, b), so they serve directly as methods.
     __add__ = _ew.add
@@ -161,6 +181,18 @@ class Tensor(TensorBase):
     clamp_ = _ip.clamp_
     fill_ = _ip.fill_
     zero_ = _ip.zero_
+    __setitem__ = _ip.setitem
+    index_put_ = _ip.index_put_
+    index_add_ = _ip.index_add_
+    index_copy_ = _ip.index_copy_
+    index_fill_ = _ip.index_fill_
+    masked_fill_ = _ip.masked_fill_
+    masked_scatter_ = _ip.masked_scatter_
+    scatter_ = _ip.scatter_
+    scatter_add_ = _ip.scatter_add_
+    copy_ = _ip.copy_
+    uniform_ = _ip.uniform_
+    normal_ = _ip.normal_
 
     def __iter__(self):
         # One unbind op for all rows (as PyTorch): backward stacks the rows' gradients once,
@@ -253,6 +285,11 @@ class Tensor(TensorBase):
     scatter = _sh.scatter
     scatter_add = _sh.scatter_add
     masked_fill = _sh.masked_fill
+    masked_scatter = _sh.masked_scatter
+    index_put = _sh.index_put
+    index_add = _sh.index_add
+    index_copy = _sh.index_copy
+    index_fill = _sh.index_fill
     repeat = _sh.repeat
     tile = _sh.tile
     flip = _sh.flip
@@ -332,7 +369,7 @@ class Tensor(TensorBase):
 
     def is_contiguous(self) -> bool:
         """True if the data is laid out in row-major (C) order without gaps."""
-        return bool(self.data.flags.c_contiguous)
+        return bool(self._data.flags.c_contiguous)
 
     def view_as(self, other) -> Tensor:
         """``self.view(other.shape)``."""
@@ -346,9 +383,14 @@ class Tensor(TensorBase):
         """``self.expand(other.shape)``."""
         return _sh.expand(self, _other(other, "expand_as").shape)
 
+    @property
+    def shape(self) -> Size:
+        """The shape, as a :class:`ferro.Size` (a tuple)."""
+        return Size(self._data.shape)
+
     def nelement(self) -> int:
         """Number of elements (``numel()``)."""
-        return self.data.size
+        return self._data.size
 
     def size(self, dim=None):
         """The shape, or the length of dimension ``dim`` (negative counts from the end).
@@ -356,9 +398,9 @@ class Tensor(TensorBase):
         Raises:
             IndexOutOfRangeError: ``dim`` outside ``[-ndim, ndim)``.
         """
-        shape = self.data.shape
+        shape = self._data.shape
         if dim is None:
-            return shape
+            return Size(shape)
         if isinstance(dim, bool) or not isinstance(dim, int):
             raise ArgumentTypeError(f"size: dim must be an int, got {type(dim).__name__}")
         if not -len(shape) <= dim < len(shape):
@@ -401,7 +443,7 @@ class Tensor(TensorBase):
         )
 
     def _new_args(self, dtype, device):
-        data = self.data
+        data = self._data
         return (
             data.dtype if dtype is None else dtype,
             _backend.device_of(data) if device is None else device,
@@ -412,24 +454,24 @@ class Tensor(TensorBase):
     def dtype(self) -> _dtypes.dtype:
         """The element type: ``ferro.float32``, ``ferro.float64``, ``ferro.int64`` or
         ``ferro.bool`` (each equal to its NumPy dtype too: ``t.dtype == np.float32``)."""
-        dt = self.data.dtype
+        dt = self._data.dtype
         return _FROM_NUMPY.get(dt, dt)  # dtypes.of_numpy, inlined
 
     @property
     def device(self) -> _backend.device:
         """The :class:`ferro.device` the data is on: ``cpu`` or ``cuda:N`` (equal to those
         strings: ``t.device == "cpu"``)."""
-        return _backend.device_of(self.data)
+        return _backend.device_of(self._data)
 
     @property
     def is_cuda(self) -> bool:
         """True if the data is on a CUDA device."""
-        return _backend.is_device_array(self.data)
+        return _backend.is_device_array(self._data)
 
     @property
     def is_cpu(self) -> bool:
         """True if the data is on the CPU."""
-        return not _backend.is_device_array(self.data)
+        return not _backend.is_device_array(self._data)
 
     def to(self, *args, **kwargs) -> Tensor:
         """This tensor on another device and/or of another dtype, as PyTorch's ``Tensor.to``:
@@ -471,7 +513,7 @@ class Tensor(TensorBase):
         """
         if dtype is None:
             where = "ferro.cuda." if self.is_cuda else "ferro."
-            return where + _TYPE_NAMES.get(self.data.dtype.name, self.data.dtype.name) + "Tensor"
+            return where + _TYPE_NAMES.get(self._data.dtype.name, self._data.dtype.name) + "Tensor"
         if isinstance(dtype, str) and dtype.endswith("Tensor"):
             return self.to(*_parse_type_name(dtype))
         return self.to(dtype)
@@ -566,12 +608,12 @@ class Tensor(TensorBase):
             raise GraphError(
                 "numpy(): the tensor requires grad; call tensor.detach().numpy() instead"
             )
-        if _backend.is_device_array(self.data):
+        if _backend.is_device_array(self._data):
             raise DeviceError(f"numpy(): the tensor is on {self.device}; call .cpu() first")
-        return self.data
+        return self._data
 
     def __array__(self, dtype=None, copy=None):
-        data = _backend.move(self.data, "cpu")
+        data = _backend.move(self._data, "cpu")
         if copy:
             return np.array(data, dtype=dtype, copy=True)
         return data if dtype is None else data.astype(dtype, copy=False)
@@ -601,9 +643,9 @@ class Tensor(TensorBase):
         # Only what the consumer set: an older producer (CuPy < 13) takes ``stream`` alone.
         kwargs = {k: v for k, v in kwargs.items() if v is not None}
         try:
-            return self.data.__dlpack__(**kwargs)
+            return self._data.__dlpack__(**kwargs)
         except BufferError as err:
-            if getattr(self.data.flags, "writeable", True):
+            if getattr(self._data.flags, "writeable", True):
                 raise
             raise ReadOnlyError(
                 "__dlpack__: the tensor's memory is read-only and the consumer asked for a "
@@ -615,15 +657,15 @@ class Tensor(TensorBase):
     def __dlpack_device__(self) -> tuple:
         """The DLPack ``(device_type, device_id)`` of the data: ``(1, 0)`` on the CPU, ``(2, i)``
         on CUDA device ``i``."""
-        return self.data.__dlpack_device__()
+        return self._data.__dlpack_device__()
 
     def item(self):
         """The value of a 1-element tensor as a Python number."""
-        if self.data.size != 1:
+        if self._data.size != 1:
             raise ShapeError(
-                f"item(): the tensor has {self.data.size} elements (shape {self.shape})"
+                f"item(): the tensor has {self._data.size} elements (shape {self.shape})"
             )
-        return self.data.item()
+        return self._data.item()
 
     def tolist(self):
         """The data as (nested) Python lists."""
@@ -637,18 +679,18 @@ class Tensor(TensorBase):
 
     def __index__(self) -> int:
         # range(t), lst[t], slice bounds: integer (or bool) one-element tensors only, as PyTorch.
-        if self.data.size != 1 or self.dtype.kind not in "iub":
+        if self._data.size != 1 or self.dtype.kind not in "iub":
             raise ArgumentTypeError(
                 "only integer tensors of a single element can be converted to an index; got a "
                 f"{self.dtype} tensor of shape {tuple(self.shape)}"
             )
-        return int(self.data.item())
+        return int(self._data.item())
 
     def __format__(self, spec: str) -> str:
         # f"{loss:.4f}": a one-element tensor formats as its value; no spec gives the repr.
         if not spec:
             return repr(self)
-        if self.data.size != 1:
+        if self._data.size != 1:
             raise ArgumentTypeError(
                 f"format: a format spec ({spec!r}) applies to one-element tensors only; got "
                 f"shape {tuple(self.shape)}"
@@ -658,7 +700,7 @@ class Tensor(TensorBase):
     def __reduce_ex__(self, protocol):
         # pickle and copy.copy: the data, dtype and requires_grad, as PyTorch pickles a tensor.
         # A non-leaf comes back as a leaf without history; .grad and hooks are not pickled.
-        data = self.data
+        data = self._data
         if type(data) is not np.ndarray and isinstance(data, np.ndarray):
             data = np.asarray(data)  # a memmap (or other subclass) pickles as a plain array
         return (_rebuild, (type(self), data, self.requires_grad))
@@ -670,7 +712,7 @@ class Tensor(TensorBase):
                 f"deep-copied; got a tensor with grad_fn=<{self.grad_fn.name()}>. Deep-copy "
                 "t.detach() for its values"
             )
-        out = _rebuild(type(self), copy.deepcopy(self.data, memo), self.requires_grad)
+        out = _rebuild(type(self), copy.deepcopy(self._data, memo), self.requires_grad)
         memo[id(self)] = out
         if self.grad is not None:
             out.grad = copy.deepcopy(self.grad, memo)
@@ -696,9 +738,9 @@ class Tensor(TensorBase):
         return _on_data(name, func, args, kwargs)
 
     def __bool__(self) -> bool:
-        if self.data.size != 1:
+        if self._data.size != 1:
             raise ShapeError(
-                f"bool(): the truth value of a tensor with {self.data.size} elements is ambiguous"
+                f"bool(): the truth value of a tensor with {self._data.size} elements is ambiguous"
             )
         return bool(self.item())
 
@@ -736,7 +778,7 @@ def parse_to_args(where: str, args: tuple, kwargs: dict, copy_allowed: bool = Tr
     if rest and not isinstance(rest[0], bool):
         first = rest.pop(0)
         if isinstance(first, TensorBase):
-            found = {"device": _backend.device_of(first.data), "dtype": first.data.dtype}
+            found = {"device": _backend.device_of(first._data), "dtype": first._data.dtype}
         elif _dtypes.is_dtype_like(first):
             found = {"dtype": first}
         else:
@@ -829,7 +871,7 @@ def _walk(obj, leaf):
 
 
 def _unwrap(obj):
-    return _walk(obj, lambda t: t.data)
+    return _walk(obj, lambda t: t._data)
 
 
 def _on_data(name, call, args, kwargs):

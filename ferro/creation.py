@@ -145,7 +145,7 @@ def tensor(data, dtype=None, requires_grad: bool = False, device=None):
     """
     target = as_dtype(dtype, where="tensor") if dtype is not None else None
     if isinstance(data, TensorBase):
-        data = data.data
+        data = data._data
     if backend.is_array(data) or isinstance(data, np.generic):
         arr = data if backend.is_device_array(data) else np.asarray(data)
         target = target or _infer_dtype(arr, False)
@@ -375,7 +375,7 @@ def full(size, fill_value, dtype=None, requires_grad: bool = False, device=None)
 def _like(t, fill, dtype, requires_grad, device, op):
     if not isinstance(t, TensorBase):
         raise ArgumentTypeError(f"{op}: expected a Tensor, got {type(t).__name__}")
-    data = t.data
+    data = t._data
     value, dt = _fill_value(fill, data.dtype if dtype is None else dtype, op)
     out = backend.xp_of(data).full(data.shape, value, dtype=dt)
     return _make(out, requires_grad, backend.device_of(data) if device is None else device)
@@ -469,10 +469,10 @@ def randn(*size, generator=None, dtype=None, requires_grad: bool = False, device
 
 def empty_like(t, dtype=None, requires_grad: bool = False, device=None):
     """An uninitialized tensor with the shape of ``t``, and its dtype and device unless given."""
-    data = _tensor_arg(t, "empty_like").data
+    data = _tensor_arg(t, "empty_like")._data
     dt = data.dtype if dtype is None else as_dtype(dtype, where="empty_like")
-    out = backend.xp_of(t.data).empty(t.data.shape, dtype=dt)
-    return _make(out, requires_grad, backend.device_of(t.data) if device is None else device)
+    out = backend.xp_of(t._data).empty(t._data.shape, dtype=dt)
+    return _make(out, requires_grad, backend.device_of(t._data) if device is None else device)
 
 
 def _tensor_arg(t, op):
@@ -484,9 +484,9 @@ def _tensor_arg(t, op):
 def _real(value, name, op):
     """A finite real bound (a Python or NumPy number, or a one-element tensor)."""
     if isinstance(value, TensorBase):
-        if value.data.size != 1:
+        if value._data.size != 1:
             raise ArgumentError(f"{op}: {name} must be a number, got shape {value.shape}")
-        value = value.data.item()
+        value = value._data.item()
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ArgumentTypeError(f"{op}: {name} must be a real number, got {type(value).__name__}")
     if not math.isfinite(value):
@@ -643,7 +643,7 @@ def randperm(n, *, generator=None, dtype=None, device=None, requires_grad: bool 
 
 def _random_like(t, dtype, device, op):
     """``t``'s array, the dtype to sample (``t``'s unless given) and the device to place on."""
-    data = _tensor_arg(t, op).data
+    data = _tensor_arg(t, op)._data
     dt = data.dtype if dtype is None else as_dtype(dtype, where=op)
     return data, dt, backend.device_of(data) if device is None else device
 
@@ -694,7 +694,7 @@ def as_tensor(data, dtype=None, device=None):
 
     Example:
         >>> a = np.zeros(2, np.float32)
-        >>> ferro.as_tensor(a).data is a
+        >>> ferro.as_tensor(a).numpy() is a
         True
     """
     if isinstance(data, TensorBase):
@@ -713,3 +713,123 @@ def as_tensor(data, dtype=None, device=None):
     ):
         return from_numpy(data)
     return tensor(data, dtype=dtype, device=device)
+
+
+def _probabilities(t, op):
+    data = _tensor_arg(t, op)._data
+    if data.dtype.kind != "f":
+        raise DtypeError(
+            f"{op}: expects a floating point tensor of probabilities, got {data.dtype}"
+        )
+    return backend.move(data, "cpu")
+
+
+def bernoulli(input, p=None, *, generator=None):  # noqa: A002 - PyTorch's argument name
+    """0s and 1s drawn with probability ``input`` (or the number ``p``) of a 1, of ``input``'s
+    shape, dtype and device, as PyTorch's ``bernoulli`` (no gradient flows).
+
+    Raises:
+        ArgumentError: a probability outside [0, 1].
+
+    Example:
+        >>> ferro.bernoulli(ferro.tensor([0.0, 1.0])).tolist()
+        [0.0, 1.0]
+    """
+    probs = _probabilities(input, "bernoulli")
+    if p is not None:
+        probs = np.full(probs.shape, _real(p, "p", "bernoulli"), dtype=probs.dtype)
+    if probs.size and not (probs.min() >= 0 and probs.max() <= 1):
+        raise ArgumentError(
+            f"bernoulli: probabilities must be in [0, 1], got values in "
+            f"[{float(probs.min())}, {float(probs.max())}]"
+        )
+    rng = _random.numpy_generator(generator, "bernoulli")
+    draws = (rng.random(probs.shape) < probs).astype(probs.dtype)
+    return _make(draws, False, backend.device_of(input._data))
+
+
+def multinomial(input, num_samples: int, replacement: bool = False, *, generator=None):  # noqa: A002
+    """Indices drawn from the categories of each row of ``input`` (non-negative weights, 1-D or
+    2-D, not necessarily summing to 1), as PyTorch's ``multinomial``: int64 of shape
+    ``(num_samples,)`` or ``(rows, num_samples)``. Without ``replacement`` a category is drawn
+    at most once per row.
+
+    Raises:
+        ShapeError: ``input`` is not 1-D or 2-D.
+        ArgumentError: negative, infinite or all-zero weights, or more samples than non-zero
+            categories without replacement.
+
+    Example:
+        >>> ferro.multinomial(ferro.tensor([0.0, 1.0, 0.0]), 2, replacement=True).tolist()
+        [1, 1]
+    """
+    from ferro.errors import ShapeError
+
+    weights = _probabilities(input, "multinomial").astype(np.float64)
+    n = _int_arg(num_samples, "num_samples", "multinomial")
+    if weights.ndim not in (1, 2):
+        raise ShapeError(f"multinomial: input must be 1-D or 2-D, got shape {weights.shape}")
+    rows = weights.reshape(-1, weights.shape[-1])
+    if n <= 0:
+        raise ArgumentError(f"multinomial: num_samples must be positive, got {n}")
+    if not np.isfinite(rows).all() or (rows < 0).any():
+        raise ArgumentError("multinomial: weights must be finite and non-negative")
+    rng = _random.numpy_generator(generator, "multinomial")
+    out = np.empty((rows.shape[0], n), dtype=np.int64)
+    for i, w in enumerate(rows):
+        total = w.sum()
+        if total <= 0:
+            raise ArgumentError(f"multinomial: row {i} of the weights sums to {total}")
+        if not replacement and n > np.count_nonzero(w):
+            raise ArgumentError(
+                f"multinomial: cannot draw {n} samples without replacement from "
+                f"{np.count_nonzero(w)} categories of non-zero weight (row {i})"
+            )
+        out[i] = rng.choice(w.shape[0], size=n, replace=bool(replacement), p=w / total)
+    out = out.reshape(weights.shape[:-1] + (n,))
+    return _make(out, False, backend.device_of(input._data))
+
+
+def normal(
+    mean=0.0,
+    std=1.0,
+    size=None,
+    *,
+    generator=None,
+    dtype=None,
+    device=None,
+    requires_grad: bool = False,
+):
+    """Samples of N(mean, std**2), as PyTorch's ``normal``: ``mean`` and ``std`` are tensors
+    (broadcast together; differentiable, ``mean + std * eps``) or numbers (then ``size`` gives
+    the shape).
+
+    Gradient: gmean = gy; gstd = gy * eps (the standard normal draw).
+
+    Example:
+        >>> ferro.normal(0.0, 1.0, (2, 3)).shape
+        (2, 3)
+    """
+    from ferro.ops import elementwise as _ew
+
+    tensors = [v for v in (mean, std) if isinstance(v, TensorBase)]
+    if not tensors:
+        if size is None:
+            raise ArgumentTypeError(
+                "normal: with a number for both mean and std, give the size: "
+                "normal(0.0, 1.0, (2, 3))"
+            )
+        eps = randn(size, generator=generator, dtype=dtype, device=device)
+        return _make(
+            (eps._data * _real(std, "std", "normal") + _real(mean, "mean", "normal")).astype(
+                eps._data.dtype
+            ),
+            requires_grad,
+            device,
+        )
+    if size is not None:
+        raise ArgumentTypeError("normal: size is only for a number mean and std")
+    shape = np.broadcast_shapes(*(tuple(t.shape) for t in tensors))
+    like = tensors[0]
+    eps = randn(shape, generator=generator, dtype=like._data.dtype, device=like.device)
+    return _ew.add(mean, _ew.mul(std, eps))

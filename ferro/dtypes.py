@@ -220,11 +220,11 @@ def fill_value(value, dt, where: str):
             Inf, or outside [-2**63, 2**63 - 1]); NumPy would wrap it around silently.
     """
     if isinstance(value, TensorBase):
-        if value.data.size != 1:
+        if value._data.size != 1:
             raise ArgumentError(
                 f"{where}: the fill value must be a number, got shape {value.shape}"
             )
-        value = value.data.item()
+        value = value._data.item()
     if not isinstance(value, numbers.Real | np.bool_):
         raise ArgumentTypeError(
             f"{where}: the fill value must be a real number, got {type(value).__name__}"

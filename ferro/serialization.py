@@ -62,7 +62,7 @@ def _encode(obj, arrays: dict, depth: int):
             "that contains itself) cannot be saved"
         )
     if isinstance(obj, TensorBase):
-        return {"tensor": _add_array(move(obj.data, "cpu"), arrays)}
+        return {"tensor": _add_array(move(obj._data, "cpu"), arrays)}
     if is_array(obj):
         return {"array": _add_array(move(obj, "cpu"), arrays)}
     if isinstance(obj, dict):

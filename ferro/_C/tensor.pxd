@@ -6,7 +6,10 @@ cdef class VersionCounter:
 
 
 cdef class TensorBase:
-    cdef object _data            # numpy.ndarray (CPU) or cupy.ndarray (GPU)
+    # numpy.ndarray (CPU) or cupy.ndarray (GPU). Readable from Python as ``t._data``: ferro's
+    # own raw-array accessor (no allocation); users reach the array through numpy(),
+    # __array__ or __dlpack__ (``t.data`` is a Tensor, as in PyTorch).
+    cdef readonly object _data
     cdef object _grad            # TensorBase or None
     cdef object _grad_fn         # ferro._C.engine.Node or None (leaf)
     cdef Py_ssize_t _output_nr   # which output of _grad_fn this tensor is

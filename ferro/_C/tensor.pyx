@@ -67,8 +67,15 @@ cdef class TensorBase:
 
     @property
     def data(self):
-        """The underlying array (``numpy.ndarray`` or ``cupy.ndarray``), without autograd."""
-        return self._data
+        """A tensor sharing this one's memory, without history, as PyTorch's ``.data``.
+
+        It is a new leaf that does not require grad and has its own version counter: in-place
+        changes through it (``p.data.add_(u)``, ``p.data[0] = 1``) are seen by this tensor but
+        not by autograd's version checks (use ``detach()`` to keep those checks). The raw array
+        is ``t.numpy()`` (CPU), ``numpy.asarray(t)`` or ``t.__dlpack__()``; ``t.data = value``
+        replaces the memory (a Tensor or an array of a floating dtype when grad is required).
+        """
+        return new_tensor(self._data)
 
     @data.setter
     def data(self, value):
@@ -205,6 +212,17 @@ cdef class TensorBase:
         if dim is None:
             return self._data.shape
         return self._data.shape[dim]
+
+    def _accept_view_write(self):
+        """Take the current version as this tensor's own (internal, for ``t[i] op= v``).
+
+        ``t[i] *= 2`` runs ``v = t[i]; v.__imul__(2); t[i] = v``: the in-place op on the view
+        bumps the version ``t`` shares, which makes ``t``'s history look stale to the next op.
+        ``setitem`` calls this only when ``v`` is exactly the view ``t[i]`` it overwrites, so
+        the changed elements are the ones the recorded write replaces.
+        """
+        if self._vc is not None:
+            self._birth = self._vc.value
 
     def __len__(self):
         if self._data.ndim == 0:

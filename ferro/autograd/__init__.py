@@ -39,7 +39,9 @@ def _grad_arrays(grads, n: int, what: str) -> tuple:
     grads = _as_tuple(grads, what) if not isinstance(grads, TensorBase) else (grads,)
     if len(grads) != n:
         raise ArgumentError(f"{what}: got {len(grads)} gradients for {n} tensors")
-    return tuple(None if g is None else (g.data if isinstance(g, TensorBase) else g) for g in grads)
+    return tuple(
+        None if g is None else (g._data if isinstance(g, TensorBase) else g) for g in grads
+    )
 
 
 def backward(

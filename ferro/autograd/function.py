@@ -34,8 +34,8 @@ def _make_opdef(cls) -> OpDef:
                     f"{name}.forward must return Tensors, got a {type(o).__name__} as output {k}"
                 )
         if isinstance(out, tuple):
-            return tuple(o.data for o in outs)
-        return out.data
+            return tuple(o._data for o in outs)
+        return out._data
 
     def backward(ctx, *grad_outputs):
         gys = [None if g is None else wrap(g) for g in grad_outputs]
@@ -45,7 +45,7 @@ def _make_opdef(cls) -> OpDef:
         out = []
         for k, g in enumerate(res):
             if g is None or isinstance(g, TensorBase):
-                out.append(None if g is None else g.data)
+                out.append(None if g is None else g._data)
             else:
                 raise GradientError(
                     f"{name}.backward returned a {type(g).__name__} as gradient {k}; expected a "

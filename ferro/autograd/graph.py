@@ -59,7 +59,7 @@ class disable_saved_tensors_hooks:
 
 
 def _to_host(t):
-    data = t.data
+    data = t._data
     if is_device_array(data):
         return (device_of(data), move(data, "cpu"))
     return (None, data)

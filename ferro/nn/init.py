@@ -13,7 +13,7 @@ from ferro.random import numpy_generator
 
 
 def _fill(t, values):
-    t.data[...] = values.astype(t.dtype, copy=False)
+    t._data[...] = values.astype(t.dtype, copy=False)
     return t
 
 
@@ -38,19 +38,19 @@ def normal_(t, mean: float = 0.0, std: float = 1.0, generator=None):
 
 def zeros_(t):
     """Fill with zeros."""
-    t.data[...] = 0
+    t._data[...] = 0
     return t
 
 
 def ones_(t):
     """Fill with ones."""
-    t.data[...] = 1
+    t._data[...] = 1
     return t
 
 
 def constant_(t, value: float):
     """Fill with ``value``."""
-    t.data[...] = value
+    t._data[...] = value
     return t
 
 

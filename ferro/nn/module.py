@@ -61,7 +61,7 @@ def _checked_value(where: str, key: str, value, target: TensorBase, writes: bool
     """``value``'s array, once it is known to fit ``target`` (shape, dtype, array type, and
     writeable memory when the load ``writes`` into it)."""
     if isinstance(value, TensorBase):
-        arr = value.data
+        arr = value._data
     elif isinstance(value, (np.ndarray, np.generic)):
         arr = np.asarray(value)
     elif is_device_array(value):
@@ -80,7 +80,7 @@ def _checked_value(where: str, key: str, value, target: TensorBase, writes: bool
             f"{where}: {key!r} has dtype {arr.dtype} in the state dict, which does not cast "
             f"to the module's {target.dtype}"
         )
-    if writes and isinstance(target.data, np.ndarray) and not target.data.flags.writeable:
+    if writes and isinstance(target._data, np.ndarray) and not target._data.flags.writeable:
         raise ReadOnlyError(f"{where}: {key!r} in the module is backed by read-only memory")
     return arr
 
@@ -415,7 +415,7 @@ class Module:
             if set_to_none:
                 p.grad = None
             else:
-                p.grad.data[...] = 0
+                p.grad._data[...] = 0
 
     # Conversion -----------------------------------------------------------------------------
 
@@ -432,20 +432,20 @@ class Module:
             for p in mod._parameters.values():
                 if p is not None and id(p) not in seen:
                     seen.add(id(p))
-                    g = None if p.grad is None else fn(p.grad.data)
-                    params.append((p, fn(p.data), g))
+                    g = None if p.grad is None else fn(p.grad._data)
+                    params.append((p, fn(p._data), g))
             for k, b in mod._buffers.items():
                 if b is not None:
-                    buffers.append((mod, k, b, fn(b.data)))
+                    buffers.append((mod, k, b, fn(b._data)))
         for p, data, g in params:
-            if data is p.data and (g is None or g is p.grad.data):
+            if data is p._data and (g is None or g is p.grad._data):
                 continue
             p.grad = None
             p.data = data
             if g is not None:
                 p.grad = wrap(g)
         for mod, k, b, data in buffers:
-            if data is not b.data:
+            if data is not b._data:
                 new = wrap(data)
                 if b.requires_grad:
                     new.requires_grad_(True)
@@ -636,7 +636,7 @@ class Module:
             if key in state_dict
         ]
         for target, value in checked:
-            target.data[...] = move(value, device_of(target.data))
+            target._data[...] = move(value, device_of(target._data))
             bump_version(target)  # saved copies of the old values in a live graph are stale
         return _IncompatibleKeys(missing, unexpected)
 

@@ -24,7 +24,7 @@ class Parameter(Tensor):
         if data is None:
             arr = np.empty(0, default_float())
         elif isinstance(data, TensorBase):
-            arr = data.data
+            arr = data._data
         else:
             arr = np.asarray(data)
         p = Tensor.__new__(cls)

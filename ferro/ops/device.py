@@ -28,7 +28,7 @@ def to_device(x, device):
     Gradient: gx = gy moved back to x's device.
     """
     target = parse_device(device)
-    if is_on(x.data, target):
+    if is_on(x._data, target):
         return x
     return apply(ToDevice, x, device=target)
 

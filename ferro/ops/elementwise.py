@@ -8,7 +8,8 @@ from __future__ import annotations
 import math
 import numbers
 
-from ferro.dtypes import as_dtype
+from ferro._C.tensor import TensorBase
+from ferro.dtypes import as_dtype, default_float
 from ferro.errors import ArgumentError, ArgumentTypeError, DtypeError
 from ferro.ops.registry import apply, register
 
@@ -52,11 +53,33 @@ class Add:
         return gy, gy
 
 
+def _floated(a, b, true_div=False):
+    """PyTorch's promotion for an integer (or bool) tensor with a Python float, and for true
+    division of integers: the result has the default float dtype (NumPy would give float64).
+    Returns ``(a, b)`` with such integer tensors cast to the default dtype."""
+    ta, tb = isinstance(a, TensorBase), isinstance(b, TensorBase)
+    if ta and a._data.dtype.kind in "biu":
+        if type(b) is float or (true_div and _not_float(b)):
+            a = cast(a, default_float())
+    if tb and b._data.dtype.kind in "biu":
+        if type(a) is float or (true_div and _not_float(a)):
+            b = cast(b, default_float())
+    return a, b
+
+
+def _not_float(v) -> bool:
+    if isinstance(v, TensorBase):
+        return v._data.dtype.kind in "biu"
+    return isinstance(v, (int, float)) and type(v) is not float
+
+
 def add(a, b):
     """``a + b`` with broadcasting.
 
     Gradient: ga = gy, gb = gy (summed back over broadcast dimensions).
     """
+    if type(a) is float or type(b) is float:
+        a, b = _floated(a, b)
     return apply(Add, a, b)
 
 
@@ -76,6 +99,8 @@ def sub(a, b):
 
     Gradient: ga = gy, gb = -gy.
     """
+    if type(a) is float or type(b) is float:
+        a, b = _floated(a, b)
     return apply(Sub, a, b)
 
 
@@ -100,6 +125,8 @@ def mul(a, b):
 
     Gradient: ga = gy * b, gb = gy * a.
     """
+    if type(a) is float or type(b) is float:
+        a, b = _floated(a, b)
     return apply(Mul, a, b)
 
 
@@ -126,6 +153,7 @@ def div(a, b):
 
     Gradient: ga = gy / b, gb = -gy * a / b**2.
     """
+    a, b = _floated(a, b, true_div=True)
     return apply(Div, a, b)
 
 
@@ -612,11 +640,18 @@ class Where:
         return None, ga, gb
 
 
-def where(cond, a, b):
-    """``a`` where ``cond`` is true, else ``b`` (all three broadcast).
+def where(cond, a=None, b=None):
+    """``a`` where ``cond`` is true, else ``b`` (all three broadcast). ``where(cond)`` alone is
+    ``nonzero(cond, as_tuple=True)``, as in PyTorch.
 
     Gradient: ga = gy where cond, gb = gy where not cond; cond gets none.
     """
+    if a is None and b is None:
+        from ferro.ops.shape import nonzero
+
+        return nonzero(cond, as_tuple=True)
+    if a is None or b is None:
+        raise ArgumentTypeError("where: give both a and b, or neither (where(cond) = nonzero)")
     if getattr(cond, "dtype", None) is None or cond.dtype != bool:
         raise DtypeError(
             f"where: cond must be a bool tensor, got {getattr(cond, 'dtype', type(cond))}"

@@ -1,5 +1,7 @@
-"""In-place ops: ``add_``, ``sub_``, ``mul_``, ``div_``, ``clamp_``, ``fill_``, ``zero_`` and the
-augmented operators (``+=`` ...).
+"""In-place ops: ``add_``, ``sub_``, ``mul_``, ``div_``, ``clamp_``, ``fill_``, ``zero_``, the
+indexed writes (``x[idx] = v``, ``index_put_``, ``index_add_``, ``masked_fill_``, ``scatter_``,
+``copy_``, ...), the random fills (``uniform_``, ``normal_``) and the augmented operators
+(``+=`` ...).
 
 Each computes the out-of-place result with the differentiable op, then
 :func:`ferro._C.engine.commit_inplace` writes it into the tensor's memory, bumps the version
@@ -10,36 +12,41 @@ gradient. A leaf that requires grad cannot be modified in place while grad mode 
 
 from __future__ import annotations
 
-from ferro._C.engine import commit_inplace
-from ferro._C.tensor import wrap
-from ferro.backend import xp_of
+import numpy as np
+
+from ferro._C.engine import bump_version, commit_inplace, is_grad_enabled
+from ferro._C.tensor import TensorBase, wrap
+from ferro.backend import move, xp_of
 from ferro.dtypes import fill_value
+from ferro.errors import DtypeError, ReadOnlyError
 from ferro.ops import elementwise as ew
+from ferro.ops import shape as sh
+from ferro.random import numpy_generator
 
 
 def add_(t, other):
     """``t += other`` in place; returns ``t``."""
-    return commit_inplace(t, ew.add(t, other), "add_")
+    return _commit(t, ew.add(t, other), "add_")
 
 
 def sub_(t, other):
     """``t -= other`` in place; returns ``t``."""
-    return commit_inplace(t, ew.sub(t, other), "sub_")
+    return _commit(t, ew.sub(t, other), "sub_")
 
 
 def mul_(t, other):
     """``t *= other`` in place; returns ``t``."""
-    return commit_inplace(t, ew.mul(t, other), "mul_")
+    return _commit(t, ew.mul(t, other), "mul_")
 
 
 def div_(t, other):
     """``t /= other`` in place; returns ``t``."""
-    return commit_inplace(t, ew.div(t, other), "div_")
+    return _commit(t, ew.div(t, other), "div_")
 
 
 def clamp_(t, min=None, max=None):  # noqa: A002 - PyTorch's argument names
     """Clamp ``t`` to ``[min, max]`` in place; returns ``t``."""
-    return commit_inplace(t, ew.clamp(t, min, max), "clamp_")
+    return _commit(t, ew.clamp(t, min, max), "clamp_")
 
 
 def fill_(t, value):
@@ -48,9 +55,7 @@ def fill_(t, value):
     The values are made directly, not as ``t * 0 + value``: that gives NaN where ``t`` holds
     Inf or NaN.
     """
-    from ferro._C.engine import is_grad_enabled
-
-    data = t.data
+    data = t._data
     value, dt = fill_value(value, data.dtype, "fill_")
     filled = wrap(xp_of(data).full(data.shape, value, dtype=dt))
     if t.grad_fn is not None and is_grad_enabled():
@@ -66,13 +71,201 @@ def zero_(t):
     return fill_(t, 0)
 
 
+_KIND_ORDER = "biuf"
+
+
+def _commit(t, out, op):
+    """Commit ``out`` into ``t`` (see the module docstring), converting it to ``t``'s dtype by
+    PyTorch's rule for in-place ops: the result's dtype must be castable to ``t``'s (a float
+    result cannot go into an integer tensor, nor a number into a bool one); float64 into
+    float32 (the same kind) is converted."""
+    have, want = out._data.dtype, t._data.dtype
+    if have != want:
+        rank = _KIND_ORDER.index
+        if (
+            have.kind in _KIND_ORDER
+            and want.kind in _KIND_ORDER
+            and rank(have.kind) > rank(want.kind)
+        ):
+            raise DtypeError(
+                f"{op}: the result type {have} cannot be cast to the dtype {want} of the tensor "
+                "modified in place (PyTorch's rule); convert the tensor first "
+                "(t = t.to(...)) or use the out-of-place op"
+            )
+        out = ew.cast(out, want)
+    return commit_inplace(t, out, op)
+
+
+def _scalar_as(t, value, op):
+    """A number converted to ``t``'s dtype (as PyTorch casts a fill value); anything else as is."""
+    if isinstance(value, (int, float)):
+        return fill_value(value, t._data.dtype, op)[0]
+    return value
+
+
+def _recording(t, value=None) -> bool:
+    """Whether an indexed write into ``t`` must be recorded (else it writes in place at once)."""
+    if not is_grad_enabled():
+        return False
+    return t.requires_grad or (isinstance(value, TensorBase) and value.requires_grad)
+
+
+def _write(t, index, value, op):
+    """``t[index] = value`` straight into memory (nothing to record): bump the version."""
+    data = t._data
+    if isinstance(value, TensorBase):
+        value = value._data
+    if type(data) is np.ndarray and not data.flags.writeable:
+        raise ReadOnlyError(
+            f"{op}: the tensor modified in place (shape {tuple(data.shape)}, dtype {data.dtype}) "
+            "wraps read-only memory; copy it first (t.clone()) or make the array writeable"
+        )
+    if hasattr(value, "shape") and type(value) is not type(data):
+        value = move(value, t.device)
+    data[index] = value
+    bump_version(t)
+    return t
+
+
+def setitem(t, index, value):
+    """``t[index] = value``: write ``value`` (broadcast) at ``index`` in place, for every index
+    kind ``t[...]`` takes. Differentiable through ``value`` and through ``t`` (the overwritten
+    part gets zero gradient); a leaf that requires grad refuses it in grad mode.
+
+    Gradient: gt = gy with the written positions zeroed; gvalue = gy at ``index``.
+    """
+    if not _recording(t, value):
+        items, _ = sh._index_items(index, t, "setitem")
+        if isinstance(value, TensorBase) and value._data.dtype != t._data.dtype:
+            value = value._data.astype(t._data.dtype)
+        try:
+            return _write(t, items, value, "setitem")
+        except IndexError as exc:
+            raise sh.IndexOutOfRangeError(
+                f"setitem: the index is invalid for a tensor of shape {tuple(t.shape)}: {exc}"
+            ) from None
+    if isinstance(value, TensorBase) and _is_view_at(value._data, t._data, index):
+        # t[index] op= v: the view's in-place op already wrote these elements (see
+        # TensorBase._accept_view_write); the write recorded below replaces exactly them.
+        t._accept_view_write()
+    commit_inplace(t, sh.index_put(t, index, value), "setitem")
+
+
+def _address(arr):
+    iface = getattr(arr, "__array_interface__", None) or arr.__cuda_array_interface__
+    return iface["data"][0], tuple(arr.shape), tuple(arr.strides)
+
+
+def _is_view_at(value, data, index) -> bool:
+    """Whether the array ``value`` is the basic-index view ``data[index]`` (same memory)."""
+    if type(value) is not type(data) or value.base is None:
+        return False
+    items = index if isinstance(index, tuple) else (index,)
+    if not all(i is None or i is Ellipsis or type(i) in (int, slice) for i in items):
+        return False
+    try:
+        return _address(value) == _address(data[index])
+    except (IndexError, TypeError):
+        return False
+
+
+def index_put_(t, indices, values, accumulate: bool = False):
+    """In-place :func:`ferro.index_put`; returns ``t``."""
+    return commit_inplace(t, sh.index_put(t, indices, values, accumulate), "index_put_")
+
+
+def index_add_(t, dim: int, index, source, *, alpha=1):
+    """In-place :func:`ferro.index_add`; returns ``t``."""
+    return _commit(t, sh.index_add(t, dim, index, source, alpha=alpha), "index_add_")
+
+
+def index_copy_(t, dim: int, index, source):
+    """In-place :func:`ferro.index_copy`; returns ``t``."""
+    return commit_inplace(t, sh.index_copy(t, dim, index, source), "index_copy_")
+
+
+def index_fill_(t, dim: int, index, value):
+    """In-place :func:`ferro.index_fill`; returns ``t``."""
+    value = _scalar_as(t, value, "index_fill_")
+    return commit_inplace(t, sh.index_fill(t, dim, index, value), "index_fill_")
+
+
+def masked_fill_(t, mask, value):
+    """In-place :func:`ferro.masked_fill`; returns ``t``."""
+    value = _scalar_as(t, value, "masked_fill_")
+    return _commit(t, sh.masked_fill(t, mask, value), "masked_fill_")
+
+
+def masked_scatter_(t, mask, source):
+    """In-place :func:`ferro.masked_scatter`; returns ``t``."""
+    return commit_inplace(t, sh.masked_scatter(t, mask, source), "masked_scatter_")
+
+
+def scatter_(t, dim: int, index, src):
+    """In-place :func:`ferro.scatter`; returns ``t``."""
+    return commit_inplace(t, sh.scatter(t, dim, index, src), "scatter_")
+
+
+def scatter_add_(t, dim: int, index, src):
+    """In-place :func:`ferro.scatter_add`; returns ``t``."""
+    return _commit(t, sh.scatter_add(t, dim, index, src), "scatter_add_")
+
+
+def copy_(t, src, non_blocking: bool = False):
+    """Copy ``src`` (broadcast, converted to ``t``'s dtype and device) into ``t``; returns ``t``.
+    ``non_blocking`` is accepted and ignored (copies are synchronous).
+
+    Gradient: gt = 0; gsrc = gy summed over the broadcast dims.
+    """
+    if not isinstance(src, TensorBase):
+        from ferro.creation import tensor
+
+        src = tensor(src, dtype=t._data.dtype, device=t.device)
+    elif src.device != t.device:
+        src = src.to(t.device)
+    if not _recording(t, src):
+        return _write(t, Ellipsis, src._data.astype(t._data.dtype, copy=False), "copy_")
+    return commit_inplace(t, sh.index_put(t, Ellipsis, src), "copy_")
+
+
+def _random_fill(t, values, op):
+    data = t._data
+    if data.dtype.kind != "f":
+        raise DtypeError(f"{op}: expects a floating point tensor, got dtype {data.dtype}")
+    values = wrap(move(values.astype(data.dtype, copy=False), t.device))
+    if t.grad_fn is not None and is_grad_enabled():
+        values = ew.where(wrap(xp_of(data).zeros(data.shape, dtype=bool)), t, values)
+    return commit_inplace(t, values, op)
+
+
+def uniform_(t, from_: float = 0.0, to: float = 1.0, *, generator=None):
+    """Fill ``t`` with values drawn from U(from_, to) (``generator``: ferro's by default)."""
+    draw = numpy_generator(generator, "uniform_").uniform(from_, to, tuple(t.shape))
+    return _random_fill(t, np.asarray(draw), "uniform_")
+
+
+def normal_(t, mean: float = 0.0, std: float = 1.0, *, generator=None):
+    """Fill ``t`` with values drawn from N(mean, std**2) (``generator``: ferro's by default)."""
+    draw = numpy_generator(generator, "normal_").normal(mean, std, tuple(t.shape))
+    return _random_fill(t, np.asarray(draw), "normal_")
+
+
 # The family's public functions (ferro.ops exports their union): a new op's name goes here.
+# setitem, copy_, uniform_ and normal_ are Tensor methods only, as in PyTorch.
 __all__ = [
     "add_",
     "clamp_",
     "div_",
     "fill_",
+    "index_add_",
+    "index_copy_",
+    "index_fill_",
+    "index_put_",
+    "masked_fill_",
+    "masked_scatter_",
     "mul_",
+    "scatter_",
+    "scatter_add_",
     "sub_",
     "zero_",
 ]

@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
+
+from ferro._C.tensor import TensorBase
 from ferro.errors import ArgumentError, ArgumentTypeError, ShapeError
+from ferro.ops.elementwise import add, mul
 from ferro.ops.registry import apply, register
+from ferro.ops.shape import broadcast_to
 
 
 @register("matmul", broadcasts=True)
@@ -133,9 +140,7 @@ def _parse_einsum(subscripts: str, n: int):
         )
     s = subscripts.replace(" ", "")
     if "->" not in s or "." in s:
-        raise ArgumentError(
-            f"einsum: {subscripts!r}: ferro needs an explicit '->' output and no ellipsis"
-        )
+        raise ArgumentError(f"einsum: {subscripts!r}: expected one '->' and no '.' outside '...'")
     lhs, out = s.split("->")
     ins = lhs.split(",")
     if len(ins) != n:
@@ -201,14 +206,51 @@ class Einsum:
         return tuple(grads)
 
 
+def _explicit_einsum(subscripts, operands) -> str:
+    """``subscripts`` with each ``...`` spelled out in unused letters and the output made
+    explicit (implicit mode: the broadcast dims, then the letters used once, sorted)."""
+    if not isinstance(subscripts, str):
+        return subscripts
+    s = subscripts.replace(" ", "")
+    lhs, arrow, out = s.partition("->")
+    ins = lhs.split(",")
+    if len(ins) != len(operands):
+        return s  # _parse_einsum reports the mismatch
+    free = [c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ" if c not in s]
+    n_ell = 0
+    for sub, op in zip(ins, operands, strict=True):
+        if "..." in sub:
+            n_ell = max(n_ell, getattr(op, "ndim", 0) - (len(sub) - 3))
+    if n_ell > len(free):
+        raise ArgumentError(f"einsum: {subscripts!r}: too many broadcast dimensions")
+    ell = "".join(free[:n_ell])
+    spelled = []
+    for sub, op in zip(ins, operands, strict=True):
+        if "..." in sub:
+            k = getattr(op, "ndim", 0) - (len(sub) - 3)
+            sub = sub.replace("...", ell[n_ell - k :] if k > 0 else "")
+        spelled.append(sub)
+    if not arrow:
+        letters = "".join(spelled)
+        once = sorted(c for c in set(letters) if letters.count(c) == 1 and c not in ell)
+        out = ell + "".join(once)
+    else:
+        out = out.replace("...", ell)
+    return ",".join(spelled) + "->" + out
+
+
 def einsum(subscripts: str, *operands):
-    """Einstein summation with an explicit output (``"ij,jk->ik"``); no ellipsis or diagonals.
-    A letter may have size 1 in some operands and one other size in the rest (broadcast, as in
-    NumPy and PyTorch).
+    """Einstein summation (``"ij,jk->ik"``), with ``...`` for broadcast leading dimensions and
+    the implicit output (``"ij,jk"``) as in PyTorch; no diagonals (a letter repeated in one
+    operand). A letter may have size 1 in some operands and one other size in the rest
+    (broadcast, as in NumPy and PyTorch). The operands may also be given as one list.
 
     Gradient: each operand's gradient is the einsum of gy with the other operands, broadcast over
     the letters only that operand has (summed over the letters it broadcast).
     """
+    if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
+        operands = tuple(operands[0])
+    subscripts = _explicit_einsum(subscripts, operands)
     parsed = _parse_einsum(subscripts, len(operands))
     sizes: dict = {}
     for sub, op in zip(parsed[0], operands, strict=True):
@@ -225,8 +267,124 @@ def einsum(subscripts: str, *operands):
     return apply(Einsum, *operands, subscripts=subscripts, parsed=parsed)
 
 
+def _scaled(t, c):
+    return t if c == 1 else mul(t, c)
+
+
+def _check_dims(op, **tensors):
+    for name, (t, ndim) in tensors.items():
+        if not isinstance(t, TensorBase):
+            raise ArgumentTypeError(f"{op}: {name} must be a Tensor, got {type(t).__name__}")
+        if t.ndim != ndim:
+            raise ShapeError(
+                f"{op}: {name} must have {ndim} dimension(s), got shape {tuple(t.shape)}"
+            )
+
+
+def addmm(input, mat1, mat2, *, beta=1, alpha=1):  # noqa: A002 - PyTorch's argument names
+    """``beta * input + alpha * (mat1 @ mat2)`` for 2-D ``mat1`` and ``mat2`` (``input``
+    broadcasts), as PyTorch's ``addmm``.
+
+    Gradient: ginput = beta * gy; gmat1 = alpha * gy @ mat2.T; gmat2 = alpha * mat1.T @ gy.
+    """
+    _check_dims("addmm", mat1=(mat1, 2), mat2=(mat2, 2))
+    return add(_scaled(input, beta), _scaled(matmul(mat1, mat2), alpha))
+
+
+def addmv(input, mat, vec, *, beta=1, alpha=1):  # noqa: A002
+    """``beta * input + alpha * (mat @ vec)`` for a 2-D ``mat`` and a 1-D ``vec``.
+
+    Gradient: ginput = beta * gy; gmat = alpha * outer(gy, vec); gvec = alpha * mat.T @ gy.
+    """
+    _check_dims("addmv", mat=(mat, 2), vec=(vec, 1))
+    return add(_scaled(input, beta), _scaled(matmul(mat, vec), alpha))
+
+
+def baddbmm(input, batch1, batch2, *, beta=1, alpha=1):  # noqa: A002
+    """``beta * input + alpha * (batch1 @ batch2)`` for 3-D batches of the same size.
+
+    Gradient: ginput = beta * gy; gbatch1 = alpha * gy @ batch2^T; gbatch2 = alpha *
+    batch1^T @ gy (per batch).
+    """
+    _check_dims("baddbmm", batch1=(batch1, 3), batch2=(batch2, 3))
+    if batch1.shape[0] != batch2.shape[0]:
+        raise ShapeError(
+            f"baddbmm: the batch sizes differ: shapes {tuple(batch1.shape)} and "
+            f"{tuple(batch2.shape)}"
+        )
+    return add(_scaled(input, beta), _scaled(matmul(batch1, batch2), alpha))
+
+
+def cross(input, other, dim=None):  # noqa: A002
+    """The cross product of 3-vectors along ``dim`` (the first dimension of size 3 when None,
+    as PyTorch's ``torch.cross``; ``linalg.cross`` uses -1); the operands broadcast.
+
+    Gradient: ginput = other x gy; gother = gy x input.
+    """
+    from ferro.ops.shape import select, stack
+
+    for name, t in (("input", input), ("other", other)):
+        if not isinstance(t, TensorBase):
+            raise ArgumentTypeError(f"cross: {name} must be a Tensor, got {type(t).__name__}")
+    try:
+        shape = np.broadcast_shapes(tuple(input.shape), tuple(other.shape))
+    except ValueError:
+        raise ShapeError(
+            f"cross: shapes {tuple(input.shape)} and {tuple(other.shape)} do not broadcast"
+        ) from None
+    if dim is None:
+        dim = next((d for d, n in enumerate(shape) if n == 3), None)
+        if dim is None:
+            raise ShapeError(f"cross: no dimension of size 3 in the shape {shape}")
+    if not -len(shape) <= dim < len(shape) or shape[dim] != 3:
+        raise ShapeError(f"cross: dimension {dim} of the shape {shape} must have size 3")
+    dim = dim % len(shape)
+    a = broadcast_to(input, shape)
+    b = broadcast_to(other, shape)
+    a0, a1, a2 = (select(a, dim, i) for i in range(3))
+    b0, b1, b2 = (select(b, dim, i) for i in range(3))
+    parts = [a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0]
+    return stack(parts, dim)
+
+
+def cdist(x1, x2, p: float = 2.0, compute_mode=None):
+    """The p-norm distances between each row of ``x1`` ``(..., P, M)`` and each row of ``x2``
+    ``(..., R, M)``: shape ``(..., P, R)``, as PyTorch's ``cdist`` (batch dims broadcast).
+    ``compute_mode`` is accepted; ferro computes the differences directly.
+
+    Gradient: through the differences, as ``norm``'s (0 where a distance is 0).
+    """
+    from ferro.ops.elementwise import abs as _abs
+    from ferro.ops.elementwise import real_arg
+    from ferro.ops.reduction import norm
+    from ferro.ops.reduction import sum as _sum
+    from ferro.ops.shape import unsqueeze
+
+    p = real_arg(p, "p", "cdist")
+    if not p > 0:
+        raise ArgumentError(f"cdist: p must be positive (ferro has no p = 0 distance), got {p}")
+    for name, t in (("x1", x1), ("x2", x2)):
+        if not isinstance(t, TensorBase):
+            raise ArgumentTypeError(f"cdist: {name} must be a Tensor, got {type(t).__name__}")
+        if t.ndim < 2:
+            raise ShapeError(f"cdist: {name} must have at least 2 dimensions, got {t.shape}")
+    if x1.shape[-1] != x2.shape[-1]:
+        raise ShapeError(
+            f"cdist: x1 {tuple(x1.shape)} and x2 {tuple(x2.shape)} differ in the last dimension"
+        )
+    diff = unsqueeze(x1, -2) - unsqueeze(x2, -3)
+    if p in (1.0, 2.0, math.inf):
+        return norm(diff, p if p == math.inf else int(p), -1)
+    return _sum(_abs(diff) ** p, -1) ** (1.0 / p)
+
+
 # The family's public functions (ferro.ops exports their union): a new op's name goes here.
 __all__ = [
+    "addmm",
+    "addmv",
+    "baddbmm",
+    "cdist",
+    "cross",
     "dot",
     "einsum",
     "linear",

@@ -359,7 +359,7 @@ def binary_cross_entropy(input, target, weight=None, reduction: str = "mean"):  
     """
     _check_reduction(reduction, "binary_cross_entropy")
     _same_shape(input, target, "binary_cross_entropy")
-    d = input.detach().data
+    d = input.detach()._data
     if d.size and (d.min() < 0 or d.max() > 1):
         raise ArgumentError(
             "binary_cross_entropy: input must hold probabilities in [0, 1], got values in "

@@ -680,7 +680,130 @@ def argsort(x, dim: int = -1, descending: bool = False, stable: bool = False):
 
 
 # The family's public functions (ferro.ops exports their union): a new op's name goes here.
+def _no_grad_result(arr, like):
+    """Wrap an index or count array (int64, no history) computed from ``like``'s data."""
+    from ferro._C.tensor import wrap
+
+    return wrap(arr)
+
+
+def _tensor_data(x, op):
+    from ferro._C.tensor import TensorBase
+
+    if not isinstance(x, TensorBase):
+        raise ArgumentTypeError(f"{op}: expected a Tensor, got {type(x).__name__}")
+    return x._data
+
+
+def unique(
+    input,  # noqa: A002 - PyTorch's argument names
+    sorted: bool = True,  # noqa: A002
+    return_inverse: bool = False,
+    return_counts: bool = False,
+    dim=None,
+):
+    """The distinct elements of ``input`` (flattened when ``dim`` is None), sorted, as
+    PyTorch's ``unique``; with ``return_inverse`` also where each element of ``input`` went
+    (``input``'s shape), with ``return_counts`` how often each occurs. With ``dim``, the
+    distinct slices along ``dim``. The results are not differentiable (no history).
+
+    Example:
+        >>> ferro.unique(ferro.tensor([3, 1, 3]), return_counts=True)
+        (tensor([1, 3]), tensor([1, 2]))
+    """
+    data = _tensor_data(input, "unique")
+    xp = _xp(data)
+    if dim is None:
+        values, inverse, counts = xp.unique(data, return_inverse=True, return_counts=True)
+        inverse = inverse.reshape(data.shape)
+    else:
+        a = _one_dim(dim, input, "unique")
+        values, inverse, counts = xp.unique(data, return_inverse=True, return_counts=True, axis=a)
+        inverse = inverse.reshape(-1)
+    out = [_no_grad_result(values, input)]
+    if return_inverse:
+        out.append(_no_grad_result(inverse.astype("int64"), input))
+    if return_counts:
+        out.append(_no_grad_result(counts.astype("int64"), input))
+    return out[0] if len(out) == 1 else tuple(out)
+
+
+def _xp(arr):
+    from ferro.backend import xp_of
+
+    return xp_of(arr)
+
+
+def searchsorted(
+    sorted_sequence,
+    input,  # noqa: A002
+    *,
+    out_int32: bool = False,
+    right: bool = False,
+    side=None,
+    sorter=None,
+):
+    """For each value of ``input``, the index in the last dimension of ``sorted_sequence``
+    where it would be inserted to keep the order, as PyTorch's ``searchsorted``: the first such
+    index, or the last with ``right=True`` (or ``side="right"``); ``sorter`` gives the indices
+    that sort an unsorted sequence. A N-D sequence searches row by row (``input`` then has the
+    same leading dimensions). int64 (int32 with ``out_int32``); not differentiable.
+
+    Example:
+        >>> ferro.searchsorted(ferro.tensor([1, 3, 5]), ferro.tensor([3, 6]))
+        tensor([1, 3])
+    """
+    seq = _tensor_data(sorted_sequence, "searchsorted")
+    from ferro._C.tensor import TensorBase
+
+    scalar = not isinstance(input, TensorBase)
+    values = _xp(seq).asarray(input) if scalar else input._data
+    if side is not None:
+        if side not in ("left", "right"):
+            raise ArgumentError(f"searchsorted: side must be 'left' or 'right', got {side!r}")
+        if right and side == "left":
+            raise ArgumentError("searchsorted: right=True contradicts side='left'")
+        right = side == "right"
+    if sorter is not None:
+        order = _tensor_data(sorter, "searchsorted")
+        seq = _xp(seq).take_along_axis(seq, order, axis=-1)
+    how = "right" if right else "left"
+    xp = _xp(seq)
+    if seq.ndim <= 1:
+        found = xp.searchsorted(seq, values, side=how)
+    else:
+        if tuple(values.shape[:-1]) != tuple(seq.shape[:-1]):
+            raise ShapeError(
+                f"searchsorted: the leading dimensions of the sequence {tuple(seq.shape)} and of "
+                f"the values {tuple(values.shape)} differ"
+            )
+        rows_s = seq.reshape(-1, seq.shape[-1])
+        rows_v = values.reshape(-1, values.shape[-1])
+        found = xp.stack(
+            [xp.searchsorted(r, v, side=how) for r, v in zip(rows_s, rows_v, strict=True)]
+        ).reshape(values.shape)
+    return _no_grad_result(xp.asarray(found).astype("int32" if out_int32 else "int64"), input)
+
+
+def bucketize(input, boundaries, *, out_int32: bool = False, right: bool = False):  # noqa: A002
+    """The bucket of each value of ``input`` given 1-D increasing ``boundaries``, as PyTorch's
+    ``bucketize``: ``i`` with ``boundaries[i-1] < x <= boundaries[i]`` (``right=False``) or
+    ``boundaries[i-1] <= x < boundaries[i]`` (``right=True``). int64; not differentiable.
+
+    Example:
+        >>> ferro.bucketize(ferro.tensor([1, 5, 9]), ferro.tensor([2, 5, 8]))
+        tensor([0, 1, 3])
+    """
+    b = _tensor_data(boundaries, "bucketize")
+    if b.ndim != 1:
+        raise ShapeError(f"bucketize: boundaries must be 1-D, got shape {tuple(b.shape)}")
+    return searchsorted(boundaries, input, out_int32=out_int32, right=right)
+
+
 __all__ = [
+    "bucketize",
+    "searchsorted",
+    "unique",
     "all",
     "amax",
     "amin",

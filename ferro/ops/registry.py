@@ -39,7 +39,7 @@ def array_of(x):
     from ferro._C.tensor import TensorBase
 
     if isinstance(x, TensorBase):
-        return x.data
+        return x._data
     import numpy as np
 
     return x if type(x).__module__.startswith("cupy") else np.asarray(x)

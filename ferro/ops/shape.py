@@ -17,7 +17,7 @@ import operator
 import numpy as np
 
 from ferro._C.tensor import TensorBase
-from ferro.backend import device_of, is_array, move
+from ferro.backend import device_of, is_array, move, xp_of
 from ferro.errors import (
     ArgumentError,
     ArgumentTypeError,
@@ -99,10 +99,10 @@ def _index_operand(index, like, op, kinds="iu"):
     engine records when the op saves it, or an array nobody else holds) and its array, on the
     device of ``like`` and of a dtype kind in ``kinds``.
     """
-    like = like.data if isinstance(like, TensorBase) else like
+    like = like._data if isinstance(like, TensorBase) else like
     if isinstance(index, TensorBase):
-        arr = _on_device_of(index.data, like)
-        operand = index if arr is index.data else arr
+        arr = _on_device_of(index._data, like)
+        operand = index if arr is index._data else arr
     elif is_array(index):
         arr = _on_device_of(index, like)
         operand = arr = index.copy() if arr is index else arr
@@ -457,11 +457,11 @@ def chunk(x, chunks: int, dim: int = 0):
     return split(x, step, dim)
 
 
-def _bound(v):
-    return v if v is None or type(v) is int else _int(v, "getitem", "a slice bound")
+def _bound(v, op="getitem"):
+    return v if v is None or type(v) is int else _int(v, op, "a slice bound")
 
 
-def _index_items(index, like):
+def _index_items(index, like, op="getitem"):
     """The items of ``x[index]`` as operands; say whether it needs advanced indexing.
 
     Ints and slice bounds become Python ints (a one-element tensor read now, not in backward).
@@ -472,15 +472,15 @@ def _index_items(index, like):
         if it is None or it is Ellipsis or type(it) is int:
             pass
         elif type(it) is slice:
-            it = slice(_bound(it.start), _bound(it.stop), _bound(it.step))
+            it = slice(_bound(it.start, op), _bound(it.stop, op), _bound(it.step, op))
         elif isinstance(it, (TensorBase, list)) or is_array(it):
-            it = _index_operand(it, like, "getitem", kinds="iub")[0]
+            it = _index_operand(it, like, op, kinds="iub")[0]
             advanced = True
         elif isinstance(it, numbers.Integral):  # NumPy integers, bools
             it = it if isinstance(it, bool) else int(it)
         else:
             raise ArgumentTypeError(
-                f"getitem: unsupported index {it!r}; use ints, slices, None, Ellipsis, or "
+                f"{op}: unsupported index {it!r}; use ints, slices, None, Ellipsis, or "
                 "integer or bool tensors"
             )
         out.append(it)
@@ -532,6 +532,186 @@ def getitem(x, index):
         raise IndexOutOfRangeError(
             f"getitem: the index is invalid for a tensor of shape {tuple(x.shape)}: {exc}"
         ) from None
+
+
+def _index_put_backward_ops(ctx, gy):
+    """IndexPut's backward with ferro ops (Tensors in and out), for double backward."""
+    index = ctx.saved
+    need_x, need_value = ctx.needs_input_grad[:2]
+    gx = gvalue = None
+    if need_x:
+        gx = gy if ctx.accumulate else index_put(gy, index, 0.0)
+    if need_value:
+        gvalue = getitem(gy, index)
+    return (gx, gvalue) + (None,) * len(index)
+
+
+@register("index_put", broadcasts=True, same_dtype=False)
+class IndexPut:
+    @staticmethod
+    def forward(ctx, x, value, *index, accumulate):
+        out = x.copy()
+        if accumulate:
+            ctx.xp.add.at(out, index, value)
+        else:
+            out[index] = value
+        # The whole index is saved (ints and slices as they are), as getitem_advanced does.
+        ctx.save(*index)
+        ctx.accumulate = accumulate
+        return out
+
+    @staticmethod
+    def backward(ctx, gy):
+        index = ctx.saved
+        need_x, need_value = ctx.needs_input_grad[:2]
+        gx = gvalue = None
+        if need_x:
+            gx = gy
+            if not ctx.accumulate:
+                gx = gy.copy()
+                gx[index] = 0
+        if need_value:
+            # The engine sums it back to the value's shape (the value broadcasts).
+            gvalue = gy[index]
+        return (gx, gvalue) + (None,) * len(index)
+
+    differentiable_backward = staticmethod(_index_put_backward_ops)
+
+
+def index_put(x, indices, values, accumulate: bool = False):
+    """A copy of ``x`` with ``values`` written at ``x[indices]`` (``values`` broadcasts to the
+    indexed shape); with ``accumulate=True`` they are added instead (repeated indices add up).
+    ``indices`` is one index or a tuple of them, of any kind ``x[...]`` takes (ints, slices,
+    None, Ellipsis, integer or bool tensors). ``x[indices] = values`` is its in-place form.
+
+    Gradient: gx = gy with the written positions zeroed (gy itself when accumulating);
+    gvalues = gy at ``indices``, summed over the broadcast dims. Repeated indices without
+    ``accumulate``: one write wins, as in PyTorch (unspecified which).
+
+    Example:
+        >>> ferro.index_put(ferro.zeros(3), (ferro.tensor([0, 2]),), ferro.tensor(1.0))
+        tensor([1., 0., 1.])
+    """
+    if not isinstance(x, TensorBase):
+        raise ArgumentTypeError(f"index_put: expected a Tensor, got {type(x).__name__}")
+    items, _ = _index_items(indices, x, "index_put")
+    dt = x._data.dtype
+    if isinstance(values, TensorBase):
+        if values._data.dtype != dt:
+            from ferro.ops.elementwise import cast
+
+            values = cast(values, dt)
+    elif is_array(values):
+        values = _on_device_of(values.astype(dt, copy=False), x._data)
+    elif not isinstance(values, numbers.Number):
+        raise ArgumentTypeError(
+            f"index_put: values must be a Tensor, an array or a number, got {type(values).__name__}"
+        )
+    try:
+        return apply(IndexPut, x, values, *items, accumulate=bool(accumulate))
+    except IndexError as exc:
+        raise IndexOutOfRangeError(
+            f"index_put: the index is invalid for a tensor of shape {tuple(x.shape)}: {exc}"
+        ) from None
+    except ValueError as exc:
+        if "broadcast" not in str(exc):
+            raise
+        raise ShapeError(
+            f"index_put: values of shape {tuple(getattr(values, 'shape', ()))} do not broadcast "
+            f"to the indexed part of a tensor of shape {tuple(x.shape)}: {exc}"
+        ) from None
+
+
+def _dim_index(x, dim, index, op):
+    """``(slice(None),) * dim + (index,)``: the index of ``x``'s entries ``index`` along ``dim``,
+    checked (1-D integer, in range)."""
+    a = _axis(dim, x.ndim, op)
+    operand, idx = _index_operand(index, x, op)
+    if idx.ndim > 1:
+        raise ShapeError(f"{op}: index must be 0-D or 1-D, got shape {tuple(idx.shape)}")
+    _check_range(idx, x.shape[a] if x.ndim else 1, op)
+    return (slice(None),) * a + (operand,), a, idx
+
+
+def _dim_source(x, a, idx, source, op):
+    want = tuple(x.shape[:a]) + tuple(idx.shape) + tuple(x.shape[a + 1 :])
+    if not isinstance(source, TensorBase):
+        raise ArgumentTypeError(f"{op}: source must be a Tensor, got {type(source).__name__}")
+    if tuple(source.shape) != want:
+        raise ShapeError(
+            f"{op}: source of shape {tuple(source.shape)} does not fit a tensor of shape "
+            f"{tuple(x.shape)} indexed by {idx.size} entries along dim {a} (expected {want})"
+        )
+
+
+def index_add(x, dim: int, index, source, *, alpha=1):
+    """A copy of ``x`` with ``alpha * source`` added at entries ``index`` along ``dim``
+    (repeated indices add up), as PyTorch's ``index_add``.
+
+    Gradient: gx = gy; gsource = alpha * gy at ``index``.
+    """
+    where, a, idx = _dim_index(x, dim, index, "index_add")
+    _dim_source(x, a, idx, source, "index_add")
+    if alpha != 1:
+        source = source * alpha
+    return index_put(x, where, source, accumulate=True)
+
+
+def index_copy(x, dim: int, index, source):
+    """A copy of ``x`` with entries ``index`` along ``dim`` replaced by ``source``.
+
+    Gradient: gx = gy with the copied entries zeroed; gsource = gy at ``index``.
+    """
+    where, a, idx = _dim_index(x, dim, index, "index_copy")
+    _dim_source(x, a, idx, source, "index_copy")
+    return index_put(x, where, source)
+
+
+def index_fill(x, dim: int, index, value):
+    """A copy of ``x`` with entries ``index`` along ``dim`` set to ``value`` (a number or a 0-d
+    tensor).
+
+    Gradient: gx = gy with the filled entries zeroed; gvalue = sum of gy there.
+    """
+    where, _, _ = _dim_index(x, dim, index, "index_fill")
+    if getattr(value, "ndim", 0) != 0:
+        raise ShapeError(f"index_fill: value must be a number or a 0-d tensor, got {value.shape}")
+    return index_put(x, where, value)
+
+
+def masked_scatter(x, mask, source):
+    """A copy of ``x`` whose elements where the bool ``mask`` (broadcast to ``x``) is true are
+    the first elements of ``source``, in row-major order.
+
+    Gradient: gx = gy where mask is false; gsource = gy at the masked positions, in order
+    (zero for the source elements not used).
+    """
+    if getattr(getattr(mask, "dtype", None), "kind", None) != "b":
+        raise DtypeError(
+            f"masked_scatter: mask must be a bool tensor, got {getattr(mask, 'dtype', None)}"
+        )
+    if not isinstance(source, TensorBase):
+        raise ArgumentTypeError(
+            f"masked_scatter: source must be a Tensor, got {type(source).__name__}"
+        )
+    _, arr = _index_operand(mask, x, "masked_scatter", kinds="b")
+    try:
+        arr = xp_of(arr).broadcast_to(arr, x.shape)
+    except ValueError:
+        raise ShapeError(
+            f"masked_scatter: mask of shape {tuple(mask.shape)} does not broadcast to the "
+            f"tensor's shape {tuple(x.shape)}"
+        ) from None
+    n = int(arr.sum())
+    if n > source.numel():
+        raise ShapeError(
+            f"masked_scatter: the mask selects {n} elements but source has only "
+            f"{source.numel()} (shape {tuple(source.shape)})"
+        )
+    flat = reshape(source, -1)
+    if n != source.numel():
+        flat = getitem(flat, slice(0, n))
+    return index_put(x, (arr.copy(),), flat)
 
 
 def narrow(x, dim: int, start: int, length: int):
@@ -914,7 +1094,7 @@ def one_hot(indices, num_classes: int = -1):
         )
     if indices.dtype.kind not in "iu":
         raise DtypeError(f"one_hot: indices must be integer, got {indices.dtype}")
-    data = indices.data
+    data = indices._data
     num_classes = _int(num_classes, "one_hot", "num_classes")
     if num_classes < 0:
         num_classes = int(data.max()) + 1 if data.size else 0
@@ -1232,8 +1412,13 @@ __all__ = [
     "flip",
     "gather",
     "getitem",
+    "index_add",
+    "index_copy",
+    "index_fill",
+    "index_put",
     "index_select",
     "masked_fill",
+    "masked_scatter",
     "masked_select",
     "meshgrid",
     "movedim",

@@ -86,7 +86,7 @@ class Optimizer:
         params = [p for g in self.param_groups for p in g["params"]]
         if not set_to_none:
             for i, p in enumerate(params):
-                if p.grad is not None and _read_only(p.grad.data):
+                if p.grad is not None and _read_only(p.grad._data):
                     raise ReadOnlyError(
                         f"{type(self).__name__}.zero_grad: the gradient of parameter {i} (shape "
                         f"{tuple(p.shape)}) is read-only and cannot be zeroed in place; use "
@@ -97,7 +97,7 @@ class Optimizer:
                 if set_to_none:
                     p.grad = None
                 else:
-                    p.grad.data[...] = 0
+                    p.grad._data[...] = 0
 
     def step(self, closure=None):
         """Update every parameter that has a gradient; ``closure`` re-evaluates the loss.
@@ -114,14 +114,14 @@ class Optimizer:
         with no_grad():
             for p, group in self._to_update():
                 state = self.state.setdefault(p, {})
-                self._begin_step(p.data, state, group)
-                g = p.grad.data
-                arrays = (p.data, g) + tuple(v for v in state.values() if is_array(v))
+                self._begin_step(p._data, state, group)
+                g = p.grad._data
+                arrays = (p._data, g) + tuple(v for v in state.values() if is_array(v))
                 kernel = kernel_for(self.kernel, arrays) if self.kernel else None
                 if kernel is not None:
-                    self._update_fused(kernel, p.data, g, state, group)
+                    self._update_fused(kernel, p._data, g, state, group)
                 else:
-                    self._update_generic(p.data, g, state, group)
+                    self._update_generic(p._data, g, state, group)
                 bump_version(p)  # saved copies of p in a live graph are now stale
         return loss
 
@@ -137,7 +137,7 @@ class Optimizer:
                 grad = p.grad
                 if grad is None:
                     continue
-                data, g = p.data, grad.data
+                data, g = p._data, grad._data
                 if g.shape != data.shape or g.dtype != data.dtype or _read_only(data):
                     raise self._refusal(p)
                 if p in state:
@@ -151,7 +151,7 @@ class Optimizer:
         """The error for a parameter ``_to_update`` refused, naming it by its index (as in
         :meth:`state_dict`), shape and dtype."""
         index = [id(q) for g in self.param_groups for q in g["params"]].index(id(p))
-        data, g = p.data, p.grad.data
+        data, g = p._data, p.grad._data
         where = (
             f"{type(self).__name__}.step: parameter {index} ({data.dtype}, "
             f"shape {tuple(data.shape)})"
@@ -314,7 +314,7 @@ def _state_value(where: str, i: int, key, v, p):
     import copy
 
     if isinstance(v, TensorBase):
-        v = v.data
+        v = v._data
     if key == "step":
         scalar = isinstance(v, np.generic) or (is_array(v) and v.shape == ())
         step = v.item() if scalar else v
@@ -332,11 +332,11 @@ def _state_value(where: str, i: int, key, v, p):
             f"{where}: state {key!r} of parameter {i} has shape {tuple(v.shape)}, the "
             f"parameter {tuple(p.shape)}"
         )
-    target = p.data.dtype
+    target = p._data.dtype
     if v.dtype.kind not in "biuf" or not np.can_cast(v.dtype, target, "same_kind"):
         raise DtypeError(
             f"{where}: state {key!r} of parameter {i} has dtype {v.dtype}, which does not "
             f"cast to the parameter's {target}"
         )
-    moved = move(v, device_of(p.data))
+    moved = move(v, device_of(p._data))
     return moved.astype(target, copy=moved is v)

@@ -822,19 +822,19 @@ class LBFGS(Optimizer):
                 raise ArgumentError(f"LBFGS: {key} must be a positive int, got {v!r}")
 
     def _numel(self) -> int:
-        return sum(int(p.data.size) for p in self._params)
+        return sum(int(p._data.size) for p in self._params)
 
     def _gather_flat_grad(self):
-        xp = np if isinstance(self._params[0].data, np.ndarray) else _cupy()
+        xp = np if isinstance(self._params[0]._data, np.ndarray) else _cupy()
         views = []
         for i, p in enumerate(self._params):
             if p.grad is None:
-                views.append(xp.zeros(p.data.size, p.dtype))
+                views.append(xp.zeros(p._data.size, p.dtype))
                 continue
-            g = p.grad.data
-            if g.shape != p.data.shape:
+            g = p.grad._data
+            if g.shape != p._data.shape:
                 raise ShapeError(
-                    f"LBFGS.step: parameter {i} (shape {tuple(p.data.shape)}) has a gradient "
+                    f"LBFGS.step: parameter {i} (shape {tuple(p._data.shape)}) has a gradient "
                     f"of shape {tuple(g.shape)}"
                 )
             views.append(g.reshape(-1))
@@ -843,21 +843,22 @@ class LBFGS(Optimizer):
     def _add_grad(self, step: float, direction) -> None:
         offset = 0
         for p in self._params:
-            n = int(p.data.size)
-            p.data += step * direction[offset : offset + n].reshape(p.data.shape)
+            n = int(p._data.size)
+            data = p._data
+            data += step * direction[offset : offset + n].reshape(data.shape)
             bump_version(p)  # saved copies of p in a live graph are now stale
             offset += n
 
     def _set_params(self, arrays) -> None:
         for p, a in zip(self._params, arrays, strict=True):
-            p.data[...] = a
+            p._data[...] = a
             bump_version(p)
 
     def _refuse_read_only(self) -> None:
         for i, p in enumerate(self._params):
-            if _read_only(p.data):
+            if _read_only(p._data):
                 raise ReadOnlyError(
-                    f"LBFGS.step: parameter {i} ({p.dtype}, shape {tuple(p.data.shape)}) is "
+                    f"LBFGS.step: parameter {i} ({p.dtype}, shape {tuple(p._data.shape)}) is "
                     "read-only (a read-only memory map or np.frombuffer data, for example), and "
                     "the step writes it in place; make the parameter from a writeable copy"
                 )
@@ -950,7 +951,7 @@ class LBFGS(Optimizer):
 
             ls_func_evals = 0
             if group["line_search_fn"] == "strong_wolfe":
-                x_init = [p.data.copy() for p in self._params]
+                x_init = [p._data.copy() for p in self._params]
 
                 def obj_func(x, step, direction):
                     self._add_grad(step, direction)
@@ -1016,7 +1017,7 @@ class LBFGS(Optimizer):
         where = "LBFGS.load_state_dict"
         first = self._params[0]
         if isinstance(value, TensorBase):
-            value = value.data
+            value = value._data
         if not _is_array(value):
             raise ArgumentTypeError(f"{where}: state {key!r} must be an array, got {value!r}")
         if tuple(value.shape) != (self._numel(),):
@@ -1026,7 +1027,7 @@ class LBFGS(Optimizer):
             )
         if value.dtype.kind != "f":
             raise DtypeError(f"{where}: state {key!r} has dtype {value.dtype}, expected floats")
-        moved = move(value, device_of(first.data))
+        moved = move(value, device_of(first._data))
         return moved.astype(first.dtype, copy=moved is value)
 
 

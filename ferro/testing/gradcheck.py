@@ -44,7 +44,7 @@ def _copy_inputs(inputs) -> list:
     copies = []
     for x in inputs:
         if isinstance(x, TensorBase):
-            c = wrap(np.array(x.data, copy=True, order="C"))
+            c = wrap(np.array(x._data, copy=True, order="C"))
             if x.requires_grad:
                 c.requires_grad_(True)
             copies.append(c)
@@ -65,13 +65,13 @@ def numerical_jacobian(fn, inputs, eps: float = 1e-6) -> list:
     def flat_out():
         with no_grad():
             outs = _outputs(fn(*xs))
-        return np.concatenate([np.asarray(o.data, dtype=np.float64).ravel() for o in outs])
+        return np.concatenate([np.asarray(o._data, dtype=np.float64).ravel() for o in outs])
 
     jacs = []
     for x in xs:
         if not (isinstance(x, TensorBase) and x.requires_grad):
             continue
-        data = x.data
+        data = x._data
         flat = data.reshape(-1)
         n_out = flat_out().size
         jac = np.zeros((n_out, flat.size))
@@ -116,7 +116,7 @@ def _analytical_jacobian(fn, inputs) -> list:
                     raise GradcheckError(
                         f"gradcheck: gradient for input {i} has dtype {g.dtype}, expected {x.dtype}"
                     )
-                jacs[i][row] = np.asarray(g.data, dtype=np.float64).ravel()
+                jacs[i][row] = np.asarray(g._data, dtype=np.float64).ravel()
             row += 1
     return jacs
 

@@ -66,7 +66,7 @@ class _Frame:
         saved: list = []
 
         def capture(t):
-            saved.append(t.data)
+            saved.append(t._data)
 
         caller_state = _rng_states() if self.rng_state is not None else None
         try:

@@ -57,9 +57,9 @@ def test_refuses_float32_inputs():
 
 def test_does_not_mutate_inputs():
     x = _x(3)
-    before = x.data.copy()
+    before = x._data.copy()
     gradcheck(lambda t: t.exp(), (x,))
-    np.testing.assert_array_equal(x.data, before)
+    np.testing.assert_array_equal(x._data, before)
     assert x.grad is None
 
 

@@ -33,7 +33,7 @@ def test_from_dlpack_numpy_shares_memory_both_ways(dtype):
     assert t.dtype == a.dtype and t.shape == (2, 3) and not t.requires_grad
     a[1, 2] = 1
     assert t.tolist()[1][2] == 1
-    t.data[0, 0] = 1
+    t._data[0, 0] = 1
     assert a[0, 0] == 1
 
 
@@ -89,7 +89,7 @@ def test_read_only_tensor_exports_read_only_or_refuses_a_legacy_capsule():
     assert not a.flags.writeable and a.tolist() == [0.0, 1.0, 2.0]
     with pytest.raises(ReadOnlyError, match="read-only"):
         dlpack.to_dlpack(t)
-    assert ferro.from_dlpack(ro).data.flags.writeable is False
+    assert ferro.from_dlpack(ro)._data.flags.writeable is False
 
 
 def test_from_dlpack_rejects_what_it_cannot_hold():
@@ -117,7 +117,7 @@ def test_from_dlpack_rejects_an_unsupported_device():
 def test_utils_dlpack_capsule_round_trip_shares_memory():
     t = ferro.zeros(3)
     back = dlpack.from_dlpack(dlpack.to_dlpack(t))
-    back.data[1] = 2.0
+    back._data[1] = 2.0
     assert t.tolist() == [0.0, 2.0, 0.0]
     capsule = dlpack.to_dlpack(t)
     dlpack.from_dlpack(capsule)
@@ -148,7 +148,7 @@ def test_ferro_from_dlpack_of_torch_shares_memory(torch):
     assert t.dtype == ferro.int64
     x[0] = 9
     assert t.tolist() == [9, 0, 0]
-    t.data[2] = -1
+    t._data[2] = -1
     assert x.tolist() == [9, 0, -1]
 
 

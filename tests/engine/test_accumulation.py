@@ -53,15 +53,15 @@ def test_leaf_grad_is_stolen_without_copy():
     (x * 2.0).sum().backward()
     assert engine.stats()["steals"] == 1
     assert engine.stats()["grad_copies"] == 0
-    assert x.grad.data.flags.owndata
+    assert x.grad._data.flags.owndata
 
 
 def test_second_backward_adds_into_dot_grad_in_place():
     x = ferro.ones(5, requires_grad=True)
     (x * 2.0).sum().backward()
-    buf = x.grad.data
+    buf = x.grad._data
     (x * 3.0).sum().backward()
-    assert x.grad.data is buf
+    assert x.grad._data is buf
     np.testing.assert_array_equal(buf, np.full(5, 5.0))
 
 
@@ -70,10 +70,10 @@ def test_array_kept_by_leaf_hook_is_not_mutated():
     x = ferro.ones(4, requires_grad=True)
     x.register_hook(lambda g: kept.append(g) or None)
     (x * 2.0 + x * 3.0).sum().backward()
-    snapshot = kept[0].data.copy()
+    snapshot = kept[0]._data.copy()
     # The next backward adds into x.grad in place; the array the hook kept must not be it.
     (x * 5.0).sum().backward()
-    np.testing.assert_array_equal(kept[0].data, snapshot)
+    np.testing.assert_array_equal(kept[0]._data, snapshot)
     np.testing.assert_array_equal(x.grad.numpy(), np.full(4, 10.0))
 
 
@@ -84,7 +84,7 @@ def test_array_kept_by_non_leaf_hook_is_not_accumulated_into():
     k = h + 0.0  # AddBackward passes k's gradient through to h unchanged
     k.register_hook(lambda g: kept.append(g) or None)
     (h * 4.0 + k * 1.0).sum().backward()
-    np.testing.assert_array_equal(kept[0].data, np.ones(3))
+    np.testing.assert_array_equal(kept[0]._data, np.ones(3))
     np.testing.assert_array_equal(x.grad.numpy(), np.full(3, 10.0))
 
 
@@ -100,8 +100,8 @@ def test_leaf_hook_result_kept_by_user_is_not_stolen():
     x.register_hook(hook)
     (x * 2.0).sum().backward()
     (x * 2.0).sum().backward()
-    np.testing.assert_array_equal(kept[0].data, [2.0, 2.0, 2.0])
-    assert x.grad.data is not kept[0].data
+    np.testing.assert_array_equal(kept[0]._data, [2.0, 2.0, 2.0])
+    assert x.grad._data is not kept[0]._data
 
 
 def test_user_gradient_passed_to_backward_is_not_mutated():
@@ -119,9 +119,9 @@ def test_forward_output_is_not_mutated_by_accumulation():
     ident = graph.OpDef("ident", lambda ctx, a: a * 1.0, lambda ctx, gy: gy)
     y = ferro.tensor([5.0, 5.0], requires_grad=True)
     out = ferro._C.engine.apply(ident, y)
-    kept = out.data.copy()
+    kept = out._data.copy()
     (out + out * x).sum().backward()
-    np.testing.assert_array_equal(out.data, kept)
+    np.testing.assert_array_equal(out._data, kept)
 
 
 def test_repeated_argument_f_x_x():

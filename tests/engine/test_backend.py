@@ -154,10 +154,10 @@ def test_saved_tensors_on_cpu_round_trip_device_arrays():
 
     x = ferro.ones(2) * 1
     packed = _to_host(x)
-    assert packed[0] is None and packed[1] is x.data and _from_host(packed) is x.data  # no copy
+    assert packed[0] is None and packed[1] is x._data and _from_host(packed) is x._data  # no copy
 
     class T:
-        data = ndarray([3.0, 4.0], dev=1)
+        _data = ndarray([3.0, 4.0], dev=1)
 
     device, host = _to_host(T())
     assert device == "cuda:1" and type(host) is np.ndarray and host.tolist() == [3.0, 4.0]

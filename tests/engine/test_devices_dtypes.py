@@ -178,7 +178,7 @@ def test_dtype_objects_cannot_be_made_by_hand():
 @pytest.mark.parametrize("d, np_type, name", _HELD)
 def test_tensor_dtype_is_the_dtype_object(d, np_type, name):
     t = ferro.zeros(2, dtype=d)
-    assert t.dtype is d and t.dtype == np_type and t.data.dtype == np.dtype(np_type)
+    assert t.dtype is d and t.dtype == np_type and t._data.dtype == np.dtype(np_type)
 
 
 @pytest.mark.parametrize("d, np_type, name", _NOT_HELD)
@@ -216,8 +216,8 @@ def test_dtypes_ferro_lacks_raise_not_supported_where_used(d, np_type, name):
     ],
 )
 def test_dtype_arguments_read_like_pytorch_and_numpy(spec, expected):
-    assert ferro.zeros(1, dtype=spec).data.dtype == np.dtype(expected)
-    assert ferro.ones(1).to(spec).data.dtype == np.dtype(expected)
+    assert ferro.zeros(1, dtype=spec)._data.dtype == np.dtype(expected)
+    assert ferro.ones(1).to(spec)._data.dtype == np.dtype(expected)
 
 
 @pytest.mark.parametrize("spec", ["floaty", None, [1], "U3", object])
@@ -298,7 +298,7 @@ def test_to_returns_the_tensor_itself_unless_something_changes_or_copy_is_asked(
     assert x.to() is x and x.to(None) is x and x.type(ferro.float) is x
     c = x.to(ferro.float32, copy=True)
     assert c is not x and c.tolist() == x.tolist() and c.grad_fn is not None
-    c.data[0] = 7.0
+    c._data[0] = 7.0
     assert x.tolist() == [1.0, 2.0]  # a copy, not a view
     assert x.to("cpu", ferro.float32, False, True) is not x
 
@@ -360,9 +360,9 @@ def test_module_to_converts_floating_tensors_and_keeps_gradients():
     assert m.weight.dtype is ferro.float64 and m.bias.dtype is ferro.float64
     assert m.weight.grad.dtype is ferro.float64 and m.weight.grad.tolist() == w_grad
     assert m.count.dtype is ferro.int64  # integer buffers keep their dtype
-    before = m.weight.data
+    before = m.weight._data
     m.to("cpu", ferro.float64)
-    assert m.weight.data is before  # nothing to change: nothing touched
+    assert m.weight._data is before  # nothing to change: nothing touched
     m.to(ferro.zeros(1, dtype=ferro.float32))
     assert m.weight.dtype is ferro.float32 and m.weight.grad.dtype is ferro.float32
 

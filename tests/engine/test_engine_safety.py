@@ -1,5 +1,5 @@
 """The engine's side of issue 11: reference safety in node linking, the commit lock, the commit
-order when a post-accumulate hook raises, `.grad`/`.data` assignment checks, read-only in-place
+order when a post-accumulate hook raises, `.grad`/`._data` assignment checks, read-only in-place
 writes, and broadcast errors decided by shapes."""
 
 import subprocess

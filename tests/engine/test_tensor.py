@@ -29,7 +29,7 @@ def test_0d_tensor_keeps_its_shape():
     t = ferro.tensor(3.0)
     assert t.shape == () and t.ndim == 0 and t.item() == 3.0
     y = (t * 2).exp()
-    assert y.shape == () and isinstance(y.data, np.ndarray)
+    assert y.shape == () and isinstance(y._data, np.ndarray)
 
 
 def test_unsupported_dtypes_raise():

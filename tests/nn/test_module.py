@@ -152,7 +152,7 @@ def test_load_state_dict_checks_dtypes_before_copying_anything():
 def test_load_state_dict_refuses_a_read_only_target_before_copying_anything():
     m = nn.Linear(2, 2)
     before = _snapshot(m)
-    m.bias.data.flags.writeable = False
+    m.bias._data.flags.writeable = False
     sd = {k: v + 1 for k, v in m.state_dict().items()}
     with pytest.raises(ReadOnlyError, match="'bias'"):
         m.load_state_dict(sd)

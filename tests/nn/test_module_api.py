@@ -235,7 +235,7 @@ def test_load_state_dict_assign_replaces_tensors():
     assert tuple(res) == ([], [])
     assert isinstance(m.fc.weight, nn.Parameter) and not m.fc.weight.requires_grad
     assert m.fc.bias.requires_grad and m.fc.weight.dtype == np.float64  # the value's dtype
-    assert np.shares_memory(m.fc.weight.data, w) and m.count.tolist() == [9]
+    assert np.shares_memory(m.fc.weight._data, w) and m.count.tolist() == [9]
     with pytest.raises(ShapeError, match="'fc.bias' has shape"):
         m.load_state_dict({"fc.bias": np.zeros(3)}, strict=False, assign=True)
 
@@ -245,7 +245,7 @@ def test_deepcopy_gives_an_independent_module():
     c = copy.deepcopy(m)
     assert c.shared is c.a and c.a.fc.weight is not m.a.fc.weight
     np.testing.assert_array_equal(c.a.fc.weight.detach().numpy(), m.a.fc.weight.detach().numpy())
-    c.a.fc.weight.data[...] = 0
+    c.a.fc.weight._data[...] = 0
     assert m.a.fc.weight.detach().numpy().any()
 
 

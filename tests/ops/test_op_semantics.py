@@ -104,11 +104,11 @@ def test_dropout_mask_does_not_depend_on_dtype():
 
 def test_inplace_ops_write_memory_and_bump_version():
     t = ferro.zeros(3)
-    data = t.data
+    data = t._data
     t.add_(2).mul_(3)
     t -= 1
     t /= 5
-    assert t.data is data and t.tolist() == [1.0, 1.0, 1.0] and t._version == 4
+    assert t._data is data and t.tolist() == [1.0, 1.0, 1.0] and t._version == 4
     t.zero_()
     assert t.tolist() == [0.0, 0.0, 0.0]
     t.fill_(2.5).clamp_(max=1.0)

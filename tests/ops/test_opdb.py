@@ -57,7 +57,7 @@ def test_forward_matches_reference(case, dtype):
     out = op.fn(*tensors, **sample.kwargs)
     want = op.ref(*arrays, **sample.kwargs)
     rtol = op.fwd_rtol32 if dtype == np.float32 else 1e-12
-    np.testing.assert_allclose(out.data, want, rtol=rtol, atol=rtol)
+    np.testing.assert_allclose(out._data, want, rtol=rtol, atol=rtol)
     assert out.shape == np.shape(want)
     if op.same_dtype_out:
         assert out.dtype == np.dtype(dtype)
@@ -116,7 +116,7 @@ def test_float32_and_float64_agree(case):
         out = op.fn(*tensors, **sample.kwargs)
         out.backward(ferro.ones_like(out))
         grads[dtype] = [
-            t.grad.data for t in tensors if isinstance(t, ferro.Tensor) and t.grad is not None
+            t.grad._data for t in tensors if isinstance(t, ferro.Tensor) and t.grad is not None
         ]
         for t in tensors:
             if isinstance(t, ferro.Tensor) and t.grad is not None:

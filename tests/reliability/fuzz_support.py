@@ -353,7 +353,7 @@ def check_write_case(case: dict) -> str:
         grad = _tensor(gview, glayout, False)
     except Refused:
         grad = ferro.from_numpy(_native(gview))
-    shared = np.shares_memory(t.data, view)
+    shared = np.shares_memory(t._data, view)
     before = t.detach().numpy().copy()
     try:
         _write(case["write"], t, grad)

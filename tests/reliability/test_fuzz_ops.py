@@ -109,7 +109,7 @@ def test_check_case_catches_an_op_that_writes_its_input(monkeypatch):
 
     def neg_and_scribble(x):
         y = neg(x)
-        x.data[...] = 0.0
+        x._data[...] = 0.0
         return y
 
     monkeypatch.setattr(op, "fn", neg_and_scribble)

@@ -295,24 +295,24 @@ def _frombuffer_param(values):
 def test_step_on_read_only_parameter_raises_and_changes_nothing(cls, kw, fused):
     a = ferro.from_numpy(np.ones(4, F32)).requires_grad_()
     b, raw = _frombuffer_param([1.0, 2.0, 3.0])
-    a_data, b_data = a.data, b.data
+    a_data, b_data = a._data, b._data
     opt = cls([a, b], **kw)
     a.grad = ferro.from_numpy(np.full(4, 0.5, F32))
     with overrides(fused):
         opt.step()  # b has no gradient yet: only a moves
-        a_after_one = a.data.copy()
+        a_after_one = a._data.copy()
         state_after_one = {k: np.copy(v) for k, v in opt.state[a].items()}
         b.grad = ferro.from_numpy(np.ones(3, F32))
         with pytest.raises(ReadOnlyError, match=rf"{cls.__name__}\.step: parameter 1 .*\(3,\)"):
             opt.step()
     # Checked before anything moved: a, its state and its step count are as after one step.
-    np.testing.assert_array_equal(a.data, a_after_one)
+    np.testing.assert_array_equal(a._data, a_after_one)
     assert opt.state[a].keys() == state_after_one.keys()
     for k, v in opt.state[a].items():
         np.testing.assert_array_equal(v, state_after_one[k])
     assert b not in opt.state
-    assert np.frombuffer(raw, F32).tolist() == [1.0, 2.0, 3.0] == b.data.tolist()
-    assert a.data is a_data and b.data is b_data  # updated in place, never rebound
+    assert np.frombuffer(raw, F32).tolist() == [1.0, 2.0, 3.0] == b._data.tolist()
+    assert a._data is a_data and b._data is b_data  # updated in place, never rebound
 
 
 @pytest.mark.parametrize("fused", [True, False], ids=["fused", "generic"])
@@ -325,10 +325,10 @@ def test_step_with_read_only_state_raises_and_changes_nothing(cls, kw, fused):
         opt.step()
         key = next(k for k, v in opt.state[p].items() if isinstance(v, np.ndarray))
         opt.state[p][key] = read_only(opt.state[p][key])
-        before = p.data.copy(), {k: np.copy(v) for k, v in opt.state[p].items()}
+        before = p._data.copy(), {k: np.copy(v) for k, v in opt.state[p].items()}
         with pytest.raises(ReadOnlyError, match=f"parameter 0 .*{key}"):
             opt.step()
-    np.testing.assert_array_equal(p.data, before[0])
+    np.testing.assert_array_equal(p._data, before[0])
     for k, v in opt.state[p].items():
         np.testing.assert_array_equal(v, before[1][k])
 

@@ -94,7 +94,7 @@ def test_tensors_without_grad_keep_working_with_numpy():
     acc = np.zeros(3, np.float32)
     acc += t
     np.testing.assert_array_equal(acc, data)
-    assert np.asarray(t) is t.data
+    assert np.asarray(t) is t._data
     grad_leaf = _leaf()
     assert np.shape(grad_leaf) == (3,) and np.ndim(grad_leaf) == 1 and np.size(grad_leaf) == 3
 
@@ -168,7 +168,7 @@ def test_pickle_of_a_parameter_and_of_a_memmap_backed_tensor(tmp_path):
     np.save(path, np.arange(3.0))
     t = ferro.from_numpy(np.load(path, mmap_mode="r"))
     back = pickle.loads(pickle.dumps(t))
-    assert type(back.data) is np.ndarray and back.tolist() == [0.0, 1.0, 2.0]
+    assert type(back._data) is np.ndarray and back.tolist() == [0.0, 1.0, 2.0]
 
 
 def test_deepcopy_copies_a_leaf_with_its_grad_and_refuses_a_non_leaf():
@@ -176,8 +176,8 @@ def test_deepcopy_copies_a_leaf_with_its_grad_and_refuses_a_non_leaf():
     (x * 2).sum().backward()
     y = copy.deepcopy(x)
     assert y.requires_grad and y.is_leaf and y.grad.tolist() == [2.0, 2.0, 2.0]
-    y.data[0] = 9.0
-    y.grad.data[0] = 9.0
+    y._data[0] = 9.0
+    y.grad._data[0] = 9.0
     assert x.tolist()[0] == 0.5 and x.grad.tolist()[0] == 2.0
     with pytest.raises(GraphError, match="deepcopy: only leaf tensors"):
         copy.deepcopy(x * 2)
@@ -188,5 +188,5 @@ def test_deepcopy_of_a_module_gives_independent_parameters():
     twin = copy.deepcopy(net)
     assert type(twin.weight) is ferro.nn.Parameter and twin.weight.requires_grad
     np.testing.assert_array_equal(twin.weight.detach().numpy(), net.weight.detach().numpy())
-    twin.weight.data[...] = 0.0
+    twin.weight._data[...] = 0.0
     assert np.abs(net.weight.detach().numpy()).sum() > 0

@@ -580,7 +580,7 @@ def test_item14_deepcopy_is_independent():
     x = ferro.tensor([1.0, 2.0], dtype=ferro.float64, requires_grad=True)
     c = copy.deepcopy(x)
     assert c.requires_grad and c.dtype == np.float64
-    assert not np.shares_memory(c.data, x.data)
+    assert not np.shares_memory(c._data, x._data)
     with ferro.no_grad():
         c.add_(1.0)
     np.testing.assert_array_equal(x.detach().numpy(), [1.0, 2.0])

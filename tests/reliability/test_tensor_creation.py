@@ -78,7 +78,7 @@ def test_bad_data_or_size_raises_a_typed_error(case):
 def test_non_native_byte_order_is_converted_by_tensor():
     big = np.array([0.84, -2.0], ">f4")
     t = ferro.tensor(big)
-    assert t.dtype == np.float32 and t.data.dtype.isnative
+    assert t.dtype == np.float32 and t._data.dtype.isnative
     np.testing.assert_array_equal(t.numpy(), [np.float32(0.84), -2.0])
     # The fused kernels read native order: gelu(0.84) is 0.672, not a value of the byte-swapped
     # bits (1.6e-19 when the big-endian array reached them).
@@ -95,7 +95,7 @@ def test_conversions_that_pytorch_makes():
     x = ferro.tensor([1.0, 2.0], requires_grad=True)
     assert ferro.tensor([x[0], x[1]]).tolist() == [1.0, 2.0]
     copy = ferro.tensor(x)
-    copy.data[0] = 5.0
+    copy._data[0] = 5.0
     assert x.tolist() == [1.0, 2.0] and not copy.requires_grad
 
 
@@ -117,8 +117,8 @@ def test_from_numpy_shares_memory_of_a_memmap_and_of_a_read_only_array(tmp_path)
     np.save(path, np.arange(4.0))
     mm = np.load(path, mmap_mode="r")
     t = ferro.from_numpy(mm)
-    assert type(t.data) is np.ndarray and np.shares_memory(t.data, mm)
-    assert not t.data.flags.writeable and t.tolist() == [0.0, 1.0, 2.0, 3.0]
+    assert type(t._data) is np.ndarray and np.shares_memory(t._data, mm)
+    assert not t._data.flags.writeable and t.tolist() == [0.0, 1.0, 2.0, 3.0]
     assert (t * 2).tolist() == [0.0, 2.0, 4.0, 6.0]
     ro = np.frombuffer(np.arange(3.0).tobytes())
     assert ferro.from_numpy(ro).sum().item() == 3.0

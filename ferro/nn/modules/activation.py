@@ -122,7 +122,7 @@ class PReLU(Module):
 
     def reset_parameters(self) -> None:
         """Set every slope back to ``init``."""
-        self.weight.data[...] = self.init
+        self.weight._data[...] = self.init
 
     def forward(self, x):
         return F.prelu(x, self.weight)

@@ -108,7 +108,7 @@ class Embedding(Module):
         """Draw the weight again from N(0, 1), with the padding row zero."""
         init.normal_(self.weight)
         if self.padding_idx is not None:
-            self.weight.data[self.padding_idx] = 0
+            self.weight._data[self.padding_idx] = 0
 
     def forward(self, indices):
         return F.embedding(indices, self.weight, self.padding_idx)

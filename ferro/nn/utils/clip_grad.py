@@ -26,22 +26,23 @@ def clip_grad_norm_(
     if not grads:
         return 0.0
     if math.isinf(norm_type):
-        total = max(float(np.abs(g.data).max()) if g.data.size else 0.0 for g in grads)
+        total = max(float(np.abs(g._data).max()) if g._data.size else 0.0 for g in grads)
     else:
-        total = sum(float((np.abs(g.data) ** norm_type).sum()) for g in grads) ** (1 / norm_type)
+        total = sum(float((np.abs(g._data) ** norm_type).sum()) for g in grads) ** (1 / norm_type)
     if error_if_nonfinite and not math.isfinite(total):
         raise GradientError(f"clip_grad_norm_: the total norm of the gradients is {total}")
     scale = max_norm / (total + 1e-6)
     if scale < 1:
         for g in grads:
-            g.data *= scale
+            data = g._data
+            data *= scale
     return total
 
 
 def clip_grad_value_(parameters, clip_value: float) -> None:
     """Clip every gradient element to ``[-clip_value, clip_value]`` in place."""
     for g in _grads(parameters):
-        np.clip(g.data, -clip_value, clip_value, out=g.data)
+        np.clip(g._data, -clip_value, clip_value, out=g._data)
 
 
 __all__ = [

@@ -19,6 +19,49 @@ def _dropout_ref(x, p):
     return x * keep / (1 - p)
 
 
+def _keep(shape, p):
+    bits = np.random.Generator(np.random.PCG64(3)).integers(0, 2**32, shape, dtype="uint32")
+    return bits >= int(p * 2**32)
+
+
+def _channel_fn(name):
+    def fn(x, p):
+        ferro.manual_seed(3)
+        return getattr(ferro, name)(x, p)
+
+    return fn
+
+
+def _channel_ref(spatial):
+    def ref(x, p):
+        shape = x.shape[: x.ndim - spatial] + (1,) * spatial
+        return x * _keep(shape, p) / (1 - p)
+
+    return ref
+
+
+def _alpha_fn(x, p):
+    ferro.manual_seed(3)
+    return ferro.alpha_dropout(x, p, training=True)
+
+
+def _alpha_ref(x, p):
+    alpha = -1.7580993408473766
+    a = ((1 - p) * (1 + p * alpha**2)) ** -0.5
+    keep = _keep(x.shape, p)
+    return a * np.where(keep, x, alpha) - a * alpha * p
+
+
+def _channel_samples(spatial):
+    def make(rng):
+        return [
+            Sample((uniform(rng, (3, 4) + (2,) * spatial), 0.5), label="batched"),
+            Sample((uniform(rng, (4,) + (3,) * spatial), 0.3), label="unbatched"),
+        ]
+
+    return make
+
+
 ENTRIES = [
     OpInfo(
         "dropout",
@@ -28,5 +71,14 @@ ENTRIES = [
             Sample((uniform(rng, (4, 5)), 0.4), label="p=0.4"),
             Sample((uniform(rng, ()), 0.5), label="0-d"),
         ],
+    ),
+    OpInfo("dropout1d", _channel_fn("dropout1d"), _channel_ref(1), _channel_samples(1)),
+    OpInfo("dropout2d", _channel_fn("dropout2d"), _channel_ref(2), _channel_samples(2)),
+    OpInfo("dropout3d", _channel_fn("dropout3d"), _channel_ref(3), _channel_samples(3)),
+    OpInfo(
+        "alpha_dropout",
+        _alpha_fn,
+        _alpha_ref,
+        lambda rng: [Sample((uniform(rng, (4, 5)), 0.3), label="p=0.3")],
     ),
 ]

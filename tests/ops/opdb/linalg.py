@@ -56,6 +56,12 @@ def _einsum_samples(rng):
         Sample(
             (uniform(rng, (2, 3)), uniform(rng, (4,))), {"spec": "ij,k->ijk"}, label="outer-ish"
         ),
+        Sample(
+            (uniform(rng, (2, 2, 3)), uniform(rng, (3, 2))),
+            {"spec": "...ij,jk->...ik"},
+            label="ellipsis",
+        ),
+        Sample((uniform(rng, (2, 3)), uniform(rng, (3, 4))), {"spec": "ij,jk"}, label="implicit"),
         Sample((uniform(rng, (2, 3)), uniform(rng, (3, 4))), {"spec": "ij,jk->i"}, label="sum out"),
     ]
 
@@ -74,6 +80,51 @@ ENTRIES = [
         lambda *ops, spec: ferro.einsum(spec, *ops),
         lambda *ops, spec: np.einsum(spec, *ops),
         _einsum_samples,
+        fwd_rtol32=1e-4,
+    ),
+    OpInfo(
+        "addmm",
+        lambda i, a, b: ferro.addmm(i, a, b, beta=0.5, alpha=2.0),
+        lambda i, a, b: 0.5 * i + 2.0 * (a @ b),
+        lambda rng: [
+            Sample((uniform(rng, (2, 4)), uniform(rng, (2, 3)), uniform(rng, (3, 4)))),
+            Sample((uniform(rng, (4,)), uniform(rng, (2, 3)), uniform(rng, (3, 4))), label="bcast"),
+        ],
+    ),
+    OpInfo(
+        "addmv",
+        lambda i, a, v: ferro.addmv(i, a, v, alpha=-1.5),
+        lambda i, a, v: i - 1.5 * (a @ v),
+        lambda rng: [Sample((uniform(rng, (2,)), uniform(rng, (2, 3)), uniform(rng, (3,))))],
+    ),
+    OpInfo(
+        "baddbmm",
+        lambda i, a, b: ferro.baddbmm(i, a, b, beta=2.0),
+        lambda i, a, b: 2.0 * i + a @ b,
+        lambda rng: [
+            Sample((uniform(rng, (2, 2, 4)), uniform(rng, (2, 2, 3)), uniform(rng, (2, 3, 4))))
+        ],
+    ),
+    OpInfo(
+        "cross",
+        lambda a, b, dim=None: ferro.cross(a, b, dim),
+        lambda a, b, dim=None: np.cross(a, b, axis=0 if dim is None else dim),
+        lambda rng: [
+            Sample((uniform(rng, (3, 4)), uniform(rng, (3, 4))), label="first dim of size 3"),
+            Sample((uniform(rng, (2, 3)), uniform(rng, (3,))), {"dim": -1}, label="broadcast"),
+        ],
+    ),
+    OpInfo(
+        "cdist",
+        lambda a, b, p=2.0: ferro.cdist(a, b, p),
+        lambda a, b, p=2.0: (
+            (np.abs(a[..., :, None, :] - b[..., None, :, :]) ** p).sum(-1) ** (1 / p)
+        ),
+        lambda rng: [
+            Sample((uniform(rng, (4, 3)), uniform(rng, (5, 3))), label="p=2"),
+            Sample((uniform(rng, (2, 3, 2)), uniform(rng, (2, 4, 2))), {"p": 1.0}, label="p=1"),
+            Sample((uniform(rng, (3, 2)), uniform(rng, (2, 2))), {"p": 3.0}, label="p=3"),
+        ],
         fwd_rtol32=1e-4,
     ),
 ]

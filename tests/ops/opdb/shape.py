@@ -204,6 +204,54 @@ def _masked_fill_samples(rng):
     ]
 
 
+def _index_put_ref(x, v, index, accumulate=False):
+    out = x.copy()
+    if accumulate:
+        np.add.at(out, index, v)
+    else:
+        out[index] = v
+    return out
+
+
+def _index_put_samples(rng):
+    x = uniform(rng, (4, 3))
+    return [
+        Sample((x, uniform(rng, (2, 3))), {"index": (slice(1, 3),)}, label="rows"),
+        Sample((x, uniform(rng, (1,))), {"index": (slice(None, None, 2), 1)}, label="broadcast"),
+        Sample((x, uniform(rng, ())), {"index": (x > 0,)}, label="bool mask, 0-d value"),
+        Sample(
+            (x, uniform(rng, (3, 3))),
+            {"index": (np.array([0, 2, 0]),), "accumulate": True},
+            label="accumulate repeats",
+        ),
+        Sample(
+            (x, uniform(rng, (2,))),
+            {"index": (np.array([3, 1]), np.array([0, 2]))},
+            label="pairs",
+        ),
+        Sample((x, 0.5), {"index": (Ellipsis, slice(0, 1))}, label="scalar value"),
+    ]
+
+
+def _index_add_ref(x, src, dim, index, alpha=1):
+    out = x.copy()
+    np.add.at(out, (slice(None),) * dim + (index,), alpha * src)
+    return out
+
+
+def _index_copy_ref(x, src, dim, index):
+    out = x.copy()
+    out[(slice(None),) * dim + (index,)] = src
+    return out
+
+
+def _masked_scatter_ref(x, src, mask):
+    out = x.copy()
+    m = np.broadcast_to(mask, x.shape)
+    out[m] = src.reshape(-1)[: int(m.sum())]
+    return out
+
+
 def _pad_samples(rng):
     out = []
     for mode in ("constant", "reflect", "replicate"):
@@ -474,6 +522,61 @@ ENTRIES = [
     ),
     OpInfo(
         "masked_fill", ferro.masked_fill, lambda x, m, v: np.where(m, v, x), _masked_fill_samples
+    ),
+    OpInfo(
+        "index_put",
+        lambda x, v, index, accumulate=False: ferro.index_put(x, index, v, accumulate),
+        _index_put_ref,
+        _index_put_samples,
+    ),
+    OpInfo(
+        "index_add",
+        lambda x, src, dim, index, alpha=1: ferro.index_add(
+            x, dim, ferro.tensor(index), src, alpha=alpha
+        ),
+        _index_add_ref,
+        lambda rng: [
+            Sample(
+                (uniform(rng, (3, 4)), uniform(rng, (3, 3))),
+                {"dim": 1, "index": np.array([0, 3, 0]), "alpha": 2.0},
+                label="repeats, alpha",
+            ),
+            Sample((uniform(rng, (4,)), uniform(rng, (2,))), {"dim": 0, "index": np.array([1, 2])}),
+        ],
+    ),
+    OpInfo(
+        "index_copy",
+        lambda x, src, dim, index: ferro.index_copy(x, dim, ferro.tensor(index), src),
+        _index_copy_ref,
+        lambda rng: [
+            Sample(
+                (uniform(rng, (3, 4)), uniform(rng, (2, 4))),
+                {"dim": 0, "index": np.array([2, 0])},
+            )
+        ],
+    ),
+    OpInfo(
+        "index_fill",
+        lambda x, dim, index: ferro.index_fill(x, dim, ferro.tensor(index), -1.5),
+        lambda x, dim, index: _index_copy_ref(x, -1.5, dim, index),
+        lambda rng: [Sample((uniform(rng, (3, 4)),), {"dim": 1, "index": np.array([1, 3])})],
+    ),
+    OpInfo(
+        "masked_scatter",
+        lambda x, src, mask: ferro.masked_scatter(x, ferro.tensor(mask), src),
+        _masked_scatter_ref,
+        lambda rng: [
+            Sample(
+                (uniform(rng, (3, 4)), uniform(rng, (4, 4))),
+                {"mask": rng.random((3, 4)) > 0.5},
+                label="fewer than source",
+            ),
+            Sample(
+                (uniform(rng, (3, 4)), uniform(rng, (12,))),
+                {"mask": rng.random((4,)) > 0.3},
+                label="broadcast mask",
+            ),
+        ],
     ),
     OpInfo("pad", lambda x, pad, mode: ferro.pad(x, pad, mode), _pad_ref, _pad_samples),
     OpInfo(

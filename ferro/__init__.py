@@ -17,6 +17,7 @@ from ferro import (  # noqa: F401  (submodules)
     autograd,
     backend,
     cuda,
+    distributed,  # noqa: E402,F401  (no MPI import until a process group is made)
     errors,
     nn,
     optim,
@@ -96,7 +97,6 @@ from ferro.random import (
 )
 from ferro.serialization import load, save
 from ferro.utils.checkpoint import checkpoint, checkpoint_sequential
-from ferro import distributed  # noqa: E402,F401  (no MPI import until a process group is made)
 
 # The composition root: each backend's fused kernels become the overrides of the ops that
 # ferro.ops.fused lists (so ops never import cuda), and the GPU kernels become the engine's

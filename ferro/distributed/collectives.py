@@ -402,7 +402,7 @@ def _run(g, name, seq, requests, finish, async_op: bool):
 def _array(t, name: str, what: str = "tensor"):
     if not isinstance(t, TensorBase):
         raise ArgumentTypeError(f"{name}: {what} must be a ferro Tensor, got {type(t).__name__}")
-    return t.data
+    return t._data
 
 
 def _written(tensors) -> callable:

@@ -43,20 +43,23 @@ class _Bucket:
 
     def __init__(self, params: list):
         self.params = params
-        first = params[0].data
+        first = params[0]._data
         self.dtype, self.xp = first.dtype, xp_of(first)
         self.offsets, n = [], 0
         for p in params:
             self.offsets.append(n)
-            n += p.data.size
+            n += p._data.size
         self.size = n
         self.flat = None
         self.ready = 0
         self.work = None
 
 
+FIRST_BUCKET_MB = 1.0
+
+
 def _bytes(p) -> int:
-    return p.data.size * p.data.dtype.itemsize
+    return p._data.size * p._data.dtype.itemsize
 
 
 class DistributedDataParallel(Module):
@@ -154,16 +157,19 @@ class DistributedDataParallel(Module):
         return out + [b for b in self.module.buffers() if b is not None]
 
     def _make_buckets(self, params: list) -> list:
-        cap = self.bucket_cap_mb * 2**20
+        # The first bucket is small (1 MB, as PyTorch's): the last layers' gradients come first
+        # and their reduction starts while backward is still early.
+        cap = min(FIRST_BUCKET_MB, self.bucket_cap_mb) * 2**20
         buckets, current, size = [], [], 0
         for p in reversed(params):
             if current and (
                 size + _bytes(p) > cap
-                or p.data.dtype != current[0].data.dtype
-                or xp_of(p.data) is not xp_of(current[0].data)
+                or p._data.dtype != current[0]._data.dtype
+                or xp_of(p._data) is not xp_of(current[0]._data)
             ):
                 buckets.append(_Bucket(current))
                 current, size = [], 0
+                cap = self.bucket_cap_mb * 2**20
             current.append(p)
             size += _bytes(p)
         if current:
@@ -245,13 +251,13 @@ class DistributedDataParallel(Module):
             b.flat = xp.zeros(b.size, dtype=b.dtype) if b.flat is None else b.flat
         flat = b.flat
         for p, off in zip(b.params, b.offsets, strict=True):
-            n = p.data.size
+            n = p._data.size
             g = p.grad
             view = flat[off : off + n]
             if g is None:
                 view[...] = 0
-            elif not (self.gradient_as_bucket_view and _shares(g.data, view)):
-                view[...] = g.data.reshape(-1)
+            elif not (self.gradient_as_bucket_view and _shares(g._data, view)):
+                view[...] = g._data.reshape(-1)
         b.work = C.all_reduce(_tensor(flat), C.ReduceOp.SUM, self._pg, async_op=True)
 
     def _finalize(self) -> None:
@@ -261,14 +267,14 @@ class DistributedDataParallel(Module):
             b.work = None
             b.flat /= n
             for p, off in zip(b.params, b.offsets, strict=True):
-                view = b.flat[off : off + p.data.size].reshape(p.data.shape)
+                view = b.flat[off : off + p._data.size].reshape(p._data.shape)
                 if self.gradient_as_bucket_view:
-                    if p.grad is None or not _shares(p.grad.data, view):
+                    if p.grad is None or not _shares(p.grad._data, view):
                         p.grad = _tensor(view)
                 elif p.grad is None:
                     p.grad = _tensor(view.copy())
                 else:
-                    p.grad.data[...] = view
+                    p.grad._data[...] = view
         object.__setattr__(self, "_expect_reduction", False)
 
     # -- API -------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from ferro.utils.data.dataset import (
     TensorDataset,
     random_split,
 )
+from ferro.utils.data.distributed import DistributedSampler
 from ferro.utils.data.sampler import (
     BatchSampler,
     RandomSampler,
@@ -25,7 +26,6 @@ from ferro.utils.data.sampler import (
     SubsetRandomSampler,
     WeightedRandomSampler,
 )
-from ferro.utils.data.distributed import DistributedSampler
 from ferro.utils.data.worker import WorkerInfo, get_worker_info
 
 __all__ = [

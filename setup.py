@@ -27,7 +27,16 @@ PROFILE = os.environ.get("FERRO_CYTHON_PROFILE") == "1"
 
 # Modules whose loops use OpenMP when the compiler supports it.
 OPENMP_MODULES = {"ferro._C.cpu_kernels"}
-MODULES = ["tensor", "state", "graph", "accumulate", "engine", "cpu_kernels"]
+MODULES = [
+    "tensor",
+    "state",
+    "graph",
+    "accumulate",
+    "engine",
+    "cpu_kernels",
+    "norm_kernels",
+    "pooling_kernels",
+]
 
 
 def _extensions():

@@ -22,7 +22,13 @@ FAMILIES = [
     ("Shape and indexing", "shape"),
     ("Linear algebra", "linalg"),
     ("Losses", "loss"),
+    ("Convolution", "conv"),
+    ("Pooling and pixel shuffle", "pooling"),
+    ("Normalization", "norm"),
     ("Dropout", "dropout"),
+    ("Resampling", "resampling"),
+    ("Recurrent cells", "recurrent"),
+    ("Attention", "attention"),
     ("Devices", "device"),
     ("In place", "inplace"),
 ]

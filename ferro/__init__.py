@@ -29,6 +29,9 @@ from ferro import (  # noqa: F401  (submodules)
 )
 from ferro._C import cpu_kernels as _cpu_kernels
 from ferro._C import engine as _engine
+from ferro._C import norm_kernels as _norm_kernels
+from ferro._C import pooling_kernels as _pooling_kernels
+from ferro._missing import module_attribute as __getattr__  # noqa: F401  (PEP 562 hints)
 from ferro._tensor import Size, Tensor
 from ferro.autograd import (
     enable_grad,
@@ -101,7 +104,7 @@ from ferro.utils.checkpoint import checkpoint, checkpoint_sequential
 # The composition root: each backend's fused kernels become the overrides of the ops that
 # ferro.ops.fused lists (so ops never import cuda), and the GPU kernels become the engine's
 # accumulation and sum-to-shape on CuPy arrays. Neither imports CuPy: that waits for a kernel.
-_fused.install("cpu", _cpu_kernels)
+_fused.install("cpu", _cpu_kernels, _norm_kernels, _pooling_kernels)
 _fused.install("cuda", _cuda_kernels)
 _engine.set_gpu_backend(
     _cuda_kernels.owns, _cuda_kernels.accepts, _cuda_kernels.accumulate, _cuda_kernels.sum_to_shape

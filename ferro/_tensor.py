@@ -20,6 +20,7 @@ import copy
 
 import numpy as np
 
+from ferro import _missing
 from ferro import autograd as _autograd
 from ferro import backend as _backend
 from ferro import creation as _creation
@@ -182,6 +183,28 @@ class Tensor(TensorBase):
     fill_ = _ip.fill_
     zero_ = _ip.zero_
     __setitem__ = _ip.setitem
+    __ipow__ = _ip.pow_
+    abs_ = _ip.abs_
+    ceil_ = _ip.ceil_
+    clamp_max_ = _ip.clamp_max_
+    clamp_min_ = _ip.clamp_min_
+    cos_ = _ip.cos_
+    exp_ = _ip.exp_
+    floor_ = _ip.floor_
+    log_ = _ip.log_
+    neg_ = _ip.neg_
+    pow_ = _ip.pow_
+    reciprocal_ = _ip.reciprocal_
+    relu_ = _ip.relu_
+    round_ = _ip.round_
+    sigmoid_ = _ip.sigmoid_
+    sign_ = _ip.sign_
+    sin_ = _ip.sin_
+    sqrt_ = _ip.sqrt_
+    square_ = _ip.square_
+    tanh_ = _ip.tanh_
+    trunc_ = _ip.trunc_
+    bernoulli_ = _ip.bernoulli_
     index_put_ = _ip.index_put_
     index_add_ = _ip.index_add_
     index_copy_ = _ip.index_copy_
@@ -193,6 +216,11 @@ class Tensor(TensorBase):
     copy_ = _ip.copy_
     uniform_ = _ip.uniform_
     normal_ = _ip.normal_
+
+    def __getattr__(self, name):
+        # Only after normal lookup failed: a PyTorch name ferro lacks gets an error that says
+        # what to do instead (ferro/_missing.py); any other name the usual AttributeError.
+        _missing.tensor_attribute(name)
 
     def __iter__(self):
         # One unbind op for all rows (as PyTorch): backward stacks the rows' gradients once,
@@ -311,6 +339,21 @@ class Tensor(TensorBase):
     swapaxes = _sh.swapaxes
     swapdims = _sh.swapdims
     masked_select = _sh.masked_select
+    addmm = _la.addmm
+    addmv = _la.addmv
+    baddbmm = _la.baddbmm
+    cross = _la.cross
+    unique = _red.unique
+    bucketize = _red.bucketize
+
+    def multinomial(self, num_samples: int, replacement: bool = False, *, generator=None):
+        """:func:`ferro.multinomial` of this tensor's weights."""
+        return _creation.multinomial(self, num_samples, replacement, generator=generator)
+
+    def bernoulli(self, p=None, *, generator=None):
+        """:func:`ferro.bernoulli` with this tensor's probabilities."""
+        return _creation.bernoulli(self, p, generator=generator)
+
     nonzero = _sh.nonzero
 
     def clone(self) -> Tensor:
@@ -387,6 +430,80 @@ class Tensor(TensorBase):
     def shape(self) -> Size:
         """The shape, as a :class:`ferro.Size` (a tuple)."""
         return Size(self._data.shape)
+
+    @property
+    def mH(self) -> Tensor:
+        """The last two dimensions swapped (the conjugate is the tensor itself: ferro is real)."""
+        return _sh.transpose(self, -2, -1)
+
+    @property
+    def H(self) -> Tensor:
+        """The transpose of a matrix (the conjugate is the tensor itself: ferro is real)."""
+        return self.t() if self.ndim == 2 else self.T
+
+    @property
+    def is_sparse(self) -> bool:
+        """Always False: ferro's tensors are dense."""
+        return False
+
+    @property
+    def itemsize(self) -> int:
+        """Bytes per element."""
+        return self._data.dtype.itemsize
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the elements (``numel() * itemsize``)."""
+        return self._data.nbytes
+
+    def element_size(self) -> int:
+        """Bytes per element."""
+        return self._data.dtype.itemsize
+
+    def stride(self, dim=None):
+        """The step between elements of each dimension, in elements (not bytes, as PyTorch)."""
+        steps = tuple(s // self._data.dtype.itemsize for s in self._data.strides)
+        return steps if dim is None else steps[dim]
+
+    def data_ptr(self) -> int:
+        """The address of the first element."""
+        data = self._data
+        if _backend.is_device_array(data):
+            return data.data.ptr
+        return data.ctypes.data
+
+    def is_floating_point(self) -> bool:
+        """True for float32 and float64 tensors."""
+        return self._data.dtype.kind == "f"
+
+    def is_complex(self) -> bool:
+        """Always False: ferro's tensors hold real numbers."""
+        return False
+
+    def get_device(self) -> int:
+        """The CUDA device index, or -1 on the CPU (PyTorch's convention)."""
+        return self.device.index if self.is_cuda else -1
+
+    def ndimension(self) -> int:
+        """Number of dimensions (``dim()``)."""
+        return self._data.ndim
+
+    def type_as(self, other) -> Tensor:
+        """This tensor converted to ``other``'s dtype."""
+        return self.to(_other(other, "type_as")._data.dtype)
+
+    def to_dense(self) -> Tensor:
+        """The tensor itself: ferro's tensors are dense."""
+        return self
+
+    def is_pinned(self) -> bool:
+        """Always False: ferro does not page-lock host memory."""
+        return False
+
+    def pin_memory(self) -> Tensor:
+        """The tensor itself: ferro does not page-lock host memory (copies to a GPU are
+        synchronous either way), as ``DataLoader(pin_memory=True)`` accepts and ignores it."""
+        return self
 
     def nelement(self) -> int:
         """Number of elements (``numel()``)."""
@@ -562,19 +679,31 @@ class Tensor(TensorBase):
 
     # Autograd.
     def backward(
-        self, gradient=None, retain_graph: bool = False, inputs=None, num_threads=None
+        self,
+        gradient=None,
+        retain_graph=None,
+        create_graph: bool = False,
+        inputs=None,
+        num_threads=None,
     ) -> None:
         """Accumulate the gradient of this tensor into the ``.grad`` of the leaves.
 
         Args:
             gradient: the gradient of this tensor; may be omitted for a 1-element tensor.
-            retain_graph: keep saved arrays so the graph can be walked again.
+            retain_graph: keep saved arrays so the graph can be walked again (default:
+                ``create_graph``).
+            create_graph: record the backward, so ``.grad`` has history (double backward).
             inputs: accumulate only into these tensors.
             num_threads: threads for this backward (None: ``ferro.autograd.parallel`` or
                 ``set_num_threads``; see docs/autograd.md).
         """
         _autograd.backward(
-            (self,), None if gradient is None else (gradient,), retain_graph, inputs, num_threads
+            (self,),
+            None if gradient is None else (gradient,),
+            retain_graph,
+            create_graph,
+            inputs,
+            num_threads,
         )
 
     def detach(self) -> Tensor:

@@ -30,6 +30,8 @@ builtin a Python user would expect, so ``except ValueError`` keeps working:
 - :class:`DistributedTimeoutError` (``DistributedError``, ``TimeoutError``): a collective or a
   point-to-point transfer did not complete within the process group's timeout; the message names
   the collective and the ranks that did not arrive.
+- :class:`MissingFeatureError` (``NotSupportedError`` and ``AttributeError``): a PyTorch name
+  ferro does not have; the message says what to do instead.
 
 Messages name the op, what was expected and what was received.
 """
@@ -103,6 +105,11 @@ class DistributedTimeoutError(DistributedError, TimeoutError):
     """A collective or transfer that did not complete within the process group's timeout."""
 
 
+class MissingFeatureError(NotSupportedError, AttributeError):
+    """A PyTorch name ferro does not have (``t.to_sparse``, ``ferro.jit``); the message names
+    the ferro way, if there is one. An AttributeError too, so ``hasattr`` stays False."""
+
+
 __all__ = [
     "FerroError",
     "ShapeError",
@@ -121,4 +128,5 @@ __all__ = [
     "NotSupportedError",
     "DistributedError",
     "DistributedTimeoutError",
+    "MissingFeatureError",
 ]

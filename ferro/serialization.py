@@ -15,6 +15,7 @@ decompresses, and reads no more bytes than the file holds. Anything else raises
 from __future__ import annotations
 
 import ast
+import io
 import json
 import os
 import re
@@ -72,12 +73,33 @@ def _encode(obj, arrays: dict, depth: int):
         return {kind: [_encode(v, arrays, depth + 1) for v in obj]}
     if isinstance(obj, (bool, int, float, str)) or obj is None:
         return {"value": obj}
+    what = _object_kind(obj)
+    if what is not None:
+        raise ArgumentTypeError(
+            f"ferro.save: cannot save a {what} object ({type(obj).__name__}); ferro files hold "
+            f"no code, so save its state_dict() instead and load it into a new {what} with "
+            "load_state_dict(ferro.load(f)) (see docs/pytorch.md#saving-and-loading)"
+        )
     if isinstance(obj, np.generic) and _storable(obj.dtype):
         return {"value": obj.item()}
     raise ArgumentTypeError(
         f"ferro.save: cannot save a {type(obj).__name__}; save state dicts of "
         "tensors, arrays, numbers, strings and containers of them"
     )
+
+
+def _object_kind(obj):
+    """``"Module"`` or ``"Optimizer"`` (what has a state_dict) for such an object, else None."""
+    from ferro.nn.module import Module
+    from ferro.optim.optimizer import Optimizer
+
+    if isinstance(obj, Module):
+        return "Module"
+    if isinstance(obj, Optimizer):
+        return "Optimizer"
+    if callable(getattr(obj, "state_dict", None)):
+        return type(obj).__name__
+    return None
 
 
 def _add_array(a: np.ndarray, arrays: dict) -> str:
@@ -97,8 +119,12 @@ def _encode_key(k):
     raise ArgumentTypeError(f"ferro.save: dict keys must be str or int, got {type(k).__name__}")
 
 
-def save(obj, path) -> None:
-    """Save a state dict to ``path`` (``.npz``; the name is kept as given).
+def save(obj, f, **kwargs) -> None:
+    """Save a state dict (or any nesting of dicts, lists and tuples of tensors, arrays,
+    numbers, strings, bools and None: a checkpoint with the epoch, the model's and the
+    optimizer's state dicts) to ``f``: a path (``.npz``; the name is kept as given) or a binary
+    file object opened for writing. PyTorch's keyword arguments (``pickle_protocol``, ...) are
+    accepted and ignored: ferro never pickles.
 
     Members are stored uncompressed, so the file is as large as the arrays it holds.
 
@@ -109,19 +135,24 @@ def save(obj, path) -> None:
         DtypeError: an array of a dtype that :func:`load` would refuse (object, strings,
             structured, longdouble, ...).
         ArgumentError: containers nested deeper than 64 levels.
+        ArgumentTypeError: a Module or Optimizer object: save its ``state_dict()``.
     """
     arrays: dict = {}
     meta = {"format": _FORMAT, "root": _encode(obj, arrays, 0)}
     blob = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
-    with open(os.fspath(path), "wb") as f:
+    if hasattr(f, "write"):
         np.savez(f, **{_META: blob}, **arrays)
+        return
+    with open(os.fspath(f), "wb") as out:
+        np.savez(out, **{_META: blob}, **arrays)
 
 
 # Loading ---------------------------------------------------------------------------------------
 
 
 def _refuse(path, why: str):
-    return SerializationError(f"ferro.load: {os.fspath(path)} {why}")
+    name = os.fspath(path) if isinstance(path, (str, os.PathLike)) else str(path)
+    return SerializationError(f"ferro.load: {name} {why}")
 
 
 def _sniff(path, head: bytes) -> None:
@@ -335,9 +366,14 @@ def _decode(node, arrays):
 
 
 def _read(path, f) -> object:
-    file_size = os.fstat(f.fileno()).st_size
+    start = f.tell()
+    f.seek(0, os.SEEK_END)
+    file_size = f.tell() - start
+    f.seek(start)
     head = f.read(8)
-    f.seek(0)
+    f.seek(start)
+    if start:
+        f = io.BytesIO(f.read())  # zipfile reads offsets from the start of the stream
     _sniff(path, head)
     try:
         zf = zipfile.ZipFile(f)
@@ -373,8 +409,11 @@ def _read_archive(path, zf: zipfile.ZipFile, file_size: int) -> object:
     return _decode(meta["root"], arrays)
 
 
-def load(path):
-    """Load a state dict saved by :func:`save`; tensors come back as Tensors.
+def load(f, map_location=None, weights_only=None, **kwargs):
+    """Load what :func:`save` wrote from ``f`` (a path or a binary file object opened for
+    reading); tensors come back as Tensors. ``map_location`` (a device, or a str) places the
+    tensors; ``weights_only`` and PyTorch's other keyword arguments are accepted: ferro files
+    are always data only.
 
     The file is treated as untrusted: nothing in it is executed and nothing is returned unless
     all of it checks out. Arrays come back writeable, in native byte order, sharing memory with
@@ -386,22 +425,49 @@ def load(path):
             does not match its data, a dtype other than bool/integer/float/complex, a
             malformed or too deeply nested structure, ...).
     """
+    if (
+        map_location is not None
+        and not isinstance(map_location, dict)
+        and not callable(map_location)
+    ):
+        from ferro.backend import parse_device
+
+        device = parse_device(map_location)
+        return _walk_tensors(load(f), lambda t: wrap(move(t._data, device)))
+    if hasattr(f, "read"):
+        if not (hasattr(f, "seek") and f.seekable()):
+            f = io.BytesIO(f.read())
+        return _load_from(getattr(f, "name", "the file object"), f)
     # A missing or unreadable path raises the usual OSError (FileNotFoundError, ...) from open.
-    with open(os.fspath(path), "rb") as f:
-        try:
-            return _read(path, f)
-        except SerializationError:
-            raise
-        # What zipfile raises on a damaged file, and what crafted zip records can make it raise
-        # (struct.error, NotImplementedError, RuntimeError, OSError on a seek past the end).
-        except (
-            OSError,
-            EOFError,
-            ValueError,
-            struct.error,
-            NotImplementedError,
-            RuntimeError,
-            zipfile.BadZipFile,
-            zipfile.LargeZipFile,
-        ) as exc:
-            raise _refuse(path, f"cannot be read: {type(exc).__name__}: {exc}") from None
+    with open(os.fspath(f), "rb") as stream:
+        return _load_from(f, stream)
+
+
+def _walk_tensors(obj, fn):
+    if isinstance(obj, TensorBase):
+        return fn(obj)
+    if isinstance(obj, dict):
+        return {k: _walk_tensors(v, fn) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_walk_tensors(v, fn) for v in obj)
+    return obj
+
+
+def _load_from(path, f):
+    try:
+        return _read(path, f)
+    except SerializationError:
+        raise
+    # What zipfile raises on a damaged file, and what crafted zip records can make it raise
+    # (struct.error, NotImplementedError, RuntimeError, OSError on a seek past the end).
+    except (
+        OSError,
+        EOFError,
+        ValueError,
+        struct.error,
+        NotImplementedError,
+        RuntimeError,
+        zipfile.BadZipFile,
+        zipfile.LargeZipFile,
+    ) as exc:
+        raise _refuse(path, f"cannot be read: {type(exc).__name__}: {exc}") from None

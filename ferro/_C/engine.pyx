@@ -299,9 +299,16 @@ def apply(OpDef op, *args, **params):
     if type(out) is tuple:
         outs = tuple([_as_array(o) for o in out])
         n_out = len(outs)
+        if node is not None and node._saved is not None:
+            for k in range(n_out):
+                if outs[k] is not out[k]:
+                    _resave(node, out[k], outs[k])
     else:
         outs = None
-        out = _as_array(out)
+        a = _as_array(out)
+        if a is not out and node is not None and node._saved is not None:
+            _resave(node, out, a)
+        out = a
         n_out = 1
     if _F.profiler is not None:
         prof_id = _F.profiler.record_forward(
@@ -334,7 +341,7 @@ def apply(OpDef op, *args, **params):
         if op.view and first_t is not None:
             _share_version(<TensorBase>res, first_t)
         if node._saved is not None:
-            _record_saved_versions(node, args, n, res)
+            _record_saved_versions(node, args, n, res, call)
         return res
     node._out_shape = tuple([o.shape for o in outs])
     node._out_dtype = tuple([o.dtype for o in outs])
@@ -349,8 +356,16 @@ def apply(OpDef op, *args, **params):
             _share_version(<TensorBase>results[k], first_t)
     results = tuple(results)
     if node._saved is not None:
-        _record_saved_versions(node, args, n, results)
+        _record_saved_versions(node, args, n, results, call)
     return results
+
+
+cdef int _resave(Node node, object scalar, object arr) except -1:
+    # A 0-d forward result came back from NumPy as a scalar and was saved as one: save the
+    # output array instead, so the saved value is known to be the output (Note [Double
+    # backward]: it then connects to the graph under create_graph).
+    node._saved = tuple([arr if s is scalar else s for s in <tuple>node._saved])
+    return 0
 
 
 cdef int _category(object dtype) except -1:
@@ -572,6 +587,23 @@ cdef inline int _decrement(_Entry child, list ready) except -1:
 
 def run_backward(tuple roots, tuple root_grads, bint retain_graph=False, tuple inputs=None,
                  bint accumulate=True, bint allow_unused=False, Py_ssize_t num_threads=0):
+    """The first-order backward walk (create_graph=False): grad mode is off while it runs, so
+    hooks and Function backwards see ``is_grad_enabled() == False``, as in PyTorch.
+
+    See :func:`_run_backward` for the arguments; ``create_graph`` backward is
+    ``ferro.autograd._higher`` (Note [Double backward]).
+    """
+    token = _set_mode(0) if grad_mode() == MODE_GRAD else None
+    try:
+        return _run_backward(roots, root_grads, retain_graph, inputs, accumulate, allow_unused,
+                             num_threads)
+    finally:
+        if token is not None:
+            _reset_mode(token)
+
+
+cdef object _run_backward(tuple roots, tuple root_grads, bint retain_graph, tuple inputs,
+                          bint accumulate, bint allow_unused, Py_ssize_t num_threads):
     """The backward walk behind ``Tensor.backward``, ``autograd.backward`` and ``autograd.grad``.
 
     Args:

@@ -24,6 +24,9 @@ cdef class OpDef:
     cdef readonly object gpu_backward
     cdef readonly bint gpu_paired
     cdef readonly bint private_ctx   # forward reads back what it stores on ctx (Function)
+    # Note [Double backward]: a backward written with ferro ops (Tensors in and out), used under
+    # create_graph when ``backward`` cannot run on the differentiable xp namespace; or None.
+    cdef readonly object differentiable_backward
 
 
 cdef enum:
@@ -44,7 +47,10 @@ cdef class Node:
     cdef int _n_sv
     cdef Py_ssize_t _sj0, _sj1, _sv0, _sv1
     cdef VersionCounter _svc0, _svc1
-    cdef list _sv_more
+    cdef list _sv_more             # (index in _saved, counter, version, source) for the rest
+    # Where each recorded saved array came from (Note [Double backward]): input position k as k,
+    # output k as -1 - k.
+    cdef Py_ssize_t _sk0, _sk1
     cdef bint _released
     cdef unsigned char _fused  # FUSED_FORWARD | FUSED_BACKWARD: which override kernels ran
     cdef tuple _next           # per positional input: Node, leaf TensorBase, or None
@@ -85,7 +91,8 @@ cdef object _xp_of(object arr)
 cdef str _device_name(object arr)
 cdef object _scalar_to_array(object x)
 cdef bint _is_array(object a) noexcept
-cdef int _record_saved_versions(Node node, tuple args, Py_ssize_t n, object outputs) except -1
+cdef int _record_saved_versions(Node node, tuple args, Py_ssize_t n, object outputs,
+                                tuple call) except -1
 cdef int _retarget_version(Node node, object old_data, VersionCounter vc) except -1
 cdef void _share_version(TensorBase view, TensorBase src) noexcept
 cdef int _check_versions(Node node) except -1

@@ -84,11 +84,14 @@ cdef class OpDef:
         private_ctx: forward reads back attributes it stores on ``ctx``, so it gets a fresh
             :class:`Node` even when nothing is recorded (``autograd.Function``: user code);
             ferro's own ops get the shared :class:`UnrecordedCtx` then (Note [ctx contract]).
+        differentiable_backward: ``differentiable_backward(ctx, *grad_outputs)`` written with
+            ferro ops on Tensors, which ``create_graph`` backward runs instead of ``backward``
+            (Note [Double backward]); None: ``backward`` runs on the differentiable namespace.
     """
 
     def __init__(self, str name, forward, backward=None, *, bint broadcasts=False,
                  bint differentiable=True, bint same_dtype=True, bint view=False,
-                 str display=None, bint private_ctx=False):
+                 str display=None, bint private_ctx=False, differentiable_backward=None):
         if differentiable and backward is None:
             raise ArgumentTypeError(f"op {name!r}: a differentiable op needs a backward")
         self.name = name
@@ -99,6 +102,7 @@ cdef class OpDef:
         self.same_dtype = same_dtype
         self.view = view
         self.private_ctx = private_ctx
+        self.differentiable_backward = differentiable_backward
         self.display = display or "".join(p.capitalize() for p in name.split("_"))
 
     def set_override(self, str device, forward=None, backward=None, bint paired=False):
@@ -325,6 +329,45 @@ cdef class Node:
             (t, nr) for t, nr in zip(self._next, self._next_nr)
         )
 
+    # The create_graph walk (ferro.autograd._higher, Note [Double backward]) runs in Python and
+    # reads the node through these; the first-order walk reads the fields directly.
+
+    def _walk_state(self):
+        """``(n_out, next, next_nr, pre_hooks, post_hooks, tensor_hooks, retained,
+        no_materialize, promoted, output shapes, output dtypes)``."""
+        shapes = (self._shape0,) if self._n_out <= 1 else self._out_shape
+        dtypes = (self._dtype0,) if self._n_out <= 1 else self._out_dtype
+        return (self._n_out, self._next, self._next_nr, self._pre_hooks, self._post_hooks,
+                self._tensor_hooks, self._retained, self._no_materialize, self._promoted,
+                shapes, dtypes)
+
+    def _saved_sources(self):
+        """``{index in saved: source}`` for the saved arrays that are an input's data (source
+        ``k``: positional input k) or an output's (source ``-1 - k``: output k)."""
+        out = {}
+        if self._n_sv > 0:
+            out[self._sj0] = self._sk0
+        if self._n_sv > 1:
+            out[self._sj1] = self._sk1
+        if self._sv_more is not None:
+            for j, _, _, k in self._sv_more:
+                out[j] = k
+        return out
+
+    def _check_saved_versions(self):
+        """Raise if a saved tensor was modified in place since it was saved."""
+        if self._n_sv and not self._released:
+            _check_versions(self)
+
+    def _release_saved(self):
+        """Free the saved arrays (the end of a backward without retain_graph)."""
+        self._saved = None
+        self._released = True
+
+    @property
+    def _is_released(self):
+        return self._released
+
     def __repr__(self):
         return f"<{self.name()} at 0x{id(self):x}>"
 
@@ -335,15 +378,18 @@ cdef class Node:
 # ---------------------------------------------------------------------------------------------
 
 # Note [Version counters] (docs/design.md).
-cdef int _record_saved_versions(Node node, tuple args, Py_ssize_t n, object outputs) except -1:
-    """For each saved array that is a tensor's data, remember that tensor's version now.
+cdef int _record_saved_versions(Node node, tuple args, Py_ssize_t n, object outputs,
+                                tuple call) except -1:
+    """For each saved array that is a tensor's data, remember that tensor's version now, and
+    which input or output it is (Note [Double backward]).
 
     Backward compares: a saved tensor modified in place since then is an error, not a silently
-    wrong gradient. ``outputs`` is the output tensor or a tuple of them.
+    wrong gradient. ``outputs`` is the output tensor or a tuple of them; ``call`` the arrays the
+    forward received (cast copies of the inputs' data when the node promoted them).
     """
     cdef TensorBase t
     cdef VersionCounter vc
-    cdef Py_ssize_t j, i
+    cdef Py_ssize_t j, i, k
     cdef tuple saved = node._saved_raw if node._saved_raw is not None else <tuple>node._saved
     node._saved_raw = None  # packed saves must not keep the arrays alive
     for j in range(len(saved)):
@@ -353,29 +399,33 @@ cdef int _record_saved_versions(Node node, tuple args, Py_ssize_t n, object outp
         t = None
         for i in range(n):
             a = args[i]
-            if isinstance(a, TensorBase) and (<TensorBase>a)._data is s:
+            if isinstance(a, TensorBase) and ((<TensorBase>a)._data is s or (
+                    node._promoted and call[i + 1] is s)):
                 t = <TensorBase>a
+                k = i
                 break
         if t is None:
             if isinstance(outputs, TensorBase):
                 if (<TensorBase>outputs)._data is s:
                     t = <TensorBase>outputs
+                    k = -1
             else:
-                for o in outputs:
-                    if (<TensorBase>o)._data is s:
-                        t = <TensorBase>o
+                for i in range(len(outputs)):
+                    if (<TensorBase>outputs[i])._data is s:
+                        t = <TensorBase>outputs[i]
+                        k = -1 - i
                         break
         if t is None:
             continue
         vc = version_counter(t)
         if node._n_sv == 0:
-            node._sj0, node._svc0, node._sv0 = j, vc, vc.value
+            node._sj0, node._svc0, node._sv0, node._sk0 = j, vc, vc.value, k
         elif node._n_sv == 1:
-            node._sj1, node._svc1, node._sv1 = j, vc, vc.value
+            node._sj1, node._svc1, node._sv1, node._sk1 = j, vc, vc.value, k
         else:
             if node._sv_more is None:
                 node._sv_more = []
-            node._sv_more.append((j, vc, vc.value))
+            node._sv_more.append((j, vc, vc.value, k))
         node._n_sv += 1
     return 0
 
@@ -391,13 +441,32 @@ cdef int _retarget_version(Node node, object old_data, VersionCounter vc) except
         node._svc1, node._sv1 = vc, vc.value
     if node._sv_more is not None:
         node._sv_more = [(j, vc if saved[j] is old_data else c, vc.value if saved[j] is old_data
-                          else v) for (j, c, v) in node._sv_more]
+                          else v, k) for (j, c, v, k) in node._sv_more]
     return 0
 
 
 cdef void _share_version(TensorBase view, TensorBase src) noexcept:
     view._vc = version_counter(src)
     view._birth = view._vc.value
+
+
+def _graph_tensor(object data, object target, Py_ssize_t nr):
+    """A tensor whose gradient flows to ``target`` (a Node's output ``nr``, or a leaf, which is
+    returned itself), holding ``data``: how a saved array re-enters a graph under create_graph
+    (Note [Double backward]). ``target`` None: a constant."""
+    if isinstance(target, TensorBase):
+        return target
+    cdef TensorBase t = new_tensor(data)
+    if target is not None:
+        t._grad_fn = <Node>target
+        t._output_nr = nr
+        t._requires_grad = True
+    return t
+
+
+def _leaf_hooks(TensorBase t):
+    """``(tensor hooks, post-accumulate hooks)`` of a leaf (dicts or None)."""
+    return t._hooks, t._post_acc_hooks
 
 
 def bump_version(TensorBase t):
@@ -515,7 +584,7 @@ cdef int _check_versions(Node node) except -1:
     if node._n_sv > 1 and node._svc1.value != node._sv1:
         _version_error(node, node._sj1, node._sv1, node._svc1.value)
     if node._sv_more is not None:
-        for j, vc, v in node._sv_more:
+        for j, vc, v, _ in node._sv_more:
             if (<VersionCounter>vc).value != v:
                 _version_error(node, j, v, (<VersionCounter>vc).value)
     return 0

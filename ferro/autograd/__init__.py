@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from ferro._C import engine as _engine
 from ferro._C.tensor import TensorBase, wrap
 from ferro.autograd import graph  # noqa: F401  (ferro.autograd.graph)
+from ferro.autograd._higher import run_backward_graph
 from ferro.autograd.anomaly_mode import detect_anomaly, is_anomaly_enabled, set_detect_anomaly
 from ferro.autograd.function import Function
 from ferro.autograd.grad_mode import (
@@ -44,15 +45,33 @@ def _grad_arrays(grads, n: int, what: str) -> tuple:
     )
 
 
+def _grad_tensors(grads, n: int, what: str) -> tuple:
+    # create_graph: gradients stay Tensors (one that requires grad joins the recorded graph).
+    if grads is None:
+        return (None,) * n
+    grads = _as_tuple(grads, what) if not isinstance(grads, TensorBase) else (grads,)
+    if len(grads) != n:
+        raise ArgumentError(f"{what}: got {len(grads)} gradients for {n} tensors")
+    return tuple(g if g is None or isinstance(g, TensorBase) else wrap(g) for g in grads)
+
+
 def backward(
-    tensors, grad_tensors=None, retain_graph: bool = False, inputs=None, num_threads=None
+    tensors,
+    grad_tensors=None,
+    retain_graph=None,
+    create_graph: bool = False,
+    inputs=None,
+    num_threads=None,
 ) -> None:
     """Accumulate the gradients of ``tensors`` into the ``.grad`` of the leaves (or ``inputs``).
 
     Args:
         tensors: a Tensor or a sequence of Tensors to differentiate.
         grad_tensors: their gradients (None for an implicit 1 on a 1-element tensor).
-        retain_graph: keep the saved arrays so the graph can be walked again.
+        retain_graph: keep the saved arrays so the graph can be walked again (default:
+            ``create_graph``).
+        create_graph: record the backward itself, so the gradients written to ``.grad`` have
+            history and can be differentiated again (Note [Double backward]).
         inputs: accumulate only into these tensors (leaves or not).
         num_threads: threads for this backward (None: ``parallel``/``set_num_threads``).
 
@@ -63,11 +82,17 @@ def backward(
         tensor([2., 4.])
     """
     roots = _as_tuple(tensors, "backward")
-    grads = _grad_arrays(grad_tensors, len(roots), "backward")
     ins = None if inputs is None else _as_tuple(inputs, "backward inputs")
     if ins is not None and not ins:
         raise ArgumentError("backward: inputs= must not be empty")
-    _engine.run_backward(roots, grads, bool(retain_graph), ins, True, False, _threads(num_threads))
+    retain = create_graph if retain_graph is None else retain_graph
+    threads = _threads(num_threads)
+    if create_graph:
+        grads = _grad_tensors(grad_tensors, len(roots), "backward")
+        run_backward_graph(roots, grads, bool(retain), ins, True, False)
+        return
+    grads = _grad_arrays(grad_tensors, len(roots), "backward")
+    _engine.run_backward(roots, grads, bool(retain), ins, True, False, threads)
 
 
 def grad(
@@ -75,6 +100,7 @@ def grad(
     inputs,
     grad_outputs=None,
     retain_graph=None,
+    create_graph: bool = False,
     allow_unused: bool = False,
     num_threads=None,
 ):
@@ -86,7 +112,9 @@ def grad(
         outputs: a Tensor or a sequence of Tensors.
         inputs: the Tensors to differentiate with respect to.
         grad_outputs: gradients of ``outputs`` (None for an implicit 1 on 1-element outputs).
-        retain_graph: keep the graph for another walk (default False).
+        retain_graph: keep the graph for another walk (default: ``create_graph``).
+        create_graph: record the backward itself: the returned gradients have history and can
+            be differentiated again, to any order (Note [Double backward]).
         allow_unused: return None for an input the outputs do not depend on, instead of raising.
         num_threads: threads for this walk (None: ``parallel``/``set_num_threads``).
 
@@ -102,10 +130,13 @@ def grad(
     ins = _as_tuple(inputs, "grad inputs")
     if not ins:
         raise ArgumentError("grad: inputs must not be empty")
+    retain = create_graph if retain_graph is None else retain_graph
+    threads = _threads(num_threads)
+    if create_graph:
+        grads = _grad_tensors(grad_outputs, len(outs), "grad")
+        return run_backward_graph(outs, grads, bool(retain), ins, False, bool(allow_unused))
     grads = _grad_arrays(grad_outputs, len(outs), "grad")
-    res = _engine.run_backward(
-        outs, grads, bool(retain_graph), ins, False, bool(allow_unused), _threads(num_threads)
-    )
+    res = _engine.run_backward(outs, grads, bool(retain), ins, False, bool(allow_unused), threads)
     return tuple(None if g is None else wrap(g) for g in res)
 
 

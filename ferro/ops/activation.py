@@ -24,7 +24,9 @@ SELU_SCALE = 1.0507009873554804934193349852946
 
 
 def erf(xp, x):
-    """Elementwise erf for NumPy (no SciPy dependency) or CuPy."""
+    """Elementwise erf for NumPy (no SciPy dependency), CuPy, or the differentiable namespace."""
+    if hasattr(xp, "erf"):
+        return xp.erf(x)
     if xp.__name__ == "numpy":
         # asarray: on a 0-d input frompyfunc returns a Python float, not an array.
         return xp.asarray(xp.frompyfunc(math.erf, 1, 1)(x), dtype=x.dtype)
@@ -171,6 +173,16 @@ class Silu:
         x, s = ctx.saved
         return gy * s * (1 + x * (1 - s))
 
+    @staticmethod
+    def differentiable_backward(ctx, gy):
+        # Note [Double backward]: s is an intermediate (the fused backward reads it); recompute it
+        # from x so the second derivative sees its dependence on x.
+        from ferro.ops.elementwise import sigmoid
+
+        x = ctx.saved[0]
+        s = sigmoid(x)
+        return gy * s * (1 + x * (1 - s))
+
 
 def silu(x):
     """``x * sigmoid(x)`` (swish).
@@ -195,6 +207,15 @@ class Mish:
         s = 0.5 * (1 + ctx.xp.tanh(0.5 * x))
         return gy * (t + x * s * (1 - t * t))
 
+    @staticmethod
+    def differentiable_backward(ctx, gy):
+        # Note [Double backward]: t = tanh(softplus(x)) is an intermediate: recompute it from x.
+        from ferro.ops.elementwise import sigmoid, tanh
+
+        x = ctx.saved[0]
+        t = tanh(softplus(x))
+        return gy * (t + x * sigmoid(x) * (1 - t * t))
+
 
 def mish(x):
     """``x * tanh(softplus(x))``.
@@ -210,13 +231,14 @@ class Softplus:
     def forward(ctx, x, *, beta, threshold):
         xp = ctx.xp
         bx = x * beta
-        ctx.save(bx)
-        ctx.threshold = threshold
+        ctx.save(x)  # the input, not bx: Note [Double backward]
+        ctx.threshold, ctx.beta = threshold, beta
         return xp.where(bx > threshold, x, _softplus(xp, bx) / beta)
 
     @staticmethod
     def backward(ctx, gy):
-        (bx,) = ctx.saved
+        (x,) = ctx.saved
+        bx = x * ctx.beta
         xp = ctx.xp
         s = 0.5 * (1 + xp.tanh(0.5 * bx))
         return gy * xp.where(bx > ctx.threshold, 1, s)
@@ -302,13 +324,13 @@ def logsigmoid(x):
 class Softsign:
     @staticmethod
     def forward(ctx, x):
-        d = 1 + ctx.xp.abs(x)
-        ctx.save(d)
-        return x / d
+        ctx.save(x)  # the input, not 1 + |x|: Note [Double backward]
+        return x / (1 + ctx.xp.abs(x))
 
     @staticmethod
     def backward(ctx, gy):
-        (d,) = ctx.saved
+        (x,) = ctx.saved
+        d = 1 + ctx.xp.abs(x)
         return gy / (d * d)
 
 
@@ -324,13 +346,13 @@ def softsign(x):
 class Tanhshrink:
     @staticmethod
     def forward(ctx, x):
-        t = ctx.xp.tanh(x)
-        ctx.save(t)
-        return x - t
+        ctx.save(x)  # the input, not tanh(x): Note [Double backward]
+        return x - ctx.xp.tanh(x)
 
     @staticmethod
     def backward(ctx, gy):
-        (t,) = ctx.saved
+        (x,) = ctx.saved
+        t = ctx.xp.tanh(x)
         return gy * t * t
 
 
@@ -348,14 +370,15 @@ class Glu:
     def forward(ctx, x, *, axis):
         xp = ctx.xp
         a, b = xp.split(x, 2, axis=axis)
-        s = sigmoid_array(xp, b)
-        ctx.save(a, s)
+        ctx.save(x)  # the input, not its halves: Note [Double backward]
         ctx.axis = axis
-        return a * s
+        return a * sigmoid_array(xp, b)
 
     @staticmethod
     def backward(ctx, gy):
-        a, s = ctx.saved
+        (x,) = ctx.saved
+        a, b = ctx.xp.split(x, 2, axis=ctx.axis)
+        s = sigmoid_array(ctx.xp, b)
         ga = gy * s
         return ctx.xp.concatenate([ga, ga * a * (1 - s)], axis=ctx.axis)
 
@@ -463,13 +486,14 @@ class Prelu:
     @staticmethod
     def forward(ctx, x, w):
         wb = w.reshape((1, -1) + (1,) * (x.ndim - 2)) if x.ndim >= 2 else w
-        ctx.save(x, wb)
+        ctx.save(x, w)  # the input, not its reshaped view: Note [Double backward]
         ctx.w_shape = w.shape
         return ctx.xp.where(x > 0, x, wb * x)
 
     @staticmethod
     def backward(ctx, gy):
-        x, wb = ctx.saved
+        x, w = ctx.saved
+        wb = w.reshape((1, -1) + (1,) * (x.ndim - 2)) if x.ndim >= 2 else w
         xp = ctx.xp
         need_x, need_w = ctx.needs_input_grad
         gx = xp.where(x > 0, gy, gy * wb) if need_x else None

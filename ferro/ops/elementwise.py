@@ -203,11 +203,58 @@ def _log_scalar(a):
     return math.log(a) if a > 0 else float("nan")
 
 
+def _pow_fast(xp, a, b):
+    """``a ** b`` by multiplications and square roots for the exponents Transformer code uses
+    (``x ** 3`` in tanh-GELU, ``x ** 2``, ``x ** 0.5``, ``x ** -1``, ...), or None for any
+    other exponent: NumPy's ``power`` is a slow libm call per element (7.8 ms against 0.03 ms
+    for ``x * x * x`` on a (64, 11, 192) float32 array). A fresh array; float arrays only."""
+    if b == 2:
+        return xp.multiply(a, a)
+    if b == 3:
+        y = xp.multiply(a, a)
+        y *= a
+        return y
+    if b == 4:
+        y = xp.multiply(a, a)
+        y *= y
+        return y
+    if b == 1:
+        return a.copy()
+    if b == 0:
+        return xp.ones_like(a)
+    if b == 0.5:
+        return xp.sqrt(a)
+    if b == 1.5:
+        y = xp.sqrt(a)
+        y *= a
+        return y
+    if b == -1:
+        return xp.divide(1, a)
+    if b == -2:
+        y = xp.multiply(a, a)
+        return xp.divide(1, y, out=y)
+    if b == -0.5:
+        y = xp.sqrt(a)
+        return xp.divide(1, y, out=y)
+    return None
+
+
+def _fast_pow_args(a, b) -> bool:
+    # A float array (not 0-d: NumPy's ufuncs return scalars there) to a Python real power.
+    return (
+        type(b) in (int, float)
+        and getattr(a, "ndim", 0) > 0
+        and getattr(getattr(a, "dtype", None), "kind", None) == "f"
+    )
+
+
 @register("pow", broadcasts=True)
 class Pow:
     @staticmethod
     def forward(ctx, a, b):
-        y = a**b
+        y = _pow_fast(ctx.xp, a, b) if _fast_pow_args(a, b) else None
+        if y is None:
+            y = a**b
         ctx.save(a, b, y)
         return y
 
@@ -219,7 +266,13 @@ class Pow:
         ga = gb = None
         if need_a:
             if isinstance(b, (int, float)):
-                ga = gy * (b * a ** (b - 1)) if b != 0 else gy * 0
+                if b == 0:
+                    ga = gy * 0
+                else:
+                    d = None
+                    if _fast_pow_args(a, b):
+                        d = a if b == 2 else _pow_fast(xp, a, b - 1)
+                    ga = gy * (b * (a ** (b - 1) if d is None else d))
             else:
                 ga = gy * b * a ** (b - 1)
         if need_b:
@@ -234,7 +287,9 @@ class Pow:
 
 
 def pow(a, b):  # noqa: A001 - the public name mirrors torch.pow
-    """``a ** b`` (either may be a scalar).
+    """``a ** b`` (either may be a scalar). Small integer and half-integer scalar exponents
+    (-2, -1, -0.5, 0, 0.5, 1, 1.5, 2, 3, 4) are computed by multiplications and square roots,
+    forward and backward.
 
     Gradient: ga = gy * b * a**(b-1), gb = gy * a**b * log(a).
     """

@@ -35,6 +35,12 @@ import numpy as np
 
 from ferro._C.engine import overrides_enabled, set_overrides_enabled
 from ferro.errors import ArgumentError
+from ferro.ops.norm import (
+    batch_norm_override,
+    group_norm_override,
+    layer_norm_override,
+    rms_norm_override,
+)
 from ferro.ops.registry import REGISTRY
 
 
@@ -101,6 +107,28 @@ def _cross_entropy(backend):
     return forward, backward
 
 
+def _max_pool(backend):
+    """The paired override of max_pool: values and indices in one pass over the windows, and
+    the backward's scatter through the indices. The forward leaves ``ctx`` as the generic one
+    does (its double backward reads the same state)."""
+    fwd_kernel, bwd_kernel, accepts = backend.max_pool_fwd, backend.max_pool_bwd, backend.accepts
+
+    def forward(ctx, x, *, kernel_size, stride, padding, dilation, out_size):
+        if not accepts((x,)):
+            return NotImplemented
+        y, idx = fwd_kernel(x, kernel_size, stride, padding, dilation, out_size)
+        ctx.save(idx)
+        # unique=False: the generic backward, if it ever ran here, adds instead of assigning.
+        ctx.shape, ctx.nd, ctx.unique = x.shape, len(kernel_size), False
+        return y, idx
+
+    def backward(ctx, gy, gi):
+        (idx,) = ctx.saved
+        return bwd_kernel(ctx.xp.ascontiguousarray(gy), idx, ctx.shape, ctx.nd)
+
+    return forward, backward
+
+
 # The one table: op (registry name) -> its fused kernels. An entry applies on a backend that
 # implements all of its kernels (cpu: no softmax/log_softmax forward, whose generic NumPy
 # forward is a SIMD pass, and no cross-entropy, which measured 0.5-0.97x; see docs/design.md).
@@ -117,6 +145,23 @@ OVERRIDES: dict[str, Fused] = {
     "log_softmax": Fused(forward="log_softmax_fwd", backward="log_softmax_bwd", rows=True),
     "cross_entropy": Fused(
         forward="cross_entropy_fwd", backward="cross_entropy_bwd", adapter=_cross_entropy
+    ),
+    "max_pool": Fused(forward="max_pool_fwd", backward="max_pool_bwd", adapter=_max_pool),
+    "layer_norm": Fused(
+        forward="layer_norm_fwd", backward="layer_norm_bwd", adapter=layer_norm_override
+    ),
+    "rms_norm": Fused(forward="rms_norm_fwd", backward="rms_norm_bwd", adapter=rms_norm_override),
+    "group_norm": Fused(
+        forward="group_norm_fwd", backward="group_norm_bwd", adapter=group_norm_override
+    ),
+    "instance_norm": Fused(
+        forward="group_norm_fwd", backward="group_norm_bwd", adapter=group_norm_override
+    ),
+    "batch_norm": Fused(
+        forward="batch_norm_fwd",
+        backward="batch_norm_bwd",
+        only=(("training", True),),
+        adapter=batch_norm_override,
     ),
 }
 

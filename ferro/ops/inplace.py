@@ -14,14 +14,30 @@ from __future__ import annotations
 
 import numpy as np
 
-from ferro._C.engine import bump_version, commit_inplace, is_grad_enabled
+from ferro._C.engine import bump_version, is_grad_enabled
+from ferro._C.engine import commit_inplace as _commit_inplace
 from ferro._C.tensor import TensorBase, wrap
 from ferro.backend import move, xp_of
 from ferro.dtypes import fill_value
-from ferro.errors import DtypeError, ReadOnlyError
+from ferro.errors import ArgumentError, DtypeError, GraphError, ReadOnlyError
 from ferro.ops import elementwise as ew
 from ferro.ops import shape as sh
 from ferro.random import numpy_generator
+
+
+def commit_inplace(t, out, op):
+    """:func:`ferro._C.engine.commit_inplace`, refusing first (as PyTorch does) a view of a leaf
+    that requires grad: writing through it would change the leaf behind autograd's back."""
+    fn = t.grad_fn
+    if fn is not None and fn.op.view and is_grad_enabled():
+        while fn is not None and not isinstance(fn, TensorBase) and fn.op.view:
+            fn = fn.next_functions[0][0]
+        if isinstance(fn, TensorBase) and fn.requires_grad:
+            raise GraphError(
+                f"{op}: a view of a leaf tensor that requires grad cannot be modified in place "
+                "(it would change the leaf); wrap the update in ferro.no_grad() or work on a clone"
+            )
+    return _commit_inplace(t, out, op)
 
 
 def add_(t, other):
@@ -218,14 +234,65 @@ def copy_(t, src, non_blocking: bool = False):
     Gradient: gt = 0; gsrc = gy summed over the broadcast dims.
     """
     if not isinstance(src, TensorBase):
-        from ferro.creation import tensor
-
-        src = tensor(src, dtype=t._data.dtype, device=t.device)
+        src = wrap(move(np.asarray(src, dtype=t._data.dtype), t.device))
     elif src.device != t.device:
         src = src.to(t.device)
     if not _recording(t, src):
         return _write(t, Ellipsis, src._data.astype(t._data.dtype, copy=False), "copy_")
     return commit_inplace(t, sh.index_put(t, Ellipsis, src), "copy_")
+
+
+def _unary_(fn, name):
+    def op_(t, *args, **kwargs):
+        # The op may save its input for backward; recorded, it must not be t's memory, which
+        # the commit overwrites (backward would then refuse the stale saved value).
+        x = ew.clone(t) if _recording(t) else t
+        return _commit(t, fn(x, *args, **kwargs), name)
+
+    op_.__name__ = op_.__qualname__ = name
+    op_.__doc__ = f"In-place :func:`ferro.{name[:-1]}`; returns ``t``."
+    return op_
+
+
+abs_ = _unary_(ew.abs, "abs_")
+ceil_ = _unary_(ew.ceil, "ceil_")
+clamp_max_ = _unary_(ew.clamp_max, "clamp_max_")
+clamp_min_ = _unary_(ew.clamp_min, "clamp_min_")
+cos_ = _unary_(ew.cos, "cos_")
+exp_ = _unary_(ew.exp, "exp_")
+floor_ = _unary_(ew.floor, "floor_")
+log_ = _unary_(ew.log, "log_")
+neg_ = _unary_(ew.neg, "neg_")
+pow_ = _unary_(ew.pow, "pow_")
+reciprocal_ = _unary_(ew.reciprocal, "reciprocal_")
+round_ = _unary_(ew.round, "round_")
+sigmoid_ = _unary_(ew.sigmoid, "sigmoid_")
+sign_ = _unary_(ew.sign, "sign_")
+sin_ = _unary_(ew.sin, "sin_")
+sqrt_ = _unary_(ew.sqrt, "sqrt_")
+square_ = _unary_(ew.square, "square_")
+tanh_ = _unary_(ew.tanh, "tanh_")
+trunc_ = _unary_(ew.trunc, "trunc_")
+
+
+def relu_(t):
+    """In-place :func:`ferro.relu`; returns ``t``."""
+    from ferro.ops.activation import relu
+
+    return _commit(t, relu(ew.clone(t) if _recording(t) else t), "relu_")
+
+
+def bernoulli_(t, p=0.5, *, generator=None):
+    """Fill ``t`` with 0s and 1s, 1 with probability ``p`` (a number, or a tensor that
+    broadcasts to ``t``); returns ``t``."""
+    if isinstance(p, TensorBase):
+        probs = np.broadcast_to(move(p._data, "cpu"), tuple(t.shape))
+    else:
+        probs = float(ew.real_arg(p, "p", "bernoulli_"))
+    if not (np.all(probs >= 0) and np.all(probs <= 1)):
+        raise ArgumentError("bernoulli_: probabilities must be in [0, 1]")
+    draws = numpy_generator(generator, "bernoulli_").random(tuple(t.shape)) < probs
+    return _random_fill(t, draws, "bernoulli_")
 
 
 def _random_fill(t, values, op):
@@ -253,7 +320,27 @@ def normal_(t, mean: float = 0.0, std: float = 1.0, *, generator=None):
 # The family's public functions (ferro.ops exports their union): a new op's name goes here.
 # setitem, copy_, uniform_ and normal_ are Tensor methods only, as in PyTorch.
 __all__ = [
+    "abs_",
     "add_",
+    "ceil_",
+    "clamp_max_",
+    "clamp_min_",
+    "cos_",
+    "exp_",
+    "floor_",
+    "log_",
+    "neg_",
+    "pow_",
+    "reciprocal_",
+    "relu_",
+    "round_",
+    "sigmoid_",
+    "sign_",
+    "sin_",
+    "sqrt_",
+    "square_",
+    "tanh_",
+    "trunc_",
     "clamp_",
     "div_",
     "fill_",

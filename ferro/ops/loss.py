@@ -242,7 +242,7 @@ class CrossEntropy:
             wl = logp * w if w is not None else logp
             loss = loss - xp.where(valid, smoothing / c * wl.sum(axis=1), 0)
         denom = wy.sum() if reduction == "mean" else None
-        ctx.save(logp)
+        ctx.save(logp, logits)  # logits for differentiable_backward (Note [Double backward])
         ctx.t, ctx.valid, ctx.wy, ctx.w = t, valid, wy, w
         ctx.smoothing, ctx.reduction, ctx.denom = smoothing, reduction, denom
         if reduction == "none":
@@ -252,7 +252,7 @@ class CrossEntropy:
 
     @staticmethod
     def backward(ctx, gy):
-        (logp,) = ctx.saved
+        logp = ctx.saved[0]
         xp = ctx.xp
         m, c = logp.shape
         p = xp.exp(logp)
@@ -268,6 +268,32 @@ class CrossEntropy:
             return g * gy[:, None]
         scale = gy / ctx.denom if ctx.reduction == "mean" else gy
         return (g * scale).astype(logp.dtype, copy=False)
+
+    @staticmethod
+    def differentiable_backward(ctx, gy):
+        # Note [Double backward]: logp is an intermediate (and the fused forward keeps other
+        # state): recompute the probabilities from the logits with recorded ops.
+        from ferro.ops.activation import softmax
+        from ferro.ops.elementwise import where
+
+        xp = ctx.xp
+        logits = ctx.saved[-1]
+        m, c = logits.shape
+        if hasattr(ctx, "lse"):  # the fused forward's state: class indices only
+            valid = ctx.target != ctx.ignore
+            t, wy, w, eps = xp.where(valid, ctx.target, 0), valid, None, 0.0
+        else:
+            t, valid, wy, w, eps = ctx.t, ctx.valid, ctx.wy, ctx.w, ctx.smoothing
+        p = softmax(logits, dim=1)
+        onehot = xp.arange(c)[None, :] == t[:, None]
+        g = (p - onehot) * ((1 - eps) * wy[:, None])
+        if eps:
+            wsum = w.sum() if w is not None else c
+            wvec = w if w is not None else 1.0
+            g = g + where(valid[:, None], (p * wsum - wvec) * (eps / c), 0.0)
+        if ctx.reduction == "none":
+            return g * gy[:, None]
+        return g * (gy / ctx.denom if ctx.reduction == "mean" else gy)
 
 
 def cross_entropy(

@@ -142,14 +142,15 @@ class Var:
         dof = n - correction
         mu = x.mean(axis=axes, keepdims=True)
         d = x - mu
-        ctx.save(d)
+        ctx.save(x)  # the input, not x - mean: Note [Double backward]
         ctx.axes, ctx.keepdims = axes, keepdims
         ctx.scale = scale = 1.0 / dof if dof > 0 else float("nan")
         return (d * d).sum(axis=axes, keepdims=keepdims) * scale
 
     @staticmethod
     def backward(ctx, gy):
-        (d,) = ctx.saved
+        (x,) = ctx.saved
+        d = x - x.mean(axis=ctx.axes, keepdims=True)
         g = _expand(ctx.xp, gy, d.ndim, ctx.axes, ctx.keepdims)
         return g * (2 * ctx.scale) * d
 
@@ -406,13 +407,15 @@ class Logsumexp:
         m = x.max(axis=axes, keepdims=True)
         m = xp.where(xp.isfinite(m), m, 0)
         y = m + xp.log(xp.exp(x - m).sum(axis=axes, keepdims=True))
-        ctx.save(x, y)
+        out = y if keepdims else y.reshape(_reduced_shape(x.shape, axes))
+        ctx.save(x, out)  # the output itself: Note [Double backward]
         ctx.axes, ctx.keepdims = axes, keepdims
-        return y if keepdims else y.reshape(_reduced_shape(x.shape, axes))
+        return out
 
     @staticmethod
     def backward(ctx, gy):
         x, y = ctx.saved
+        y = _expand(ctx.xp, y, x.ndim, ctx.axes, ctx.keepdims)
         g = _expand(ctx.xp, gy, x.ndim, ctx.axes, ctx.keepdims)
         return g * ctx.xp.exp(x - y)
 
@@ -441,14 +444,16 @@ class Norm:
             y = xp.sqrt((x * x).sum(axis=axes, keepdims=True))
         else:
             y = a.max(axis=axes, keepdims=True) if x.size else a.sum(axis=axes, keepdims=True)
-        ctx.save(x, y)
+        out = y if keepdims else y.reshape(_reduced_shape(x.shape, axes))
+        ctx.save(x, out)  # the output itself: Note [Double backward]
         ctx.p, ctx.axes, ctx.keepdims = p, axes, keepdims
-        return y if keepdims else y.reshape(_reduced_shape(x.shape, axes))
+        return out
 
     @staticmethod
     def backward(ctx, gy):
         x, y = ctx.saved
         xp = ctx.xp
+        y = _expand(xp, y, x.ndim, ctx.axes, ctx.keepdims)
         g = _expand(xp, gy, x.ndim, ctx.axes, ctx.keepdims)
         if ctx.p == 1:
             return g * xp.sign(x)

@@ -23,6 +23,10 @@ An op is written as a class with static ``forward(ctx, *args, **params)`` and
 ``backward`` returns one gradient per positional argument of ``forward`` (None where none
 flows; ``ctx.needs_input_grad`` says which are wanted). The engine undoes broadcasting for ops
 registered with ``broadcasts=True`` and checks every gradient's shape and dtype.
+
+Under ``create_graph`` the same ``backward`` runs on differentiable arrays (Note [Double
+backward]); an op whose backward cannot (it calls a compiled kernel, say) also defines
+``differentiable_backward(ctx, *grad_outputs)`` with ferro ops on Tensors.
 """
 
 from __future__ import annotations
@@ -56,6 +60,7 @@ def register(name: str, **flags) -> callable:
             cls.forward,
             getattr(cls, "backward", None),
             display=cls.__name__,
+            differentiable_backward=getattr(cls, "differentiable_backward", None),
             **flags,
         )
         REGISTRY[name] = op

@@ -291,6 +291,19 @@ class BroadcastTo:
 
         return sum_to_shape(gy, ctx.in_shape)
 
+    @staticmethod
+    def differentiable_backward(ctx, gy):
+        # Note [Double backward]: the same sum to shape, with recorded ops.
+        from ferro.ops.reduction import sum as sum_
+
+        shape = tuple(ctx.in_shape)
+        lead = gy.ndim - len(shape)
+        axes = tuple(range(lead)) + tuple(
+            lead + i for i, n in enumerate(shape) if n == 1 and gy.shape[lead + i] != 1
+        )
+        g = sum_(gy, axis=axes, keepdims=True) if axes else gy
+        return reshape(g, shape)
+
 
 def broadcast_to(x, *shape):
     """Broadcast ``x`` to ``shape`` without copying (a read-only view).
@@ -912,12 +925,17 @@ def masked_fill(x, mask, value):
 
 def _pad_source_index(xp, n, lo, hi, mode):
     i = xp.arange(-lo, n + hi)
+    if mode == "circular":
+        return i % n
     if mode == "replicate":
         return xp.clip(i, 0, n - 1)
     # reflect (without repeating the edge), as numpy's "reflect" and PyTorch's do
     period = 2 * (n - 1)
     i = xp.abs(i) % period if period else xp.zeros_like(i)
     return xp.where(i >= n, period - i, i)
+
+
+_NUMPY_PAD_MODES = {"reflect": "reflect", "replicate": "edge", "circular": "wrap"}
 
 
 @register("pad")
@@ -928,7 +946,7 @@ class Pad:
         ctx.widths, ctx.mode, ctx.shape = widths, mode, x.shape
         if mode == "constant":
             return xp.pad(x, widths, mode="constant", constant_values=value)
-        return xp.pad(x, widths, mode="edge" if mode == "replicate" else "reflect")
+        return xp.pad(x, widths, mode=_NUMPY_PAD_MODES[mode])
 
     @staticmethod
     def backward(ctx, gy):
@@ -952,16 +970,19 @@ class Pad:
 def pad(x, pad, mode: str = "constant", value: float = 0.0):
     """Pad with PyTorch's convention: ``pad = (last_lo, last_hi, second_last_lo, ...)``.
 
-    Modes: ``constant`` (``value``), ``reflect`` (no edge repeat), ``replicate`` (edge).
+    Modes: ``constant`` (``value``), ``reflect`` (no edge repeat), ``replicate`` (edge),
+    ``circular`` (wrap around; at most one period on each side).
 
     Gradient: gx = gy's central part, plus the padded positions folded back onto the elements
-    they copy (reflect, replicate).
+    they copy (reflect, replicate, circular).
     """
     pad = tuple(_int(p, "pad", "a padding size") for p in pad)
     if len(pad) % 2 or len(pad) // 2 > x.ndim:
         raise ShapeError(f"pad: {pad} must hold (lo, hi) pairs for at most {x.ndim} dimensions")
-    if mode not in ("constant", "reflect", "replicate"):
-        raise ArgumentError(f"pad: mode must be constant, reflect or replicate, got {mode!r}")
+    if mode not in ("constant", "reflect", "replicate", "circular"):
+        raise ArgumentError(
+            f"pad: mode must be constant, reflect, replicate or circular, got {mode!r}"
+        )
     if any(p < 0 for p in pad):
         raise NotSupportedError(f"pad: negative padding (cropping) is not supported, got {pad}")
     widths = [(0, 0)] * x.ndim
@@ -972,6 +993,11 @@ def pad(x, pad, mode: str = "constant", value: float = 0.0):
             raise ShapeError(
                 f"pad: reflect padding {widths[d]} needs to be smaller than dim {d} of size "
                 f"{x.shape[d]}"
+            )
+        if mode == "circular" and max(widths[d]) > x.shape[d]:
+            raise ShapeError(
+                f"pad: circular padding {widths[d]} wraps around more than once: it must be at "
+                f"most the size {x.shape[d]} of dim {d}"
             )
         if mode == "replicate" and x.shape[d] == 0:
             raise ShapeError(f"pad: cannot replicate-pad empty dim {d}")
@@ -1113,10 +1139,29 @@ class Embedding:
     @staticmethod
     def backward(ctx, gy):
         (indices,) = ctx.saved
-        gw = _scatter_add_into_zeros(ctx.xp, ctx.shape, indices, gy)
+        gw = _embedding_grad(ctx.xp, ctx.shape, indices, gy)
         if ctx.padding_idx is not None:
             gw[ctx.padding_idx] = 0
         return gw, None
+
+
+def _embedding_grad(xp, shape, indices, gy):
+    """The rows of ``gy`` summed into zeros of ``shape`` at ``indices`` (repeats add up).
+
+    NumPy's ``add.at`` goes element by element (44% of a char-MLP step); here the indices are
+    sorted once and each run of equal indices summed by ``add.reduceat``: 2-7x faster from
+    2,000 lookups up. CuPy's ``add.at`` is an atomic-add kernel and stays.
+    """
+    if xp.__name__ != "numpy" or indices.size < 64:
+        return _scatter_add_into_zeros(xp, shape, indices, gy)
+    flat = indices.reshape(-1)
+    rows = gy.reshape(flat.size, shape[1])
+    order = xp.argsort(flat, kind="stable")
+    ordered = flat[order]
+    starts = xp.flatnonzero(xp.concatenate(([True], ordered[1:] != ordered[:-1])))
+    gw = xp.zeros(shape, dtype=gy.dtype)
+    gw[ordered[starts]] = xp.add.reduceat(rows[order], starts, axis=0)
+    return gw
 
 
 def embedding(indices, weight, padding_idx=None):

@@ -184,7 +184,95 @@ def gradcheck(
     return True
 
 
+def gradgradcheck(
+    fn,
+    inputs,
+    grad_outputs=None,
+    eps: float = 1e-6,
+    atol: float = 1e-5,
+    rtol: float = 1e-3,
+    raise_exception: bool = True,
+    seed: int = 0,
+) -> bool:
+    """Check ``fn``'s second derivatives: :func:`gradcheck` of its backward.
+
+    The backward, ``(inputs, grad_outputs) -> autograd.grad(fn(inputs), inputs, grad_outputs,
+    create_graph=True)``, is itself checked against central differences, with respect to the
+    inputs and to the output gradients (PyTorch's ``gradgradcheck``).
+
+    Args:
+        fn: a function of ``inputs`` returning a Tensor or a tuple of Tensors.
+        inputs: a tuple of arguments; the Tensors that require grad must be float64.
+        grad_outputs: gradients of ``fn``'s floating outputs that require grad (Tensors); None
+            draws them from a normal distribution (``seed``). They require grad here.
+        eps, atol, rtol, raise_exception: as for :func:`gradcheck`.
+        seed: the seed of the drawn ``grad_outputs``.
+
+    Returns:
+        True when every second derivative matches.
+
+    Example:
+        >>> x = ferro.randn(3, dtype=ferro.float64, requires_grad=True)
+        >>> ferro.testing.gradgradcheck(lambda t: (t * t * t).sum(), (x,))
+        True
+    """
+    from ferro.autograd import grad
+    from ferro.autograd.grad_mode import enable_grad
+
+    if isinstance(inputs, TensorBase):
+        inputs = (inputs,)
+    inputs = tuple(inputs)
+    n = len(inputs)
+    outs = _float_outputs(_outputs(fn(*inputs)))
+    if grad_outputs is None:
+        rng = np.random.default_rng(seed)
+        grad_outputs = tuple(
+            wrap(rng.standard_normal(o.shape).astype(o.dtype)).requires_grad_(True) for o in outs
+        )
+    else:
+        grad_outputs = (
+            (grad_outputs,) if isinstance(grad_outputs, TensorBase) else tuple(grad_outputs)
+        )
+        if len(grad_outputs) != len(outs):
+            raise ArgumentError(
+                f"gradgradcheck: got {len(grad_outputs)} grad_outputs for {len(outs)} outputs "
+                "that require grad"
+            )
+
+    def first_derivative(*args):
+        ins, gos = args[:n], args[n:]
+        with enable_grad():
+            outs = _float_outputs(_outputs(fn(*ins)))
+            diff = [x for x in ins if isinstance(x, TensorBase) and x.requires_grad]
+            gs = grad(outs, diff, list(gos), create_graph=True, allow_unused=True)
+            # A gradient that depends on nothing differentiable (a constant, or None for an
+            # unused input) still has a numerical derivative to compare with zero: anchor it.
+            anchor = None
+            for v in list(diff) + list(gos):
+                if isinstance(v, TensorBase) and v.requires_grad:
+                    term = (v * 0).sum()
+                    anchor = term if anchor is None else anchor + term
+            res = []
+            for g, x in zip(gs, diff, strict=True):
+                if g is None:
+                    g = wrap(np.zeros(x.shape, dtype=x.dtype))
+                if not g.requires_grad:
+                    g = g + anchor
+                res.append(g)
+        return tuple(res)
+
+    return gradcheck(
+        first_derivative,
+        inputs + tuple(grad_outputs),
+        eps=eps,
+        atol=atol,
+        rtol=rtol,
+        raise_exception=raise_exception,
+    )
+
+
 __all__ = [
+    "gradgradcheck",
     "gradcheck",
     "numerical_jacobian",
     "tolerances",

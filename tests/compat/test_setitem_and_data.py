@@ -86,6 +86,18 @@ def test_a_leaf_that_requires_grad_refuses_setitem_in_grad_mode_only():
     assert p.tolist() == [2.0, 1.0, 1.0] and p.is_leaf and p._version == 1
 
 
+def test_a_view_of_such_a_leaf_refuses_in_place_ops_before_writing():
+    p = ferro.ones(2, 3, requires_grad=True)
+    with pytest.raises(GraphError, match="view of a leaf"):
+        p[:, :2] *= 0
+    with pytest.raises(GraphError, match="view of a leaf"):
+        p.reshape(6)[1:].add_(1.0)
+    assert p.tolist() == [[1.0] * 3] * 2
+    with ferro.no_grad():
+        p[:, :2] *= 0
+    assert p.tolist() == [[0.0, 0.0, 1.0]] * 2
+
+
 def test_setitem_without_history_writes_in_place_and_bumps_the_version():
     arr = np.zeros(4)
     t = ferro.from_numpy(arr)

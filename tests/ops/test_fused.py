@@ -271,12 +271,13 @@ def test_paired_override_runs_its_backward_exactly_when_its_forward_ran():
 
 
 def test_every_table_kernel_is_implemented_with_one_meaning():
-    from ferro.cuda import ops as gpu
+    from ferro.ops.fused import _BACKENDS
 
+    # A device's backend is every module installed for it (cpu_kernels plus the families').
     names = {k for e in OVERRIDES.values() for k in e.kernels}
-    cpu, cuda = cpu_kernels.FUSED_KERNELS, gpu.FUSED_KERNELS
+    cpu, cuda = ({k for m in _BACKENDS[d] for k in m.FUSED_KERNELS} for d in ("cpu", "cuda"))
     assert names <= cpu | cuda, names - (cpu | cuda)
-    for backend in (cpu_kernels, gpu):
+    for backend in _BACKENDS["cpu"] + _BACKENDS["cuda"]:
         for name in backend.FUSED_KERNELS:
             assert callable(getattr(backend, name)), name
     # The CPU leaves out only what measured slower than NumPy (docs/design.md).

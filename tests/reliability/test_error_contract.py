@@ -236,6 +236,9 @@ BASES = {
     "IndexOutOfRangeError": IndexError,
     "ReadOnlyError": ValueError,
     "NotSupportedError": NotImplementedError,
+    "MissingFeatureError": AttributeError,
+    "DistributedError": RuntimeError,
+    "DistributedTimeoutError": TimeoutError,
 }
 
 

@@ -1,0 +1,539 @@
+"""Fused CPU kernels of the normalization family: forward and backward of layer, RMS, group
+(and instance) and batch norm, each a few passes over data that stays in cache (a row, a group,
+a channel) instead of a chain of NumPy temporaries over the whole array.
+
+Statistics are accumulated in float64 (four independent partial sums, so the loop is not one
+long dependency chain) and taken in two passes, mean then squared deviations, so a float32
+input far from zero keeps its digits. Every kernel leaves the state the op's generic forward
+leaves (Note [Norm state] in ``ferro/ops/norm.py``): the output, and each statistic's ``mean``
+and ``rstd`` in the input's dtype, shaped as the generic path shapes them.
+
+The same names mean the same kernels, with the same arguments, as in ``ferro.cuda.norm``; the
+op adapters are in ``ferro/ops/norm.py`` and the table entries in ``ferro/ops/fused.py``.
+``accepts`` and ``accepts_grad`` read array flags only and raise nothing; every kernel checks
+its arguments itself before it touches memory (docs/design.md, "Kernel accept checks").
+"""
+
+cimport numpy as cnp
+from libc.math cimport sqrt
+
+from ferro._C.typedefs cimport floating_t
+
+import numpy as np
+
+from ferro.errors import ArgumentError, ArgumentTypeError, DtypeError, ShapeError
+
+cnp.import_array()
+
+FUSED_KERNELS = frozenset({
+    "layer_norm_fwd", "layer_norm_bwd", "rms_norm_fwd", "rms_norm_bwd",
+    "group_norm_fwd", "group_norm_bwd", "batch_norm_fwd", "batch_norm_bwd",
+})
+
+
+# ---------------------------------------------------------------------------------------------
+# Accept checks: exact ndarrays (None skipped) of one float dtype, native byte order, aligned,
+# C-contiguous. Shapes differ between the input and its parameters; each kernel checks those.
+# ---------------------------------------------------------------------------------------------
+
+cdef inline bint _ok(object o, int typenum) noexcept:
+    if type(o) is not cnp.ndarray:
+        return False
+    cdef cnp.ndarray a = <cnp.ndarray>o
+    return (cnp.PyArray_TYPE(a) == typenum and cnp.PyArray_ISCARRAY_RO(a)
+            and cnp.PyArray_ISNOTSWAPPED(a))
+
+
+cpdef bint accepts(tuple arrays):
+    """True if every array that is not None is an exact ndarray, C-contiguous, aligned, in
+    native byte order, float32/float64, all of one dtype (their shapes may differ)."""
+    cdef int t = -1
+    for o in arrays:
+        if o is None:
+            continue
+        if type(o) is not cnp.ndarray:
+            return False
+        if t < 0:
+            t = cnp.PyArray_TYPE(<cnp.ndarray>o)
+            if t != cnp.NPY_FLOAT32 and t != cnp.NPY_FLOAT64:
+                return False
+        if not _ok(o, t):
+            return False
+    return t >= 0
+
+
+cpdef bint accepts_grad(object gy, tuple arrays):
+    """True if ``accepts(arrays)`` and ``gy`` is C-contiguous of the first array's dtype and
+    shape (the adapters make a broadcast upstream gradient contiguous first)."""
+    if not accepts(arrays) or type(gy) is not cnp.ndarray:
+        return False
+    cdef cnp.ndarray a0 = <cnp.ndarray>arrays[0]
+    return _ok(gy, cnp.PyArray_TYPE(a0)) and cnp.PyArray_SAMESHAPE(<cnp.ndarray>gy, a0)
+
+
+cdef int _check(str who, tuple names, tuple arrays, tuple shapes) except -1:
+    # ``accepts`` and the exact shape of each array (None entries: absent, skipped); refusing
+    # raises the error that says why.
+    if accepts(arrays) and all(
+        a is None or a.shape == s for a, s in zip(arrays, shapes)
+    ):
+        return 0
+    dtype = None
+    for name, a, s in zip(names, arrays, shapes):
+        if a is None:
+            continue
+        if type(a) is not np.ndarray:
+            raise ArgumentTypeError(
+                f"{who}: {name} must be a numpy.ndarray, got {type(a).__module__}."
+                f"{type(a).__qualname__}"
+            )
+        if a.dtype.type is not np.float32 and a.dtype.type is not np.float64:
+            raise DtypeError(f"{who}: {name} must be float32 or float64, got {a.dtype}")
+        if not a.dtype.isnative:
+            raise DtypeError(f"{who}: {name} has non-native byte order (dtype {a.dtype.str})")
+        dtype = dtype or a.dtype
+        if a.dtype != dtype:
+            raise DtypeError(f"{who}: {name} has dtype {a.dtype}, expected {dtype}")
+        if a.shape != s:
+            raise ShapeError(f"{who}: {name} has shape {a.shape}, expected {s}")
+        if not a.flags.aligned or not a.flags.c_contiguous:
+            raise ArgumentError(
+                f"{who}: {name} must be aligned and C-contiguous, got strides {a.strides}"
+            )
+    raise ArgumentError(f"{who}: expected at least one array")
+
+
+cdef inline cnp.ndarray _empty(tuple shape, int typenum):
+    return <cnp.ndarray>np.empty(shape, dtype=np.float32 if typenum == cnp.NPY_FLOAT32
+                                 else np.float64)
+
+
+cdef inline const void* _ptr(object a):
+    # The data of an optional array: NULL for None.
+    return NULL if a is None else cnp.PyArray_DATA(<cnp.ndarray>a)
+
+
+# ---------------------------------------------------------------------------------------------
+# Sums in float64 with four partial sums (no single dependency chain).
+# ---------------------------------------------------------------------------------------------
+
+cdef inline double _sum(const floating_t* a, Py_ssize_t n) noexcept nogil:
+    cdef double s0 = 0, s1 = 0, s2 = 0, s3 = 0
+    cdef Py_ssize_t j = 0
+    while j + 4 <= n:
+        s0 += a[j]
+        s1 += a[j + 1]
+        s2 += a[j + 2]
+        s3 += a[j + 3]
+        j += 4
+    while j < n:
+        s0 += a[j]
+        j += 1
+    return (s0 + s1) + (s2 + s3)
+
+
+cdef inline double _sqdev(const floating_t* a, Py_ssize_t n, double m) noexcept nogil:
+    # sum((a - m)^2)
+    cdef double s0 = 0, s1 = 0, s2 = 0, s3 = 0, d0, d1, d2, d3
+    cdef Py_ssize_t j = 0
+    while j + 4 <= n:
+        d0 = a[j] - m
+        d1 = a[j + 1] - m
+        d2 = a[j + 2] - m
+        d3 = a[j + 3] - m
+        s0 += d0 * d0
+        s1 += d1 * d1
+        s2 += d2 * d2
+        s3 += d3 * d3
+        j += 4
+    while j < n:
+        d0 = a[j] - m
+        s0 += d0 * d0
+        j += 1
+    return (s0 + s1) + (s2 + s3)
+
+
+cdef inline void _grad_sums(const floating_t* g, const floating_t* x, Py_ssize_t n, double m,
+                            double* sg, double* sgd) noexcept nogil:
+    # sg += sum(g), sgd += sum(g * (x - m))
+    cdef double a0 = 0, a1 = 0, b0 = 0, b1 = 0
+    cdef Py_ssize_t j = 0
+    while j + 2 <= n:
+        a0 += g[j]
+        a1 += g[j + 1]
+        b0 += g[j] * (x[j] - m)
+        b1 += g[j + 1] * (x[j + 1] - m)
+        j += 2
+    while j < n:
+        a0 += g[j]
+        b0 += g[j] * (x[j] - m)
+        j += 1
+    sg[0] += a0 + a1
+    sgd[0] += b0 + b1
+
+
+cdef inline void _scale_shift(const floating_t* x, floating_t* y, Py_ssize_t n, double m,
+                              double scale, double shift) noexcept nogil:
+    # y = (x - m) * scale + shift, in float64: x - m is where a float32 row far from zero
+    # keeps its digits.
+    cdef Py_ssize_t j
+    for j in range(n):
+        y[j] = <floating_t>((x[j] - m) * scale + shift)
+
+
+cdef inline void _grad_out(const floating_t* g, const floating_t* x, floating_t* gx,
+                           Py_ssize_t n, double k, double w, double c1, double m,
+                           double c2) noexcept nogil:
+    # gx = k * (g * w - c1 - (x - m) * c2), in float64, in the generic path's order (where
+    # g * w equals c1, as in a group of one value, the difference is exactly zero).
+    cdef Py_ssize_t j
+    for j in range(n):
+        gx[j] = <floating_t>(k * (g[j] * w - c1 - (x[j] - m) * c2))
+
+
+# ---------------------------------------------------------------------------------------------
+# Rows: R rows of K values; row r, value j has weight index (r % G) * (K // S) + j // S. Layer
+# and RMS norm: G = S = 1 (one weight per value); group norm: S spatial values per channel, G
+# groups; instance norm: one channel per group.
+# ---------------------------------------------------------------------------------------------
+
+cdef void _rows_fwd(const floating_t* x, const floating_t* w, const floating_t* b,
+                    floating_t* y, floating_t* mean, floating_t* rstd, floating_t* var,
+                    Py_ssize_t R, Py_ssize_t K, Py_ssize_t S, Py_ssize_t G, bint centered,
+                    double eps) noexcept nogil:
+    cdef Py_ssize_t r, j, ch, nch = K // S, wi
+    cdef double m, v, rs
+    cdef const floating_t* xr
+    cdef floating_t* yr
+    for r in range(R):
+        xr = x + r * K
+        yr = y + r * K
+        m = _sum(xr, K) / K if centered else 0.0
+        v = _sqdev(xr, K, m) / K
+        rs = 1.0 / sqrt(v + eps)
+        if centered:
+            mean[r] = <floating_t>m
+            var[r] = <floating_t>v
+        rstd[r] = <floating_t>rs
+        if S == 1:
+            _scale_shift(xr, yr, K, m, rs, 0.0)
+            if w != NULL:
+                for j in range(K):
+                    yr[j] = yr[j] * w[j]
+            if b != NULL:
+                for j in range(K):
+                    yr[j] = yr[j] + b[j]
+        else:
+            for ch in range(nch):
+                wi = (r % G) * nch + ch
+                _scale_shift(xr + ch * S, yr + ch * S, S, m, rs * (w[wi] if w != NULL else 1.0),
+                             b[wi] if b != NULL else 0.0)
+
+
+cdef void _rows_bwd(const floating_t* gy, const floating_t* x, const floating_t* w,
+                    const floating_t* mean, const floating_t* rstd, floating_t* gx,
+                    double* gw, double* gb, Py_ssize_t R, Py_ssize_t K, Py_ssize_t S,
+                    Py_ssize_t G, bint centered) noexcept nogil:
+    # gx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = gy * w; gw += gy * xhat, gb += gy.
+    cdef Py_ssize_t r, j, ch, nch = K // S, wi
+    cdef double m, rs, sg, sgd, a, bsum, c1, c2, wv, d
+    cdef const floating_t* xr
+    cdef const floating_t* gr
+    cdef floating_t* gxr
+    for r in range(R):
+        xr = x + r * K
+        gr = gy + r * K
+        gxr = gx + r * K
+        m = mean[r] if centered else 0.0
+        rs = rstd[r]
+        sg = 0.0
+        sgd = 0.0
+        if S == 1:
+            if w != NULL:
+                for j in range(K):
+                    d = gr[j] * <double>w[j]
+                    sg += d
+                    sgd += d * (xr[j] - m)
+            else:
+                _grad_sums(gr, xr, K, m, &sg, &sgd)
+            if gw != NULL:
+                for j in range(K):
+                    gw[j] += gr[j] * (xr[j] - m) * rs
+                    gb[j] += gr[j]
+        else:
+            for ch in range(nch):
+                wi = (r % G) * nch + ch
+                a = 0.0
+                bsum = 0.0
+                _grad_sums(gr + ch * S, xr + ch * S, S, m, &a, &bsum)
+                wv = w[wi] if w != NULL else 1.0
+                sg += wv * a
+                sgd += wv * bsum
+                if gw != NULL:
+                    gw[wi] += bsum * rs
+                    gb[wi] += a
+        c1 = sg / K if centered else 0.0
+        c2 = sgd * rs * rs / K
+        if S == 1 and w != NULL:
+            for j in range(K):
+                gxr[j] = <floating_t>(rs * (gr[j] * <double>w[j] - c1 - (xr[j] - m) * c2))
+        else:
+            for ch in range(nch):
+                wi = (r % G) * nch + ch
+                wv = w[wi] if w != NULL else 1.0
+                _grad_out(gr + ch * S, xr + ch * S, gxr + ch * S, S, rs, wv, c1, m, c2)
+
+
+cdef tuple _rows_forward(object x_, object w_, object b_, double eps, Py_ssize_t S,
+                         Py_ssize_t G, bint centered, tuple stat_shape):
+    cdef cnp.ndarray x = <cnp.ndarray>x_
+    cdef Py_ssize_t R = x_.shape[0], K = x_.shape[1]
+    if K == 0 and R:
+        raise ShapeError(f"norm kernels: rows of no values in x of shape {x_.shape}")
+    cdef int t = cnp.PyArray_TYPE(x)
+    cdef cnp.ndarray y = _empty(x_.shape, t)
+    cdef cnp.ndarray rstd = _empty(stat_shape, t)
+    cdef cnp.ndarray mean = _empty(stat_shape, t) if centered else None
+    cdef cnp.ndarray var = _empty(stat_shape, t) if centered else None
+    cdef const void* wp = _ptr(w_)
+    cdef const void* bp = _ptr(b_)
+    cdef void* mp = NULL if mean is None else cnp.PyArray_DATA(mean)
+    cdef void* vp = NULL if var is None else cnp.PyArray_DATA(var)
+    if t == cnp.NPY_FLOAT32:
+        with nogil:
+            _rows_fwd(<const float*>cnp.PyArray_DATA(x), <const float*>wp, <const float*>bp,
+                      <float*>cnp.PyArray_DATA(y), <float*>mp, <float*>cnp.PyArray_DATA(rstd),
+                      <float*>vp, R, K, S, G, centered, eps)
+    else:
+        with nogil:
+            _rows_fwd(<const double*>cnp.PyArray_DATA(x), <const double*>wp, <const double*>bp,
+                      <double*>cnp.PyArray_DATA(y), <double*>mp,
+                      <double*>cnp.PyArray_DATA(rstd), <double*>vp, R, K, S, G, centered, eps)
+    return (y, mean, rstd, var) if centered else (y, rstd)
+
+
+cdef tuple _rows_backward(object gy_, object x_, object w_, object mean_, object rstd_,
+                          bint params, Py_ssize_t S, Py_ssize_t G, Py_ssize_t nw,
+                          bint centered):
+    cdef cnp.ndarray x = <cnp.ndarray>x_
+    cdef Py_ssize_t R = x_.shape[0], K = x_.shape[1]
+    if K == 0 and R:
+        raise ShapeError(f"norm kernels: rows of no values in x of shape {x_.shape}")
+    cdef int t = cnp.PyArray_TYPE(x)
+    cdef cnp.ndarray gx = _empty(x_.shape, t)
+    cdef cnp.ndarray gw = np.zeros(nw) if params else None
+    cdef cnp.ndarray gb = np.zeros(nw) if params else None
+    cdef double* gwp = NULL if gw is None else <double*>cnp.PyArray_DATA(gw)
+    cdef double* gbp = NULL if gb is None else <double*>cnp.PyArray_DATA(gb)
+    cdef const void* wp = _ptr(w_)
+    cdef const void* mp = _ptr(mean_)
+    if t == cnp.NPY_FLOAT32:
+        with nogil:
+            _rows_bwd(<const float*>cnp.PyArray_DATA(<cnp.ndarray>gy_),
+                      <const float*>cnp.PyArray_DATA(x), <const float*>wp, <const float*>mp,
+                      <const float*>cnp.PyArray_DATA(<cnp.ndarray>rstd_),
+                      <float*>cnp.PyArray_DATA(gx), gwp, gbp, R, K, S, G, centered)
+    else:
+        with nogil:
+            _rows_bwd(<const double*>cnp.PyArray_DATA(<cnp.ndarray>gy_),
+                      <const double*>cnp.PyArray_DATA(x), <const double*>wp, <const double*>mp,
+                      <const double*>cnp.PyArray_DATA(<cnp.ndarray>rstd_),
+                      <double*>cnp.PyArray_DATA(gx), gwp, gbp, R, K, S, G, centered)
+    if params:
+        return gx, gw.astype(x_.dtype), gb.astype(x_.dtype)
+    return gx, None, None
+
+
+def layer_norm_fwd(object x, object weight, object bias, double eps):
+    """Layer norm of each row of ``x`` (R, K), with optional ``weight`` and ``bias`` (K,):
+    ``(y, mean, rstd, var)``, the statistics of shape (R, 1)."""
+    _check_2d("layer_norm_fwd", x)
+    k = x.shape[1]
+    _check("layer_norm_fwd", ("x", "weight", "bias"), (x, weight, bias), (x.shape, (k,), (k,)))
+    return _rows_forward(x, weight, bias, eps, 1, 1, True, (x.shape[0], 1))
+
+
+def layer_norm_bwd(object gy, object x, object weight, object mean, object rstd, bint params):
+    """Layer norm backward: ``(gx, gweight, gbias)`` (the last two None unless ``params``)."""
+    _check_2d("layer_norm_bwd", x)
+    r, k = x.shape
+    _check("layer_norm_bwd", ("gy", "x", "weight", "mean", "rstd"), (gy, x, weight, mean, rstd),
+           (x.shape, x.shape, (k,), (r, 1), (r, 1)))
+    return _rows_backward(gy, x, weight, mean, rstd, params, 1, 1, k, True)
+
+
+def rms_norm_fwd(object x, object weight, double eps):
+    """RMS norm of each row of ``x`` (R, K), optional ``weight`` (K,): ``(y, rstd)``, rstd
+    (R, 1)."""
+    _check_2d("rms_norm_fwd", x)
+    k = x.shape[1]
+    _check("rms_norm_fwd", ("x", "weight"), (x, weight), (x.shape, (k,)))
+    return _rows_forward(x, weight, None, eps, 1, 1, False, (x.shape[0], 1))
+
+
+def rms_norm_bwd(object gy, object x, object weight, object rstd, bint params):
+    """RMS norm backward: ``(gx, gweight)`` (gweight None unless ``params``)."""
+    _check_2d("rms_norm_bwd", x)
+    r, k = x.shape
+    _check("rms_norm_bwd", ("gy", "x", "weight", "rstd"), (gy, x, weight, rstd),
+           (x.shape, x.shape, (k,), (r, 1)))
+    gx, gw, _ = _rows_backward(gy, x, weight, None, rstd, params, 1, 1, k, False)
+    return gx, gw
+
+
+def group_norm_fwd(object x, object weight, object bias, Py_ssize_t groups, double eps):
+    """Group norm of ``x`` (N, C, S) in ``groups`` groups, per-channel ``weight``, ``bias``
+    (C,) or None: ``(y, mean, rstd, var)``, the statistics of shape (N, groups, 1)."""
+    n, c, s = _check_groups("group_norm_fwd", x, groups)
+    _check("group_norm_fwd", ("x", "weight", "bias"), (x, weight, bias), (x.shape, (c,), (c,)))
+    y, mean, rstd, var = _rows_forward(x.reshape(n * groups, (c // groups) * s), weight, bias,
+                                       eps, s, groups, True, (n, groups, 1))
+    return y.reshape(x.shape), mean, rstd, var
+
+
+def group_norm_bwd(object gy, object x, object weight, object mean, object rstd,
+                   Py_ssize_t groups, bint params):
+    """Group norm backward: ``(gx, gweight, gbias)`` (the last two None unless ``params``)."""
+    n, c, s = _check_groups("group_norm_bwd", x, groups)
+    _check("group_norm_bwd", ("gy", "x", "weight", "mean", "rstd"), (gy, x, weight, mean, rstd),
+           (x.shape, x.shape, (c,), (n, groups, 1), (n, groups, 1)))
+    k = (c // groups) * s
+    gx, gw, gb = _rows_backward(gy.reshape(n * groups, k), x.reshape(n * groups, k), weight,
+                                mean.reshape(-1), rstd.reshape(-1), params, s, groups, c, True)
+    return gx.reshape(x.shape), gw, gb
+
+
+cdef int _check_2d(str who, object x) except -1:
+    if type(x) is not np.ndarray or x.ndim != 2:
+        raise ShapeError(f"{who}: x must be a 2-D numpy.ndarray (rows, values), got "
+                         f"{getattr(x, 'shape', type(x).__name__)}")
+    return 0
+
+
+cdef tuple _check_groups(str who, object x, Py_ssize_t groups):
+    if type(x) is not np.ndarray or x.ndim != 3:
+        raise ShapeError(f"{who}: x must be a 3-D numpy.ndarray (N, C, S), got "
+                         f"{getattr(x, 'shape', type(x).__name__)}")
+    n, c, s = x.shape
+    if groups <= 0 or c % groups:
+        raise ShapeError(f"{who}: {c} channels do not split into {groups} groups")
+    return n, c, s
+
+
+# ---------------------------------------------------------------------------------------------
+# Batch norm over (N, C, S): per channel, N runs of S contiguous values.
+# ---------------------------------------------------------------------------------------------
+
+cdef void _bn_fwd(const floating_t* x, const floating_t* w, const floating_t* b, floating_t* y,
+                  floating_t* mean, floating_t* rstd, floating_t* var, Py_ssize_t N,
+                  Py_ssize_t C, Py_ssize_t S, double eps) noexcept nogil:
+    cdef Py_ssize_t c, n, off, M = N * S
+    cdef double m, v, rs, scale, shift
+    for c in range(C):
+        m = 0.0
+        for n in range(N):
+            m += _sum(x + (n * C + c) * S, S)
+        m /= M
+        v = 0.0
+        for n in range(N):
+            v += _sqdev(x + (n * C + c) * S, S, m)
+        v /= M
+        rs = 1.0 / sqrt(v + eps)
+        mean[c] = <floating_t>m
+        var[c] = <floating_t>v
+        rstd[c] = <floating_t>rs
+        scale = rs * (w[c] if w != NULL else 1.0)
+        shift = b[c] if b != NULL else 0.0
+        for n in range(N):
+            off = (n * C + c) * S
+            _scale_shift(x + off, y + off, S, m, scale, shift)
+
+
+cdef void _bn_bwd(const floating_t* gy, const floating_t* x, const floating_t* w,
+                  const floating_t* mean, const floating_t* rstd, floating_t* gx, double* gw,
+                  double* gb, Py_ssize_t N, Py_ssize_t C, Py_ssize_t S) noexcept nogil:
+    cdef Py_ssize_t c, n, off, M = N * S
+    cdef double m, rs, sg, sgd, k
+    for c in range(C):
+        m = mean[c]
+        rs = rstd[c]
+        sg = 0.0
+        sgd = 0.0
+        for n in range(N):
+            off = (n * C + c) * S
+            _grad_sums(gy + off, x + off, S, m, &sg, &sgd)
+        gw[c] = sgd * rs
+        gb[c] = sg
+        k = w[c] if w != NULL else 1.0
+        for n in range(N):
+            off = (n * C + c) * S
+            _grad_out(gy + off, x + off, gx + off, S, rs, k, k * sg / M, m, k * sgd * rs * rs / M)
+
+
+def batch_norm_fwd(object x_, object weight, object bias, double eps):
+    """Batch norm of ``x`` (N, C, S) with the batch's statistics: ``(y, mean, rstd, var)``,
+    the statistics of shape (1, C, 1) (var biased, for the running statistics)."""
+    if type(x_) is not np.ndarray or x_.ndim != 3:
+        raise ShapeError(f"batch_norm_fwd: x must be a 3-D numpy.ndarray (N, C, S), got "
+                         f"{getattr(x_, 'shape', type(x_).__name__)}")
+    n, c, s = x_.shape
+    _check("batch_norm_fwd", ("x", "weight", "bias"), (x_, weight, bias), (x_.shape, (c,), (c,)))
+    cdef cnp.ndarray x = <cnp.ndarray>x_
+    cdef int t = cnp.PyArray_TYPE(x)
+    cdef cnp.ndarray y = _empty(x_.shape, t)
+    cdef cnp.ndarray mean = _empty((1, c, 1), t)
+    cdef cnp.ndarray rstd = _empty((1, c, 1), t)
+    cdef cnp.ndarray var = _empty((1, c, 1), t)
+    cdef const void* wp = _ptr(weight)
+    cdef const void* bp = _ptr(bias)
+    cdef Py_ssize_t N = n, C = c, S = s
+    if N * S == 0 and C:
+        raise ShapeError(f"batch_norm_fwd: no values per channel in x of shape {x_.shape}")
+    if t == cnp.NPY_FLOAT32:
+        with nogil:
+            _bn_fwd(<const float*>cnp.PyArray_DATA(x), <const float*>wp, <const float*>bp,
+                    <float*>cnp.PyArray_DATA(y), <float*>cnp.PyArray_DATA(mean),
+                    <float*>cnp.PyArray_DATA(rstd), <float*>cnp.PyArray_DATA(var), N, C, S, eps)
+    else:
+        with nogil:
+            _bn_fwd(<const double*>cnp.PyArray_DATA(x), <const double*>wp, <const double*>bp,
+                    <double*>cnp.PyArray_DATA(y), <double*>cnp.PyArray_DATA(mean),
+                    <double*>cnp.PyArray_DATA(rstd), <double*>cnp.PyArray_DATA(var), N, C, S,
+                    eps)
+    return y, mean, rstd, var
+
+
+def batch_norm_bwd(object gy, object x_, object weight, object mean, object rstd):
+    """Batch norm backward (training statistics): ``(gx, gweight, gbias)``."""
+    if type(x_) is not np.ndarray or x_.ndim != 3:
+        raise ShapeError(f"batch_norm_bwd: x must be a 3-D numpy.ndarray (N, C, S), got "
+                         f"{getattr(x_, 'shape', type(x_).__name__)}")
+    n, c, s = x_.shape
+    _check("batch_norm_bwd", ("gy", "x", "weight", "mean", "rstd"), (gy, x_, weight, mean, rstd),
+           (x_.shape, x_.shape, (c,), (1, c, 1), (1, c, 1)))
+    cdef cnp.ndarray x = <cnp.ndarray>x_
+    cdef int t = cnp.PyArray_TYPE(x)
+    cdef cnp.ndarray gx = _empty(x_.shape, t)
+    cdef cnp.ndarray gw = np.zeros(c)
+    cdef cnp.ndarray gb = np.zeros(c)
+    cdef const void* wp = _ptr(weight)
+    cdef Py_ssize_t N = n, C = c, S = s
+    if N * S == 0 and C:
+        raise ShapeError(f"batch_norm_bwd: no values per channel in x of shape {x_.shape}")
+    if t == cnp.NPY_FLOAT32:
+        with nogil:
+            _bn_bwd(<const float*>cnp.PyArray_DATA(<cnp.ndarray>gy),
+                    <const float*>cnp.PyArray_DATA(x), <const float*>wp,
+                    <const float*>cnp.PyArray_DATA(<cnp.ndarray>mean),
+                    <const float*>cnp.PyArray_DATA(<cnp.ndarray>rstd),
+                    <float*>cnp.PyArray_DATA(gx), <double*>cnp.PyArray_DATA(gw),
+                    <double*>cnp.PyArray_DATA(gb), N, C, S)
+    else:
+        with nogil:
+            _bn_bwd(<const double*>cnp.PyArray_DATA(<cnp.ndarray>gy),
+                    <const double*>cnp.PyArray_DATA(x), <const double*>wp,
+                    <const double*>cnp.PyArray_DATA(<cnp.ndarray>mean),
+                    <const double*>cnp.PyArray_DATA(<cnp.ndarray>rstd),
+                    <double*>cnp.PyArray_DATA(gx), <double*>cnp.PyArray_DATA(gw),
+                    <double*>cnp.PyArray_DATA(gb), N, C, S)
+    return gx, gw.astype(x_.dtype), gb.astype(x_.dtype)

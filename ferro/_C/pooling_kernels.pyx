@@ -1,0 +1,206 @@
+# cython: language_level=3
+"""nogil CPU kernels of the pooling family: max pooling's forward (values and flat per-plane
+indices in one pass over the windows) and its backward (``gy`` scattered through those indices).
+
+The CPU half of the pooling entries in ``ferro.ops.fused.OVERRIDES`` (through the adapter
+``_max_pool``), under the same names and arguments as ``ferro.cuda.pooling``. Average and
+adaptive-average pooling keep their generic NumPy code: ``benchmarks/bench_pool.py`` measured it
+at 0.4-0.8x PyTorch already, so kernels there would not earn their place.
+
+Every kernel checks its arrays itself before it touches memory (docs/design.md, "Kernel accept
+checks"): exact ndarrays, native byte order, aligned, C-contiguous, the dtypes and shapes the
+loop assumes; a refusal raises the typed error that says why.
+"""
+
+cimport numpy as cnp
+from libc.stdint cimport int64_t
+
+from ferro._C.typedefs cimport floating_t
+
+import numpy as np
+
+# The accept predicates the adapter asks are cpu_kernels' (one definition of what a flat loop
+# reads); this module re-exports them as every backend module does.
+from ferro._C.cpu_kernels import accepts, accepts_grad, supports
+
+from ferro.errors import (
+    ArgumentError,
+    ArgumentTypeError,
+    DtypeError,
+    IndexOutOfRangeError,
+    ShapeError,
+)
+
+cnp.import_array()
+
+FUSED_KERNELS = frozenset({"max_pool_fwd", "max_pool_bwd"})
+
+__all__ = ["FUSED_KERNELS", "accepts", "accepts_grad", "max_pool_bwd", "max_pool_fwd", "supports"]
+
+
+cdef int _check_array(str who, str name, object a, bint floating) except -1:
+    # Exact ndarray, C-contiguous, aligned, native order, float32/float64 (or int64).
+    if type(a) is not np.ndarray:
+        raise ArgumentTypeError(
+            f"{who}: {name} must be a numpy.ndarray, got {type(a).__module__}."
+            f"{type(a).__qualname__}"
+        )
+    if floating and a.dtype.type is not np.float32 and a.dtype.type is not np.float64:
+        raise DtypeError(f"{who}: {name} must be float32 or float64, got {a.dtype}")
+    if not floating and a.dtype.type is not np.int64:
+        raise DtypeError(f"{who}: {name} must be int64, got {a.dtype}")
+    if not a.dtype.isnative:
+        raise DtypeError(f"{who}: {name} has non-native byte order (dtype {a.dtype.str})")
+    if not a.flags.aligned or not a.flags.c_contiguous:
+        raise ArgumentError(
+            f"{who}: {name} must be aligned and C-contiguous, got strides {a.strides} for "
+            f"shape {a.shape}"
+        )
+    return 0
+
+
+cdef tuple _three(str who, str what, tuple v, int nd, Py_ssize_t low):
+    # ``v`` (nd ints >= low) left-padded with 1s (0s for padding) to three dimensions.
+    if len(v) != nd:
+        raise ArgumentError(f"{who}: {what} must have {nd} entries, got {v}")
+    for e in v:
+        if e < low:
+            raise ArgumentError(f"{who}: {what} must be >= {low}, got {v}")
+    fill = 0 if what == "padding" else 1
+    return (fill,) * (3 - nd) + tuple(int(e) for e in v)
+
+
+cdef void _max_pool_fwd(const floating_t* x, floating_t* y, int64_t* idx, Py_ssize_t planes,
+                        const Py_ssize_t* g) noexcept nogil:
+    # Each window's first maximum (a NaN wins, the first NaN), skipping padding positions; the
+    # flat index within the plane is the generic forward's argmax, mapped back to the input.
+    # g: input sizes D H W, output sizes, kernel, stride, padding, dilation (3 each).
+    cdef Py_ssize_t D = g[0], H = g[1], W = g[2], OD = g[3], OH = g[4], OW = g[5]
+    cdef Py_ssize_t kd = g[6], kh = g[7], kw = g[8], sd = g[9], sh = g[10], sw = g[11]
+    cdef Py_ssize_t pd = g[12], ph = g[13], pw = g[14], dd = g[15], dh = g[16], dw = g[17]
+    cdef Py_ssize_t b, od, oh, ow, i, j, q, d, h, w, d0, h0, w0, off, arg
+    cdef Py_ssize_t plane = D * H * W
+    cdef Py_ssize_t o = 0
+    cdef floating_t v, best
+    cdef const floating_t* xp
+    for b in range(planes):
+        xp = x + b * plane
+        for od in range(OD):
+            d0 = od * sd - pd
+            for oh in range(OH):
+                h0 = oh * sh - ph
+                for ow in range(OW):
+                    w0 = ow * sw - pw
+                    arg = -1
+                    best = 0
+                    for i in range(kd):
+                        d = d0 + i * dd
+                        if d < 0 or d >= D:
+                            continue
+                        for j in range(kh):
+                            h = h0 + j * dh
+                            if h < 0 or h >= H:
+                                continue
+                            for q in range(kw):
+                                w = w0 + q * dw
+                                if w < 0 or w >= W:
+                                    continue
+                                off = (d * H + h) * W + w
+                                v = xp[off]
+                                if arg < 0 or v > best or (v != v and best == best):
+                                    best = v
+                                    arg = off
+                    y[o] = best
+                    idx[o] = arg
+                    o += 1
+
+
+def max_pool_fwd(object x, tuple kernel_size, tuple stride, tuple padding, tuple dilation,
+                 tuple out_size):
+    """Max pooling of ``x`` (``(*lead, *spatial)``, 1 to 3 spatial dimensions as
+    ``len(kernel_size)`` says): ``(y, indices)``, both of shape ``(*lead, *out_size)``, indices
+    int64 and flat within each plane (PyTorch's ``return_indices``)."""
+    cdef str who = "max_pool_fwd"
+    _check_array(who, "x", x, True)
+    cdef int nd = len(kernel_size)
+    if not 1 <= nd <= 3 or x.ndim < nd + 1:
+        raise ShapeError(f"{who}: {nd} spatial dimensions do not fit x of shape {x.shape}")
+    k = _three(who, "kernel_size", kernel_size, nd, 1)
+    s = _three(who, "stride", stride, nd, 1)
+    p = _three(who, "padding", padding, nd, 0)
+    dl = _three(who, "dilation", dilation, nd, 1)
+    out = _three(who, "out_size", out_size, nd, 1)
+    sp = (1,) * (3 - nd) + tuple(x.shape[-nd:])
+    lead = tuple(x.shape[:-nd])
+    y = np.empty(lead + tuple(out_size), dtype=x.dtype)
+    idx = np.empty(lead + tuple(out_size), dtype=np.int64)
+    cdef Py_ssize_t planes = x.size // (sp[0] * sp[1] * sp[2])
+    cdef Py_ssize_t g[18]
+    for i, v in enumerate(sp + out + k + s + p + dl):
+        g[i] = v
+    cdef cnp.ndarray xa = x, ya = y, ia = idx
+    if x.dtype.type is np.float32:
+        with nogil:
+            _max_pool_fwd[float](<const float*>cnp.PyArray_DATA(xa), <float*>cnp.PyArray_DATA(ya),
+                                 <int64_t*>cnp.PyArray_DATA(ia), planes, g)
+    else:
+        with nogil:
+            _max_pool_fwd[double](<const double*>cnp.PyArray_DATA(xa),
+                                  <double*>cnp.PyArray_DATA(ya),
+                                  <int64_t*>cnp.PyArray_DATA(ia), planes, g)
+    return y, idx
+
+
+cdef int _scatter(const floating_t* gy, const int64_t* idx, floating_t* gx, Py_ssize_t planes,
+                  Py_ssize_t per_plane, Py_ssize_t plane) noexcept nogil:
+    # gx[b, idx[b, o]] += gy[b, o]; returns -1 (nothing more written) at an index out of range.
+    cdef Py_ssize_t b, o, i
+    cdef floating_t* g
+    for b in range(planes):
+        g = gx + b * plane
+        for o in range(per_plane):
+            i = idx[o]
+            if i < 0 or i >= plane:
+                return -1
+            g[i] += gy[o]
+        gy += per_plane
+        idx += per_plane
+    return 0
+
+
+def max_pool_bwd(object gy, object indices, tuple shape, int nd):
+    """Max pooling's input gradient: zeros of ``shape`` (the input's) with ``gy`` added at the
+    flat per-plane ``indices`` (``gy``'s shape, int64) of each of the ``nd`` trailing-dimension
+    planes. Repeated indices (overlapping windows) add up."""
+    cdef str who = "max_pool_bwd"
+    _check_array(who, "gy", gy, True)
+    _check_array(who, "indices", indices, False)
+    if indices.shape != gy.shape:
+        raise ShapeError(f"{who}: indices of shape {indices.shape} must match gy's {gy.shape}")
+    if not 1 <= nd <= len(shape) - 1 or gy.ndim != len(shape) or gy.shape[:-nd] != shape[:-nd]:
+        raise ShapeError(f"{who}: gy of shape {gy.shape} does not fit an input of shape {shape}")
+    cdef Py_ssize_t plane = 1, per_plane = 1, planes = 1
+    for n in shape[-nd:]:
+        plane *= n
+    for n in gy.shape[-nd:]:
+        per_plane *= n
+    for n in shape[:-nd]:
+        planes *= n
+    gx = np.zeros(shape, dtype=gy.dtype)
+    cdef cnp.ndarray ga = gy, ia = indices, xa = gx
+    cdef int rc
+    if gy.dtype.type is np.float32:
+        with nogil:
+            rc = _scatter[float](<const float*>cnp.PyArray_DATA(ga),
+                                 <const int64_t*>cnp.PyArray_DATA(ia),
+                                 <float*>cnp.PyArray_DATA(xa), planes, per_plane, plane)
+    else:
+        with nogil:
+            rc = _scatter[double](<const double*>cnp.PyArray_DATA(ga),
+                                  <const int64_t*>cnp.PyArray_DATA(ia),
+                                  <double*>cnp.PyArray_DATA(xa), planes, per_plane, plane)
+    if rc < 0:
+        raise IndexOutOfRangeError(
+            f"{who}: an index is out of range for planes of {plane} elements (shape {shape})"
+        )
+    return gx

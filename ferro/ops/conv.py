@@ -1,0 +1,880 @@
+"""Convolution: ``conv1d/2d/3d``, ``conv_transpose1d/2d/3d``, ``unfold`` and ``fold``.
+
+PyTorch's layouts and signatures: input ``(N, C, *spatial)`` (``N C L``, ``N C H W``,
+``N C D H W``; unbatched ``(C, *spatial)`` too), convolution weight ``(C_out, C_in / groups,
+*kernel)``, transposed-convolution weight ``(C_in, C_out / groups, *kernel)``.
+
+Note [Convolution as three functions]. Everything here is one N-d implementation made of three
+array functions, written once against ``xp``:
+
+- :func:`_conv_forward` ``y = conv(x, w)``: im2col (a strided window view of the padded input
+  copied into a column matrix ``(n, groups, C_in/groups * prod(kernel), L)``), then one batched
+  matmul by the weight ``(groups, C_out/groups, C_in/groups * prod(kernel))``.
+- :func:`_conv_input_grad` ``gx``: the weight's transpose times ``gy`` gives the columns'
+  gradient, and col2im adds each kernel offset's slice of it back into the padded input.
+- :func:`_conv_weight_grad` ``gw``: ``gy`` times the columns' transpose, summed over the batch.
+
+A transposed convolution *is* a convolution's input gradient (and its gradients are a
+convolution and a weight gradient), so ``ConvTranspose`` calls the same three functions with
+the roles exchanged, and ``unfold``/``fold`` are im2col/col2im as ops. The batch goes through in
+chunks so the column matrix stays within :data:`WORKSPACE_BYTES`; a 1x1 convolution with stride
+1 and no padding needs no copy at all (its column matrix is the input, reshaped); a depthwise
+convolution (one input channel per group) takes a direct loop over the kernel offsets instead of
+a block-diagonal GEMM of 1-row matrices.
+
+Both op classes have a ``differentiable_backward`` that computes the same gradients from the
+ops themselves (input gradient: the transposed convolution; weight gradient: a convolution of
+the input by ``gy`` with stride and dilation exchanged), for double backward.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import numbers
+
+from ferro.errors import ArgumentError, ArgumentTypeError, DtypeError, ShapeError
+from ferro.ops.registry import apply, register
+
+#: The most bytes a column matrix may take; the batch is processed in chunks that fit.
+WORKSPACE_BYTES = 32 << 20
+
+
+# --- the three array functions (Note [Convolution as three functions]) -----------------------
+
+
+def _windows(xp, xpad, kernel, stride, dilation, out):
+    """The strided view ``(n, C, *kernel, *out)`` of a padded input ``(n, C, *padded)``: element
+    ``[n, c, k..., l...]`` is ``xpad[n, c, l*stride + k*dilation ...]``. Reads only."""
+    s = xpad.strides
+    nd = len(kernel)
+    strides = (
+        s[:2]
+        + tuple(s[2 + i] * dilation[i] for i in range(nd))
+        + tuple(s[2 + i] * stride[i] for i in range(nd))
+    )
+    return xp.lib.stride_tricks.as_strided(
+        xpad, xpad.shape[:2] + tuple(kernel) + tuple(out), strides
+    )
+
+
+def _offset_slices(k, stride, dilation, out):
+    """The slices of the padded input that kernel offset ``k`` touches, one per spatial dim."""
+    return tuple(
+        slice(k[i] * dilation[i], k[i] * dilation[i] + stride[i] * (out[i] - 1) + 1, stride[i])
+        for i in range(len(k))
+    )
+
+
+def _padded(xp, x, pads, buf=None):
+    """``x`` zero-padded by ``pads`` (one ``(lo, hi)`` per spatial dim); ``x`` itself when there
+    is no padding. ``buf``, a previous result of a larger batch, is reused: its border is zero."""
+    if not any(lo or hi for lo, hi in pads):
+        return x
+    shape = x.shape[:2] + tuple(s + lo + hi for s, (lo, hi) in zip(x.shape[2:], pads, strict=True))
+    if buf is None or buf.shape[1:] != shape[1:] or buf.shape[0] < shape[0]:
+        buf = xp.zeros(shape, dtype=x.dtype)
+    buf = buf[: shape[0]]
+    buf[(slice(None), slice(None)) + _interior(x.shape[2:], pads)] = x
+    return buf
+
+
+def _interior(size, pads):
+    return tuple(slice(lo, lo + s) for s, (lo, _) in zip(size, pads, strict=True))
+
+
+def _chunk(n, row_bytes):
+    """How many batch elements fit in the workspace (at least one)."""
+    return max(1, min(n, WORKSPACE_BYTES // max(row_bytes, 1)))
+
+
+def _im2col(xp, x, kernel, stride, pads, dilation, out, buf=None):
+    """Columns ``(n, C, *kernel, *out)``, contiguous, of the input ``(n, C, *size)``."""
+    view = _windows(xp, _padded(xp, x, pads, buf), kernel, stride, dilation, out)
+    return xp.ascontiguousarray(view)
+
+
+def _col2im(xp, col, size, stride, pads, dilation):
+    """The adjoint of :func:`_im2col`: ``col`` ``(n, C, *kernel, *out)`` (any strides) added
+    into an input of spatial ``size``, one kernel offset's slice at a time (overlapping windows
+    sum)."""
+    nd = len(size)
+    kernel, out = col.shape[2 : 2 + nd], col.shape[2 + nd :]
+    padded = tuple(s + lo + hi for s, (lo, hi) in zip(size, pads, strict=True))
+    g = xp.zeros(col.shape[:2] + padded, dtype=col.dtype)
+    whole = (slice(None), slice(None))
+    for k in itertools.product(*(range(kk) for kk in kernel)):
+        g[whole + _offset_slices(k, stride, dilation, out)] += col[whole + k]
+    return g[whole + _interior(size, pads)] if padded != tuple(size) else g
+
+
+# The GEMM path works on channel-major matrices, so that each chunk is ONE matrix product per
+# group with the batch folded into the columns: ``(C_in/g * prod(kernel), n * L)`` columns and
+# ``(C_out/g, n * L)`` outputs. (NumPy's stacked matmul, one small GEMM per sample, measured
+# 2-3x slower than one large GEMM on the benchmark's shapes.) A 1x1 convolution is then one
+# plain GEMM of the transposed input.
+
+
+def _columns(xp, x, kernel, stride, dilation, out):
+    """im2col of a padded chunk ``(n, C, *padded)``, channel-major: ``(C, *kernel, n, *out)``."""
+    nd = len(kernel)
+    view = _windows(xp, x, kernel, stride, dilation, out)
+    perm = (1, *range(2, 2 + nd), 0, *range(2 + nd, 2 + 2 * nd))
+    return xp.ascontiguousarray(view.transpose(perm))
+
+
+def _channel_major(xp, a, groups):
+    """``(n, C, *s)`` -> ``(groups, C/groups, n * prod(s))``, contiguous."""
+    n, c = a.shape[:2]
+    t = xp.ascontiguousarray(xp.moveaxis(a, 0, 1))
+    return t.reshape(groups, c // groups, n * math.prod(a.shape[2:]))
+
+
+def _conv_forward(xp, x, w, stride, pads, dilation, groups, out):
+    """``y`` ``(N, C_out, *out)`` of the convolution of ``x`` ``(N, C_in, *size)`` by ``w``
+    ``(C_out, C_in/groups, *kernel)``."""
+    n, c = x.shape[:2]
+    o, cg = w.shape[:2]
+    kernel = w.shape[2:]
+    y = xp.empty((n, o) + tuple(out), dtype=x.dtype)
+    if cg == 1 and groups > 1:
+        return _depthwise_forward(xp, x, w, stride, pads, dilation, groups, out, y)
+    kp, ell = math.prod(kernel), math.prod(out)
+    wr = w.reshape(groups, o // groups, cg * kp)
+    step = _chunk(n, c * kp * ell * x.itemsize)
+    buf = None
+    for n0 in range(0, n, step):
+        xc = x[n0 : n0 + step]
+        nb = xc.shape[0]
+        buf = _padded(xp, xc, pads, buf)
+        col = _columns(xp, buf, kernel, stride, dilation, out)
+        yc = xp.matmul(wr, col.reshape(groups, cg * kp, nb * ell))
+        y[n0 : n0 + nb] = xp.moveaxis(yc.reshape((o, nb) + tuple(out)), 0, 1)
+    return y
+
+
+def _conv_input_grad(xp, gy, w, stride, pads, dilation, groups, size):
+    """``gx`` ``(N, C_in, *size)`` of the convolution, from ``gy`` ``(N, C_out, *out)``."""
+    n, o = gy.shape[:2]
+    out = gy.shape[2:]
+    cg = w.shape[1]
+    kernel = w.shape[2:]
+    c = cg * groups
+    if cg == 1 and groups > 1:
+        return _depthwise_input_grad(xp, gy, w, stride, pads, dilation, groups, size)
+    kp, ell = math.prod(kernel), math.prod(out)
+    wt = w.reshape(groups, o // groups, cg * kp).transpose(0, 2, 1)
+    gx = xp.empty((n, c) + tuple(size), dtype=gy.dtype)
+    step = _chunk(n, c * kp * ell * gy.itemsize)
+    for n0 in range(0, n, step):
+        gc = _channel_major(xp, gy[n0 : n0 + step], groups)
+        nb = min(step, n - n0)
+        gcol = xp.matmul(wt, gc).reshape((c, *kernel, nb, *out))
+        # col2im in the columns' own (C, n) order, whose slices are contiguous runs, then one
+        # transposing copy into gx.
+        gcol = xp.moveaxis(gcol, 1 + len(kernel), 1)
+        gx[n0 : n0 + nb] = xp.moveaxis(_col2im(xp, gcol, size, stride, pads, dilation), 0, 1)
+    return gx
+
+
+def _conv_weight_grad(xp, x, gy, stride, pads, dilation, groups, kernel):
+    """``gw`` ``(C_out, C_in/groups, *kernel)`` of the convolution of ``x`` with output
+    gradient ``gy``."""
+    n, c = x.shape[:2]
+    o = gy.shape[1]
+    out = gy.shape[2:]
+    cg = c // groups
+    if cg == 1 and groups > 1:
+        return _depthwise_weight_grad(xp, x, gy, stride, pads, dilation, groups, kernel)
+    kp, ell = math.prod(kernel), math.prod(out)
+    # Accumulated transposed: columns @ gyᵀ, whose long dimension (n * L) is the columns'
+    # contiguous one, measured 2-3x faster in OpenBLAS than gy @ columnsᵀ.
+    gwt = xp.zeros((groups, cg * kp, o // groups), dtype=x.dtype)
+    step = _chunk(n, c * kp * ell * x.itemsize)
+    buf = None
+    for n0 in range(0, n, step):
+        xc = x[n0 : n0 + step]
+        nb = xc.shape[0]
+        buf = _padded(xp, xc, pads, buf)
+        col = _columns(xp, buf, kernel, stride, dilation, out)
+        col = col.reshape(groups, cg * kp, nb * ell)
+        gc = _channel_major(xp, gy[n0 : n0 + nb], groups)
+        gwt += xp.matmul(col, gc.transpose(0, 2, 1))
+    return xp.ascontiguousarray(gwt.transpose(0, 2, 1)).reshape((o, cg) + tuple(kernel))
+
+
+# Depthwise (one input channel per group, C_out = multiplier * groups): a sum over the kernel
+# offsets of the input's strided slices times one weight per channel, all channels at once.
+
+
+def _depthwise_forward(xp, x, w, stride, pads, dilation, groups, out, y):
+    n = x.shape[0]
+    mult = w.shape[0] // groups
+    kernel = w.shape[2:]
+    view = _windows(xp, _padded(xp, x, pads), kernel, stride, dilation, out)
+    yr = y.reshape((n, groups, mult) + tuple(out))
+    wr = w.reshape((1, groups, mult, math.prod(kernel)) + (1,) * len(out))
+    tmp = None
+    for i, k in enumerate(itertools.product(*(range(kk) for kk in kernel))):
+        xs = view[(slice(None), slice(None)) + k][:, :, None]
+        if i == 0:
+            xp.multiply(xs, wr[:, :, :, 0], out=yr)
+            continue
+        tmp = xp.multiply(xs, wr[:, :, :, i], out=tmp)
+        yr += tmp
+    return y
+
+
+def _depthwise_input_grad(xp, gy, w, stride, pads, dilation, groups, size):
+    n = gy.shape[0]
+    out = gy.shape[2:]
+    mult = w.shape[0] // groups
+    kernel = w.shape[2:]
+    padded = tuple(s + lo + hi for s, (lo, hi) in zip(size, pads, strict=True))
+    g = xp.zeros((n, groups) + padded, dtype=gy.dtype)
+    gyr = gy.reshape((n, groups, mult) + tuple(out))
+    wr = w.reshape((1, groups, mult, math.prod(kernel)) + (1,) * len(out))
+    whole = (slice(None), slice(None))
+    tmp = None
+    for i, k in enumerate(itertools.product(*(range(kk) for kk in kernel))):
+        if mult == 1:
+            tmp = xp.multiply(gyr[:, :, 0], wr[:, :, 0, i], out=tmp)
+        else:
+            tmp = (gyr * wr[:, :, :, i]).sum(axis=2)
+        g[whole + _offset_slices(k, stride, dilation, out)] += tmp
+    return g[whole + _interior(size, pads)] if padded != tuple(size) else g
+
+
+def _depthwise_weight_grad(xp, x, gy, stride, pads, dilation, groups, kernel):
+    n = x.shape[0]
+    out = gy.shape[2:]
+    mult = gy.shape[1] // groups
+    ell = math.prod(out)
+    view = _windows(xp, _padded(xp, x, pads), kernel, stride, dilation, out)
+    gyr = gy.reshape(n, groups, mult, ell).transpose(1, 2, 0, 3).reshape(groups, mult, n * ell)
+    gw = xp.empty((groups, mult, math.prod(kernel)), dtype=x.dtype)
+    for i, k in enumerate(itertools.product(*(range(kk) for kk in kernel))):
+        xs = view[(slice(None), slice(None)) + k].reshape(n, groups, ell)
+        xs = xs.transpose(1, 0, 2).reshape(groups, n * ell, 1)
+        gw[:, :, i] = xp.matmul(gyr, xs)[:, :, 0]
+    return gw.reshape((groups * mult, 1) + tuple(kernel))
+
+
+def _bias_grad(gy):
+    return gy.sum(axis=(0,) + tuple(range(2, gy.ndim)))
+
+
+def _add_bias(y, b):
+    y += b.reshape((1, -1) + (1,) * (y.ndim - 2))
+    return y
+
+
+# --- the ops ----------------------------------------------------------------------------------
+
+
+def _weight_grad_as_conv(x, gy, stride, pads, dilation, groups, kernel):
+    """The weight gradient from ferro ops (Tensors in, a Tensor out): a convolution of ``x``,
+    its batch and channels exchanged, by ``gy`` as the kernel, with stride and dilation
+    exchanged and the output cropped to ``kernel``."""
+    n, c = x.shape[:2]
+    o = gy.shape[1]
+    nd = x.ndim - 2
+    cg, og = c // groups, o // groups
+    sp = tuple(range(3, 3 + nd))
+    inp = x.reshape((n, groups, cg) + tuple(x.shape[2:])).permute((2, 1, 0) + sp)
+    inp = inp.reshape((cg, groups * n) + tuple(x.shape[2:]))
+    ker = gy.reshape((n, groups, og) + tuple(gy.shape[2:])).permute((1, 2, 0) + sp)
+    ker = ker.reshape((groups * og, n) + tuple(gy.shape[2:]))
+    r = apply(
+        Conv,
+        inp,
+        ker,
+        None,
+        stride=dilation,
+        pads=pads,
+        dilation=stride,
+        groups=groups,
+        size=tuple(kernel),
+    )
+    return r.permute((1, 0) + tuple(range(2, 2 + nd)))
+
+
+# Double backward: the same gradients as the ops' ``backward``, from ferro ops on Tensors (the
+# engine calls them under create_graph=True; ``ctx.saved`` then holds Tensors).
+
+
+def _conv_differentiable_backward(ctx, gy):
+    x, w = ctx.saved
+    need_x, need_w, need_b = ctx.needs_input_grad
+    stride, pads, dilation, groups = ctx.geom
+    gx = gw = gb = None
+    if need_x:
+        gx = apply(
+            ConvTranspose,
+            gy,
+            w,
+            None,
+            stride=stride,
+            pads=pads,
+            dilation=dilation,
+            groups=groups,
+            size=tuple(ctx.in_size),
+        )
+    if need_w:
+        gw = _weight_grad_as_conv(x, gy, stride, pads, dilation, groups, ctx.kernel)
+    if need_b:
+        gb = gy.sum(dim=(0,) + tuple(range(2, gy.ndim)))
+    return gx, gw, gb
+
+
+def _conv_transpose_differentiable_backward(ctx, gy):
+    x, w = ctx.saved
+    need_x, need_w, need_b = ctx.needs_input_grad
+    stride, pads, dilation, groups = ctx.geom
+    gx = gw = gb = None
+    if need_x:
+        gx = apply(
+            Conv,
+            gy,
+            w,
+            None,
+            stride=stride,
+            pads=pads,
+            dilation=dilation,
+            groups=groups,
+            size=tuple(ctx.in_size),
+        )
+    if need_w:
+        gw = _weight_grad_as_conv(gy, x, stride, pads, dilation, groups, ctx.kernel)
+    if need_b:
+        gb = gy.sum(dim=(0,) + tuple(range(2, gy.ndim)))
+    return gx, gw, gb
+
+
+def _unfold_differentiable_backward(ctx, gy):
+    stride, pads, dilation = ctx.geom
+    return (
+        apply(
+            Fold,
+            gy,
+            kernel=ctx.kernel,
+            stride=stride,
+            pads=pads,
+            dilation=dilation,
+            out=ctx.out,
+            size=tuple(ctx.size),
+        ),
+    )
+
+
+def _fold_differentiable_backward(ctx, gy):
+    stride, pads, dilation = ctx.geom
+    return (
+        apply(
+            Unfold,
+            gy,
+            kernel=ctx.kernel,
+            stride=stride,
+            pads=pads,
+            dilation=dilation,
+            out=ctx.out,
+        ),
+    )
+
+
+@register("conv")
+class Conv:
+    """N-d convolution: ``x`` ``(N, C_in, *size)``, ``w`` ``(C_out, C_in/groups, *kernel)``,
+    ``b`` ``(C_out,)`` or None. ``pads`` holds one ``(lo, hi)`` per spatial dim, ``size`` the
+    output's spatial shape."""
+
+    @staticmethod
+    def forward(ctx, x, w, b, *, stride, pads, dilation, groups, size):
+        xp = ctx.xp
+        need_x, need_w, _ = ctx.needs_input_grad
+        ctx.save(x if need_w else None, w if need_x else None)
+        ctx.geom = (stride, pads, dilation, groups)
+        ctx.in_size, ctx.kernel = x.shape[2:], w.shape[2:]
+        y = _conv_forward(xp, x, w, stride, pads, dilation, groups, size)
+        return y if b is None else _add_bias(y, b)
+
+    @staticmethod
+    def backward(ctx, gy):
+        xp = ctx.xp
+        x, w = ctx.saved
+        need_x, need_w, need_b = ctx.needs_input_grad
+        gx = _conv_input_grad(xp, gy, w, *ctx.geom, ctx.in_size) if need_x else None
+        gw = _conv_weight_grad(xp, x, gy, *ctx.geom, ctx.kernel) if need_w else None
+        return gx, gw, _bias_grad(gy) if need_b else None
+
+    differentiable_backward = staticmethod(_conv_differentiable_backward)
+
+
+@register("conv_transpose")
+class ConvTranspose:
+    """N-d transposed convolution, the input gradient of :class:`Conv` as an op: ``x``
+    ``(N, C_in, *in)``, ``w`` ``(C_in, C_out/groups, *kernel)``, output ``(N, C_out, *size)``."""
+
+    @staticmethod
+    def forward(ctx, x, w, b, *, stride, pads, dilation, groups, size):
+        xp = ctx.xp
+        need_x, need_w, _ = ctx.needs_input_grad
+        ctx.save(x if need_w else None, w if need_x else None)
+        ctx.geom = (stride, pads, dilation, groups)
+        ctx.in_size, ctx.kernel = x.shape[2:], w.shape[2:]
+        y = _conv_input_grad(xp, x, w, stride, pads, dilation, groups, size)
+        return y if b is None else _add_bias(y, b)
+
+    @staticmethod
+    def backward(ctx, gy):
+        xp = ctx.xp
+        x, w = ctx.saved
+        need_x, need_w, need_b = ctx.needs_input_grad
+        gx = _conv_forward(xp, gy, w, *ctx.geom, ctx.in_size) if need_x else None
+        gw = _conv_weight_grad(xp, gy, x, *ctx.geom, ctx.kernel) if need_w else None
+        return gx, gw, _bias_grad(gy) if need_b else None
+
+    differentiable_backward = staticmethod(_conv_transpose_differentiable_backward)
+
+
+@register("unfold")
+class Unfold:
+    """im2col as an op: ``(N, C, *size)`` -> ``(N, C * prod(kernel), L)``."""
+
+    @staticmethod
+    def forward(ctx, x, *, kernel, stride, pads, dilation, out):
+        ctx.geom = (stride, pads, dilation)
+        ctx.size, ctx.kernel, ctx.out = x.shape[2:], kernel, out
+        col = _im2col(ctx.xp, x, kernel, stride, pads, dilation, out)
+        return col.reshape(x.shape[0], -1, math.prod(out))
+
+    @staticmethod
+    def backward(ctx, gy):
+        stride, pads, dilation = ctx.geom
+        col = gy.reshape(gy.shape[:1] + (-1,) + tuple(ctx.kernel) + tuple(ctx.out))
+        return (_col2im(ctx.xp, col, ctx.size, stride, pads, dilation),)
+
+    differentiable_backward = staticmethod(_unfold_differentiable_backward)
+
+
+@register("fold")
+class Fold:
+    """col2im as an op: ``(N, C * prod(kernel), L)`` -> ``(N, C, *size)``, overlaps summed."""
+
+    @staticmethod
+    def forward(ctx, col, *, kernel, stride, pads, dilation, out, size):
+        ctx.geom = (stride, pads, dilation)
+        ctx.size, ctx.kernel, ctx.out = size, kernel, out
+        col = col.reshape(col.shape[:1] + (-1,) + tuple(kernel) + tuple(out))
+        return _col2im(ctx.xp, col, size, stride, pads, dilation)
+
+    @staticmethod
+    def backward(ctx, gy):
+        stride, pads, dilation = ctx.geom
+        col = _im2col(ctx.xp, gy, ctx.kernel, stride, pads, dilation, ctx.out)
+        return (col.reshape(gy.shape[0], -1, math.prod(ctx.out)),)
+
+    differentiable_backward = staticmethod(_fold_differentiable_backward)
+
+
+# --- argument checks and the public functions -------------------------------------------------
+
+
+def _tuple(value, n, what, op, minimum):
+    """``value`` (an int or a sequence of ``n`` ints) as an ``n``-tuple of ints >= minimum."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        value = (int(value),) * n
+    elif isinstance(value, (tuple, list)) and all(
+        isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in value
+    ):
+        value = tuple(int(v) for v in value)
+        if len(value) == 1 and n > 1:
+            value = value * n
+        if len(value) != n:
+            raise ArgumentError(f"{op}: {what} must be an int or {n} ints, got {value}")
+    else:
+        raise ArgumentTypeError(
+            f"{op}: {what} must be an int or a tuple of {n} ints, got {value!r}"
+        )
+    if any(v < minimum for v in value):
+        raise ArgumentError(f"{op}: {what} must be >= {minimum}, got {value}")
+    return value
+
+
+def _groups(groups, op):
+    if not isinstance(groups, numbers.Integral) or isinstance(groups, bool):
+        raise ArgumentTypeError(f"{op}: groups must be an int, got {groups!r}")
+    if groups < 1:
+        raise ArgumentError(f"{op}: groups must be positive, got {groups}")
+    return int(groups)
+
+
+def _check_arrays(op, x, w, b, nd, transposed, groups):
+    """Ranks, channels and dtypes; returns whether ``x`` is batched."""
+    if w.ndim != nd + 2:
+        raise ShapeError(
+            f"{op}: weight must have {nd + 2} dims (out_channels, in_channels/groups, "
+            f"*kernel), got shape {tuple(w.shape)}"
+        )
+    if x.ndim not in (nd + 1, nd + 2):
+        raise ShapeError(
+            f"{op}: input must have {nd + 2} dims (N, C, *spatial) or {nd + 1} (unbatched), "
+            f"got shape {tuple(x.shape)}"
+        )
+    c = x.shape[-nd - 1]
+    if transposed:
+        if w.shape[0] != c or c % groups:
+            raise ShapeError(
+                f"{op}: input of shape {tuple(x.shape)} has {c} channels; weight of shape "
+                f"{tuple(w.shape)} with groups={groups} expects {w.shape[0]} (divisible by "
+                f"groups)"
+            )
+        out_channels = w.shape[1] * groups
+    else:
+        if w.shape[0] % groups:
+            raise ShapeError(
+                f"{op}: out_channels {w.shape[0]} of weight {tuple(w.shape)} is not divisible "
+                f"by groups={groups}"
+            )
+        if c % groups or c // groups != w.shape[1]:
+            raise ShapeError(
+                f"{op}: input of shape {tuple(x.shape)} has {c} channels; weight of shape "
+                f"{tuple(w.shape)} with groups={groups} expects {w.shape[1] * groups}"
+            )
+        out_channels = w.shape[0]
+    if b is not None and tuple(b.shape) != (out_channels,):
+        raise ShapeError(f"{op}: bias of shape {tuple(b.shape)}, expected ({out_channels},)")
+    for name, t in (("weight", w), ("bias", b)):
+        if t is not None and t.dtype != x.dtype:
+            raise DtypeError(
+                f"{op}: input ({x.dtype}) and {name} ({t.dtype}) must have the same dtype"
+            )
+    if x.dtype.kind != "f":
+        raise DtypeError(f"{op}: input must be a floating-point tensor, got {x.dtype}")
+    return x.ndim == nd + 2
+
+
+def _batched(x, batched):
+    return x if batched else x.reshape((1,) + tuple(x.shape))
+
+
+def _unbatched(y, batched):
+    return y if batched else y.reshape(tuple(y.shape[1:]))
+
+
+def _conv(nd, x, weight, bias, stride, padding, dilation, groups):
+    op = f"conv{nd}d"
+    groups = _groups(groups, op)
+    batched = _check_arrays(op, x, weight, bias, nd, False, groups)
+    stride = _tuple(stride, nd, "stride", op, 1)
+    dilation = _tuple(dilation, nd, "dilation", op, 1)
+    kernel = tuple(weight.shape[2:])
+    size = tuple(x.shape[-nd:])
+    if isinstance(padding, str):
+        if padding == "valid":
+            pads = ((0, 0),) * nd
+        elif padding == "same":
+            if any(s != 1 for s in stride):
+                raise ArgumentError(
+                    f"{op}: padding='same' is not supported for strided convolutions "
+                    f"(stride={stride})"
+                )
+            # The total d*(k-1) split with the extra element at the end, as PyTorch does.
+            total = [d * (k - 1) for d, k in zip(dilation, kernel, strict=True)]
+            pads = tuple((t // 2, t - t // 2) for t in total)
+        else:
+            raise ArgumentError(f"{op}: padding must be 'same', 'valid' or ints, got {padding!r}")
+    else:
+        pads = tuple((p, p) for p in _tuple(padding, nd, "padding", op, 0))
+    out = []
+    for i in range(nd):
+        span = dilation[i] * (kernel[i] - 1) + 1
+        padded = size[i] + pads[i][0] + pads[i][1]
+        if span > padded:
+            raise ShapeError(
+                f"{op}: kernel {kernel} with dilation {dilation} spans {span} in spatial dim "
+                f"{i}, more than the padded input ({padded}; input {tuple(x.shape)}, "
+                f"padding {padding})"
+            )
+        out.append((padded - span) // stride[i] + 1)
+    y = apply(
+        Conv,
+        _batched(x, batched),
+        weight,
+        bias,
+        stride=stride,
+        pads=pads,
+        dilation=dilation,
+        groups=groups,
+        size=tuple(out),
+    )
+    return _unbatched(y, batched)
+
+
+def _conv_transpose(nd, x, weight, bias, stride, padding, output_padding, groups, dilation):
+    op = f"conv_transpose{nd}d"
+    groups = _groups(groups, op)
+    batched = _check_arrays(op, x, weight, bias, nd, True, groups)
+    stride = _tuple(stride, nd, "stride", op, 1)
+    dilation = _tuple(dilation, nd, "dilation", op, 1)
+    padding = _tuple(padding, nd, "padding", op, 0)
+    output_padding = _tuple(output_padding, nd, "output_padding", op, 0)
+    kernel = tuple(weight.shape[2:])
+    size = tuple(x.shape[-nd:])
+    out = []
+    for i in range(nd):
+        if output_padding[i] >= max(stride[i], dilation[i]):
+            raise ArgumentError(
+                f"{op}: output_padding {output_padding} must be smaller than stride {stride} "
+                f"or dilation {dilation}"
+            )
+        o = (
+            (size[i] - 1) * stride[i]
+            - 2 * padding[i]
+            + dilation[i] * (kernel[i] - 1)
+            + output_padding[i]
+            + 1
+        )
+        if o < 1:
+            raise ShapeError(
+                f"{op}: output size {o} in spatial dim {i} is not positive (input "
+                f"{tuple(x.shape)}, kernel {kernel}, stride {stride}, padding {padding}, "
+                f"dilation {dilation})"
+            )
+        out.append(o)
+    y = apply(
+        ConvTranspose,
+        _batched(x, batched),
+        weight,
+        bias,
+        stride=stride,
+        pads=tuple((p, p) for p in padding),
+        dilation=dilation,
+        groups=groups,
+        size=tuple(out),
+    )
+    return _unbatched(y, batched)
+
+
+def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):  # noqa: A002
+    """1-d convolution (cross-correlation) of ``input`` ``(N, C_in, L)`` by ``weight``
+    ``(C_out, C_in/groups, k)``, PyTorch's ``F.conv1d``; ``padding`` an int, a tuple,
+    ``'same'`` or ``'valid'``.
+
+    Gradient: ginput = conv_transpose1d(gy, weight), gweight = gy correlated with the input,
+    gbias = gy summed over N and L.
+
+    Example:
+        >>> ferro.conv1d(ferro.ones(1, 1, 5), ferro.ones(1, 1, 3)).shape
+        (1, 1, 3)
+    """
+    return _conv(1, input, weight, bias, stride, padding, dilation, groups)
+
+
+def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):  # noqa: A002
+    """2-d convolution of ``input`` ``(N, C_in, H, W)`` by ``weight``
+    ``(C_out, C_in/groups, kH, kW)``, PyTorch's ``F.conv2d``.
+
+    Gradient: ginput = conv_transpose2d(gy, weight), gweight = gy correlated with the input,
+    gbias = gy summed over N, H, W.
+
+    Example:
+        >>> ferro.conv2d(ferro.ones(1, 3, 8, 8), ferro.ones(4, 3, 3, 3), padding=1).shape
+        (1, 4, 8, 8)
+    """
+    return _conv(2, input, weight, bias, stride, padding, dilation, groups)
+
+
+def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):  # noqa: A002
+    """3-d convolution of ``input`` ``(N, C_in, D, H, W)`` by ``weight``
+    ``(C_out, C_in/groups, kD, kH, kW)``, PyTorch's ``F.conv3d``.
+
+    Gradient: ginput = conv_transpose3d(gy, weight), gweight = gy correlated with the input,
+    gbias = gy summed over N, D, H, W.
+
+    Example:
+        >>> ferro.conv3d(ferro.ones(1, 1, 4, 4, 4), ferro.ones(2, 1, 3, 3, 3)).shape
+        (1, 2, 2, 2, 2)
+    """
+    return _conv(3, input, weight, bias, stride, padding, dilation, groups)
+
+
+def conv_transpose1d(
+    input,  # noqa: A002
+    weight,
+    bias=None,
+    stride=1,
+    padding=0,
+    output_padding=0,
+    groups=1,
+    dilation=1,
+):
+    """1-d transposed convolution of ``input`` ``(N, C_in, L)`` by ``weight``
+    ``(C_in, C_out/groups, k)``, PyTorch's ``F.conv_transpose1d``: the input gradient of
+    ``conv1d``, output length ``(L-1)*stride - 2*padding + dilation*(k-1) + output_padding + 1``.
+
+    Gradient: ginput = conv1d(gy, weight), gweight = the input correlated with gy,
+    gbias = gy summed over N and L.
+
+    Example:
+        >>> ferro.conv_transpose1d(ferro.ones(1, 2, 4), ferro.ones(2, 1, 3), stride=2).shape
+        (1, 1, 9)
+    """
+    return _conv_transpose(
+        1, input, weight, bias, stride, padding, output_padding, groups, dilation
+    )
+
+
+def conv_transpose2d(
+    input,  # noqa: A002
+    weight,
+    bias=None,
+    stride=1,
+    padding=0,
+    output_padding=0,
+    groups=1,
+    dilation=1,
+):
+    """2-d transposed convolution of ``input`` ``(N, C_in, H, W)`` by ``weight``
+    ``(C_in, C_out/groups, kH, kW)``, PyTorch's ``F.conv_transpose2d``.
+
+    Gradient: ginput = conv2d(gy, weight), gweight = the input correlated with gy,
+    gbias = gy summed over N, H, W.
+
+    Example:
+        >>> w = ferro.ones(8, 4, 4, 4)
+        >>> ferro.conv_transpose2d(ferro.ones(1, 8, 5, 5), w, stride=2, padding=1).shape
+        (1, 4, 10, 10)
+    """
+    return _conv_transpose(
+        2, input, weight, bias, stride, padding, output_padding, groups, dilation
+    )
+
+
+def conv_transpose3d(
+    input,  # noqa: A002
+    weight,
+    bias=None,
+    stride=1,
+    padding=0,
+    output_padding=0,
+    groups=1,
+    dilation=1,
+):
+    """3-d transposed convolution of ``input`` ``(N, C_in, D, H, W)`` by ``weight``
+    ``(C_in, C_out/groups, kD, kH, kW)``, PyTorch's ``F.conv_transpose3d``.
+
+    Gradient: ginput = conv3d(gy, weight), gweight = the input correlated with gy,
+    gbias = gy summed over N, D, H, W.
+
+    Example:
+        >>> ferro.conv_transpose3d(ferro.ones(1, 2, 2, 2, 2), ferro.ones(2, 1, 2, 2, 2)).shape
+        (1, 1, 3, 3, 3)
+    """
+    return _conv_transpose(
+        3, input, weight, bias, stride, padding, output_padding, groups, dilation
+    )
+
+
+def _fold_geometry(op, kernel_size, dilation, padding, stride):
+    kernel = _tuple(kernel_size, 2, "kernel_size", op, 1)
+    dilation = _tuple(dilation, 2, "dilation", op, 1)
+    padding = _tuple(padding, 2, "padding", op, 0)
+    stride = _tuple(stride, 2, "stride", op, 1)
+    return kernel, dilation, tuple((p, p) for p in padding), stride
+
+
+def _blocks(op, size, kernel, dilation, pads, stride):
+    out = []
+    for i in range(2):
+        span = dilation[i] * (kernel[i] - 1) + 1
+        padded = size[i] + 2 * pads[i][0]
+        n = (padded - span) // stride[i] + 1 if padded >= span else 0
+        if n < 1:
+            raise ShapeError(
+                f"{op}: kernel_size {kernel} with dilation {dilation} gives no block over "
+                f"spatial size {tuple(size)} padded by {pads[0][0], pads[1][0]}"
+            )
+        out.append(n)
+    return tuple(out)
+
+
+def unfold(input, kernel_size, dilation=1, padding=0, stride=1):  # noqa: A002
+    """Sliding blocks of ``input`` ``(N, C, H, W)`` as columns ``(N, C*kH*kW, L)`` (im2col,
+    PyTorch's ``F.unfold``); L is the number of blocks. Unbatched ``(C, H, W)`` works too.
+
+    Gradient: ginput = fold(gy, (H, W), ...): each column's gradient added back where it came
+    from.
+
+    Example:
+        >>> ferro.nn.functional.unfold(ferro.ones(1, 2, 4, 4), kernel_size=2).shape
+        (1, 8, 9)
+    """
+    op = "unfold"
+    if input.ndim not in (3, 4):
+        raise ShapeError(
+            f"{op}: input must be (N, C, H, W) or (C, H, W), got shape {tuple(input.shape)}"
+        )
+    kernel, dilation, pads, stride = _fold_geometry(op, kernel_size, dilation, padding, stride)
+    batched = input.ndim == 4
+    out = _blocks(op, input.shape[-2:], kernel, dilation, pads, stride)
+    y = apply(
+        Unfold,
+        _batched(input, batched),
+        kernel=kernel,
+        stride=stride,
+        pads=pads,
+        dilation=dilation,
+        out=out,
+    )
+    return _unbatched(y, batched)
+
+
+def fold(input, output_size, kernel_size, dilation=1, padding=0, stride=1):  # noqa: A002
+    """Columns ``(N, C*kH*kW, L)`` summed back into ``(N, C, *output_size)`` (col2im,
+    PyTorch's ``F.fold``; overlapping blocks add up). Unbatched ``(C*kH*kW, L)`` works too.
+
+    Gradient: ginput = unfold(gy, ...).
+
+    Example:
+        >>> ferro.nn.functional.fold(ferro.ones(1, 8, 9), (4, 4), kernel_size=2).shape
+        (1, 2, 4, 4)
+    """
+    op = "fold"
+    if input.ndim not in (2, 3):
+        raise ShapeError(
+            f"{op}: input must be (N, C*kH*kW, L) or (C*kH*kW, L), got shape {tuple(input.shape)}"
+        )
+    size = _tuple(output_size, 2, "output_size", op, 1)
+    kernel, dilation, pads, stride = _fold_geometry(op, kernel_size, dilation, padding, stride)
+    out = _blocks(op, size, kernel, dilation, pads, stride)
+    batched = input.ndim == 3
+    ck, ell = input.shape[-2:]
+    if ck % math.prod(kernel) or ell != math.prod(out):
+        raise ShapeError(
+            f"{op}: input of shape {tuple(input.shape)} does not hold C*{math.prod(kernel)} rows "
+            f"(kernel_size {kernel}) and {math.prod(out)} blocks (output_size {size})"
+        )
+    y = apply(
+        Fold,
+        _batched(input, batched),
+        kernel=kernel,
+        stride=stride,
+        pads=pads,
+        dilation=dilation,
+        out=out,
+        size=size,
+    )
+    return _unbatched(y, batched)
+
+
+__all__ = [
+    "conv1d",
+    "conv2d",
+    "conv3d",
+    "conv_transpose1d",
+    "conv_transpose2d",
+    "conv_transpose3d",
+    "fold",
+    "unfold",
+]

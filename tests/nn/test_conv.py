@@ -1,0 +1,338 @@
+"""Convolution: functional ops against PyTorch, the layers (names, init, reprs, state_dict,
+padding modes), bad input, and the differentiable backward (issue 14)."""
+
+from __future__ import annotations
+
+import math
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import ferro
+from ferro import nn
+from ferro.errors import ArgumentError, DtypeError, ShapeError
+from ferro.nn import functional as F
+from ferro.ops import conv as conv_ops
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ops"))
+from opdb import BY_NAME  # noqa: E402
+
+# --- PyTorch oracle: forward and the three gradients on random configurations -----------------
+
+
+def _random_config(rng, nd, transposed):
+    groups = int(rng.choice([1, 1, 2, 3]))
+    cin = groups * int(rng.integers(1, 3))
+    cout = groups * int(rng.integers(1, 3))
+    kernel = tuple(int(k) for k in rng.integers(1, 4, size=nd))
+    stride = tuple(int(s) for s in rng.integers(1, 3, size=nd))
+    dilation = tuple(int(d) for d in rng.integers(1, 3, size=nd))
+    padding = tuple(
+        int(rng.integers(0, (k - 1) * d + 1)) for k, d in zip(kernel, dilation, strict=True)
+    )
+    size = tuple(int(s) for s in rng.integers(4, 8 if nd < 3 else 6, size=nd))
+    kw = {"stride": stride, "padding": padding, "dilation": dilation, "groups": groups}
+    if transposed:
+        padding = tuple(
+            min(p, (k - 1) * d // 2) for p, k, d in zip(padding, kernel, dilation, strict=True)
+        )
+        kw["padding"] = padding
+        kw["output_padding"] = tuple(
+            int(rng.integers(0, max(s, d))) for s, d in zip(stride, dilation, strict=True)
+        )
+        wshape = (cin, cout // groups, *kernel)
+    else:
+        wshape = (cout, cin // groups, *kernel)
+    return (int(rng.integers(1, 4)), cin, *size), wshape, cout, kw
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("transposed", [False, True], ids=["conv", "conv_transpose"])
+@pytest.mark.parametrize("nd", [1, 2, 3])
+@pytest.mark.parametrize("seed", range(6))
+def test_forward_and_gradients_match_pytorch(nd, transposed, seed):
+    import torch
+
+    rng = np.random.default_rng(100 * nd + 10 * transposed + seed)
+    xshape, wshape, cout, kw = _random_config(rng, nd, transposed)
+    x, w, b = rng.normal(size=xshape), rng.normal(size=wshape), rng.normal(size=cout)
+    name = f"conv_transpose{nd}d" if transposed else f"conv{nd}d"
+    tx, tw, tb = (torch.tensor(a, requires_grad=True) for a in (x, w, b))
+    fx, fw, fb = (ferro.tensor(a, requires_grad=True) for a in (x, w, b))
+    ty = getattr(torch.nn.functional, name)(tx, tw, tb, **kw)
+    fy = getattr(F, name)(fx, fw, fb, **kw)
+    np.testing.assert_allclose(fy.data, ty.detach().numpy(), rtol=1e-10, atol=1e-10)
+    g = rng.normal(size=tuple(ty.shape))
+    ty.backward(torch.tensor(g))
+    fy.backward(ferro.tensor(g))
+    for f, t in ((fx, tx), (fw, tw), (fb, tb)):
+        np.testing.assert_allclose(f.grad.data, t.grad.numpy(), rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("padding", ["same", "valid"])
+def test_string_padding_matches_pytorch(padding):
+    import torch
+
+    rng = np.random.default_rng(3)
+    x, w = rng.normal(size=(2, 3, 7, 6)), rng.normal(size=(4, 3, 4, 3))
+    want = torch.nn.functional.conv2d(torch.tensor(x), torch.tensor(w), padding=padding, dilation=2)
+    got = F.conv2d(ferro.tensor(x), ferro.tensor(w), padding=padding, dilation=2)
+    np.testing.assert_allclose(got.data, want.numpy(), rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.torch
+def test_float32_and_large_batch_chunks_match_pytorch(monkeypatch):
+    import torch
+
+    # A workspace of a few columns forces many batch chunks through every path.
+    monkeypatch.setattr(conv_ops, "WORKSPACE_BYTES", 4096)
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(9, 4, 10, 9)).astype(np.float32)
+    w = rng.normal(size=(6, 2, 3, 3)).astype(np.float32)
+    tx, tw = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
+    fx, fw = ferro.tensor(x, requires_grad=True), ferro.tensor(w, requires_grad=True)
+    ty = torch.nn.functional.conv2d(tx, tw, stride=2, padding=1, groups=2)
+    fy = F.conv2d(fx, fw, stride=2, padding=1, groups=2)
+    assert fy.dtype == np.float32
+    np.testing.assert_allclose(fy.data, ty.detach().numpy(), rtol=1e-4, atol=1e-4)
+    ty.sum().backward()
+    fy.sum().backward()
+    np.testing.assert_allclose(fx.grad.data, tx.grad.numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(fw.grad.data, tw.grad.numpy(), rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"kernel_size": 2},
+        {"kernel_size": (3, 2), "dilation": (2, 1), "padding": 1, "stride": (2, 3)},
+    ],
+)
+def test_unfold_and_fold_match_pytorch(kw):
+    import torch
+
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(2, 3, 7, 8))
+    tx, fx = torch.tensor(x, requires_grad=True), ferro.tensor(x, requires_grad=True)
+    tc, fc = torch.nn.functional.unfold(tx, **kw), F.unfold(fx, **kw)
+    np.testing.assert_allclose(fc.data, tc.detach().numpy())
+    tf = torch.nn.functional.fold(tc, (7, 8), **kw)
+    ff = F.fold(fc, (7, 8), **kw)
+    np.testing.assert_allclose(ff.data, tf.detach().numpy(), rtol=1e-12)
+    g = rng.normal(size=x.shape)
+    tf.backward(torch.tensor(g))
+    ff.backward(ferro.tensor(g))
+    np.testing.assert_allclose(fx.grad.data, tx.grad.numpy(), rtol=1e-12)
+
+
+# --- layers -----------------------------------------------------------------------------------
+
+LAYERS = [
+    ("Conv1d", (3, 4, 3), {}, (2, 3, 9)),
+    ("Conv1d", (4, 4, 3), {"groups": 4, "padding": "same", "padding_mode": "circular"}, (2, 4, 7)),
+    ("Conv2d", (3, 16, 3), {}, (2, 3, 8, 8)),
+    ("Conv2d", (4, 6, (3, 2)), {"stride": 2, "padding": 1, "bias": False}, (1, 4, 7, 6)),
+    ("Conv2d", (2, 4, 3), {"padding": (1, 2), "padding_mode": "reflect"}, (2, 2, 6, 7)),
+    ("Conv2d", (2, 4, 3), {"padding": 1, "padding_mode": "replicate", "dilation": 2}, (2, 2, 6, 7)),
+    ("Conv2d", (2, 2, 3), {"padding": (2, 1), "padding_mode": "circular"}, (1, 2, 5, 6)),
+    ("Conv3d", (2, 3, 2), {"padding": "valid"}, (1, 2, 4, 4, 3)),
+    ("ConvTranspose1d", (3, 2, 3), {"stride": 2, "output_padding": 1}, (2, 3, 5)),
+    ("ConvTranspose2d", (4, 6, 3), {"stride": 2, "padding": 1, "groups": 2}, (2, 4, 4, 5)),
+    ("ConvTranspose3d", (2, 2, 2), {"dilation": 2, "bias": False}, (1, 2, 3, 3, 2)),
+]
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("case", LAYERS, ids=[f"{c[0]}-{i}" for i, c in enumerate(LAYERS)])
+def test_layer_loads_a_pytorch_state_dict_and_matches_its_output(case):
+    import torch
+
+    name, args, kw, xshape = case
+    t = getattr(torch.nn, name)(*args, **kw).double()
+    f = getattr(nn, name)(*args, **kw, dtype=ferro.float64)
+    assert repr(f) == repr(t)
+    assert [(n, tuple(p.shape)) for n, p in f.named_parameters()] == [
+        (n, tuple(p.shape)) for n, p in t.named_parameters()
+    ]
+    f.load_state_dict({k: ferro.tensor(v.numpy()) for k, v in t.state_dict().items()})
+    x = np.random.default_rng(6).normal(size=xshape)
+    tx, fx = torch.tensor(x, requires_grad=True), ferro.tensor(x, requires_grad=True)
+    ty, fy = t(tx), f(fx)
+    np.testing.assert_allclose(fy.data, ty.detach().numpy(), rtol=1e-10, atol=1e-10)
+    ty.sum().backward()
+    fy.sum().backward()
+    np.testing.assert_allclose(fx.grad.data, tx.grad.numpy(), rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(f.weight.grad.data, t.weight.grad.numpy(), rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.torch
+def test_conv_transpose_output_size_matches_pytorch():
+    import torch
+
+    t = torch.nn.ConvTranspose2d(3, 2, 3, stride=3, padding=1).double()
+    f = nn.ConvTranspose2d(3, 2, 3, stride=3, padding=1, dtype=ferro.float64)
+    f.load_state_dict({k: ferro.tensor(v.numpy()) for k, v in t.state_dict().items()})
+    x = np.random.default_rng(7).normal(size=(1, 3, 4, 4))
+    for size in [(10, 10), (11, 12), (1, 2, 12, 10)]:
+        want = t(torch.tensor(x), output_size=size).detach().numpy()
+        np.testing.assert_allclose(f(ferro.tensor(x), output_size=size).data, want, atol=1e-12)
+    with pytest.raises(ShapeError, match="output_size"):
+        f(ferro.tensor(x), output_size=(13, 10))
+
+
+def test_reprs_follow_pytorch():
+    assert repr(nn.Conv2d(3, 16, kernel_size=3)) == (
+        "Conv2d(3, 16, kernel_size=(3, 3), stride=(1, 1))"
+    )
+    assert repr(nn.ConvTranspose1d(2, 4, 3, stride=2, output_padding=1, bias=False)) == (
+        "ConvTranspose1d(2, 4, kernel_size=(3,), stride=(2,), output_padding=(1,), bias=False)"
+    )
+    assert repr(nn.Conv1d(4, 4, 3, padding="same", groups=4, padding_mode="reflect")) == (
+        "Conv1d(4, 4, kernel_size=(3,), stride=(1,), padding=same, groups=4, padding_mode=reflect)"
+    )
+    assert repr(nn.Unfold(2, padding=1)) == "Unfold(kernel_size=2, dilation=1, padding=1, stride=1)"
+    assert repr(nn.Fold((4, 5), 2)) == (
+        "Fold(output_size=(4, 5), kernel_size=2, dilation=1, padding=0, stride=1)"
+    )
+
+
+@pytest.mark.parametrize("cls", [nn.Conv2d, nn.ConvTranspose2d])
+def test_default_init_is_kaiming_uniform_with_bias_within_one_over_sqrt_fan_in(cls):
+    ferro.manual_seed(0)
+    m = cls(8, 16, 3, groups=2)
+    fan_in = m.weight.shape[1] * 9
+    bound = 1 / math.sqrt(fan_in)  # kaiming_uniform(a=sqrt(5)): sqrt(6 / (6 fan_in))
+    w, b = m.weight.data, m.bias.data
+    assert np.abs(w).max() <= bound and np.abs(w).max() > 0.9 * bound
+    assert np.abs(b).max() <= bound
+    assert abs(w.std() - bound / math.sqrt(3)) < 0.1 * bound
+
+
+def test_circular_padding_mode_wraps_around():
+    m = nn.Conv2d(1, 1, 3, padding=(1, 2), padding_mode="circular", bias=False)
+    m.weight.data[...] = np.arange(9.0).reshape(1, 1, 3, 3)
+    x = np.random.default_rng(8).normal(size=(1, 1, 4, 5)).astype(np.float32)
+    wrapped = np.pad(x, [(0, 0), (0, 0), (1, 1), (2, 2)], mode="wrap")
+    want = F.conv2d(ferro.tensor(wrapped), m.weight.detach())
+    np.testing.assert_allclose(m(ferro.tensor(x)).data, want.data, rtol=1e-6)
+
+
+def test_unfold_and_fold_layers_run_the_functions():
+    x = ferro.tensor(np.random.default_rng(9).normal(size=(2, 3, 6, 5)))
+    cols = nn.Unfold(kernel_size=(2, 3), stride=(2, 1))(x)
+    np.testing.assert_array_equal(cols.data, F.unfold(x, (2, 3), stride=(2, 1)).data)
+    back = nn.Fold((6, 5), kernel_size=(2, 3), stride=(2, 1))(cols)
+    np.testing.assert_array_equal(back.data, F.fold(cols, (6, 5), (2, 3), stride=(2, 1)).data)
+
+
+# --- bad input: typed errors naming the op and the shapes ------------------------------------
+
+
+def _t(*shape, dtype=np.float64):
+    return ferro.tensor(np.ones(shape, dtype=dtype))
+
+
+@pytest.mark.parametrize(
+    "call, err, words",
+    [
+        (lambda: F.conv2d(_t(3, 8, 8, 1, 1), _t(4, 3, 3, 3)), ShapeError, ["conv2d", "(3, 8, 8"]),
+        (lambda: F.conv2d(_t(1, 3, 8, 8), _t(4, 3, 3)), ShapeError, ["conv2d", "(4, 3, 3)"]),
+        (lambda: F.conv2d(_t(1, 3, 8, 8), _t(4, 1, 3, 3), groups=2), ShapeError, ["groups=2"]),
+        (lambda: F.conv2d(_t(1, 4, 8, 8), _t(3, 2, 3, 3), groups=2), ShapeError, ["divisible"]),
+        (lambda: F.conv2d(_t(1, 3, 8, 8), _t(4, 2, 3, 3)), ShapeError, ["(4, 2, 3, 3)", "3"]),
+        (lambda: F.conv2d(_t(1, 3, 2, 8), _t(4, 3, 3, 3)), ShapeError, ["conv2d", "(1, 3, 2, 8)"]),
+        (lambda: F.conv1d(_t(1, 3, 4), _t(2, 3, 3), dilation=2), ShapeError, ["spans 5"]),
+        (lambda: F.conv2d(_t(1, 3, 8, 8), _t(4, 3, 3, 3), _t(3)), ShapeError, ["bias", "(3,)"]),
+        (lambda: F.conv2d(_t(1, 3, 8, 8), _t(4, 3, 3, 3), stride=0), ArgumentError, ["stride"]),
+        (lambda: F.conv2d(_t(1, 3, 8, 8), _t(4, 3, 3, 3), padding=-1), ArgumentError, ["padding"]),
+        (
+            lambda: F.conv2d(_t(1, 3, 8, 8), _t(4, 3, 3, 3), stride=2, padding="same"),
+            ArgumentError,
+            ["strided"],
+        ),
+        (
+            lambda: F.conv2d(_t(1, 3, 8, 8), _t(4, 3, 3, 3, dtype=np.float32)),
+            DtypeError,
+            ["float64", "float32"],
+        ),
+        (
+            lambda: F.conv_transpose2d(_t(1, 3, 1, 1), _t(3, 2, 1, 1), padding=1),
+            ShapeError,
+            ["conv_transpose2d", "output size -1"],
+        ),
+        (
+            lambda: F.conv_transpose1d(_t(1, 3, 4), _t(3, 2, 3), stride=2, output_padding=2),
+            ArgumentError,
+            ["output_padding"],
+        ),
+        (lambda: F.conv_transpose2d(_t(1, 4, 5, 5), _t(3, 2, 3, 3)), ShapeError, ["4 channels"]),
+        (lambda: F.unfold(_t(2, 3), 2), ShapeError, ["unfold", "(2, 3)"]),
+        (lambda: F.unfold(_t(1, 1, 2, 2), 3), ShapeError, ["unfold", "no block"]),
+        (lambda: F.fold(_t(1, 8, 5), (4, 4), 2), ShapeError, ["fold", "(1, 8, 5)"]),
+        (lambda: nn.Conv2d(3, 4, 3, groups=2), ArgumentError, ["in_channels 3"]),
+        (lambda: nn.Conv2d(4, 4, 3, padding_mode="mirror"), ArgumentError, ["padding_mode"]),
+        (
+            lambda: nn.ConvTranspose2d(4, 4, 3, padding_mode="reflect"),
+            ArgumentError,
+            ["zeros"],
+        ),
+    ],
+)
+def test_bad_input_raises_a_typed_error_naming_op_and_shapes(call, err, words):
+    with pytest.raises(err) as info:
+        call()
+    for w in words:
+        assert w in str(info.value)
+
+
+# --- the differentiable backward agrees with backward ----------------------------------------
+
+DOUBLE = {
+    "conv": conv_ops._conv_differentiable_backward,
+    "conv_transpose": conv_ops._conv_transpose_differentiable_backward,
+    "unfold": conv_ops._unfold_differentiable_backward,
+    "fold": conv_ops._fold_differentiable_backward,
+}
+
+
+def _samples(name):
+    # Unbatched samples end in a reshape node; the batched ones test the same code.
+    return [
+        (name, i)
+        for i, s in enumerate(BY_NAME[name].samples(np.random.default_rng(0)))
+        if s.grad and "unbatched" not in s.label
+    ]
+
+
+@pytest.mark.parametrize("name, i", [c for name in DOUBLE for c in _samples(name)])
+def test_differentiable_backward_matches_backward(name, i):
+    """On the op database samples: the gradients computed from ferro ops (for create_graph)
+    equal those of the array backward."""
+    op = BY_NAME[name]
+    sample = op.samples(np.random.default_rng(0))[i]
+    args = [
+        ferro.tensor(a, requires_grad=True) if isinstance(a, np.ndarray) else a for a in sample.args
+    ]
+    y = op.fn(*args, **sample.kwargs)
+    node = y.grad_fn
+    gy = np.random.default_rng(1).normal(size=y.shape)
+    want = ferro.ops.registry.REGISTRY[name].backward(node, gy)
+    want = want if isinstance(want, tuple) else (want,)
+    attrs = ("geom", "in_size", "kernel", "size", "out")
+    ctx = types.SimpleNamespace(
+        saved=tuple(None if a is None else ferro.tensor(a) for a in node.saved),
+        needs_input_grad=node.needs_input_grad,
+        **{k: getattr(node, k) for k in attrs if hasattr(node, k)},
+    )
+    got = DOUBLE[name](ctx, ferro.tensor(gy))
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        assert (g is None) == (w is None)
+        if w is not None:
+            assert g.shape == w.shape
+            np.testing.assert_allclose(g.data, w, rtol=1e-10, atol=1e-10)

@@ -1,0 +1,460 @@
+"""Recurrent layers, cells and nn.utils.rnn: against PyTorch (the oracle, when installed) for
+every option that changes the math, and against plain NumPy cell equations without it."""
+
+from __future__ import annotations
+
+import itertools
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import ferro
+from ferro import nn
+from ferro.errors import ArgumentError, ArgumentTypeError, ShapeError
+from ferro.nn.utils import rnn as rnn_utils
+from ferro.ops.recurrent import GruCell, LstmCell, RecurrentLayer, _layer_backward_ops
+from ferro.testing import gradcheck
+
+
+def _sigmoid(x):
+    return 1 / (1 + np.exp(-x))
+
+
+def _np(t):
+    return t.detach().cpu().numpy()
+
+
+def _torch_state(module):
+    return {k: v.detach().numpy() for k, v in module.state_dict().items()}
+
+
+# -- without PyTorch: the NumPy equations --------------------------------------------------
+
+
+def test_lstm_matches_numpy_equations():
+    ferro.manual_seed(0)
+    lstm = nn.LSTM(3, 4, dtype=ferro.float64)
+    x = np.random.default_rng(0).normal(size=(5, 2, 3))
+    out, (h, c) = lstm(ferro.tensor(x))
+    w_ih, w_hh, b_ih, b_hh = (_np(p) for p in lstm.parameters())
+    hs, cs = np.zeros((2, 4)), np.zeros((2, 4))
+    want = []
+    for t in range(5):
+        i, f, g, o = np.split(x[t] @ w_ih.T + b_ih + hs @ w_hh.T + b_hh, 4, axis=-1)
+        cs = _sigmoid(f) * cs + _sigmoid(i) * np.tanh(g)
+        hs = _sigmoid(o) * np.tanh(cs)
+        want.append(hs)
+    np.testing.assert_allclose(_np(out), np.stack(want), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(_np(h)[0], hs, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(_np(c)[0], cs, rtol=1e-12, atol=1e-12)
+
+
+def test_gru_matches_numpy_equations():
+    ferro.manual_seed(1)
+    gru = nn.GRU(3, 4, dtype=ferro.float64)
+    x = np.random.default_rng(1).normal(size=(4, 2, 3))
+    out, h = gru(ferro.tensor(x))
+    w_ih, w_hh, b_ih, b_hh = (_np(p) for p in gru.parameters())
+    hs = np.zeros((2, 4))
+    for t in range(4):
+        xr, xz, xn = np.split(x[t] @ w_ih.T + b_ih, 3, axis=-1)
+        hr, hz, hn = np.split(hs @ w_hh.T + b_hh, 3, axis=-1)
+        r, z = _sigmoid(xr + hr), _sigmoid(xz + hz)
+        n = np.tanh(xn + r * hn)
+        hs = (1 - z) * n + z * hs
+    np.testing.assert_allclose(_np(out)[-1], hs, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(_np(h)[0], hs, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("mode", ["RNN", "LSTM", "GRU"])
+def test_layer_gradients_match_numeric(mode):
+    ferro.manual_seed(2)
+    kw = {"proj_size": 2} if mode == "LSTM" else {}
+    layer = getattr(nn, mode)(2, 3, num_layers=2, bidirectional=True, dtype=ferro.float64, **kw)
+    rng = np.random.default_rng(2)
+    x = ferro.tensor(rng.normal(size=(3, 2, 2)), requires_grad=True)
+    h0 = ferro.tensor(rng.normal(size=(4, 2, 2 if mode == "LSTM" else 3)), requires_grad=True)
+    c0 = ferro.tensor(rng.normal(size=(4, 2, 3)), requires_grad=True)
+    if mode == "LSTM":
+        assert gradcheck(lambda x, h, c: ferro.cat([layer(x, (h, c))[1][1], h], -1), (x, h0, c0))
+    assert gradcheck(lambda x: layer(x)[0], (x,))
+    assert gradcheck(lambda h: layer(x, (h, c0) if mode == "LSTM" else h)[0], (h0,))
+
+
+def test_parameter_names_shapes_and_init():
+    lstm = nn.LSTM(3, 5, num_layers=2, bidirectional=True, proj_size=2)
+    shapes = {k: tuple(v.shape) for k, v in lstm.state_dict().items()}
+    assert shapes["weight_ih_l0"] == (20, 3)
+    assert shapes["weight_hh_l0"] == (20, 2)
+    assert shapes["weight_hr_l0"] == (2, 5)
+    assert shapes["weight_ih_l1_reverse"] == (20, 4)
+    assert list(shapes)[:5] == [
+        "weight_ih_l0",
+        "weight_hh_l0",
+        "bias_ih_l0",
+        "bias_hh_l0",
+        "weight_hr_l0",
+    ]
+    bound = 1 / np.sqrt(5)
+    for p in lstm.parameters():
+        assert np.abs(_np(p)).max() <= bound
+    assert "bias_ih_l0" not in nn.GRU(2, 3, bias=False).state_dict()
+    assert repr(nn.RNNCell(2, 3, nonlinearity="relu")) == "RNNCell(2, 3, nonlinearity=relu)"
+
+
+def test_bad_input_raises_typed_errors_naming_shapes():
+    lstm = nn.LSTM(3, 4, num_layers=2)
+    with pytest.raises(ShapeError, match=r"input_size: expected 3.*\(5, 2, 6\)"):
+        lstm(ferro.zeros(5, 2, 6))
+    with pytest.raises(ShapeError, match=r"h_0 of shape \(2, 2, 4\), got \(2, 2, 5\)"):
+        lstm(ferro.zeros(5, 2, 3), (ferro.zeros(2, 2, 5), ferro.zeros(2, 2, 4)))
+    with pytest.raises(ShapeError, match=r"c_0 of shape \(2, 2, 4\), got \(2, 3, 4\)"):
+        lstm(ferro.zeros(5, 2, 3), (ferro.zeros(2, 2, 4), ferro.zeros(2, 3, 4)))
+    with pytest.raises(ArgumentTypeError, match="tuple"):
+        lstm(ferro.zeros(5, 2, 3), ferro.zeros(2, 2, 4))
+    with pytest.raises(ShapeError, match=r"hx of shape \(1, 2, 4\), got \(1, 3, 4\)"):
+        nn.GRU(3, 4)(ferro.zeros(5, 2, 3), ferro.zeros(1, 3, 4))
+    with pytest.raises(ShapeError, match="2-D"):
+        nn.GRU(3, 4)(ferro.zeros(5, 3), ferro.zeros(1, 3, 4))
+    with pytest.raises(ShapeError, match=r"unbatched or 3-D, got shape \(5,\)"):
+        nn.RNN(3, 4)(ferro.zeros(5))
+    with pytest.raises(ShapeError, match=r"1-D or 2-D, got shape \(1, 2, 3\)"):
+        nn.RNNCell(3, 4)(ferro.zeros(1, 2, 3))
+    with pytest.raises(ShapeError, match=r"input_size.*\(2, 5\)"):
+        nn.LSTMCell(3, 4)(ferro.zeros(2, 5))
+    with pytest.raises(ShapeError, match=r"\(3, 4\), expected \(2, 4\)"):
+        nn.GRUCell(3, 4)(ferro.zeros(2, 3), ferro.zeros(3, 4))
+    with pytest.raises(ShapeError, match=r"lstm_cell.*\(2, 8\).*\(2, 3\)"):
+        ferro.lstm_cell(ferro.zeros(2, 8), ferro.zeros(2, 8), ferro.zeros(2, 3))
+    with pytest.raises(ArgumentError, match="proj_size"):
+        nn.LSTM(3, 4, proj_size=4)
+    with pytest.raises(ArgumentError, match="dropout"):
+        nn.GRU(3, 4, dropout=1.5)
+    with pytest.raises(ArgumentError, match="nonlinearity"):
+        nn.RNN(3, 4, nonlinearity="sigmoid")
+
+
+def test_dropout_between_layers_only_in_training():
+    ferro.manual_seed(3)
+    gru = nn.GRU(3, 4, num_layers=2, dropout=0.5)
+    x = ferro.randn(5, 2, 3)
+    ferro.manual_seed(7)
+    a, _ = gru(x)
+    ferro.manual_seed(7)
+    b, _ = gru(x)
+    np.testing.assert_array_equal(_np(a), _np(b))  # the mask comes from ferro's generator
+    gru.eval()
+    c, _ = gru(x)
+    assert not np.allclose(_np(a), _np(c))
+    single = nn.GRU(3, 4, dropout=0.5)  # nothing between layers: no dropout at all
+    np.testing.assert_array_equal(_np(single(x)[0]), _np(single.eval()(x)[0]))
+
+
+# Note [Cell activations]: a backward on Tensors (what the double-backward engine runs) must
+# ignore the stored activations and give the same values; its own gradient must be exact.
+_NAMESPACE = types.SimpleNamespace(
+    tanh=ferro.tanh, concatenate=lambda xs, axis: ferro.cat(list(xs), axis)
+)
+
+
+@pytest.mark.parametrize("op", [LstmCell, GruCell], ids=["lstm_cell", "gru_cell"])
+def test_backward_on_tensors_matches_backward_and_differentiates(op):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ops"))
+    from opdb import BY_NAME
+
+    entry = BY_NAME["lstm_cell" if op is LstmCell else "gru_cell"]
+    for sample in entry.samples(np.random.default_rng(0)):
+        if sample.same or sample.noncontig:
+            continue
+        ig, hg, st = (ferro.tensor(a) for a in sample.args)
+        outs = ferro.lstm_cell(ig, hg, st) if op is LstmCell else (ferro.gru_cell(ig, hg, st),)
+        rng = np.random.default_rng(1)
+        gys = [rng.normal(size=o.shape) for o in outs]
+        for o in (ig, hg, st):
+            o.requires_grad_(True)
+        outs = ferro.lstm_cell(ig, hg, st) if op is LstmCell else (ferro.gru_cell(ig, hg, st),)
+        node = outs[0].grad_fn
+        want = op.backward(node, *gys)
+
+        def on_tensors(ig, hg, st, *gy):
+            ctx = types.SimpleNamespace(
+                saved=(ig, hg, st), xp=_NAMESPACE, needs_input_grad=(True, True, True)
+            )
+            return ferro.cat([g.reshape(-1) for g in op.backward(ctx, *gy)], 0)
+
+        args = [ferro.tensor(a, requires_grad=True) for a in (*sample.args, *gys)]
+        got = on_tensors(*args)
+        np.testing.assert_allclose(
+            _np(got), np.concatenate([np.ravel(g) for g in want]), rtol=1e-12, atol=1e-12
+        )
+        if got.shape[0]:
+            assert gradcheck(on_tensors, tuple(args))
+
+
+def test_layer_differentiable_backward_matches_backward():
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ops"))
+    from opdb import BY_NAME
+
+    rng = np.random.default_rng(0)
+    for sample in BY_NAME["recurrent_layer"].samples(np.random.default_rng(0)):
+        tensors = [None if a is None else ferro.tensor(a, requires_grad=True) for a in sample.args]
+        outs = ferro.recurrent_layer(*tensors, **sample.kwargs)
+        gys = [rng.normal(size=o.shape) for o in outs]
+        node = outs[0].grad_fn
+        want = RecurrentLayer.backward(node, *gys)
+        ctx = types.SimpleNamespace(
+            saved=tuple(tensors),
+            needs_input_grad=tuple(t is not None for t in tensors),
+            mode=sample.kwargs["mode"],
+            sizes=node.sizes,
+            reverse=sample.kwargs["reverse"],
+        )
+        got = _layer_backward_ops(ctx, *(ferro.tensor(g) for g in gys))
+        for k, (w, g) in enumerate(zip(want, got, strict=True)):
+            assert (w is None) == (g is None), (sample.label, k)
+            if w is not None:
+                np.testing.assert_allclose(_np(g), w, rtol=1e-10, atol=1e-12, err_msg=sample.label)
+
+
+# -- PyTorch as the oracle -----------------------------------------------------------------
+
+_MODES = ["RNN_TANH", "RNN_RELU", "LSTM", "LSTM_PROJ", "GRU"]
+
+
+def _pair(mode, input_size, hidden, **kw):
+    import torch
+
+    if mode.startswith("RNN"):
+        kw["nonlinearity"] = "tanh" if mode == "RNN_TANH" else "relu"
+        name = "RNN"
+    elif mode == "LSTM_PROJ":
+        kw["proj_size"] = 2
+        name = "LSTM"
+    else:
+        name = mode
+    tm = getattr(torch.nn, name)(input_size, hidden, **kw).double()
+    fm = getattr(nn, name)(input_size, hidden, dtype=ferro.float64, **kw)
+    result = fm.load_state_dict(_torch_state(tm))
+    assert not result.missing_keys and not result.unexpected_keys
+    assert repr(fm) == repr(tm)
+    return fm, tm
+
+
+def _compare(f_outs, t_outs, fm, tm, f_inputs, t_inputs, rtol=1e-9):
+    """Values of every output, then the gradients of a weighted sum of them w.r.t. the inputs
+    and every parameter."""
+    import torch
+
+    rng = np.random.default_rng(5)
+    f_loss, t_loss = 0, 0
+    for fo, to in zip(f_outs, t_outs, strict=True):
+        np.testing.assert_allclose(_np(fo), to.detach().numpy(), rtol=rtol, atol=1e-10)
+        w = rng.normal(size=tuple(to.shape))
+        f_loss = f_loss + (fo * ferro.tensor(w)).sum()
+        t_loss = t_loss + (to * torch.tensor(w)).sum()
+    f_loss.backward()
+    t_loss.backward()
+    for fi, ti in zip(f_inputs, t_inputs, strict=True):
+        np.testing.assert_allclose(_np(fi.grad), ti.grad.numpy(), rtol=rtol, atol=1e-10)
+    for (name, fp), tp in zip(fm.named_parameters(), tm.parameters(), strict=True):
+        np.testing.assert_allclose(
+            _np(fp.grad), tp.grad.numpy(), rtol=rtol, atol=1e-10, err_msg=name
+        )
+
+
+def _tensors(rng, shape):
+    import torch
+
+    a = rng.normal(size=shape)
+    return ferro.tensor(a, requires_grad=True), torch.tensor(a, requires_grad=True)
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize(
+    "mode,layers,bidirectional,batch_first,bias,initial",
+    list(itertools.product(_MODES, [1, 2], [False, True], [False, True], [True, False], [0, 1])),
+)
+def test_layers_match_torch(mode, layers, bidirectional, batch_first, bias, initial):
+    fm, tm = _pair(
+        mode,
+        3,
+        4,
+        num_layers=layers,
+        bidirectional=bidirectional,
+        batch_first=batch_first,
+        bias=bias,
+    )
+    rng = np.random.default_rng(0)
+    fx, tx = _tensors(rng, (2, 5, 3) if batch_first else (5, 2, 3))
+    f_in, t_in = [fx], [tx]
+    f_args, t_args = [fx], [tx]
+    states = layers * (2 if bidirectional else 1)
+    if initial:
+        fh, th = _tensors(rng, (states, 2, 2 if mode == "LSTM_PROJ" else 4))
+        if mode.startswith("LSTM"):
+            fc, tc = _tensors(rng, (states, 2, 4))
+            f_args.append((fh, fc))
+            t_args.append((th, tc))
+            f_in += [fh, fc]
+            t_in += [th, tc]
+        else:
+            f_args.append(fh)
+            t_args.append(th)
+            f_in.append(fh)
+            t_in.append(th)
+    fo, fs = fm(*f_args)
+    to, ts = tm(*t_args)
+    f_outs = [fo, *(fs if isinstance(fs, tuple) else (fs,))]
+    t_outs = [to, *(ts if isinstance(ts, tuple) else (ts,))]
+    _compare(f_outs, t_outs, fm, tm, f_in, t_in)
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("mode", _MODES)
+def test_unbatched_input_matches_torch(mode):
+    fm, tm = _pair(mode, 3, 4, num_layers=2, bidirectional=True)
+    rng = np.random.default_rng(1)
+    fx, tx = _tensors(rng, (5, 3))
+    fh, th = _tensors(rng, (4, 2 if mode == "LSTM_PROJ" else 4))
+    if mode.startswith("LSTM"):
+        fc, tc = _tensors(rng, (4, 4))
+        fo, (f1, f2) = fm(fx, (fh, fc))
+        to, (t1, t2) = tm(tx, (th, tc))
+        _compare([fo, f1, f2], [to, t1, t2], fm, tm, [fx, fh, fc], [tx, th, tc])
+    else:
+        fo, f1 = fm(fx, fh)
+        to, t1 = tm(tx, th)
+        _compare([fo, f1], [to, t1], fm, tm, [fx, fh], [tx, th])
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("mode", ["GRU", "LSTM"])
+def test_full_dropout_between_layers_matches_torch(mode):
+    # p = 1 zeroes the second layer's input: deterministic, so torch can be the oracle.
+    fm, tm = _pair(mode, 3, 4, num_layers=2, dropout=1.0)
+    rng = np.random.default_rng(2)
+    fx, tx = _tensors(rng, (5, 2, 3))
+    fo, _ = fm(fx)
+    to, _ = tm(tx)
+    _compare([fo], [to], fm, tm, [fx], [tx])
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("mode", ["RNN_TANH", "LSTM", "GRU"])
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("batched", [True, False])
+def test_cells_match_torch(mode, bias, batched):
+    import torch
+
+    name = {"RNN_TANH": "RNNCell", "LSTM": "LSTMCell", "GRU": "GRUCell"}[mode]
+    tm = getattr(torch.nn, name)(3, 4, bias=bias).double()
+    fm = getattr(nn, name)(3, 4, bias=bias, dtype=ferro.float64)
+    fm.load_state_dict(_torch_state(tm))
+    assert repr(fm) == repr(tm)
+    rng = np.random.default_rng(3)
+    lead = (2,) if batched else ()
+    fx, tx = _tensors(rng, (*lead, 3))
+    fh, th = _tensors(rng, (*lead, 4))
+    if mode == "LSTM":
+        fc, tc = _tensors(rng, (*lead, 4))
+        f_out, t_out = fm(fx, (fh, fc)), tm(tx, (th, tc))
+        _compare(list(f_out), list(t_out), fm, tm, [fx, fh, fc], [tx, th, tc])
+    else:
+        _compare([fm(fx, fh)], [tm(tx, th)], fm, tm, [fx, fh], [tx, th])
+    np.testing.assert_allclose(
+        _np(fm(fx)[0] if mode == "LSTM" else fm(fx)),
+        (tm(tx)[0] if mode == "LSTM" else tm(tx)).detach().numpy(),
+        rtol=1e-12,
+    )
+
+
+# -- nn.utils.rnn --------------------------------------------------------------------------
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("batch_first", [False, True])
+@pytest.mark.parametrize("padding_side", ["right", "left"])
+def test_pad_sequence_matches_torch(batch_first, padding_side):
+    import torch
+
+    rng = np.random.default_rng(4)
+    seqs = [rng.normal(size=(n, 2)) for n in (3, 5, 1)]
+    got = rnn_utils.pad_sequence([ferro.tensor(s) for s in seqs], batch_first, -1.0, padding_side)
+    want = torch.nn.utils.rnn.pad_sequence(
+        [torch.tensor(s) for s in seqs], batch_first, -1.0, padding_side
+    )
+    np.testing.assert_array_equal(_np(got), want.numpy())
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("enforce_sorted", [True, False])
+@pytest.mark.parametrize("batch_first", [False, True])
+def test_pack_and_pad_round_trip_matches_torch(enforce_sorted, batch_first):
+    import torch
+
+    lengths = [5, 3, 3, 1] if enforce_sorted else [3, 5, 1, 3]
+    rng = np.random.default_rng(5)
+    shape = (4, 5, 2) if batch_first else (5, 4, 2)
+    fx, tx = _tensors(rng, shape)
+    fp = rnn_utils.pack_padded_sequence(fx, lengths, batch_first, enforce_sorted)
+    tp = torch.nn.utils.rnn.pack_padded_sequence(tx, lengths, batch_first, enforce_sorted)
+    np.testing.assert_array_equal(_np(fp.data), tp.data.detach().numpy())
+    np.testing.assert_array_equal(_np(fp.batch_sizes), tp.batch_sizes.numpy())
+    indices = [(fp.sorted_indices, tp.sorted_indices), (fp.unsorted_indices, tp.unsorted_indices)]
+    for a, b in indices:
+        assert (a is None) == (b is None)
+        if a is not None:
+            np.testing.assert_array_equal(_np(a), b.numpy())
+    fy, fl = rnn_utils.pad_packed_sequence(fp, batch_first, 9.0, total_length=6)
+    ty, tl = torch.nn.utils.rnn.pad_packed_sequence(tp, batch_first, 9.0, total_length=6)
+    np.testing.assert_array_equal(_np(fy), ty.detach().numpy())
+    np.testing.assert_array_equal(_np(fl), tl.numpy())
+    w = rng.normal(size=tuple(ty.shape))
+    (fy * ferro.tensor(w)).sum().backward()
+    (ty * torch.tensor(w)).sum().backward()
+    np.testing.assert_array_equal(_np(fx.grad), tx.grad.numpy())
+    seqs = rnn_utils.unpack_sequence(fp)
+    assert [s.shape[0] for s in seqs] == lengths
+    packed = rnn_utils.pack_sequence(seqs, enforce_sorted=enforce_sorted)
+    np.testing.assert_array_equal(_np(packed.data), _np(fp.data))
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("mode", _MODES)
+@pytest.mark.parametrize("bidirectional", [False, True])
+@pytest.mark.parametrize("initial", [False, True])
+def test_layers_honour_packed_lengths_like_torch(mode, bidirectional, initial):
+    import torch
+
+    fm, tm = _pair(mode, 3, 4, num_layers=2, bidirectional=bidirectional)
+    lengths = [3, 5, 1, 3]
+    rng = np.random.default_rng(6)
+    fx, tx = _tensors(rng, (5, 4, 3))
+    fp = rnn_utils.pack_padded_sequence(fx, lengths, enforce_sorted=False)
+    tp = torch.nn.utils.rnn.pack_padded_sequence(tx, lengths, enforce_sorted=False)
+    f_in, t_in, f_args, t_args = [fx], [tx], [fp], [tp]
+    states = 2 * (2 if bidirectional else 1)
+    if initial:
+        fh, th = _tensors(rng, (states, 4, 2 if mode == "LSTM_PROJ" else 4))
+        f_in.append(fh)
+        t_in.append(th)
+        if mode.startswith("LSTM"):
+            fc, tc = _tensors(rng, (states, 4, 4))
+            f_in.append(fc)
+            t_in.append(tc)
+            f_args.append((fh, fc))
+            t_args.append((th, tc))
+        else:
+            f_args.append(fh)
+            t_args.append(th)
+    fo, fs = fm(*f_args)
+    to, ts = tm(*t_args)
+    assert isinstance(fo, rnn_utils.PackedSequence)
+    fy, _ = rnn_utils.pad_packed_sequence(fo)
+    ty, _ = torch.nn.utils.rnn.pad_packed_sequence(to)
+    f_outs = [fy, *(fs if isinstance(fs, tuple) else (fs,))]
+    t_outs = [ty, *(ts if isinstance(ts, tuple) else (ts,))]
+    _compare(f_outs, t_outs, fm, tm, f_in, t_in)

@@ -1,13 +1,17 @@
-"""Train an MLP on scikit-learn's bundled digits data set (8x8 images, 10 classes; no download).
+"""Train an MLP or a small CNN on scikit-learn's bundled digits data set (8x8 images, 10 classes;
+no download).
 
-    python -P -m ferro.examples.digits [--epochs 30] [--batch-size 32] [--lr 3e-3] [--plot PNG]
+    python -P -m ferro.examples.digits [--model mlp|cnn] [--epochs N] [--batch-size 32]
+                                       [--lr 3e-3] [--plot PNG]
 
 (``-P``: from a checkout of ferro, keep its unbuilt source tree off ``sys.path``.)
 
-Uses ``ferro.nn`` (Sequential, Linear, Tanh, CrossEntropyLoss), ``ferro.optim.Adam`` and
-``ferro.utils.data.DataLoader``.
+Uses ``ferro.nn`` (Sequential, Linear, Tanh, CrossEntropyLoss; for the CNN Unflatten, Conv2d,
+ReLU, MaxPool2d, Flatten, Dropout), ``ferro.optim.Adam`` (the CNN with a cosine learning-rate
+schedule) and ``ferro.utils.data.DataLoader``.
 Shows a tqdm progress bar per epoch, prints the test accuracy, and saves a matplotlib plot of the
-loss and accuracy curves. Runs in a few seconds on 2 cores.
+loss and accuracy curves. The MLP runs in a few seconds on 2 cores, the CNN (>= 98% test
+accuracy) in well under a minute.
 """
 
 from __future__ import annotations
@@ -36,9 +40,25 @@ def load_digits_split(seed: int = 0, test_fraction: float = 0.2):
     return x[train], y[train], x[test], y[test]
 
 
-def build_model(hidden: int = 128) -> ferro.nn.Module:
-    """The MLP: 64 pixels -> ``hidden`` tanh units -> 10 logits."""
+def build_model(hidden: int = 128, model: str = "mlp") -> ferro.nn.Module:
+    """The MLP: 64 pixels -> ``hidden`` tanh units -> 10 logits. The CNN: the 64 pixels as one
+    8x8 channel, then (3x3 convolution, ReLU, 2x2 max pooling) twice, 32 then 64 channels
+    (8x8 -> 4x4 -> 2x2), dropout, and a linear layer from the 64 x 2 x 2 features to 10
+    logits."""
     nn = ferro.nn
+    if model == "cnn":
+        return nn.Sequential(
+            nn.Unflatten(1, (1, 8, 8)),
+            nn.Conv2d(1, 32, 3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(32, 64, 3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Flatten(),
+            nn.Dropout(0.25),
+            nn.Linear(64 * 2 * 2, 10),
+        )
     return nn.Sequential(nn.Linear(64, hidden), nn.Tanh(), nn.Linear(hidden, 10))
 
 
@@ -57,14 +77,19 @@ def train(
     hidden: int = 128,
     seed: int = 0,
     progress: bool = True,
+    model: str = "mlp",
 ) -> dict:
     """Train with Adam and cross-entropy; returns the per-epoch history (and the model)."""
     from tqdm import tqdm
 
     ferro.manual_seed(seed)
     x_tr, y_tr, x_te, y_te = load_digits_split(seed)
-    model = build_model(hidden)
+    anneal = model == "cnn"
+    model = build_model(hidden, model)
     opt = ferro.optim.Adam(model.parameters(), lr=lr)
+    # The CNN anneals its learning rate to 0 (cosine), so its last epoch settles at its best
+    # accuracy instead of landing anywhere in the late epochs' noise.
+    schedule = ferro.optim.lr_scheduler.CosineAnnealingLR(opt, epochs) if anneal else None
     loss_fn = ferro.nn.CrossEntropyLoss()
     loader = ferro.utils.data.DataLoader(
         ferro.utils.data.TensorDataset(ferro.from_numpy(x_tr), ferro.from_numpy(y_tr)),
@@ -88,6 +113,8 @@ def train(
             opt.step()
             total += loss.item() * xb.shape[0]
             bar.set_postfix(loss=f"{loss.item():.3f}")
+        if schedule is not None:
+            schedule.step()
         history["loss"].append(total / len(x_tr))
         history["train_acc"].append(accuracy(model, x_tr, y_tr))
         history["test_acc"].append(accuracy(model, x_te, y_te))
@@ -121,9 +148,14 @@ def plot(history: dict, path: str) -> None:
     plt.close(fig)
 
 
+#: Default epochs per model: the CNN reaches its accuracy in fewer (slower) epochs.
+EPOCHS = {"mlp": 30, "cnn": 15}
+
+
 def main(argv=None) -> float:
-    ap = argparse.ArgumentParser(description="Train an MLP on the digits data set with ferro.")
-    ap.add_argument("--epochs", type=int, default=30)
+    ap = argparse.ArgumentParser(description="Train an MLP or a CNN on digits with ferro.")
+    ap.add_argument("--model", choices=("mlp", "cnn"), default="mlp")
+    ap.add_argument("--epochs", type=int, default=None, help="default: 30 (mlp), 15 (cnn)")
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--hidden", type=int, default=128)
@@ -133,8 +165,15 @@ def main(argv=None) -> float:
     ap.add_argument("--save", default=None, help="also save the trained weights (ferro.save)")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
+    epochs = args.epochs if args.epochs is not None else EPOCHS[args.model]
     history = train(
-        args.epochs, args.batch_size, args.lr, args.hidden, args.seed, progress=not args.quiet
+        epochs,
+        args.batch_size,
+        args.lr,
+        args.hidden,
+        args.seed,
+        progress=not args.quiet,
+        model=args.model,
     )
     plot(history, args.plot)
     if args.save:

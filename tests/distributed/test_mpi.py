@@ -80,3 +80,19 @@ def test_case(runs, n, name):
     res = runs(n).get(name)
     assert res is not None, f"case {name} did not report under mpiexec -n {n}"
     assert res["ok"], "\n".join(f"rank {r}:\n{e}" for r, e in res["error"].items())
+
+
+def test_digits_demo_distributed(tmp_path):
+    """The README's data-parallel demo, short: two ranks train, rank 0 alone prints and plots."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    plot = tmp_path / "curves.png"
+    cmd = [find_mpiexec(), "-n", "2", sys.executable, "-P", "-m", "ferro.examples.digits"]
+    args = ["--distributed", "--quiet", "--epochs", "4", "--plot", str(plot)]
+    proc = subprocess.run(
+        cmd + args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("test accuracy")]
+    assert len(lines) == 1, proc.stdout  # rank 0 only
+    assert "on 2 ranks" in lines[0] and float(lines[0].split()[2]) > 0.9
+    assert plot.exists()

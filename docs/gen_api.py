@@ -20,6 +20,8 @@ MODULES = [
     ("ferro.nn", "modules and layers"),
     ("ferro.nn.init", "initializers"),
     ("ferro.nn.utils", "gradient clipping"),
+    ("ferro.nn.parallel", "DistributedDataParallel"),
+    ("ferro.distributed", "process groups and collectives over MPI"),
     ("ferro.optim", "optimizers"),
     ("ferro.optim.lr_scheduler", "learning-rate schedules"),
     ("ferro.utils.checkpoint", "checkpointing"),

@@ -17,6 +17,7 @@ from ferro import (  # noqa: F401  (submodules)
     autograd,
     backend,
     cuda,
+    distributed,  # noqa: E402,F401  (no MPI import until a process group is made)
     errors,
     nn,
     optim,

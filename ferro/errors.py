@@ -25,6 +25,11 @@ builtin a Python user would expect, so ``except ValueError`` keeps working:
   a fused kernel) into memory that is not writeable, such as a read-only memory map.
 - :class:`NotSupportedError` (``NotImplementedError``): a feature ferro deliberately does not
   provide (float16 on the CPU, ...), named as such rather than failing later.
+- :class:`DistributedError` (``RuntimeError``): ``ferro.distributed`` misuse (no process group,
+  a rank outside the group, mismatched collective arguments) or a failed transfer.
+- :class:`DistributedTimeoutError` (``DistributedError``, ``TimeoutError``): a collective or a
+  point-to-point transfer did not complete within the process group's timeout; the message names
+  the collective and the ranks that did not arrive.
 - :class:`MissingFeatureError` (``NotSupportedError`` and ``AttributeError``): a PyTorch name
   ferro does not have; the message says what to do instead.
 
@@ -92,6 +97,14 @@ class NotSupportedError(FerroError, NotImplementedError):
     """A feature ferro deliberately does not provide."""
 
 
+class DistributedError(FerroError, RuntimeError):
+    """Misuse of ``ferro.distributed`` or a failed transfer between ranks."""
+
+
+class DistributedTimeoutError(DistributedError, TimeoutError):
+    """A collective or transfer that did not complete within the process group's timeout."""
+
+
 class MissingFeatureError(NotSupportedError, AttributeError):
     """A PyTorch name ferro does not have (``t.to_sparse``, ``ferro.jit``); the message names
     the ferro way, if there is one. An AttributeError too, so ``hasattr`` stays False."""
@@ -113,5 +126,7 @@ __all__ = [
     "IndexOutOfRangeError",
     "ReadOnlyError",
     "NotSupportedError",
+    "DistributedError",
+    "DistributedTimeoutError",
     "MissingFeatureError",
 ]

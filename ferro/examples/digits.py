@@ -3,6 +3,7 @@ no download).
 
     python -P -m ferro.examples.digits [--model mlp|cnn] [--epochs N] [--batch-size 32]
                                        [--lr 3e-3] [--plot PNG]
+    mpiexec -n 2 python -P -m ferro.examples.digits --distributed      # data parallel, 2 ranks
 
 (``-P``: from a checkout of ferro, keep its unbuilt source tree off ``sys.path``.)
 
@@ -12,6 +13,11 @@ schedule) and ``ferro.utils.data.DataLoader``.
 Shows a tqdm progress bar per epoch, prints the test accuracy, and saves a matplotlib plot of the
 loss and accuracy curves. The MLP runs in a few seconds on 2 cores, the CNN (>= 98% test
 accuracy) in well under a minute.
+
+With ``--distributed`` (launched by ``mpiexec``, the ``[mpi]`` extra) every rank trains a
+``DistributedDataParallel`` replica on its share of each batch (``DistributedSampler``, the
+global batch size unchanged, so the run reaches the same accuracy); rank 0 alone draws the
+progress bar, prints and plots.
 """
 
 from __future__ import annotations
@@ -78,14 +84,29 @@ def train(
     seed: int = 0,
     progress: bool = True,
     model: str = "mlp",
+    distributed: bool = False,
 ) -> dict:
-    """Train with Adam and cross-entropy; returns the per-epoch history (and the model)."""
+    """Train with Adam and cross-entropy; returns the per-epoch history (and the model).
+
+    ``distributed``: data-parallel over the ranks of an ``mpiexec`` job (the process group is
+    created here); each rank takes ``batch_size / world_size`` samples of every batch."""
     from tqdm import tqdm
 
     ferro.manual_seed(seed)
     x_tr, y_tr, x_te, y_te = load_digits_split(seed)
     anneal = model == "cnn"
     model = build_model(hidden, model)
+    net, sampler, world = model, None, 1
+    if distributed:
+        import ferro.distributed as dist
+
+        if not dist.is_initialized():
+            dist.init_process_group("mpi")
+        world = dist.get_world_size()
+        progress = progress and dist.get_rank() == 0
+        net = ferro.nn.parallel.DistributedDataParallel(model)
+        sampler = ferro.utils.data.DistributedSampler(range(len(x_tr)), seed=seed)
+        batch_size = max(1, batch_size // world)
     opt = ferro.optim.Adam(model.parameters(), lr=lr)
     # The CNN anneals its learning rate to 0 (cosine), so its last epoch settles at its best
     # accuracy instead of landing anywhere in the late epochs' noise.
@@ -94,10 +115,13 @@ def train(
     loader = ferro.utils.data.DataLoader(
         ferro.utils.data.TensorDataset(ferro.from_numpy(x_tr), ferro.from_numpy(y_tr)),
         batch_size=batch_size,
-        shuffle=True,
+        shuffle=sampler is None,
+        sampler=sampler,
     )
     history = {"loss": [], "train_acc": [], "test_acc": []}
     for epoch in range(epochs):
+        if sampler is not None:
+            sampler.set_epoch(epoch)
         total = 0.0
         bar = tqdm(
             loader,
@@ -107,7 +131,7 @@ def train(
             unit="batch",
         )
         for xb, yb in bar:
-            loss = loss_fn(model(xb), yb)
+            loss = loss_fn(net(xb), yb)
             opt.zero_grad()
             loss.backward()
             opt.step()
@@ -115,6 +139,10 @@ def train(
             bar.set_postfix(loss=f"{loss.item():.3f}")
         if schedule is not None:
             schedule.step()
+        if world > 1:  # the mean loss over every rank's samples
+            seen = ferro.tensor([total, float(len(sampler))], dtype=ferro.float64)
+            dist.all_reduce(seen)
+            total = seen[0].item() * len(x_tr) / seen[1].item()
         history["loss"].append(total / len(x_tr))
         history["train_acc"].append(accuracy(model, x_tr, y_tr))
         history["test_acc"].append(accuracy(model, x_te, y_te))
@@ -163,6 +191,9 @@ def main(argv=None) -> float:
     ap.add_argument("--plot", default="digits_training.png", help="where to save the curves")
     ap.add_argument("--quiet", action="store_true", help="no progress bars")
     ap.add_argument("--save", default=None, help="also save the trained weights (ferro.save)")
+    ap.add_argument(
+        "--distributed", action="store_true", help="data parallel over the ranks of mpiexec"
+    )
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     epochs = args.epochs if args.epochs is not None else EPOCHS[args.model]
@@ -174,12 +205,23 @@ def main(argv=None) -> float:
         args.seed,
         progress=not args.quiet,
         model=args.model,
+        distributed=args.distributed,
     )
+    acc = history["test_acc"][-1]
+    if args.distributed:
+        import ferro.distributed as dist
+
+        lead, ranks = dist.get_rank() == 0, f" on {dist.get_world_size()} ranks"
+        dist.destroy_process_group()
+        if not lead:
+            return acc
+    else:
+        ranks = ""
     plot(history, args.plot)
     if args.save:
         ferro.save(history["model"].state_dict(), args.save)
-    acc = history["test_acc"][-1]
-    print(f"test accuracy: {acc:.4f}  ({time.perf_counter() - t0:.1f} s; curves in {args.plot})")
+    elapsed = time.perf_counter() - t0
+    print(f"test accuracy: {acc:.4f}  ({elapsed:.1f} s{ranks}; curves in {args.plot})")
     return acc
 
 

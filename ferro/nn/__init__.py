@@ -1,8 +1,8 @@
 """``ferro.nn``: modules, parameters, initializers and the functional API."""
 
-from ferro.nn import functional, init, modules, utils  # noqa: F401
+from ferro.nn import functional, init, modules, parallel, utils  # noqa: F401
 from ferro.nn.module import Module
 from ferro.nn.modules import *  # noqa: F403
 from ferro.nn.parameter import Parameter
 
-__all__ = ["Module", "Parameter", *modules.__all__, "functional", "init", "utils"]
+__all__ = ["Module", "Parameter", *modules.__all__, "functional", "init", "parallel", "utils"]

@@ -114,12 +114,18 @@ def _no_unpack(_):
     raise CheckpointError("checkpoint: the recomputation's own graph cannot be backpropagated")
 
 
-def checkpoint(fn, *args, preserve_rng_state: bool = True, **kwargs):
+def checkpoint(
+    fn, *args, use_reentrant: bool | None = None, preserve_rng_state: bool = True, **kwargs
+):
     """Call ``fn(*args, **kwargs)`` without keeping its activations; recompute them in backward.
 
     Args:
         fn: the function to checkpoint (any ferro code; it may capture parameters).
         *args: its positional arguments (Tensors or other values).
+        use_reentrant: accepted for PyTorch compatibility, where it picks between two
+            implementations. ferro has one, which behaves like PyTorch's
+            ``use_reentrant=False`` (saved-tensor hooks: works with ``ferro.autograd.grad``,
+            with inputs that do not require grad, and with keyword arguments) for either value.
         preserve_rng_state: replay ferro's generator so random ops (dropout) match exactly.
         **kwargs: keyword arguments for ``fn``.
 
@@ -136,7 +142,13 @@ def checkpoint(fn, *args, preserve_rng_state: bool = True, **kwargs):
         return fn(*args, **kwargs)
 
 
-def checkpoint_sequential(functions, segments: int, input, preserve_rng_state: bool = True):  # noqa: A002
+def checkpoint_sequential(
+    functions,
+    segments: int,
+    input,  # noqa: A002
+    use_reentrant: bool | None = None,
+    preserve_rng_state: bool = True,
+):
     """Run a sequence of functions (or modules) in ``segments`` chunks, checkpointing every chunk
     but the last (its activations are needed right away by backward).
 

@@ -237,6 +237,8 @@ BASES = {
     "ReadOnlyError": ValueError,
     "NotSupportedError": NotImplementedError,
     "MissingFeatureError": AttributeError,
+    "DistributedError": RuntimeError,
+    "DistributedTimeoutError": TimeoutError,
 }
 
 

@@ -17,6 +17,7 @@ from ferro.utils.data.dataset import (
     TensorDataset,
     random_split,
 )
+from ferro.utils.data.distributed import DistributedSampler
 from ferro.utils.data.sampler import (
     BatchSampler,
     RandomSampler,
@@ -38,6 +39,7 @@ __all__ = [
     "Sampler",
     "SequentialSampler",
     "RandomSampler",
+    "DistributedSampler",
     "SubsetRandomSampler",
     "WeightedRandomSampler",
     "BatchSampler",

@@ -1,0 +1,401 @@
+"""Cases run on every rank of one ``mpiexec -n N`` job (tests/distributed/test_mpi.py starts it).
+
+Each case is a function run by every rank in the same order; a case's failure on any rank is
+gathered to rank 0, which prints one JSON line ``{"case": ..., "ok": ..., "error": ...}`` per
+case. Usage: ``mpiexec -n N python mpi_cases.py [case ...]`` (all cases when none is named).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import traceback
+
+import numpy as np
+
+import ferro
+import ferro.distributed as dist
+from ferro import nn
+from ferro.nn.parallel import DistributedDataParallel as DDP
+
+CASES = {}
+
+
+def case(fn):
+    CASES[fn.__name__] = fn
+    return fn
+
+
+def rank_world():
+    return dist.get_rank(), dist.get_world_size()
+
+
+def close(a, b, rtol=1e-6, atol=1e-12):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=rtol, atol=atol)
+
+
+# -- collectives against NumPy on the gathered data ----------------------------------------------
+
+
+def per_rank(r, shape=(3, 2), dtype=np.float64):
+    return (np.arange(np.prod(shape)).reshape(shape) + 10 * r + 1).astype(dtype)
+
+
+@case
+def all_reduce_ops():
+    r, n = rank_world()
+    every = [per_rank(k) for k in range(n)]
+    refs = {
+        dist.ReduceOp.SUM: sum(every),
+        dist.ReduceOp.AVG: sum(every) / n,
+        dist.ReduceOp.PRODUCT: np.prod(every, axis=0),
+        dist.ReduceOp.MIN: np.min(every, axis=0),
+        dist.ReduceOp.MAX: np.max(every, axis=0),
+    }
+    for op, ref in refs.items():
+        t = ferro.tensor(per_rank(r))
+        v = t._version
+        dist.all_reduce(t, op)
+        close(t.numpy(), ref)
+        assert t._version > v, "all_reduce must bump the version counter"
+    ints = [per_rank(k, dtype=np.int64) for k in range(n)]
+    t = ferro.tensor(per_rank(r, dtype=np.int64))
+    dist.all_reduce(t, dist.ReduceOp.BOR)
+    assert (t.numpy() == np.bitwise_or.reduce(ints, axis=0)).all()
+
+
+@case
+def all_reduce_async_and_strided():
+    r, n = rank_world()
+    base = ferro.tensor(per_rank(r, (4, 6)))
+    view = base[:, ::2]  # not contiguous: goes through a staging copy
+    work = dist.all_reduce(view, async_op=True)
+    work.wait()
+    assert work.is_completed()
+    ref = sum(per_rank(k, (4, 6)) for k in range(n))
+    close(base.numpy()[:, ::2], ref[:, ::2])
+    close(base.numpy()[:, 1::2], per_rank(r, (4, 6))[:, 1::2])  # untouched
+
+
+@case
+def broadcast_reduce():
+    r, n = rank_world()
+    src = n - 1
+    t = ferro.tensor(per_rank(r))
+    dist.broadcast(t, src)
+    close(t.numpy(), per_rank(src))
+    t = ferro.tensor(per_rank(r))
+    dist.reduce(t, 0, dist.ReduceOp.MAX)
+    if r == 0:
+        close(t.numpy(), np.max([per_rank(k) for k in range(n)], axis=0))
+    else:
+        close(t.numpy(), per_rank(r))
+
+
+@case
+def gathers():
+    r, n = rank_world()
+    outs = [ferro.zeros(3, 2, dtype=ferro.float64) for _ in range(n)]
+    dist.all_gather(outs, ferro.tensor(per_rank(r)))
+    for k in range(n):
+        close(outs[k].numpy(), per_rank(k))
+    flat = ferro.zeros(3 * n, 2, dtype=ferro.float64)
+    dist.all_gather_into_tensor(flat, ferro.tensor(per_rank(r)))
+    close(flat.numpy(), np.concatenate([per_rank(k) for k in range(n)]))
+    lst = [ferro.zeros(3, 2, dtype=ferro.float64) for _ in range(n)] if r == 0 else None
+    dist.gather(ferro.tensor(per_rank(r)), lst, dst=0)
+    if r == 0:
+        for k in range(n):
+            close(lst[k].numpy(), per_rank(k))
+
+
+@case
+def scatters():
+    r, n = rank_world()
+    t = ferro.zeros(3, 2, dtype=ferro.float64)
+    pieces = [ferro.tensor(per_rank(k) * 7) for k in range(n)] if r == 0 else None
+    dist.scatter(t, pieces, src=0)
+    close(t.numpy(), per_rank(r) * 7)
+    inp = ferro.tensor(np.concatenate([per_rank(r) + k for k in range(n)]))
+    out = ferro.zeros(3, 2, dtype=ferro.float64)
+    dist.reduce_scatter_tensor(out, inp, dist.ReduceOp.SUM)
+    close(out.numpy(), sum(per_rank(k) + r for k in range(n)))
+    ins = [ferro.tensor(per_rank(r) * 100 + s) for s in range(n)]
+    outs = [ferro.zeros(3, 2, dtype=ferro.float64) for _ in range(n)]
+    dist.all_to_all(outs, ins)
+    for s in range(n):
+        close(outs[s].numpy(), per_rank(s) * 100 + r)
+
+
+@case
+def point_to_point_and_barrier():
+    r, n = rank_world()
+    right, left = (r + 1) % n, (r - 1) % n
+    got = ferro.zeros(3, 2, dtype=ferro.float64)
+    w = dist.isend(ferro.tensor(per_rank(r)), right)
+    dist.recv(got, left)
+    w.wait()
+    close(got.numpy(), per_rank(left))
+    dist.barrier()
+
+
+@case
+def subgroup():
+    r, n = rank_world()
+    g = dist.new_group([0, n - 1])
+    t = ferro.tensor(per_rank(r))
+    if r in (0, n - 1):
+        dist.all_reduce(t, group=g)
+        close(t.numpy(), per_rank(0) + per_rank(n - 1) if n > 1 else per_rank(0))
+        assert dist.get_world_size(g) == (2 if n > 1 else 1)
+    else:
+        assert g is dist.GroupMember.NON_GROUP_MEMBER
+        assert dist.get_rank(g) == -1
+
+
+@case
+def objects():
+    r, n = rank_world()
+    objs = [{"epoch": 3, "name": "run", "lr": [0.1, 0.01]}, 7] if r == 0 else [None, None]
+    dist.broadcast_object_list(objs, src=0)
+    assert objs == [{"epoch": 3, "name": "run", "lr": [0.1, 0.01]}, 7], objs
+    got = [None] * n
+    dist.all_gather_object(got, {"rank": r, "word": "x" * (r + 1)})
+    assert got == [{"rank": k, "word": "x" * (k + 1)} for k in range(n)], got
+
+
+@case
+def bad_arguments():
+    try:
+        dist.all_reduce(ferro.tensor([1.0]), dist.ReduceOp.BAND)
+    except ferro.errors.DtypeError as e:
+        assert "BAND" in str(e)
+    else:
+        raise AssertionError("BAND on floats must raise DtypeError")
+    try:
+        dist.broadcast(ferro.tensor([1.0]), src=dist.get_world_size())
+    except ferro.errors.ArgumentError as e:
+        assert "src" in str(e)
+    else:
+        raise AssertionError("a src outside the group must raise ArgumentError")
+
+
+# -- DistributedDataParallel ----------------------------------------------------------------------
+
+
+class WithUnused(nn.Module):
+    def __init__(self, net):
+        super().__init__()
+        self.net, self.unused = net, nn.Linear(3, 3)
+
+    def forward(self, x):
+        return self.net(x)
+
+
+def make_model(seed=0, extra=False):
+    ferro.manual_seed(seed + 100 * dist.get_rank())  # different on purpose: DDP broadcasts rank 0's
+    layers = [nn.Linear(5, 16), nn.Tanh(), nn.Linear(16, 8), nn.Tanh(), nn.Linear(8, 1)]
+    m = nn.Sequential(*layers)
+    return (WithUnused(m) if extra else m).double()
+
+
+def global_batch(n_total, seed=1):
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((n_total, 5)), rng.standard_normal((n_total, 1))
+
+
+def full_batch_grads(model, x, y):
+    # The same model, one process, the whole batch: the reference DDP must reproduce.
+    import copy
+
+    ref = copy.deepcopy(model)
+    ref.zero_grad()
+    loss = ((ref(ferro.tensor(x)) - ferro.tensor(y)) ** 2).mean()
+    loss.backward()
+    return [None if p.grad is None else p.grad.numpy().copy() for p in ref.parameters()]
+
+
+@case
+def ddp_matches_full_batch():
+    r, n = rank_world()
+    for cap in (25, 0.0005):  # one bucket; one bucket per parameter or so
+        model = make_model()
+        ddp = DDP(model, bucket_cap_mb=cap)
+        x, y = global_batch(4 * n)
+        ref = full_batch_grads(model, x, y)  # after the broadcast: rank 0's weights everywhere
+        xs, ys = x[4 * r : 4 * r + 4], y[4 * r : 4 * r + 4]
+        loss = ((ddp(ferro.tensor(xs)) - ferro.tensor(ys)) ** 2).mean()
+        loss.backward()
+        for p, g in zip(model.parameters(), ref, strict=True):
+            close(p.grad.numpy(), g)
+
+
+@case
+def ddp_twenty_steps_identical():
+    r, n = rank_world()
+    model = make_model(seed=3)
+    ddp = DDP(model, bucket_cap_mb=0.001)
+    opt = ferro.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
+    rng = np.random.default_rng(10 + r)  # each rank its own data
+    for _ in range(20):
+        opt.zero_grad()
+        xb, yb = rng.standard_normal((6, 5)), rng.standard_normal((6, 1))
+        ((ddp(ferro.tensor(xb)) - ferro.tensor(yb)) ** 2).mean().backward()
+        opt.step()
+    flat = np.concatenate([p.detach().numpy().ravel() for p in model.parameters()])
+    every = [ferro.zeros(flat.size, dtype=ferro.float64) for _ in range(n)]
+    dist.all_gather(every, ferro.tensor(flat))
+    for k in range(n):
+        assert np.array_equal(every[k].numpy(), flat), "replicas diverged"
+
+
+@case
+def ddp_no_sync_accumulates():
+    r, n = rank_world()
+    model = make_model(seed=5)
+    ddp = DDP(model)
+    x, y = global_batch(8 * n, seed=4)
+    ref = full_batch_grads(model, x, y)
+    halves = [
+        (x[8 * r : 8 * r + 4], y[8 * r : 8 * r + 4]),
+        (x[8 * r + 4 : 8 * r + 8], y[8 * r + 4 : 8 * r + 8]),
+    ]
+    with ddp.no_sync():
+        xb, yb = halves[0]
+        (((ddp(ferro.tensor(xb)) - ferro.tensor(yb)) ** 2).mean() / 2).backward()
+    local = [p.grad.numpy().copy() for p in model.parameters()]
+    xb, yb = halves[1]
+    (((ddp(ferro.tensor(xb)) - ferro.tensor(yb)) ** 2).mean() / 2).backward()
+    for p, g in zip(model.parameters(), ref, strict=True):
+        close(p.grad.numpy(), g)
+    if n > 1:
+        assert any(not np.allclose(a, b) for a, b in zip(local, ref, strict=True))
+
+
+@case
+def ddp_unused_parameters():
+    r, n = rank_world()
+    model = make_model(seed=6, extra=True)
+    ddp = DDP(model, find_unused_parameters=True, bucket_cap_mb=0.0005)
+    x, y = global_batch(2 * n)
+    for _ in range(2):
+        ddp.zero_grad()
+        (
+            (ddp(ferro.tensor(x[2 * r : 2 * r + 2])) - ferro.tensor(y[2 * r : 2 * r + 2])) ** 2
+        ).mean().backward()
+    ref = full_batch_grads(model, x, y)
+    used = [p for name, p in model.named_parameters() if not name.startswith("unused")]
+    for p, g in zip(used, ref[: len(used)], strict=True):
+        close(p.grad.numpy(), g)
+    strict = DDP(make_model(seed=6, extra=True))
+    ((strict(ferro.tensor(x[:2])) - ferro.tensor(y[:2])) ** 2).mean().backward()
+    try:
+        strict(ferro.tensor(x[:2]))
+    except ferro.errors.DistributedError as e:
+        assert "unused.weight" in str(e) and "find_unused_parameters" in str(e), str(e)
+    else:
+        raise AssertionError("an unreduced iteration must be reported at the next forward")
+
+
+@case
+def ddp_bucket_view_and_checkpoint():
+    r, n = rank_world()
+    from ferro.utils.checkpoint import checkpoint
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Linear(5, 16), nn.Linear(16, 1)
+
+        def forward(self, x):
+            return self.b(checkpoint(lambda t: ferro.tanh(self.a(t)), x, use_reentrant=False))
+
+    ferro.manual_seed(0)
+    model = Net().double()
+    ddp = DDP(model, gradient_as_bucket_view=True)
+    x, y = global_batch(2 * n, seed=8)
+    ref = full_batch_grads(model, x, y)
+    for _ in range(2):  # the second backward accumulates into the bucket views
+        (
+            (ddp(ferro.tensor(x[2 * r : 2 * r + 2])) - ferro.tensor(y[2 * r : 2 * r + 2])) ** 2
+        ).mean().backward()
+    for p, g in zip(model.parameters(), ref, strict=True):
+        close(p.grad.numpy(), 2 * g)
+
+
+@case
+def ddp_buffers_broadcast():
+    r, n = rank_world()
+    m = nn.Linear(2, 2)
+    m.register_buffer("stat", ferro.full((3,), float(r)))
+    ddp = DDP(m)
+    m.stat.data[...] = r + 5.0
+    ddp(ferro.randn(1, 2))
+    close(m.stat.numpy(), np.full(3, 5.0))
+
+
+# -- a rank that does not arrive ------------------------------------------------------------------
+
+
+@case
+def timeout_names_missing_rank():
+    import datetime
+
+    r, n = rank_world()
+    if n < 2:
+        return
+    g = dist.new_group(list(range(n)), timeout=datetime.timedelta(seconds=1.5))
+    if r == n - 1:
+        return  # never arrives
+    try:
+        dist.all_reduce(ferro.tensor([1.0]), group=g)
+    except ferro.errors.DistributedTimeoutError as e:
+        assert f"ranks [{n - 1}] did not arrive" in str(e), str(e)
+        assert "all_reduce" in str(e)
+    else:
+        raise AssertionError("expected a timeout")
+
+
+def gather_strings(s: str) -> list:
+    # Every rank's string, through tensors only (the harness must not depend on the code under
+    # test more than it has to).
+    n = dist.get_world_size()
+    raw = s.encode()
+    sizes = [ferro.zeros(1, dtype=ferro.int64) for _ in range(n)]
+    dist.all_gather(sizes, ferro.tensor([len(raw)], dtype=ferro.int64))
+    most = max(int(t.numpy()[0]) for t in sizes)
+    padded = np.zeros(most // 8 + 1, np.int64)  # tensors hold no bytes: int64 words
+    padded.view(np.uint8)[: len(raw)] = np.frombuffer(raw, dtype=np.uint8)
+    outs = [ferro.zeros(padded.size, dtype=ferro.int64) for _ in range(n)]
+    dist.all_gather(outs, ferro.tensor(padded))
+    return [
+        o.numpy().tobytes()[: int(k.numpy()[0])].decode() for o, k in zip(outs, sizes, strict=True)
+    ]
+
+
+def main(names):
+    import datetime
+
+    # A case that fails on one rank must not leave the others waiting for 30 minutes.
+    dist.init_process_group("mpi", timeout=datetime.timedelta(seconds=20))
+    r, n = rank_world()
+    results = []
+    for name in names or list(CASES):
+        err = ""
+        try:
+            CASES[name]()
+        except Exception:  # reported, not raised: the other cases still run
+            err = traceback.format_exc()
+        errs = gather_strings(err)
+        if r == 0:
+            bad = {k: e for k, e in enumerate(errs) if e}
+            results.append({"case": name, "ok": not bad, "error": bad})
+        if name == "timeout_names_missing_rank":
+            break  # the group that timed out is unusable; nothing may follow it
+    if r == 0:
+        for res in results:
+            print(json.dumps(res), flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

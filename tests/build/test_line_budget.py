@@ -16,9 +16,17 @@ pytestmark = pytest.mark.skipif(
 # op families still to come (conv, pooling, norms, recurrent, attention), each with its fused
 # kernels. About 2.5 times that leaves room for them written in the current style; growing past
 # it means something is duplicated or a module took on a second concern: split or share first.
+#
+# Raised for ferro/ops from 6,500 to 10,000 when the six families landed (conv, pooling,
+# resampling, norm, recurrent, attention: about 4,600 lines) with about 60 more ops of the
+# PyTorch surface (about 1,000): each family carries its generic xp path, PyTorch's whole
+# argument surface and, since create_graph, a differentiable_backward where its backward is not
+# NumPy-named math. That is the current style, measured (700-950 lines a family), not
+# duplication (`duplicates --change` was run over the round and its repeats merged). A family
+# that needs more than that should split its module or share code first.
 BUDGETS = {
     "ferro/_C": (6500, ("*.pyx", "*.pxd", "*.h", "*.py")),
-    "ferro/ops": (6500, ("*.py",)),
+    "ferro/ops": (10000, ("*.py",)),
 }
 
 

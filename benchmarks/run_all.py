@@ -37,6 +37,13 @@ PLAN = {
         ["--segments", "4", "14", "50"],
         ["--layers", "40", "--width", "256", "--repeats", "1", "--segments", "2", "6", "20"],
     ),
+    "bench_conv": (["--repeats", "7"], ["--repeats", "2", "--no-memory"]),
+    "bench_pool": (["--repeats", "15"], ["--repeats", "3"]),
+    "bench_resample": (["--repeats", "7"], ["--repeats", "2", "--scale", "0.5"]),
+    # bench_seq also runs bench_norm and bench_rnn (issue 15's figures in one run).
+    "bench_seq": (["--repeats", "7"], ["--repeats", "2", "--quick"]),
+    "bench_higher": (["--repeats", "10"], ["--repeats", "3"]),
+    "bench_distributed": (["--steps", "12"], ["--steps", "4"]),
 }
 
 

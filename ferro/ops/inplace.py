@@ -3,8 +3,12 @@ indexed writes (``x[idx] = v``, ``index_put_``, ``index_add_``, ``masked_fill_``
 ``copy_``, ...), the random fills (``uniform_``, ``normal_``) and the augmented operators
 (``+=`` ...).
 
-Each computes the out-of-place result with the differentiable op, then
-:func:`ferro._C.engine.commit_inplace` writes it into the tensor's memory, bumps the version
+Note [In-place ops]. With nothing to record (grad mode off, or neither the tensor nor the
+value requires grad), ``add_``, ``sub_``, ``mul_``, ``div_``, ``clamp_`` and ``fill_`` run
+the ufunc straight into the tensor's memory (``np.subtract(t, g, out=t)``) and bump the version
+counter: no temporary, no copy, no node. Otherwise each computes the out-of-place result with
+the differentiable op, then :func:`ferro._C.engine.commit_inplace` writes it into the tensor's
+memory, bumps the version
 counter shared with its views, and moves the tensor's history to the new node. Backward then
 refuses any node that saved the old contents (the versions differ) instead of computing a wrong
 gradient. A leaf that requires grad, or a view of one, cannot be modified in place while grad
@@ -44,28 +48,96 @@ def commit_inplace(t, out, op):
     return _commit_inplace(t, out, op)
 
 
-def add_(t, other):
-    """``t += other`` in place; returns ``t``."""
-    return _commit(t, ew.add(t, other), "add_")
+def _operand(t, other):
+    """The array or number an in-place op can apply to ``t``'s memory directly, or None where
+    the recorded path must run: grad mode records the op (``t`` or ``other`` requires grad), or
+    ``other`` is anything but a Python number or a tensor of ``t``'s array type and dtype whose
+    shape broadcasts to ``t``'s (the recorded path then promotes, moves or refuses it)."""
+    data = t._data
+    if type(data) is np.ndarray and not data.flags.writeable:
+        return None  # the recorded path raises ReadOnlyError
+    if isinstance(other, TensorBase):
+        if other.requires_grad and is_grad_enabled():
+            return None
+        o = other._data
+        if type(o) is not type(data) or o.dtype != data.dtype or o.ndim > data.ndim:
+            return None
+        for n, m in zip(reversed(o.shape), reversed(data.shape), strict=False):
+            if n != m and n != 1:
+                return None
+        return o
+    if type(other) in (int, float) and data.dtype.kind == "f":
+        return other
+    return None
 
 
-def sub_(t, other):
-    """``t -= other`` in place; returns ``t``."""
-    return _commit(t, ew.sub(t, other), "sub_")
+def _direct(t, other, ufunc, alpha=1):
+    """``t = ufunc(t, alpha * other)`` written into ``t``'s memory when nothing is recorded
+    (Note [In-place ops]); returns ``t``, or None where the recorded path must run."""
+    if t.requires_grad and is_grad_enabled():
+        return None
+    o = _operand(t, other)
+    if o is None:
+        return None
+    if alpha != 1:
+        if type(alpha) not in (int, float):
+            return None
+        o = o * alpha
+    data = t._data
+    ufunc(data, o, out=data)
+    bump_version(t)
+    return t
+
+
+def _alpha(other, alpha):
+    return other if alpha == 1 else ew.mul(other, alpha)
+
+
+def add_(t, other, *, alpha=1):
+    """``t += alpha * other`` in place; returns ``t``."""
+    done = _direct(t, other, xp_of(t._data).add, alpha)
+    return done if done is not None else _commit(t, ew.add(t, _alpha(other, alpha)), "add_")
+
+
+def sub_(t, other, *, alpha=1):
+    """``t -= alpha * other`` in place; returns ``t``."""
+    done = _direct(t, other, xp_of(t._data).subtract, alpha)
+    return done if done is not None else _commit(t, ew.sub(t, _alpha(other, alpha)), "sub_")
 
 
 def mul_(t, other):
     """``t *= other`` in place; returns ``t``."""
-    return _commit(t, ew.mul(t, other), "mul_")
+    done = _direct(t, other, xp_of(t._data).multiply)
+    return done if done is not None else _commit(t, ew.mul(t, other), "mul_")
 
 
 def div_(t, other):
     """``t /= other`` in place; returns ``t``."""
+    if t._data.dtype.kind == "f":
+        done = _direct(t, other, xp_of(t._data).true_divide)
+        if done is not None:
+            return done
     return _commit(t, ew.div(t, other), "div_")
 
 
 def clamp_(t, min=None, max=None):  # noqa: A002 - PyTorch's argument names
     """Clamp ``t`` to ``[min, max]`` in place; returns ``t``."""
+    data = t._data
+    if (
+        not (t.requires_grad and is_grad_enabled())
+        and (type(data) is not np.ndarray or data.flags.writeable)
+        and data.dtype.kind == "f"
+        and all(v is None or type(v) in (int, float) for v in (min, max))
+        and (min is not None or max is not None)
+        and not (min is not None and max is not None and min > max)
+    ):
+        xp = xp_of(data)
+        if min is not None:
+            xp.maximum(data, min, out=data)
+        if max is not None:
+            xp.minimum(data, max, out=data)
+        bump_version(t)
+        return t
     return _commit(t, ew.clamp(t, min, max), "clamp_")
 
 
@@ -77,6 +149,14 @@ def fill_(t, value):
     """
     data = t._data
     value, dt = fill_value(value, data.dtype, "fill_")
+    if (
+        not (t.requires_grad and is_grad_enabled())
+        and (type(data) is not np.ndarray or data.flags.writeable)
+        and dt == data.dtype
+    ):
+        data.fill(value)  # nothing to record: straight into memory
+        bump_version(t)
+        return t
     filled = wrap(xp_of(data).full(data.shape, value, dtype=dt))
     if t.grad_fn is not None and is_grad_enabled():
         # A non-leaf keeps a history: the new values depend on nothing, so the gradient that

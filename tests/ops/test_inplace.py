@@ -1,6 +1,7 @@
 """In-place ops write the values they promise, whatever the tensor held before."""
 
 import numpy as np
+import pytest
 
 import ferro
 
@@ -30,3 +31,67 @@ def test_fill_on_a_non_leaf_records_a_zero_gradient_like_pytorch():
     (y * 3).sum().backward()
     np.testing.assert_array_equal(y.detach().numpy(), [5, 5, 5])
     np.testing.assert_array_equal(x.grad.numpy(), [0, 0, 0])
+
+
+# --- Note [In-place ops]: with nothing to record, the ufunc runs straight into the memory -----
+
+
+@pytest.mark.parametrize(
+    "op, args",
+    [
+        ("add_", (0.5,)),
+        ("sub_", (2,)),
+        ("mul_", (3.0,)),
+        ("div_", (4.0,)),
+        ("add_", ("row",)),
+        ("sub_", ("full",)),
+        ("mul_", ("full",)),
+        ("div_", ("row",)),
+        ("clamp_", (-0.2, 0.3)),
+        ("fill_", (1.5,)),
+    ],
+)
+@pytest.mark.parametrize("grad_mode", [False, True])
+def test_direct_inplace_writes_memory_and_matches_the_recorded_path(op, args, grad_mode):
+    rng = np.random.default_rng(0)
+    base = rng.uniform(0.5, 2.0, (3, 4)).astype(np.float32)
+    operands = {"row": rng.uniform(0.5, 2.0, 4).astype(np.float32), "full": base[::-1].copy()}
+    real = [ferro.from_numpy(operands[a]) if isinstance(a, str) else a for a in args]
+    t = ferro.from_numpy(base.copy())
+    buf, version = t._data, t._version
+    with ferro.set_grad_enabled(grad_mode):
+        out = getattr(t, op)(*real)
+    assert out is t and t._data is buf and t.grad_fn is None
+    assert t._version == version + 1
+    # The recorded path (a tensor that requires grad, under grad mode) gives the same values.
+    ref = ferro.from_numpy(base.copy()) * 1.0
+    ref.requires_grad_(False)
+    leaf = ferro.zeros(3, 4, requires_grad=True)
+    ref = ref + leaf * 0
+    getattr(ref, op)(*real)
+    np.testing.assert_array_equal(t.numpy(), ref.detach().numpy())
+
+
+def test_direct_inplace_update_of_a_parameter_under_no_grad():
+    p = ferro.ones(5, requires_grad=True)
+    (p * 2).sum().backward()
+    with ferro.no_grad():
+        p -= 0.1 * p.grad
+        p.add_(p.grad, alpha=-0.5)
+    np.testing.assert_allclose(p.detach().numpy(), np.full(5, 1 - 0.2 - 1.0), rtol=1e-6)
+    assert p.is_leaf and p.requires_grad
+
+
+def test_direct_inplace_leaves_errors_and_promotion_to_the_recorded_path():
+    ro = np.ones(3, dtype=np.float32)
+    ro.flags.writeable = False
+    with pytest.raises(ferro.errors.ReadOnlyError):
+        ferro.from_numpy(ro).add_(1.0)
+    i = ferro.tensor([1, 2, 3])
+    with pytest.raises(ferro.errors.DtypeError):
+        i.add_(0.5)
+    t = ferro.zeros(3)
+    t.add_(ferro.tensor([1.0, 2.0, 3.0], dtype=ferro.float64))  # float64 into float32: converted
+    assert t.dtype == ferro.float32 and t.tolist() == [1.0, 2.0, 3.0]
+    with pytest.raises(ferro.errors.ShapeError):
+        ferro.zeros(3).add_(ferro.zeros(2, 3))

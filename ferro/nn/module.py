@@ -66,6 +66,16 @@ def _checked_value(where: str, key: str, value, target: TensorBase, writes: bool
         arr = np.asarray(value)
     elif is_device_array(value):
         arr = value
+    elif hasattr(value, "__array__") and hasattr(value, "shape"):
+        # Another library's tensor: a PyTorch state_dict loads as it is (CPU tensors share
+        # their memory through NumPy's array protocol; the load copies from it).
+        try:
+            arr = np.asarray(value)
+        except Exception as exc:  # a GPU or bfloat16 torch tensor: say how to convert it
+            raise ArgumentTypeError(
+                f"{where}: {key!r} ({type(value).__name__}) cannot be read as a NumPy array "
+                f"({exc}); convert it first (for PyTorch: .cpu().float().numpy())"
+            ) from None
     else:
         raise ArgumentTypeError(
             f"{where}: {key!r} must be a tensor or an array, got {type(value).__name__}"

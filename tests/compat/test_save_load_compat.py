@@ -82,3 +82,15 @@ def test_load_reads_from_the_current_position_of_a_stream():
     ferro.save({"w": ferro.ones(2)}, buf)
     buf.seek(6)
     assert ferro.load(buf)["w"].tolist() == [1.0, 1.0]
+
+
+@pytest.mark.torch
+def test_a_pytorch_state_dict_loads_as_it_is():
+    import torch
+
+    tm = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU(), torch.nn.Linear(3, 2))
+    fm = ferro.nn.Sequential(ferro.nn.Linear(4, 3), ferro.nn.ReLU(), ferro.nn.Linear(3, 2))
+    fm.load_state_dict(tm.state_dict())  # torch tensors, no .numpy() needed
+    x = np.random.default_rng(0).standard_normal((5, 4)).astype(np.float32)
+    want = tm(torch.from_numpy(x)).detach().numpy()
+    np.testing.assert_allclose(fm(ferro.from_numpy(x)).detach().numpy(), want, rtol=1e-5, atol=1e-6)

@@ -7,6 +7,8 @@ Cases (backward alone is timed; each round builds the graph untimed, then runs b
   goal: >= 1.6x faster with 2 threads than serial, BLAS at one thread per call.
 - chain: 2,000 ops on 1-element tensors (no parallelism available); goal: parallel no slower
   than 1.1x serial.
+- bidirectional LSTM: 2 layers, hidden 200, seq 35, batch 20; the two directions of a layer
+  are independent nodes; goal: >= 1.3x.
 Each case runs with BLAS limited to 1 thread per call and again at 2 threads, to show how the two
 kinds of parallelism share the cores. Each setting runs in its own process started with
 OPENBLAS_NUM_THREADS set: limiting OpenBLAS at run time (threadpoolctl) leaves its 2-thread pool
@@ -66,6 +68,18 @@ def chain_graph():
     return h.sum(), [x, w, b]
 
 
+def lstm_graph():
+    """A bidirectional 2-layer LSTM (word-language-model size: hidden 200, seq 35, batch 20):
+    each layer's forward and reverse directions are independent nodes of backward."""
+    import ferro
+
+    ferro.manual_seed(0)
+    lstm = ferro.nn.LSTM(200, 200, num_layers=2, bidirectional=True)
+    x = ferro.randn(35, 20, 200)
+    out, _ = lstm(x)
+    return out.sum(), list(lstm.parameters())
+
+
 def raw_thread_ceiling(repeats: int) -> float:
     """Speedup of two plain Python threads over one on the towers' backward GEMMs, with no
     autograd at all: each of the 32 layers' two GEMMs (gy @ w.T and h.T @ gy) on that layer's own
@@ -119,6 +133,7 @@ def run_setting(blas: int, threads: int, repeats: int) -> list[list]:
     for case, make, goal in (
         ("towers", towers_graph, ">= 1.6x"),
         ("chain", chain_graph, ">= 0.91x (no slower than 1.1x serial)"),
+        ("bidirectional LSTM", lstm_graph, ">= 1.3x"),
     ):
         serial = parallel = None
         times = {1: [], threads: []}

@@ -175,8 +175,15 @@ class Tensor(TensorBase):
     __isub__ = _ip.sub_
     __imul__ = _ip.mul_
     __itruediv__ = _ip.div_
-    add_ = _ip.add_
-    sub_ = _ip.sub_
+
+    def add_(self, other, *, alpha=1):
+        """``self += alpha * other`` in place; returns ``self`` (PyTorch's ``alpha=``)."""
+        return _ip.add_(self, other if alpha == 1 else other * alpha)
+
+    def sub_(self, other, *, alpha=1):
+        """``self -= alpha * other`` in place; returns ``self`` (PyTorch's ``alpha=``)."""
+        return _ip.sub_(self, other if alpha == 1 else other * alpha)
+
     mul_ = _ip.mul_
     div_ = _ip.div_
     clamp_ = _ip.clamp_
@@ -230,8 +237,15 @@ class Tensor(TensorBase):
         return iter(_sh.unbind(self, 0))
 
     # Methods that mirror the functions in ferro.ops.
-    add = _ew.add
-    sub = _ew.sub
+
+    def add(self, other, *, alpha=1):
+        """``self + alpha * other`` (PyTorch's ``alpha=``)."""
+        return _ew.add(self, other if alpha == 1 else other * alpha)
+
+    def sub(self, other, *, alpha=1):
+        """``self - alpha * other`` (PyTorch's ``alpha=``)."""
+        return _ew.sub(self, other if alpha == 1 else other * alpha)
+
     mul = _ew.mul
     div = _ew.div
     pow = _ew.pow

@@ -53,6 +53,27 @@ def _rdiv(self, other):
     return _ew.div(other, self)
 
 
+def _floordiv(a, b):
+    # PyTorch's ``a // b`` (floor_divide): floor of the true quotient; integer when both are
+    # integers (computed in float64, exact below 2**53), no gradient. Composed from public ops.
+    import ferro
+
+    def integral(v):
+        if isinstance(v, Tensor):
+            return not v.dtype.is_floating_point and v.dtype != ferro.bool
+        return isinstance(v, int) and not isinstance(v, bool)
+
+    if integral(a) and integral(b):
+        a64 = a.to(ferro.float64) if isinstance(a, Tensor) else float(a)
+        b64 = b.to(ferro.float64) if isinstance(b, Tensor) else float(b)
+        return _ew.floor(_ew.div(a64, b64)).to(ferro.int64)
+    return _ew.floor(_ew.div(a, b))
+
+
+def _rfloordiv(self, other):
+    return _floordiv(other, self)
+
+
 def _rpow(self, other):
     return _ew.pow(other, self)
 
@@ -150,6 +171,8 @@ class Tensor(TensorBase):
     __rmul__ = _ew.mul
     __truediv__ = _ew.div
     __rtruediv__ = _rdiv
+    __floordiv__ = _floordiv
+    __rfloordiv__ = _rfloordiv
     __pow__ = _ew.pow
     __rpow__ = _rpow
     __matmul__ = _la.matmul

@@ -41,3 +41,18 @@ def test_nanogpt_train_py_precision_flags():
 def test_triplet_margin_loss():
     a = torch.randn(3, 4)
     assert nn.TripletMarginLoss(margin=1.0)(a, a, a).item() == pytest.approx(1.0)
+
+
+@pytest.mark.xfail(strict=True, reason="Tensor.repeat_interleave / ferro.repeat_interleave missing")
+def test_repeat_interleave_as_in_grouped_query_attention():
+    # Llama-style GQA: k = k.repeat_interleave(n_rep, dim=1)
+    k = torch.randn(1, 2, 3, 4)
+    assert tuple(k.repeat_interleave(2, dim=1).shape) == (1, 4, 3, 4)
+
+
+@pytest.mark.xfail(strict=True, reason="Tensor.median / Tensor.unfold / ferro.diff missing")
+def test_median_unfold_diff():
+    x = torch.tensor([[3.0, 1.0, 2.0, 5.0]])
+    assert x.median().item() == 2.0
+    assert tuple(x.unfold(1, 2, 1).shape) == (1, 3, 2)
+    assert torch.diff(x, dim=1).tolist() == [[-2.0, 1.0, 3.0]]

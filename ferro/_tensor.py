@@ -53,6 +53,27 @@ def _rdiv(self, other):
     return _ew.div(other, self)
 
 
+def _floordiv(a, b):
+    # PyTorch's ``a // b`` (floor_divide): floor of the true quotient; integer when both are
+    # integers (computed in float64, exact below 2**53), no gradient. Composed from public ops.
+    import ferro
+
+    def integral(v):
+        if isinstance(v, Tensor):
+            return not v.dtype.is_floating_point and v.dtype != ferro.bool
+        return isinstance(v, int) and not isinstance(v, bool)
+
+    if integral(a) and integral(b):
+        a64 = a.to(ferro.float64) if isinstance(a, Tensor) else float(a)
+        b64 = b.to(ferro.float64) if isinstance(b, Tensor) else float(b)
+        return _ew.floor(_ew.div(a64, b64)).to(ferro.int64)
+    return _ew.floor(_ew.div(a, b))
+
+
+def _rfloordiv(self, other):
+    return _floordiv(other, self)
+
+
 def _rpow(self, other):
     return _ew.pow(other, self)
 
@@ -150,6 +171,8 @@ class Tensor(TensorBase):
     __rmul__ = _ew.mul
     __truediv__ = _ew.div
     __rtruediv__ = _rdiv
+    __floordiv__ = _floordiv
+    __rfloordiv__ = _rfloordiv
     __pow__ = _ew.pow
     __rpow__ = _rpow
     __matmul__ = _la.matmul
@@ -175,8 +198,15 @@ class Tensor(TensorBase):
     __isub__ = _ip.sub_
     __imul__ = _ip.mul_
     __itruediv__ = _ip.div_
-    add_ = _ip.add_
-    sub_ = _ip.sub_
+
+    def add_(self, other, *, alpha=1):
+        """``self += alpha * other`` in place; returns ``self`` (PyTorch's ``alpha=``)."""
+        return _ip.add_(self, other, alpha=alpha)
+
+    def sub_(self, other, *, alpha=1):
+        """``self -= alpha * other`` in place; returns ``self`` (PyTorch's ``alpha=``)."""
+        return _ip.sub_(self, other, alpha=alpha)
+
     mul_ = _ip.mul_
     div_ = _ip.div_
     clamp_ = _ip.clamp_
@@ -230,8 +260,15 @@ class Tensor(TensorBase):
         return iter(_sh.unbind(self, 0))
 
     # Methods that mirror the functions in ferro.ops.
-    add = _ew.add
-    sub = _ew.sub
+
+    def add(self, other, *, alpha=1):
+        """``self + alpha * other`` (PyTorch's ``alpha=``)."""
+        return _ew.add(self, other if alpha == 1 else other * alpha)
+
+    def sub(self, other, *, alpha=1):
+        """``self - alpha * other`` (PyTorch's ``alpha=``)."""
+        return _ew.sub(self, other if alpha == 1 else other * alpha)
+
     mul = _ew.mul
     div = _ew.div
     pow = _ew.pow

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from ferro.errors import ArgumentError, ShapeError
 from ferro.random import numpy_generator
 
@@ -98,7 +100,54 @@ def kaiming_normal_(
     return normal_(t, 0.0, _gain(nonlinearity, a) / math.sqrt(fan), generator)
 
 
+def calculate_gain(nonlinearity: str, param=None) -> float:
+    """PyTorch's recommended gain for ``nonlinearity`` (``param``: leaky_relu's negative slope,
+    0.01 when None)."""
+    if nonlinearity in ("linear", "identity", "sigmoid") or nonlinearity.startswith("conv"):
+        return 1.0
+    if nonlinearity == "selu":
+        return 3.0 / 4
+    if nonlinearity == "leaky_relu":
+        return _gain(nonlinearity, 0.01 if param is None else float(param))
+    return _gain(nonlinearity, 0.0)
+
+
+def trunc_normal_(
+    t, mean: float = 0.0, std: float = 1.0, a: float = -2.0, b: float = 2.0, generator=None
+):
+    """Fill with N(mean, std^2) truncated to [a, b] (absolute bounds, as in PyTorch)."""
+    if not a < b:
+        raise ArgumentError(f"trunc_normal_: need a < b, got a={a}, b={b}")
+    rng = numpy_generator(generator, "trunc_normal_")
+    out = rng.normal(mean, std, t.shape)
+    bad = (out < a) | (out > b)
+    while bad.any():
+        out[bad] = rng.normal(mean, std, int(bad.sum()))
+        bad = (out < a) | (out > b)
+    return _fill(t, out)
+
+
+def orthogonal_(t, gain: float = 1.0, generator=None):
+    """Fill with a (semi-)orthogonal matrix (QR of a Gaussian; rows = ``t.shape[0]``, the other
+    dimensions flattened), scaled by ``gain``."""
+    if t.ndim < 2:
+        raise ShapeError(f"orthogonal_: need at least 2 dimensions, got shape {t.shape}")
+    rows = t.shape[0]
+    cols = t.numel() // rows if rows else 0
+    flat = numpy_generator(generator, "orthogonal_").normal(0.0, 1.0, (rows, cols))
+    if rows < cols:
+        flat = flat.T
+    q, r = np.linalg.qr(flat)
+    q *= np.sign(np.diag(r))
+    if rows < cols:
+        q = q.T
+    return _fill(t, (gain * q).reshape(t.shape))
+
+
 __all__ = [
+    "calculate_gain",
+    "trunc_normal_",
+    "orthogonal_",
     "uniform_",
     "normal_",
     "zeros_",

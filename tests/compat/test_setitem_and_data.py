@@ -258,3 +258,17 @@ def test_setitem_and_index_put_have_second_derivatives():
         return (y**2).sum()
 
     assert gradgradcheck(assign, (x, v)) and gradgradcheck(put, (x, v))
+
+
+def test_add_and_sub_take_pytorchs_alpha():
+    # word_language_model's manual SGD: p.data.add_(p.grad, alpha=-lr)
+    import ferro
+
+    p = ferro.tensor([1.0, 2.0])
+    g = ferro.tensor([0.5, 1.0])
+    assert p.add_(g, alpha=-2.0) is p
+    np.testing.assert_allclose(p.numpy(), [0.0, 0.0])
+    p.sub_(g, alpha=2)
+    np.testing.assert_allclose(p.numpy(), [-1.0, -2.0])
+    np.testing.assert_allclose(p.add(g, alpha=3).numpy(), [0.5, 1.0])
+    np.testing.assert_allclose(p.sub(g).numpy(), [-1.5, -3.0])

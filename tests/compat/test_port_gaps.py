@@ -1,0 +1,58 @@
+"""Lines from public PyTorch programs that still break on ferro with only the import changed.
+Each is a strict xfail naming the missing piece: when it is added, the test XPASSes and fails,
+so move it out of here then."""
+
+import pytest
+
+import ferro as torch
+import ferro.nn as nn
+import ferro.nn.functional as F
+
+
+@pytest.mark.xfail(strict=True, reason="ferro.bmm / ferro.mm missing (only Tensor.bmm/mm exist)")
+def test_torch_bmm_as_in_the_seq2seq_attention_tutorial():
+    query, keys = torch.randn(2, 1, 4), torch.randn(2, 3, 4)
+    assert tuple(torch.bmm(query, keys.permute(0, 2, 1)).shape) == (2, 1, 3)
+    assert tuple(torch.mm(torch.ones(2, 3), torch.ones(3, 4)).shape) == (2, 4)
+
+
+@pytest.mark.xfail(strict=True, reason="ferro.add / ferro.sub take no alpha= keyword")
+def test_torch_add_with_alpha():
+    a = torch.ones(3)
+    assert torch.add(a, a, alpha=2).tolist() == [3.0, 3.0, 3.0]
+    assert torch.sub(a, a, alpha=2).tolist() == [-1.0, -1.0, -1.0]
+
+
+@pytest.mark.xfail(strict=True, reason="F.relu (and friends) take no inplace= keyword")
+def test_functional_relu_inplace_as_in_torchvision_resnets():
+    x = torch.tensor([-1.0, 2.0])
+    assert F.relu(x, inplace=True).tolist() == [0.0, 2.0]
+
+
+@pytest.mark.xfail(strict=True, reason="ferro.backends / set_float32_matmul_precision missing")
+def test_nanogpt_train_py_precision_flags():
+    # nanoGPT train.py, run on CPU: these are no-ops there, but they raise AttributeError.
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+    torch.set_float32_matmul_precision("high")
+
+
+@pytest.mark.xfail(strict=True, reason="nn.TripletMarginLoss missing")
+def test_triplet_margin_loss():
+    a = torch.randn(3, 4)
+    assert nn.TripletMarginLoss(margin=1.0)(a, a, a).item() == pytest.approx(1.0)
+
+
+@pytest.mark.xfail(strict=True, reason="Tensor.repeat_interleave / ferro.repeat_interleave missing")
+def test_repeat_interleave_as_in_grouped_query_attention():
+    # Llama-style GQA: k = k.repeat_interleave(n_rep, dim=1)
+    k = torch.randn(1, 2, 3, 4)
+    assert tuple(k.repeat_interleave(2, dim=1).shape) == (1, 4, 3, 4)
+
+
+@pytest.mark.xfail(strict=True, reason="Tensor.median / Tensor.unfold / ferro.diff missing")
+def test_median_unfold_diff():
+    x = torch.tensor([[3.0, 1.0, 2.0, 5.0]])
+    assert x.median().item() == 2.0
+    assert tuple(x.unfold(1, 2, 1).shape) == (1, 3, 2)
+    assert torch.diff(x, dim=1).tolist() == [[-2.0, 1.0, 3.0]]

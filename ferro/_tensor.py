@@ -263,11 +263,11 @@ class Tensor(TensorBase):
 
     def add(self, other, *, alpha=1):
         """``self + alpha * other`` (PyTorch's ``alpha=``)."""
-        return _ew.add(self, other if alpha == 1 else other * alpha)
+        return _ew.add(self, other, alpha=alpha)
 
     def sub(self, other, *, alpha=1):
         """``self - alpha * other`` (PyTorch's ``alpha=``)."""
-        return _ew.sub(self, other if alpha == 1 else other * alpha)
+        return _ew.sub(self, other, alpha=alpha)
 
     mul = _ew.mul
     div = _ew.div
@@ -427,24 +427,16 @@ class Tensor(TensorBase):
         return _sh.transpose(self, 0, 1)
 
     def mm(self, mat2) -> Tensor:
-        """The matrix product of two 2-D tensors (``matmul`` without broadcasting)."""
-        _check_matrices("mm", (self, 2), (mat2, 2))
-        return _la.matmul(self, mat2)
+        """The matrix product of two 2-D tensors (``ferro.mm``)."""
+        return _la.mm(self, mat2)
 
     def bmm(self, mat2) -> Tensor:
-        """Batched matrix product: ``(b, n, m) @ (b, m, p) -> (b, n, p)``, same batch size."""
-        _check_matrices("bmm", (self, 3), (mat2, 3))
-        if self.shape[0] != mat2.shape[0]:
-            raise ShapeError(
-                f"bmm: the batch sizes differ: shapes {self.shape} and {mat2.shape} (bmm does "
-                "not broadcast; matmul does)"
-            )
-        return _la.matmul(self, mat2)
+        """Batched matrix product (``ferro.bmm``)."""
+        return _la.bmm(self, mat2)
 
     def mv(self, vec) -> Tensor:
-        """The product of a 2-D matrix and a 1-D vector."""
-        _check_matrices("mv", (self, 2), (vec, 1))
-        return _la.matmul(self, vec)
+        """The product of a 2-D matrix and a 1-D vector (``ferro.mv``)."""
+        return _la.mv(self, vec)
 
     def contiguous(self) -> Tensor:
         """This tensor if its data is C-contiguous, else a C-contiguous copy (with history)."""
@@ -998,19 +990,6 @@ def _parse_type_name(name: str) -> tuple:
             "'ferro.cuda.DoubleTensor'"
         )
     return ("cuda" if parts[1:-1] else "cpu", _TYPE_DTYPES[kind])
-
-
-def _check_matrices(op: str, *operands) -> None:
-    """Raise unless each ``(tensor, ndim)`` of ``operands`` is a Tensor of that many dims."""
-    for t, _ in operands:
-        if not isinstance(t, TensorBase):
-            raise ArgumentTypeError(f"{op}: expected a Tensor, got {type(t).__name__}")
-    for name, (t, ndim) in zip(("self", "the argument"), operands, strict=True):
-        if t.ndim != ndim:
-            raise ShapeError(
-                f"{op}: {name} must have {ndim} dimension(s), got shape {t.shape} (shapes "
-                f"{operands[0][0].shape} and {operands[1][0].shape})"
-            )
 
 
 def _other(other, op: str):

@@ -73,11 +73,13 @@ def _not_float(v) -> bool:
     return isinstance(v, (int, float)) and type(v) is not float
 
 
-def add(a, b):
-    """``a + b`` with broadcasting.
+def add(a, b, *, alpha=1):
+    """``a + alpha * b`` with broadcasting (``alpha``: PyTorch's keyword, 1 by default).
 
-    Gradient: ga = gy, gb = gy (summed back over broadcast dimensions).
+    Gradient: ga = gy, gb = alpha * gy (summed back over broadcast dimensions).
     """
+    if alpha != 1:
+        b = mul(b, alpha)
     if type(a) is float or type(b) is float:
         a, b = _floated(a, b)
     return apply(Add, a, b)
@@ -94,11 +96,13 @@ class Sub:
         return gy, (-gy if ctx.needs_input_grad[1] else None)
 
 
-def sub(a, b):
-    """``a - b`` with broadcasting.
+def sub(a, b, *, alpha=1):
+    """``a - alpha * b`` with broadcasting (``alpha``: PyTorch's keyword, 1 by default).
 
-    Gradient: ga = gy, gb = -gy.
+    Gradient: ga = gy, gb = -alpha * gy.
     """
+    if alpha != 1:
+        b = mul(b, alpha)
     if type(a) is float or type(b) is float:
         a, b = _floated(a, b)
     return apply(Sub, a, b)

@@ -294,6 +294,39 @@ def _check_dims(op, **tensors):
             )
 
 
+def mm(input, mat2):  # noqa: A002 - PyTorch's argument names
+    """The matrix product of two 2-D tensors (``matmul`` without broadcasting).
+
+    Gradient: ginput = gy @ mat2.T, gmat2 = input.T @ gy.
+    """
+    _check_dims("mm", input=(input, 2), mat2=(mat2, 2))
+    return matmul(input, mat2)
+
+
+def bmm(input, mat2):  # noqa: A002
+    """Batched matrix product ``(b, n, m) @ (b, m, p) -> (b, n, p)``, the same batch size on
+    both sides (``bmm`` does not broadcast; ``matmul`` does).
+
+    Gradient: ginput = gy @ mat2ᵀ, gmat2 = inputᵀ @ gy, per batch entry.
+    """
+    _check_dims("bmm", input=(input, 3), mat2=(mat2, 3))
+    if input.shape[0] != mat2.shape[0]:
+        raise ShapeError(
+            f"bmm: the batch sizes differ: shapes {tuple(input.shape)} and {tuple(mat2.shape)} "
+            "(bmm does not broadcast; matmul does)"
+        )
+    return matmul(input, mat2)
+
+
+def mv(input, vec):  # noqa: A002
+    """The product of a 2-D matrix and a 1-D vector.
+
+    Gradient: ginput = outer(gy, vec), gvec = inputᵀ @ gy.
+    """
+    _check_dims("mv", input=(input, 2), vec=(vec, 1))
+    return matmul(input, vec)
+
+
 def addmm(input, mat1, mat2, *, beta=1, alpha=1):  # noqa: A002 - PyTorch's argument names
     """``beta * input + alpha * (mat1 @ mat2)`` for 2-D ``mat1`` and ``mat2`` (``input``
     broadcasts), as PyTorch's ``addmm``.
@@ -400,7 +433,10 @@ __all__ = [
     "cross",
     "dot",
     "einsum",
+    "bmm",
     "linear",
     "matmul",
+    "mm",
+    "mv",
     "outer",
 ]

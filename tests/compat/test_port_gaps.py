@@ -1,6 +1,6 @@
-"""Lines from public PyTorch programs that still break on ferro with only the import changed.
-Each is a strict xfail naming the missing piece: when it is added, the test XPASSes and fails,
-so move it out of here then."""
+"""Lines from public PyTorch programs that broke on ferro with only the import changed. Each
+missing piece is a strict xfail naming it: when it is added, the test XPASSes and fails, and its
+mark is removed (the test then guards the fix)."""
 
 import pytest
 
@@ -9,14 +9,12 @@ import ferro.nn as nn
 import ferro.nn.functional as F
 
 
-@pytest.mark.xfail(strict=True, reason="ferro.bmm / ferro.mm missing (only Tensor.bmm/mm exist)")
 def test_torch_bmm_as_in_the_seq2seq_attention_tutorial():
     query, keys = torch.randn(2, 1, 4), torch.randn(2, 3, 4)
     assert tuple(torch.bmm(query, keys.permute(0, 2, 1)).shape) == (2, 1, 3)
     assert tuple(torch.mm(torch.ones(2, 3), torch.ones(3, 4)).shape) == (2, 4)
 
 
-@pytest.mark.xfail(strict=True, reason="ferro.add / ferro.sub take no alpha= keyword")
 def test_torch_add_with_alpha():
     a = torch.ones(3)
     assert torch.add(a, a, alpha=2).tolist() == [3.0, 3.0, 3.0]

@@ -56,17 +56,15 @@ def _rdiv(self, other):
 def _floordiv(a, b):
     # PyTorch's ``a // b`` (floor_divide): floor of the true quotient; integer when both are
     # integers (computed in float64, exact below 2**53), no gradient. Composed from public ops.
-    import ferro
-
     def integral(v):
         if isinstance(v, Tensor):
-            return not v.dtype.is_floating_point and v.dtype != ferro.bool
+            return not v.dtype.is_floating_point and v.dtype != _dtypes.bool_
         return isinstance(v, int) and not isinstance(v, bool)
 
     if integral(a) and integral(b):
-        a64 = a.to(ferro.float64) if isinstance(a, Tensor) else float(a)
-        b64 = b.to(ferro.float64) if isinstance(b, Tensor) else float(b)
-        return _ew.floor(_ew.div(a64, b64)).to(ferro.int64)
+        a64 = a.to(_dtypes.float64) if isinstance(a, Tensor) else float(a)
+        b64 = b.to(_dtypes.float64) if isinstance(b, Tensor) else float(b)
+        return _ew.floor(_ew.div(a64, b64)).to(_dtypes.int64)
     return _ew.floor(_ew.div(a, b))
 
 

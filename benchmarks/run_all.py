@@ -179,6 +179,14 @@ def main(argv=None) -> None:
         with open(os.path.join(RESULTS, f"{name}.json"), "w") as f:
             json.dump(records, f, indent=1)
         print(f"{name}: {len(records)} records in {time.time() - t0:.0f} s", flush=True)
+    # Benchmarks left out by --only keep their last figures in the report (their JSON is read
+    # back), so a partial run updates the report instead of truncating it.
+    for name in PLAN:
+        kept = os.path.join(RESULTS, f"{name}.json")
+        if name not in results and os.path.exists(kept):
+            with open(kept) as f:
+                results[name] = json.load(f)
+    results = {name: results[name] for name in PLAN if name in results}
     made = plots(results)
     lines = [
         "# Benchmark report",

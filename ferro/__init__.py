@@ -16,6 +16,7 @@ from ferro import (  # noqa: F401  (submodules)
     accelerator,
     autograd,
     backend,
+    backends,
     cuda,
     distributed,  # noqa: E402,F401  (no MPI import until a process group is made)
     errors,
@@ -46,6 +47,7 @@ from ferro.autograd import (
     set_grad_enabled,
 )
 from ferro.backend import device, get_default_device, set_default_device
+from ferro.backends import get_float32_matmul_precision, set_float32_matmul_precision
 from ferro.creation import (
     arange,
     as_tensor,
@@ -162,6 +164,8 @@ __all__ = [
     "tensor",
     "as_tensor",
     "from_numpy",
+    "get_float32_matmul_precision",
+    "set_float32_matmul_precision",
     "from_dlpack",
     "zeros",
     "ones",

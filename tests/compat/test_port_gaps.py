@@ -27,12 +27,14 @@ def test_functional_relu_inplace_as_in_torchvision_resnets():
     assert F.relu(x, inplace=True).tolist() == [0.0, 2.0]
 
 
-@pytest.mark.xfail(strict=True, reason="ferro.backends / set_float32_matmul_precision missing")
 def test_nanogpt_train_py_precision_flags():
     # nanoGPT train.py, run on CPU: these are no-ops there, but they raise AttributeError.
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
     torch.set_float32_matmul_precision("high")
+    assert torch.get_float32_matmul_precision() == "high"
+    assert torch.backends.cuda.matmul.allow_tf32 and not torch.backends.mps.is_available()
+    torch.set_float32_matmul_precision("highest")
 
 
 @pytest.mark.xfail(strict=True, reason="nn.TripletMarginLoss missing")

@@ -316,52 +316,36 @@ def _weight_grad_as_conv(x, gy, stride, pads, dilation, groups, kernel):
 # engine calls them under create_graph=True; ``ctx.saved`` then holds Tensors).
 
 
-def _conv_differentiable_backward(ctx, gy):
-    x, w = ctx.saved
-    need_x, need_w, need_b = ctx.needs_input_grad
-    stride, pads, dilation, groups = ctx.geom
-    gx = gw = gb = None
-    if need_x:
-        gx = apply(
-            ConvTranspose,
-            gy,
-            w,
-            None,
-            stride=stride,
-            pads=pads,
-            dilation=dilation,
-            groups=groups,
-            size=tuple(ctx.in_size),
-        )
-    if need_w:
-        gw = _weight_grad_as_conv(x, gy, stride, pads, dilation, groups, ctx.kernel)
-    if need_b:
-        gb = gy.sum(dim=(0,) + tuple(range(2, gy.ndim)))
-    return gx, gw, gb
+def _differentiable_backward_of(transposed: bool):
+    """The double-backward of conv (``transposed=False``) or conv_transpose: each op's input
+    gradient is the other op applied to ``gy`` with the same weight and geometry, and the weight
+    gradient is a convolution of the input with ``gy`` (their roles swapped for the transpose)."""
 
+    def differentiable_backward(ctx, gy):
+        x, w = ctx.saved
+        need_x, need_w, need_b = ctx.needs_input_grad
+        stride, pads, dilation, groups = ctx.geom
+        gx = gw = gb = None
+        if need_x:
+            gx = apply(
+                Conv if transposed else ConvTranspose,
+                gy,
+                w,
+                None,
+                stride=stride,
+                pads=pads,
+                dilation=dilation,
+                groups=groups,
+                size=tuple(ctx.in_size),
+            )
+        if need_w:
+            a, b = (gy, x) if transposed else (x, gy)
+            gw = _weight_grad_as_conv(a, b, stride, pads, dilation, groups, ctx.kernel)
+        if need_b:
+            gb = gy.sum(dim=(0,) + tuple(range(2, gy.ndim)))
+        return gx, gw, gb
 
-def _conv_transpose_differentiable_backward(ctx, gy):
-    x, w = ctx.saved
-    need_x, need_w, need_b = ctx.needs_input_grad
-    stride, pads, dilation, groups = ctx.geom
-    gx = gw = gb = None
-    if need_x:
-        gx = apply(
-            Conv,
-            gy,
-            w,
-            None,
-            stride=stride,
-            pads=pads,
-            dilation=dilation,
-            groups=groups,
-            size=tuple(ctx.in_size),
-        )
-    if need_w:
-        gw = _weight_grad_as_conv(gy, x, stride, pads, dilation, groups, ctx.kernel)
-    if need_b:
-        gb = gy.sum(dim=(0,) + tuple(range(2, gy.ndim)))
-    return gx, gw, gb
+    return differentiable_backward
 
 
 def _unfold_differentiable_backward(ctx, gy):
@@ -421,7 +405,7 @@ class Conv:
         gw = _conv_weight_grad(xp, x, gy, *ctx.geom, ctx.kernel) if need_w else None
         return gx, gw, _bias_grad(gy) if need_b else None
 
-    differentiable_backward = staticmethod(_conv_differentiable_backward)
+    differentiable_backward = staticmethod(_differentiable_backward_of(transposed=False))
 
 
 @register("conv_transpose")
@@ -448,7 +432,7 @@ class ConvTranspose:
         gw = _conv_weight_grad(xp, gy, x, *ctx.geom, ctx.kernel) if need_w else None
         return gx, gw, _bias_grad(gy) if need_b else None
 
-    differentiable_backward = staticmethod(_conv_transpose_differentiable_backward)
+    differentiable_backward = staticmethod(_differentiable_backward_of(transposed=True))
 
 
 @register("unfold")

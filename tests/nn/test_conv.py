@@ -293,8 +293,8 @@ def test_bad_input_raises_a_typed_error_naming_op_and_shapes(call, err, words):
 # --- the differentiable backward agrees with backward ----------------------------------------
 
 DOUBLE = {
-    "conv": conv_ops._conv_differentiable_backward,
-    "conv_transpose": conv_ops._conv_transpose_differentiable_backward,
+    "conv": conv_ops.Conv.differentiable_backward,
+    "conv_transpose": conv_ops.ConvTranspose.differentiable_backward,
     "unfold": conv_ops._unfold_differentiable_backward,
     "fold": conv_ops._fold_differentiable_backward,
 }

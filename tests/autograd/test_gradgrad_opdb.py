@@ -31,15 +31,9 @@ AT_A_KINK = {
     ("amax", "tie"): "tied maxima share the gradient: it jumps when a tie breaks",
 }
 
-# Other slices' ops whose double backward is wrong today (reported to the lead; the op's owner
-# fixes it): the test runs and is expected to fail until then.
-KNOWN_WRONG = {
-    "lstm_cell": "saves gate activations (intermediates) and has no differentiable_backward",
-    "lstm_cell_hy": "saves gate activations (intermediates) and has no differentiable_backward",
-    "gru_cell": "saves gate activations (intermediates) and has no differentiable_backward",
-    "recurrent_layer": "its differentiable_backward runs the cells, whose double backward is wrong",
-    "grid_sample": "its differentiable_backward applies & to two Tensors (TypeError)",
-}
+# Ops whose double backward is known to be wrong, each with the reason; the test runs and is
+# expected to fail until it is fixed. Empty: keep it so.
+KNOWN_WRONG: dict[str, str] = {}
 
 # gradgradcheck costs a create_graph backward per element of the inputs and output gradients:
 # every op is checked on its smallest sample, and on the others up to this many elements.
@@ -169,3 +163,27 @@ def test_create_graph_gradients_equal_first_order_ones(case):
         assert (a is None) == (b is None)
         if a is not None:
             np.testing.assert_allclose(b._data, a._data, rtol=1e-10, atol=1e-12)
+
+
+# The recurrent cells and grid_sample on batched samples, which the op database's samples above
+# MAX_ELEMENTS leave out: their create_graph backward recomputes the gates (the cells) and the
+# sampling weights (grid_sample) from the saved inputs.
+def test_recurrent_cells_and_layers_are_twice_differentiable_on_batches():
+    from ferro.ops.recurrent import gru_cell, lstm_cell
+
+    rng = np.random.default_rng(0)
+    t = lambda *shape: ferro.tensor(rng.standard_normal(shape), requires_grad=True)  # noqa: E731
+    assert gradgradcheck(lambda a, b, c: sum(lstm_cell(a, b, c)), (t(3, 8), t(3, 8), t(3, 2)))
+    assert gradgradcheck(lambda a, b, c: gru_cell(a, b, c), (t(3, 6), t(3, 6), t(3, 2)))
+    for cls in (ferro.nn.LSTM, ferro.nn.GRU):
+        ferro.manual_seed(0)
+        layer = cls(2, 2, bidirectional=True).double()
+        assert gradgradcheck(lambda x, layer=layer: layer(x)[0], (t(2, 1, 2),))
+
+
+def test_grid_sample_is_twice_differentiable_on_a_batch():
+    rng = np.random.default_rng(1)
+    x = ferro.tensor(rng.standard_normal((2, 1, 3, 3)), requires_grad=True)
+    grid = ferro.tensor(rng.uniform(-0.9, 0.9, (2, 2, 2, 2)), requires_grad=True)
+    fn = ferro.nn.functional.grid_sample
+    assert gradgradcheck(lambda a, b: fn(a, b, align_corners=False), (x, grid))

@@ -368,6 +368,14 @@ class Tensor(TensorBase):
     cumprod = _red.cumprod
     sort = _red.sort
     topk = _red.topk
+    median = _red.median
+    diff = _sh.diff
+    repeat_interleave = _sh.repeat_interleave
+    unfold = _sh.unfold_windows
+    dot = _la.dot
+    outer = _la.outer
+    logaddexp = _ew.logaddexp
+    prelu = _act.prelu
     argsort = _red.argsort
     tril = _sh.tril
     triu = _sh.triu
@@ -688,6 +696,10 @@ class Tensor(TensorBase):
     def double(self) -> Tensor:
         """Convert to float64 (differentiable)."""
         return _ew.cast(self, _dtypes.float64)
+
+    def where(self, condition, other) -> Tensor:
+        """``ferro.where(condition, self, other)`` (PyTorch's ``Tensor.where``)."""
+        return _ew.where(condition, self, other)
 
     def long(self) -> Tensor:
         """Convert to int64 (the result has no history)."""

@@ -5,16 +5,27 @@ Besides the ops, it holds PyTorch's functional-only helpers that are composition
 gradients, so they need no op of their own.
 """
 
+import functools
+import inspect
 import math
 import numbers
 
 import numpy as np
 
+from ferro.creation import arange
 from ferro.errors import ArgumentError, ArgumentTypeError
 from ferro.ops import *  # noqa: F403
 from ferro.ops import __all__ as _all
 from ferro.ops import abs as _abs
-from ferro.ops import clamp, norm
+from ferro.ops import activation as _act
+from ferro.ops import clamp, logsigmoid, minimum, norm, softplus, where
+from ferro.ops import inplace as _inplace
+from ferro.ops.dropout import alpha_dropout as _alpha_dropout
+from ferro.ops.dropout import dropout as _dropout
+from ferro.ops.dropout import dropout1d as _dropout1d
+from ferro.ops.dropout import dropout2d as _dropout2d
+from ferro.ops.dropout import dropout3d as _dropout3d
+from ferro.ops.dropout import feature_alpha_dropout as _feature_alpha_dropout
 from ferro.ops.elementwise import real_arg
 
 
@@ -89,4 +100,290 @@ def _broadcast_shape(a, b, fn: str) -> tuple:
         ) from None
 
 
-__all__ = [*_all, "cosine_similarity", "normalize", "pairwise_distance"]
+def _check_reduction(reduction, fn: str) -> None:
+    if reduction not in ("none", "mean", "sum"):
+        raise ArgumentError(f"{fn}: reduction must be 'none', 'mean' or 'sum', got {reduction!r}")
+
+
+def _reduce(loss, reduction: str):
+    return loss.mean() if reduction == "mean" else loss.sum() if reduction == "sum" else loss
+
+
+def triplet_margin_loss(
+    anchor,
+    positive,
+    negative,
+    margin: float = 1.0,
+    p: float = 2.0,
+    eps: float = 1e-6,
+    swap: bool = False,
+    size_average=None,
+    reduce=None,
+    reduction: str = "mean",
+):
+    """``max(d(a, p) - d(a, n) + margin, 0)`` with ``d`` the :func:`pairwise_distance`
+    (``swap``: ``d(a, n)`` replaced by ``min(d(a, n), d(p, n))``), as PyTorch's.
+
+    Gradient: through the distances where the hinge is active.
+    """
+    reduction = _legacy(size_average, reduce, reduction)
+    _check_reduction(reduction, "triplet_margin_loss")
+    d_ap = pairwise_distance(anchor, positive, p, eps)
+    d_an = pairwise_distance(anchor, negative, p, eps)
+    if swap:
+        d_an = minimum(d_an, pairwise_distance(positive, negative, p, eps))
+    return _reduce(clamp(d_ap - d_an + margin, min=0.0), reduction)
+
+
+def margin_ranking_loss(
+    input1, input2, target, margin: float = 0.0, size_average=None, reduce=None, reduction="mean"
+):
+    """``max(0, -target * (input1 - input2) + margin)``, target in {1, -1}.
+
+    Gradient: through the hinge.
+    """
+    reduction = _legacy(size_average, reduce, reduction)
+    _check_reduction(reduction, "margin_ranking_loss")
+    return _reduce(clamp(-target * (input1 - input2) + margin, min=0.0), reduction)
+
+
+def hinge_embedding_loss(
+    input,
+    target,
+    margin: float = 1.0,
+    size_average=None,
+    reduce=None,
+    reduction="mean",  # noqa: A002
+):
+    """``input`` where ``target == 1`` plus ``max(0, margin - input)`` where ``target == -1``
+    (PyTorch's formula: the first term where target != -1, the second where target != 1).
+
+    Gradient: through the selected terms.
+    """
+    reduction = _legacy(size_average, reduce, reduction)
+    _check_reduction(reduction, "hinge_embedding_loss")
+    hinge = where(target != 1, clamp(margin - input, min=0.0), 0.0)
+    return _reduce(hinge + where(target != -1, input, 0.0), reduction)
+
+
+def soft_margin_loss(input, target, size_average=None, reduce=None, reduction="mean"):  # noqa: A002
+    """``log(1 + exp(-target * input))``, target in {1, -1}.
+
+    Gradient: softplus's.
+    """
+    reduction = _legacy(size_average, reduce, reduction)
+    _check_reduction(reduction, "soft_margin_loss")
+    return _reduce(softplus(-target * input), reduction)
+
+
+def cosine_embedding_loss(
+    input1, input2, target, margin: float = 0.0, size_average=None, reduce=None, reduction="mean"
+):
+    """``1 - cos(input1, input2)`` where ``target == 1``, ``max(0, cos - margin)`` where
+    ``target == -1``; cos over the last dimension with PyTorch's 1e-12 guard.
+
+    Gradient: through the cosine.
+    """
+    reduction = _legacy(size_average, reduce, reduction)
+    _check_reduction(reduction, "cosine_embedding_loss")
+    dot = (input1 * input2).sum(-1)
+    mag = ((input1 * input1).sum(-1) + 1e-12) * ((input2 * input2).sum(-1) + 1e-12)
+    cos = dot / mag.sqrt()
+    loss = where(target == 1, 1.0 - cos, 0.0) + where(
+        target == -1, clamp(cos - margin, min=0.0), 0.0
+    )
+    return _reduce(loss, reduction)
+
+
+def gaussian_nll_loss(
+    input,
+    target,
+    var,
+    full: bool = False,
+    eps: float = 1e-6,
+    reduction: str = "mean",  # noqa: A002
+):
+    """``0.5 * (log(var) + (input - target)**2 / var)`` (+ ``0.5 * log(2 pi)`` if ``full``),
+    with ``var`` clamped to at least ``eps`` (the clamp passes the gradient through, as
+    PyTorch's in-place clamp under no_grad does). ``var`` may lack the last dimension or have
+    size 1 there (one variance per sample).
+
+    Gradient: through the log and the quotient.
+    """
+    _check_reduction(reduction, "gaussian_nll_loss")
+    if var.ndim == input.ndim - 1 and tuple(var.shape) == tuple(input.shape[:-1]):
+        var = var.unsqueeze(-1)
+    if (var.detach() < 0).any().item():
+        raise ArgumentError("gaussian_nll_loss: var has negative entries")
+    raw = var.detach()
+    var = var + (clamp(raw, min=eps) - raw)
+    loss = 0.5 * (var.log() + (input - target) ** 2 / var)
+    if full:
+        loss = loss + 0.5 * math.log(2 * math.pi)
+    return _reduce(loss, reduction)
+
+
+def poisson_nll_loss(
+    input,  # noqa: A002
+    target,
+    log_input: bool = True,
+    full: bool = False,
+    size_average=None,
+    eps: float = 1e-8,
+    reduce=None,
+    reduction: str = "mean",
+):
+    """Poisson negative log likelihood: ``exp(input) - target * input`` (``log_input``) or
+    ``input - target * log(input + eps)``; ``full`` adds Stirling's term where target > 1.
+
+    Gradient: through the formula, w.r.t. input and target.
+    """
+    reduction = _legacy(size_average, reduce, reduction)
+    _check_reduction(reduction, "poisson_nll_loss")
+    loss = input.exp() - target * input if log_input else input - target * (input + eps).log()
+    if full:
+        safe = where(target > 1, target, 1.0)
+        stirling = safe * safe.log() - safe + 0.5 * (2 * math.pi * safe).log()
+        loss = loss + where(target > 1, stirling, 0.0)
+    return _reduce(loss, reduction)
+
+
+def multilabel_soft_margin_loss(
+    input,
+    target,
+    weight=None,
+    size_average=None,
+    reduce=None,
+    reduction="mean",  # noqa: A002
+):
+    """``-(target * logsigmoid(input) + (1 - target) * logsigmoid(-input))`` averaged over the
+    classes (times ``weight`` per class), then reduced over the batch.
+
+    Gradient: logsigmoid's.
+    """
+    reduction = _legacy(size_average, reduce, reduction)
+    _check_reduction(reduction, "multilabel_soft_margin_loss")
+    loss = -(target * logsigmoid(input) + (1 - target) * logsigmoid(-input))
+    if weight is not None:
+        loss = loss * weight
+    return _reduce(loss.sum(-1) / input.shape[-1], reduction)
+
+
+def multi_margin_loss(
+    input,  # noqa: A002
+    target,
+    p: int = 1,
+    margin: float = 1.0,
+    weight=None,
+    size_average=None,
+    reduce=None,
+    reduction: str = "mean",
+):
+    """Multi-class hinge: ``sum over i != y of max(0, margin - x[y] + x[i])**p / C`` per sample
+    (times ``weight[y]``), ``p`` 1 or 2.
+
+    Gradient: through the active hinges.
+    """
+    reduction = _legacy(size_average, reduce, reduction)
+    _check_reduction(reduction, "multi_margin_loss")
+    if p not in (1, 2):
+        raise ArgumentError(f"multi_margin_loss: only p == 1 and p == 2 are supported, got {p}")
+    x = input if input.ndim == 2 else input.reshape(1, -1)
+    y = target.reshape(-1, 1)
+    hinge = clamp(margin - x.gather(1, y) + x, min=0.0) ** p
+    if weight is not None:
+        hinge = hinge * weight[y.reshape(-1)].reshape(-1, 1)
+    other = arange(x.shape[1]).reshape(1, -1) != y
+    loss = where(other, hinge, 0.0).sum(1) / x.shape[1]
+    return _reduce(loss if input.ndim == 2 else loss.reshape(()), reduction)
+
+
+def _legacy(size_average, reduce, reduction):
+    """PyTorch's deprecated ``size_average``/``reduce`` mapped to ``reduction``."""
+    if size_average is None and reduce is None:
+        return reduction
+    if reduce is False:
+        return "none"
+    return "sum" if size_average is False else "mean"
+
+
+def _inplace_form(fn):
+    """``fn`` with PyTorch's trailing ``inplace`` argument (keyword or positional, after
+    ``fn``'s own): ``inplace=True`` writes the result into ``input`` and returns it, recorded as
+    an in-place op (Note [In-place ops] of ``ferro.ops.inplace``), else ``fn(input, ...)``."""
+    n_args = len(inspect.signature(fn).parameters) - 1
+
+    @functools.wraps(fn)
+    def form(input, *args, inplace=False, **kwargs):  # noqa: A002 - PyTorch's name
+        if len(args) > n_args:
+            *args, inplace = args
+        if inplace:
+            return _inplace.apply_inplace(input, fn, f"{fn.__name__}_", *args, **kwargs)
+        return fn(input, *args, **kwargs)
+
+    form.__doc__ = (fn.__doc__ or "") + "\n\n    ``inplace=True`` writes the result into the input."
+    return form
+
+
+def _underscore_form(fn):
+    """PyTorch's ``F.relu_``-style in-place spelling of an ``inplace`` form."""
+
+    def form(input, *args, **kwargs):  # noqa: A002
+        return fn(input, *args, inplace=True, **kwargs)
+
+    form.__name__ = form.__qualname__ = f"{fn.__name__}_"
+    form.__doc__ = f"In-place :func:`{fn.__name__}`; returns ``input``."
+    return form
+
+
+relu = _inplace_form(_act.relu)
+relu6 = _inplace_form(_act.relu6)
+leaky_relu = _inplace_form(_act.leaky_relu)
+elu = _inplace_form(_act.elu)
+celu = _inplace_form(_act.celu)
+selu = _inplace_form(_act.selu)
+silu = _inplace_form(_act.silu)
+mish = _inplace_form(_act.mish)
+hardtanh = _inplace_form(_act.hardtanh)
+hardswish = _inplace_form(_act.hardswish)
+hardsigmoid = _inplace_form(_act.hardsigmoid)
+threshold = _inplace_form(_act.threshold)
+rrelu = _inplace_form(_act.rrelu)
+dropout = _inplace_form(_dropout)
+alpha_dropout = _inplace_form(_alpha_dropout)
+feature_alpha_dropout = _inplace_form(_feature_alpha_dropout)
+dropout1d = _inplace_form(_dropout1d)
+dropout2d = _inplace_form(_dropout2d)
+dropout3d = _inplace_form(_dropout3d)
+relu_ = _underscore_form(relu)
+leaky_relu_ = _underscore_form(leaky_relu)
+elu_ = _underscore_form(elu)
+celu_ = _underscore_form(celu)
+selu_ = _underscore_form(selu)
+hardtanh_ = _underscore_form(hardtanh)
+threshold_ = _underscore_form(threshold)
+rrelu_ = _underscore_form(rrelu)
+
+_INPLACE_FORMS = [
+    "relu", "relu6", "leaky_relu", "elu", "celu", "selu", "silu", "mish", "hardtanh",
+    "hardswish", "hardsigmoid", "threshold", "rrelu", "dropout", "alpha_dropout",
+    "feature_alpha_dropout", "dropout1d", "dropout2d", "dropout3d", "relu_", "leaky_relu_",
+    "elu_", "celu_", "selu_", "hardtanh_", "threshold_", "rrelu_",
+]  # fmt: skip
+
+__all__ = [
+    *(n for n in _all if n not in _INPLACE_FORMS),
+    *_INPLACE_FORMS,
+    "cosine_embedding_loss",
+    "cosine_similarity",
+    "gaussian_nll_loss",
+    "hinge_embedding_loss",
+    "margin_ranking_loss",
+    "multi_margin_loss",
+    "multilabel_soft_margin_loss",
+    "normalize",
+    "pairwise_distance",
+    "poisson_nll_loss",
+    "soft_margin_loss",
+    "triplet_margin_loss",
+]

@@ -568,10 +568,98 @@ def prelu(x, weight):
 
 
 # The family's public functions (ferro.ops exports their union): a new op's name goes here.
+def relu6(x):
+    """``min(max(x, 0), 6)``: ``hardtanh(x, 0, 6)``.
+
+    Gradient: gx = gy strictly inside (0, 6), else 0.
+    """
+    return apply(Hardtanh, x, lo=0.0, hi=6.0)
+
+
+def celu(x, alpha: float = 1.0):
+    """``max(0, x) + min(0, alpha * (exp(x / alpha) - 1))``: ``alpha * elu(x / alpha)``.
+
+    Gradient: through the scaling and elu's.
+    """
+    alpha = real_arg(alpha, "alpha", "celu")
+    if alpha == 0:
+        raise ArgumentError("celu: alpha must not be 0")
+    return apply(Elu, x / alpha, alpha=1.0, scale=1.0) * alpha
+
+
+def threshold(x, threshold: float, value: float):
+    """``x`` where ``x > threshold``, else ``value``.
+
+    Gradient: gx = gy where x > threshold, else 0.
+    """
+    from ferro.ops.elementwise import where
+
+    t = real_arg(threshold, "threshold", "threshold")
+    return where(x > t, x, real_arg(value, "value", "threshold"))
+
+
+def hardshrink(x, lambd: float = 0.5):
+    """``x`` where ``|x| > lambd``, else 0.
+
+    Gradient: gx = gy where |x| > lambd, else 0.
+    """
+    from ferro.ops.elementwise import abs as abs_
+    from ferro.ops.elementwise import where
+
+    return where(abs_(x) > real_arg(lambd, "lambd", "hardshrink"), x, 0.0)
+
+
+def softshrink(x, lambd: float = 0.5):
+    """``x - lambd`` above ``lambd``, ``x + lambd`` below ``-lambd``, else 0:
+    ``x - clamp(x, -lambd, lambd)``.
+
+    Gradient: gx = gy where |x| > lambd, else 0.
+    """
+    from ferro.ops.elementwise import clamp
+
+    lambd = real_arg(lambd, "lambd", "softshrink")
+    if lambd < 0:
+        raise ArgumentError(f"softshrink: lambd must be >= 0, got {lambd}")
+    return x - clamp(x, -lambd, lambd)
+
+
+def softmin(x, dim: int = -1):
+    """``softmax(-x, dim)``.
+
+    Gradient: softmax's, negated.
+    """
+    return softmax(-x, dim)
+
+
+def rrelu(x, lower: float = 1.0 / 8, upper: float = 1.0 / 3, training: bool = False):
+    """Randomized leaky relu: in training, negative elements are scaled by a slope drawn
+    uniformly from ``[lower, upper]`` per element (from ferro's generator); otherwise by
+    ``(lower + upper) / 2``.
+
+    Gradient: gx = gy where x >= 0, else gy * slope (the same slopes).
+    """
+    lower, upper = real_arg(lower, "lower", "rrelu"), real_arg(upper, "upper", "rrelu")
+    if not 0 <= lower <= upper:
+        raise ArgumentError(f"rrelu: expected 0 <= lower <= upper, got {lower}, {upper}")
+    if not training:
+        return leaky_relu(x, (lower + upper) / 2)
+    from ferro._C.tensor import wrap
+    from ferro.backend import move
+    from ferro.ops.elementwise import mul
+    from ferro.random import numpy_generator
+
+    data = x._data
+    a = numpy_generator().uniform(lower, upper, size=data.shape).astype(data.dtype)
+    a[data >= 0] = 1
+    return mul(x, wrap(a if type(data) is type(a) else move(a, x.device)))
+
+
 __all__ = [
+    "celu",
     "elu",
     "gelu",
     "glu",
+    "hardshrink",
     "hardsigmoid",
     "hardswish",
     "hardtanh",
@@ -581,10 +669,15 @@ __all__ = [
     "mish",
     "prelu",
     "relu",
+    "relu6",
+    "rrelu",
     "selu",
     "silu",
     "softmax",
+    "softmin",
     "softplus",
+    "softshrink",
     "softsign",
     "tanhshrink",
+    "threshold",
 ]

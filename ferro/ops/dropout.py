@@ -85,17 +85,16 @@ def _channel_dropout(x, p, training, op, spatial):
     return mul(x, wrap(mask))
 
 
-def dropout1d(input, p: float = 0.5, training: bool = True, inplace: bool = False):  # noqa: A002
+def dropout1d(input, p: float = 0.5, training: bool = True):  # noqa: A002
     """Zero whole channels of an ``(N, C, L)`` (or ``(C, L)``) input with probability ``p`` and
-    scale the rest by ``1 / (1 - p)``, as PyTorch's ``F.dropout1d``. ``inplace`` is accepted;
-    the result is computed out of place.
+    scale the rest by ``1 / (1 - p)``, as PyTorch's ``F.dropout1d``.
 
     Gradient: gx = gy * mask (the same per-channel mask, scaled).
     """
     return _channel_dropout(input, p, training, "dropout1d", 1)
 
 
-def dropout2d(input, p: float = 0.5, training: bool = True, inplace: bool = False):  # noqa: A002
+def dropout2d(input, p: float = 0.5, training: bool = True):  # noqa: A002
     """Channel dropout of an ``(N, C, H, W)`` (or ``(C, H, W)``) input, as ``F.dropout2d``.
 
     Gradient: gx = gy * mask (the same per-channel mask, scaled).
@@ -103,7 +102,7 @@ def dropout2d(input, p: float = 0.5, training: bool = True, inplace: bool = Fals
     return _channel_dropout(input, p, training, "dropout2d", 2)
 
 
-def dropout3d(input, p: float = 0.5, training: bool = True, inplace: bool = False):  # noqa: A002
+def dropout3d(input, p: float = 0.5, training: bool = True):  # noqa: A002
     """Channel dropout of an ``(N, C, D, H, W)`` (or ``(C, D, H, W)``) input, as
     ``F.dropout3d``.
 
@@ -116,7 +115,7 @@ def dropout3d(input, p: float = 0.5, training: bool = True, inplace: bool = Fals
 _ALPHA_PRIME = -1.7580993408473766
 
 
-def alpha_dropout(input, p: float = 0.5, training: bool = False, inplace: bool = False):  # noqa: A002
+def alpha_dropout(input, p: float = 0.5, training: bool = False):  # noqa: A002
     """Dropout for SELU networks (PyTorch's ``F.alpha_dropout``): dropped elements are set to
     SELU's saturation value and the result is scaled and shifted so the mean and variance of a
     standard normal input are kept. The identity when not ``training`` (the default, as in
@@ -124,14 +123,32 @@ def alpha_dropout(input, p: float = 0.5, training: bool = False, inplace: bool =
 
     Gradient: gx = gy * a * keep, where ``a = ((1 - p) * (1 + p * alpha'**2)) ** -0.5``.
     """
-    p = _p(p, "alpha_dropout")
+    return _alpha_dropout(input, p, training, "alpha_dropout", tuple(input.shape))
+
+
+def feature_alpha_dropout(input, p: float = 0.5, training: bool = False):  # noqa: A002
+    """:func:`alpha_dropout` dropping whole channels: one draw per (sample, channel) of an
+    ``(N, C, ...)`` input, broadcast over the rest (PyTorch's ``F.feature_alpha_dropout``).
+
+    Gradient: gx = gy * a * keep, with the per-channel keep mask.
+    """
+    if input.ndim < 2:
+        raise ShapeError(
+            f"feature_alpha_dropout: expects an (N, C, ...) input, got shape {tuple(input.shape)}"
+        )
+    shape = tuple(input.shape[:2]) + (1,) * (input.ndim - 2)
+    return _alpha_dropout(input, p, training, "feature_alpha_dropout", shape)
+
+
+def _alpha_dropout(input, p, training, op, shape):  # noqa: A002
+    p = _p(p, op)
     if not training or p == 0.0:
         return input
     if p == 1.0:
         return mul(input, 0.0)
     a = ((1 - p) * (1 + p * _ALPHA_PRIME**2)) ** -0.5
     b = -a * _ALPHA_PRIME * p
-    keep = _keep(tuple(input.shape), p, input)
+    keep = _keep(shape, p, input)
     dt = input._data.dtype.type
     scale = wrap(keep * dt(a))
     shift = wrap((1 - keep) * dt(a * _ALPHA_PRIME) + dt(b))
@@ -145,4 +162,5 @@ __all__ = [
     "dropout1d",
     "dropout2d",
     "dropout3d",
+    "feature_alpha_dropout",
 ]

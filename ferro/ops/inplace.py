@@ -326,12 +326,17 @@ def copy_(t, src, non_blocking: bool = False):
     return commit_inplace(t, sh.index_put(t, Ellipsis, src), "copy_")
 
 
+def apply_inplace(t, fn, name, *args, **kwargs):
+    """``t = fn(t, *args, **kwargs)`` in place (``F.relu(x, inplace=True)``); returns ``t``."""
+    # The op may save its input for backward; recorded, it must not be t's memory, which
+    # the commit overwrites (backward would then refuse the stale saved value).
+    x = ew.clone(t) if _recording(t) else t
+    return _commit(t, fn(x, *args, **kwargs), name)
+
+
 def _unary_(fn, name):
     def op_(t, *args, **kwargs):
-        # The op may save its input for backward; recorded, it must not be t's memory, which
-        # the commit overwrites (backward would then refuse the stale saved value).
-        x = ew.clone(t) if _recording(t) else t
-        return _commit(t, fn(x, *args, **kwargs), name)
+        return apply_inplace(t, fn, name, *args, **kwargs)
 
     op_.__name__ = op_.__qualname__ = name
     op_.__doc__ = f"In-place :func:`ferro.{name[:-1]}`; returns ``t``."
@@ -363,7 +368,7 @@ def relu_(t):
     """In-place :func:`ferro.relu`; returns ``t``."""
     from ferro.ops.activation import relu
 
-    return _commit(t, relu(ew.clone(t) if _recording(t) else t), "relu_")
+    return apply_inplace(t, relu, "relu_")
 
 
 def bernoulli_(t, p=0.5, *, generator=None):

@@ -11,6 +11,7 @@ import math
 import numbers
 from collections import namedtuple
 
+from ferro.backend import xp_of
 from ferro.errors import ArgumentError, ArgumentTypeError, IndexOutOfRangeError, ShapeError
 from ferro.ops._args import aliases
 from ferro.ops.registry import apply, register
@@ -805,7 +806,51 @@ def bucketize(input, boundaries, *, out_int32: bool = False, right: bool = False
     return searchsorted(boundaries, input, out_int32=out_int32, right=right)
 
 
+#: What ``median(x, dim)`` returns, as PyTorch's ``torch.return_types.median``.
+MedianResult = namedtuple("median", ("values", "indices"))
+
+
+def median(x, dim=None, keepdim: bool = False):
+    """The lower median: with ``dim=None`` the ``(n - 1) // 2``-th smallest element of all of
+    ``x`` (NaN for an empty tensor); with ``dim`` a named tuple ``(values, indices)`` along it
+    (indices int64, not differentiable). As in PyTorch, a NaN makes the result NaN.
+
+    Gradient: gy goes to the element the median picked (the sort's backward).
+    """
+    if dim is None:
+        flat = x.reshape(-1)
+        if flat.shape[0] == 0:
+            return x.sum() * float("nan")
+        nans = flat.isnan()
+        values = sort(flat).values
+        k = (flat.shape[0] - 1) // 2
+        if bool(nans.any()):  # PyTorch propagates NaN; sort puts NaNs last
+            k = flat.shape[0] - 1
+        return values[k]
+    a = _one_dim(dim, x, "median")
+    if x.ndim == 0:
+        return MedianResult(x * 1, _no_grad_result(xp_of(x._data).zeros((), "int64"), x))
+    n = x.shape[a]
+    if n == 0:
+        raise IndexOutOfRangeError(f"median: dimension {dim} of shape {tuple(x.shape)} is empty")
+    values, indices = sort(x, a)
+    # A NaN sorts last and is the median of its slice, as in PyTorch.
+    xp = xp_of(x._data)
+    has_nan = xp.isnan(x._data).any(axis=a, keepdims=True) if x._data.dtype.kind == "f" else None
+    k = xp.full(values.shape[:a] + (1,) + values.shape[a + 1 :], (n - 1) // 2, dtype=xp.int64)
+    if has_nan is not None:
+        k = xp.where(has_nan, n - 1, k)
+    from ferro._C.tensor import wrap
+
+    kt = wrap(k)
+    v, i = values.gather(a, kt), indices.gather(a, kt)
+    if not keepdim:
+        v, i = v.squeeze(a), i.squeeze(a)
+    return MedianResult(v, i)
+
+
 __all__ = [
+    "median",
     "bucketize",
     "searchsorted",
     "unique",

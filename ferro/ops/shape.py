@@ -1443,8 +1443,101 @@ def cartesian_prod(*tensors):
     return stack([reshape(g, -1) for g in meshgrid(*tensors, indexing="ij")], 1)
 
 
+def diff(x, n: int = 1, dim: int = -1, prepend=None, append=None):
+    """The ``n``-th forward difference along ``dim``: ``x[1:] - x[:-1]`` applied ``n`` times,
+    after concatenating ``prepend`` and ``append`` (tensors) along ``dim``.
+
+    Gradient: through the slices and subtractions.
+    """
+    n = _int(n, "diff", "n")
+    if n < 0:
+        raise ArgumentError(f"diff: n must be non-negative, got {n}")
+    if x.ndim == 0:
+        raise ShapeError("diff: expects a tensor of at least one dimension, got a 0-d tensor")
+    a = _axis(dim, x.ndim, "diff")
+    parts = [t for t in (prepend, x, append) if t is not None]
+    if len(parts) > 1:
+        x = cat(parts, a)
+    for _ in range(n):
+        length = x.shape[a] - 1
+        if length <= 0:
+            return narrow(x, a, 0, 0)
+        x = narrow(x, a, 1, length) - narrow(x, a, 0, length)
+    return x
+
+
+def repeat_interleave(x, repeats=None, dim=None, *, output_size=None):
+    """Repeat each element ``repeats`` times along ``dim`` (of the flattened tensor when
+    ``dim`` is None); ``repeats`` is an int or a 1-D integer tensor with one count per element.
+    ``repeat_interleave(counts)`` alone gives ``arange(len(counts))`` repeated by ``counts``.
+
+    Gradient: gx = the sum of gy over each element's copies.
+    """
+    if repeats is None:
+        from ferro._C.tensor import wrap
+
+        counts = _index_operand(x, x, "repeat_interleave")[1]
+        if counts.ndim != 1:
+            raise ShapeError(f"repeat_interleave: counts must be 1-D, got shape {counts.shape}")
+        xp = xp_of(counts)
+        return wrap(xp.repeat(xp.arange(counts.shape[0]), counts))
+    if dim is None:
+        x, a = reshape(x, -1), 0
+    else:
+        a = _axis(dim, x.ndim, "repeat_interleave")
+    size = x.shape[a]
+    if isinstance(repeats, numbers.Integral) and not isinstance(repeats, bool):
+        r = int(repeats)
+        if r < 0:
+            raise ArgumentError(f"repeat_interleave: repeats must be non-negative, got {r}")
+        y = unsqueeze(x, a + 1)
+        shape = list(y.shape)
+        shape[a + 1] = r
+        shape = tuple(shape)
+        out = list(x.shape)
+        out[a] = size * r
+        return reshape(expand(y, shape), tuple(out))
+    counts = repeats._data if isinstance(repeats, TensorBase) else repeats
+    counts = np.asarray(counts.get() if hasattr(counts, "get") else counts)
+    if counts.ndim == 0:
+        return repeat_interleave(x, int(counts), a if dim is not None else None)
+    if counts.dtype.kind not in "iu" or counts.shape != (size,) or (counts < 0).any():
+        raise ShapeError(
+            f"repeat_interleave: repeats must be non-negative integers, one per element of "
+            f"dimension {a} (size {size}), got {counts.dtype} shape {counts.shape}"
+        )
+    return index_select(x, a, np.repeat(np.arange(size), counts))
+
+
+def unfold_windows(x, dimension: int, size: int, step: int):
+    """PyTorch's ``Tensor.unfold``: every window of ``size`` elements along ``dimension``,
+    ``step`` apart; that dimension becomes the number of windows and a last dimension of
+    ``size`` is added. A copy (PyTorch's is a view): writing into it does not change ``x``.
+
+    Gradient: gx = the sum of gy over the windows each element is in.
+    """
+    a = _axis(dimension, max(x.ndim, 1), "unfold")
+    size, step = _int(size, "unfold", "size"), _int(step, "unfold", "step")
+    length = x.shape[a] if x.ndim else 1
+    if size < 0 or size > length or step <= 0:
+        raise ShapeError(
+            f"unfold: need 0 <= size <= {length} (dimension {a}'s size) and step > 0, "
+            f"got size {size}, step {step}"
+        )
+    if x.ndim == 0:
+        return reshape(x, (1,))
+    starts = np.arange(0, length - size + 1, step)
+    index = (starts[:, None] + np.arange(size)).reshape(-1)
+    y = index_select(x, a, index)
+    shape = list(x.shape)
+    shape[a : a + 1] = [len(starts), size]
+    return movedim(reshape(y, tuple(shape)), a + 1, -1)
+
+
 # The family's public functions (ferro.ops exports their union): a new op's name goes here.
 __all__ = [
+    "diff",
+    "repeat_interleave",
     "broadcast_tensors",
     "broadcast_to",
     "cartesian_prod",

@@ -21,7 +21,6 @@ def test_torch_add_with_alpha():
     assert torch.sub(a, a, alpha=2).tolist() == [-1.0, -1.0, -1.0]
 
 
-@pytest.mark.xfail(strict=True, reason="F.relu (and friends) take no inplace= keyword")
 def test_functional_relu_inplace_as_in_torchvision_resnets():
     x = torch.tensor([-1.0, 2.0])
     assert F.relu(x, inplace=True).tolist() == [0.0, 2.0]
@@ -37,20 +36,17 @@ def test_nanogpt_train_py_precision_flags():
     torch.set_float32_matmul_precision("highest")
 
 
-@pytest.mark.xfail(strict=True, reason="nn.TripletMarginLoss missing")
 def test_triplet_margin_loss():
     a = torch.randn(3, 4)
     assert nn.TripletMarginLoss(margin=1.0)(a, a, a).item() == pytest.approx(1.0)
 
 
-@pytest.mark.xfail(strict=True, reason="Tensor.repeat_interleave / ferro.repeat_interleave missing")
 def test_repeat_interleave_as_in_grouped_query_attention():
     # Llama-style GQA: k = k.repeat_interleave(n_rep, dim=1)
     k = torch.randn(1, 2, 3, 4)
     assert tuple(k.repeat_interleave(2, dim=1).shape) == (1, 4, 3, 4)
 
 
-@pytest.mark.xfail(strict=True, reason="Tensor.median / Tensor.unfold / ferro.diff missing")
 def test_median_unfold_diff():
     x = torch.tensor([[3.0, 1.0, 2.0, 5.0]])
     assert x.median().item() == 2.0

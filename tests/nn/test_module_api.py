@@ -392,8 +392,10 @@ def test_activation_modules_take_pytorchs_positional_arguments():
     x = ferro.tensor([[-2.0, 0.5, 3.0]])
     np.testing.assert_allclose(nn.LeakyReLU(0.2)(x).numpy(), [[-0.4, 0.5, 3.0]])
     np.testing.assert_allclose(nn.Hardtanh(-1.0, 2.0)(x).numpy(), [[-1.0, 0.5, 2.0]])
-    np.testing.assert_allclose(nn.ReLU(inplace=True)(x).numpy(), [[0.0, 0.5, 3.0]])
-    assert x.tolist() == [[-2.0, 0.5, 3.0]]  # computed out of place
+    np.testing.assert_allclose(nn.ReLU()(x).numpy(), [[0.0, 0.5, 3.0]])
+    assert x.tolist() == [[-2.0, 0.5, 3.0]]
+    assert nn.ReLU(inplace=True)(x) is x  # written into the input, as in PyTorch
+    assert x.tolist() == [[0.0, 0.5, 3.0]]
     np.testing.assert_allclose(nn.Softmax(1)(x).numpy().sum(), 1.0, rtol=1e-6)
     with pytest.warns(UserWarning, match="implicit dimension"):
         y = nn.Softmax()(ferro.zeros(2, 3))  # PyTorch's legacy choice: dim 1 for 2-D

@@ -13,8 +13,8 @@ from ferro.nn.parameter import Parameter
 
 def _activation(name: str, fn, doc: str, params=(), inplace: bool = False):
     """A module class for ``fn(x, *params)`` with PyTorch's constructor (``params`` in order,
-    then ``inplace`` where PyTorch has it) and its repr (``inplace=True`` shown only when set).
-    ``inplace`` is accepted but ferro computes out of place (the same values)."""
+    then ``inplace`` where PyTorch has it: the result is then written into the input) and its
+    repr (``inplace=True`` shown only when set)."""
     names = tuple(k for k, _ in params) + (("inplace",) if inplace else ())
     defaults = tuple(v for _, v in params) + ((False,) if inplace else ())
 
@@ -24,7 +24,8 @@ def _activation(name: str, fn, doc: str, params=(), inplace: bool = False):
             setattr(self, k, v)
 
     def forward(self, x):
-        return fn(x, *(getattr(self, k) for k, _ in params))
+        args = (getattr(self, k) for k, _ in params)
+        return fn(x, *args, inplace=True) if inplace and self.inplace else fn(x, *args)
 
     def extra_repr(self):
         parts = [f"{k}={getattr(self, k)!r}" for k, _ in params]
@@ -68,6 +69,21 @@ Hardswish = _activation("Hardswish", F.hardswish, "``hardswish`` as a module.", 
 Hardsigmoid = _activation(
     "Hardsigmoid", F.hardsigmoid, "``hardsigmoid`` as a module.", inplace=True
 )
+ReLU6 = _activation("ReLU6", F.relu6, "``relu6`` as a module.", inplace=True)
+CELU = _activation("CELU", F.celu, "``celu`` as a module.", [("alpha", 1.0)], inplace=True)
+Threshold = _activation(
+    "Threshold",
+    F.threshold,
+    "``threshold`` as a module.",
+    [("threshold", None), ("value", None)],
+    inplace=True,
+)
+Hardshrink = _activation(
+    "Hardshrink", F.hardshrink, "``hardshrink`` as a module.", [("lambd", 0.5)]
+)
+Softshrink = _activation(
+    "Softshrink", F.softshrink, "``softshrink`` as a module.", [("lambd", 0.5)]
+)
 LogSigmoid = _activation("LogSigmoid", F.logsigmoid, "``logsigmoid`` as a module.")
 Softsign = _activation("Softsign", F.softsign, "``softsign`` as a module.")
 Tanhshrink = _activation("Tanhshrink", F.tanhshrink, "``tanhshrink`` as a module.")
@@ -106,6 +122,31 @@ class LogSoftmax(Softmax):
     def forward(self, x):
         dim = _softmax_dim(type(self).__name__, x.ndim) if self.dim is None else self.dim
         return F.log_softmax(x, dim)
+
+
+class Softmin(Softmax):
+    """``softmin`` along ``dim`` as a module (``axis=`` is an alias of ``dim``)."""
+
+    def forward(self, x):
+        dim = _softmax_dim(type(self).__name__, x.ndim) if self.dim is None else self.dim
+        return F.softmin(x, dim)
+
+
+class RReLU(Module):
+    """``rrelu`` as a module: random negative slopes in ``[lower, upper]`` in training, their
+    mean in eval."""
+
+    def __init__(self, lower: float = 1.0 / 8, upper: float = 1.0 / 3, inplace: bool = False):
+        super().__init__()
+        self.lower, self.upper, self.inplace = lower, upper, inplace
+
+    def forward(self, x):
+        return F.rrelu(x, self.lower, self.upper, self.training, inplace=self.inplace)
+
+    def extra_repr(self) -> str:
+        return f"lower={self.lower}, upper={self.upper}" + (
+            ", inplace=True" if self.inplace else ""
+        )
 
 
 class PReLU(Module):
@@ -152,4 +193,11 @@ __all__ = [
     "Softmax",
     "LogSoftmax",
     "PReLU",
+    "ReLU6",
+    "CELU",
+    "Threshold",
+    "Hardshrink",
+    "Softshrink",
+    "Softmin",
+    "RReLU",
 ]

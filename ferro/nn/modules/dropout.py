@@ -9,27 +9,10 @@ from ferro.nn import functional as F
 from ferro.nn.module import Module
 
 
-class Dropout(Module):
-    """Dropout with probability ``p`` in training mode; the identity in eval mode.
-
-    ``inplace=True`` is accepted (PyTorch's signature) but ferro computes out of place: the
-    result is the same, the input is not overwritten.
-    """
-
-    def __init__(self, p: float = 0.5, inplace: bool = False) -> None:
-        super().__init__()
-        if not 0.0 <= p <= 1.0:
-            raise ArgumentError(f"Dropout: p must be in [0, 1], got {p}")
-        self.p, self.inplace = p, inplace
-
-    def forward(self, x):
-        return F.dropout(x, self.p, self.training)
-
-    def extra_repr(self) -> str:
-        return f"p={self.p}, inplace={self.inplace}"
-
-
 class _DropoutNd(Module):
+    """Dropout with probability ``p`` in training mode, the identity in eval mode; with
+    ``inplace=True`` the result is written into the input (as PyTorch does)."""
+
     _fn = staticmethod(F.dropout)
 
     def __init__(self, p: float = 0.5, inplace: bool = False) -> None:
@@ -39,10 +22,14 @@ class _DropoutNd(Module):
         self.p, self.inplace = p, inplace
 
     def forward(self, x):
-        return self._fn(x, self.p, self.training)
+        return self._fn(x, self.p, self.training, inplace=self.inplace)
 
     def extra_repr(self) -> str:
         return f"p={self.p}, inplace={self.inplace}"
+
+
+class Dropout(_DropoutNd):
+    """Dropout with probability ``p`` in training mode; the identity in eval mode."""
 
 
 class Dropout1d(_DropoutNd):
@@ -69,4 +56,17 @@ class AlphaDropout(_DropoutNd):
     _fn = staticmethod(F.alpha_dropout)
 
 
-__all__ = ["AlphaDropout", "Dropout", "Dropout1d", "Dropout2d", "Dropout3d"]
+class FeatureAlphaDropout(_DropoutNd):
+    """Alpha dropout of whole channels (:func:`ferro.nn.functional.feature_alpha_dropout`)."""
+
+    _fn = staticmethod(F.feature_alpha_dropout)
+
+
+__all__ = [
+    "AlphaDropout",
+    "Dropout",
+    "Dropout1d",
+    "Dropout2d",
+    "Dropout3d",
+    "FeatureAlphaDropout",
+]

@@ -40,8 +40,8 @@ def _loss(name: str, fn, doc: str, params):
             else:
                 setattr(self, k, v)
 
-    def forward(self, input, target):  # noqa: A002
-        return fn(input, target, **{k: getattr(self, k) for k in keys})
+    def forward(self, *inputs):
+        return fn(*inputs, **{k: getattr(self, k) for k in keys})
 
     return type(name, (Module,), {"__init__": __init__, "forward": forward, "__doc__": doc})
 
@@ -104,7 +104,76 @@ KLDivLoss = _loss(
 )
 
 
+TripletMarginLoss = _loss(
+    "TripletMarginLoss",
+    F.triplet_margin_loss,
+    "``triplet_margin_loss`` as a module: ``forward(anchor, positive, negative)``.",
+    [("margin", 1.0), ("p", 2.0), ("eps", 1e-6), ("swap", False), *_REDUCE],
+)
+MarginRankingLoss = _loss(
+    "MarginRankingLoss",
+    F.margin_ranking_loss,
+    "``margin_ranking_loss`` as a module: ``forward(input1, input2, target)``.",
+    [("margin", 0.0), *_REDUCE],
+)
+HingeEmbeddingLoss = _loss(
+    "HingeEmbeddingLoss",
+    F.hinge_embedding_loss,
+    "``hinge_embedding_loss`` as a module.",
+    [("margin", 1.0), *_REDUCE],
+)
+SoftMarginLoss = _loss(
+    "SoftMarginLoss", F.soft_margin_loss, "``soft_margin_loss`` as a module.", _REDUCE
+)
+CosineEmbeddingLoss = _loss(
+    "CosineEmbeddingLoss",
+    F.cosine_embedding_loss,
+    "``cosine_embedding_loss`` as a module: ``forward(input1, input2, target)``.",
+    [("margin", 0.0), *_REDUCE],
+)
+GaussianNLLLoss = _loss(
+    "GaussianNLLLoss",
+    F.gaussian_nll_loss,
+    "``gaussian_nll_loss`` as a module: ``forward(input, target, var)``.",
+    [("full", False), ("eps", 1e-6), ("reduction", "mean")],
+)
+PoissonNLLLoss = _loss(
+    "PoissonNLLLoss",
+    F.poisson_nll_loss,
+    "``poisson_nll_loss`` as a module.",
+    [
+        ("log_input", True),
+        ("full", False),
+        ("size_average", None),
+        ("eps", 1e-8),
+        ("reduce", None),
+        ("reduction", "mean"),
+    ],
+)
+MultiLabelSoftMarginLoss = _loss(
+    "MultiLabelSoftMarginLoss",
+    F.multilabel_soft_margin_loss,
+    "``multilabel_soft_margin_loss`` as a module.",
+    [("weight", None), *_REDUCE],
+)
+MultiMarginLoss = _loss(
+    "MultiMarginLoss",
+    F.multi_margin_loss,
+    "``multi_margin_loss`` as a module.",
+    [("p", 1), ("margin", 1.0), ("weight", None), *_REDUCE],
+)
+
+
 __all__ = [
+    "TripletMarginLoss",
+    "MarginRankingLoss",
+    "HingeEmbeddingLoss",
+    "SoftMarginLoss",
+    "CosineEmbeddingLoss",
+    "GaussianNLLLoss",
+    "PoissonNLLLoss",
+    "MultiLabelSoftMarginLoss",
+    "MultiMarginLoss",
     "MSELoss",
     "L1Loss",
     "SmoothL1Loss",

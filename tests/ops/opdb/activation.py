@@ -120,4 +120,52 @@ ENTRIES = [
         "log_softmax", ferro.log_softmax, lambda x, axis: softmax_ref(x, axis, True), _axis_samples
     ),
     OpInfo("prelu", ferro.prelu, _prelu_ref, _prelu_samples),
+    # Compositions of registered ops (PyTorch's relu6/celu/threshold/shrinks/softmin/rrelu).
+    unary(
+        "relu6",
+        ferro.ops.relu6,
+        lambda x: np.clip(x, 0, 6),
+        domain=(-2.0, 8.0),
+        kink=lambda x: np.minimum(np.abs(x), np.abs(x - 6)),
+    ),
+    unary(
+        "celu",
+        lambda x: ferro.ops.celu(x, 0.7),
+        lambda x: np.where(x > 0, x, 0.7 * np.expm1(x / 0.7)),
+        kink=np.abs,
+    ),
+    unary(
+        "threshold",
+        lambda x: ferro.ops.threshold(x, 0.5, -3.0),
+        lambda x: np.where(x > 0.5, x, -3.0),
+        kink=lambda x: np.abs(x - 0.5),
+    ),
+    unary(
+        "hardshrink",
+        lambda x: ferro.ops.hardshrink(x, 0.5),
+        lambda x: np.where(np.abs(x) > 0.5, x, 0.0),
+        kink=lambda x: np.abs(np.abs(x) - 0.5),
+    ),
+    unary(
+        "softshrink",
+        lambda x: ferro.ops.softshrink(x, 0.5),
+        lambda x: np.sign(x) * np.maximum(np.abs(x) - 0.5, 0.0),
+        kink=lambda x: np.abs(np.abs(x) - 0.5),
+    ),
+    unary(
+        "rrelu",
+        lambda x: ferro.ops.rrelu(x, 0.1, 0.3),
+        lambda x: np.where(x >= 0, x, 0.2 * x),
+        kink=np.abs,
+    ),
+    OpInfo(
+        "softmin",
+        lambda x, axis=-1: ferro.ops.softmin(x, axis),
+        lambda x, axis=-1: np.exp(-x) / np.exp(-x).sum(axis=axis, keepdims=True),
+        lambda rng: [
+            Sample((uniform(rng, (5,)),), label="1d"),
+            Sample((uniform(rng, (2, 3, 4)),), {"axis": 1}, label="3d"),
+            Sample((uniform(rng, (3, 4)),), {"axis": 0}, noncontig=True, label="noncontig"),
+        ],
+    ),
 ]

@@ -209,6 +209,27 @@ def _logsumexp_ref(x, axis=None, keepdims=False):
     return np.log(np.exp(x).sum(axis=axis, keepdims=keepdims))
 
 
+def _median_samples(rng):
+    # Distinct values: at a tie the index (and the gradient) is a matter of convention.
+    def perm(shape):
+        return np.asarray(rng.permutation(math.prod(shape)).reshape(shape) / 3)
+
+    return [
+        Sample((perm((7,)),), label="all, odd"),
+        Sample((perm((2, 3)),), label="all, even: the lower median"),
+        Sample((perm((3, 4)),), {"axis": 1}, label="dim"),
+        Sample((perm((2, 3, 4)),), {"axis": 0, "keepdims": True}, label="dim keepdim"),
+        Sample((perm((3, 4)),), {"axis": 0}, noncontig=True, label="noncontig"),
+    ]
+
+
+def _median_ref(x, axis=None, keepdims=False):
+    if axis is None:
+        return np.sort(x.ravel())[(x.size - 1) // 2]
+    k = (x.shape[axis] - 1) // 2
+    return np.take(np.sort(x, axis=axis), [k] if keepdims else k, axis=axis)
+
+
 ENTRIES = [
     OpInfo("sum", ferro.sum, _np_reduce(np.sum), _reduction_samples, reduction=True),
     OpInfo("mean", ferro.mean, _np_reduce(np.mean), _reduction_samples, reduction=True),
@@ -316,5 +337,13 @@ ENTRIES = [
         _sort_samples,
         grad=False,
         same_dtype_out=False,
+    ),
+    OpInfo(
+        "median",
+        lambda x, axis=None, keepdims=False: (
+            ferro.median(x) if axis is None else ferro.median(x, axis, keepdims).values
+        ),
+        _median_ref,
+        _median_samples,
     ),
 ]

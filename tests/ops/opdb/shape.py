@@ -676,4 +676,27 @@ ENTRIES = [
         _meshgrid_samples,
     ),
     OpInfo("cartesian_prod", ferro.cartesian_prod, _cartesian_prod_ref, _cartesian_prod_samples),
+    OpInfo(
+        "diff",
+        lambda x, *pre, n=1, axis=-1: ferro.diff(x, n, axis, *pre),
+        lambda x, *pre, n=1, axis=-1: np.diff(x, n, axis, **({"prepend": pre[0]} if pre else {})),
+        lambda rng: [
+            Sample((uniform(rng, (6,)),), label="1d"),
+            Sample((uniform(rng, (3, 5)),), {"n": 2, "axis": 1}, label="n=2"),
+            Sample((uniform(rng, (3, 4)), uniform(rng, (1, 4))), {"axis": 0}, label="prepend"),
+            Sample((uniform(rng, (3, 2)),), {"n": 3, "axis": 1}, label="n past the length"),
+            Sample((uniform(rng, (3, 4)),), {"axis": 0}, noncontig=True, label="noncontig"),
+        ],
+    ),
+    OpInfo(
+        "repeat_interleave",
+        lambda x, repeats, axis=None: ferro.repeat_interleave(x, repeats, axis),
+        lambda x, repeats, axis=None: np.repeat(x, repeats, axis),
+        lambda rng: [
+            Sample((uniform(rng, (2, 3)), 2), label="flattened"),
+            Sample((uniform(rng, (2, 3)), 3), {"axis": 1}, label="int"),
+            Sample((uniform(rng, (3, 2)), [2, 0, 1]), {"axis": 0}, label="per element"),
+            Sample((uniform(rng, (3, 4)), 2), {"axis": -1}, noncontig=True, label="noncontig"),
+        ],
+    ),
 ]

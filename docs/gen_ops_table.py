@@ -17,6 +17,7 @@ import sys
 
 FAMILIES = [
     ("Elementwise", "elementwise"),
+    ("Special functions", "special"),
     ("Activations", "activation"),
     ("Reductions", "reduction"),
     ("Shape and indexing", "shape"),

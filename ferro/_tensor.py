@@ -43,6 +43,7 @@ from ferro.ops import inplace as _ip
 from ferro.ops import linalg as _la
 from ferro.ops import reduction as _red
 from ferro.ops import shape as _sh
+from ferro.ops import special as _sp
 
 
 def _rsub(self, other):
@@ -190,6 +191,19 @@ class Tensor(TensorBase):
     __gt__ = _ew.gt
     __ge__ = _ew.ge
     __hash__ = object.__hash__
+    # Bool and integer tensors: & | ^ ~ are bitwise (logical on bool), as in PyTorch.
+    __and__ = __rand__ = _ew.bitwise_and
+    __or__ = __ror__ = _ew.bitwise_or
+    __xor__ = __rxor__ = _ew.bitwise_xor
+    __invert__ = _ew.bitwise_not
+    logical_and, logical_or, logical_xor = _ew.logical_and, _ew.logical_or, _ew.logical_xor
+    logical_not = _ew.logical_not
+    bitwise_and, bitwise_or, bitwise_xor = _ew.bitwise_and, _ew.bitwise_or, _ew.bitwise_xor
+    bitwise_not = _ew.bitwise_not
+    absolute, negative, positive = _ew.abs, _ew.neg, __pos__
+    multiply, subtract, true_divide = _ew.mul, _ew.sub, _ew.div
+    greater, greater_equal, less, less_equal = _ew.gt, _ew.ge, _ew.lt, _ew.le
+    not_equal = _ew.ne
 
     # In place: x += y writes into x's memory (see ferro.ops.inplace).
     __iadd__ = _ip.add_
@@ -369,6 +383,19 @@ class Tensor(TensorBase):
     sort = _red.sort
     topk = _red.topk
     median = _red.median
+    tan, sinh, cosh = _sp.tan, _sp.sinh, _sp.cosh
+    asin, acos, atan, asinh, acosh, atanh = (
+        _sp.asin,
+        _sp.acos,
+        _sp.atan,
+        _sp.asinh,
+        _sp.acosh,
+        _sp.atanh,
+    )
+    arcsin, arccos, arctan, arcsinh, arccosh, arctanh = asin, acos, atan, asinh, acosh, atanh
+    atan2 = arctan2 = _sp.atan2
+    erf, erfc, logit, hypot, xlogy = _sp.erf, _sp.erfc, _sp.logit, _sp.hypot, _sp.xlogy
+    deg2rad, rad2deg = _sp.deg2rad, _sp.rad2deg
     diff = _sh.diff
     repeat_interleave = _sh.repeat_interleave
     unfold = _sh.unfold_windows

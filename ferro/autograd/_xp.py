@@ -41,6 +41,13 @@ def _ops():
     return elementwise, linalg, reduction, shape
 
 
+def _op_fn(op):
+    """The ferro function of a unary or binary op of :data:`_UNARY`/:data:`_BINARY`."""
+    from ferro.ops import elementwise, special
+
+    return getattr(elementwise, op, None) or getattr(special, op)
+
+
 class DArray:
     """A NumPy-like array over a ferro Tensor; every operation on it is recorded.
 
@@ -270,8 +277,7 @@ def _t_or_scalar(x):
 
 
 def _bin(name, a, b):
-    ew = _ops()[0]
-    return DArray(getattr(ew, name)(_t_or_scalar(a), _t_or_scalar(b)))
+    return DArray(_op_fn(name)(_t_or_scalar(a), _t_or_scalar(b)))
 
 
 def _axes(axis):
@@ -363,23 +369,6 @@ INDEX_PUT = OpDef("index_put", _IndexPut.forward, _IndexPut.backward, broadcasts
 SCATTER_ADD = OpDef("scatter_add_at", _ScatterAdd.forward, _ScatterAdd.backward, broadcasts=True)
 
 
-class _Erf:
-    @staticmethod
-    def forward(ctx, x):
-        from ferro.ops.activation import erf
-
-        ctx.save(x)
-        return erf(ctx.xp, x)
-
-    @staticmethod
-    def backward(ctx, gy):
-        (x,) = ctx.saved
-        return gy * (2 / math.sqrt(math.pi)) * ctx.xp.exp(-(x * x))
-
-
-ERF = OpDef("erf", _Erf.forward, _Erf.backward)
-
-
 # ---------------------------------------------------------------------------------------------
 # The namespace
 # ---------------------------------------------------------------------------------------------
@@ -421,6 +410,17 @@ _UNARY = {
     "log2": "log2",
     "log10": "log10",
     "exp2": "exp2",
+    "sinh": "sinh",
+    "cosh": "cosh",
+    "tan": "tan",
+    "arcsin": "asin",
+    "arccos": "acos",
+    "arctan": "atan",
+    "arcsinh": "asinh",
+    "arccosh": "acosh",
+    "arctanh": "atanh",
+    "erf": "erf",
+    "erfc": "erfc",
 }
 _BINARY = {
     "subtract": "sub",
@@ -433,6 +433,8 @@ _BINARY = {
     "logaddexp": "logaddexp",
     "fmod": "fmod",
     "remainder": "remainder",
+    "arctan2": "atan2",
+    "hypot": "hypot",
 }
 # Functions whose derivative is zero wherever it exists (or whose results are not floating):
 # on differentiable arrays they run on the values and return constants.
@@ -500,7 +502,7 @@ class Namespace:
     def _unary(self, op, x, out=None):
         if not isinstance(x, DArray):
             return _result(out, getattr(self._backend, _np_name(op))(x))
-        return _result(out, DArray(getattr(_ops()[0], op)(x.tensor)))
+        return _result(out, DArray(_op_fn(op)(x.tensor)))
 
     def _ufunc2(self, op, a, b, out=None):
         if not (isinstance(a, DArray) or isinstance(b, DArray)):
@@ -680,12 +682,19 @@ class Namespace:
         a[_grid(self._backend, _data(index), axis % a.ndim)] = values
         return None
 
+    # NumPy has no erf/erfc: these two are methods, not found through the backend.
     def erf(self, x):
-        if not isinstance(x, DArray):
-            from ferro.ops.activation import erf
+        return self._special("erf", x)
 
-            return erf(self._backend, x)
-        return DArray(apply(ERF, x.tensor))
+    def erfc(self, x):
+        return self._special("erfc", x)
+
+    def _special(self, name, x):
+        if isinstance(x, DArray):
+            return DArray(_op_fn(name)(x.tensor))
+        from ferro.ops import special
+
+        return getattr(special, f"_{name}_array")(self._backend, x)
 
 
 def _np_name(op):
@@ -695,6 +704,13 @@ def _np_name(op):
         "div": "divide",
         "pow": "power",
         "neg": "negative",
+        "asin": "arcsin",
+        "acos": "arccos",
+        "atan": "arctan",
+        "asinh": "arcsinh",
+        "acosh": "arccosh",
+        "atanh": "arctanh",
+        "atan2": "arctan2",
     }.get(op, op)
 
 

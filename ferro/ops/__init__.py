@@ -17,6 +17,7 @@ from ferro.ops.recurrent import *  # noqa: F403
 from ferro.ops.reduction import *  # noqa: F403
 from ferro.ops.resampling import *  # noqa: F403
 from ferro.ops.shape import *  # noqa: F403
+from ferro.ops.special import *  # noqa: F403
 
 # The op families. Each lists its public functions in its own __all__; ferro.ops exports their
 # union. The op machinery (ferro.ops.registry: REGISTRY, register, apply) is not part of it.
@@ -36,5 +37,6 @@ FAMILIES = (
     "reduction",
     "resampling",
     "shape",
+    "special",
 )
 __all__ = [name for fam in FAMILIES for name in _import_module(f"ferro.ops.{fam}").__all__]

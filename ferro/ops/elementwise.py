@@ -1243,6 +1243,51 @@ def equal(input, other) -> bool:  # noqa: A002
     return bool((a == b).all())
 
 
+def _boolean(name, fn, arity=2):
+    @register(name, differentiable=False, broadcasts=True, same_dtype=False)
+    class Boolean:
+        forward = staticmethod(lambda ctx, *arrays: fn(*arrays))
+
+    def public(*operands):
+        for t in operands:
+            kind = getattr(t, "dtype", None)
+            if name.startswith("bitwise") and kind is not None and as_dtype(kind).kind not in "biu":
+                raise DtypeError(f"{name}: expects bool or integer tensors, got dtype {kind}")
+        return apply(Boolean, *operands)
+
+    public.__name__ = public.__qualname__ = name
+    what = "logical" if name.startswith("logical") else "bitwise (logical on bool)"
+    public.__doc__ = f"Elementwise {what} {name.split('_')[1]} (not differentiable)."
+    return public
+
+
+logical_and = _boolean("logical_and", lambda a, b: (a != 0) & (b != 0))
+logical_or = _boolean("logical_or", lambda a, b: (a != 0) | (b != 0))
+logical_xor = _boolean("logical_xor", lambda a, b: (a != 0) ^ (b != 0))
+bitwise_and = _boolean("bitwise_and", lambda a, b: a & b)
+bitwise_or = _boolean("bitwise_or", lambda a, b: a | b)
+bitwise_xor = _boolean("bitwise_xor", lambda a, b: a ^ b)
+bitwise_not = _boolean("bitwise_not", lambda a: ~a, arity=1)
+
+
+def logical_not(x):
+    """Elementwise logical not: ``x == 0`` (bool; not differentiable)."""
+    return eq(x, 0)
+
+
+def positive(x):
+    """``x`` itself (PyTorch's ``positive``).
+
+    Gradient: gx = gy.
+    """
+    return x
+
+
+# NumPy's and PyTorch's other spellings.
+absolute, negative, multiply, subtract, true_divide = abs, neg, mul, sub, div
+greater, greater_equal, less, less_equal, not_equal = gt, ge, lt, le, ne
+
+
 __all__ = [
     "allclose",
     "equal",
@@ -1258,6 +1303,25 @@ __all__ = [
     "clamp_min",
     "clip",
     "clone",
+    "absolute",
+    "bitwise_and",
+    "bitwise_not",
+    "bitwise_or",
+    "bitwise_xor",
+    "greater",
+    "greater_equal",
+    "less",
+    "less_equal",
+    "logical_and",
+    "logical_not",
+    "logical_or",
+    "logical_xor",
+    "multiply",
+    "negative",
+    "not_equal",
+    "positive",
+    "subtract",
+    "true_divide",
     "cos",
     "div",
     "eq",

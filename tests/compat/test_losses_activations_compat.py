@@ -224,3 +224,99 @@ def test_new_modules_repr_and_defaults_match_pytorch():
         assert type(ours).__name__ == type(theirs).__name__
     x = ferro.tensor(RNG.standard_normal((2, 3, 4)))
     assert nn.Softmin(1)(x).sum(1).numpy() == pytest.approx(np.ones((2, 4)))
+
+
+SPECIAL = [
+    ("tan", (-1.2, 1.2)),
+    ("sinh", (-3, 3)),
+    ("cosh", (-3, 3)),
+    ("asin", (-0.95, 0.95)),
+    ("acos", (-0.95, 0.95)),
+    ("atan", (-3, 3)),
+    ("asinh", (-3, 3)),
+    ("acosh", (1.05, 4)),
+    ("atanh", (-0.95, 0.95)),
+    ("erf", (-3, 3)),
+    ("erfc", (-3, 3)),
+    ("logit", (0.05, 0.95)),
+    ("deg2rad", (-360, 360)),
+    ("rad2deg", (-7, 7)),
+    ("arcsin", (-0.95, 0.95)),
+]
+
+
+@pytest.mark.parametrize(("name", "domain"), SPECIAL, ids=[s[0] for s in SPECIAL])
+def test_special_functions_match_pytorch_as_functions_and_methods(name, domain):
+    x = RNG.uniform(*domain, (3, 4))
+    want = getattr(torch, name)(torch.tensor(x)).numpy()
+    np.testing.assert_allclose(getattr(ferro, name)(ferro.tensor(x)).numpy(), want, rtol=1e-12)
+    np.testing.assert_allclose(getattr(ferro.tensor(x), name)().numpy(), want, rtol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["atan2", "hypot", "xlogy", "arctan2"])
+def test_binary_special_functions_match_pytorch_with_broadcasting(name):
+    x, y = RNG.uniform(-2, 2, (3, 4)), RNG.uniform(0.1, 2, (4,))
+    want = getattr(torch, name)(torch.tensor(x), torch.tensor(y)).numpy()
+    np.testing.assert_allclose(getattr(ferro, name)(ferro.tensor(x), ferro.tensor(y)).numpy(), want)
+
+
+def test_xlogy_and_logit_edge_values_match_pytorch():
+    x, y = [0.0, 0.0, 1.0, 2.0], [0.0, np.nan, 2.0, 0.0]
+    np.testing.assert_array_equal(
+        ferro.xlogy(ferro.tensor(x), ferro.tensor(y)).numpy(),
+        torch.xlogy(torch.tensor(x), torch.tensor(y)).numpy(),
+    )
+    p = [0.0, 0.3, 1.0]
+    np.testing.assert_allclose(
+        ferro.logit(ferro.tensor(p), eps=1e-6).numpy(),
+        torch.logit(torch.tensor(p), eps=1e-6).numpy(),
+        rtol=1e-6,
+    )
+    assert ferro.xlogy(2.0, ferro.tensor([1.0, np.e])).tolist() == pytest.approx([0.0, 2.0])
+
+
+def test_special_functions_are_twice_differentiable():
+    from ferro.testing.gradcheck import gradgradcheck
+
+    x = ferro.tensor(RNG.uniform(0.2, 0.8, (2, 3)), requires_grad=True)
+    for name in ["tan", "sinh", "cosh", "asin", "atan", "erf", "erfc", "logit"]:
+        assert gradgradcheck(getattr(ferro, name), (x,)), name
+    y = ferro.tensor(RNG.uniform(0.5, 1.5, (3,)), requires_grad=True)
+    for name in ["atan2", "hypot", "xlogy"]:
+        assert gradgradcheck(getattr(ferro, name), (x, y)), name
+
+
+def test_bool_masks_combine_with_python_operators_as_in_pytorch():
+    x = RNG.standard_normal(8)
+    ours, theirs = ferro.tensor(x), torch.tensor(x)
+    for f in [
+        lambda t: (t > 0) & (t < 1),
+        lambda t: (t > 1) | (t < -1),
+        lambda t: (t > 0) ^ (t > 0.5),
+        lambda t: ~(t > 0),
+        lambda t: (t > 0).logical_and(t < 1),
+        lambda t: (t > 0).logical_not(),
+    ]:
+        np.testing.assert_array_equal(f(ours).numpy(), f(theirs).numpy())
+    i = RNG.integers(-9, 9, (5,))
+    for f in [lambda t: t & 3, lambda t: t | 8, lambda t: ~t, lambda t: t.bitwise_xor(t * 2)]:
+        np.testing.assert_array_equal(f(ferro.tensor(i)).numpy(), f(torch.tensor(i)).numpy())
+
+
+def test_bitwise_ops_refuse_float_tensors_with_a_typed_error():
+    from ferro.errors import DtypeError
+
+    with pytest.raises(DtypeError, match="bitwise_and"):
+        ferro.ones(2) & ferro.ones(2)
+    with pytest.raises(TypeError):
+        ~ferro.ones(2)
+
+
+def test_pytorch_spellings_of_elementwise_ops():
+    a, b = ferro.tensor([1.0, -2.0]), ferro.tensor([3.0, 4.0])
+    assert ferro.multiply(a, b).tolist() == [3.0, -8.0]
+    assert ferro.subtract(a, b).tolist() == [-2.0, -6.0]
+    assert ferro.true_divide(a, b).tolist() == pytest.approx([1 / 3, -0.5])
+    assert a.absolute().tolist() == [1.0, 2.0] and ferro.negative(a).tolist() == [-1.0, 2.0]
+    assert ferro.greater_equal(a, 1.0).tolist() == [True, False]
+    assert a.not_equal(b).tolist() == [True, True] and ferro.positive(a) is a

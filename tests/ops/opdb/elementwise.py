@@ -146,6 +146,16 @@ def _addcdiv_ref(x, t1, t2, value=1):
     return x + value * t1 / t2
 
 
+def _bitwise_samples(rng):
+    ints = [
+        Sample((rng.integers(-9, 9, a), rng.integers(-9, 9, b)))
+        for a, b in [((4,), (4,)), ((2, 3), (3,)), ((), (2,))]
+    ]
+    return ints + [
+        Sample((rng.integers(0, 2, (5,)) > 0, rng.integers(0, 2, (5,)) > 0), label="bool")
+    ]
+
+
 ENTRIES = [
     binary("add", ferro.add, np.add),
     binary("sub", ferro.sub, np.subtract),
@@ -265,4 +275,31 @@ ENTRIES = [
         for n, f in [("isnan", np.isnan), ("isinf", np.isinf), ("isfinite", np.isfinite)]
     ],
     OpInfo("nan_to_num", ferro.nan_to_num, _nan_to_num_ref, _nan_to_num_samples),
+    *[
+        binary(n, getattr(ferro, n), f, grad=False, same_dtype_out=False)
+        for n, f in [
+            ("logical_and", np.logical_and),
+            ("logical_or", np.logical_or),
+            ("logical_xor", np.logical_xor),
+        ]
+    ],
+    *[
+        OpInfo(n, getattr(ferro, n), f, _bitwise_samples, grad=False, same_dtype_out=False)
+        for n, f in [
+            ("bitwise_and", np.bitwise_and),
+            ("bitwise_or", np.bitwise_or),
+            ("bitwise_xor", np.bitwise_xor),
+        ]
+    ],
+    OpInfo(
+        "bitwise_not",
+        ferro.bitwise_not,
+        np.invert,
+        lambda rng: (
+            [s for s in _bitwise_samples(rng) if len(s.args) == 2 and 0]
+            + [Sample((rng.integers(-9, 9, (2, 3)),)), Sample((rng.integers(0, 2, (4,)) > 0,))]
+        ),
+        grad=False,
+        same_dtype_out=False,
+    ),
 ]

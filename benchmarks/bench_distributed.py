@@ -1,6 +1,6 @@
 """Data-parallel training over MPI: scaling and overlap (issue 18's goals; not tests).
 
-    python benchmarks/bench_distributed.py [--steps 12] [--ranks 2] [--bucket-cap-mb 25]
+    python benchmarks/bench_distributed.py [--steps 12] [--ranks 2] [--bucket-cap-mb 25 8]
                                            [--timeline]
 
 The MLP 784-2048-2048-10, float32, batch 256 per rank, SGD, one BLAS thread per rank. Each
@@ -19,8 +19,8 @@ setting runs as its own ``mpiexec`` job (this script re-launches itself with ``-
 
 With 25 MB buckets (PyTorch's default, and DDP's) this model's layer-2 and layer-1 weights
 (16 MiB and 6 MiB) share a bucket that is complete only when backward ends: nothing can
-overlap. ``--bucket-cap-mb 8`` gives the layer-2 weight its own bucket, started as soon as its
-gradient is in, while layer 1's backward runs. ``--timeline`` prints, for the last overlapped
+overlap. 8 MB buckets give the layer-2 weight its own bucket, started as soon as its gradient
+is in, while layer 1's backward runs. Each link is measured with both (``--bucket-cap-mb``). ``--timeline`` prints, for the last overlapped
 step of rank 0, when each bucket started and completed against the backward's start and end.
 """
 
@@ -44,8 +44,9 @@ SIZES = (784, 2048, 2048, 10)
 
 def _slow_link(bandwidth: float) -> None:
     """One simulated link of ``bandwidth`` bytes/s: every all-reduce completes no earlier than
-    its bytes / bandwidth after the link is free of the all-reduces started before it. The
-    wait is a sleep (in the thread that waits), so it costs no CPU."""
+    its bytes / bandwidth after the link is free of the all-reduces started before it (and no
+    earlier than the real transfer, which proceeds meanwhile). The added wait is a sleep in the
+    thread that waits, so it costs no CPU."""
     from ferro.distributed import collectives as C
 
     original = C.all_reduce
@@ -59,13 +60,14 @@ def _slow_link(bandwidth: float) -> None:
         base_done, base_wait = work.is_completed, work.wait
 
         def is_completed():
-            return time.perf_counter() >= ready_at and base_done()
+            return base_done() and time.perf_counter() >= ready_at  # base_done() progresses
 
         def wait(timeout=None):
+            base_wait(timeout)
             left = ready_at - time.perf_counter()
             if left > 0:
                 time.sleep(left)
-            return base_wait(timeout)
+            return True
 
         work.is_completed, work.wait = is_completed, wait
         if async_op:
@@ -129,6 +131,7 @@ def worker(steps: int, link: float, cap: float, timeline: bool) -> None:
             fn()
             out[name].append(time.perf_counter() - t0)
     times = {k: statistics.median(v) for k, v in out.items()}
+    times["min"] = {k: min(v) for k, v in out.items()}  # the least disturbed step of each
     if timeline and n > 1:
         object.__setattr__(ddp, "_timeline", [])
         dist.barrier()
@@ -162,19 +165,25 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--ranks", type=int, default=2)
-    ap.add_argument("--bucket-cap-mb", type=float, default=25.0)
+    ap.add_argument("--bucket-cap-mb", type=float, nargs="+", default=[25.0, 8.0])
     ap.add_argument("--timeline", action="store_true")
     ap.add_argument("--link", type=float, default=0.0, help=argparse.SUPPRESS)
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
-        worker(args.steps, args.link, args.bucket_cap_mb, args.timeline)
+        worker(args.steps, args.link, args.bucket_cap_mb[0], args.timeline)
         return
     header("bench_distributed")
     one = launch(1, args.steps, 0.0)
     rows = []
-    for label, link in (("shared memory", 0.0), ("1 GB/s link (simulated)", 1e9)):
-        many = launch(args.ranks, args.steps, link, args.bucket_cap_mb, args.timeline)
+    settings = [
+        (link_label, link, cap)
+        for link_label, link in (("shared memory", 0.0), ("1 GB/s link (simulated)", 1e9))
+        for cap in args.bucket_cap_mb
+    ]
+    for link_label, link, cap in settings:
+        label = f"{link_label}, {cap:g} MB buckets"
+        many = launch(args.ranks, args.steps, link, cap, args.timeline)
         if args.timeline:
             print(f"# {label}: buckets (parameters, MiB) {many['buckets']}")
             for event, bucket, ms in many["timeline"]:
@@ -196,18 +205,19 @@ def main() -> None:
             "bench_distributed",
             label,
             ranks=args.ranks,
-            bucket_cap_mb=args.bucket_cap_mb,
+            bucket_cap_mb=cap,
             step_1rank_s=one["overlap"],
             step_overlap_s=many["overlap"],
             step_after_s=many["after"],
             reduce_s=many["reduce"],
             throughput_x=speedup,
             hidden_fraction=hidden,
+            min_s=many["min"],
         )
     table(
         rows,
         [
-            "link",
+            "link, buckets",
             "1 rank ms",
             f"{args.ranks} ranks ms",
             "reduce after ms",

@@ -20,8 +20,9 @@ setting runs as its own ``mpiexec`` job (this script re-launches itself with ``-
 With 25 MB buckets (PyTorch's default, and DDP's) this model's layer-2 and layer-1 weights
 (16 MiB and 6 MiB) share a bucket that is complete only when backward ends: nothing can
 overlap. 8 MB buckets give the layer-2 weight its own bucket, started as soon as its gradient
-is in, while layer 1's backward runs. Each link is measured with both (``--bucket-cap-mb``). ``--timeline`` prints, for the last overlapped
-step of rank 0, when each bucket started and completed against the backward's start and end.
+is in, while layer 1's backward runs. Each link is measured with both (``--bucket-cap-mb``).
+``--timeline`` prints, for one more overlapped step of rank 0, when each gradient came in and
+each bucket started and completed against the backward's start and end.
 """
 
 from __future__ import annotations

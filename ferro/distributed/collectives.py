@@ -318,6 +318,13 @@ class Work:
             self._complete()
         return self._done
 
+    def _progress(self) -> bool:
+        """Test the requests (which lets MPI move the data) without finishing: True once they
+        are complete. For a progress thread (DistributedDataParallel's); the owner then calls
+        ``is_completed()`` or ``wait()``, which run the finishing steps (staging copies back,
+        CuPy's included, and version bumps) in the owner's thread."""
+        return self._done or bool(_mpi().Request.Testall(self._requests))
+
     def is_success(self) -> bool:
         return self.is_completed()
 

@@ -99,7 +99,9 @@ class _Progress:
     which waits on them itself (Work.wait: back-to-back tests, the group's timeout): a Python
     thread polling then would hold the GIL the main thread needs to wake up. A request is only
     ever tested by one thread at a time: the main thread touches a bucket's work only after
-    the thread set the bucket's ``done``."""
+    the thread set the bucket's ``done``. The thread only tests (``Work._progress``); the main
+    thread completes each Work, so the finishing steps (a CuPy staging copy back, on the main
+    thread's device and stream) never run on the progress thread."""
 
     def __init__(self):
         self.queue = queue.SimpleQueue()
@@ -111,9 +113,9 @@ class _Progress:
             try:
                 work = bucket.work
                 while not state.urgent.is_set():
-                    if work.is_completed():
+                    if work._progress():
                         if state.timeline is not None:
-                            state.timeline.append(("done", index, time.perf_counter()))
+                            state.timeline.append(("transferred", index, time.perf_counter()))
                         break
                     time.sleep(POLL_S)
             except BaseException as exc:  # reported by the main thread
@@ -214,10 +216,10 @@ class DistributedDataParallel(Module):
         object.__setattr__(self, "_ready_marks", {})
         object.__setattr__(self, "_state", None)
         # A list to record (event, bucket, perf_counter) of each synchronised backward into:
-        # "start" (bucket complete, copied, all-reduce started), "done" (the progress thread saw
-        # it complete during backward), "walk done..." (.grad written: the wait begins),
-        # "waited" (completed in that wait), "end" (averages written back);
-        # benchmarks/bench_distributed.py --timeline prints them.
+        # "gradient <name> in", "start" (bucket complete and copied, all-reduce started),
+        # "transferred" (the progress thread saw MPI complete it during backward), "walk
+        # done..." (.grad written: the wait begins), "waited" (completed in that wait), "end"
+        # (averages written back); benchmarks/bench_distributed.py --timeline prints them.
         object.__setattr__(self, "_timeline", None)
         object.__setattr__(self, "_uncommitted", 0)
         object.__setattr__(self, "_lock", threading.RLock())

@@ -1,18 +1,28 @@
 """Data-parallel training over MPI: scaling and overlap (issue 18's goals; not tests).
 
-    python benchmarks/bench_distributed.py [--steps 12] [--ranks 2]
+    python benchmarks/bench_distributed.py [--steps 12] [--ranks 2] [--bucket-cap-mb 25 8]
+                                           [--timeline]
 
 The MLP 784-2048-2048-10, float32, batch 256 per rank, SGD, one BLAS thread per rank. Each
 setting runs as its own ``mpiexec`` job (this script re-launches itself with ``--worker``):
 
-- throughput: samples/s with N ranks against 1 rank (goal >= 1.7x with 2 ranks on 2 cores);
+- throughput: samples/s with N ranks (DDP) against 1 rank (the plain model, no DDP) (goal
+  >= 1.7x with 2 ranks on 2 cores);
 - overlap: a DDP step (bucketed all-reduces started during backward) against the same step
-  with the whole reduction done after backward (``no_sync`` backward, then one all-reduce per
-  bucket, waited), and the reduction alone; hidden fraction = (after - overlap) / reduction
-  (goal >= 0.5);
-- the same with a simulated slower link: each all-reduce completes no earlier than
-  ``bytes / link_bandwidth`` after it started (a bandwidth-limited network, 1 GB/s), which
-  backward can hide and a reduction after backward cannot.
+  with the reduction done after backward (``no_sync`` backward, then DDP's own bucket copies
+  and all-reduces, started only then: ``DistributedDataParallel._reduce_after_backward``), and
+  that reduction alone; hidden fraction = (after - overlap) / reduction (goal >= 0.5). The
+  three steps are interleaved (one of each per round), so machine load hits them alike;
+- the same with a simulated slower link: one link of 1 GB/s that carries one all-reduce at a
+  time (an all-reduce finishes no earlier than ``bytes / bandwidth`` after the link became free
+  for it). The delay costs no CPU: what backward can hide of it shows what the overlap buys.
+
+With 25 MB buckets (PyTorch's default, and DDP's) this model's layer-2 and layer-1 weights
+(16 MiB and 6 MiB) share a bucket that is complete only when backward ends: nothing can
+overlap. 8 MB buckets give the layer-2 weight its own bucket, started as soon as its gradient
+is in, while layer 1's backward runs. Each link is measured with both (``--bucket-cap-mb``).
+``--timeline`` prints, for one more overlapped step of rank 0, when each gradient came in and
+each bucket started and completed against the backward's start and end.
 """
 
 from __future__ import annotations
@@ -34,22 +44,30 @@ SIZES = (784, 2048, 2048, 10)
 
 
 def _slow_link(bandwidth: float) -> None:
-    """Make every Work complete no earlier than bytes / bandwidth after it started."""
+    """One simulated link of ``bandwidth`` bytes/s: every all-reduce completes no earlier than
+    its bytes / bandwidth after the link is free of the all-reduces started before it (and no
+    earlier than the real transfer, which proceeds meanwhile). The added wait is a sleep in the
+    thread that waits, so it costs no CPU."""
     from ferro.distributed import collectives as C
 
     original = C.all_reduce
+    link = {"free_at": 0.0}
 
     def all_reduce(tensor, op=C.ReduceOp.SUM, group=None, async_op=False):
         work = original(tensor, op, group, async_op=True)
-        ready_at = time.perf_counter() + tensor._data.nbytes / bandwidth
-        base_done = work.is_completed
+        now = time.perf_counter()
+        ready_at = max(now, link["free_at"]) + tensor._data.nbytes / bandwidth
+        link["free_at"] = ready_at
+        base_done, base_wait = work.is_completed, work.wait
 
         def is_completed():
-            return base_done() and time.perf_counter() >= ready_at
+            return base_done() and time.perf_counter() >= ready_at  # base_done() progresses
 
         def wait(timeout=None):
-            while not is_completed():
-                time.sleep(5e-5)
+            base_wait(timeout)
+            left = ready_at - time.perf_counter()
+            if left > 0:
+                time.sleep(left)
             return True
 
         work.is_completed, work.wait = is_completed, wait
@@ -61,13 +79,12 @@ def _slow_link(bandwidth: float) -> None:
     C.all_reduce = all_reduce
 
 
-def worker(steps: int, link: float) -> None:
+def worker(steps: int, link: float, cap: float, timeline: bool) -> None:
     import numpy as np
 
     import ferro
     import ferro.distributed as dist
     from ferro import nn
-    from ferro.distributed import collectives as C
     from ferro.nn.parallel import DistributedDataParallel as DDP
 
     if link:
@@ -79,57 +96,65 @@ def worker(steps: int, link: float) -> None:
     for a, b in zip(SIZES[:-1], SIZES[1:], strict=True):
         layers += [nn.Linear(a, b), nn.ReLU()]
     model = nn.Sequential(*layers[:-1])
-    ddp = DDP(model)
+    ddp = DDP(model, bucket_cap_mb=cap) if n > 1 else model
     opt = ferro.optim.SGD(model.parameters(), lr=0.01)
     rng = np.random.default_rng(r)
     x = ferro.tensor(rng.standard_normal((BATCH, SIZES[0]), dtype=np.float32))
     y = ferro.tensor(rng.integers(0, SIZES[-1], BATCH))
+    marks = {}
 
     def step_overlap():
         opt.zero_grad()
-        ferro.nn.functional.cross_entropy(ddp(x), y).backward()
+        loss = ferro.nn.functional.cross_entropy(ddp(x), y)
+        marks["backward"] = time.perf_counter()
+        loss.backward()
+        marks["returned"] = time.perf_counter()
         opt.step()
 
     def step_after():
         opt.zero_grad()
         with ddp.no_sync():
             ferro.nn.functional.cross_entropy(ddp(x), y).backward()
-        reduce_all()
+        ddp._reduce_after_backward()
         opt.step()
 
-    def reduce_all():
-        works = []
-        for b in ddp._buckets:  # the same buckets DDP uses, reduced after backward
-            flat = ferro.cat([p.grad.reshape(-1) for p in b.params])
-            works.append(C.all_reduce(flat, async_op=True))
-        for w in works:
-            w.wait()
-
-    def time_it(fn):
+    cases = {"overlap": step_overlap}
+    if n > 1:
+        cases["after"] = step_after
+        cases["reduce"] = ddp._reduce_after_backward  # the gradients of the last step
+    out = {k: [] for k in cases}
+    for fn in cases.values():  # warm-up
         fn()
-        dist.barrier()
-        out = []
-        for _ in range(steps):
+    for _ in range(steps):
+        for name, fn in cases.items():  # interleaved: the machine's load hits each case alike
+            dist.barrier()
             t0 = time.perf_counter()
             fn()
-            out.append(time.perf_counter() - t0)
+            out[name].append(time.perf_counter() - t0)
+    times = {k: statistics.median(v) for k, v in out.items()}
+    times["min"] = {k: min(v) for k, v in out.items()}  # the least disturbed step of each
+    if timeline and n > 1:
+        object.__setattr__(ddp, "_timeline", [])
         dist.barrier()
-        return statistics.median(out)
-
-    times = {"overlap": time_it(step_overlap)}
-    if n > 1:
-        times["after"] = time_it(step_after)
-        times["reduce"] = time_it(reduce_all)
+        step_overlap()
+        t0 = marks["backward"]
+        events = [("backward starts", -1, t0)] + ddp._timeline
+        events.append(("backward returned", -1, marks["returned"]))
+        times["timeline"] = [(e, i, round((t - t0) * 1e3, 2)) for e, i, t in events]
+        times["buckets"] = [
+            (len(b.params), round(b.size * b.flat.itemsize / 2**20, 2)) for b in ddp._buckets
+        ]
     if r == 0:
         print("RESULT " + json.dumps({"ranks": n, **times}), flush=True)
     dist.destroy_process_group()
 
 
-def launch(n: int, steps: int, link: float) -> dict:
+def launch(n: int, steps: int, link: float, cap: float = 25.0, timeline: bool = False) -> dict:
     from ferro.distributed.run import command
 
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
     args = [os.path.abspath(__file__), "--worker", "--steps", str(steps), "--link", str(link)]
+    args += ["--bucket-cap-mb", str(cap)] + (["--timeline"] if timeline else [])
     out = subprocess.run(command(n, args), env=env, capture_output=True, text=True, check=True)
     for line in out.stdout.splitlines():
         if line.startswith("RESULT "):
@@ -141,17 +166,29 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--ranks", type=int, default=2)
+    ap.add_argument("--bucket-cap-mb", type=float, nargs="+", default=[25.0, 8.0])
+    ap.add_argument("--timeline", action="store_true")
     ap.add_argument("--link", type=float, default=0.0, help=argparse.SUPPRESS)
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
-        worker(args.steps, args.link)
+        worker(args.steps, args.link, args.bucket_cap_mb[0], args.timeline)
         return
     header("bench_distributed")
     one = launch(1, args.steps, 0.0)
     rows = []
-    for label, link in (("shared memory", 0.0), ("1 GB/s link (simulated)", 1e9)):
-        many = launch(args.ranks, args.steps, link)
+    settings = [
+        (link_label, link, cap)
+        for link_label, link in (("shared memory", 0.0), ("1 GB/s link (simulated)", 1e9))
+        for cap in args.bucket_cap_mb
+    ]
+    for link_label, link, cap in settings:
+        label = f"{link_label}, {cap:g} MB buckets"
+        many = launch(args.ranks, args.steps, link, cap, args.timeline)
+        if args.timeline:
+            print(f"# {label}: buckets (parameters, MiB) {many['buckets']}")
+            for event, bucket, ms in many["timeline"]:
+                print(f"#   {ms:8.2f} ms  {event}" + (f" bucket {bucket}" if bucket >= 0 else ""))
         speedup = args.ranks * one["overlap"] / many["overlap"]
         hidden = (many["after"] - many["overlap"]) / many["reduce"]
         rows.append(
@@ -169,17 +206,19 @@ def main() -> None:
             "bench_distributed",
             label,
             ranks=args.ranks,
+            bucket_cap_mb=cap,
             step_1rank_s=one["overlap"],
             step_overlap_s=many["overlap"],
             step_after_s=many["after"],
             reduce_s=many["reduce"],
             throughput_x=speedup,
             hidden_fraction=hidden,
+            min_s=many["min"],
         )
     table(
         rows,
         [
-            "link",
+            "link, buckets",
             "1 rank ms",
             f"{args.ranks} ranks ms",
             "reduce after ms",

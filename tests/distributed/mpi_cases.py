@@ -324,6 +324,51 @@ def ddp_bucket_view_and_checkpoint():
 
 
 @case
+def ddp_buckets_start_during_the_walk():
+    # The overlap: a bucket whose gradients are complete starts while backward is still walking
+    # the earlier layers (tensor hooks), not after every .grad is written (post-accumulate
+    # hooks run only after the walk). The events are ordered, not timed.
+    r, n = rank_world()
+    model = make_model(seed=7)
+    ddp = DDP(model, bucket_cap_mb=0.0005)  # about one parameter per bucket
+    assert len(ddp._buckets) > 2, ddp._buckets
+    object.__setattr__(ddp, "_timeline", [])
+    x, y = global_batch(3 * n, seed=9)
+    ref = full_batch_grads(model, x, y)
+    seen = []
+    model[0].weight.register_hook(lambda g: seen.append(len(ddp._timeline)))  # the last leaf
+    xs, ys = x[3 * r : 3 * r + 3], y[3 * r : 3 * r + 3]
+    ((ddp(ferro.tensor(xs)) - ferro.tensor(ys)) ** 2).mean().backward()
+    events = [e for e, _, _ in ddp._timeline]
+    first = events.index("start")
+    assert seen and first < seen[0], (
+        first,
+        seen,
+        events,
+    )  # started before the walk reached 0.weight
+    assert events.count("start") == len(ddp._buckets) and events[-1] == "end", events
+    for p, g in zip(model.parameters(), ref, strict=True):
+        close(p.grad.numpy(), g)
+
+
+@case
+def ddp_parallel_walk():
+    # Leaf hooks may run on several threads of the parallel walk: buckets still start in index
+    # order on every rank, and the result is the full batch's.
+    r, n = rank_world()
+    model = make_model(seed=8)
+    ddp = DDP(model, bucket_cap_mb=0.0005)
+    x, y = global_batch(4 * n, seed=3)
+    ref = full_batch_grads(model, x, y)
+    xs, ys = x[4 * r : 4 * r + 4], y[4 * r : 4 * r + 4]
+    loss = ((ddp(ferro.tensor(xs)) - ferro.tensor(ys)) ** 2).mean()
+    with ferro.autograd.parallel(2):
+        loss.backward()
+    for p, g in zip(model.parameters(), ref, strict=True):
+        close(p.grad.numpy(), g)
+
+
+@case
 def ddp_buffers_broadcast():
     r, n = rank_world()
     m = nn.Linear(2, 2)

@@ -7,15 +7,26 @@ Note [DDP buckets] (docs/distributed.md, "How gradients are reduced"):
   require grad are cut into buckets of about ``bucket_cap_mb`` megabytes, in reverse
   registration order (the order backward usually produces their gradients), one dtype and one
   device per bucket. Every rank builds the same buckets from the same module.
-- Each parameter has a post-accumulate-grad hook. When the last gradient of a bucket has been
-  accumulated, the bucket's gradients are copied into one flat buffer and its non-blocking
-  all-reduce starts; backward goes on computing the next layers' gradients meanwhile. Buckets
-  start in index order on every rank (a ready bucket waits for its predecessors), because MPI
-  needs every rank to start collectives in the same order. Each hook also tests the pending
-  requests, which lets MPI progress without a progress thread.
-- When the last bucket has started, the hook waits for all of them, divides by the world
-  size and writes the averages back into ``.grad``, so ``backward()`` returns with averaged
-  gradients everywhere.
+- Each parameter has a tensor hook, which the backward walk runs as soon as the parameter's
+  gradient of this backward is complete. It writes (``.grad`` + gradient) / world size into
+  the parameter's slot of its bucket's flat buffer (one pass: the average's division is fused
+  into the copy) and, once a bucket is complete, starts its non-blocking all-reduce; the walk
+  goes on computing the earlier layers' gradients meanwhile. Post-accumulate-grad hooks could
+  not do this: ferro writes every ``.grad`` and runs those hooks only after the whole walk
+  (Note [Atomic backward] in docs/design.md), so a reduction started from them cannot overlap
+  anything. Buckets start in index order on every rank (a ready bucket waits for its
+  predecessors), because MPI needs every rank to start collectives in the same order.
+- MPI moves a non-blocking collective's data only inside MPI calls, and backward spends its
+  time in long BLAS calls that make none: without help a bucket started early would still be
+  transferred in the final wait. A progress thread (one per process, Note [DDP progress])
+  tests the started buckets, sleeping between tests so it takes neither a core from BLAS nor
+  the GIL for long.
+- The post-accumulate-grad hook of the last parameter (every ``.grad`` is written by then)
+  takes back the buckets the thread has not seen complete, waits for them, and writes the
+  averages into ``.grad``, so ``backward()`` returns with averaged gradients everywhere.
+- With ``gradient_as_bucket_view=True`` a parameter's ``.grad`` is its slot of the bucket,
+  which the engine writes only after the walk: its buckets start from the post-accumulate-grad
+  hooks, after the walk, and overlap nothing (the option trades the overlap for memory).
 - ``find_unused_parameters=True`` walks the graph from the forward's outputs and counts the
   parameters it does not reach as ready (zero gradient) so their buckets are not waited for
   forever; without it, a parameter that gets no gradient leaves its bucket incomplete, which
@@ -27,6 +38,10 @@ Note [DDP buckets] (docs/distributed.md, "How gradients are reduced"):
 from __future__ import annotations
 
 import contextlib
+import functools
+import queue
+import threading
+import time
 
 import numpy as np
 
@@ -39,7 +54,7 @@ from ferro.nn.module import Module
 
 
 class _Bucket:
-    __slots__ = ("params", "offsets", "size", "dtype", "xp", "flat", "ready", "work")
+    __slots__ = ("params", "offsets", "size", "dtype", "xp", "flat", "ready", "work", "done")
 
     def __init__(self, params: list):
         self.params = params
@@ -53,9 +68,75 @@ class _Bucket:
         self.flat = None
         self.ready = 0
         self.work = None
+        self.done = threading.Event()  # set by the progress thread
 
 
 FIRST_BUCKET_MB = 1.0
+# The progress thread's pause between polls while backward still runs: short enough that MPI
+# moves a bucket well within a layer's backward, long enough that the thread costs the BLAS
+# thread next to it almost nothing (Note [DDP progress]).
+POLL_S = 2e-4
+
+
+class _Backward:
+    """One backward's shared state between the hooks and the progress thread."""
+
+    __slots__ = ("urgent", "error", "timeline")
+
+    def __init__(self, timeline):
+        self.urgent = threading.Event()  # backward is over: the main thread waits from now on
+        self.error = None  # an exception raised in the progress thread
+        self.timeline = timeline
+
+
+class _Progress:
+    """Note [DDP progress]: one daemon thread per process drives the all-reduces DDP started,
+    in order, while backward runs. MPI (MPICH's shared-memory and network devices alike) moves
+    a non-blocking collective's data only inside MPI calls, and mpi4py's blocking Wait spins
+    inside MPI with the GIL released, which would take a core from the BLAS thread for the
+    whole transfer. So the thread tests the request and sleeps ``POLL_S`` between tests. Once
+    backward has finished (``urgent``) it hands the remaining buckets back to the main thread,
+    which waits on them itself (Work.wait: back-to-back tests, the group's timeout): a Python
+    thread polling then would hold the GIL the main thread needs to wake up. A request is only
+    ever tested by one thread at a time: the main thread touches a bucket's work only after
+    the thread set the bucket's ``done``. The thread only tests (``Work._progress``); the main
+    thread completes each Work, so the finishing steps (a CuPy staging copy back, on the main
+    thread's device and stream) never run on the progress thread."""
+
+    def __init__(self):
+        self.queue = queue.SimpleQueue()
+        threading.Thread(target=self._run, name="ferro-ddp-progress", daemon=True).start()
+
+    def _run(self) -> None:
+        while True:
+            index, bucket, state = self.queue.get()
+            try:
+                work = bucket.work
+                while not state.urgent.is_set():
+                    if work._progress():
+                        if state.timeline is not None:
+                            state.timeline.append(("transferred", index, time.perf_counter()))
+                        break
+                    time.sleep(POLL_S)
+            except BaseException as exc:  # reported by the main thread
+                state.error = exc
+            finally:
+                bucket.done.set()
+
+
+_progress: _Progress | None = None
+
+
+def _progress_thread() -> _Progress | None:
+    """The process's progress thread, started on first use; None where MPI was not initialised
+    with MPI_THREAD_MULTIPLE (the main thread then drives the transfers in the final wait)."""
+    global _progress
+    if _progress is None:
+        MPI = C._mpi()
+        if MPI.Query_thread() < MPI.THREAD_MULTIPLE:
+            return None
+        _progress = _Progress()
+    return _progress
 
 
 def _bytes(p) -> int:
@@ -133,9 +214,20 @@ class DistributedDataParallel(Module):
         object.__setattr__(self, "_launched", 0)
         object.__setattr__(self, "_expect_reduction", False)
         object.__setattr__(self, "_ready_marks", {})
-        object.__setattr__(
-            self, "_handles", [p.register_post_accumulate_grad_hook(self._hook) for _, p in params]
-        )
+        object.__setattr__(self, "_state", None)
+        # A list to record (event, bucket, perf_counter) of each synchronised backward into:
+        # "gradient <name> in", "start" (bucket complete and copied, all-reduce started),
+        # "transferred" (the progress thread saw MPI complete it during backward), "walk
+        # done..." (.grad written: the wait begins), "waited" (completed in that wait), "end"
+        # (averages written back); benchmarks/bench_distributed.py --timeline prints them.
+        object.__setattr__(self, "_timeline", None)
+        object.__setattr__(self, "_uncommitted", 0)
+        object.__setattr__(self, "_lock", threading.RLock())
+        handles = []
+        for _, p in params:
+            handles.append(p.register_hook(functools.partial(self._grad_hook, p)))
+            handles.append(p.register_post_accumulate_grad_hook(self._hook))
+        object.__setattr__(self, "_handles", handles)
 
     # -- construction ---------------------------------------------------------------------------
 
@@ -201,71 +293,122 @@ class DistributedDataParallel(Module):
             ]:
                 w.wait()
         out = self.module(*inputs, **kwargs)
-        if self._require_sync and is_grad_enabled() and self._buckets:
+        if self._require_sync and is_grad_enabled() and self._buckets and self._pg.size() > 1:
+            # (on one rank the local gradients are the average: nothing to reduce)
             self._prepare_for_backward(out)
         return out
 
     def _prepare_for_backward(self, out) -> None:
         object.__setattr__(self, "_launched", 0)
+        object.__setattr__(self, "_uncommitted", 0)
         for b in self._buckets:
             b.ready, b.work = 0, None
+            b.done.clear()
         object.__setattr__(self, "_ready_marks", {})
+        object.__setattr__(self, "_state", _Backward(self._timeline))
         object.__setattr__(self, "_expect_reduction", True)
-        if self.find_unused_parameters:
+        if self.find_unused_parameters and out is not None:
             used = _reached_leaves(out)
             for p_id, (i, k) in self._where.items():
                 if p_id not in used:
-                    self._mark(i, k)
+                    self._copy_in(i, k, None)
 
     # -- backward --------------------------------------------------------------------------------
 
-    def _hook(self, p) -> None:
-        if not (self._require_sync and self._expect_reduction):
+    def _grad_hook(self, p, grad) -> None:
+        """Tensor hook: ``p``'s gradient of this backward is complete (the walk goes on). Its
+        bucket slot gets (``.grad`` + grad) / world size now, and a complete bucket starts."""
+        if not (self._require_sync and self._expect_reduction) or self.gradient_as_bucket_view:
             return
         i, k = self._where[id(p)]
-        self._mark(i, k)
+        with self._lock:  # the parallel walk may run leaf hooks on several threads
+            if (i, k) in self._ready_marks:
+                return
+            object.__setattr__(self, "_uncommitted", self._uncommitted + 1)
+            self._copy_in(i, k, grad._data)
 
-    def _mark(self, i: int, k: int) -> None:
-        marks = self._ready_marks
-        if (i, k) in marks:
+    def _hook(self, p) -> None:
+        """Post-accumulate-grad hook: ``p.grad`` has been written (after the whole walk). The
+        last one waits for the reductions and writes the averages."""
+        if not (self._require_sync and self._expect_reduction):
             return
-        marks[(i, k)] = True
-        b = self._buckets[i]
+        with self._lock:
+            if self.gradient_as_bucket_view:
+                # .grad is its bucket's memory, and the engine writes .grad only after the walk
+                # (Note [Atomic backward]): the bucket can start only now (no overlap).
+                i, k = self._where[id(p)]
+                if (i, k) not in self._ready_marks:
+                    self._copy_in(i, k, None)
+            else:
+                object.__setattr__(self, "_uncommitted", self._uncommitted - 1)
+            if self._launched == len(self._buckets) and self._uncommitted <= 0:
+                self._finalize()
+
+    def _copy_in(self, i: int, k: int, grad) -> None:
+        """Write parameter ``k`` of bucket ``i`` into the bucket, divided by the world size (the
+        average's division fused into the copy: one pass), and start every consecutive complete
+        bucket, in index order (the same order on every rank). ``grad`` is the gradient of this
+        backward when called before ``.grad`` is written (to be added to ``.grad``), None
+        otherwise."""
+        self._ready_marks[(i, k)] = True
+        b, state = self._buckets[i], self._state
+        p = b.params[k]
+        if state.timeline is not None:
+            state.timeline.append((f"gradient {self._names[id(p)]} in", i, time.perf_counter()))
+        xp, scale = b.xp, 1.0 / self._pg.size()
+        if b.flat is None:
+            b.flat = xp.empty(b.size, dtype=b.dtype)
+        view = b.flat[b.offsets[k] : b.offsets[k] + p._data.size]
+        old = None if p.grad is None else p.grad._data
+        if old is not None and _shares(old, view.reshape(old.shape)):
+            old = view  # gradient_as_bucket_view: .grad already is the slot
+        if grad is None:
+            if old is None:
+                view[...] = 0
+            elif old is view:
+                view *= scale
+            else:
+                xp.multiply(old.reshape(-1), scale, out=view)
+        elif old is None:
+            xp.multiply(grad.reshape(-1), scale, out=view)
+        else:
+            xp.add(old.reshape(-1), grad.reshape(-1), out=view)
+            view *= scale
         b.ready += 1
-        # Start every consecutive complete bucket, in index order (the same order on every rank).
         while self._launched < len(self._buckets):
             nb = self._buckets[self._launched]
             if nb.ready < len(nb.params):
                 break
-            self._launch(nb)
+            self._launch(self._launched)
             object.__setattr__(self, "_launched", self._launched + 1)
-        pending = [b.work for b in self._buckets[: self._launched] if b.work is not None]
-        for w in pending:
-            w.is_completed()  # progress
-        if self._launched == len(self._buckets):
-            self._finalize()
 
-    def _launch(self, b: _Bucket) -> None:
-        xp = b.xp
-        if b.flat is None or not self.gradient_as_bucket_view:
-            b.flat = xp.zeros(b.size, dtype=b.dtype) if b.flat is None else b.flat
-        flat = b.flat
-        for p, off in zip(b.params, b.offsets, strict=True):
-            n = p._data.size
-            g = p.grad
-            view = flat[off : off + n]
-            if g is None:
-                view[...] = 0
-            elif not (self.gradient_as_bucket_view and _shares(g._data, view)):
-                view[...] = g._data.reshape(-1)
-        b.work = C.all_reduce(_tensor(flat), C.ReduceOp.SUM, self._pg, async_op=True)
+    def _launch(self, i: int) -> None:
+        b, state = self._buckets[i], self._state
+        if state.timeline is not None:
+            state.timeline.append(("start", i, time.perf_counter()))
+        b.work = C.all_reduce(_tensor(b.flat), C.ReduceOp.SUM, self._pg, async_op=True)
+        progress = _progress_thread()
+        if progress is not None:
+            progress.queue.put((i, b, state))
 
     def _finalize(self) -> None:
-        n = self._pg.size()
-        for b in self._buckets:
-            b.work.wait()
+        state = self._state
+        state.urgent.set()
+        if state.timeline is not None:
+            state.timeline.append(
+                ("walk done, .grad written: the wait begins", -1, time.perf_counter())
+            )
+        threaded = _progress_thread() is not None
+        for i, b in enumerate(self._buckets):
+            if threaded:
+                b.done.wait()  # the thread has let go of the request
+                if state.error is not None:
+                    raise state.error
+            if not b.work.is_completed():
+                b.work.wait()
+                if state.timeline is not None:
+                    state.timeline.append(("waited", i, time.perf_counter()))
             b.work = None
-            b.flat /= n
             for p, off in zip(b.params, b.offsets, strict=True):
                 view = b.flat[off : off + p._data.size].reshape(p._data.shape)
                 if self.gradient_as_bucket_view:
@@ -275,7 +418,20 @@ class DistributedDataParallel(Module):
                     p.grad = _tensor(view.copy())
                 else:
                     p.grad._data[...] = view
+        if state.timeline is not None:
+            state.timeline.append(("end", -1, time.perf_counter()))
         object.__setattr__(self, "_expect_reduction", False)
+
+    def _reduce_after_backward(self) -> None:
+        """Benchmark baseline (benchmarks/bench_distributed.py): after a backward under
+        ``no_sync()``, reduce every bucket with the same copies and collectives as a
+        synchronised backward, but started only now, so nothing overlaps backward."""
+        self._prepare_for_backward(None)
+        with self._lock:
+            for i, b in enumerate(self._buckets):
+                for k in range(len(b.params)):
+                    self._copy_in(i, k, None)
+            self._finalize()
 
     # -- API -------------------------------------------------------------------------------------
 

@@ -35,6 +35,8 @@ import numpy as np
 
 from ferro._C.engine import overrides_enabled, set_overrides_enabled
 from ferro.errors import ArgumentError
+from ferro.ops.conv import ConvTranspose as ConvT
+from ferro.ops.conv import Fold, Unfold, columns_override
 from ferro.ops.norm import (
     batch_norm_override,
     group_norm_override,
@@ -110,19 +112,26 @@ def _cross_entropy(backend):
 def _depthwise_conv(backend):
     """The paired override of conv for a depthwise 2-d convolution (one input channel per
     group, symmetric padding): direct loops forward and backward instead of a sum of strided
-    slices. Every other convolution, and a gradient the loops do not take, runs the generic
-    code; the forward leaves ctx as the generic forward does (both saved arrays)."""
+    slices. On a backend with column kernels (the GPU's im2col/col2im) every other convolution
+    takes them (``columns_override``); elsewhere, and for a gradient the loops do not take, the
+    generic code runs. The forward leaves ctx as the generic forward does (both saved arrays)."""
     fwd_kernel, bwd_kernel = backend.depthwise2d_fwd, backend.depthwise2d_bwd
     accepts, accepts_grad = backend.accepts, backend.accepts_grad
-    from ferro.ops.conv import is_depthwise2d
+    from ferro.ops.conv import Conv, columns_override, is_depthwise2d
 
     generic_backward = REGISTRY["conv"].backward
+    gemm_forward = gemm_backward = None
+    if {"im2col", "col2im"} <= backend.FUSED_KERNELS:
+        gemm_forward, gemm_backward = columns_override(Conv)(backend)
 
     def forward(ctx, x, w, b, *, stride, pads, dilation, groups, size):
         if not is_depthwise2d(x, w, pads, groups) or not accepts(
             (x, w) if b is None else (x, w, b)
         ):
-            return NotImplemented
+            if gemm_forward is None:
+                return NotImplemented
+            params = dict(stride=stride, pads=pads, dilation=dilation, groups=groups, size=size)
+            return gemm_forward(ctx, x, w, b, **params)
         y = fwd_kernel(x, w, stride, pads, dilation, size)
         ctx.save(x, w)
         ctx.geom = (stride, pads, dilation, groups)
@@ -132,6 +141,8 @@ def _depthwise_conv(backend):
         return y
 
     def backward(ctx, gy):
+        if not ctx.depthwise2d:  # the column kernels' forward ran
+            return gemm_backward(ctx, gy)
         x, w = ctx.saved
         if not accepts_grad(gy, (x, w)):
             return generic_backward(ctx, gy)
@@ -241,6 +252,9 @@ OVERRIDES: dict[str, Fused] = {
         only=(("depthwise2d", True),),
         adapter=_depthwise_conv,
     ),
+    "conv_transpose": Fused(forward="im2col", backward="col2im", adapter=columns_override(ConvT)),
+    "unfold": Fused(forward="im2col", backward="col2im", adapter=columns_override(Unfold)),
+    "fold": Fused(forward="im2col", backward="col2im", adapter=columns_override(Fold)),
     "max_pool": Fused(forward="max_pool_fwd", backward="max_pool_bwd", adapter=_max_pool),
     "layer_norm": Fused(
         forward="layer_norm_fwd", backward="layer_norm_bwd", adapter=layer_norm_override

@@ -343,6 +343,9 @@ def _gpu_ops():
 FAMILY_GPU_CASES = {
     "batch_norm",
     "conv",
+    "conv_transpose",
+    "fold",
+    "unfold",
     "deform_conv2d",
     "group_norm",
     "instance_norm",

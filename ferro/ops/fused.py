@@ -43,6 +43,12 @@ from ferro.ops.norm import (
     layer_norm_override,
     rms_norm_override,
 )
+from ferro.ops.pooling import (
+    AdaptiveAvgPool,
+    AdaptiveMaxPool,
+    adaptive_pool_override,
+    avg_pool_override,
+)
 from ferro.ops.registry import REGISTRY
 
 
@@ -256,6 +262,17 @@ OVERRIDES: dict[str, Fused] = {
     "unfold": Fused(forward="im2col", backward="col2im", adapter=columns_override(Unfold)),
     "fold": Fused(forward="im2col", backward="col2im", adapter=columns_override(Fold)),
     "max_pool": Fused(forward="max_pool_fwd", backward="max_pool_bwd", adapter=_max_pool),
+    "avg_pool": Fused(forward="avg_pool_fwd", backward="avg_pool_bwd", adapter=avg_pool_override),
+    "adaptive_avg_pool": Fused(
+        forward="adaptive_avg_pool_fwd",
+        backward="adaptive_avg_pool_bwd",
+        adapter=adaptive_pool_override(AdaptiveAvgPool),
+    ),
+    "adaptive_max_pool": Fused(
+        forward="adaptive_max_pool_fwd",
+        backward="adaptive_max_pool_bwd",
+        adapter=adaptive_pool_override(AdaptiveMaxPool),
+    ),
     "layer_norm": Fused(
         forward="layer_norm_fwd", backward="layer_norm_bwd", adapter=layer_norm_override
     ),

@@ -341,6 +341,9 @@ def _gpu_ops():
 # Ops whose GPU overrides are checked in their family's test module
 # (tests/cuda/test_<family>_kernels.py).
 FAMILY_GPU_CASES = {
+    "adaptive_avg_pool",
+    "adaptive_max_pool",
+    "avg_pool",
     "batch_norm",
     "conv",
     "conv_transpose",

@@ -20,7 +20,9 @@ the roles exchanged, and ``unfold``/``fold`` are im2col/col2im as ops. The batch
 chunks so the column matrix stays within :data:`WORKSPACE_BYTES`; a 1x1 convolution with stride
 1 and no padding needs no copy at all (its column matrix is the input, reshaped); a depthwise
 convolution (one input channel per group) takes a direct loop over the kernel offsets instead of
-a block-diagonal GEMM of 1-row matrices.
+a block-diagonal GEMM of 1-row matrices. On the GPU the same functions take ``cols``, a backend
+with im2col/col2im kernels (``ferro.cuda.conv``, bound by :func:`columns_override`), in place
+of the strided views and slice adds; chunks and GEMMs stay as they are.
 
 Both op classes have a ``differentiable_backward`` that computes the same gradients from the
 ops themselves (input gradient: the transposed convolution; weight gradient: a convolution of

@@ -237,7 +237,9 @@ def _deform_conv2d(backend):
 
 # The one table: op (registry name) -> its fused kernels. An entry applies on a backend that
 # implements all of its kernels (cpu: no softmax/log_softmax forward, whose generic NumPy
-# forward is a SIMD pass, and no cross-entropy, which measured 0.5-0.97x; see docs/design.md).
+# forward is a SIMD pass, no cross-entropy, which measured 0.5-0.97x, see docs/design.md; and
+# no window kernels for im2col/col2im, average or adaptive pooling, whose CPU path is NumPy's
+# strided views, see docs/gpu.md).
 OVERRIDES: dict[str, Fused] = {
     "tanh": Fused(backward="tanh_bwd"),
     "sigmoid": Fused(backward="sigmoid_bwd"),

@@ -1,23 +1,31 @@
 """The GPU kernels of the convolution family: launch wrappers for ``kernels/conv.cu`` (CuPy
 arrays in, CuPy arrays out).
 
-The same kernel names, arguments and meaning as ``ferro._C.conv_kernels`` (the depthwise 2-d
-convolution, forward and backward), so the ``conv`` entry of ``ferro.ops.fused.OVERRIDES`` binds
-to either backend. Every other convolution runs the generic code on CuPy (strided views, cuBLAS
-through ``matmul``). :func:`accepts`/:func:`accepts_grad` read array flags only; each wrapper
-still checks what its kernel assumes and raises a typed error for a direct caller. Nothing here
-imports CuPy until a kernel runs. ``tests/cuda/test_conv_kernels.py`` runs the wrappers against
-the NumPy reference on a device when there is one and everywhere on the CPU emulation.
+- The depthwise 2-d convolution, forward and backward, under the names and arguments of
+  ``ferro._C.conv_kernels``, so the ``conv`` entry of ``ferro.ops.fused.OVERRIDES`` binds to
+  either backend.
+- :func:`im2col` and :func:`col2im` for 1-d to 3-d windows (vol2col), GPU only (the CPU builds
+  its columns from strided views): the column builders of the GEMM path of
+  ``ferro/ops/conv.py`` (Note [Convolution as three functions]) for ``conv`` (what the
+  depthwise kernels do not take), ``conv_transpose``, ``unfold`` and ``fold``; the GEMMs stay
+  ``matmul`` (cuBLAS), in the same workspace-bounded batch chunks as on the CPU.
+
+:func:`accepts`/:func:`accepts_grad` read array flags only; each wrapper still checks what its
+kernel assumes and raises a typed error for a direct caller. Nothing here imports CuPy until a
+kernel runs. ``tests/cuda/test_conv_kernels.py`` runs the wrappers against the NumPy reference
+on a device when there is one and everywhere on the CPU emulation.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
 from ferro.cuda.loader import ctype, grid_for, kernel
 from ferro.errors import ArgumentError, DtypeError, ShapeError
 
-FUSED_KERNELS = frozenset({"depthwise2d_fwd", "depthwise2d_bwd"})
+FUSED_KERNELS = frozenset({"depthwise2d_fwd", "depthwise2d_bwd", "im2col", "col2im"})
 
 _FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 _WEIGHT_BLOCK = 256  # threads per block of the weight-gradient reduction
@@ -119,4 +127,76 @@ def depthwise2d_bwd(
     return gx, gw
 
 
-__all__ = ["FUSED_KERNELS", "accepts", "accepts_grad", "depthwise2d_bwd", "depthwise2d_fwd"]
+def _cols_args(who, shape, kernel_size, stride, pads, dilation, out, batch_major) -> list:
+    """The kernels' geometry arguments (see ``ferro_cols_geom``), each spatial tuple
+    left-padded to three dimensions, after checking them."""
+    nd = len(kernel_size)
+    if not 1 <= nd <= 3 or len(shape) != nd + 2:
+        raise ShapeError(f"{who}: {nd} spatial dimensions do not fit an input of shape {shape}")
+    lo = tuple(p[0] for p in pads)
+    args = list(shape[:2])
+    for what, v, fill, low in (
+        ("input size", shape[2:], 1, 1),
+        ("out", out, 1, 1),
+        ("kernel_size", kernel_size, 1, 1),
+        ("stride", stride, 1, 1),
+        ("padding", lo, 0, 0),
+        ("dilation", dilation, 1, 1),
+    ):
+        v = tuple(v)
+        if len(v) != nd or any(e < low for e in v):
+            raise ArgumentError(f"{who}: {what} must be {nd} ints >= {low}, got {v}")
+        args += (fill,) * (3 - nd) + v
+    return [np.int64(a) for a in args] + [np.int32(bool(batch_major))]
+
+
+def _col_shape(n, c, kernel, out, batch_major):
+    k, ell = c * math.prod(kernel), math.prod(out)
+    return (n, k, ell) if batch_major else (k, n * ell)
+
+
+def im2col(x, kernel_size, stride, pads, dilation, out, batch_major=False):
+    """The columns of ``x`` ``(n, C, *size)`` (1 to 3 spatial dims) for windows ``kernel_size`` at
+    ``stride``, ``dilation``, zero padding ``pads`` (one ``(lo, hi)`` per dim; the ends follow
+    from ``out``): channel-major ``(C*prod(kernel_size), n*prod(out))``, rows ``(c, *k)`` and
+    columns ``(b, *l)``, as the GEMM path multiplies them, or ``batch_major``
+    ``(n, C*prod(kernel_size), prod(out))``, as ``unfold`` returns them."""
+    import cupy
+
+    who = "im2col"
+    t = _check(who, ("x",), (x,))
+    args = _cols_args(who, x.shape, kernel_size, stride, pads, dilation, out, batch_major)
+    cols = cupy.empty(_col_shape(*x.shape[:2], kernel_size, out, batch_major), dtype=x.dtype)
+    if cols.size:
+        grid, block = grid_for(cols.size)
+        kernel("conv", f"ferro_im2col<{t}>")(grid, block, (x, cols, *args))
+    return cols
+
+
+def col2im(cols, x, kernel_size, stride, pads, dilation, out, batch_major=False):
+    """The adjoint of :func:`im2col`: the columns ``cols`` (either layout, C-contiguous) summed
+    into ``x`` ``(n, C, *size)``, which it overwrites (C-contiguous, writeable, ``cols``'s
+    dtype) and returns; overlapping windows add up."""
+    who = "col2im"
+    t = _check(who, ("cols", "x"), (cols, x))
+    if not getattr(x.flags, "writeable", True):
+        raise ArgumentError(f"{who}: the output x is read-only")
+    args = _cols_args(who, x.shape, kernel_size, stride, pads, dilation, out, batch_major)
+    want = _col_shape(*x.shape[:2], kernel_size, out, batch_major)
+    if cols.size != math.prod(want):
+        raise ShapeError(f"{who}: cols of shape {cols.shape} do not fit {want} for x {x.shape}")
+    if x.size:
+        grid, block = grid_for(x.size)
+        kernel("conv", f"ferro_col2im<{t}>")(grid, block, (cols, x, *args))
+    return x
+
+
+__all__ = [
+    "FUSED_KERNELS",
+    "accepts",
+    "accepts_grad",
+    "col2im",
+    "depthwise2d_bwd",
+    "depthwise2d_fwd",
+    "im2col",
+]

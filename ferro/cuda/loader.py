@@ -41,8 +41,17 @@ SOURCES: dict[str, list[str]] = {
     "softmax": [f"ferro_softmax_{d}<{t}>" for d in ("fwd", "bwd") for t in _FLOATS],
     "cross_entropy": [f"ferro_cross_entropy_{d}<{t}>" for d in ("fwd", "bwd") for t in _FLOATS],
     "dropout": [f"ferro_dropout_mask<{t}>" for t in _FLOATS],
-    "conv": [f"ferro_depthwise2d_{d}<{t}>" for d in ("fwd", "bwd_x", "bwd_w") for t in _FLOATS],
-    "pooling": [f"ferro_max_pool_{d}<{t}>" for d in ("fwd", "bwd") for t in _FLOATS],
+    "conv": [
+        f"ferro_{k}<{t}>"
+        for k in ("depthwise2d_fwd", "depthwise2d_bwd_x", "depthwise2d_bwd_w", "im2col", "col2im")
+        for t in _FLOATS
+    ],
+    "pooling": [
+        f"ferro_{k}_pool_{d}<{t}>"
+        for k in ("max", "avg", "adaptive")
+        for d in ("fwd", "bwd")
+        for t in _FLOATS
+    ],
     "norm": [
         f"ferro_{k}<{t}>"
         for k in ("norm_rows_fwd", "norm_rows_bwd", "norm_cols_bwd", "batch_norm_fwd")

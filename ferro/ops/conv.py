@@ -20,7 +20,9 @@ the roles exchanged, and ``unfold``/``fold`` are im2col/col2im as ops. The batch
 chunks so the column matrix stays within :data:`WORKSPACE_BYTES`; a 1x1 convolution with stride
 1 and no padding needs no copy at all (its column matrix is the input, reshaped); a depthwise
 convolution (one input channel per group) takes a direct loop over the kernel offsets instead of
-a block-diagonal GEMM of 1-row matrices.
+a block-diagonal GEMM of 1-row matrices. On the GPU the same functions take ``cols``, a backend
+with im2col/col2im kernels (``ferro.cuda.conv``, bound by :func:`columns_override`), in place
+of the strided views and slice adds; chunks and GEMMs stay as they are.
 
 Both op classes have a ``differentiable_backward`` that computes the same gradients from the
 ops themselves (input gradient: the transposed convolution; weight gradient: a convolution of
@@ -123,6 +125,15 @@ def _columns(xp, x, kernel, stride, dilation, out):
     return xp.ascontiguousarray(view.transpose(perm))
 
 
+def _chunk_columns(xp, xc, kernel, stride, pads, dilation, out, buf, cols):
+    """The channel-major columns of a batch chunk ``xc`` and the padding buffer to reuse: from
+    the strided view of the padded chunk, or from ``cols.im2col`` (padding in the kernel)."""
+    if cols is not None:
+        return cols.im2col(xc, kernel, stride, pads, dilation, out), buf
+    buf = _padded(xp, xc, pads, buf)
+    return _columns(xp, buf, kernel, stride, dilation, out), buf
+
+
 def _channel_major(xp, a, groups):
     """``(n, C, *s)`` -> ``(groups, C/groups, n * prod(s))``, contiguous."""
     n, c = a.shape[:2]
@@ -130,9 +141,10 @@ def _channel_major(xp, a, groups):
     return t.reshape(groups, c // groups, n * math.prod(a.shape[2:]))
 
 
-def _conv_forward(xp, x, w, stride, pads, dilation, groups, out):
+def _conv_forward(xp, x, w, stride, pads, dilation, groups, out, cols=None):
     """``y`` ``(N, C_out, *out)`` of the convolution of ``x`` ``(N, C_in, *size)`` by ``w``
-    ``(C_out, C_in/groups, *kernel)``."""
+    ``(C_out, C_in/groups, *kernel)``. ``cols``: a backend with column kernels (``im2col``,
+    ``col2im``: ``ferro.cuda.conv``) in place of the strided views."""
     n, c = x.shape[:2]
     o, cg = w.shape[:2]
     kernel = w.shape[2:]
@@ -146,14 +158,13 @@ def _conv_forward(xp, x, w, stride, pads, dilation, groups, out):
     for n0 in range(0, n, step):
         xc = x[n0 : n0 + step]
         nb = xc.shape[0]
-        buf = _padded(xp, xc, pads, buf)
-        col = _columns(xp, buf, kernel, stride, dilation, out)
+        col, buf = _chunk_columns(xp, xc, kernel, stride, pads, dilation, out, buf, cols)
         yc = xp.matmul(wr, col.reshape(groups, cg * kp, nb * ell))
         y[n0 : n0 + nb] = xp.moveaxis(yc.reshape((o, nb) + tuple(out)), 0, 1)
     return y
 
 
-def _conv_input_grad(xp, gy, w, stride, pads, dilation, groups, size):
+def _conv_input_grad(xp, gy, w, stride, pads, dilation, groups, size, cols=None):
     """``gx`` ``(N, C_in, *size)`` of the convolution, from ``gy`` ``(N, C_out, *out)``."""
     n, o = gy.shape[:2]
     out = gy.shape[2:]
@@ -169,7 +180,11 @@ def _conv_input_grad(xp, gy, w, stride, pads, dilation, groups, size):
     for n0 in range(0, n, step):
         gc = _channel_major(xp, gy[n0 : n0 + step], groups)
         nb = min(step, n - n0)
-        gcol = xp.matmul(wt, gc).reshape((c, *kernel, nb, *out))
+        gcol = xp.matmul(wt, gc)
+        if cols is not None:  # one gather kernel writes the chunk of gx
+            cols.col2im(gcol, gx[n0 : n0 + nb], kernel, stride, pads, dilation, out)
+            continue
+        gcol = gcol.reshape((c, *kernel, nb, *out))
         # col2im in the columns' own (C, n) order, whose slices are contiguous runs, then one
         # transposing copy into gx.
         gcol = xp.moveaxis(gcol, 1 + len(kernel), 1)
@@ -177,7 +192,7 @@ def _conv_input_grad(xp, gy, w, stride, pads, dilation, groups, size):
     return gx
 
 
-def _conv_weight_grad(xp, x, gy, stride, pads, dilation, groups, kernel):
+def _conv_weight_grad(xp, x, gy, stride, pads, dilation, groups, kernel, cols=None):
     """``gw`` ``(C_out, C_in/groups, *kernel)`` of the convolution of ``x`` with output
     gradient ``gy``."""
     n, c = x.shape[:2]
@@ -195,8 +210,7 @@ def _conv_weight_grad(xp, x, gy, stride, pads, dilation, groups, kernel):
     for n0 in range(0, n, step):
         xc = x[n0 : n0 + step]
         nb = xc.shape[0]
-        buf = _padded(xp, xc, pads, buf)
-        col = _columns(xp, buf, kernel, stride, dilation, out)
+        col, buf = _chunk_columns(xp, xc, kernel, stride, pads, dilation, out, buf, cols)
         col = col.reshape(groups, cg * kp, nb * ell)
         gc = _channel_major(xp, gy[n0 : n0 + nb], groups)
         gwt += xp.matmul(col, gc.transpose(0, 2, 1))
@@ -386,23 +400,23 @@ class Conv:
     output's spatial shape."""
 
     @staticmethod
-    def forward(ctx, x, w, b, *, stride, pads, dilation, groups, size):
+    def forward(ctx, x, w, b, *, stride, pads, dilation, groups, size, cols=None):
         xp = ctx.xp
         need_x, need_w, _ = ctx.needs_input_grad
         ctx.save(x if need_w else None, w if need_x else None)
         ctx.geom = (stride, pads, dilation, groups)
         ctx.in_size, ctx.kernel = x.shape[2:], w.shape[2:]
         ctx.depthwise2d = is_depthwise2d(x, w, pads, groups)
-        y = _conv_forward(xp, x, w, stride, pads, dilation, groups, size)
+        y = _conv_forward(xp, x, w, stride, pads, dilation, groups, size, cols)
         return y if b is None else _add_bias(y, b)
 
     @staticmethod
-    def backward(ctx, gy):
+    def backward(ctx, gy, cols=None):
         xp = ctx.xp
         x, w = ctx.saved
         need_x, need_w, need_b = ctx.needs_input_grad
-        gx = _conv_input_grad(xp, gy, w, *ctx.geom, ctx.in_size) if need_x else None
-        gw = _conv_weight_grad(xp, x, gy, *ctx.geom, ctx.kernel) if need_w else None
+        gx = _conv_input_grad(xp, gy, w, *ctx.geom, ctx.in_size, cols) if need_x else None
+        gw = _conv_weight_grad(xp, x, gy, *ctx.geom, ctx.kernel, cols) if need_w else None
         return gx, gw, _bias_grad(gy) if need_b else None
 
     differentiable_backward = staticmethod(_differentiable_backward_of(transposed=False))
@@ -414,25 +428,47 @@ class ConvTranspose:
     ``(N, C_in, *in)``, ``w`` ``(C_in, C_out/groups, *kernel)``, output ``(N, C_out, *size)``."""
 
     @staticmethod
-    def forward(ctx, x, w, b, *, stride, pads, dilation, groups, size):
+    def forward(ctx, x, w, b, *, stride, pads, dilation, groups, size, cols=None):
         xp = ctx.xp
         need_x, need_w, _ = ctx.needs_input_grad
         ctx.save(x if need_w else None, w if need_x else None)
         ctx.geom = (stride, pads, dilation, groups)
         ctx.in_size, ctx.kernel = x.shape[2:], w.shape[2:]
-        y = _conv_input_grad(xp, x, w, stride, pads, dilation, groups, size)
+        y = _conv_input_grad(xp, x, w, stride, pads, dilation, groups, size, cols)
         return y if b is None else _add_bias(y, b)
 
     @staticmethod
-    def backward(ctx, gy):
+    def backward(ctx, gy, cols=None):
         xp = ctx.xp
         x, w = ctx.saved
         need_x, need_w, need_b = ctx.needs_input_grad
-        gx = _conv_forward(xp, gy, w, *ctx.geom, ctx.in_size) if need_x else None
-        gw = _conv_weight_grad(xp, gy, x, *ctx.geom, ctx.kernel) if need_w else None
+        gx = _conv_forward(xp, gy, w, *ctx.geom, ctx.in_size, cols) if need_x else None
+        gw = _conv_weight_grad(xp, gy, x, *ctx.geom, ctx.kernel, cols) if need_w else None
         return gx, gw, _bias_grad(gy) if need_b else None
 
     differentiable_backward = staticmethod(_differentiable_backward_of(transposed=True))
+
+
+def _unfold_array(xp, x, kernel, stride, pads, dilation, out, cols=None):
+    """im2col of ``x`` ``(n, C, *size)`` as unfold returns it, ``(n, C*prod(kernel), L)``; from
+    the column kernel of ``cols`` where given."""
+    if cols is not None:
+        x = xp.ascontiguousarray(x)
+        return cols.im2col(x, kernel, stride, pads, dilation, out, batch_major=True)
+    col = _im2col(xp, x, kernel, stride, pads, dilation, out)
+    return col.reshape(x.shape[0], -1, math.prod(out))
+
+
+def _fold_array(xp, col, size, kernel, stride, pads, dilation, out, cols=None):
+    """col2im of ``col`` ``(n, C*prod(kernel), L)`` into ``(n, C, *size)``, the adjoint of
+    :func:`_unfold_array`."""
+    n = col.shape[0]
+    if cols is not None:
+        x = xp.empty((n, col.shape[1] // math.prod(kernel)) + tuple(size), dtype=col.dtype)
+        col = xp.ascontiguousarray(col)
+        return cols.col2im(col, x, kernel, stride, pads, dilation, out, batch_major=True)
+    col = col.reshape((n, -1) + tuple(kernel) + tuple(out))
+    return _col2im(xp, col, size, stride, pads, dilation)
 
 
 @register("unfold")
@@ -440,17 +476,15 @@ class Unfold:
     """im2col as an op: ``(N, C, *size)`` -> ``(N, C * prod(kernel), L)``."""
 
     @staticmethod
-    def forward(ctx, x, *, kernel, stride, pads, dilation, out):
+    def forward(ctx, x, *, kernel, stride, pads, dilation, out, cols=None):
         ctx.geom = (stride, pads, dilation)
         ctx.size, ctx.kernel, ctx.out = x.shape[2:], kernel, out
-        col = _im2col(ctx.xp, x, kernel, stride, pads, dilation, out)
-        return col.reshape(x.shape[0], -1, math.prod(out))
+        return _unfold_array(ctx.xp, x, kernel, stride, pads, dilation, out, cols)
 
     @staticmethod
-    def backward(ctx, gy):
-        stride, pads, dilation = ctx.geom
-        col = gy.reshape(gy.shape[:1] + (-1,) + tuple(ctx.kernel) + tuple(ctx.out))
-        return (_col2im(ctx.xp, col, ctx.size, stride, pads, dilation),)
+    def backward(ctx, gy, cols=None):
+        geom = ctx.size, ctx.kernel, *ctx.geom, ctx.out
+        return (_fold_array(ctx.xp, gy, *geom, cols),)
 
     differentiable_backward = staticmethod(_unfold_differentiable_backward)
 
@@ -460,19 +494,42 @@ class Fold:
     """col2im as an op: ``(N, C * prod(kernel), L)`` -> ``(N, C, *size)``, overlaps summed."""
 
     @staticmethod
-    def forward(ctx, col, *, kernel, stride, pads, dilation, out, size):
+    def forward(ctx, col, *, kernel, stride, pads, dilation, out, size, cols=None):
         ctx.geom = (stride, pads, dilation)
         ctx.size, ctx.kernel, ctx.out = size, kernel, out
-        col = col.reshape(col.shape[:1] + (-1,) + tuple(kernel) + tuple(out))
-        return _col2im(ctx.xp, col, size, stride, pads, dilation)
+        return _fold_array(ctx.xp, col, size, kernel, stride, pads, dilation, out, cols)
 
     @staticmethod
-    def backward(ctx, gy):
+    def backward(ctx, gy, cols=None):
         stride, pads, dilation = ctx.geom
-        col = _im2col(ctx.xp, gy, ctx.kernel, stride, pads, dilation, ctx.out)
-        return (col.reshape(gy.shape[0], -1, math.prod(ctx.out)),)
+        return (_unfold_array(ctx.xp, gy, ctx.kernel, stride, pads, dilation, ctx.out, cols),)
 
     differentiable_backward = staticmethod(_fold_differentiable_backward)
+
+
+def columns_override(op):
+    """The override adapter of ``op`` (:class:`Conv`, :class:`ConvTranspose`, :class:`Unfold`,
+    :class:`Fold`) on a backend with column kernels (``im2col``, ``col2im``: the GPU's): the
+    op's own forward and backward, the same chunks, GEMMs and ``ctx`` state, with the kernels
+    in place of the strided views and slice adds. Arrays the kernels do not take (another
+    dtype, a saved array a hook made non-contiguous) run the generic code."""
+
+    def adapter(backend):
+        accepts = backend.accepts
+
+        def forward(ctx, *arrays, **params):
+            if not accepts(tuple(a for a in arrays if a is not None)):
+                return NotImplemented
+            return op.forward(ctx, *arrays, **params, cols=backend)
+
+        def backward(ctx, gy):
+            gy = ctx.xp.ascontiguousarray(gy)
+            saved = tuple(a for a in ctx.saved if a is not None)
+            return op.backward(ctx, gy, cols=backend if accepts((gy, *saved)) else None)
+
+        return forward, backward
+
+    return adapter
 
 
 # --- argument checks and the public functions -------------------------------------------------

@@ -35,11 +35,19 @@ import numpy as np
 
 from ferro._C.engine import overrides_enabled, set_overrides_enabled
 from ferro.errors import ArgumentError
+from ferro.ops.conv import ConvTranspose as ConvT
+from ferro.ops.conv import Fold, Unfold, columns_override
 from ferro.ops.norm import (
     batch_norm_override,
     group_norm_override,
     layer_norm_override,
     rms_norm_override,
+)
+from ferro.ops.pooling import (
+    AdaptiveAvgPool,
+    AdaptiveMaxPool,
+    adaptive_pool_override,
+    avg_pool_override,
 )
 from ferro.ops.registry import REGISTRY
 
@@ -110,19 +118,26 @@ def _cross_entropy(backend):
 def _depthwise_conv(backend):
     """The paired override of conv for a depthwise 2-d convolution (one input channel per
     group, symmetric padding): direct loops forward and backward instead of a sum of strided
-    slices. Every other convolution, and a gradient the loops do not take, runs the generic
-    code; the forward leaves ctx as the generic forward does (both saved arrays)."""
+    slices. On a backend with column kernels (the GPU's im2col/col2im) every other convolution
+    takes them (``columns_override``); elsewhere, and for a gradient the loops do not take, the
+    generic code runs. The forward leaves ctx as the generic forward does (both saved arrays)."""
     fwd_kernel, bwd_kernel = backend.depthwise2d_fwd, backend.depthwise2d_bwd
     accepts, accepts_grad = backend.accepts, backend.accepts_grad
-    from ferro.ops.conv import is_depthwise2d
+    from ferro.ops.conv import Conv, columns_override, is_depthwise2d
 
     generic_backward = REGISTRY["conv"].backward
+    gemm_forward = gemm_backward = None
+    if {"im2col", "col2im"} <= backend.FUSED_KERNELS:
+        gemm_forward, gemm_backward = columns_override(Conv)(backend)
 
     def forward(ctx, x, w, b, *, stride, pads, dilation, groups, size):
         if not is_depthwise2d(x, w, pads, groups) or not accepts(
             (x, w) if b is None else (x, w, b)
         ):
-            return NotImplemented
+            if gemm_forward is None:
+                return NotImplemented
+            params = dict(stride=stride, pads=pads, dilation=dilation, groups=groups, size=size)
+            return gemm_forward(ctx, x, w, b, **params)
         y = fwd_kernel(x, w, stride, pads, dilation, size)
         ctx.save(x, w)
         ctx.geom = (stride, pads, dilation, groups)
@@ -132,6 +147,8 @@ def _depthwise_conv(backend):
         return y
 
     def backward(ctx, gy):
+        if not ctx.depthwise2d:  # the column kernels' forward ran
+            return gemm_backward(ctx, gy)
         x, w = ctx.saved
         if not accepts_grad(gy, (x, w)):
             return generic_backward(ctx, gy)
@@ -220,7 +237,9 @@ def _deform_conv2d(backend):
 
 # The one table: op (registry name) -> its fused kernels. An entry applies on a backend that
 # implements all of its kernels (cpu: no softmax/log_softmax forward, whose generic NumPy
-# forward is a SIMD pass, and no cross-entropy, which measured 0.5-0.97x; see docs/design.md).
+# forward is a SIMD pass, no cross-entropy, which measured 0.5-0.97x, see docs/design.md; and
+# no window kernels for im2col/col2im, average or adaptive pooling, whose CPU path is NumPy's
+# strided views, see docs/gpu.md).
 OVERRIDES: dict[str, Fused] = {
     "tanh": Fused(backward="tanh_bwd"),
     "sigmoid": Fused(backward="sigmoid_bwd"),
@@ -241,7 +260,21 @@ OVERRIDES: dict[str, Fused] = {
         only=(("depthwise2d", True),),
         adapter=_depthwise_conv,
     ),
+    "conv_transpose": Fused(forward="im2col", backward="col2im", adapter=columns_override(ConvT)),
+    "unfold": Fused(forward="im2col", backward="col2im", adapter=columns_override(Unfold)),
+    "fold": Fused(forward="im2col", backward="col2im", adapter=columns_override(Fold)),
     "max_pool": Fused(forward="max_pool_fwd", backward="max_pool_bwd", adapter=_max_pool),
+    "avg_pool": Fused(forward="avg_pool_fwd", backward="avg_pool_bwd", adapter=avg_pool_override),
+    "adaptive_avg_pool": Fused(
+        forward="adaptive_avg_pool_fwd",
+        backward="adaptive_avg_pool_bwd",
+        adapter=adaptive_pool_override(AdaptiveAvgPool),
+    ),
+    "adaptive_max_pool": Fused(
+        forward="adaptive_max_pool_fwd",
+        backward="adaptive_max_pool_bwd",
+        adapter=adaptive_pool_override(AdaptiveMaxPool),
+    ),
     "layer_norm": Fused(
         forward="layer_norm_fwd", backward="layer_norm_bwd", adapter=layer_norm_override
     ),

@@ -360,6 +360,22 @@ def _avg_differentiable_backward(ctx, gy):
     return gx[crop].reshape(ctx.shape)
 
 
+def _avg_state(ctx, x, k, s, p, out, divisor):
+    """Store what avg_pool's backwards read on ``ctx``; the padding past each dimension's end
+    (:func:`_tail_pad`)."""
+    nd = len(k)
+    spatial = tuple(x.shape[-nd:])
+    hi = tuple(
+        _tail_pad(m, ki, si, pi, 1, n)
+        for m, ki, si, pi, n in zip(out, k, s, p, spatial, strict=True)
+    )
+    padded = tuple(a + n + max(b, 0) for a, n, b in zip(p, spatial, hi, strict=True))
+    ctx.padded_shape = (math.prod(x.shape[:-nd]),) + padded
+    ctx.shape, ctx.nd, ctx.k, ctx.s, ctx.p = x.shape, nd, k, s, p
+    ctx.divisor = divisor
+    return hi
+
+
 @register("avg_pool")
 class AvgPool:
     @staticmethod
@@ -367,13 +383,9 @@ class AvgPool:
         xp = ctx.xp
         k, s, p, out = kernel_size, stride, padding, out_size
         nd = len(k)
-        spatial, lead = tuple(x.shape[-nd:]), tuple(x.shape[:-nd])
-        hi = tuple(
-            _tail_pad(m, ki, si, pi, 1, n)
-            for m, ki, si, pi, n in zip(out, k, s, p, spatial, strict=True)
-        )
+        lead = tuple(x.shape[:-nd])
+        hi = _avg_state(ctx, x, k, s, p, out, divisor)
         y = _padded(xp, _planes(x, nd), p, hi, 0)
-        ctx.padded_shape = y.shape
         for i in range(nd):
             # The window sums along dimension i: k[i] strided slices added up.
             stop = s[i] * (out[i] - 1) + 1
@@ -382,8 +394,6 @@ class AvgPool:
                 acc += y[_axis_slice(y.ndim, 1 + i, slice(j, j + stop, s[i]))]
             y = acc
         div = divisor if isinstance(divisor, float) else xp.asarray(divisor, dtype=x.dtype)
-        ctx.shape, ctx.nd, ctx.k, ctx.s, ctx.p = x.shape, nd, k, s, p
-        ctx.divisor = divisor
         return (y / div).astype(x.dtype, copy=False).reshape(lead + out)
 
     @staticmethod
@@ -473,6 +483,66 @@ class AdaptiveAvgPool:
         return g.reshape(ctx.shape)
 
     differentiable_backward = staticmethod(_adaptive_avg_differentiable_backward)
+
+
+# ---------------------------------------------------------------------------------------------
+# GPU overrides (Note [Fused overrides]): average and adaptive pooling have kernels on the GPU
+# only (ferro.cuda.pooling); their forwards leave ctx as the generic ones do, and a backward
+# whose arrays the kernels do not take runs the generic code.
+
+
+def avg_pool_override(backend):
+    """``(forward, backward)`` of avg_pool on ``backend``'s window kernels."""
+    fwd, bwd, accepts = backend.avg_pool_fwd, backend.avg_pool_bwd, backend.accepts
+
+    def forward(ctx, x, *, kernel_size, stride, padding, out_size, divisor):
+        if not accepts((x,)):
+            return NotImplemented
+        _avg_state(ctx, x, kernel_size, stride, padding, out_size, divisor)
+        return fwd(x, kernel_size, stride, padding, out_size, divisor)
+
+    def backward(ctx, gy):
+        gy = ctx.xp.ascontiguousarray(gy)
+        if not accepts((gy,)):
+            return AvgPool.backward(ctx, gy)
+        return bwd(gy, ctx.shape, ctx.k, ctx.s, ctx.p, ctx.divisor)
+
+    return forward, backward
+
+
+def adaptive_pool_override(op):
+    """The adapter of adaptive average (``op`` :class:`AdaptiveAvgPool`) or max pooling
+    (:class:`AdaptiveMaxPool`) on the backend's ``adaptive_<avg|max>_pool_<fwd|bwd>``."""
+    is_max = op is AdaptiveMaxPool
+    name = "adaptive_max_pool" if is_max else "adaptive_avg_pool"
+
+    def adapter(backend):
+        fwd_kernel, bwd_kernel = getattr(backend, f"{name}_fwd"), getattr(backend, f"{name}_bwd")
+        accepts = backend.accepts
+
+        def forward(ctx, x, *, out_size):
+            if not accepts((x,)):
+                return NotImplemented
+            ctx.shape, ctx.nd = x.shape, len(out_size)
+            if not is_max:
+                return fwd_kernel(x, out_size)
+            y, idx = fwd_kernel(x, out_size)
+            ctx.save(idx)
+            ctx.unique = False
+            return y, idx
+
+        def backward(ctx, gy, *gi):
+            gy = ctx.xp.ascontiguousarray(gy)
+            if not accepts((gy,)):
+                return op.backward(ctx, gy, *gi)
+            if not is_max:
+                return bwd_kernel(gy, ctx.shape, ctx.nd)
+            idx = ctx.xp.ascontiguousarray(ctx.saved[0])
+            return bwd_kernel(gy, idx, ctx.shape, ctx.nd)
+
+        return forward, backward
+
+    return adapter
 
 
 # ---------------------------------------------------------------------------------------------

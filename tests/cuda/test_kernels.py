@@ -341,8 +341,14 @@ def _gpu_ops():
 # Ops whose GPU overrides are checked in their family's test module
 # (tests/cuda/test_<family>_kernels.py).
 FAMILY_GPU_CASES = {
+    "adaptive_avg_pool",
+    "adaptive_max_pool",
+    "avg_pool",
     "batch_norm",
     "conv",
+    "conv_transpose",
+    "fold",
+    "unfold",
     "deform_conv2d",
     "group_norm",
     "instance_norm",

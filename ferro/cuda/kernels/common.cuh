@@ -82,3 +82,13 @@ __device__ __forceinline__ void ferro_row_state(const T* __restrict__ x, long lo
         }
     }
 }
+
+// Sliding windows (pooling, im2col/col2im): the output position along one dimension whose
+// window reaches input position `pos` at offset `k`: o * s - p + k * d == pos, 0 <= o < out;
+// -1 where there is none.
+__device__ __forceinline__ long long ferro_pool_window(long long pos, long long k, long long s,
+                                                       long long p, long long d, long long out) {
+    const long long num = pos + p - k * d;
+    if (num < 0 || num % s) return -1;
+    return num / s < out ? num / s : -1;
+}

@@ -100,3 +100,85 @@ __global__ void ferro_depthwise2d_bwd_w(const T* __restrict__ gy, const T* __res
     acc = ferro_block_sum(acc, scratch);
     if (threadIdx.x == 0) gw[k] = (T)acc;
 }
+
+// im2col and its adjoint col2im for up to three spatial dimensions (a 1-d or 2-d convolution is
+// a 3-d one whose leading sizes and kernel are 1), the GEMM path of ferro/ops/conv.py on CuPy:
+//   cols[c, kd, kh, kw, b, od, oh, ow] = x[b, c, od*sd - pd + kd*dd, oh*sh - ph + kh*dh, ...]
+// (zero where the position falls in the padding). Columns are channel-major, as the GEMM path
+// multiplies them (C*K rows, n*L columns), or batch-major (n, C*K, L), as unfold/fold hold them.
+// im2col: one thread per column element; col2im: one thread per input element, gathering the
+// column entries that read it (at most kd*kh*kw), so no atomics and a fixed summation order.
+// Sizes: n, C, D H W (input), OD OH OW (output), kernel, stride, padding, dilation (3 each),
+// then the layout (0: channel-major, 1: batch-major).
+
+struct ferro_cols_geom {
+    long long n, c, D, H, W, OD, OH, OW, kd, kh, kw, sd, sh, sw, pd, ph, pw, dd, dh, dw;
+    int batch_major;
+};
+
+// The kernels take the geometry as scalar arguments, in the struct's order.
+#define FERRO_COLS_ARGS                                                                        \
+    long long n, long long c, long long D, long long H, long long W, long long OD, long long OH, \
+        long long OW, long long kd, long long kh, long long kw, long long sd, long long sh,      \
+        long long sw, long long pd, long long ph, long long pw, long long dd, long long dh,     \
+        long long dw, int batch_major
+#define FERRO_COLS_GEOM \
+    {n, c, D, H, W, OD, OH, OW, kd, kh, kw, sd, sh, sw, pd, ph, pw, dd, dh, dw, batch_major}
+
+// The index of column entry (b, c, k, l) in the columns (K offsets, L output positions).
+__device__ __forceinline__ long long ferro_col_index(const ferro_cols_geom& g, long long b,
+                                                     long long c, long long k, long long l) {
+    const long long K = g.kd * g.kh * g.kw, L = g.OD * g.OH * g.OW;
+    return g.batch_major ? ((b * g.c + c) * K + k) * L + l : ((c * K + k) * g.n + b) * L + l;
+}
+
+template <typename T>
+__global__ void ferro_im2col(const T* __restrict__ x, T* __restrict__ cols, FERRO_COLS_ARGS) {
+    const ferro_cols_geom g = FERRO_COLS_GEOM;
+    const long long K = g.kd * g.kh * g.kw, L = g.OD * g.OH * g.OW;
+    const long long total = g.n * g.c * K * L;
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
+         i += (long long)gridDim.x * blockDim.x) {
+        const long long l = i % L;
+        long long b, c, k;
+        if (g.batch_major) {
+            k = (i / L) % K; c = (i / (L * K)) % g.c; b = i / (L * K * g.c);
+        } else {
+            b = (i / L) % g.n; k = (i / (L * g.n)) % K; c = i / (L * g.n * K);
+        }
+        const long long qw = k % g.kw, qh = (k / g.kw) % g.kh, qd = k / (g.kw * g.kh);
+        const long long ow = l % g.OW, oh = (l / g.OW) % g.OH, od = l / (g.OW * g.OH);
+        const long long d = od * g.sd - g.pd + qd * g.dd, h = oh * g.sh - g.ph + qh * g.dh;
+        const long long w = ow * g.sw - g.pw + qw * g.dw;
+        const bool inside = d >= 0 && d < g.D && h >= 0 && h < g.H && w >= 0 && w < g.W;
+        cols[i] = inside ? x[(((b * g.c + c) * g.D + d) * g.H + h) * g.W + w] : T(0);
+    }
+}
+
+template <typename T>
+__global__ void ferro_col2im(const T* __restrict__ cols, T* __restrict__ x, FERRO_COLS_ARGS) {
+    const ferro_cols_geom g = FERRO_COLS_GEOM;
+    typedef typename ferro_acc<T>::type A;
+    const long long total = g.n * g.c * g.D * g.H * g.W;
+    for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; e < total;
+         e += (long long)gridDim.x * blockDim.x) {
+        const long long w = e % g.W, h = (e / g.W) % g.H, d = (e / (g.W * g.H)) % g.D;
+        const long long c = (e / (g.W * g.H * g.D)) % g.c, b = e / (g.W * g.H * g.D * g.c);
+        A acc = A(0);
+        for (long long qd = 0; qd < g.kd; ++qd) {
+            const long long od = ferro_pool_window(d, qd, g.sd, g.pd, g.dd, g.OD);
+            if (od < 0) continue;
+            for (long long qh = 0; qh < g.kh; ++qh) {
+                const long long oh = ferro_pool_window(h, qh, g.sh, g.ph, g.dh, g.OH);
+                if (oh < 0) continue;
+                for (long long qw = 0; qw < g.kw; ++qw) {
+                    const long long ow = ferro_pool_window(w, qw, g.sw, g.pw, g.dw, g.OW);
+                    if (ow < 0) continue;
+                    const long long k = (qd * g.kh + qh) * g.kw + qw;
+                    acc += (A)cols[ferro_col_index(g, b, c, k, (od * g.OH + oh) * g.OW + ow)];
+                }
+            }
+        }
+        x[e] = (T)acc;
+    }
+}

@@ -23,16 +23,22 @@ SELU_ALPHA = 1.6732632423543772848170429916717
 SELU_SCALE = 1.0507009873554804934193349852946
 
 
-def erf(xp, x):
-    """Elementwise erf for NumPy (no SciPy dependency), CuPy, or the differentiable namespace."""
-    if hasattr(xp, "erf"):
-        return xp.erf(x)
+def math_ufunc(xp, x, name):
+    """Elementwise ``math.<name>`` (``erf``, ``erfc``) for NumPy (no SciPy dependency), CuPy,
+    or the differentiable namespace."""
+    if hasattr(xp, name):
+        return getattr(xp, name)(x)
     if xp.__name__ == "numpy":
         # asarray: on a 0-d input frompyfunc returns a Python float, not an array.
-        return xp.asarray(xp.frompyfunc(math.erf, 1, 1)(x), dtype=x.dtype)
-    from cupyx.scipy.special import erf as cupy_erf
+        return xp.asarray(xp.frompyfunc(getattr(math, name), 1, 1)(x), dtype=x.dtype)
+    import cupyx.scipy.special
 
-    return cupy_erf(x)
+    return getattr(cupyx.scipy.special, name)(x)
+
+
+def erf(xp, x):
+    """Elementwise erf (:func:`math_ufunc`)."""
+    return math_ufunc(xp, x, "erf")
 
 
 def _softplus(xp, x):

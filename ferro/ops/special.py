@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 
 from ferro.ops.activation import erf as _erf_array
+from ferro.ops.activation import math_ufunc
 from ferro.ops.elementwise import real_arg
 from ferro.ops.registry import apply, register
 
@@ -20,14 +21,7 @@ _TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 
 
 def _erfc_array(xp, x):
-    if hasattr(xp, "erfc"):
-        return xp.erfc(x)
-    if xp.__name__ == "numpy":
-        # asarray: on a 0-d input frompyfunc returns a Python float, not an array.
-        return xp.asarray(xp.frompyfunc(math.erfc, 1, 1)(x), dtype=x.dtype)
-    from cupyx.scipy.special import erfc
-
-    return erfc(x)
+    return math_ufunc(xp, x, "erfc")
 
 
 # name: (forward(xp, x), derivative(xp, x, y) -> dy/dx, what the derivative reads, gradient doc)

@@ -83,15 +83,22 @@ def _rmatmul(self, other):
 
 class Size(tuple):
     """The shape of a tensor, as ``torch.Size``: a tuple of ints (it compares equal to plain
-    tuples and prints as one) with PyTorch's ``numel()``.
+    tuples) with PyTorch's ``numel()``, its repr, and slices that stay a Size.
 
     Example:
         >>> s = ferro.zeros(2, 3).shape
-        >>> s == (2, 3), s.numel(), isinstance(s, tuple)
-        (True, 6, True)
+        >>> s == (2, 3), s.numel(), isinstance(s, tuple), s[1:]
+        (True, 6, True, ferro.Size([3]))
     """
 
     __slots__ = ()
+
+    def __repr__(self) -> str:
+        return f"ferro.Size({list(self)})"
+
+    def __getitem__(self, index):
+        item = tuple.__getitem__(self, index)
+        return Size(item) if isinstance(index, slice) else item
 
     def numel(self) -> int:
         """The number of elements of a tensor of this shape."""

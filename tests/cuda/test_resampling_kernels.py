@@ -387,3 +387,86 @@ def test_grid_sample_backward_is_the_adjoint_in_the_input(xp, mode):
     gy = rng.standard_normal(y.shape)
     gx, _ = K.grid_sample_bwd(xp.asarray(gy), xp.asarray(x), xp.asarray(g), *args, True, False)
     assert np.isclose((y * gy).sum(), (x * emu.host(gx)).sum(), rtol=1e-12)
+
+
+# ---- through the engine: the kernels bound as the CPU's override on the emulation -----------
+
+_API = {
+    "bilinear": lambda x, g: ferro.nn.functional.interpolate(
+        x, size=(7, 4), mode="bilinear", align_corners=False
+    ),
+    "bicubic": lambda x, g: ferro.nn.functional.interpolate(
+        x, scale_factor=1.5, mode="bicubic", align_corners=True
+    ),
+    "nearest": lambda x, g: ferro.nn.functional.interpolate(x, scale_factor=(2, 0.5)),
+    "grid_sample": lambda x, g: ferro.nn.functional.grid_sample(
+        x, g, padding_mode="reflection", align_corners=False
+    ),
+    "grid_sample_nearest": lambda x, g: ferro.nn.functional.grid_sample(
+        x, g, mode="nearest", padding_mode="border", align_corners=True
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_API))
+def test_overrides_through_the_engine_with_double_backward(xp, monkeypatch, name):
+    """The adapters as the engine runs them (paired: the kernel's forward, then its backward),
+    and under create_graph the op's differentiable backward after the kernel's forward. On the
+    emulation the kernels are bound as the CPU's overrides; on a device the tensors move there."""
+    from ferro.ops.registry import REGISTRY
+    from ferro.ops.resampling import grid_sample_override, interpolate_override
+
+    device = "cpu" if xp is np else "cuda"
+    if device == "cpu":
+        for op, adapter in (
+            ("interpolate", interpolate_override),
+            ("grid_sample", grid_sample_override),
+        ):
+            assert REGISTRY[op].cpu_forward is None  # no CPU kernels: restored to None below
+            REGISTRY[op].set_override("cpu", *adapter(K), paired=True)
+    try:
+        _check_through_the_engine(name, device)
+    finally:
+        if device == "cpu":
+            for op in ("interpolate", "grid_sample"):
+                REGISTRY[op].set_override("cpu", None, None, paired=False)
+
+
+def _check_through_the_engine(name, device):
+    from ferro._C import engine
+
+    rng = np.random.default_rng(11)
+    x_np = rng.standard_normal((2, 3, 5, 6))
+    g_np = rng.uniform(-1.2, 1.2, (2, 4, 3, 2))
+    fn = _API[name]
+    results = []
+    for on in (True, False):
+        prev = engine.set_overrides_enabled(on)
+        try:
+            x = ferro.tensor(x_np, device=device, requires_grad=True)
+            g = ferro.tensor(g_np, device=device, requires_grad=True)
+            y = fn(x, g)
+            assert y.grad_fn.fused_forward == on
+            w_np = np.random.default_rng(12).standard_normal(y.shape)  # the same both times
+            w = ferro.tensor(w_np, device=device, requires_grad=True)
+            inputs = [x, g] if name.startswith("grid") else [x]
+            first = ferro.autograd.grad(y, inputs, grad_outputs=w.detach(), retain_graph=True)
+            assert y.grad_fn.fused_backward == on  # paired: the kernel's backward ran
+            grads = ferro.autograd.grad((y * w).sum(), inputs, create_graph=True)
+            # second order: the gradients' squares differentiated through the differentiable
+            # backward, w.r.t. the upstream weights and the inputs
+            second = sum((gr * gr).sum() for gr in grads if gr is not None and gr.requires_grad)
+            gg = ferro.autograd.grad(second, [w, *inputs], allow_unused=True)
+            results.append(
+                [y.detach().cpu().numpy()]
+                + [t.cpu().numpy() for t in first]
+                + [None if t is None else t.detach().cpu().numpy() for t in grads]
+                + [None if t is None else t.cpu().numpy() for t in gg]
+            )
+        finally:
+            engine.set_overrides_enabled(prev)
+    for got, want in zip(*results, strict=True):
+        if want is None:
+            assert got is None
+        else:
+            np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)

@@ -1,6 +1,6 @@
 """Resampling ops, forward+backward in float32, against PyTorch in the same run.
 
-    python benchmarks/bench_resample.py [--repeats 7] [--scale 1.0]
+    python benchmarks/bench_resample.py [--repeats 7] [--scale 1.0] [--device cpu|cuda]
 
 Cases (input gradient, plus the grid's, offset's and weight's where they exist):
 - ``interpolate`` nearest, bilinear (up and down), bicubic and trilinear upsampling, and a
@@ -9,9 +9,11 @@ Cases (input gradient, plus the grid's, offset's and weight's where they exist):
 - ``deform_conv2d`` (no PyTorch peer: torchvision has no CPU build here) against PyTorch's
   ``conv2d`` of the same shapes, the cost of the same convolution without the deformation.
 
-``ferro/torch`` is ferro's median time over PyTorch's; ``generic/fused`` is the CPU kernels' win
-over the generic NumPy path (overrides off) where the op has an override. ``--scale`` shrinks
-or grows the batch. On a loaded machine OpenBLAS's spinning threads can dominate the GEMMs
+``ferro/torch`` is ferro's median time over PyTorch's; ``generic/fused`` is the kernels' win
+over the generic path (overrides off) where the op has an override. ``--scale`` shrinks
+or grows the batch. ``--device cuda`` runs every case on the GPU (CuPy arrays, PyTorch CUDA),
+synchronizing after each call, where ``interpolate`` and ``grid_sample`` have kernels too. On a
+loaded machine OpenBLAS's spinning threads can dominate the GEMMs
 (``OPENBLAS_NUM_THREADS=1`` shows the kernels' own figures).
 """
 
@@ -61,12 +63,49 @@ def _cases(scale):
     ]
 
 
+_DEVICE = "cpu"  # set by main
+
+
+def _f(ferro, a, grad=False):
+    t = ferro.from_numpy(a).to(_DEVICE)
+    return t.requires_grad_() if grad else t
+
+
+def _t(torch, a, grad=False):
+    t = torch.from_numpy(a).to(_DEVICE)
+    return t.requires_grad_() if grad else t
+
+
+def _synced(ferro, torch, cases):
+    """The cases, each followed by a device synchronization on the GPU (wall times then
+    include the kernels), and a ``generic`` case (overrides off) where the GPU has kernels."""
+    if _DEVICE == "cpu":
+        return cases
+    out = {}
+    for name, fn in cases.items():
+        wait = torch.cuda.synchronize if name == "torch" else ferro.cuda.synchronize
+
+        def run(fn=fn, wait=wait):
+            fn()
+            wait()
+
+        out[name] = run
+    if "generic" not in out:
+
+        def generic(run=out["ferro"]):
+            with overrides(False):
+                run()
+
+        out["generic"] = generic
+    return out
+
+
 def _interp(ferro, torch, shape, kw, rng):
     x_np = rng.standard_normal(shape).astype(np.float32)
-    x = ferro.from_numpy(x_np).requires_grad_()
+    x = _f(ferro, x_np, True)
     out_shape = ferro.nn.functional.interpolate(x.detach(), **kw).shape
     gy_np = rng.standard_normal(out_shape).astype(np.float32)
-    gy = ferro.from_numpy(gy_np)
+    gy = _f(ferro, gy_np)
 
     def run_ferro():
         x.grad = None
@@ -74,23 +113,23 @@ def _interp(ferro, torch, shape, kw, rng):
 
     cases = {"ferro": run_ferro}
     if torch is not None:
-        xt = torch.from_numpy(x_np).requires_grad_()
-        gyt = torch.from_numpy(gy_np)
+        xt = _t(torch, x_np, True)
+        gyt = _t(torch, gy_np)
 
         def run_torch():
             xt.grad = None
             torch.nn.functional.interpolate(xt, **kw).backward(gyt)
 
         cases["torch"] = run_torch
-    return cases
+    return _synced(ferro, torch, cases)
 
 
 def _grid(ferro, torch, n, rng):
     x_np = rng.standard_normal((n, 32, 32, 32)).astype(np.float32)
     g_np = rng.uniform(-1.1, 1.1, (n, 32, 32, 2)).astype(np.float32)
     gy_np = rng.standard_normal((n, 32, 32, 32)).astype(np.float32)
-    x, g = ferro.from_numpy(x_np).requires_grad_(), ferro.from_numpy(g_np).requires_grad_()
-    gy = ferro.from_numpy(gy_np)
+    x, g = _f(ferro, x_np, True), _f(ferro, g_np, True)
+    gy = _f(ferro, gy_np)
 
     def run_ferro():
         x.grad = g.grad = None
@@ -98,15 +137,15 @@ def _grid(ferro, torch, n, rng):
 
     cases = {"ferro": run_ferro}
     if torch is not None:
-        xt, gt = torch.from_numpy(x_np).requires_grad_(), torch.from_numpy(g_np).requires_grad_()
-        gyt = torch.from_numpy(gy_np)
+        xt, gt = _t(torch, x_np, True), _t(torch, g_np, True)
+        gyt = _t(torch, gy_np)
 
         def run_torch():
             xt.grad = gt.grad = None
             torch.nn.functional.grid_sample(xt, gt, align_corners=False).backward(gyt)
 
         cases["torch"] = run_torch
-    return cases
+    return _synced(ferro, torch, cases)
 
 
 def _deform(ferro, torch, n, rng):
@@ -114,8 +153,8 @@ def _deform(ferro, torch, n, rng):
     w_np = (rng.standard_normal((32, 32, 3, 3)) * 0.1).astype(np.float32)
     off_np = rng.uniform(-1, 1, (n, 18, 32, 32)).astype(np.float32)
     gy_np = rng.standard_normal((n, 32, 32, 32)).astype(np.float32)
-    x, w, off = (ferro.from_numpy(a).requires_grad_() for a in (x_np, w_np, off_np))
-    gy = ferro.from_numpy(gy_np)
+    x, w, off = (_f(ferro, a, True) for a in (x_np, w_np, off_np))
+    gy = _f(ferro, gy_np)
 
     def run_ferro():
         x.grad = w.grad = off.grad = None
@@ -127,27 +166,36 @@ def _deform(ferro, torch, n, rng):
 
     cases = {"ferro": run_ferro, "generic": run_generic}
     if torch is not None:
-        xt, wt = torch.from_numpy(x_np).requires_grad_(), torch.from_numpy(w_np).requires_grad_()
-        gyt = torch.from_numpy(gy_np)
+        xt, wt = _t(torch, x_np, True), _t(torch, w_np, True)
+        gyt = _t(torch, gy_np)
 
         def run_torch():
             xt.grad = wt.grad = None
             torch.nn.functional.conv2d(xt, wt, padding=1).backward(gyt)
 
         cases["torch"] = run_torch
-    return cases
+    return _synced(ferro, torch, cases)
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--scale", type=float, default=1.0)
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     args = parser.parse_args(argv)
 
     import ferro
 
+    global _DEVICE
+    _DEVICE = args.device
     torch = optional_torch()
     header("bench_resample")
+    if _DEVICE == "cuda":
+        if not ferro.cuda.is_available():
+            print("skipped: no CUDA device (CuPy missing or no driver)")
+            return
+        if torch is not None and not torch.cuda.is_available():
+            torch = None
     rng = np.random.default_rng(0)
     n = max(1, round(16 * args.scale))
     runs = [
@@ -174,6 +222,7 @@ def main(argv=None) -> None:
         emit(
             "resample",
             name,
+            device=_DEVICE,
             shape=shape,
             ferro_ms=t["ferro"] * 1e3,
             torch_ms=t.get("torch", None) and t["torch"] * 1e3,

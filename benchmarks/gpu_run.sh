@@ -22,4 +22,5 @@ $PY setup.py -q build_ext --inplace -j 8 > /tmp/ferro_build.log 2>&1 || { tail -
 tests_rc=$?
 (cd tests && $PY -m pytest -q -p no:cacheprovider 2>&1 | tail -3) | tee "$OUT/gpu_full_suite.txt"
 $PY benchmarks/bench_gpu.py 2>&1 | tee "$OUT/bench_gpu.txt"
+$PY benchmarks/bench_resample.py --device cuda 2>&1 | tee "$OUT/bench_resample_gpu.txt"
 exit $tests_rc

@@ -63,7 +63,9 @@ SOURCES: dict[str, list[str]] = {
         f"ferro_deform_{k}<{t}>"
         for k in ("im2col", "col2im_input", "col2im_coord")
         for t in _FLOATS
-    ],
+    ]
+    + [f"ferro_resample_axis<{t}>" for t in _FLOATS]
+    + [f"ferro_grid_sample_{d}<{t}, {n}>" for d in ("fwd", "bwd") for t in _FLOATS for n in (2, 3)],
 }
 
 

@@ -50,6 +50,7 @@ from ferro.ops.pooling import (
     avg_pool_override,
 )
 from ferro.ops.registry import REGISTRY
+from ferro.ops.resampling import grid_sample_override, interpolate_override
 
 
 @dataclass(frozen=True)
@@ -294,6 +295,12 @@ OVERRIDES: dict[str, Fused] = {
     "recurrent_layer": Fused(backward="lstm_bwd", adapter=_recurrent_layer),
     "deform_conv2d": Fused(
         forward="deform_im2col", backward="deform_col2im", adapter=_deform_conv2d
+    ),
+    "interpolate": Fused(
+        forward="resample_axis", backward="resample_axis", adapter=interpolate_override
+    ),
+    "grid_sample": Fused(
+        forward="grid_sample_fwd", backward="grid_sample_bwd", adapter=grid_sample_override
     ),
 }
 

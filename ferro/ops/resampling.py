@@ -275,6 +275,44 @@ class Interpolate:
     differentiable_backward = staticmethod(_interpolate_differentiable_backward)
 
 
+@functools.lru_cache(maxsize=128)
+def _device_taps(step, transpose, dtype, device):
+    """``(index, weight)`` of a plan step (of its transpose: backward) on ``device``, weight in
+    ``dtype``: the tables :func:`_resample_axis` reads, for a backend's ``resample_axis``."""
+    _, mode, n_in, n_out, align, scale = step
+    taps = _axis_taps_transposed if transpose else _axis_taps
+    idx, w = taps(mode, n_in, n_out, align, scale, np.dtype(dtype).itemsize == 8)
+    return move(idx, device), move(np.ascontiguousarray(w, dtype=dtype), device)
+
+
+def interpolate_override(backend):
+    """The paired override of interpolate on ``backend``'s ``resample_axis``: per plan step one
+    kernel over the axis's taps (every mode), and backward the same kernel over the transpose's
+    taps. The forward leaves ``ctx`` as the generic one does (``plan``); the backward falls back
+    to the generic one where the kernel does not take ``gy``."""
+    kernel, accepts = backend.resample_axis, backend.accepts
+
+    def run(y, steps, transpose):
+        device = device_of(y)
+        for step in steps:
+            y = kernel(y, step[0], *_device_taps(step, transpose, y.dtype.str, device))
+        return y
+
+    def forward(ctx, x, *, plan):
+        if not accepts((x,)):
+            return NotImplemented
+        ctx.plan = plan
+        return run(x, plan, False)
+
+    def backward(ctx, gy):
+        g = ctx.xp.ascontiguousarray(gy)
+        if not accepts((g,)):
+            return Interpolate.backward(ctx, gy)
+        return run(g, reversed(ctx.plan), True)
+
+    return forward, backward
+
+
 def _int_tuple(value, n, what, op):
     if isinstance(value, numbers.Integral) and not isinstance(value, bool):
         return (int(value),) * n
@@ -667,6 +705,33 @@ class GridSample:
         return gx, ggrid
 
     differentiable_backward = staticmethod(_grid_sample_differentiable_backward)
+
+
+def grid_sample_override(backend):
+    """The paired override of grid_sample on ``backend``'s ``grid_sample_fwd``/``_bwd``: one
+    thread per sample point reads its corners in place of index arrays per corner, and backward
+    scatters the input's gradient and writes the grid's in one pass. The forward leaves ``ctx``
+    as the generic one does; the backward falls back to the generic one where the kernels do
+    not take ``gy`` or the saved arrays (a saved-tensor hook may change their layout)."""
+    fwd, bwd, accepts = backend.grid_sample_fwd, backend.grid_sample_bwd, backend.accepts
+
+    def forward(ctx, x, grid, *, mode, padding_mode, align_corners):
+        if not accepts((x, grid)):
+            return NotImplemented
+        ctx.save(x, grid)
+        ctx.mode, ctx.padding_mode, ctx.align_corners = mode, padding_mode, align_corners
+        return fwd(x, grid, mode, padding_mode, align_corners)
+
+    def backward(ctx, gy):
+        x, grid = ctx.saved
+        g = ctx.xp.ascontiguousarray(gy, dtype=x.dtype)
+        if not accepts((g, x, grid)):
+            return GridSample.backward(ctx, gy)
+        need_x, need_grid = ctx.needs_input_grad
+        args = (ctx.mode, ctx.padding_mode, ctx.align_corners, need_x, need_grid)
+        return bwd(g, x, grid, *args)
+
+    return forward, backward
 
 
 def _nearest_points(xp, coords, sizes):

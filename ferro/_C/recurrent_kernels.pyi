@@ -1,9 +1,16 @@
 import numpy as np
 
 FUSED_KERNELS: frozenset[str]
+FORWARD_DTYPES: frozenset[np.dtype]
 
 def accepts(arrays: tuple) -> bool: ...
 def accepts_grad(gy: object, arrays: tuple) -> bool: ...
+def lstm_fwd(
+    x: np.ndarray, acts: np.ndarray, c: np.ndarray, tc: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]: ...
+def gru_fwd(
+    x: np.ndarray, hg: np.ndarray, h: np.ndarray, acts: np.ndarray, hg_n: np.ndarray
+) -> np.ndarray: ...
 def lstm_bwd(
     gh: np.ndarray,
     gc: np.ndarray,

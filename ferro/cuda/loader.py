@@ -49,7 +49,9 @@ SOURCES: dict[str, list[str]] = {
         + ("batch_norm_bwd",)
         for t in _FLOATS
     ],
-    "recurrent": [f"ferro_{k}_bwd<{t}>" for k in ("lstm", "gru") for t in _FLOATS],
+    "recurrent": [
+        f"ferro_{k}_{d}<{t}>" for k in ("lstm", "gru") for d in ("fwd", "bwd") for t in _FLOATS
+    ],
     "resampling": [
         f"ferro_deform_{k}<{t}>"
         for k in ("im2col", "col2im_input", "col2im_coord")

@@ -3,48 +3,21 @@
  * One pass per step over the gate pre-activations: the sigmoids and tanhs of every gate, the
  * new cell and hidden states, and the arrays the backward kernels read, in place of about ten
  * NumPy passes and their temporaries. sigmoid(x) is computed as tanh(x / 2) / 2 + 1/2, as the
- * generic cells (ferro/ops/recurrent.py) compute it.
- *
- * The cost is the tanhs (five per hidden unit and step). NumPy evaluates tanh with AVX2/AVX-512
- * code chosen at run time; a loop of libm tanhf calls is 100x slower (677 us against 6 us for
- * 16,000 floats), so float32 uses a rational approximation (Eigen's, |error| <= 3e-7) that the
- * compiler vectorizes, and on x86-64 the loops are compiled twice, for the baseline (SSE2) and
- * for AVX2 with FMA, the second chosen at run time when the CPU has both (SSE2 only: 49 us for
- * those 16,000; AVX2: 8 us). float64 calls libm's tanh, exact to the last bit or so, which is
- * slower than NumPy's SIMD float64 tanh: see ferro/ops/fused.py for where it runs.
+ * generic cells (ferro/ops/recurrent.py) compute it. The cost is the tanhs (five per hidden
+ * unit and step): vec_math.h's vectorized ones, in loops compiled for AVX2 where the CPU has it.
  */
 #ifndef FERRO_RECURRENT_KERNELS_H
 #define FERRO_RECURRENT_KERNELS_H
 
-#include <math.h>
 #include <stddef.h>
 
-/* The clamps must become vector min/max, not branches (see kernels.h on trapping math). */
+/* The clamps and selects must become vector min/max and blends (see kernels.h). */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC push_options
 #pragma GCC optimize("no-trapping-math")
 #endif
 
-/* tanh in float32: Eigen's rational approximation on [-7.9, 7.9] (tanh is 1 to float32 beyond). */
-static inline float ferro_rnn_tanh_f32(float x) {
-    const float c = 7.90531110763549805f;
-    x = x > c ? c : (x < -c ? -c : x);
-    const float x2 = x * x;
-    float p = -2.76076847742355e-16f;
-    p = p * x2 + 2.00018790482477e-13f;
-    p = p * x2 - 8.60467152213735e-11f;
-    p = p * x2 + 5.12229709037114e-08f;
-    p = p * x2 + 1.48572235717979e-05f;
-    p = p * x2 + 6.37261928875436e-04f;
-    p = p * x2 + 4.89352455891786e-03f;
-    float q = 1.19825839466702e-06f;
-    q = q * x2 + 1.18534705686654e-04f;
-    q = q * x2 + 2.26843463243900e-03f;
-    q = q * x2 + 4.89352518554385e-03f;
-    return x * p / q;
-}
-
-static inline double ferro_rnn_tanh_f64(double x) { return tanh(x); }
+#include "vec_math.h"
 
 /* LSTM step. On entry acts (rows, 4H) holds h @ W_hh^T and x (rows, 4H) the input projection
  * with both biases, blocks i, f, g, o; c (rows, H) is the previous cell state. Writes the
@@ -107,40 +80,24 @@ static inline double ferro_rnn_tanh_f64(double x) { return tanh(x); }
         }                                                                                   \
     }
 
-FERRO_LSTM_FWD(ferro_lstm_fwd_f64, double, ferro_rnn_tanh_f64, )
-FERRO_GRU_FWD(ferro_gru_fwd_f64, double, ferro_rnn_tanh_f64, )
+#define FERRO_LSTM_F32(NAME, ATTR) FERRO_LSTM_FWD(NAME, float, ferro_vtanh_f32, ATTR)
+#define FERRO_LSTM_F64(NAME, ATTR) FERRO_LSTM_FWD(NAME, double, ferro_vtanh_f64, ATTR)
+#define FERRO_GRU_F32(NAME, ATTR) FERRO_GRU_FWD(NAME, float, ferro_vtanh_f32, ATTR)
+#define FERRO_GRU_F64(NAME, ATTR) FERRO_GRU_FWD(NAME, double, ferro_vtanh_f64, ATTR)
+#define FERRO_LSTM_PARAMS(T)                                                                \
+    (const T *x, T *acts, const T *c, T *tc, T *cn, T *h, ptrdiff_t rows, ptrdiff_t hidden)
+#define FERRO_GRU_PARAMS(T)                                                                 \
+    (const T *x, const T *hg, const T *h, T *acts, T *hgn, T *hn, ptrdiff_t rows,          \
+     ptrdiff_t hidden)
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define FERRO_AVX2 __attribute__((target("avx2,fma")))
-FERRO_LSTM_FWD(ferro_lstm_fwd_f32_base, float, ferro_rnn_tanh_f32, )
-FERRO_LSTM_FWD(ferro_lstm_fwd_f32_avx2, float, ferro_rnn_tanh_f32, FERRO_AVX2)
-FERRO_GRU_FWD(ferro_gru_fwd_f32_base, float, ferro_rnn_tanh_f32, )
-FERRO_GRU_FWD(ferro_gru_fwd_f32_avx2, float, ferro_rnn_tanh_f32, FERRO_AVX2)
-
-static int ferro_rnn_has_avx2(void) {
-    static int has = -1;
-    if (has < 0) {
-        __builtin_cpu_init();
-        has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    }
-    return has;
-}
-
-static void ferro_lstm_fwd_f32(const float *x, float *acts, const float *c, float *tc, float *cn,
-                               float *h, ptrdiff_t rows, ptrdiff_t hidden) {
-    (ferro_rnn_has_avx2() ? ferro_lstm_fwd_f32_avx2 : ferro_lstm_fwd_f32_base)(
-        x, acts, c, tc, cn, h, rows, hidden);
-}
-
-static void ferro_gru_fwd_f32(const float *x, const float *hg, const float *h, float *acts,
-                              float *hgn, float *hn, ptrdiff_t rows, ptrdiff_t hidden) {
-    (ferro_rnn_has_avx2() ? ferro_gru_fwd_f32_avx2 : ferro_gru_fwd_f32_base)(
-        x, hg, h, acts, hgn, hn, rows, hidden);
-}
-#else
-FERRO_LSTM_FWD(ferro_lstm_fwd_f32, float, ferro_rnn_tanh_f32, )
-FERRO_GRU_FWD(ferro_gru_fwd_f32, float, ferro_rnn_tanh_f32, )
-#endif
+FERRO_CLONED(ferro_lstm_fwd_f32, FERRO_LSTM_F32, FERRO_LSTM_PARAMS(float),
+             (x, acts, c, tc, cn, h, rows, hidden))
+FERRO_CLONED(ferro_lstm_fwd_f64, FERRO_LSTM_F64, FERRO_LSTM_PARAMS(double),
+             (x, acts, c, tc, cn, h, rows, hidden))
+FERRO_CLONED(ferro_gru_fwd_f32, FERRO_GRU_F32, FERRO_GRU_PARAMS(float),
+             (x, hg, h, acts, hgn, hn, rows, hidden))
+FERRO_CLONED(ferro_gru_fwd_f64, FERRO_GRU_F64, FERRO_GRU_PARAMS(double),
+             (x, hg, h, acts, hgn, hn, rows, hidden))
 
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC pop_options

@@ -1,7 +1,6 @@
 import numpy as np
 
 FUSED_KERNELS: frozenset[str]
-FORWARD_DTYPES: frozenset[np.dtype]
 
 def accepts(arrays: tuple) -> bool: ...
 def accepts_grad(gy: object, arrays: tuple) -> bool: ...

@@ -175,24 +175,17 @@ def _recurrent_layer(backend):
     ``ferro.ops.recurrent`` with the backend's fused LSTM/GRU cell kernels (``lstm_fwd``,
     ``gru_fwd``, ``lstm_bwd``, ``gru_bwd``) in place of the per-step array chains. The forward
     leaves ``ctx`` as the generic one does, so the entry is not paired: either backward may
-    follow either forward. The plain RNN modes stay generic (one tanh or max a step), and so does
-    a forward in a dtype outside the backend's ``FORWARD_DTYPES`` where it has one (the CPU's
-    float64 kernels call libm's tanh, slower than NumPy's SIMD one)."""
+    follow either forward. The plain RNN modes stay generic (one tanh or max a step)."""
     from ferro.ops.recurrent import layer_backward, layer_forward
 
     accepts = backend.accepts
     have = backend.FUSED_KERNELS
     fwd_modes = {m for m in ("LSTM", "GRU") if f"{m.lower()}_fwd" in have}
     bwd_modes = {m for m in ("LSTM", "GRU") if f"{m.lower()}_bwd" in have}
-    fwd_dtypes = getattr(backend, "FORWARD_DTYPES", None)
 
     def forward(ctx, xg, h0, c0, w_hh, b_hh, w_hr, *, mode, sizes, reverse):
         arrays = tuple(a for a in (xg, h0, c0, w_hh, b_hh, w_hr) if a is not None)
-        if (
-            mode not in fwd_modes
-            or (fwd_dtypes is not None and xg.dtype not in fwd_dtypes)
-            or not accepts(arrays)
-        ):
+        if mode not in fwd_modes or not accepts(arrays):
             return NotImplemented
         return layer_forward(
             ctx, backend, xg, h0, c0, w_hh, b_hh, w_hr, mode=mode, sizes=sizes, reverse=reverse

@@ -512,8 +512,9 @@ def test_cpu_cell_kernels_match_generic_cells(dtype, rows, hidden):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("rows,hidden", [(3, 4), (1, 1), (0, 2), (5, 37)])
 def test_cpu_cell_forward_kernels_match_generic_cells(dtype, rows, hidden):
-    # The fused gate forward against the reference; float32 tanh is a rational approximation
-    # (|error| <= 3e-7), float64 libm's. Large pre-activations reach the clamp of the former.
+    # The fused gate forward against the reference; its tanh is vec_math.h's (float32: a
+    # rational approximation, |error| <= 3e-7; float64: within 1 ulp). Large pre-activations
+    # reach their clamps.
     from ferro._C import recurrent_kernels as K
     from ferro.ops.recurrent import GenericCells
 
@@ -526,7 +527,7 @@ def test_cpu_cell_forward_kernels_match_generic_cells(dtype, rows, hidden):
     tol = dict(rtol=2e-6, atol=1e-6) if dtype == np.float32 else dict(rtol=1e-14, atol=1e-15)
     x, hproj, c = arr(rows, 4 * hidden), arr(rows, 4 * hidden, scale=6.0), arr(rows, hidden)
     if x.size:
-        x[0, 0], hproj[-1, -1] = 40.0, -40.0
+        x[0, 0], hproj[-1, -1], x[-1, 1] = 40.0, -40.0, np.nan  # NaN must stay NaN
     outs = {}
     for name, cells in (("kernel", K), ("generic", generic)):
         acts, tc = hproj.copy(), np.empty((rows, hidden), dtype)

@@ -16,14 +16,16 @@ a message. A fused forward leaves ``ctx`` as the generic forward does, so after 
 backward may run; an entry with its own ``adapter`` is *paired* instead (its forward keeps state
 only its backward reads), and the engine runs that backward exactly when that forward's kernel
 ran, unless the entry says ``paired=False`` (recurrent_layer's forward leaves ``ctx`` as the
-generic one does). ``ferro._C.engine.set_overrides_enabled(False)`` switches every override off, the
-optimizers' fused updates (:func:`kernel_for`) and the engine's GPU accumulation included.
+generic one does). ``ferro._C.engine.set_overrides_enabled(False)`` switches every override
+off, the optimizers' fused updates (:func:`kernel_for`) and the engine's GPU accumulation
+included.
 
 Where NumPy already runs a SIMD single pass (the forwards of ``tanh``, ``sigmoid``, ``relu``,
 ``softmax``) the CPU keeps the generic forward and only the backward, a chain of temporaries,
-is fused; exact gelu is fused both ways (NumPy has no vectorized erf). Backward kernels take an
-upstream gradient that is one value broadcast with stride 0, which is what ``.sum()`` and
-``.mean()`` hand back.
+is fused; gelu is fused both ways (NumPy has no vectorized erf, and tanh-gelu is a chain of
+seven passes; the CPU kernels' tanh is ``ferro/_C/vec_math.h``'s, vectorized as NumPy's is).
+Backward kernels take an upstream gradient that is one value broadcast with stride 0, which is
+what ``.sum()`` and ``.mean()`` hand back.
 """
 
 from __future__ import annotations
@@ -51,10 +53,12 @@ class Fused:
 
     Attributes:
         backward: kernel name; ``gx = kernel(gy, *ctx.saved[:saved], *params)``.
-        forward: kernel name; ``y = kernel(x)``. It then saves ``x`` or ``y`` (``saves``) and
-            stores each keyword parameter on ``ctx`` under its name, as the generic forward does.
+        forward: kernel name; ``y = kernel(x, *params)`` (the keyword parameters named in
+            ``params``). It then saves ``x`` or ``y`` (``saves``) and stores each keyword
+            parameter on ``ctx`` under its name, as the generic forward does.
         saved: how many saved arrays, from slot 0, the backward kernel reads.
-        params: ``ctx`` attributes the backward kernel takes after the arrays.
+        params: ``ctx`` attributes the backward kernel takes after the arrays (and the
+            forward kernel after ``x``).
         only: ``(name, value)`` pairs the kernels need of the keyword parameters (forward) and
             of the ``ctx`` attributes the forward stored under those names (backward).
         rows: the kernels work along the last axis: the op's ``axis`` must be ``ndim - 1``.
@@ -240,9 +244,7 @@ OVERRIDES: dict[str, Fused] = {
     "sigmoid": Fused(backward="sigmoid_bwd"),
     "relu": Fused(backward="relu_bwd"),
     "leaky_relu": Fused(backward="leaky_relu_bwd", saves="x", params=("slope",)),
-    "gelu": Fused(
-        forward="gelu_fwd", backward="gelu_bwd", saves="x", only=(("approximate", "none"),)
-    ),
+    "gelu": Fused(forward="gelu_fwd", backward="gelu_bwd", saves="x", params=("approximate",)),
     "silu": Fused(backward="silu_bwd", saved=2, saves="x"),
     "softmax": Fused(forward="softmax_fwd", backward="softmax_bwd", rows=True),
     "log_softmax": Fused(forward="log_softmax_fwd", backward="log_softmax_bwd", rows=True),
@@ -291,11 +293,12 @@ def _holds(get, entry: Fused, ndim: int) -> bool:
 
 def _bind_forward(entry: Fused, kernel, accepts):
     keep_input = entry.saves == "x"
+    names = entry.params
 
     def forward(ctx, x, **params):
         if not accepts((x,)) or not _holds(params.get, entry, x.ndim):
             return NotImplemented
-        y = kernel(x)
+        y = kernel(x, *[params[p] for p in names]) if names else kernel(x)
         ctx.save(x if keep_input else y)
         for name, value in params.items():
             setattr(ctx, name, value)

@@ -11,7 +11,8 @@
 
 #include <stddef.h>
 
-/* The clamps and selects must become vector min/max and blends (see kernels.h). */
+/* The clamps and selects must become vector min/max and blends (see kernels.h). The loops read
+ * and write through restrict pointers: the wrappers refuse overlapping arrays. */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC push_options
 #pragma GCC optimize("no-trapping-math")
@@ -19,13 +20,20 @@
 
 #include "vec_math.h"
 
+#if defined(_MSC_VER)
+#define FERRO_RESTRICT __restrict
+#else
+#define FERRO_RESTRICT restrict
+#endif
+
 /* LSTM step. On entry acts (rows, 4H) holds h @ W_hh^T and x (rows, 4H) the input projection
  * with both biases, blocks i, f, g, o; c (rows, H) is the previous cell state. Writes the
  * activated gates into acts, the new cell state into cn, tanh of it into tc and the new hidden
  * state into h. */
 #define FERRO_LSTM_FWD(NAME, T, TANH, ATTR)                                                 \
-    ATTR static void NAME(const T *restrict x, T *restrict acts, const T *restrict c,       \
-                          T *restrict tc, T *restrict cn, T *restrict h, ptrdiff_t rows,    \
+    ATTR static void NAME(const T *FERRO_RESTRICT x, T *FERRO_RESTRICT acts,               \
+                          const T *FERRO_RESTRICT c, T *FERRO_RESTRICT tc,                  \
+                          T *FERRO_RESTRICT cn, T *FERRO_RESTRICT h, ptrdiff_t rows,        \
                           ptrdiff_t hidden) {                                               \
         ptrdiff_t r, j;                                                                     \
         for (r = 0; r < rows; r++) {                                                        \
@@ -57,8 +65,9 @@
  * hidden projection's n block into hgn (the backward reads it) and the new state into hn:
  * n = tanh(x_n + r hg_n), hn = (1 - z) n + z h. */
 #define FERRO_GRU_FWD(NAME, T, TANH, ATTR)                                                  \
-    ATTR static void NAME(const T *restrict x, const T *restrict hg, const T *restrict h,   \
-                          T *restrict acts, T *restrict hgn, T *restrict hn, ptrdiff_t rows, \
+    ATTR static void NAME(const T *FERRO_RESTRICT x, const T *FERRO_RESTRICT hg,           \
+                          const T *FERRO_RESTRICT h, T *FERRO_RESTRICT acts,                \
+                          T *FERRO_RESTRICT hgn, T *FERRO_RESTRICT hn, ptrdiff_t rows,      \
                           ptrdiff_t hidden) {                                               \
         ptrdiff_t r, j;                                                                     \
         for (r = 0; r < rows; r++) {                                                        \

@@ -369,6 +369,12 @@ cdef extern from "kernels.h" nogil:
                             Py_ssize_t, double)
     void ferro_gelu_fwd_f32(const float*, float*, Py_ssize_t)
     void ferro_gelu_fwd_f64(const double*, double*, Py_ssize_t)
+    void ferro_gelu_tanh_bwd_f32(const float*, Py_ssize_t, const float*, const float*, float*,
+                                 Py_ssize_t, double)
+    void ferro_gelu_tanh_bwd_f64(const double*, Py_ssize_t, const double*, const double*,
+                                 double*, Py_ssize_t, double)
+    void ferro_gelu_tanh_fwd_f32(const float*, float*, Py_ssize_t)
+    void ferro_gelu_tanh_fwd_f64(const double*, double*, Py_ssize_t)
     void ferro_softmax_bwd_f32(const float*, Py_ssize_t, const float*, float*, Py_ssize_t,
                                Py_ssize_t)
     void ferro_softmax_bwd_f64(const double*, Py_ssize_t, const double*, double*, Py_ssize_t,
@@ -468,8 +474,19 @@ def leaky_relu_bwd(object gy, object x, double slope):
                      ferro_leaky_relu_bwd_f64, gy, (x,), slope)
 
 
-def gelu_bwd(object gy, object x):
-    """Exact gelu backward from the input: ``gy * (Phi(x) + x * phi(x))``."""
+cdef int _check_approximate(str who, object approximate) except -1:
+    if approximate != "none" and approximate != "tanh":
+        raise ArgumentError(f"{who}: approximate must be 'none' or 'tanh', got {approximate!r}")
+    return 0
+
+
+def gelu_bwd(object gy, object x, object approximate="none"):
+    """gelu backward from the input: ``gy * (Phi(x) + x * phi(x))``, or with
+    ``approximate="tanh"`` the derivative of ``x (1 + tanh(c (x + k x^3))) / 2``."""
+    _check_approximate("gelu_bwd", approximate)
+    if approximate == "tanh":
+        return _grad_map("gelu_bwd", ("gy", "x"), ferro_gelu_tanh_bwd_f32,
+                         ferro_gelu_tanh_bwd_f64, gy, (x,), 0.0)
     return _grad_map("gelu_bwd", ("gy", "x"), ferro_gelu_bwd_f32, ferro_gelu_bwd_f64, gy,
                      (x,), 0.0)
 
@@ -480,19 +497,29 @@ def silu_bwd(object gy, object x, object s):
                      (x, s), 0.0)
 
 
-def gelu_fwd(object x_):
-    """Exact gelu ``x * Phi(x)`` (NumPy has no vectorized erf; this is the fast path for it)."""
+def gelu_fwd(object x_, object approximate="none"):
+    """gelu ``x * Phi(x)`` (NumPy has no vectorized erf; this is the fast path for it), or with
+    ``approximate="tanh"`` ``x (1 + tanh(c (x + k x^3))) / 2`` in one pass."""
+    _check_approximate("gelu_fwd", approximate)
     _accept("gelu_fwd", ("x",), (x_,), 0)
     cdef cnp.ndarray x = <cnp.ndarray>x_
     cdef cnp.ndarray out = _empty_as(x)
     cdef Py_ssize_t n = cnp.PyArray_SIZE(x)
+    cdef bint tanh_form = approximate == "tanh"
+    cdef const void *xp = cnp.PyArray_DATA(x)
+    cdef void *op = cnp.PyArray_DATA(out)
     if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT32:
         with nogil:
-            ferro_gelu_fwd_f32(<const float*>cnp.PyArray_DATA(x), <float*>cnp.PyArray_DATA(out), n)
+            if tanh_form:
+                ferro_gelu_tanh_fwd_f32(<const float*>xp, <float*>op, n)
+            else:
+                ferro_gelu_fwd_f32(<const float*>xp, <float*>op, n)
     else:
         with nogil:
-            ferro_gelu_fwd_f64(<const double*>cnp.PyArray_DATA(x), <double*>cnp.PyArray_DATA(out),
-                               n)
+            if tanh_form:
+                ferro_gelu_tanh_fwd_f64(<const double*>xp, <double*>op, n)
+            else:
+                ferro_gelu_fwd_f64(<const double*>xp, <double*>op, n)
     return out
 
 

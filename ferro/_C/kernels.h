@@ -21,6 +21,9 @@
 #pragma GCC optimize("no-trapping-math")
 #endif
 
+#include "vec_math.h"
+#define FERRO_EXPV_F32 ferro_vexp_f32
+#define FERRO_EXPV_F64 ferro_vexp_f64
 #include "../cuda/kernels/formulas.cuh"
 
 /* Thresholds for going parallel. Waking an OpenMP team costs tens of microseconds when its
@@ -42,9 +45,9 @@
  * wp[i] (the saved arrays; wp is NULL for kernels that read one) and a (a scalar parameter).
  * g is gp[i] when gs is 1, and gp[0] for every i when gs is 0: after .sum() or .mean() the
  * upstream gradient is one value broadcast with stride 0, which the kernel takes as it is. */
-#define FERRO_GRAD_LOOP(NAME, T, MIN, EXPR)                                          \
-    static void NAME(const T *gp, ptrdiff_t gs, const T *vp, const T *wp, T *out,    \
-                     ptrdiff_t n, double a_) {                                       \
+#define FERRO_GRAD_LOOP(NAME, T, MIN, EXPR, ATTR)                                    \
+    ATTR static void NAME(const T *gp, ptrdiff_t gs, const T *vp, const T *wp, T *out, \
+                          ptrdiff_t n, double a_) {                                  \
         const T a = (T)a_;                                                           \
         ptrdiff_t i;                                                                 \
         (void)wp;                                                                    \
@@ -58,8 +61,8 @@
     }
 
 #define FERRO_GRAD_LOOPS(NAME, MIN, EXPR32, EXPR64)                                  \
-    FERRO_GRAD_LOOP(NAME##_f32, float, MIN, EXPR32)                                  \
-    FERRO_GRAD_LOOP(NAME##_f64, double, MIN, EXPR64)
+    FERRO_GRAD_LOOP(NAME##_f32, float, MIN, EXPR32, )                                \
+    FERRO_GRAD_LOOP(NAME##_f64, double, MIN, EXPR64, )
 
 FERRO_GRAD_LOOPS(ferro_tanh_bwd, FERRO_PARALLEL_MIN,
                  ferro_tanh_grad_f32(g, vp[i]), ferro_tanh_grad_f64(g, vp[i]))
@@ -83,6 +86,32 @@ static void ferro_gelu_fwd_f64(const double *x, double *out, ptrdiff_t n) {
     ptrdiff_t i;
     FERRO_FOR(FERRO_PARALLEL_MIN_COMPUTE, out[i] = ferro_gelu_f64(x[i]);)
 }
+
+/* tanh gelu, forward and backward from x: its exp is vec_math.h's, so these loops vectorize,
+ * and are compiled for AVX2 too (FERRO_CLONED), as NumPy's tanh is. */
+#define FERRO_GELU_TANH_BWD_F32(NAME, ATTR)                                          \
+    FERRO_GRAD_LOOP(NAME, float, FERRO_PARALLEL_MIN_COMPUTE,                         \
+                    ferro_gelu_tanh_grad_f32(g, vp[i]), ATTR)
+#define FERRO_GELU_TANH_BWD_F64(NAME, ATTR)                                          \
+    FERRO_GRAD_LOOP(NAME, double, FERRO_PARALLEL_MIN_COMPUTE,                        \
+                    ferro_gelu_tanh_grad_f64(g, vp[i]), ATTR)
+#define FERRO_GRAD_PARAMS(T)                                                         \
+    (const T *gp, ptrdiff_t gs, const T *vp, const T *wp, T *out, ptrdiff_t n, double a_)
+FERRO_CLONED(ferro_gelu_tanh_bwd_f32, FERRO_GELU_TANH_BWD_F32, FERRO_GRAD_PARAMS(float),
+             (gp, gs, vp, wp, out, n, a_))
+FERRO_CLONED(ferro_gelu_tanh_bwd_f64, FERRO_GELU_TANH_BWD_F64, FERRO_GRAD_PARAMS(double),
+             (gp, gs, vp, wp, out, n, a_))
+#define FERRO_GELU_TANH_FWD(NAME, T, S, ATTR)                                        \
+    ATTR static void NAME(const T *x, T *out, ptrdiff_t n) {                         \
+        ptrdiff_t i;                                                                 \
+        FERRO_FOR(FERRO_PARALLEL_MIN_COMPUTE, out[i] = ferro_gelu_tanh_##S(x[i]);)   \
+    }
+#define FERRO_GELU_TANH_FWD_F32(NAME, ATTR) FERRO_GELU_TANH_FWD(NAME, float, f32, ATTR)
+#define FERRO_GELU_TANH_FWD_F64(NAME, ATTR) FERRO_GELU_TANH_FWD(NAME, double, f64, ATTR)
+FERRO_CLONED(ferro_gelu_tanh_fwd_f32, FERRO_GELU_TANH_FWD_F32,
+             (const float *x, float *out, ptrdiff_t n), (x, out, n))
+FERRO_CLONED(ferro_gelu_tanh_fwd_f64, FERRO_GELU_TANH_FWD_F64,
+             (const double *x, double *out, ptrdiff_t n), (x, out, n))
 
 /* softmax backward over rows of c elements: d = sum(g y) per row, then
  * out = ferro_softmax_grad(g, y, d). g is C-contiguous (gs 1) or one broadcast value (gs 0:

@@ -1,11 +1,10 @@
-"""Fused CPU kernels of the recurrent cells' backward: one nogil pass per step for the LSTM and
-GRU gate gradients, in place of about fifteen array temporaries.
+"""Fused CPU kernels of the recurrent cells: one nogil pass per step for the LSTM and GRU gate
+forward (``recurrent_kernels.h``) and gate gradients, in place of about ten to fifteen array
+temporaries each.
 
 They have the names and signatures of ``ferro.ops.recurrent.GenericCells`` (the reference,
 written against ``xp``), and are bound through the ``recurrent_layer`` entry of ``OVERRIDES``
-(``ferro/ops/fused.py``), which runs the layer's backward loop with them. The forward stays
-NumPy's: its cost is the gate sigmoids and tanhs, and NumPy's SIMD tanh over all gates at once
-beat a fused loop of scalar (libm) or polynomial exps by 3x (benchmarks/bench_rnn.py). Every
+(``ferro/ops/fused.py``), which runs the layer's forward and backward loops with them. Every
 array must be an exact float32/float64 ndarray of one dtype, C-contiguous, aligned, in native
 byte order and of the shape the kernel expects; every array a kernel writes must be writeable.
 ``accepts`` is the flag-only predicate the adapter asks first; each kernel checks again and
@@ -20,12 +19,28 @@ from ferro._C.typedefs cimport floating_t
 
 import numpy as np
 
-from ferro.errors import ArgumentTypeError, DtypeError, ReadOnlyError, ShapeError
+from ferro.errors import (
+    ArgumentError,
+    ArgumentTypeError,
+    DtypeError,
+    ReadOnlyError,
+    ShapeError,
+)
 
 cnp.import_array()
 
 
-FUSED_KERNELS = frozenset({"lstm_bwd", "gru_bwd"})
+FUSED_KERNELS = frozenset({"lstm_fwd", "lstm_bwd", "gru_fwd", "gru_bwd"})
+
+cdef extern from "recurrent_kernels.h" nogil:
+    void ferro_lstm_fwd_f32(const float*, float*, const float*, float*, float*, float*,
+                            Py_ssize_t, Py_ssize_t)
+    void ferro_lstm_fwd_f64(const double*, double*, const double*, double*, double*, double*,
+                            Py_ssize_t, Py_ssize_t)
+    void ferro_gru_fwd_f32(const float*, const float*, const float*, float*, float*, float*,
+                           Py_ssize_t, Py_ssize_t)
+    void ferro_gru_fwd_f64(const double*, const double*, const double*, double*, double*,
+                           double*, Py_ssize_t, Py_ssize_t)
 
 
 cdef inline bint _ok(object o, int dtype) noexcept:
@@ -88,6 +103,90 @@ cdef int _check(str who, tuple names, tuple arrays, tuple shapes, unsigned int w
         if writes >> k & 1 and not cnp.PyArray_ISWRITEABLE(a):
             raise ReadOnlyError(f"{who}: {names[k]} is read-only")
     return 0
+
+
+cdef int _check_disjoint(str who, tuple names, tuple arrays, unsigned int writes) except -1:
+    # The forward loops read and write through restrict pointers: no array a kernel writes may
+    # share memory with another argument (all are C-contiguous, so byte ranges decide).
+    cdef Py_ssize_t k, m
+    cdef char* lo
+    cdef char* hi
+    for k in range(len(arrays)):
+        if not writes >> k & 1:
+            continue
+        lo = <char*>cnp.PyArray_DATA(<cnp.ndarray>arrays[k])
+        hi = lo + cnp.PyArray_NBYTES(<cnp.ndarray>arrays[k])
+        for m in range(len(arrays)):
+            if m != k and cnp.PyArray_NBYTES(<cnp.ndarray>arrays[m]) and lo < hi:
+                if (<char*>cnp.PyArray_DATA(<cnp.ndarray>arrays[m]) < hi and lo <
+                        <char*>cnp.PyArray_DATA(<cnp.ndarray>arrays[m])
+                        + cnp.PyArray_NBYTES(<cnp.ndarray>arrays[m])):
+                    raise ArgumentError(f"{who}: {names[k]} overlaps {names[m]} in memory")
+    return 0
+
+
+cdef inline void* _data(object a):
+    return cnp.PyArray_DATA(<cnp.ndarray>a)
+
+
+def lstm_fwd(object x, object acts, object c, object tc):
+    """One LSTM step: ``(h, c_new)`` from the input projection ``x`` (both biases in it) and
+    ``acts`` (rows, 4 * hidden), which holds ``h_prev @ weight_hh.T`` and is overwritten with
+    the activated gates; writes ``tanh(c_new)`` into ``tc``."""
+    if type(c) is not cnp.ndarray or cnp.PyArray_NDIM(<cnp.ndarray>c) != 2:
+        raise ShapeError("lstm_fwd: c must be a 2-D numpy.ndarray")
+    cdef Py_ssize_t rows = c.shape[0], hidden = c.shape[1]
+    _check("lstm_fwd", ("x", "acts", "c", "tc"), (x, acts, c, tc),
+           ((rows, 4 * hidden), (rows, 4 * hidden), (rows, hidden), (rows, hidden)), 0b1010)
+    _check_disjoint("lstm_fwd", ("x", "acts", "c", "tc"), (x, acts, c, tc), 0b1010)
+    cdef cnp.ndarray h = np.empty((rows, hidden), dtype=c.dtype)
+    cdef cnp.ndarray cn = np.empty((rows, hidden), dtype=c.dtype)
+    cdef void *px = _data(x)
+    cdef void *pa = _data(acts)
+    cdef void *pc = _data(c)
+    cdef void *pt = _data(tc)
+    cdef void *pn = _data(cn)
+    cdef void *ph = _data(h)
+    if cnp.PyArray_TYPE(<cnp.ndarray>c) == cnp.NPY_FLOAT32:
+        with nogil:
+            ferro_lstm_fwd_f32(<const float*>px, <float*>pa, <const float*>pc, <float*>pt,
+                               <float*>pn, <float*>ph, rows, hidden)
+    else:
+        with nogil:
+            ferro_lstm_fwd_f64(<const double*>px, <double*>pa, <const double*>pc, <double*>pt,
+                               <double*>pn, <double*>ph, rows, hidden)
+    return h, cn
+
+
+def gru_fwd(object x, object hg, object h, object acts, object hg_n):
+    """One GRU step: the new hidden state, from the input projection ``x`` (with
+    ``bias_ih``) and the hidden one ``hg`` (with ``bias_hh``), both (rows, 3 * hidden); writes
+    ``r, z, n`` into ``acts`` and ``hg``'s n block into ``hg_n`` (rows, hidden)."""
+    if type(h) is not cnp.ndarray or cnp.PyArray_NDIM(<cnp.ndarray>h) != 2:
+        raise ShapeError("gru_fwd: h must be a 2-D numpy.ndarray")
+    cdef Py_ssize_t rows = h.shape[0], hidden = h.shape[1]
+    names = ("x", "hg", "h", "acts", "hg_n")
+    arrays = (x, hg, h, acts, hg_n)
+    _check("gru_fwd", names, arrays,
+           ((rows, 3 * hidden), (rows, 3 * hidden), (rows, hidden), (rows, 3 * hidden),
+            (rows, hidden)), 0b11000)
+    _check_disjoint("gru_fwd", names, arrays, 0b11000)
+    cdef cnp.ndarray hn = np.empty((rows, hidden), dtype=h.dtype)
+    cdef void *px = _data(x)
+    cdef void *pg = _data(hg)
+    cdef void *ph = _data(h)
+    cdef void *pa = _data(acts)
+    cdef void *pn = _data(hg_n)
+    cdef void *po = _data(hn)
+    if cnp.PyArray_TYPE(<cnp.ndarray>h) == cnp.NPY_FLOAT32:
+        with nogil:
+            ferro_gru_fwd_f32(<const float*>px, <const float*>pg, <const float*>ph, <float*>pa,
+                              <float*>pn, <float*>po, rows, hidden)
+    else:
+        with nogil:
+            ferro_gru_fwd_f64(<const double*>px, <const double*>pg, <const double*>ph,
+                              <double*>pa, <double*>pn, <double*>po, rows, hidden)
+    return hn
 
 
 cdef void _lstm_bwd(const floating_t* gh, const floating_t* gc, const floating_t* acts,

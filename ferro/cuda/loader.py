@@ -34,10 +34,10 @@ SOURCES: dict[str, list[str]] = {
     "sum_to_shape": [f"ferro_sum_to_shape<{t}>" for t in _FLOATS],
     "activation": [
         f"ferro_{k}_bwd<{t}>"
-        for k in ("relu", "leaky_relu", "sigmoid", "tanh", "gelu", "silu")
+        for k in ("relu", "leaky_relu", "sigmoid", "tanh", "gelu", "gelu_tanh", "silu")
         for t in _FLOATS
     ]
-    + [f"ferro_gelu_fwd<{t}>" for t in _FLOATS],
+    + [f"ferro_gelu{k}_fwd<{t}>" for k in ("", "_tanh") for t in _FLOATS],
     "softmax": [f"ferro_softmax_{d}<{t}>" for d in ("fwd", "bwd") for t in _FLOATS],
     "cross_entropy": [f"ferro_cross_entropy_{d}<{t}>" for d in ("fwd", "bwd") for t in _FLOATS],
     "dropout": [f"ferro_dropout_mask<{t}>" for t in _FLOATS],
@@ -58,7 +58,9 @@ SOURCES: dict[str, list[str]] = {
         + ("batch_norm_bwd",)
         for t in _FLOATS
     ],
-    "recurrent": [f"ferro_{k}_bwd<{t}>" for k in ("lstm", "gru") for t in _FLOATS],
+    "recurrent": [
+        f"ferro_{k}_{d}<{t}>" for k in ("lstm", "gru") for d in ("fwd", "bwd") for t in _FLOATS
+    ],
     "resampling": [
         f"ferro_deform_{k}<{t}>"
         for k in ("im2col", "col2im_input", "col2im_coord")

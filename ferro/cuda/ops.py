@@ -279,9 +279,16 @@ def leaky_relu_bwd(gy, x, slope: float):
     return _grad_map("leaky_relu_bwd", gy, (x,), slope)
 
 
-def gelu_bwd(gy, x):
-    """Exact gelu backward from the input: ``gy * (Phi(x) + x * phi(x))``."""
-    return _grad_map("gelu_bwd", gy, (x,))
+def _gelu_form(who: str, approximate) -> str:
+    if approximate not in ("none", "tanh"):
+        raise ArgumentError(f"{who}: approximate must be 'none' or 'tanh', got {approximate!r}")
+    return "gelu_tanh" if approximate == "tanh" else "gelu"
+
+
+def gelu_bwd(gy, x, approximate="none"):
+    """gelu backward from the input: ``gy * (Phi(x) + x * phi(x))``, or with
+    ``approximate="tanh"`` the derivative of ``x (1 + tanh(c (x + k x^3))) / 2``."""
+    return _grad_map(f"{_gelu_form('gelu_bwd', approximate)}_bwd", gy, (x,))
 
 
 def silu_bwd(gy, x, s):
@@ -289,15 +296,17 @@ def silu_bwd(gy, x, s):
     return _grad_map("silu_bwd", gy, (x, s))
 
 
-def gelu_fwd(x):
-    """Exact gelu ``x * Phi(x)`` in one pass."""
+def gelu_fwd(x, approximate="none"):
+    """gelu ``x * Phi(x)``, or with ``approximate="tanh"`` ``x (1 + tanh(c (x + k x^3))) / 2``,
+    in one pass."""
     import cupy
 
+    form = _gelu_form("gelu_fwd", approximate)
     t = _check("gelu_fwd", x)
     y = cupy.empty_like(x)
     if x.size:
         grid, block = grid_for(x.size)
-        kernel("activation", f"ferro_gelu_fwd<{t}>")(grid, block, (x, y, np.int64(x.size)))
+        kernel("activation", f"ferro_{form}_fwd<{t}>")(grid, block, (x, y, np.int64(x.size)))
     return y
 
 

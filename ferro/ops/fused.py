@@ -15,14 +15,17 @@ the answer is no; the engine then runs the generic code. Nothing on that path ra
 a message. A fused forward leaves ``ctx`` as the generic forward does, so after it either
 backward may run; an entry with its own ``adapter`` is *paired* instead (its forward keeps state
 only its backward reads), and the engine runs that backward exactly when that forward's kernel
-ran. ``ferro._C.engine.set_overrides_enabled(False)`` switches every override off, the
-optimizers' fused updates (:func:`kernel_for`) and the engine's GPU accumulation included.
+ran, unless the entry says ``paired=False`` (recurrent_layer's forward leaves ``ctx`` as the
+generic one does). ``ferro._C.engine.set_overrides_enabled(False)`` switches every override
+off, the optimizers' fused updates (:func:`kernel_for`) and the engine's GPU accumulation
+included.
 
 Where NumPy already runs a SIMD single pass (the forwards of ``tanh``, ``sigmoid``, ``relu``,
 ``softmax``) the CPU keeps the generic forward and only the backward, a chain of temporaries,
-is fused; exact gelu is fused both ways (NumPy has no vectorized erf). Backward kernels take an
-upstream gradient that is one value broadcast with stride 0, which is what ``.sum()`` and
-``.mean()`` hand back.
+is fused; gelu is fused both ways (NumPy has no vectorized erf, and tanh-gelu is a chain of
+seven passes; the CPU kernels' tanh is ``ferro/_C/vec_math.h``'s, vectorized as NumPy's is).
+Backward kernels take an upstream gradient that is one value broadcast with stride 0, which is
+what ``.sum()`` and ``.mean()`` hand back.
 """
 
 from __future__ import annotations
@@ -59,16 +62,20 @@ class Fused:
 
     Attributes:
         backward: kernel name; ``gx = kernel(gy, *ctx.saved[:saved], *params)``.
-        forward: kernel name; ``y = kernel(x)``. It then saves ``x`` or ``y`` (``saves``) and
-            stores each keyword parameter on ``ctx`` under its name, as the generic forward does.
+        forward: kernel name; ``y = kernel(x, *params)`` (the keyword parameters named in
+            ``params``). It then saves ``x`` or ``y`` (``saves``) and stores each keyword
+            parameter on ``ctx`` under its name, as the generic forward does.
         saved: how many saved arrays, from slot 0, the backward kernel reads.
-        params: ``ctx`` attributes the backward kernel takes after the arrays.
+        params: ``ctx`` attributes the backward kernel takes after the arrays (and the
+            forward kernel after ``x``).
         only: ``(name, value)`` pairs the kernels need of the keyword parameters (forward) and
             of the ``ctx`` attributes the forward stored under those names (backward).
         rows: the kernels work along the last axis: the op's ``axis`` must be ``ndim - 1``.
         saves: what the generic forward saves, ``"x"`` or ``"y"``.
-        adapter: for a paired override (its forward keeps state the generic backward cannot
-            read): ``adapter(backend) -> (forward, backward)`` replaces the generic adapter.
+        adapter: ``adapter(backend) -> (forward, backward)`` replaces the generic adapter.
+        paired: the adapter's forward keeps state the generic backward cannot read, so the
+            engine runs its backward exactly when its forward ran. False for an adapter whose
+            forward leaves ``ctx`` as the generic one does (either backward may follow it).
     """
 
     backward: str | None = None
@@ -79,6 +86,7 @@ class Fused:
     rows: bool = False
     saves: str = "y"
     adapter: Any = None
+    paired: bool = True
 
     @property
     def kernels(self) -> tuple[str, ...]:
@@ -185,22 +193,32 @@ def _max_pool(backend):
 
 
 def _recurrent_layer(backend):
-    """recurrent_layer's backward override: the layer's backward loop of
-    ``ferro.ops.recurrent`` with the backend's fused LSTM/GRU cell-gradient kernels
-    (``lstm_bwd``, ``gru_bwd``) in place of the per-step array chain. The forward stays generic
-    (NumPy's SIMD tanh over all gates is the fastest CPU forward measured); the plain RNN modes
-    keep the generic backward (one multiply a step)."""
-    from ferro.ops.recurrent import layer_backward
+    """recurrent_layer's overrides: the layer's forward and backward loops of
+    ``ferro.ops.recurrent`` with the backend's fused LSTM/GRU cell kernels (``lstm_fwd``,
+    ``gru_fwd``, ``lstm_bwd``, ``gru_bwd``) in place of the per-step array chains. The forward
+    leaves ``ctx`` as the generic one does, so the entry is not paired: either backward may
+    follow either forward. The plain RNN modes stay generic (one tanh or max a step)."""
+    from ferro.ops.recurrent import layer_backward, layer_forward
 
     accepts = backend.accepts
-    modes = {m for m, k in (("LSTM", "lstm_bwd"), ("GRU", "gru_bwd")) if k in backend.FUSED_KERNELS}
+    have = backend.FUSED_KERNELS
+    fwd_modes = {m for m in ("LSTM", "GRU") if f"{m.lower()}_fwd" in have}
+    bwd_modes = {m for m in ("LSTM", "GRU") if f"{m.lower()}_bwd" in have}
+
+    def forward(ctx, xg, h0, c0, w_hh, b_hh, w_hr, *, mode, sizes, reverse):
+        arrays = tuple(a for a in (xg, h0, c0, w_hh, b_hh, w_hr) if a is not None)
+        if mode not in fwd_modes or not accepts(arrays):
+            return NotImplemented
+        return layer_forward(
+            ctx, backend, xg, h0, c0, w_hh, b_hh, w_hr, mode=mode, sizes=sizes, reverse=reverse
+        )
 
     def backward(ctx, *grads):
-        if ctx.mode not in modes or not accepts(tuple(a for a in ctx.saved if a is not None)):
+        if ctx.mode not in bwd_modes or not accepts(tuple(a for a in ctx.saved if a is not None)):
             return NotImplemented
         return layer_backward(ctx, backend, *grads)
 
-    return None, backward
+    return forward, backward
 
 
 def _deform_conv2d(backend):
@@ -246,9 +264,7 @@ OVERRIDES: dict[str, Fused] = {
     "sigmoid": Fused(backward="sigmoid_bwd"),
     "relu": Fused(backward="relu_bwd"),
     "leaky_relu": Fused(backward="leaky_relu_bwd", saves="x", params=("slope",)),
-    "gelu": Fused(
-        forward="gelu_fwd", backward="gelu_bwd", saves="x", only=(("approximate", "none"),)
-    ),
+    "gelu": Fused(forward="gelu_fwd", backward="gelu_bwd", saves="x", params=("approximate",)),
     "silu": Fused(backward="silu_bwd", saved=2, saves="x"),
     "softmax": Fused(forward="softmax_fwd", backward="softmax_bwd", rows=True),
     "log_softmax": Fused(forward="log_softmax_fwd", backward="log_softmax_bwd", rows=True),
@@ -292,7 +308,9 @@ OVERRIDES: dict[str, Fused] = {
         only=(("training", True),),
         adapter=batch_norm_override,
     ),
-    "recurrent_layer": Fused(backward="lstm_bwd", adapter=_recurrent_layer),
+    "recurrent_layer": Fused(
+        forward="lstm_fwd", backward="lstm_bwd", adapter=_recurrent_layer, paired=False
+    ),
     "deform_conv2d": Fused(
         forward="deform_im2col", backward="deform_col2im", adapter=_deform_conv2d
     ),
@@ -315,11 +333,12 @@ def _holds(get, entry: Fused, ndim: int) -> bool:
 
 def _bind_forward(entry: Fused, kernel, accepts):
     keep_input = entry.saves == "x"
+    names = entry.params
 
     def forward(ctx, x, **params):
         if not accepts((x,)) or not _holds(params.get, entry, x.ndim):
             return NotImplemented
-        y = kernel(x)
+        y = kernel(x, *[params[p] for p in names]) if names else kernel(x)
         ctx.save(x if keep_input else y)
         for name, value in params.items():
             setattr(ctx, name, value)
@@ -410,7 +429,10 @@ def install(device: str, *backends) -> None:
             if bb is not None:
                 backward = bind(entry, bb)[1]
         REGISTRY[name].set_override(
-            device, forward, backward, paired=entry.adapter is not None and forward is not None
+            device,
+            forward,
+            backward,
+            paired=entry.adapter is not None and entry.paired and forward is not None,
         )
 
 

@@ -321,9 +321,10 @@ class GenericCells:
         self.xp = xp
         self._lstm_consts = None
 
-    def lstm_fwd(self, acts, c, tc):
-        """``(h, c_new)`` of one step from the gate pre-activations in ``acts``, which it
-        activates in place; writes ``tanh(c_new)`` into ``tc``."""
+    def lstm_fwd(self, x, acts, c, tc):
+        """``(h, c_new)`` of one step from the input projection ``x`` (both biases in it) and
+        ``acts``, which holds ``h @ weight_hh.T`` and is overwritten with the activated gates;
+        writes ``tanh(c_new)`` into ``tc``."""
         xp = self.xp
         hidden = c.shape[1]
         # sigmoid(x) = tanh(x / 2) / 2 + 1/2 on i, f, o and tanh on g: one tanh pass over all,
@@ -335,6 +336,7 @@ class GenericCells:
             shift[2 * hidden : 3 * hidden] = 0
             self._lstm_consts = (half, shift)
         half, shift = self._lstm_consts
+        acts += x
         acts *= half
         xp.tanh(acts, out=acts)
         acts *= half
@@ -358,11 +360,14 @@ class GenericCells:
         g_gates[:, 3 * hidden :] = gh * tc * o * (1 - o)
         return gc * f
 
-    def gru_fwd(self, x, hg, h, acts):
-        """The new hidden state of one step; writes ``r, z, n`` into ``acts``."""
+    def gru_fwd(self, x, hg, h, acts, hg_n):
+        """The new hidden state of one step from the input projection ``x`` (with
+        ``bias_ih``) and the hidden one ``hg`` (with ``bias_hh``); writes ``r, z, n`` into
+        ``acts`` and ``hg``'s n block (what the backward reads) into ``hg_n``."""
         xp = self.xp
         hidden = h.shape[1]
         k2 = 2 * hidden
+        hg_n[...] = hg[:, k2:]
         rz = acts[:, :k2]
         xp.add(x[:, :k2], hg[:, :k2], out=rz)
         rz *= 0.5
@@ -370,7 +375,7 @@ class GenericCells:
         rz *= 0.5
         rz += 0.5
         r, z, n = acts[:, :hidden], acts[:, hidden:k2], acts[:, k2:]
-        xp.tanh(x[:, k2:] + r * hg[:, k2:], out=n)
+        xp.tanh(x[:, k2:] + r * hg_n, out=n)
         h_new = h - n
         h_new *= z
         h_new += n
@@ -445,19 +450,18 @@ def layer_forward(ctx, cells, xg, h0, c0, w_hh, b_hh, w_hr, *, mode, sizes, reve
             hg = h @ w_t
             if b_hh is not None:
                 hg += b_hh
-            hg_n[s : s + b] = hg[:, 2 * hidden :]
-            h = cells.gru_fwd(x2[s : s + b], hg, h, a)
+            h = cells.gru_fwd(x2[s : s + b], hg, h, a, hg_n[s : s + b])
             out[s : s + b] = h
             continue
-        xp.matmul(h, w_t, out=a)  # the gate pre-activations, in place
-        a += xb[s : s + b]
+        xp.matmul(h, w_t, out=a)  # the hidden projection, in place
         if lstm:
             c_prev[s : s + b] = c
-            h, c = cells.lstm_fwd(a, c, tc_all[s : s + b])
+            h, c = cells.lstm_fwd(xb[s : s + b], a, c, tc_all[s : s + b])
             if w_hr is not None:
                 cell_h[s : s + b] = h
                 h = h @ w_hr.T
         else:
+            a += xb[s : s + b]
             if mode == "RNN_TANH":
                 xp.tanh(a, out=a)
             else:

@@ -27,6 +27,7 @@ import pytest
 import ferro
 from ferro.cuda import loader
 from ferro.cuda import ops as K
+from ferro.errors import ArgumentError
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -142,8 +143,19 @@ def _erf(x):
     return np.vectorize(math.erf, otypes=[float])(x)
 
 
-# kernel: (saved arrays from x, extra arguments, reference gx from g and x); the CPU kernels of
-# the same names (tests/engine/test_cpu_kernels.py) are checked against the same formulas.
+def _gelu_tanh(x):
+    return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
+
+
+def _gelu_tanh_grad(x):
+    t = np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3))
+    dinner = math.sqrt(2 / math.pi) * (1 + 3 * 0.044715 * x * x)
+    return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * dinner
+
+
+# kernel (a "/variant" suffix is a second case of it): (saved arrays from x, extra arguments,
+# reference gx from g and x); the CPU kernels of the same names
+# (tests/engine/test_cpu_kernels.py) are checked against the same formulas.
 BACKWARD = {
     "relu_bwd": (lambda x: (np.maximum(x, 0),), (), lambda g, x: g * (x > 0)),
     "leaky_relu_bwd": (lambda x: (x,), (0.1,), lambda g, x: np.where(x > 0, g, 0.1 * g)),
@@ -157,6 +169,8 @@ BACKWARD = {
             * (0.5 * (1 + _erf(x / math.sqrt(2))) + x * np.exp(-x * x / 2) / math.sqrt(2 * math.pi))
         ),
     ),
+    # gelu_bwd with approximate="tanh": the kernel name, then what the case passes.
+    "gelu_bwd/tanh": (lambda x: (x,), ("tanh",), lambda g, x: g * _gelu_tanh_grad(x)),
     "silu_bwd": (lambda x: (x, _sig(x)), (), lambda g, x: g * _sig(x) * (1 + x * (1 - _sig(x)))),
 }
 
@@ -176,7 +190,7 @@ def test_backward_kernels(xp, name, dtype, gy_kind):
     saved = tuple(xp.asarray(a.astype(dtype)) for a in make(x))
     gy = xp.asarray(g.astype(dtype)) if gy_kind != "broadcast scalar" else _broadcast(xp, g, dtype)
     assert K.accepts_grad(gy, saved)
-    got = getattr(K, name)(gy, *saved, *extra)
+    got = getattr(K, name.split("/")[0])(gy, *saved, *extra)
     assert got.dtype == dtype
     tol = dict(rtol=1e-5, atol=1e-6) if dtype == np.float32 else dict(rtol=1e-12, atol=1e-13)
     np.testing.assert_allclose(host(got), ref(g, x), **tol)
@@ -192,6 +206,10 @@ def test_gelu_fwd(xp):
     for dtype, tol in ((np.float32, 1e-6), (np.float64, 1e-14)):
         got = host(K.gelu_fwd(xp.asarray(x.astype(dtype))))
         np.testing.assert_allclose(got, 0.5 * x * (1 + _erf(x / math.sqrt(2))), rtol=tol, atol=tol)
+        got = host(K.gelu_fwd(xp.asarray(x.astype(dtype)), "tanh"))
+        np.testing.assert_allclose(got, _gelu_tanh(x), rtol=tol, atol=tol)
+    with pytest.raises(ArgumentError, match="approximate must be 'none' or 'tanh'"):
+        K.gelu_fwd(xp.asarray(x), "exact")
 
 
 @pytest.mark.parametrize("log", [False, True])
@@ -325,7 +343,7 @@ GPU_CASES = {
     "leaky_relu": [({"slope": 0.2}, True)],
     "sigmoid": [({}, True)],
     "tanh": [({}, True)],
-    "gelu": [({"approximate": "none"}, True), ({"approximate": "tanh"}, False)],
+    "gelu": [({"approximate": "none"}, True), ({"approximate": "tanh"}, True)],
     "silu": [({}, True)],
     "softmax": [({"axis": 1}, True), ({"axis": 0}, False)],
     "log_softmax": [({"axis": 1}, True), ({"axis": 0}, False)],

@@ -94,6 +94,8 @@ _F = np.float32
         (lambda: cpu_kernels.softmax_bwd(np.ones((2, 3)), np.ones((2, 3), _F)), DtypeError),
         (lambda: cpu_kernels.softmax_bwd(np.ones((2, 3)), np.ones((3, 2))), ShapeError),
         (lambda: cpu_kernels.gelu_fwd(np.ones((3, 2)).T), ArgumentError),
+        (lambda: cpu_kernels.gelu_fwd(np.ones(3), "exact"), ArgumentError),
+        (lambda: cpu_kernels.gelu_bwd(np.ones(3), np.ones(3), None), ArgumentError),
         (lambda: cpu_kernels.all_finite(np.ones(3, np.int64)), DtypeError),
         (lambda: cpu_kernels.all_finite(None), ArgumentTypeError),
         (lambda: cpu_kernels.sum_to_shape(None, ()), ArgumentTypeError),
@@ -139,6 +141,16 @@ def _sig(x):
     return 1 / (1 + np.exp(-x))
 
 
+def _gelu_tanh(x):
+    return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
+
+
+def _gelu_tanh_grad(x):
+    t = np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3))
+    dinner = math.sqrt(2 / math.pi) * (1 + 3 * 0.044715 * x * x)
+    return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * dinner
+
+
 BACKWARD = {
     "tanh_bwd": (lambda x: (np.tanh(x),), (), lambda g, x: g * (1 - np.tanh(x) ** 2)),
     "sigmoid_bwd": (lambda x: (_sig(x),), (), lambda g, x: g * _sig(x) * (1 - _sig(x))),
@@ -152,6 +164,8 @@ BACKWARD = {
             * (0.5 * (1 + _erf(x / math.sqrt(2))) + x * np.exp(-x * x / 2) / math.sqrt(2 * math.pi))
         ),
     ),
+    # gelu_bwd with approximate="tanh": the kernel name, then what the case passes.
+    "gelu_bwd/tanh": (lambda x: (x,), ("tanh",), lambda g, x: g * _gelu_tanh_grad(x)),
     "silu_bwd": (
         lambda x: (x, _sig(x)),
         (),
@@ -174,7 +188,7 @@ def test_backward_kernels_match_their_formula(name, dtype, n, gy_kind):
     make, extra, ref = BACKWARD[name]
     saved = tuple(a.astype(dtype) for a in make(x.astype(np.float64)))
     assert cpu_kernels.accepts_grad(g, saved)
-    got = getattr(cpu_kernels, name)(g, *saved, *extra)
+    got = getattr(cpu_kernels, name.split("/")[0])(g, *saved, *extra)
     want = ref(g.astype(np.float64), x.astype(np.float64))
     assert got.dtype == dtype and got.shape == (n,) and got.flags.c_contiguous
     tol = dict(rtol=2e-5, atol=1e-6) if dtype == np.float32 else dict(rtol=1e-12, atol=1e-13)
@@ -195,13 +209,16 @@ def test_softmax_bwd_with_contiguous_and_broadcast_gradients(dtype, shape):
         np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
 
 
-def test_gelu_fwd_matches_its_formula():
-    x = np.linspace(-6, 6, 1001)
-    want = 0.5 * x * (1 + _erf(x / math.sqrt(2)))
-    np.testing.assert_allclose(cpu_kernels.gelu_fwd(x), want, rtol=1e-14, atol=1e-15)
-    np.testing.assert_allclose(
-        cpu_kernels.gelu_fwd(x.astype(np.float32)), want, rtol=1e-6, atol=1e-7
-    )
+@pytest.mark.parametrize("n", [1001, (1 << 16) + 3])  # the last runs the parallel loops
+def test_gelu_fwd_matches_its_formula(n):
+    x = np.linspace(-6, 6, n)
+    for approximate, want in (("none", 0.5 * x * (1 + _erf(x / math.sqrt(2)))),
+                              ("tanh", _gelu_tanh(x))):  # fmt: skip
+        got = cpu_kernels.gelu_fwd(x, approximate)
+        np.testing.assert_allclose(got, want, rtol=1e-14, atol=1e-15)
+        got = cpu_kernels.gelu_fwd(x.astype(np.float32), approximate)
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+    assert np.isnan(cpu_kernels.gelu_fwd(np.array([np.nan]), "tanh")[0])
 
 
 def test_accepts_grad_takes_contiguous_or_one_broadcast_value_only():

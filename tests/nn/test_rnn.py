@@ -509,6 +509,62 @@ def test_cpu_cell_kernels_match_generic_cells(dtype, rows, hidden):
         np.testing.assert_allclose(a, b, rtol=tol, atol=tol)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("rows,hidden", [(3, 4), (1, 1), (0, 2), (5, 37)])
+def test_cpu_cell_forward_kernels_match_generic_cells(dtype, rows, hidden):
+    # The fused gate forward against the reference; its tanh is vec_math.h's (float32: a
+    # rational approximation, |error| <= 3e-7; float64: within 1 ulp). Large pre-activations
+    # reach their clamps.
+    from ferro._C import recurrent_kernels as K
+    from ferro.ops.recurrent import GenericCells
+
+    rng = np.random.default_rng(rows + hidden)
+    generic = GenericCells(np)
+
+    def arr(*shape, scale=3.0):
+        return (rng.normal(size=shape) * scale).astype(dtype)
+
+    tol = dict(rtol=2e-6, atol=1e-6) if dtype == np.float32 else dict(rtol=1e-14, atol=1e-15)
+    x, hproj, c = arr(rows, 4 * hidden), arr(rows, 4 * hidden, scale=6.0), arr(rows, hidden)
+    if x.size:
+        x[0, 0], hproj[-1, -1], x[-1, 1] = 40.0, -40.0, np.nan  # NaN must stay NaN
+    outs = {}
+    for name, cells in (("kernel", K), ("generic", generic)):
+        acts, tc = hproj.copy(), np.empty((rows, hidden), dtype)
+        h, c_new = cells.lstm_fwd(x, acts, c, tc)
+        outs[name] = (h, c_new, acts, tc)
+    for a, b in zip(outs["kernel"], outs["generic"], strict=True):
+        assert a.dtype == dtype
+        np.testing.assert_allclose(a, b, **tol)
+    x3, hg, h = arr(rows, 3 * hidden), arr(rows, 3 * hidden), arr(rows, hidden)
+    for name, cells in (("kernel", K), ("generic", generic)):
+        acts, hg_n = np.empty((rows, 3 * hidden), dtype), np.empty((rows, hidden), dtype)
+        outs[name] = (cells.gru_fwd(x3, hg, h, acts, hg_n), acts, hg_n)
+    for a, b in zip(outs["kernel"], outs["generic"], strict=True):
+        np.testing.assert_allclose(a, b, **tol)
+
+
+def test_cpu_cell_forward_kernels_refuse_bad_arrays():
+    from ferro._C import recurrent_kernels as K
+    from ferro.errors import ArgumentError, ReadOnlyError
+
+    z, g = np.zeros((2, 3)), np.zeros((2, 12))
+    K.lstm_fwd(g, g.copy(), z, z.copy())
+    with pytest.raises(ShapeError, match=r"tc has shape \(2, 2\), expected \(2, 3\)"):
+        K.lstm_fwd(g, g.copy(), z, np.zeros((2, 2)))
+    with pytest.raises(ArgumentError, match="acts overlaps x"):
+        K.lstm_fwd(g, g, z, z.copy())  # restrict pointers: the loop would read what it wrote
+    ro = g.copy()
+    ro.flags.writeable = False
+    with pytest.raises(ReadOnlyError, match="acts"):
+        K.lstm_fwd(g, ro, z, z.copy())
+    g9 = np.zeros((2, 9))
+    with pytest.raises(ShapeError, match="C-contiguous"):
+        K.gru_fwd(np.zeros((9, 2)).T, g9, z, g9.copy(), z.copy())
+    with pytest.raises(ArgumentError, match="hg_n overlaps h"):
+        K.gru_fwd(g9, g9.copy(), z, np.zeros((2, 9)), z)
+
+
 def test_cpu_cell_kernels_refuse_bad_arrays():
     from ferro._C import recurrent_kernels as K
     from ferro.errors import DtypeError, ReadOnlyError
@@ -535,7 +591,7 @@ def test_cpu_cell_kernels_refuse_bad_arrays():
 
 
 @pytest.mark.parametrize("mode", ["LSTM", "GRU"])
-def test_layer_backward_runs_the_kernel_and_matches_generic(mode):
+def test_layer_runs_the_kernels_and_matches_generic(mode):
     from ferro.ops.fused import overrides
 
     rng = np.random.default_rng(1)
@@ -547,7 +603,14 @@ def test_layer_backward_runs_the_kernel_and_matches_generic(mode):
         with overrides(enabled):
             out, _ = layer(x)
             out.sum().backward()
-        assert out.grad_fn is not None
+        nodes, stack = {}, [out.grad_fn]
+        while stack:  # the graph's recurrent_layer nodes: two layers, two directions
+            node = stack.pop()
+            if node.op.name == "recurrent_layer":
+                nodes[id(node)] = node
+            stack.extend(t for t, _ in node.next_functions if hasattr(t, "op"))
+        assert len(nodes) == 4
+        assert all(n.fused_forward == enabled == n.fused_backward for n in nodes.values())
         grads[enabled] = [_np(x.grad)] + [_np(p.grad) for p in layer.parameters()]
         rng = np.random.default_rng(1)
     for a, b in zip(grads[True], grads[False], strict=True):

@@ -133,7 +133,7 @@ def _run(info, sample, dtype, layout, grad):
 
 
 def _kernels_hold(node) -> bool:
-    # The table's conditions on the op's parameters (gelu's approximate, softmax's last axis),
+    # The table's conditions on the op's parameters (softmax's last axis, batch_norm's training),
     # and saved arrays that are arrays: NumPy makes a 0-d result a scalar, which tanh, sigmoid
     # and relu save as it is (the generic backward runs then).
     entry = OVERRIDES[node.op.name]

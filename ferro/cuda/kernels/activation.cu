@@ -3,7 +3,7 @@
 // pointer allows them (scalars for the tail and for misaligned views).
 //
 // Backward kernels: gx[i] = formula(g, v[i], w[i], a), where v and w are the saved arrays (the
-// output y for relu, sigmoid and tanh; the input x for leaky_relu and gelu; x and sigmoid(x) for
+// output y for relu, sigmoid and tanh; the input x for leaky_relu and both gelus; x and sigmoid(x) for
 // silu), a is leaky_relu's slope, and g is gy[i], or gy[0] for every i when gs == 0: after
 // .sum() or .mean() the upstream gradient is one value broadcast with stride 0.
 
@@ -57,11 +57,14 @@ FERRO_GRAD_KERNEL(ferro_leaky_relu_bwd, 0, ferro_leaky_relu_grad(g, v, a))
 FERRO_GRAD_KERNEL(ferro_sigmoid_bwd, 0, ferro_sigmoid_grad(g, v))
 FERRO_GRAD_KERNEL(ferro_tanh_bwd, 0, ferro_tanh_grad(g, v))
 FERRO_GRAD_KERNEL(ferro_gelu_bwd, 0, ferro_gelu_grad(g, v))
+FERRO_GRAD_KERNEL(ferro_gelu_tanh_bwd, 0, ferro_gelu_tanh_grad(g, v))
 FERRO_GRAD_KERNEL(ferro_silu_bwd, 1, ferro_silu_grad(g, v, w))
 
-// Exact gelu forward: y = x Phi(x), one pass (the generic CuPy expression makes five).
-template <typename T>
-__global__ void ferro_gelu_fwd(const T* __restrict__ x, T* __restrict__ y, long long n) {
+// gelu forward, one pass (the generic CuPy expression makes five or more): y = op(x), op the
+// exact (x Phi(x)) or the tanh form.
+template <typename T, typename Op>
+__device__ __forceinline__ void ferro_unary_map(const T* __restrict__ x, T* __restrict__ y,
+                                                long long n, Op op) {
     typedef typename ferro_vec<T>::type V;
     const int W = ferro_vec<T>::n;
     const long long tid = blockIdx.x * (long long)blockDim.x + threadIdx.x;
@@ -74,10 +77,22 @@ __global__ void ferro_gelu_fwd(const T* __restrict__ x, T* __restrict__ y, long 
             const T* px = reinterpret_cast<const T*>(&vx);
             T* py = reinterpret_cast<T*>(&vy);
 #pragma unroll
-            for (int k = 0; k < W; k++) py[k] = ferro_gelu(px[k]);
+            for (int k = 0; k < W; k++) py[k] = op(px[k]);
             reinterpret_cast<V*>(y)[i] = vy;
         }
         head = nv * W;
     }
-    for (long long i = head + tid; i < n; i += stride) y[i] = ferro_gelu(x[i]);
+    for (long long i = head + tid; i < n; i += stride) y[i] = op(x[i]);
 }
+
+#define FERRO_UNARY_KERNEL(NAME, EXPR)                                                       \
+    template <typename T> struct NAME##_op {                                                 \
+        __device__ __forceinline__ T operator()(T v) const { return (EXPR); }                \
+    };                                                                                       \
+    template <typename T>                                                                    \
+    __global__ void NAME(const T* __restrict__ x, T* __restrict__ y, long long n) {          \
+        ferro_unary_map(x, y, n, NAME##_op<T>());                                            \
+    }
+
+FERRO_UNARY_KERNEL(ferro_gelu_fwd, ferro_gelu(v))
+FERRO_UNARY_KERNEL(ferro_gelu_tanh_fwd, ferro_gelu_tanh(v))

@@ -22,9 +22,12 @@
 
 #define FERRO_INV_SQRT_2 0.70710678118654752440
 #define FERRO_INV_SQRT_2PI 0.39894228040143267794
+#define FERRO_SQRT_2_OVER_PI 0.79788456080286535588
+#define FERRO_GELU_K 0.044715
 
-/* T: the type; S: the name suffix (empty in C++); EXP, ERF: its exp and erf. */
-#define FERRO_FORMULAS(T, S, EXP, ERF)                                                        \
+/* T: the type; S: the name suffix (empty in C++); EXP, ERF: its exp and erf; EXPV: an exp the
+ * CPU's loops vectorize (ferro/_C/vec_math.h; libm's does not), for new formulas. */
+#define FERRO_FORMULAS(T, S, EXP, ERF, EXPV)                                                  \
     /* tanh: gx = g (1 - y^2), from the output y */                                           \
     FERRO_FN T ferro_tanh_grad##S(T g, T y) { return g * ((T)1 - y * y); }                     \
     /* sigmoid: gx = g y (1 - y), from the output y */                                        \
@@ -42,6 +45,22 @@
         return g * ((T)0.5 * ((T)1 + ERF(x * (T)FERRO_INV_SQRT_2))                            \
                     + x * (T)FERRO_INV_SQRT_2PI * EXP((T)-0.5 * x * x));                      \
     }                                                                                         \
+    /* tanh gelu: x (1 + tanh(u)) / 2 = x s, s = 1 / (1 + e), e = exp(-2u), u = c (x + k x^3), */ \
+    /* c = sqrt(2 / pi), k = 0.044715: no cancellation where tanh(u) is near -1 (x < -3). */   \
+    /* -2u is clamped to [-80, 80]: e is finite and normal (never inf * 0 in e s = 1 - s, */   \
+    /* and no subnormal arithmetic, 100x slower on the CPU), and s is then 1 or e^-80. */     \
+    FERRO_FN T ferro_gelu_tanh_e##S(T x) {                                                    \
+        const T m = (T)(-2 * FERRO_SQRT_2_OVER_PI) * x * ((T)1 + (T)FERRO_GELU_K * x * x);    \
+        return EXPV(m > (T)80 ? (T)80 : (m < (T)-80 ? (T)-80 : m));                           \
+    }                                                                                         \
+    FERRO_FN T ferro_gelu_tanh##S(T x) { return x / ((T)1 + ferro_gelu_tanh_e##S(x)); }      \
+    /* its derivative: s + x s (1 - s) 2c (1 + 3 k x^2), 1 - s = e s */                        \
+    FERRO_FN T ferro_gelu_tanh_grad##S(T g, T x) {                                            \
+        const T e = ferro_gelu_tanh_e##S(x);                                                  \
+        const T s = (T)1 / ((T)1 + e);                                                        \
+        return g * s * ((T)1 + x * e * s * (T)(2 * FERRO_SQRT_2_OVER_PI)                       \
+                                   * ((T)1 + (T)(3 * FERRO_GELU_K) * x * x));                 \
+    }                                                                                         \
     /* silu: d/dx [x s(x)] = s (1 + x (1 - s)), from x and s = sigmoid(x) */                  \
     FERRO_FN T ferro_silu_grad##S(T g, T x, T s) { return g * s * ((T)1 + x * ((T)1 - s)); }   \
     /* softmax over a row: gx = y (g - d), d = sum over the row of g y */                     \
@@ -54,11 +73,16 @@
     }
 
 #ifdef __cplusplus
-FERRO_FORMULAS(float, , expf, erff)
-FERRO_FORMULAS(double, , exp, erf)
+FERRO_FORMULAS(float, , expf, erff, expf)
+FERRO_FORMULAS(double, , exp, erf, exp)
 #else
-FERRO_FORMULAS(float, _f32, expf, erff)
-FERRO_FORMULAS(double, _f64, exp, erf)
+/* The CPU kernels (kernels.h) pass vec_math.h's exp. */
+#ifndef FERRO_EXPV_F32
+#define FERRO_EXPV_F32 expf
+#define FERRO_EXPV_F64 exp
+#endif
+FERRO_FORMULAS(float, _f32, expf, erff, FERRO_EXPV_F32)
+FERRO_FORMULAS(double, _f64, exp, erf, FERRO_EXPV_F64)
 #endif
 
 #endif

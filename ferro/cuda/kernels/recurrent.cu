@@ -1,8 +1,71 @@
-// Fused gradients of the recurrent cells, one step at a time (the GPU half of
+// Fused gate forward and gradients of the recurrent cells, one step at a time (the GPU half of
 // ferro/_C/recurrent_kernels.pyx, same names, arguments and math). Every array is C-contiguous
 // (rows, hidden) or (rows, G * hidden) with the gate blocks of a row side by side, in
 // PyTorch's order: i, f, g, o for LSTM, r, z, n for GRU. One thread per (row, unit), in a
 // grid-stride loop; each thread writes its unit's entry of every gate block.
+
+__device__ __forceinline__ float ferro_rnn_tanh(float x) { return tanhf(x); }
+__device__ __forceinline__ double ferro_rnn_tanh(double x) { return tanh(x); }
+// sigmoid(x) = tanh(x / 2) / 2 + 1/2, as the generic cells compute it.
+template <typename T>
+__device__ __forceinline__ T ferro_rnn_sigmoid(T x) {
+    return T(0.5) * ferro_rnn_tanh(T(0.5) * x) + T(0.5);
+}
+
+// LSTM forward: acts holds h @ W_hh^T on entry and x the input projection with both biases
+// (blocks i, f, g, o); c the previous cell state. Writes the activated gates into acts, the
+// new cell state into cn, tanh of it into tc and the new hidden state into h.
+template <typename T>
+__global__ void ferro_lstm_fwd(const T* __restrict__ x, T* __restrict__ acts,
+                               const T* __restrict__ c, T* __restrict__ tc, T* __restrict__ cn,
+                               T* __restrict__ h, long long rows, long long hidden) {
+    const long long n = rows * hidden;
+    const long long stride = (long long)blockDim.x * gridDim.x;
+    for (long long k = blockIdx.x * (long long)blockDim.x + threadIdx.x; k < n; k += stride) {
+        const long long r = k / hidden, j = k - r * hidden;
+        const T* xr = x + r * 4 * hidden;
+        T* a = acts + r * 4 * hidden;
+        const T i = ferro_rnn_sigmoid(xr[j] + a[j]);
+        const T f = ferro_rnn_sigmoid(xr[hidden + j] + a[hidden + j]);
+        const T g = ferro_rnn_tanh(xr[2 * hidden + j] + a[2 * hidden + j]);
+        const T o = ferro_rnn_sigmoid(xr[3 * hidden + j] + a[3 * hidden + j]);
+        const T cy = f * c[k] + i * g;
+        const T t = ferro_rnn_tanh(cy);
+        a[j] = i;
+        a[hidden + j] = f;
+        a[2 * hidden + j] = g;
+        a[3 * hidden + j] = o;
+        cn[k] = cy;
+        tc[k] = t;
+        h[k] = o * t;
+    }
+}
+
+// GRU forward: x the input projection with bias_ih, hg h @ W_hh^T + bias_hh (blocks r, z, n),
+// h the previous state. Writes r, z, n into acts, hg's n block into hgn and the new state
+// (1 - z) n + z h into hn, where n = tanh(x_n + r hg_n).
+template <typename T>
+__global__ void ferro_gru_fwd(const T* __restrict__ x, const T* __restrict__ hg,
+                              const T* __restrict__ h, T* __restrict__ acts, T* __restrict__ hgn,
+                              T* __restrict__ hn, long long rows, long long hidden) {
+    const long long n = rows * hidden;
+    const long long stride = (long long)blockDim.x * gridDim.x;
+    for (long long k = blockIdx.x * (long long)blockDim.x + threadIdx.x; k < n; k += stride) {
+        const long long r = k / hidden, j = k - r * hidden;
+        const T* xr = x + r * 3 * hidden;
+        const T* gr = hg + r * 3 * hidden;
+        T* a = acts + r * 3 * hidden;
+        const T rr = ferro_rnn_sigmoid(xr[j] + gr[j]);
+        const T z = ferro_rnn_sigmoid(xr[hidden + j] + gr[hidden + j]);
+        const T hn_ = gr[2 * hidden + j];
+        const T nn = ferro_rnn_tanh(xr[2 * hidden + j] + rr * hn_);
+        a[j] = rr;
+        a[hidden + j] = z;
+        a[2 * hidden + j] = nn;
+        hgn[k] = hn_;
+        hn[k] = (h[k] - nn) * z + nn;
+    }
+}
 
 // LSTM: from the activated gates (acts), the previous cell state, tanh of the new one (tc),
 // and the gradients of the new hidden and cell states (gh, gc): the gate gradients (gg) and

@@ -1,0 +1,115 @@
+/* Fused gate forward of the LSTM and GRU cells (included by recurrent_kernels.pyx).
+ *
+ * One pass per step over the gate pre-activations: the sigmoids and tanhs of every gate, the
+ * new cell and hidden states, and the arrays the backward kernels read, in place of about ten
+ * NumPy passes and their temporaries. sigmoid(x) is computed as tanh(x / 2) / 2 + 1/2, as the
+ * generic cells (ferro/ops/recurrent.py) compute it. The cost is the tanhs (five per hidden
+ * unit and step): vec_math.h's vectorized ones, in loops compiled for AVX2 where the CPU has it.
+ */
+#ifndef FERRO_RECURRENT_KERNELS_H
+#define FERRO_RECURRENT_KERNELS_H
+
+#include <stddef.h>
+
+/* The clamps and selects must become vector min/max and blends (see kernels.h). The loops read
+ * and write through restrict pointers: the wrappers refuse overlapping arrays. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC push_options
+#pragma GCC optimize("no-trapping-math")
+#endif
+
+#include "vec_math.h"
+
+#if defined(_MSC_VER)
+#define FERRO_RESTRICT __restrict
+#else
+#define FERRO_RESTRICT restrict
+#endif
+
+/* LSTM step. On entry acts (rows, 4H) holds h @ W_hh^T and x (rows, 4H) the input projection
+ * with both biases, blocks i, f, g, o; c (rows, H) is the previous cell state. Writes the
+ * activated gates into acts, the new cell state into cn, tanh of it into tc and the new hidden
+ * state into h. */
+#define FERRO_LSTM_FWD(NAME, T, TANH, ATTR)                                                 \
+    ATTR static void NAME(const T *FERRO_RESTRICT x, T *FERRO_RESTRICT acts,               \
+                          const T *FERRO_RESTRICT c, T *FERRO_RESTRICT tc,                  \
+                          T *FERRO_RESTRICT cn, T *FERRO_RESTRICT h, ptrdiff_t rows,        \
+                          ptrdiff_t hidden) {                                               \
+        ptrdiff_t r, j;                                                                     \
+        for (r = 0; r < rows; r++) {                                                        \
+            const T *xr = x + r * 4 * hidden;                                               \
+            T *ar = acts + r * 4 * hidden;                                                  \
+            const ptrdiff_t o = r * hidden;                                                 \
+            for (j = 0; j < hidden; j++) {                                                  \
+                const T i_ = (T)0.5 * TANH((T)0.5 * (xr[j] + ar[j])) + (T)0.5;              \
+                const T f_ = (T)0.5 * TANH((T)0.5 * (xr[hidden + j] + ar[hidden + j]))      \
+                             + (T)0.5;                                                      \
+                const T g_ = TANH(xr[2 * hidden + j] + ar[2 * hidden + j]);                 \
+                const T o_ = (T)0.5 * TANH((T)0.5 * (xr[3 * hidden + j] + ar[3 * hidden + j])) \
+                             + (T)0.5;                                                      \
+                const T cy = f_ * c[o + j] + i_ * g_;                                       \
+                const T t = TANH(cy);                                                       \
+                ar[j] = i_;                                                                 \
+                ar[hidden + j] = f_;                                                        \
+                ar[2 * hidden + j] = g_;                                                    \
+                ar[3 * hidden + j] = o_;                                                    \
+                cn[o + j] = cy;                                                             \
+                tc[o + j] = t;                                                              \
+                h[o + j] = o_ * t;                                                          \
+            }                                                                               \
+        }                                                                                   \
+    }
+
+/* GRU step. x (rows, 3H): the input projection with bias_ih; hg (rows, 3H): h @ W_hh^T +
+ * bias_hh; blocks r, z, n; h (rows, H) the previous state. Writes r, z, n into acts, the
+ * hidden projection's n block into hgn (the backward reads it) and the new state into hn:
+ * n = tanh(x_n + r hg_n), hn = (1 - z) n + z h. */
+#define FERRO_GRU_FWD(NAME, T, TANH, ATTR)                                                  \
+    ATTR static void NAME(const T *FERRO_RESTRICT x, const T *FERRO_RESTRICT hg,           \
+                          const T *FERRO_RESTRICT h, T *FERRO_RESTRICT acts,                \
+                          T *FERRO_RESTRICT hgn, T *FERRO_RESTRICT hn, ptrdiff_t rows,      \
+                          ptrdiff_t hidden) {                                               \
+        ptrdiff_t r, j;                                                                     \
+        for (r = 0; r < rows; r++) {                                                        \
+            const T *xr = x + r * 3 * hidden, *gr = hg + r * 3 * hidden;                    \
+            T *ar = acts + r * 3 * hidden;                                                  \
+            const ptrdiff_t o = r * hidden;                                                 \
+            for (j = 0; j < hidden; j++) {                                                  \
+                const T r_ = (T)0.5 * TANH((T)0.5 * (xr[j] + gr[j])) + (T)0.5;              \
+                const T z_ = (T)0.5 * TANH((T)0.5 * (xr[hidden + j] + gr[hidden + j]))      \
+                             + (T)0.5;                                                      \
+                const T hn_ = gr[2 * hidden + j];                                           \
+                const T n_ = TANH(xr[2 * hidden + j] + r_ * hn_);                           \
+                ar[j] = r_;                                                                 \
+                ar[hidden + j] = z_;                                                        \
+                ar[2 * hidden + j] = n_;                                                    \
+                hgn[o + j] = hn_;                                                           \
+                hn[o + j] = (h[o + j] - n_) * z_ + n_;                                      \
+            }                                                                               \
+        }                                                                                   \
+    }
+
+#define FERRO_LSTM_F32(NAME, ATTR) FERRO_LSTM_FWD(NAME, float, ferro_vtanh_f32, ATTR)
+#define FERRO_LSTM_F64(NAME, ATTR) FERRO_LSTM_FWD(NAME, double, ferro_vtanh_f64, ATTR)
+#define FERRO_GRU_F32(NAME, ATTR) FERRO_GRU_FWD(NAME, float, ferro_vtanh_f32, ATTR)
+#define FERRO_GRU_F64(NAME, ATTR) FERRO_GRU_FWD(NAME, double, ferro_vtanh_f64, ATTR)
+#define FERRO_LSTM_PARAMS(T)                                                                \
+    (const T *x, T *acts, const T *c, T *tc, T *cn, T *h, ptrdiff_t rows, ptrdiff_t hidden)
+#define FERRO_GRU_PARAMS(T)                                                                 \
+    (const T *x, const T *hg, const T *h, T *acts, T *hgn, T *hn, ptrdiff_t rows,          \
+     ptrdiff_t hidden)
+
+FERRO_CLONED(ferro_lstm_fwd_f32, FERRO_LSTM_F32, FERRO_LSTM_PARAMS(float),
+             (x, acts, c, tc, cn, h, rows, hidden))
+FERRO_CLONED(ferro_lstm_fwd_f64, FERRO_LSTM_F64, FERRO_LSTM_PARAMS(double),
+             (x, acts, c, tc, cn, h, rows, hidden))
+FERRO_CLONED(ferro_gru_fwd_f32, FERRO_GRU_F32, FERRO_GRU_PARAMS(float),
+             (x, hg, h, acts, hgn, hn, rows, hidden))
+FERRO_CLONED(ferro_gru_fwd_f64, FERRO_GRU_F64, FERRO_GRU_PARAMS(double),
+             (x, hg, h, acts, hgn, hn, rows, hidden))
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC pop_options
+#endif
+
+#endif

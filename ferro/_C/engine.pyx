@@ -1430,6 +1430,8 @@ cdef int _walk_parallel(dict table, list ready, list ran, list commits, list res
                 except BaseException as exc:  # an interrupt while waiting: still wait
                     if w.error is None:
                         w.error = exc
+        # A join job still queued (every worker busy elsewhere) holds only this empty shell.
+        w.table = w.ready = w.ran = w.commits = w.results = None
     if w.error is not None:
         error = w.error
         _note_node(error, w.failed)

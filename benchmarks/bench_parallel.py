@@ -14,6 +14,11 @@ kinds of parallelism share the cores. Each setting runs in its own process start
 OPENBLAS_NUM_THREADS set: limiting OpenBLAS at run time (threadpoolctl) leaves its 2-thread pool
 alive, and a second backward thread then runs its GEMMs at half speed (measured: 1.23x instead
 of about 1.25x on the towers). Gradients are checked bit-identical.
+
+Each case also traces one parallel backward (a minimal profiler: each node's thread and start and
+end times) and reports how the nodes split between the threads and the overlap: the share of
+the walk's time with two or more threads inside a node. Both say whether the walk feeds the
+threads, independently of how loaded the machine is; the speedups do not.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import argparse
 import os
 import statistics
 import sys
+import threading
 import time
 
 import numpy as np
@@ -85,8 +91,6 @@ def raw_thread_ceiling(repeats: int) -> float:
     autograd at all: each of the 32 layers' two GEMMs (gy @ w.T and h.T @ gy) on that layer's own
     arrays, as backward meets them. What these cores, their shared memory bandwidth and this
     BLAS allow for the towers case: the ceiling the parallel walk is measured against."""
-    import threading
-
     rng = np.random.default_rng(0)
     ws = [rng.random((512, 512)).astype(np.float32) for _ in range(32)]
     hs = [rng.random((64, 512)).astype(np.float32) for _ in range(32)]
@@ -109,6 +113,48 @@ def raw_thread_ceiling(repeats: int) -> float:
         other.join()
         parallel.append(time.perf_counter() - t0)
     return statistics.median(serial) / statistics.median(parallel)
+
+
+class _NodeTrace:
+    """A minimal profiler for the engine (``ferro._C.engine.set_profiler``): per backward node,
+    the thread it ran on and its start and end times (ns)."""
+
+    def __init__(self):
+        self.events = []
+
+    def record_forward(self, *args):
+        return -1
+
+    def record_backward(self, name, op, forward_id, xp, grads_out, grads_in, t0, t1):
+        self.events.append((threading.get_ident(), t0, t1))
+
+
+def trace_split(make, threads: int) -> tuple[list[int], float]:
+    """Nodes run per thread (most first) and the overlap of one traced parallel backward."""
+    from ferro._C import engine
+
+    loss, _ = make()
+    trace = _NodeTrace()
+    engine.set_profiler(trace)
+    try:
+        loss.backward(num_threads=threads)
+    finally:
+        engine.set_profiler(None)
+    per_thread: dict[int, int] = {}
+    edges = []
+    for tid, t0, t1 in trace.events:
+        per_thread[tid] = per_thread.get(tid, 0) + 1
+        edges += [(t0, 1), (t1, -1)]
+    edges.sort()
+    inside = both = 0
+    depth, last = 0, edges[0][0]
+    for t, d in edges:
+        if depth:
+            inside += t - last
+        if depth >= 2:
+            both += t - last
+        depth, last = depth + d, t
+    return sorted(per_thread.values(), reverse=True), both / max(inside, 1)
 
 
 def time_backward(make, threads: int, repeats: int) -> tuple[float, list[bytes]]:
@@ -147,7 +193,20 @@ def run_setting(blas: int, threads: int, repeats: int) -> list[list]:
                     parallel = g
         t1, tn = statistics.median(times[1]), statistics.median(times[threads])
         same = serial == parallel
-        rows.append([case, blas, t1 * 1e3, tn * 1e3, t1 / tn, same, goal])
+        split, overlap = trace_split(make, threads)
+        rows.append(
+            [
+                case,
+                blas,
+                t1 * 1e3,
+                tn * 1e3,
+                t1 / tn,
+                same,
+                "/".join(map(str, split)),
+                overlap,
+                goal,
+            ]
+        )
         emit(
             "bench_parallel",
             f"{case}_blas{blas}",
@@ -156,6 +215,8 @@ def run_setting(blas: int, threads: int, repeats: int) -> list[list]:
             speedup=t1 / tn,
             threads=threads,
             bit_identical=same,
+            nodes_per_thread=split,
+            overlap=overlap,
         )
     return rows
 
@@ -186,7 +247,17 @@ def main() -> None:
                 print(line)
     table(
         rows,
-        ["case", "blas thr", "serial ms", f"{args.threads} thr ms", "speedup", "bit-equal", "goal"],
+        [
+            "case",
+            "blas thr",
+            "serial ms",
+            f"{args.threads} thr ms",
+            "speedup",
+            "bit-equal",
+            "nodes/thread",
+            "overlap",
+            "goal",
+        ],
     )
 
 

@@ -1086,22 +1086,41 @@ cdef tuple _check_post_hook(object r, Node node, object fn, tuple res):
 # ---------------------------------------------------------------------------------------------
 # Parallel backward. Note [Parallel backward] (docs/design.md):
 #
-# * The caller's thread runs the walk: it pops ready targets, runs leaf and output hooks, and
-#   hands a node's backward to a worker when it has other work of its own (another ready
-#   target) and fewer than two jobs per worker are queued, else runs it itself: a chain never
-#   leaves the caller's thread.
-# * Workers are persistent threads (started on first use, one job queue); each runs a node's
-#   backward in a copy of the caller's context (grad mode, saved-tensor hooks, profiler stack and
-#   every other ContextVar), so the node sees what it would see in serial backward. NumPy and
-#   the nogil kernels release the GIL, which is where branches overlap.
+# * Every thread of the walk (the caller and ``n_threads - 1`` persistent workers) runs the same
+#   loop: under the walk's lock it pops a ready target (LIFO, so a thread follows its own chain),
+#   finishes it (leaf and output hooks), releases the lock to run the node's backward, and
+#   retakes it to deliver the gradients and count the edges done; a thread with nothing ready
+#   waits until another one delivers. No thread hands its results to another: a worker's child
+#   node is ready, and usually run by that worker, the moment the worker delivers.
+# * Workers are persistent threads (started on first use, one job queue; a job asks a worker to
+#   join one walk). A worker runs its part of the walk in a copy of the caller's context (grad
+#   mode, saved-tensor hooks, profiler stack and every other ContextVar), so nodes and hooks see
+#   what they would see in serial backward. NumPy and the nogil kernels release the GIL, which is
+#   where branches overlap.
 # * Determinism: every contribution a slot will receive has a key, (the serial pop rank of the
-#   producing node, the edge index), from a dry run of the serial walk. Only the caller's thread
-#   accumulates, and it adds a slot's contributions in key order, parking any that arrives early.
-#   That is the order the serial walk adds them in, so gradients are bit-identical to serial.
-# * Failure: an exception in a worker (or the caller, or a KeyboardInterrupt) stops the
-#   scheduling, waits for the running nodes, and propagates before any commit: backward stays
-#   atomic.
+#   producing node, the edge index), from a dry run of the serial walk. A slot adds its
+#   contributions in key order, parking any that arrives early: the order the serial walk adds
+#   them in, so gradients are bit-identical to serial whichever thread delivers them.
+# * Failure: an exception in any thread (a KeyboardInterrupt in the caller too) stops the
+#   scheduling; the caller waits until every worker has left the walk and propagates it before
+#   any commit: backward stays atomic.
 # ---------------------------------------------------------------------------------------------
+
+cdef extern from *:
+    """
+    #include <stdlib.h>
+    #if defined(__GLIBC__)
+    #include <malloc.h>
+    static int ferro_tune_malloc(void) {
+        /* The top of glibc's own dynamic range for the mmap threshold, and twice it for the
+           trim threshold (what the dynamic scheme reaches once 32 MB blocks have been freed). */
+        return mallopt(M_MMAP_THRESHOLD, 32 << 20) && mallopt(M_TRIM_THRESHOLD, 64 << 20);
+    }
+    #else
+    static int ferro_tune_malloc(void) { return 0; }
+    #endif
+    """
+    int ferro_tune_malloc() nogil
 
 cdef object _jobs = None          # queue.SimpleQueue of jobs, or None before first use
 cdef list _workers = []
@@ -1117,25 +1136,16 @@ def _after_fork_in_child():
 _os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def _run_node_job(Node node, _Entry e, Py_ssize_t n_out, Py_ssize_t n_in):
-    return _run_node(node, e, n_out, n_in)
-
-
 def _worker_loop(jobs):
-    """A persistent backward worker: runs jobs until it gets None (never, in practice)."""
+    """A persistent backward worker: joins walks until it gets None (never, in practice)."""
     while True:
         job = jobs.get()
         if job is None:
             return
-        context, node, e, n_out, n_in, done, token = job
+        context, walk = job
         job = None
-        try:
-            res = context.run(_run_node_job, node, e, n_out, n_in)
-        except BaseException as exc:  # reported to the caller, who re-raises it
-            done.put((token, None, exc))
-        else:
-            done.put((token, res, None))
-        res = context = node = e = None
+        context.run(_join, walk)
+        context = walk = None
 
 
 cdef object _pool(Py_ssize_t n):
@@ -1145,6 +1155,18 @@ cdef object _pool(Py_ssize_t n):
     import threading
     if _jobs is None:
         _jobs = queue.SimpleQueue()
+        # glibc serves a new thread from its own malloc arena, which gives the pages of freed
+        # large arrays back to the OS as soon as 2x the largest freed block sits unused (the
+        # dynamic trim threshold): each fresh 1 MB GEMM result of a worker then page-faults
+        # (measured: ~2,500 minor faults per towers backward on the worker, none on the caller;
+        # the worker's GEMM nodes took up to 1.5x the caller's). Fixing the thresholds at the
+        # top of glibc's dynamic range keeps those pages (a no-op outside glibc; skipped when
+        # the user set glibc's own MALLOC_*_THRESHOLD_ or GLIBC_TUNABLES, or FERRO_MALLOC_TUNING=0).
+        env = _os.environ
+        if env.get("FERRO_MALLOC_TUNING", "1") != "0" and not any(
+                k in env for k in ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_",
+                                   "GLIBC_TUNABLES")):
+            ferro_tune_malloc()
     while len(_workers) < n:
         w = threading.Thread(target=_worker_loop, args=(_jobs,), daemon=True,
                              name=f"ferro-backward-{len(_workers)}")
@@ -1237,34 +1259,48 @@ cdef int _add_in_order(_Entry slot, Py_ssize_t key, object g) except -1:
     return 0
 
 
-cdef int _deliver(Node node, Py_ssize_t rank, Py_ssize_t width, object grads, dict table,
-                  list ready) except -1:
-    """Route a finished node's gradients (None: it did not run) to its inputs' slots in key
-    order, and count the edges done."""
-    cdef Py_ssize_t i, nr
-    cdef _Entry child, slot
+cdef list _checked(Node node, object grads, dict table):
+    """A finished node's gradients, each checked against (and summed to the shape of) the
+    target it flows to, None where the target needs none. Reads only what the walk never
+    changes, so it runs outside the walk's lock."""
+    cdef Py_ssize_t i, nr, n = len(node._next)
+    cdef _Entry child
     cdef TensorBase t
+    cdef list out = [None] * n
+    for i in range(n):
+        target = node._next[i]
+        g = grads[i]
+        if target is None or g is None:
+            continue
+        child = <_Entry>table[target]
+        if not (child.needed | child.wanted):
+            continue
+        if type(target) is Node:
+            nr = node._next_nr[i]
+            out[i] = _check_grad(g, node, i, _out_shape(<Node>target, nr),
+                                 _out_dtype(<Node>target, nr), node.op.broadcasts)
+        else:
+            t = <TensorBase>target
+            out[i] = _check_grad(g, node, i, t._data.shape, t._data.dtype, node.op.broadcasts)
+    return out
+
+
+cdef int _deliver(Node node, Py_ssize_t rank, Py_ssize_t width, list grads, dict table,
+                  list ready) except -1:
+    """Route a finished node's checked gradients (None: it did not run) to its inputs' slots in
+    key order, and count the edges done (under the walk's lock)."""
+    cdef Py_ssize_t i
+    cdef _Entry child, slot
     for i in range(len(node._next)):
         target = node._next[i]
         if target is None:
             continue
         child = <_Entry>table[target]
-        g = None if grads is None else grads[i]
-        if g is not None and not (child.needed | child.wanted):
-            g = None
         if type(target) is Node:
-            nr = node._next_nr[i]
-            slot = _slot(child, nr, (<Node>target)._n_out)
-            if g is not None:
-                g = _check_grad(g, node, i, _out_shape(<Node>target, nr),
-                                _out_dtype(<Node>target, nr), node.op.broadcasts)
+            slot = _slot(child, node._next_nr[i], (<Node>target)._n_out)
         else:
             slot = child
-            if g is not None:
-                t = <TensorBase>target
-                g = _check_grad(g, node, i, t._data.shape, t._data.dtype, node.op.broadcasts)
-        _add_in_order(slot, rank * width + i, g)
-        g = None
+        _add_in_order(slot, rank * width + i, None if grads is None else grads[i])
         _decrement(child, ready)
     return 0
 
@@ -1277,68 +1313,128 @@ cdef int _note_node(BaseException exc, Node node) except -1:
     return 0
 
 
+cdef class _Walk:
+    """The shared state of one parallel walk; every field is read and written under ``cond``'s
+    lock, except the immutable graph that ``_checked`` and the nodes' backwards read."""
+    cdef dict table
+    cdef list ready, ran, commits, results
+    cdef bint selective, accumulate, finished
+    cdef Py_ssize_t width, running, active, idle
+    cdef object cond
+    cdef object error
+    cdef Node failed
+
+
+cdef int _participate(_Walk w) except -1:
+    """One thread's share of the walk (see the Note above); returns when the walk is over or
+    failed. Any exception is recorded in ``w`` for the caller to raise, never raised here."""
+    cdef _Entry e
+    cdef Node node = None
+    cdef bint held = False, in_node = False
+    cdef Py_ssize_t n_out
+    cond = w.cond
+    try:
+        cond.acquire()
+        held = True
+        while w.error is None:
+            if not w.ready:
+                if w.running == 0:
+                    break
+                w.idle += 1
+                try:
+                    cond.wait()
+                finally:
+                    w.idle -= 1
+                continue
+            node = None
+            e = <_Entry>w.ready.pop()
+            node = _take(e, w.selective, w.accumulate, w.results, w.commits)
+            if node is None:
+                continue
+            n_out = node._n_out
+            if not e.needed or not _has_grad(e, n_out):
+                _deliver(node, e.rank, w.width, None, w.table, w.ready)
+                continue
+            w.ran.append(node)
+            w.running += 1
+            in_node = True
+            if w.ready and w.idle:
+                cond.notify()  # more ready work than this thread is taking: wake a waiting one
+            cond.release()
+            held = False
+            grads = _checked(node, _run_node(node, e, n_out, len(node._next)), w.table)
+            cond.acquire()
+            held = True
+            w.running -= 1
+            in_node = False
+            _deliver(node, e.rank, w.width, grads, w.table, w.ready)
+            grads = None
+            if w.idle and (len(w.ready) > 1 or (not w.ready and w.running == 0)):
+                cond.notify_all()
+    except BaseException as exc:
+        if not held:
+            cond.acquire()
+            held = True
+        if in_node:
+            w.running -= 1
+        if w.error is None:
+            w.error, w.failed = exc, node
+    finally:
+        if held:
+            if w.idle:
+                cond.notify_all()
+            cond.release()
+    return 0
+
+
+def _join(_Walk w):
+    """A worker's part of a walk (in a copy of the caller's context), unless it is over."""
+    with w.cond:
+        if w.finished:
+            return
+        w.active += 1
+    try:
+        _participate(w)
+    finally:
+        with w.cond:
+            w.active -= 1
+            w.cond.notify_all()
+
+
 cdef int _walk_parallel(dict table, list ready, list ran, list commits, list results,
                         bint selective, bint accumulate, Py_ssize_t n_threads,
                         Py_ssize_t first_rank) except -1:
     """The rest of the backward walk on ``n_threads`` threads (the caller's included), from the
     serial walk's current state; see the Note above."""
     import contextvars
-    import queue
-    cdef Py_ssize_t width = _assign_ranks(table, ready, first_rank)
-    cdef Py_ssize_t n_workers = n_threads - 1, inflight = 0, token = 0, n_out
-    cdef dict running = {}
-    cdef _Entry e
-    cdef Node node, failed = None, current = None
-    cdef object error = None
-    jobs = _pool(n_workers)
-    done = queue.SimpleQueue()
+    import threading
+    cdef _Walk w = _Walk.__new__(_Walk)
+    w.table, w.ready, w.ran, w.commits, w.results = table, ready, ran, commits, results
+    w.selective, w.accumulate = selective, accumulate
+    w.width = _assign_ranks(table, ready, first_rank)
+    w.cond = threading.Condition(threading.Lock())
+    jobs = _pool(n_threads - 1)
     context = contextvars.copy_context()
+    for _ in range(n_threads - 1):
+        jobs.put((context.copy(), w))
     try:
-        while (ready and error is None) or inflight:
-            if inflight and (not ready or error is not None or not done.empty()):
-                tok, grads, exc = done.get()
-                inflight -= 1
-                node, e = running.pop(tok)
-                if exc is not None:
-                    if error is None:
-                        error, failed = exc, node
-                elif error is None:
-                    _deliver(node, e.rank, width, grads, table, ready)
-                grads = exc = None
-                continue
-            e = <_Entry>ready.pop()
-            node = _take(e, selective, accumulate, results, commits)
-            if node is None:
-                continue
-            n_out = node._n_out
-            if not e.needed or not _has_grad(e, n_out):
-                _deliver(node, e.rank, width, None, table, ready)
-                continue
-            ran.append(node)
-            # Keep up to two jobs per worker queued, so a worker that finishes finds its next
-            # node at once instead of idling until this thread is back from an inline node.
-            if ready and inflight < 2 * n_workers:
-                token += 1
-                running[token] = (node, e)
-                inflight += 1
-                jobs.put((context.copy(), node, e, n_out, len(node._next), done, token))
-            else:
-                current = node
-                grads = _run_node(node, e, n_out, len(node._next))
-                current = None
-                _deliver(node, e.rank, width, grads, table, ready)
-                grads = None
-    except BaseException as exc:
-        # A failure here (or an interrupt): let the running nodes finish, then propagate.
-        while inflight:
-            try:
-                done.get()
-                inflight -= 1
-            except BaseException:
-                pass
-        _note_node(exc, current)
-        raise
-    if error is not None:
-        _note_node(error, failed)
+        _participate(w)
+    finally:
+        # Every worker leaves the walk before the caller goes on (to the commit, or to raise):
+        # none is running a node or touching the walk's state after this.
+        with w.cond:
+            w.finished = True
+            while w.active:
+                try:
+                    w.cond.wait()
+                except BaseException as exc:  # an interrupt while waiting: still wait
+                    if w.error is None:
+                        w.error = exc
+        # A join job still queued (every worker busy elsewhere) holds only this empty shell.
+        w.table = w.ready = w.ran = w.commits = w.results = None
+    if w.error is not None:
+        error = w.error
+        _note_node(error, w.failed)
+        w.error = None
         raise error
     return 0

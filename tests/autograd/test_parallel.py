@@ -217,3 +217,48 @@ def test_checkpointed_towers_recompute_inside_workers_and_match_serial():
     serial = grads(1)
     for n in (2, 4):
         assert grads(n) == serial
+
+
+def test_a_thread_carries_on_its_own_branch_while_the_other_is_busy():
+    # Whichever thread starts a branch first blocks there until the OTHER branch is three nodes
+    # deep: the other thread must run that branch's nodes one after another on its own, each
+    # child made ready by the thread that finished its parent. (When only the caller delivered
+    # gradients, a worker's branch stalled behind a busy caller.)
+    deep = {"a": threading.Event(), "b": threading.Event()}
+    first = []
+    lock = threading.Lock()
+
+    def head(name):
+        def hook(grad_inputs, grad_outputs):
+            with lock:
+                wait = not first
+                first.append(name)
+            if wait:
+                other = "b" if name == "a" else "a"
+                assert deep[other].wait(10), f"branch {other} did not advance"
+
+        return hook
+
+    def third(name):
+        return lambda grad_inputs, grad_outputs: deep[name].set()
+
+    x = ferro.tensor(np.linspace(-1, 1, 6), requires_grad=True)
+    loss = None
+    for name in ("a", "b"):
+        h = x * 1.0
+        nodes = []
+        for _ in range(4):
+            h = ferro.tanh(h)
+            nodes.append(h.grad_fn)
+        s = h.sum()
+        s.grad_fn.register_hook(head(name))
+        nodes[2].register_hook(third(name))  # the branch's third node (sum, tanh, tanh)
+        loss = s if loss is None else loss + s
+    loss.backward(num_threads=2)
+    assert len(first) == 2
+    serial = x.grad.numpy().copy()
+    x.grad = None
+    first.clear()
+    loss2 = sum(ferro.tanh(ferro.tanh(ferro.tanh(ferro.tanh(x * 1.0)))).sum() for _ in range(2))
+    loss2.backward()
+    np.testing.assert_array_equal(x.grad.numpy(), serial)

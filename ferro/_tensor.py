@@ -83,7 +83,8 @@ def _rmatmul(self, other):
 
 class Size(tuple):
     """The shape of a tensor, as ``torch.Size``: a tuple of ints (it compares equal to plain
-    tuples) with PyTorch's ``numel()``, its repr, and slices that stay a Size.
+    tuples) with PyTorch's ``numel()``, its repr, and slices that stay a Size. ``str`` is the
+    plain tuple's, so messages that format a shape (``f"got {x.shape}"``) read ``(2, 3)``.
 
     Example:
         >>> s = ferro.zeros(2, 3).shape
@@ -95,6 +96,8 @@ class Size(tuple):
 
     def __repr__(self) -> str:
         return f"ferro.Size({list(self)})"
+
+    __str__ = tuple.__repr__
 
     def __getitem__(self, index):
         item = tuple.__getitem__(self, index)

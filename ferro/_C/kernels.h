@@ -12,6 +12,8 @@
 #include <math.h>
 #include <stddef.h>
 
+#include "simd.h"
+
 /* gcc may not turn a select with arithmetic in one arm (leaky_relu's x > 0 ? g : g a) into
  * branch-free vector code while floating-point exceptions might trap (-ftrapping-math, its
  * default): the loop then runs 3x slower than relu's. Nothing in ferro enables FP traps, so the
@@ -29,15 +31,7 @@
 #define FERRO_PARALLEL_MIN (1 << 20)
 #define FERRO_PARALLEL_MIN_COMPUTE (1 << 15)
 
-/* A loop whose float32 body is arithmetic only (gelu's erf and exp) runs 4x faster in AVX2 or
- * AVX-512 than in the x86-64 baseline's SSE2: gcc on x86-64 Linux compiles a FERRO_CLONES
- * function once per ISA level and picks one at load time (ifunc). An OpenMP region's body is
- * not cloned with its function, so a cloned function is called per chunk (FERRO_FOR_CHUNKS). */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
-#define FERRO_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define FERRO_CLONES
-#endif
+/* FERRO_FOR_CHUNKS' chunk: a cloned function (simd.h) runs once per chunk */
 #define FERRO_CHUNK 16384
 
 /* for c in chunks of [0, n): CALL(c, its length), on every core from MIN elements. */

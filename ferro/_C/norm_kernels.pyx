@@ -25,6 +25,16 @@ from ferro.errors import ArgumentError, ArgumentTypeError, DtypeError, ShapeErro
 
 cnp.import_array()
 
+cdef extern from "norm_kernels.h" nogil:
+    void ferro_norm_fwd_f32(const float*, const float*, const float*, float*, float*, float*,
+                            float*, Py_ssize_t, Py_ssize_t, double)
+    void ferro_norm_fwd_f64(const double*, const double*, const double*, double*, double*,
+                            double*, double*, Py_ssize_t, Py_ssize_t, double)
+    int ferro_norm_bwd_f32(const float*, const float*, const float*, const float*, const float*,
+                           float*, double*, double*, Py_ssize_t, Py_ssize_t)
+    int ferro_norm_bwd_f64(const double*, const double*, const double*, const double*,
+                           const double*, double*, double*, double*, Py_ssize_t, Py_ssize_t)
+
 FUSED_KERNELS = frozenset({
     "layer_norm_fwd", "layer_norm_bwd", "rms_norm_fwd", "rms_norm_bwd",
     "group_norm_fwd", "group_norm_bwd", "batch_norm_fwd", "batch_norm_bwd",
@@ -201,9 +211,9 @@ cdef void _rows_fwd(const floating_t* x, const floating_t* w, const floating_t* 
                     floating_t* y, floating_t* mean, floating_t* rstd, floating_t* var,
                     Py_ssize_t R, Py_ssize_t K, Py_ssize_t S, Py_ssize_t G, bint centered,
                     double eps) noexcept nogil:
-    cdef Py_ssize_t r, j, ch, nch = K // S, wi
+    # Group norm: S values per channel, G groups (layer and RMS norm rows: norm_kernels.h).
+    cdef Py_ssize_t r, ch, nch = K // S, wi
     cdef double m, v, rs
-    cdef bint per_value = S == 1 and G == 1  # weight index j: layer and RMS norm
     cdef const floating_t* xr
     cdef floating_t* yr
     for r in range(R):
@@ -216,22 +226,10 @@ cdef void _rows_fwd(const floating_t* x, const floating_t* w, const floating_t* 
             mean[r] = <floating_t>m
             var[r] = <floating_t>v
         rstd[r] = <floating_t>rs
-        if per_value and w != NULL and b != NULL:
-            for j in range(K):
-                yr[j] = <floating_t>((xr[j] - m) * rs * w[j] + b[j])
-        elif per_value and w != NULL:
-            for j in range(K):
-                yr[j] = <floating_t>((xr[j] - m) * rs * w[j])
-        elif per_value:
-            _scale_shift(xr, yr, K, m, rs, 0.0)
-            if b != NULL:
-                for j in range(K):
-                    yr[j] = yr[j] + b[j]
-        else:
-            for ch in range(nch):
-                wi = (r % G) * nch + ch
-                _scale_shift(xr + ch * S, yr + ch * S, S, m, rs * (w[wi] if w != NULL else 1.0),
-                             b[wi] if b != NULL else 0.0)
+        for ch in range(nch):
+            wi = (r % G) * nch + ch
+            _scale_shift(xr + ch * S, yr + ch * S, S, m, rs * (w[wi] if w != NULL else 1.0),
+                         b[wi] if b != NULL else 0.0)
 
 
 cdef void _rows_bwd(const floating_t* gy, const floating_t* x, const floating_t* w,
@@ -239,9 +237,9 @@ cdef void _rows_bwd(const floating_t* gy, const floating_t* x, const floating_t*
                     double* gw, double* gb, Py_ssize_t R, Py_ssize_t K, Py_ssize_t S,
                     Py_ssize_t G, bint centered) noexcept nogil:
     # gx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = gy * w; gw += gy * xhat, gb += gy.
-    cdef Py_ssize_t r, j, ch, nch = K // S, wi
-    cdef double m, rs, sg, sgd, sg1, sgd1, a, bsum, c1, c2, wv, d, d1
-    cdef bint per_value = S == 1 and G == 1  # weight index j: layer and RMS norm
+    # Group norm (layer and RMS norm rows: norm_kernels.h).
+    cdef Py_ssize_t r, ch, nch = K // S, wi
+    cdef double m, rs, sg, sgd, a, bsum, c1, c2, wv
     cdef const floating_t* xr
     cdef const floating_t* gr
     cdef floating_t* gxr
@@ -253,65 +251,23 @@ cdef void _rows_bwd(const floating_t* gy, const floating_t* x, const floating_t*
         rs = rstd[r]
         sg = 0.0
         sgd = 0.0
-        if per_value:
-            if w != NULL and gw != NULL:
-                # Two partial sums each: the dependency chains are half as long.
-                sg1 = 0.0
-                sgd1 = 0.0
-                j = 0
-                while j + 2 <= K:
-                    d = gr[j] * (xr[j] - m)
-                    d1 = gr[j + 1] * (xr[j + 1] - m)
-                    sg += gr[j] * <double>w[j]
-                    sg1 += gr[j + 1] * <double>w[j + 1]
-                    sgd += d * w[j]
-                    sgd1 += d1 * w[j + 1]
-                    gw[j] += d * rs
-                    gw[j + 1] += d1 * rs
-                    gb[j] += gr[j]
-                    gb[j + 1] += gr[j + 1]
-                    j += 2
-                if j < K:
-                    d = gr[j] * (xr[j] - m)
-                    sg += gr[j] * <double>w[j]
-                    sgd += d * w[j]
-                    gw[j] += d * rs
-                    gb[j] += gr[j]
-                sg += sg1
-                sgd += sgd1
-            elif w != NULL:
-                for j in range(K):
-                    d = gr[j] * <double>w[j]
-                    sg += d
-                    sgd += d * (xr[j] - m)
-            else:
-                _grad_sums(gr, xr, K, m, &sg, &sgd)
-                if gw != NULL:
-                    for j in range(K):
-                        gw[j] += gr[j] * (xr[j] - m) * rs
-                        gb[j] += gr[j]
-        else:
-            for ch in range(nch):
-                wi = (r % G) * nch + ch
-                a = 0.0
-                bsum = 0.0
-                _grad_sums(gr + ch * S, xr + ch * S, S, m, &a, &bsum)
-                wv = w[wi] if w != NULL else 1.0
-                sg += wv * a
-                sgd += wv * bsum
-                if gw != NULL:
-                    gw[wi] += bsum * rs
-                    gb[wi] += a
+        for ch in range(nch):
+            wi = (r % G) * nch + ch
+            a = 0.0
+            bsum = 0.0
+            _grad_sums(gr + ch * S, xr + ch * S, S, m, &a, &bsum)
+            wv = w[wi] if w != NULL else 1.0
+            sg += wv * a
+            sgd += wv * bsum
+            if gw != NULL:
+                gw[wi] += bsum * rs
+                gb[wi] += a
         c1 = sg / K if centered else 0.0
         c2 = sgd * rs * rs / K
-        if per_value and w != NULL:
-            for j in range(K):
-                gxr[j] = <floating_t>(rs * (gr[j] * <double>w[j] - c1 - (xr[j] - m) * c2))
-        else:
-            for ch in range(nch):
-                wi = (r % G) * nch + ch
-                wv = w[wi] if w != NULL else 1.0
-                _grad_out(gr + ch * S, xr + ch * S, gxr + ch * S, S, rs, wv, c1, m, c2)
+        for ch in range(nch):
+            wi = (r % G) * nch + ch
+            wv = w[wi] if w != NULL else 1.0
+            _grad_out(gr + ch * S, xr + ch * S, gxr + ch * S, S, rs, wv, c1, m, c2)
 
 
 cdef tuple _rows_forward(object x_, object w_, object b_, double eps, Py_ssize_t S,
@@ -329,7 +285,18 @@ cdef tuple _rows_forward(object x_, object w_, object b_, double eps, Py_ssize_t
     cdef const void* bp = _ptr(b_)
     cdef void* mp = NULL if mean is None else cnp.PyArray_DATA(mean)
     cdef void* vp = NULL if var is None else cnp.PyArray_DATA(var)
-    if t == cnp.NPY_FLOAT32:
+    cdef bint rows = S == 1 and G == 1  # one weight per value: layer and RMS norm
+    if t == cnp.NPY_FLOAT32 and rows:
+        with nogil:
+            ferro_norm_fwd_f32(<const float*>cnp.PyArray_DATA(x), <const float*>wp,
+                               <const float*>bp, <float*>cnp.PyArray_DATA(y), <float*>mp,
+                               <float*>cnp.PyArray_DATA(rstd), <float*>vp, R, K, eps)
+    elif rows:
+        with nogil:
+            ferro_norm_fwd_f64(<const double*>cnp.PyArray_DATA(x), <const double*>wp,
+                               <const double*>bp, <double*>cnp.PyArray_DATA(y), <double*>mp,
+                               <double*>cnp.PyArray_DATA(rstd), <double*>vp, R, K, eps)
+    elif t == cnp.NPY_FLOAT32:
         with nogil:
             _rows_fwd(<const float*>cnp.PyArray_DATA(x), <const float*>wp, <const float*>bp,
                       <float*>cnp.PyArray_DATA(y), <float*>mp, <float*>cnp.PyArray_DATA(rstd),
@@ -357,7 +324,23 @@ cdef tuple _rows_backward(object gy_, object x_, object w_, object mean_, object
     cdef double* gbp = NULL if gb is None else <double*>cnp.PyArray_DATA(gb)
     cdef const void* wp = _ptr(w_)
     cdef const void* mp = _ptr(mean_)
-    if t == cnp.NPY_FLOAT32:
+    cdef bint rows = S == 1 and G == 1  # one weight per value: layer and RMS norm
+    cdef int rc = 0
+    if t == cnp.NPY_FLOAT32 and rows:
+        with nogil:
+            rc = ferro_norm_bwd_f32(<const float*>cnp.PyArray_DATA(<cnp.ndarray>gy_),
+                                    <const float*>cnp.PyArray_DATA(x), <const float*>wp,
+                                    <const float*>mp,
+                                    <const float*>cnp.PyArray_DATA(<cnp.ndarray>rstd_),
+                                    <float*>cnp.PyArray_DATA(gx), gwp, gbp, R, K)
+    elif rows:
+        with nogil:
+            rc = ferro_norm_bwd_f64(<const double*>cnp.PyArray_DATA(<cnp.ndarray>gy_),
+                                    <const double*>cnp.PyArray_DATA(x), <const double*>wp,
+                                    <const double*>mp,
+                                    <const double*>cnp.PyArray_DATA(<cnp.ndarray>rstd_),
+                                    <double*>cnp.PyArray_DATA(gx), gwp, gbp, R, K)
+    elif t == cnp.NPY_FLOAT32:
         with nogil:
             _rows_bwd(<const float*>cnp.PyArray_DATA(<cnp.ndarray>gy_),
                       <const float*>cnp.PyArray_DATA(x), <const float*>wp, <const float*>mp,
@@ -369,6 +352,8 @@ cdef tuple _rows_backward(object gy_, object x_, object w_, object mean_, object
                       <const double*>cnp.PyArray_DATA(x), <const double*>wp, <const double*>mp,
                       <const double*>cnp.PyArray_DATA(<cnp.ndarray>rstd_),
                       <double*>cnp.PyArray_DATA(gx), gwp, gbp, R, K, S, G, centered)
+    if rc:
+        raise MemoryError("norm kernels: no memory for the weight gradient's partial sums")
     if params:
         return gx, gw.astype(x_.dtype), gb.astype(x_.dtype)
     return gx, None, None

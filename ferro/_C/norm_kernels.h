@@ -1,0 +1,196 @@
+/* Layer and RMS norm over rows of K values, float32 and float64 (included by norm_kernels.pyx,
+ * which checks every array first; its docstring says what each kernel leaves).
+ *
+ * Each row is read from cache in a few vectorized passes: the mean, the squared deviations, then
+ * the output. Sums run in the data's precision within blocks of 256 values (in vector lanes:
+ * omp simd lets the compiler reorder the adds) and in double across blocks, so a float32 sum
+ * keeps about the digits of a double one while its loop vectorizes. The loops are compiled per ISA
+ * level (FERRO_CLONES, simd.h), and rows are split across cores from FERRO_NORM_PARALLEL_MIN
+ * values; backward's weight and bias gradients are summed in T over 32 rows, then in double.
+ */
+#ifndef FERRO_NORM_KERNELS_H
+#define FERRO_NORM_KERNELS_H
+
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "simd.h"
+
+#define FERRO_NORM_PARALLEL_MIN (1 << 16)
+#define FERRO_NORM_BLOCK 256
+
+#define FERRO_NORM_ROWS(T, S)                                                                   \
+/* sum(a) and sum((a - m)^2) */                                                                 \
+static inline double ferro_norm_sum_##S(const T *a, ptrdiff_t n) {                              \
+    double s = 0.0;                                                                             \
+    ptrdiff_t j = 0, k, e;                                                                      \
+    for (; j < n; j = e) {                                                                      \
+        T t = 0;                                                                                \
+        e = n - j < FERRO_NORM_BLOCK ? n : j + FERRO_NORM_BLOCK;                                \
+        _Pragma("omp simd reduction(+:t)")                                                      \
+        for (k = j; k < e; k++) t += a[k];                                                      \
+        s += t;                                                                                 \
+    }                                                                                           \
+    return s;                                                                                   \
+}                                                                                               \
+static inline double ferro_norm_sqdev_##S(const T *a, ptrdiff_t n, T m) {                       \
+    double s = 0.0;                                                                             \
+    ptrdiff_t j = 0, k, e;                                                                      \
+    for (; j < n; j = e) {                                                                      \
+        T t = 0;                                                                                \
+        e = n - j < FERRO_NORM_BLOCK ? n : j + FERRO_NORM_BLOCK;                                \
+        _Pragma("omp simd reduction(+:t)")                                                      \
+        for (k = j; k < e; k++) t += (a[k] - m) * (a[k] - m);                                   \
+        s += t;                                                                                 \
+    }                                                                                           \
+    return s;                                                                                   \
+}                                                                                               \
+/* sg = sum(g w), sgd = sum(g w (x - m)) (w NULL: 1) */                                         \
+static inline void ferro_norm_gsums_##S(const T *g, const T *x, const T *w, ptrdiff_t n, T m,   \
+                                        double *sg, double *sgd) {                              \
+    ptrdiff_t j = 0, k, e;                                                                      \
+    *sg = *sgd = 0.0;                                                                           \
+    for (; j < n; j = e) {                                                                      \
+        T a = 0, b = 0;                                                                         \
+        e = n - j < FERRO_NORM_BLOCK ? n : j + FERRO_NORM_BLOCK;                                \
+        if (w != NULL) {                                                                        \
+            _Pragma("omp simd reduction(+:a, b)")                                               \
+            for (k = j; k < e; k++) {                                                           \
+                a += g[k] * w[k];                                                               \
+                b += g[k] * w[k] * (x[k] - m);                                                  \
+            }                                                                                   \
+        } else {                                                                                \
+            _Pragma("omp simd reduction(+:a, b)")                                               \
+            for (k = j; k < e; k++) {                                                           \
+                a += g[k];                                                                      \
+                b += g[k] * (x[k] - m);                                                         \
+            }                                                                                   \
+        }                                                                                       \
+        *sg += a;                                                                               \
+        *sgd += b;                                                                              \
+    }                                                                                           \
+}                                                                                               \
+                                                                                                \
+/* rows [r0, r1): y = (x - mean) rstd w + b; mean, var NULL unless centered */                  \
+static FERRO_CLONES void ferro_norm_fwd_span_##S(const T *x, const T *w, const T *b, T *y,      \
+                                                 T *mean, T *rstd, T *var, ptrdiff_t r0,        \
+                                                 ptrdiff_t r1, ptrdiff_t K, double eps) {       \
+    ptrdiff_t r, j;                                                                             \
+    for (r = r0; r < r1; r++) {                                                                 \
+        const T *xr = x + r * K;                                                                \
+        T *yr = y + r * K;                                                                      \
+        const T m = mean != NULL ? (T)(ferro_norm_sum_##S(xr, K) / (double)K) : (T)0;           \
+        const double v = ferro_norm_sqdev_##S(xr, K, m) / (double)K;                            \
+        const T rs = (T)(1.0 / sqrt(v + eps));                                                  \
+        if (mean != NULL) {                                                                     \
+            mean[r] = m;                                                                        \
+            var[r] = (T)v;                                                                      \
+        }                                                                                       \
+        rstd[r] = rs;                                                                           \
+        if (w != NULL && b != NULL) {                                                           \
+            for (j = 0; j < K; j++) yr[j] = (xr[j] - m) * rs * w[j] + b[j];                     \
+        } else if (w != NULL) {                                                                 \
+            for (j = 0; j < K; j++) yr[j] = (xr[j] - m) * rs * w[j];                            \
+        } else if (b != NULL) {                                                                 \
+            for (j = 0; j < K; j++) yr[j] = (xr[j] - m) * rs + b[j];                            \
+        } else {                                                                                \
+            for (j = 0; j < K; j++) yr[j] = (xr[j] - m) * rs;                                   \
+        }                                                                                       \
+    }                                                                                           \
+}                                                                                               \
+                                                                                                \
+/* rows [r0, r1): gx = rs (g w - c1 - (x - m) c2), c1 = mean(g w) (0 for RMS norm), c2 =        \
+ * mean(g w (x - m)) rs^2; gw += g (x - m) rs and gb += g (gw NULL: skipped), summed over up to \
+ * 32 rows in acc (2 K values of T) and then added into gw and gb in double */                  \
+static FERRO_CLONES void ferro_norm_bwd_span_##S(const T *g, const T *x, const T *w,            \
+                                                 const T *mean, const T *rstd, T *gx,           \
+                                                 double *gw, double *gb, T *acc, ptrdiff_t r0,  \
+                                                 ptrdiff_t r1, ptrdiff_t K) {                   \
+    ptrdiff_t r, j;                                                                             \
+    double sg, sgd;                                                                             \
+    for (r = r0; r < r1; r++) {                                                                 \
+        const T *xr = x + r * K, *gr = g + r * K;                                               \
+        T *gxr = gx + r * K;                                                                    \
+        const T m = mean != NULL ? mean[r] : (T)0, rs = rstd[r];                                \
+        ferro_norm_gsums_##S(gr, xr, w, K, m, &sg, &sgd);                                       \
+        const T c1 = mean != NULL ? (T)(sg / (double)K) : (T)0;                                 \
+        const T c2 = (T)(sgd * (double)rs * (double)rs / (double)K);                            \
+        if (w != NULL) {                                                                        \
+            for (j = 0; j < K; j++) gxr[j] = rs * (gr[j] * w[j] - c1 - (xr[j] - m) * c2);       \
+        } else {                                                                                \
+            for (j = 0; j < K; j++) gxr[j] = rs * (gr[j] - c1 - (xr[j] - m) * c2);              \
+        }                                                                                       \
+        if (gw == NULL) continue;                                                               \
+        if ((r - r0) % 32 == 0) memset(acc, 0, 2 * (size_t)K * sizeof(T));                      \
+        for (j = 0; j < K; j++) {                                                               \
+            acc[j] += gr[j] * (xr[j] - m) * rs;                                                 \
+            acc[K + j] += gr[j];                                                                \
+        }                                                                                       \
+        if ((r - r0) % 32 == 31 || r == r1 - 1) {                                               \
+            for (j = 0; j < K; j++) {                                                           \
+                gw[j] += (double)acc[j];                                                        \
+                gb[j] += (double)acc[K + j];                                                    \
+            }                                                                                   \
+        }                                                                                       \
+    }                                                                                           \
+}                                                                                               \
+                                                                                                \
+static void ferro_norm_fwd_##S(const T *x, const T *w, const T *b, T *y, T *mean, T *rstd,      \
+                               T *var, ptrdiff_t R, ptrdiff_t K, double eps) {                  \
+    ptrdiff_t r;                                                                                \
+    if (R * K < FERRO_NORM_PARALLEL_MIN || R < 2) {                                             \
+        ferro_norm_fwd_span_##S(x, w, b, y, mean, rstd, var, 0, R, K, eps);                     \
+        return;                                                                                 \
+    }                                                                                           \
+    _Pragma("omp parallel for schedule(static)")                                                \
+    for (r = 0; r < R; r += 8)                                                                  \
+        ferro_norm_fwd_span_##S(x, w, b, y, mean, rstd, var, r, R - r < 8 ? R : r + 8, K, eps); \
+}                                                                                               \
+                                                                                                \
+/* gw, gb: K doubles each, zeroed by the caller (or NULL). Rows split into at most 16 blocks,  \
+ * each summing its gw, gb in its own buffer, added in block order: the result does not depend  \
+ * on the thread count. 0, or -1 if out of memory. */                                           \
+static int ferro_norm_bwd_##S(const T *g, const T *x, const T *w, const T *mean,                \
+                              const T *rstd, T *gx, double *gw, double *gb, ptrdiff_t R,        \
+                              ptrdiff_t K) {                                                    \
+    const ptrdiff_t nb = R * K < FERRO_NORM_PARALLEL_MIN || R < 32 ? 1 : (R < 256 ? R / 16 : 16); \
+    double *part = NULL;                                                                        \
+    T *acc = NULL;                                                                              \
+    ptrdiff_t i, j;                                                                             \
+    if (gw != NULL) {                                                                           \
+        acc = (T *)malloc((size_t)(2 * nb * K) * sizeof(T));                                    \
+        part = nb > 1 ? (double *)calloc((size_t)(2 * nb * K), sizeof(double)) : NULL;          \
+        if (acc == NULL || (nb > 1 && part == NULL)) {                                          \
+            free(acc);                                                                          \
+            free(part);                                                                         \
+            return -1;                                                                          \
+        }                                                                                       \
+    }                                                                                           \
+    if (nb == 1) {                                                                              \
+        ferro_norm_bwd_span_##S(g, x, w, mean, rstd, gx, gw, gb, acc, 0, R, K);                 \
+        free(acc);                                                                              \
+        return 0;                                                                               \
+    }                                                                                           \
+    _Pragma("omp parallel for schedule(static)")                                                \
+    for (i = 0; i < nb; i++)                                                                    \
+        ferro_norm_bwd_span_##S(g, x, w, mean, rstd, gx, part ? part + 2 * i * K : NULL,        \
+                                part ? part + (2 * i + 1) * K : NULL,                           \
+                                acc ? acc + 2 * i * K : NULL, R * i / nb, R * (i + 1) / nb, K); \
+    if (part != NULL) {                                                                         \
+        for (i = 0; i < nb; i++)                                                                \
+            for (j = 0; j < K; j++) {                                                           \
+                gw[j] += part[2 * i * K + j];                                                   \
+                gb[j] += part[(2 * i + 1) * K + j];                                             \
+            }                                                                                   \
+    }                                                                                           \
+    free(acc);                                                                                  \
+    free(part);                                                                                 \
+    return 0;                                                                                   \
+}
+
+FERRO_NORM_ROWS(float, f32)
+FERRO_NORM_ROWS(double, f64)
+
+#endif

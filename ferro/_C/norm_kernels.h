@@ -188,6 +188,85 @@ static int ferro_norm_bwd_##S(const T *g, const T *x, const T *w, const T *mean,
     free(acc);                                                                                  \
     free(part);                                                                                 \
     return 0;                                                                                   \
+}                                                                                               \
+                                                                                                \
+/* Batch norm over (N, C, S), channels [c0, c1) (N runs of S values each): the statistics, y =   \
+ * (x - mean) rstd w + b; backward gx = rs (g w - c1 - (x - m) c2) as for rows, gw = sum(g (x -  \
+ * m)) rs and gb = sum(g) per channel. Channels split across cores; each is written by one. */  \
+static FERRO_CLONES void ferro_bn_fwd_span_##S(const T *x, const T *w, const T *b, T *y,        \
+                                               T *mean, T *rstd, T *var, ptrdiff_t N,           \
+                                               ptrdiff_t C, ptrdiff_t L, ptrdiff_t c0,          \
+                                               ptrdiff_t c1, double eps) {                      \
+    ptrdiff_t c, n, j;                                                                          \
+    const double M = (double)(N * L);                                                           \
+    for (c = c0; c < c1; c++) {                                                                 \
+        double sm = 0.0, v = 0.0;                                                               \
+        for (n = 0; n < N; n++) sm += ferro_norm_sum_##S(x + (n * C + c) * L, L);               \
+        const T m = (T)(sm / M);                                                                \
+        for (n = 0; n < N; n++) v += ferro_norm_sqdev_##S(x + (n * C + c) * L, L, m);           \
+        v /= M;                                                                                 \
+        const double rsd = 1.0 / sqrt(v + eps);                                                 \
+        const T scale = (T)(rsd * (w != NULL ? (double)w[c] : 1.0));                            \
+        const T shift = b != NULL ? b[c] : (T)0;                                                \
+        mean[c] = m;                                                                            \
+        var[c] = (T)v;                                                                          \
+        rstd[c] = (T)rsd;                                                                       \
+        for (n = 0; n < N; n++) {                                                               \
+            const T *xr = x + (n * C + c) * L;                                                  \
+            T *yr = y + (n * C + c) * L;                                                        \
+            for (j = 0; j < L; j++) yr[j] = (xr[j] - m) * scale + shift;                        \
+        }                                                                                       \
+    }                                                                                           \
+}                                                                                               \
+static FERRO_CLONES void ferro_bn_bwd_span_##S(const T *g, const T *x, const T *w,              \
+                                               const T *mean, const T *rstd, T *gx, double *gw, \
+                                               double *gb, ptrdiff_t N, ptrdiff_t C,            \
+                                               ptrdiff_t L, ptrdiff_t c0, ptrdiff_t c1) {       \
+    ptrdiff_t c, n, j;                                                                          \
+    const double M = (double)(N * L);                                                           \
+    double a, d;                                                                                \
+    for (c = c0; c < c1; c++) {                                                                 \
+        const T m = mean[c], rs = rstd[c];                                                      \
+        double sg = 0.0, sgd = 0.0;                                                             \
+        for (n = 0; n < N; n++) {                                                               \
+            ferro_norm_gsums_##S(g + (n * C + c) * L, x + (n * C + c) * L, NULL, L, m, &a, &d); \
+            sg += a;                                                                            \
+            sgd += d;                                                                           \
+        }                                                                                       \
+        gw[c] = sgd * (double)rs;                                                               \
+        gb[c] = sg;                                                                             \
+        const double k = w != NULL ? (double)w[c] : 1.0;                                        \
+        const T kk = (T)k, c1_ = (T)(k * sg / M);                                               \
+        const T c2 = (T)(k * sgd * (double)rs * (double)rs / M);                                \
+        for (n = 0; n < N; n++) {                                                               \
+            const T *xr = x + (n * C + c) * L, *gr = g + (n * C + c) * L;                       \
+            T *gxr = gx + (n * C + c) * L;                                                      \
+            for (j = 0; j < L; j++) gxr[j] = rs * (gr[j] * kk - c1_ - (xr[j] - m) * c2);        \
+        }                                                                                       \
+    }                                                                                           \
+}                                                                                               \
+static void ferro_bn_fwd_##S(const T *x, const T *w, const T *b, T *y, T *mean, T *rstd,        \
+                             T *var, ptrdiff_t N, ptrdiff_t C, ptrdiff_t L, double eps) {       \
+    ptrdiff_t c;                                                                                \
+    if (N * C * L < FERRO_NORM_PARALLEL_MIN || C < 2) {                                         \
+        ferro_bn_fwd_span_##S(x, w, b, y, mean, rstd, var, N, C, L, 0, C, eps);                 \
+        return;                                                                                 \
+    }                                                                                           \
+    _Pragma("omp parallel for schedule(static)")                                                \
+    for (c = 0; c < C; c++)                                                                     \
+        ferro_bn_fwd_span_##S(x, w, b, y, mean, rstd, var, N, C, L, c, c + 1, eps);             \
+}                                                                                               \
+static void ferro_bn_bwd_##S(const T *g, const T *x, const T *w, const T *mean, const T *rstd,  \
+                             T *gx, double *gw, double *gb, ptrdiff_t N, ptrdiff_t C,           \
+                             ptrdiff_t L) {                                                     \
+    ptrdiff_t c;                                                                                \
+    if (N * C * L < FERRO_NORM_PARALLEL_MIN || C < 2) {                                         \
+        ferro_bn_bwd_span_##S(g, x, w, mean, rstd, gx, gw, gb, N, C, L, 0, C);                  \
+        return;                                                                                 \
+    }                                                                                           \
+    _Pragma("omp parallel for schedule(static)")                                                \
+    for (c = 0; c < C; c++)                                                                     \
+        ferro_bn_bwd_span_##S(g, x, w, mean, rstd, gx, gw, gb, N, C, L, c, c + 1);              \
 }
 
 FERRO_NORM_ROWS(float, f32)

@@ -34,6 +34,15 @@ cdef extern from "norm_kernels.h" nogil:
                            float*, double*, double*, Py_ssize_t, Py_ssize_t)
     int ferro_norm_bwd_f64(const double*, const double*, const double*, const double*,
                            const double*, double*, double*, double*, Py_ssize_t, Py_ssize_t)
+    void ferro_bn_fwd_f32(const float*, const float*, const float*, float*, float*, float*,
+                          float*, Py_ssize_t, Py_ssize_t, Py_ssize_t, double)
+    void ferro_bn_fwd_f64(const double*, const double*, const double*, double*, double*,
+                          double*, double*, Py_ssize_t, Py_ssize_t, Py_ssize_t, double)
+    void ferro_bn_bwd_f32(const float*, const float*, const float*, const float*, const float*,
+                          float*, double*, double*, Py_ssize_t, Py_ssize_t, Py_ssize_t)
+    void ferro_bn_bwd_f64(const double*, const double*, const double*, const double*,
+                          const double*, double*, double*, double*, Py_ssize_t, Py_ssize_t,
+                          Py_ssize_t)
 
 FUSED_KERNELS = frozenset({
     "layer_norm_fwd", "layer_norm_bwd", "rms_norm_fwd", "rms_norm_bwd",
@@ -439,52 +448,6 @@ cdef tuple _check_groups(str who, object x, Py_ssize_t groups):
 # Batch norm over (N, C, S): per channel, N runs of S contiguous values.
 # ---------------------------------------------------------------------------------------------
 
-cdef void _bn_fwd(const floating_t* x, const floating_t* w, const floating_t* b, floating_t* y,
-                  floating_t* mean, floating_t* rstd, floating_t* var, Py_ssize_t N,
-                  Py_ssize_t C, Py_ssize_t S, double eps) noexcept nogil:
-    cdef Py_ssize_t c, n, off, M = N * S
-    cdef double m, v, rs, scale, shift
-    for c in range(C):
-        m = 0.0
-        for n in range(N):
-            m += _sum(x + (n * C + c) * S, S)
-        m /= M
-        v = 0.0
-        for n in range(N):
-            v += _sqdev(x + (n * C + c) * S, S, m)
-        v /= M
-        rs = 1.0 / sqrt(v + eps)
-        mean[c] = <floating_t>m
-        var[c] = <floating_t>v
-        rstd[c] = <floating_t>rs
-        scale = rs * (w[c] if w != NULL else 1.0)
-        shift = b[c] if b != NULL else 0.0
-        for n in range(N):
-            off = (n * C + c) * S
-            _scale_shift(x + off, y + off, S, m, scale, shift)
-
-
-cdef void _bn_bwd(const floating_t* gy, const floating_t* x, const floating_t* w,
-                  const floating_t* mean, const floating_t* rstd, floating_t* gx, double* gw,
-                  double* gb, Py_ssize_t N, Py_ssize_t C, Py_ssize_t S) noexcept nogil:
-    cdef Py_ssize_t c, n, off, M = N * S
-    cdef double m, rs, sg, sgd, k
-    for c in range(C):
-        m = mean[c]
-        rs = rstd[c]
-        sg = 0.0
-        sgd = 0.0
-        for n in range(N):
-            off = (n * C + c) * S
-            _grad_sums(gy + off, x + off, S, m, &sg, &sgd)
-        gw[c] = sgd * rs
-        gb[c] = sg
-        k = w[c] if w != NULL else 1.0
-        for n in range(N):
-            off = (n * C + c) * S
-            _grad_out(gy + off, x + off, gx + off, S, rs, k, k * sg / M, m, k * sgd * rs * rs / M)
-
-
 def batch_norm_fwd(object x_, object weight, object bias, double eps):
     """Batch norm of ``x`` (N, C, S) with the batch's statistics: ``(y, mean, rstd, var)``,
     the statistics of shape (1, C, 1) (var biased, for the running statistics)."""
@@ -506,15 +469,16 @@ def batch_norm_fwd(object x_, object weight, object bias, double eps):
         raise ShapeError(f"batch_norm_fwd: no values per channel in x of shape {x_.shape}")
     if t == cnp.NPY_FLOAT32:
         with nogil:
-            _bn_fwd(<const float*>cnp.PyArray_DATA(x), <const float*>wp, <const float*>bp,
-                    <float*>cnp.PyArray_DATA(y), <float*>cnp.PyArray_DATA(mean),
-                    <float*>cnp.PyArray_DATA(rstd), <float*>cnp.PyArray_DATA(var), N, C, S, eps)
+            ferro_bn_fwd_f32(<const float*>cnp.PyArray_DATA(x), <const float*>wp,
+                             <const float*>bp, <float*>cnp.PyArray_DATA(y),
+                             <float*>cnp.PyArray_DATA(mean), <float*>cnp.PyArray_DATA(rstd),
+                             <float*>cnp.PyArray_DATA(var), N, C, S, eps)
     else:
         with nogil:
-            _bn_fwd(<const double*>cnp.PyArray_DATA(x), <const double*>wp, <const double*>bp,
-                    <double*>cnp.PyArray_DATA(y), <double*>cnp.PyArray_DATA(mean),
-                    <double*>cnp.PyArray_DATA(rstd), <double*>cnp.PyArray_DATA(var), N, C, S,
-                    eps)
+            ferro_bn_fwd_f64(<const double*>cnp.PyArray_DATA(x), <const double*>wp,
+                             <const double*>bp, <double*>cnp.PyArray_DATA(y),
+                             <double*>cnp.PyArray_DATA(mean), <double*>cnp.PyArray_DATA(rstd),
+                             <double*>cnp.PyArray_DATA(var), N, C, S, eps)
     return y, mean, rstd, var
 
 
@@ -537,18 +501,18 @@ def batch_norm_bwd(object gy, object x_, object weight, object mean, object rstd
         raise ShapeError(f"batch_norm_bwd: no values per channel in x of shape {x_.shape}")
     if t == cnp.NPY_FLOAT32:
         with nogil:
-            _bn_bwd(<const float*>cnp.PyArray_DATA(<cnp.ndarray>gy),
-                    <const float*>cnp.PyArray_DATA(x), <const float*>wp,
-                    <const float*>cnp.PyArray_DATA(<cnp.ndarray>mean),
-                    <const float*>cnp.PyArray_DATA(<cnp.ndarray>rstd),
-                    <float*>cnp.PyArray_DATA(gx), <double*>cnp.PyArray_DATA(gw),
-                    <double*>cnp.PyArray_DATA(gb), N, C, S)
+            ferro_bn_bwd_f32(<const float*>cnp.PyArray_DATA(<cnp.ndarray>gy),
+                             <const float*>cnp.PyArray_DATA(x), <const float*>wp,
+                             <const float*>cnp.PyArray_DATA(<cnp.ndarray>mean),
+                             <const float*>cnp.PyArray_DATA(<cnp.ndarray>rstd),
+                             <float*>cnp.PyArray_DATA(gx), <double*>cnp.PyArray_DATA(gw),
+                             <double*>cnp.PyArray_DATA(gb), N, C, S)
     else:
         with nogil:
-            _bn_bwd(<const double*>cnp.PyArray_DATA(<cnp.ndarray>gy),
-                    <const double*>cnp.PyArray_DATA(x), <const double*>wp,
-                    <const double*>cnp.PyArray_DATA(<cnp.ndarray>mean),
-                    <const double*>cnp.PyArray_DATA(<cnp.ndarray>rstd),
-                    <double*>cnp.PyArray_DATA(gx), <double*>cnp.PyArray_DATA(gw),
-                    <double*>cnp.PyArray_DATA(gb), N, C, S)
+            ferro_bn_bwd_f64(<const double*>cnp.PyArray_DATA(<cnp.ndarray>gy),
+                             <const double*>cnp.PyArray_DATA(x), <const double*>wp,
+                             <const double*>cnp.PyArray_DATA(<cnp.ndarray>mean),
+                             <const double*>cnp.PyArray_DATA(<cnp.ndarray>rstd),
+                             <double*>cnp.PyArray_DATA(gx), <double*>cnp.PyArray_DATA(gw),
+                             <double*>cnp.PyArray_DATA(gb), N, C, S)
     return gx, gw.astype(x_.dtype), gb.astype(x_.dtype)

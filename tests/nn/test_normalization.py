@@ -521,6 +521,33 @@ def test_layer_and_rms_norm_kernels_match_the_generic_path_on_large_rows(dtype, 
             np.testing.assert_allclose(a, g, **tol, err_msg=name)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(8, 16, 1000), (3, 5, 7)])
+@pytest.mark.parametrize("affine", [False, True])
+def test_batch_norm_kernel_matches_the_generic_path(dtype, shape, affine):
+    """Channels split across threads (the large case) and the serial path."""
+    rng = np.random.default_rng(12)
+    arrays = [
+        rng.standard_normal(shape).astype(dtype) - 2,
+        rng.uniform(0.5, 1.5, shape[1]).astype(dtype),
+        rng.standard_normal(shape[1]).astype(dtype),
+        rng.standard_normal(shape).astype(dtype),
+    ]
+    tol = dict(rtol=2e-4, atol=2e-4) if dtype == np.float32 else dict(rtol=1e-10, atol=1e-10)
+    results = []
+    for on in (True, False):
+        x, w, b = (ferro.tensor(a, requires_grad=True) for a in arrays[:3])
+        w, b = (w, b) if affine else (None, None)
+        with overrides(on):
+            y = ferro.batch_norm(x, None, None, w, b, training=True)
+            y.backward(ferro.tensor(arrays[3]))
+        assert y.grad_fn.fused_forward == on and y.grad_fn.fused_backward == on
+        grads = [t.grad.numpy() for t in (x, w, b) if t is not None]
+        results.append([y.detach().numpy(), *grads])
+    for a, g in zip(*results, strict=True):
+        np.testing.assert_allclose(a, g, **tol)
+
+
 @pytest.mark.parametrize(
     "call, error",
     [

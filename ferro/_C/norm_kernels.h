@@ -137,52 +137,113 @@ static FERRO_CLONES void ferro_norm_bwd_span_##S(const T *g, const T *x, const T
     }                                                                                           \
 }                                                                                               \
                                                                                                 \
-static void ferro_norm_fwd_##S(const T *x, const T *w, const T *b, T *y, T *mean, T *rstd,      \
-                               T *var, ptrdiff_t R, ptrdiff_t K, double eps) {                  \
-    ptrdiff_t r;                                                                                \
-    if (R * K < FERRO_NORM_PARALLEL_MIN || R < 2) {                                             \
-        ferro_norm_fwd_span_##S(x, w, b, y, mean, rstd, var, 0, R, K, eps);                     \
-        return;                                                                                 \
+/* Group norm rows [r0, r1): row r holds K / L channels of L values, channel ch's weight index  \
+ * (r % G) K / L + ch; gw and gb (per channel) are summed in double directly */                 \
+static FERRO_CLONES void ferro_gn_fwd_span_##S(const T *x, const T *w, const T *b, T *y,        \
+                                               T *mean, T *rstd, T *var, ptrdiff_t r0,          \
+                                               ptrdiff_t r1, ptrdiff_t K, ptrdiff_t L,          \
+                                               ptrdiff_t G, double eps) {                       \
+    ptrdiff_t r, j, ch, wi;                                                                     \
+    for (r = r0; r < r1; r++) {                                                                 \
+        const T *xr = x + r * K;                                                                \
+        T *yr = y + r * K;                                                                      \
+        const T m = (T)(ferro_norm_sum_##S(xr, K) / (double)K);                                 \
+        const double v = ferro_norm_sqdev_##S(xr, K, m) / (double)K, rs = 1.0 / sqrt(v + eps);  \
+        mean[r] = m;                                                                            \
+        var[r] = (T)v;                                                                          \
+        rstd[r] = (T)rs;                                                                        \
+        for (ch = 0; ch < K / L; ch++) {                                                        \
+            wi = (r % G) * (K / L) + ch;                                                        \
+            const T scale = (T)(rs * (w != NULL ? (double)w[wi] : 1.0));                        \
+            const T shift = b != NULL ? b[wi] : (T)0;                                           \
+            for (j = ch * L; j < (ch + 1) * L; j++) yr[j] = (xr[j] - m) * scale + shift;        \
+        }                                                                                       \
     }                                                                                           \
-    _Pragma("omp parallel for schedule(static)")                                                \
-    for (r = 0; r < R; r += 8)                                                                  \
-        ferro_norm_fwd_span_##S(x, w, b, y, mean, rstd, var, r, R - r < 8 ? R : r + 8, K, eps); \
+}                                                                                               \
+static FERRO_CLONES void ferro_gn_bwd_span_##S(const T *g, const T *x, const T *w,              \
+                                               const T *mean, const T *rstd, T *gx, double *gw, \
+                                               double *gb, ptrdiff_t r0, ptrdiff_t r1,          \
+                                               ptrdiff_t K, ptrdiff_t L, ptrdiff_t G) {         \
+    ptrdiff_t r, j, ch, wi;                                                                     \
+    double a, d, sg, sgd;                                                                       \
+    for (r = r0; r < r1; r++) {                                                                 \
+        const T *xr = x + r * K, *gr = g + r * K;                                               \
+        T *gxr = gx + r * K;                                                                    \
+        const T m = mean[r], rs = rstd[r];                                                      \
+        sg = sgd = 0.0;                                                                         \
+        for (ch = 0; ch < K / L; ch++) {                                                        \
+            wi = (r % G) * (K / L) + ch;                                                        \
+            ferro_norm_gsums_##S(gr + ch * L, xr + ch * L, NULL, L, m, &a, &d);                 \
+            sg += (w != NULL ? (double)w[wi] : 1.0) * a;                                        \
+            sgd += (w != NULL ? (double)w[wi] : 1.0) * d;                                       \
+            if (gw != NULL) {                                                                   \
+                gw[wi] += d * (double)rs;                                                       \
+                gb[wi] += a;                                                                    \
+            }                                                                                   \
+        }                                                                                       \
+        const T c1 = (T)(sg / (double)K), c2 = (T)(sgd * (double)rs * (double)rs / (double)K); \
+        for (ch = 0; ch < K / L; ch++) {                                                        \
+            wi = (r % G) * (K / L) + ch;                                                        \
+            const T wv = w != NULL ? w[wi] : (T)1;                                              \
+            for (j = ch * L; j < (ch + 1) * L; j++)                                             \
+                gxr[j] = rs * (gr[j] * wv - c1 - (xr[j] - m) * c2);                             \
+        }                                                                                       \
+    }                                                                                           \
 }                                                                                               \
                                                                                                 \
-/* gw, gb: K doubles each, zeroed by the caller (or NULL). Rows split into at most 16 blocks,  \
- * each summing its gw, gb in its own buffer, added in block order: the result does not depend  \
- * on the thread count. 0, or -1 if out of memory. */                                           \
+/* Rows of layer and RMS norm (L = G = 1: one weight per value) or of group norm */             \
+static void ferro_norm_fwd_##S(const T *x, const T *w, const T *b, T *y, T *mean, T *rstd,      \
+                               T *var, ptrdiff_t R, ptrdiff_t K, ptrdiff_t L, ptrdiff_t G,      \
+                               double eps) {                                                    \
+    ptrdiff_t r, r1;                                                                            \
+    const int rows = L == 1 && G == 1;                                                          \
+    _Pragma("omp parallel for schedule(static) if (R * K >= FERRO_NORM_PARALLEL_MIN)")          \
+    for (r = 0; r < R; r += 8) {                                                                \
+        r1 = R - r < 8 ? R : r + 8;                                                             \
+        if (rows)                                                                               \
+            ferro_norm_fwd_span_##S(x, w, b, y, mean, rstd, var, r, r1, K, eps);                \
+        else                                                                                    \
+            ferro_gn_fwd_span_##S(x, w, b, y, mean, rstd, var, r, r1, K, L, G, eps);            \
+    }                                                                                           \
+}                                                                                               \
+                                                                                                \
+/* gw, gb: one double per weight (K for rows, C = G K / L for groups), zeroed by the caller, or \
+ * NULL. Rows split into at most 16 blocks, each summing its gw, gb in its own buffer, added in \
+ * block order: the result does not depend on the thread count. 0, or -1 if out of memory. */  \
 static int ferro_norm_bwd_##S(const T *g, const T *x, const T *w, const T *mean,                \
                               const T *rstd, T *gx, double *gw, double *gb, ptrdiff_t R,        \
-                              ptrdiff_t K) {                                                    \
+                              ptrdiff_t K, ptrdiff_t L, ptrdiff_t G) {                          \
     const ptrdiff_t nb = R * K < FERRO_NORM_PARALLEL_MIN || R < 32 ? 1 : (R < 256 ? R / 16 : 16); \
-    double *part = NULL;                                                                        \
+    const int rows = L == 1 && G == 1;                                                          \
+    const ptrdiff_t nw = rows ? K : G * (K / L);                                                \
+    double *part = NULL, *pw, *pb;                                                              \
     T *acc = NULL;                                                                              \
     ptrdiff_t i, j;                                                                             \
     if (gw != NULL) {                                                                           \
-        acc = (T *)malloc((size_t)(2 * nb * K) * sizeof(T));                                    \
-        part = nb > 1 ? (double *)calloc((size_t)(2 * nb * K), sizeof(double)) : NULL;          \
-        if (acc == NULL || (nb > 1 && part == NULL)) {                                          \
+        acc = rows ? (T *)malloc((size_t)(2 * nb * K) * sizeof(T)) : NULL;                      \
+        part = nb > 1 ? (double *)calloc((size_t)(2 * nb * nw), sizeof(double)) : NULL;        \
+        if ((rows && acc == NULL) || (nb > 1 && part == NULL)) {                                \
             free(acc);                                                                          \
             free(part);                                                                         \
             return -1;                                                                          \
         }                                                                                       \
     }                                                                                           \
-    if (nb == 1) {                                                                              \
-        ferro_norm_bwd_span_##S(g, x, w, mean, rstd, gx, gw, gb, acc, 0, R, K);                 \
-        free(acc);                                                                              \
-        return 0;                                                                               \
+    _Pragma("omp parallel for schedule(static) private(pw, pb) if (nb > 1)")                    \
+    for (i = 0; i < nb; i++) {                                                                  \
+        pw = part != NULL ? part + 2 * i * nw : gw;                                             \
+        pb = part != NULL ? part + (2 * i + 1) * nw : gb;                                       \
+        if (rows)                                                                               \
+            ferro_norm_bwd_span_##S(g, x, w, mean, rstd, gx, pw, pb, acc ? acc + 2 * i * K : NULL, \
+                                    R * i / nb, R * (i + 1) / nb, K);                           \
+        else                                                                                    \
+            ferro_gn_bwd_span_##S(g, x, w, mean, rstd, gx, pw, pb, R * i / nb,                  \
+                                  R * (i + 1) / nb, K, L, G);                                   \
     }                                                                                           \
-    _Pragma("omp parallel for schedule(static)")                                                \
-    for (i = 0; i < nb; i++)                                                                    \
-        ferro_norm_bwd_span_##S(g, x, w, mean, rstd, gx, part ? part + 2 * i * K : NULL,        \
-                                part ? part + (2 * i + 1) * K : NULL,                           \
-                                acc ? acc + 2 * i * K : NULL, R * i / nb, R * (i + 1) / nb, K); \
     if (part != NULL) {                                                                         \
         for (i = 0; i < nb; i++)                                                                \
-            for (j = 0; j < K; j++) {                                                           \
-                gw[j] += part[2 * i * K + j];                                                   \
-                gb[j] += part[(2 * i + 1) * K + j];                                             \
+            for (j = 0; j < nw; j++) {                                                          \
+                gw[j] += part[2 * i * nw + j];                                                  \
+                gb[j] += part[(2 * i + 1) * nw + j];                                            \
             }                                                                                   \
     }                                                                                           \
     free(acc);                                                                                  \

@@ -18,7 +18,7 @@
 
 #include "simd.h"
 
-#define FERRO_NORM_PARALLEL_MIN (1 << 16)
+#define FERRO_NORM_PARALLEL_MIN (1 << 17) /* values: below, waking a second thread costs more */
 #define FERRO_NORM_BLOCK 256
 
 #define FERRO_NORM_ROWS(T, S)                                                                   \

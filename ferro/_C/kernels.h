@@ -107,7 +107,8 @@ static FERRO_CLONES void ferro_gelu_grad_span_f32(const float *gp, ptrdiff_t gs,
     }
 }
 #define FERRO_GELU_FWD_CHUNK(c, m) ferro_gelu_span_f32(x + (c), out + (c), (m))
-#define FERRO_GELU_BWD_CHUNK(c, m) ferro_gelu_grad_span_f32(gp + (c) * gs, gs, vp + (c), out + (c), (m))
+#define FERRO_GELU_BWD_CHUNK(c, m) \
+    ferro_gelu_grad_span_f32(gp + (c) * gs, gs, vp + (c), out + (c), (m))
 static void ferro_gelu_fwd_f32(const float *x, float *out, ptrdiff_t n) {
     ptrdiff_t i;
     FERRO_FOR_CHUNKS(FERRO_PARALLEL_MIN_COMPUTE, FERRO_GELU_FWD_CHUNK)

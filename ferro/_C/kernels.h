@@ -12,6 +12,8 @@
 #include <math.h>
 #include <stddef.h>
 
+#include "simd.h"
+
 /* gcc may not turn a select with arithmetic in one arm (leaky_relu's x > 0 ? g : g a) into
  * branch-free vector code while floating-point exceptions might trap (-ftrapping-math, its
  * default): the loop then runs 3x slower than relu's. Nothing in ferro enables FP traps, so the
@@ -31,6 +33,20 @@
  * elements to gain from a second core; a loop doing erf/exp per element gains much earlier. */
 #define FERRO_PARALLEL_MIN (1 << 20)
 #define FERRO_PARALLEL_MIN_COMPUTE (1 << 15)
+
+/* FERRO_FOR_CHUNKS' chunk: a cloned function (simd.h) runs once per chunk */
+#define FERRO_CHUNK 16384
+
+/* for c in chunks of [0, n): CALL(c, its length), on every core from MIN elements. */
+#define FERRO_FOR_CHUNKS(MIN, CALL)                                                  \
+    if (n < (MIN)) {                                                                 \
+        CALL(0, n);                                                                  \
+    } else {                                                                         \
+        _Pragma("omp parallel for schedule(static)")                                 \
+        for (i = 0; i < n; i += FERRO_CHUNK) {                                       \
+            CALL(i, n - i < FERRO_CHUNK ? n - i : FERRO_CHUNK);                      \
+        }                                                                            \
+    }
 
 /* for (i = 0; i < n; i++) BODY, on every core from MIN elements. */
 #define FERRO_FOR(MIN, ...)                                                          \
@@ -72,15 +88,40 @@ FERRO_GRAD_LOOPS(ferro_relu_bwd, FERRO_PARALLEL_MIN,
                  ferro_relu_grad_f32(g, vp[i]), ferro_relu_grad_f64(g, vp[i]))
 FERRO_GRAD_LOOPS(ferro_leaky_relu_bwd, FERRO_PARALLEL_MIN,
                  ferro_leaky_relu_grad_f32(g, vp[i], a), ferro_leaky_relu_grad_f64(g, vp[i], a))
-FERRO_GRAD_LOOPS(ferro_gelu_bwd, FERRO_PARALLEL_MIN_COMPUTE,
-                 ferro_gelu_grad_f32(g, vp[i]), ferro_gelu_grad_f64(g, vp[i]))
+FERRO_GRAD_LOOP(ferro_gelu_bwd_f64, double, FERRO_PARALLEL_MIN_COMPUTE,
+                ferro_gelu_grad_f64(g, vp[i]))
 FERRO_GRAD_LOOPS(ferro_silu_bwd, FERRO_PARALLEL_MIN,
                  ferro_silu_grad_f32(g, vp[i], wp[i]), ferro_silu_grad_f64(g, vp[i], wp[i]))
 
-/* exact gelu forward: out[i] = x Phi(x) (NumPy has no vectorized erf) */
+/* exact gelu, float32: forward out[i] = x Phi(x) (NumPy has no vectorized erf), backward as
+ * FERRO_GRAD_LOOP's, in cloned chunks */
+static FERRO_CLONES void ferro_gelu_span_f32(const float *x, float *out, ptrdiff_t n) {
+    ptrdiff_t i;
+    for (i = 0; i < n; i++) out[i] = ferro_gelu_f32(x[i]);
+}
+static FERRO_CLONES void ferro_gelu_grad_span_f32(const float *gp, ptrdiff_t gs, const float *x,
+                                                  float *out, ptrdiff_t n) {
+    ptrdiff_t i;
+    if (gs == 0) {
+        const float g = gp[0];
+        for (i = 0; i < n; i++) out[i] = ferro_gelu_grad_f32(g, x[i]);
+    } else {
+        for (i = 0; i < n; i++) out[i] = ferro_gelu_grad_f32(gp[i], x[i]);
+    }
+}
+#define FERRO_GELU_FWD_CHUNK(c, m) ferro_gelu_span_f32(x + (c), out + (c), (m))
+#define FERRO_GELU_BWD_CHUNK(c, m) \
+    ferro_gelu_grad_span_f32(gp + (c) * gs, gs, vp + (c), out + (c), (m))
 static void ferro_gelu_fwd_f32(const float *x, float *out, ptrdiff_t n) {
     ptrdiff_t i;
-    FERRO_FOR(FERRO_PARALLEL_MIN_COMPUTE, out[i] = ferro_gelu_f32(x[i]);)
+    FERRO_FOR_CHUNKS(FERRO_PARALLEL_MIN_COMPUTE, FERRO_GELU_FWD_CHUNK)
+}
+static void ferro_gelu_bwd_f32(const float *gp, ptrdiff_t gs, const float *vp, const float *wp,
+                               float *out, ptrdiff_t n, double a) {
+    ptrdiff_t i;
+    (void)wp;
+    (void)a;
+    FERRO_FOR_CHUNKS(FERRO_PARALLEL_MIN_COMPUTE, FERRO_GELU_BWD_CHUNK)
 }
 static void ferro_gelu_fwd_f64(const double *x, double *out, ptrdiff_t n) {
     ptrdiff_t i;

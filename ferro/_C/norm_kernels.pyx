@@ -2,9 +2,10 @@
 (and instance) and batch norm, each a few passes over data that stays in cache (a row, a group,
 a channel) instead of a chain of NumPy temporaries over the whole array.
 
-Statistics are accumulated in float64 (four independent partial sums, so the loop is not one
-long dependency chain) and taken in two passes, mean then squared deviations, so a float32
-input far from zero keeps its digits. Every kernel leaves the state the op's generic forward
+The loops are C, in ``norm_kernels.h``: vectorized, per ISA level, rows or channels split across
+cores. Statistics are taken in two passes, mean then squared deviations, summed in the data's
+precision within blocks of 256 values and in float64 across blocks, so a float32 input far
+from zero keeps its digits. Every kernel leaves the state the op's generic forward
 leaves (Note [Norm state] in ``ferro/ops/norm.py``): the output, and each statistic's ``mean``
 and ``rstd`` in the input's dtype, shaped as the generic path shapes them.
 
@@ -15,15 +16,34 @@ its arguments itself before it touches memory (docs/design.md, "Kernel accept ch
 """
 
 cimport numpy as cnp
-from libc.math cimport sqrt
-
-from ferro._C.typedefs cimport floating_t
 
 import numpy as np
 
 from ferro.errors import ArgumentError, ArgumentTypeError, DtypeError, ShapeError
 
 cnp.import_array()
+
+cdef extern from "norm_kernels.h" nogil:
+    void ferro_norm_fwd_f32(const float*, const float*, const float*, float*, float*, float*,
+                            float*, Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t, double)
+    void ferro_norm_fwd_f64(const double*, const double*, const double*, double*, double*,
+                            double*, double*, Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t,
+                            double)
+    int ferro_norm_bwd_f32(const float*, const float*, const float*, const float*, const float*,
+                           float*, double*, double*, Py_ssize_t, Py_ssize_t, Py_ssize_t,
+                           Py_ssize_t)
+    int ferro_norm_bwd_f64(const double*, const double*, const double*, const double*,
+                           const double*, double*, double*, double*, Py_ssize_t, Py_ssize_t,
+                           Py_ssize_t, Py_ssize_t)
+    void ferro_bn_fwd_f32(const float*, const float*, const float*, float*, float*, float*,
+                          float*, Py_ssize_t, Py_ssize_t, Py_ssize_t, double)
+    void ferro_bn_fwd_f64(const double*, const double*, const double*, double*, double*,
+                          double*, double*, Py_ssize_t, Py_ssize_t, Py_ssize_t, double)
+    void ferro_bn_bwd_f32(const float*, const float*, const float*, const float*, const float*,
+                          float*, double*, double*, Py_ssize_t, Py_ssize_t, Py_ssize_t)
+    void ferro_bn_bwd_f64(const double*, const double*, const double*, const double*,
+                          const double*, double*, double*, double*, Py_ssize_t, Py_ssize_t,
+                          Py_ssize_t)
 
 FUSED_KERNELS = frozenset({
     "layer_norm_fwd", "layer_norm_bwd", "rms_norm_fwd", "rms_norm_bwd",
@@ -114,204 +134,10 @@ cdef inline const void* _ptr(object a):
 
 
 # ---------------------------------------------------------------------------------------------
-# Sums in float64 with four partial sums (no single dependency chain).
-# ---------------------------------------------------------------------------------------------
-
-cdef inline double _sum(const floating_t* a, Py_ssize_t n) noexcept nogil:
-    cdef double s0 = 0, s1 = 0, s2 = 0, s3 = 0
-    cdef Py_ssize_t j = 0
-    while j + 4 <= n:
-        s0 += a[j]
-        s1 += a[j + 1]
-        s2 += a[j + 2]
-        s3 += a[j + 3]
-        j += 4
-    while j < n:
-        s0 += a[j]
-        j += 1
-    return (s0 + s1) + (s2 + s3)
-
-
-cdef inline double _sqdev(const floating_t* a, Py_ssize_t n, double m) noexcept nogil:
-    # sum((a - m)^2)
-    cdef double s0 = 0, s1 = 0, s2 = 0, s3 = 0, d0, d1, d2, d3
-    cdef Py_ssize_t j = 0
-    while j + 4 <= n:
-        d0 = a[j] - m
-        d1 = a[j + 1] - m
-        d2 = a[j + 2] - m
-        d3 = a[j + 3] - m
-        s0 += d0 * d0
-        s1 += d1 * d1
-        s2 += d2 * d2
-        s3 += d3 * d3
-        j += 4
-    while j < n:
-        d0 = a[j] - m
-        s0 += d0 * d0
-        j += 1
-    return (s0 + s1) + (s2 + s3)
-
-
-cdef inline void _grad_sums(const floating_t* g, const floating_t* x, Py_ssize_t n, double m,
-                            double* sg, double* sgd) noexcept nogil:
-    # sg += sum(g), sgd += sum(g * (x - m))
-    cdef double a0 = 0, a1 = 0, b0 = 0, b1 = 0
-    cdef Py_ssize_t j = 0
-    while j + 2 <= n:
-        a0 += g[j]
-        a1 += g[j + 1]
-        b0 += g[j] * (x[j] - m)
-        b1 += g[j + 1] * (x[j + 1] - m)
-        j += 2
-    while j < n:
-        a0 += g[j]
-        b0 += g[j] * (x[j] - m)
-        j += 1
-    sg[0] += a0 + a1
-    sgd[0] += b0 + b1
-
-
-cdef inline void _scale_shift(const floating_t* x, floating_t* y, Py_ssize_t n, double m,
-                              double scale, double shift) noexcept nogil:
-    # y = (x - m) * scale + shift, in float64: x - m is where a float32 row far from zero
-    # keeps its digits.
-    cdef Py_ssize_t j
-    for j in range(n):
-        y[j] = <floating_t>((x[j] - m) * scale + shift)
-
-
-cdef inline void _grad_out(const floating_t* g, const floating_t* x, floating_t* gx,
-                           Py_ssize_t n, double k, double w, double c1, double m,
-                           double c2) noexcept nogil:
-    # gx = k * (g * w - c1 - (x - m) * c2), in float64, in the generic path's order (where
-    # g * w equals c1, as in a group of one value, the difference is exactly zero).
-    cdef Py_ssize_t j
-    for j in range(n):
-        gx[j] = <floating_t>(k * (g[j] * w - c1 - (x[j] - m) * c2))
-
-
-# ---------------------------------------------------------------------------------------------
 # Rows: R rows of K values; row r, value j has weight index (r % G) * (K // S) + j // S. Layer
 # and RMS norm: G = S = 1 (one weight per value); group norm: S spatial values per channel, G
-# groups; instance norm: one channel per group.
+# groups; instance norm: one channel per group. The loops are in norm_kernels.h.
 # ---------------------------------------------------------------------------------------------
-
-cdef void _rows_fwd(const floating_t* x, const floating_t* w, const floating_t* b,
-                    floating_t* y, floating_t* mean, floating_t* rstd, floating_t* var,
-                    Py_ssize_t R, Py_ssize_t K, Py_ssize_t S, Py_ssize_t G, bint centered,
-                    double eps) noexcept nogil:
-    cdef Py_ssize_t r, j, ch, nch = K // S, wi
-    cdef double m, v, rs
-    cdef bint per_value = S == 1 and G == 1  # weight index j: layer and RMS norm
-    cdef const floating_t* xr
-    cdef floating_t* yr
-    for r in range(R):
-        xr = x + r * K
-        yr = y + r * K
-        m = _sum(xr, K) / K if centered else 0.0
-        v = _sqdev(xr, K, m) / K
-        rs = 1.0 / sqrt(v + eps)
-        if centered:
-            mean[r] = <floating_t>m
-            var[r] = <floating_t>v
-        rstd[r] = <floating_t>rs
-        if per_value and w != NULL and b != NULL:
-            for j in range(K):
-                yr[j] = <floating_t>((xr[j] - m) * rs * w[j] + b[j])
-        elif per_value and w != NULL:
-            for j in range(K):
-                yr[j] = <floating_t>((xr[j] - m) * rs * w[j])
-        elif per_value:
-            _scale_shift(xr, yr, K, m, rs, 0.0)
-            if b != NULL:
-                for j in range(K):
-                    yr[j] = yr[j] + b[j]
-        else:
-            for ch in range(nch):
-                wi = (r % G) * nch + ch
-                _scale_shift(xr + ch * S, yr + ch * S, S, m, rs * (w[wi] if w != NULL else 1.0),
-                             b[wi] if b != NULL else 0.0)
-
-
-cdef void _rows_bwd(const floating_t* gy, const floating_t* x, const floating_t* w,
-                    const floating_t* mean, const floating_t* rstd, floating_t* gx,
-                    double* gw, double* gb, Py_ssize_t R, Py_ssize_t K, Py_ssize_t S,
-                    Py_ssize_t G, bint centered) noexcept nogil:
-    # gx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = gy * w; gw += gy * xhat, gb += gy.
-    cdef Py_ssize_t r, j, ch, nch = K // S, wi
-    cdef double m, rs, sg, sgd, sg1, sgd1, a, bsum, c1, c2, wv, d, d1
-    cdef bint per_value = S == 1 and G == 1  # weight index j: layer and RMS norm
-    cdef const floating_t* xr
-    cdef const floating_t* gr
-    cdef floating_t* gxr
-    for r in range(R):
-        xr = x + r * K
-        gr = gy + r * K
-        gxr = gx + r * K
-        m = mean[r] if centered else 0.0
-        rs = rstd[r]
-        sg = 0.0
-        sgd = 0.0
-        if per_value:
-            if w != NULL and gw != NULL:
-                # Two partial sums each: the dependency chains are half as long.
-                sg1 = 0.0
-                sgd1 = 0.0
-                j = 0
-                while j + 2 <= K:
-                    d = gr[j] * (xr[j] - m)
-                    d1 = gr[j + 1] * (xr[j + 1] - m)
-                    sg += gr[j] * <double>w[j]
-                    sg1 += gr[j + 1] * <double>w[j + 1]
-                    sgd += d * w[j]
-                    sgd1 += d1 * w[j + 1]
-                    gw[j] += d * rs
-                    gw[j + 1] += d1 * rs
-                    gb[j] += gr[j]
-                    gb[j + 1] += gr[j + 1]
-                    j += 2
-                if j < K:
-                    d = gr[j] * (xr[j] - m)
-                    sg += gr[j] * <double>w[j]
-                    sgd += d * w[j]
-                    gw[j] += d * rs
-                    gb[j] += gr[j]
-                sg += sg1
-                sgd += sgd1
-            elif w != NULL:
-                for j in range(K):
-                    d = gr[j] * <double>w[j]
-                    sg += d
-                    sgd += d * (xr[j] - m)
-            else:
-                _grad_sums(gr, xr, K, m, &sg, &sgd)
-                if gw != NULL:
-                    for j in range(K):
-                        gw[j] += gr[j] * (xr[j] - m) * rs
-                        gb[j] += gr[j]
-        else:
-            for ch in range(nch):
-                wi = (r % G) * nch + ch
-                a = 0.0
-                bsum = 0.0
-                _grad_sums(gr + ch * S, xr + ch * S, S, m, &a, &bsum)
-                wv = w[wi] if w != NULL else 1.0
-                sg += wv * a
-                sgd += wv * bsum
-                if gw != NULL:
-                    gw[wi] += bsum * rs
-                    gb[wi] += a
-        c1 = sg / K if centered else 0.0
-        c2 = sgd * rs * rs / K
-        if per_value and w != NULL:
-            for j in range(K):
-                gxr[j] = <floating_t>(rs * (gr[j] * <double>w[j] - c1 - (xr[j] - m) * c2))
-        else:
-            for ch in range(nch):
-                wi = (r % G) * nch + ch
-                wv = w[wi] if w != NULL else 1.0
-                _grad_out(gr + ch * S, xr + ch * S, gxr + ch * S, S, rs, wv, c1, m, c2)
 
 
 cdef tuple _rows_forward(object x_, object w_, object b_, double eps, Py_ssize_t S,
@@ -331,20 +157,19 @@ cdef tuple _rows_forward(object x_, object w_, object b_, double eps, Py_ssize_t
     cdef void* vp = NULL if var is None else cnp.PyArray_DATA(var)
     if t == cnp.NPY_FLOAT32:
         with nogil:
-            _rows_fwd(<const float*>cnp.PyArray_DATA(x), <const float*>wp, <const float*>bp,
-                      <float*>cnp.PyArray_DATA(y), <float*>mp, <float*>cnp.PyArray_DATA(rstd),
-                      <float*>vp, R, K, S, G, centered, eps)
+            ferro_norm_fwd_f32(<const float*>cnp.PyArray_DATA(x), <const float*>wp,
+                               <const float*>bp, <float*>cnp.PyArray_DATA(y), <float*>mp,
+                               <float*>cnp.PyArray_DATA(rstd), <float*>vp, R, K, S, G, eps)
     else:
         with nogil:
-            _rows_fwd(<const double*>cnp.PyArray_DATA(x), <const double*>wp, <const double*>bp,
-                      <double*>cnp.PyArray_DATA(y), <double*>mp,
-                      <double*>cnp.PyArray_DATA(rstd), <double*>vp, R, K, S, G, centered, eps)
+            ferro_norm_fwd_f64(<const double*>cnp.PyArray_DATA(x), <const double*>wp,
+                               <const double*>bp, <double*>cnp.PyArray_DATA(y), <double*>mp,
+                               <double*>cnp.PyArray_DATA(rstd), <double*>vp, R, K, S, G, eps)
     return (y, mean, rstd, var) if centered else (y, rstd)
 
 
 cdef tuple _rows_backward(object gy_, object x_, object w_, object mean_, object rstd_,
-                          bint params, Py_ssize_t S, Py_ssize_t G, Py_ssize_t nw,
-                          bint centered):
+                          bint params, Py_ssize_t S, Py_ssize_t G, Py_ssize_t nw):
     cdef cnp.ndarray x = <cnp.ndarray>x_
     cdef Py_ssize_t R = x_.shape[0], K = x_.shape[1]
     if K == 0 and R:
@@ -357,18 +182,23 @@ cdef tuple _rows_backward(object gy_, object x_, object w_, object mean_, object
     cdef double* gbp = NULL if gb is None else <double*>cnp.PyArray_DATA(gb)
     cdef const void* wp = _ptr(w_)
     cdef const void* mp = _ptr(mean_)
+    cdef int rc
     if t == cnp.NPY_FLOAT32:
         with nogil:
-            _rows_bwd(<const float*>cnp.PyArray_DATA(<cnp.ndarray>gy_),
-                      <const float*>cnp.PyArray_DATA(x), <const float*>wp, <const float*>mp,
-                      <const float*>cnp.PyArray_DATA(<cnp.ndarray>rstd_),
-                      <float*>cnp.PyArray_DATA(gx), gwp, gbp, R, K, S, G, centered)
+            rc = ferro_norm_bwd_f32(<const float*>cnp.PyArray_DATA(<cnp.ndarray>gy_),
+                                    <const float*>cnp.PyArray_DATA(x), <const float*>wp,
+                                    <const float*>mp,
+                                    <const float*>cnp.PyArray_DATA(<cnp.ndarray>rstd_),
+                                    <float*>cnp.PyArray_DATA(gx), gwp, gbp, R, K, S, G)
     else:
         with nogil:
-            _rows_bwd(<const double*>cnp.PyArray_DATA(<cnp.ndarray>gy_),
-                      <const double*>cnp.PyArray_DATA(x), <const double*>wp, <const double*>mp,
-                      <const double*>cnp.PyArray_DATA(<cnp.ndarray>rstd_),
-                      <double*>cnp.PyArray_DATA(gx), gwp, gbp, R, K, S, G, centered)
+            rc = ferro_norm_bwd_f64(<const double*>cnp.PyArray_DATA(<cnp.ndarray>gy_),
+                                    <const double*>cnp.PyArray_DATA(x), <const double*>wp,
+                                    <const double*>mp,
+                                    <const double*>cnp.PyArray_DATA(<cnp.ndarray>rstd_),
+                                    <double*>cnp.PyArray_DATA(gx), gwp, gbp, R, K, S, G)
+    if rc:
+        raise MemoryError("norm kernels: no memory for the weight gradient's partial sums")
     if params:
         return gx, gw.astype(x_.dtype), gb.astype(x_.dtype)
     return gx, None, None
@@ -389,7 +219,7 @@ def layer_norm_bwd(object gy, object x, object weight, object mean, object rstd,
     r, k = x.shape
     _check("layer_norm_bwd", ("gy", "x", "weight", "mean", "rstd"), (gy, x, weight, mean, rstd),
            (x.shape, x.shape, (k,), (r, 1), (r, 1)))
-    return _rows_backward(gy, x, weight, mean, rstd, params, 1, 1, k, True)
+    return _rows_backward(gy, x, weight, mean, rstd, params, 1, 1, k)
 
 
 def rms_norm_fwd(object x, object weight, double eps):
@@ -407,7 +237,7 @@ def rms_norm_bwd(object gy, object x, object weight, object rstd, bint params):
     r, k = x.shape
     _check("rms_norm_bwd", ("gy", "x", "weight", "rstd"), (gy, x, weight, rstd),
            (x.shape, x.shape, (k,), (r, 1)))
-    gx, gw, _ = _rows_backward(gy, x, weight, None, rstd, params, 1, 1, k, False)
+    gx, gw, _ = _rows_backward(gy, x, weight, None, rstd, params, 1, 1, k)
     return gx, gw
 
 
@@ -429,7 +259,7 @@ def group_norm_bwd(object gy, object x, object weight, object mean, object rstd,
            (x.shape, x.shape, (c,), (n, groups, 1), (n, groups, 1)))
     k = (c // groups) * s
     gx, gw, gb = _rows_backward(gy.reshape(n * groups, k), x.reshape(n * groups, k), weight,
-                                mean.reshape(-1), rstd.reshape(-1), params, s, groups, c, True)
+                                mean.reshape(-1), rstd.reshape(-1), params, s, groups, c)
     return gx.reshape(x.shape), gw, gb
 
 
@@ -454,52 +284,6 @@ cdef tuple _check_groups(str who, object x, Py_ssize_t groups):
 # Batch norm over (N, C, S): per channel, N runs of S contiguous values.
 # ---------------------------------------------------------------------------------------------
 
-cdef void _bn_fwd(const floating_t* x, const floating_t* w, const floating_t* b, floating_t* y,
-                  floating_t* mean, floating_t* rstd, floating_t* var, Py_ssize_t N,
-                  Py_ssize_t C, Py_ssize_t S, double eps) noexcept nogil:
-    cdef Py_ssize_t c, n, off, M = N * S
-    cdef double m, v, rs, scale, shift
-    for c in range(C):
-        m = 0.0
-        for n in range(N):
-            m += _sum(x + (n * C + c) * S, S)
-        m /= M
-        v = 0.0
-        for n in range(N):
-            v += _sqdev(x + (n * C + c) * S, S, m)
-        v /= M
-        rs = 1.0 / sqrt(v + eps)
-        mean[c] = <floating_t>m
-        var[c] = <floating_t>v
-        rstd[c] = <floating_t>rs
-        scale = rs * (w[c] if w != NULL else 1.0)
-        shift = b[c] if b != NULL else 0.0
-        for n in range(N):
-            off = (n * C + c) * S
-            _scale_shift(x + off, y + off, S, m, scale, shift)
-
-
-cdef void _bn_bwd(const floating_t* gy, const floating_t* x, const floating_t* w,
-                  const floating_t* mean, const floating_t* rstd, floating_t* gx, double* gw,
-                  double* gb, Py_ssize_t N, Py_ssize_t C, Py_ssize_t S) noexcept nogil:
-    cdef Py_ssize_t c, n, off, M = N * S
-    cdef double m, rs, sg, sgd, k
-    for c in range(C):
-        m = mean[c]
-        rs = rstd[c]
-        sg = 0.0
-        sgd = 0.0
-        for n in range(N):
-            off = (n * C + c) * S
-            _grad_sums(gy + off, x + off, S, m, &sg, &sgd)
-        gw[c] = sgd * rs
-        gb[c] = sg
-        k = w[c] if w != NULL else 1.0
-        for n in range(N):
-            off = (n * C + c) * S
-            _grad_out(gy + off, x + off, gx + off, S, rs, k, k * sg / M, m, k * sgd * rs * rs / M)
-
-
 def batch_norm_fwd(object x_, object weight, object bias, double eps):
     """Batch norm of ``x`` (N, C, S) with the batch's statistics: ``(y, mean, rstd, var)``,
     the statistics of shape (1, C, 1) (var biased, for the running statistics)."""
@@ -521,15 +305,16 @@ def batch_norm_fwd(object x_, object weight, object bias, double eps):
         raise ShapeError(f"batch_norm_fwd: no values per channel in x of shape {x_.shape}")
     if t == cnp.NPY_FLOAT32:
         with nogil:
-            _bn_fwd(<const float*>cnp.PyArray_DATA(x), <const float*>wp, <const float*>bp,
-                    <float*>cnp.PyArray_DATA(y), <float*>cnp.PyArray_DATA(mean),
-                    <float*>cnp.PyArray_DATA(rstd), <float*>cnp.PyArray_DATA(var), N, C, S, eps)
+            ferro_bn_fwd_f32(<const float*>cnp.PyArray_DATA(x), <const float*>wp,
+                             <const float*>bp, <float*>cnp.PyArray_DATA(y),
+                             <float*>cnp.PyArray_DATA(mean), <float*>cnp.PyArray_DATA(rstd),
+                             <float*>cnp.PyArray_DATA(var), N, C, S, eps)
     else:
         with nogil:
-            _bn_fwd(<const double*>cnp.PyArray_DATA(x), <const double*>wp, <const double*>bp,
-                    <double*>cnp.PyArray_DATA(y), <double*>cnp.PyArray_DATA(mean),
-                    <double*>cnp.PyArray_DATA(rstd), <double*>cnp.PyArray_DATA(var), N, C, S,
-                    eps)
+            ferro_bn_fwd_f64(<const double*>cnp.PyArray_DATA(x), <const double*>wp,
+                             <const double*>bp, <double*>cnp.PyArray_DATA(y),
+                             <double*>cnp.PyArray_DATA(mean), <double*>cnp.PyArray_DATA(rstd),
+                             <double*>cnp.PyArray_DATA(var), N, C, S, eps)
     return y, mean, rstd, var
 
 
@@ -552,18 +337,18 @@ def batch_norm_bwd(object gy, object x_, object weight, object mean, object rstd
         raise ShapeError(f"batch_norm_bwd: no values per channel in x of shape {x_.shape}")
     if t == cnp.NPY_FLOAT32:
         with nogil:
-            _bn_bwd(<const float*>cnp.PyArray_DATA(<cnp.ndarray>gy),
-                    <const float*>cnp.PyArray_DATA(x), <const float*>wp,
-                    <const float*>cnp.PyArray_DATA(<cnp.ndarray>mean),
-                    <const float*>cnp.PyArray_DATA(<cnp.ndarray>rstd),
-                    <float*>cnp.PyArray_DATA(gx), <double*>cnp.PyArray_DATA(gw),
-                    <double*>cnp.PyArray_DATA(gb), N, C, S)
+            ferro_bn_bwd_f32(<const float*>cnp.PyArray_DATA(<cnp.ndarray>gy),
+                             <const float*>cnp.PyArray_DATA(x), <const float*>wp,
+                             <const float*>cnp.PyArray_DATA(<cnp.ndarray>mean),
+                             <const float*>cnp.PyArray_DATA(<cnp.ndarray>rstd),
+                             <float*>cnp.PyArray_DATA(gx), <double*>cnp.PyArray_DATA(gw),
+                             <double*>cnp.PyArray_DATA(gb), N, C, S)
     else:
         with nogil:
-            _bn_bwd(<const double*>cnp.PyArray_DATA(<cnp.ndarray>gy),
-                    <const double*>cnp.PyArray_DATA(x), <const double*>wp,
-                    <const double*>cnp.PyArray_DATA(<cnp.ndarray>mean),
-                    <const double*>cnp.PyArray_DATA(<cnp.ndarray>rstd),
-                    <double*>cnp.PyArray_DATA(gx), <double*>cnp.PyArray_DATA(gw),
-                    <double*>cnp.PyArray_DATA(gb), N, C, S)
+            ferro_bn_bwd_f64(<const double*>cnp.PyArray_DATA(<cnp.ndarray>gy),
+                             <const double*>cnp.PyArray_DATA(x), <const double*>wp,
+                             <const double*>cnp.PyArray_DATA(<cnp.ndarray>mean),
+                             <const double*>cnp.PyArray_DATA(<cnp.ndarray>rstd),
+                             <double*>cnp.PyArray_DATA(gx), <double*>cnp.PyArray_DATA(gw),
+                             <double*>cnp.PyArray_DATA(gb), N, C, S)
     return gx, gw.astype(x_.dtype), gb.astype(x_.dtype)

@@ -71,18 +71,21 @@ def _stats_of(xr, axes, eps, centered=True):
 
 
 def _shaped(a, shape):
-    """``a``, a fresh array, as ``shape``: in place where it is C-contiguous, so that it keeps
-    owning its data (a reshape's view would make the engine copy a gradient: Note [Grad
-    ownership] in docs/design.md)."""
-    if a.shape != shape and a.flags.c_contiguous:
+    """``a``, a fresh array, as ``shape``: itself, or reshaped in place where it is C-contiguous,
+    so that it keeps owning its data (a reshape's view, even to the same shape, would make the
+    engine copy a gradient: Note [Grad ownership] in docs/design.md). Tensors (the double
+    backward) are reshaped."""
+    if tuple(a.shape) == shape:
+        return a
+    if not isinstance(a, TensorBase) and a.flags.c_contiguous:
         a.shape = shape
         return a
     return a.reshape(shape)
 
 
 def _param_grads(gy, xhat, need_w, need_b, sum_axes, shape):
-    gw = (gy * xhat).sum(axis=sum_axes).reshape(shape) if need_w else None
-    gb = gy.sum(axis=sum_axes).reshape(shape) if need_b else None
+    gw = _shaped((gy * xhat).sum(axis=sum_axes), shape) if need_w else None
+    gb = _shaped(gy.sum(axis=sum_axes), shape) if need_b else None
     return gw, gb
 
 
@@ -544,7 +547,7 @@ def _rms_norm_double(ctx, gy):
     m, d = ctx.rstd.shape[0], math.prod(ctx.shape)
     xhat, rstd = _stats_of(x.reshape(m, d), (1,), ctx.eps, centered=False)
     g = gy.reshape(m, d)
-    gw = (g * xhat).sum(axis=0).reshape(ctx.shape) if need_w else None
+    gw = _shaped((g * xhat).sum(axis=0), ctx.shape) if need_w else None
     gx = None
     if need_x:
         gw2 = g * weight.reshape(d) if weight is not None else g
@@ -578,7 +581,7 @@ class RMSNorm:
         m, d = ctx.rstd.shape[0], math.prod(ctx.shape)
         xhat = x.reshape(m, d) * ctx.rstd
         g = gy.reshape(m, d)
-        gw = (g * xhat).sum(axis=0).reshape(ctx.shape) if need_w else None
+        gw = _shaped((g * xhat).sum(axis=0), ctx.shape) if need_w else None
         gx = None
         if need_x:
             gw2 = g * weight.reshape(d) if weight is not None else g
@@ -756,8 +759,8 @@ def layer_norm_override(backend):
         )
         return (
             _shaped(gx, x.shape),
-            gw.reshape(ctx.shape) if need_w else None,
-            gb.reshape(ctx.shape) if need_b else None,
+            _shaped(gw, ctx.shape) if need_w else None,
+            _shaped(gb, ctx.shape) if need_b else None,
         )
 
     return forward, backward
@@ -790,7 +793,7 @@ def rms_norm_override(backend):
             return RMSNorm.backward(ctx, gy)
         m = x.size // d
         gx, gw = bwd(g.reshape(m, d), x.reshape(m, d), _flat(weight), ctx.rstd, need_w)
-        return _shaped(gx, x.shape), gw.reshape(ctx.shape) if need_w else None
+        return _shaped(gx, x.shape), _shaped(gw, ctx.shape) if need_w else None
 
     return forward, backward
 

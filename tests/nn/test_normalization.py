@@ -489,6 +489,90 @@ def test_the_kernels_run_for_contiguous_float_input_and_match_the_generic_path()
             np.testing.assert_allclose(a, g, rtol=1e-4, atol=1e-5, err_msg=name)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(300, 700), (40, 2000), (3, 5000), (70, 16)])
+@pytest.mark.parametrize("affine", [False, True])
+def test_layer_and_rms_norm_kernels_match_the_generic_path_on_large_rows(dtype, shape, affine):
+    """Row blocks of 256 values with a tail, rows split across threads in up to 16 blocks whose
+    weight gradients are added in order, and the serial path, against the generic NumPy path."""
+    rng = np.random.default_rng(11)
+    arrays = [
+        rng.standard_normal(shape).astype(dtype) + 3,
+        rng.uniform(0.5, 1.5, shape[1:]).astype(dtype),
+        rng.standard_normal(shape[1:]).astype(dtype),
+        rng.standard_normal(shape).astype(dtype),
+    ]
+    tol = dict(rtol=2e-4, atol=2e-4) if dtype == np.float32 else dict(rtol=1e-10, atol=1e-10)
+    for name in ("layer_norm", "rms_norm"):
+        results = []
+        for on in (True, False):
+            x, w, b = (ferro.tensor(a, requires_grad=True) for a in arrays[:3])
+            w, b = (w, b) if affine else (None, None)
+            with overrides(on):
+                if name == "layer_norm":
+                    y = ferro.layer_norm(x, shape[1:], w, b)
+                else:
+                    y = ferro.rms_norm(x, shape[1:], w)
+                y.backward(ferro.tensor(arrays[3]))
+            assert y.grad_fn.fused_forward == on and y.grad_fn.fused_backward == on, name
+            grads = [t.grad.numpy() for t in (x, w, b) if t is not None and t.grad is not None]
+            results.append([y.detach().numpy(), *grads])
+        for a, g in zip(*results, strict=True):
+            np.testing.assert_allclose(a, g, **tol, err_msg=name)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape, groups", [((16, 8, 600), 4), ((40, 6, 300), 6), ((2, 6, 5), 3)])
+def test_group_norm_kernel_matches_the_generic_path(dtype, shape, groups):
+    """Rows of channels with their own weights; rows in blocks across threads (the large cases),
+    instance norm's one channel per group, and the serial path."""
+    rng = np.random.default_rng(13)
+    arrays = [
+        rng.standard_normal(shape).astype(dtype) + 1,
+        rng.uniform(0.5, 1.5, shape[1]).astype(dtype),
+        rng.standard_normal(shape[1]).astype(dtype),
+        rng.standard_normal(shape).astype(dtype),
+    ]
+    tol = dict(rtol=2e-4, atol=2e-4) if dtype == np.float32 else dict(rtol=1e-10, atol=1e-10)
+    results = []
+    for on in (True, False):
+        x, w, b = (ferro.tensor(a, requires_grad=True) for a in arrays[:3])
+        with overrides(on):
+            y = ferro.group_norm(x, groups, w, b)
+            y.backward(ferro.tensor(arrays[3]))
+        assert y.grad_fn.fused_forward == on and y.grad_fn.fused_backward == on
+        results.append([y.detach().numpy(), x.grad.numpy(), w.grad.numpy(), b.grad.numpy()])
+    for a, g in zip(*results, strict=True):
+        np.testing.assert_allclose(a, g, **tol)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(8, 16, 1000), (3, 5, 7)])
+@pytest.mark.parametrize("affine", [False, True])
+def test_batch_norm_kernel_matches_the_generic_path(dtype, shape, affine):
+    """Channels split across threads (the large case) and the serial path."""
+    rng = np.random.default_rng(12)
+    arrays = [
+        rng.standard_normal(shape).astype(dtype) - 2,
+        rng.uniform(0.5, 1.5, shape[1]).astype(dtype),
+        rng.standard_normal(shape[1]).astype(dtype),
+        rng.standard_normal(shape).astype(dtype),
+    ]
+    tol = dict(rtol=2e-4, atol=2e-4) if dtype == np.float32 else dict(rtol=1e-10, atol=1e-10)
+    results = []
+    for on in (True, False):
+        x, w, b = (ferro.tensor(a, requires_grad=True) for a in arrays[:3])
+        w, b = (w, b) if affine else (None, None)
+        with overrides(on):
+            y = ferro.batch_norm(x, None, None, w, b, training=True)
+            y.backward(ferro.tensor(arrays[3]))
+        assert y.grad_fn.fused_forward == on and y.grad_fn.fused_backward == on
+        grads = [t.grad.numpy() for t in (x, w, b) if t is not None]
+        results.append([y.detach().numpy(), *grads])
+    for a, g in zip(*results, strict=True):
+        np.testing.assert_allclose(a, g, **tol)
+
+
 @pytest.mark.parametrize(
     "call, error",
     [

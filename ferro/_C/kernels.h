@@ -89,7 +89,7 @@ FERRO_GRAD_LOOPS(ferro_relu_bwd, FERRO_PARALLEL_MIN,
 FERRO_GRAD_LOOPS(ferro_leaky_relu_bwd, FERRO_PARALLEL_MIN,
                  ferro_leaky_relu_grad_f32(g, vp[i], a), ferro_leaky_relu_grad_f64(g, vp[i], a))
 FERRO_GRAD_LOOP(ferro_gelu_bwd_f64, double, FERRO_PARALLEL_MIN_COMPUTE,
-                ferro_gelu_grad_f64(g, vp[i]))
+                ferro_gelu_grad_f64(g, vp[i]), )
 FERRO_GRAD_LOOPS(ferro_silu_bwd, FERRO_PARALLEL_MIN,
                  ferro_silu_grad_f32(g, vp[i], wp[i]), ferro_silu_grad_f64(g, vp[i], wp[i]))
 

@@ -7,7 +7,7 @@ call per op. Everything process-wide lives in one :class:`Flags` object that the
 modules hold a typed reference to, so reading a flag on the hot path is a struct field read.
 """
 
-from cpython.contextvars cimport PyContextVar_Get
+from cpython.contextvars cimport PyContextVar_Get, PyContextVar_Reset, PyContextVar_Set
 from cpython.long cimport PyLong_AsLong
 from cpython.object cimport PyObject
 from cpython.ref cimport Py_XDECREF
@@ -121,7 +121,7 @@ cdef class ModeGuard:
         return MODE_NO_GRAD if self._kind == GUARD_NO_GRAD else MODE_GRAD
 
     cdef int _push(self) except -1:
-        self._tokens.append((PyThread_get_thread_ident(), _MODE.set(self._target())))
+        self._tokens.append((PyThread_get_thread_ident(), PyContextVar_Set(_MODE, self._target())))
         return 0
 
     cdef int _pop(self) except -1:
@@ -131,7 +131,7 @@ cdef class ModeGuard:
             entry = self._tokens[i]
             if <unsigned long>entry[0] == me:
                 del self._tokens[i]
-                _MODE.reset(entry[1])
+                PyContextVar_Reset(_MODE, entry[1])
                 return 1
         return 0
 
@@ -139,7 +139,7 @@ cdef class ModeGuard:
         self._push()
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, exc_type, exc, tb):
         self._pop()
 
 

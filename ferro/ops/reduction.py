@@ -42,7 +42,7 @@ def normalize_axes(axis, ndim: int, op: str) -> tuple | None:
 def _expand_back(xp, gy, shape, axes, keepdims):
     # The gradient of a reduction: put the reduced axes back, then broadcast to the input shape.
     if not keepdims and axes is not None and gy.ndim != len(shape):
-        gy = xp.expand_dims(gy, axes)
+        gy = _unsqueeze(gy, len(shape), axes)
     if isinstance(gy, np.generic):
         gy = np.asarray(gy)  # mean's gy * scale of a 0-d gy
     if type(gy) is np.ndarray and gy.size and gy.flags.c_contiguous:
@@ -77,8 +77,21 @@ def _count(shape, axes) -> int:
 def _expand(xp, g, ndim, axes, keepdims):
     # Reinsert reduced axes (as size 1) so g broadcasts against the input.
     if not keepdims and axes is not None and g.ndim != ndim:
-        g = xp.expand_dims(g, axes)
+        g = _unsqueeze(g, ndim, axes)
     return g
+
+
+def _unsqueeze(g, ndim, axes):
+    # xp.expand_dims(g, axes) as one reshape (a view: inserting size-1 dims never copies);
+    # expand_dims's Python layers cost several small ops, in every reduction's backward.
+    shape, k = [], 0
+    for d in range(ndim):
+        if d in axes:
+            shape.append(1)
+        else:
+            shape.append(g.shape[k])
+            k += 1
+    return g.reshape(shape)
 
 
 def _reduced_shape(shape, axes):

@@ -177,6 +177,20 @@ cdef extern from *:
         return prev;
     }
 
+    /* A fork while another thread held the lock would leave the child's copy locked forever;
+       the child starts with a fresh one (the blocks it inherited stay valid in its copy). */
+    static void ferro_after_fork_child(void) {
+        pthread_mutex_init(&ferro_cache.lock, NULL);
+    }
+
+    static int ferro_atfork_registered = 0;
+
+    static int ferro_register_atfork(void) {
+        if (!ferro_atfork_registered && pthread_atfork(NULL, NULL, ferro_after_fork_child) == 0)
+            ferro_atfork_registered = 1;
+        return 0;
+    }
+
     static PyDataMem_Handler ferro_handler = {
         "ferro_caching_allocator", 1,
         {NULL, ferro_malloc, ferro_calloc, ferro_realloc, ferro_free}
@@ -193,6 +207,7 @@ cdef extern from *:
     size_t ferro_empty_cache() nogil
     size_t ferro_set_limit(size_t limit) nogil
     int ferro_set_small(object capsule) except -1
+    int ferro_register_atfork()
     ctypedef struct PyDataMem_Handler:
         char* name
     PyDataMem_Handler ferro_handler
@@ -222,6 +237,7 @@ def install():
     if _name_of(current) != "default_allocator":
         return current  # installed already, or the program installed its own: keep it
     ferro_set_small(current)
+    ferro_register_atfork()
     return PyDataMem_SetHandler(PyCapsule_New(&ferro_handler, "mem_handler", NULL))
 
 

@@ -94,3 +94,18 @@ def test_threads_allocating_and_freeing_at_once_get_right_values(cache):
     for t in threads:
         t.join()
     assert not errors
+
+
+def test_a_forked_child_allocates_while_the_parent_keeps_working(cache):
+    import multiprocessing as mp
+
+    a = np.ones(N, np.float32)
+    del a  # a cached block in the parent, inherited by the child
+    ctx = mp.get_context("fork")
+    with ctx.Pool(1) as pool:
+        assert pool.apply(_child_sum) == float(N)
+    assert np.ones(N, np.float32).sum() == N
+
+
+def _child_sum():
+    return float(np.ones(N, np.float32).sum())

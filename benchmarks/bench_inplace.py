@@ -3,10 +3,12 @@ hand-written update loop, and the bandwidth of ``(a*b + c).sum()`` forward+backw
 
     python benchmarks/bench_inplace.py [--sizes 1000 100000 10000000] [--repeats 15]
 
-1. ``t.sub_(g)`` and ``t.mul_(s)`` on float32 tensors of each size, bare and inside a
-   ``with no_grad():`` block of their own, against NumPy's in-place ufuncs
-   (``np.subtract(a, g, out=a)``) and PyTorch's in-place ops (goal: within 1.15x of NumPy at 100K
-   and 10M elements, 2.5x at 1K, block included).
+1. ``t.sub_(g)`` and ``t.mul_(s)`` on float32 tensors of each size (each timed call runs the
+   op 100,000 / n times, at least once), bare and inside a ``with no_grad():`` block of their
+   own, against NumPy's in-place ufuncs (``np.subtract(a, g, out=a)``) and PyTorch's in-place
+   ops (goal: within 1.15x of NumPy at 100K and 10M elements, 2.5x at 1K, block included). At
+   10M the time of one array depends on whether the kernel backed it with huge pages (2.5-10 ms
+   for the same subtract on this machine): compare several runs.
 2. One step of the MLP 784-512-512-10 (batch 64) of ``bench_mlp``: the hand-written update loop
    (``with no_grad(): for p in params: p.sub_(lr * p.grad)``) and ferro's ``optim.SGD``, against
    the hand-written NumPy step and PyTorch's (goal: <= 1.0x PyTorch, <= 1.15x NumPy).
@@ -31,7 +33,19 @@ from benchmarks import bench_mlp  # noqa: E402
 from benchmarks.common import emit, header, measure, optional_torch, table  # noqa: E402
 
 
-def inplace_cases(ferro, torch, n: int) -> dict:
+def batched(fn, reps: int):
+    """``fn`` run ``reps`` times per call: one timed call of a 1K-element op is mostly timer."""
+    if reps == 1:
+        return fn
+
+    def run():
+        for _ in range(reps):
+            fn()
+
+    return run
+
+
+def inplace_cases(ferro, torch, n: int, reps: int) -> dict:
     rng = np.random.default_rng(0)
     a = rng.uniform(-1, 1, n).astype(np.float32)
     g = rng.uniform(-1e-3, 1e-3, n).astype(np.float32)
@@ -64,7 +78,7 @@ def inplace_cases(ferro, torch, n: int) -> dict:
         cases["torch_sub"] = lambda: tt.sub_(ttg)
         cases["torch_sub_block"] = torch_sub_block
         cases["torch_mul"] = lambda: tt.mul_(1.0)
-    return cases
+    return {k: batched(fn, reps) for k, fn in cases.items()}
 
 
 def copy_bandwidth_case(n: int):
@@ -101,7 +115,9 @@ def main(argv=None) -> list[dict]:
     # 1. In-place updates.
     rows = []
     for n in args.sizes:
-        med = measure(inplace_cases(ferro, torch, n), args.repeats * (5 if n < 10**6 else 1))
+        reps = max(1, 100_000 // n)
+        med = measure(inplace_cases(ferro, torch, n, reps), args.repeats * (5 if n < 10**6 else 1))
+        med = {k: v / reps for k, v in med.items()}
         for op in ("sub", "mul"):
             f, b, ref = med[f"ferro_{op}"], med[f"ferro_{op}_block"], med[f"numpy_{op}"]
             t = med.get(f"torch_{op}")

@@ -32,6 +32,7 @@ MODULES = [
     "state",
     "graph",
     "accumulate",
+    "allocator",
     "engine",
     "cpu_kernels",
     "conv_kernels",

@@ -91,6 +91,26 @@ def make_ferro_step(ferro, params_np, x_np, y_np):
     return step, params
 
 
+def make_ferro_sgd_step(ferro, params_np, x_np, y_np):
+    """The same step with ferro's fused ``optim.SGD`` instead of the hand-written update loop."""
+    params = [ferro.from_numpy(p.copy()).requires_grad_() for p in params_np]
+    x = ferro.from_numpy(x_np)
+    y = ferro.from_numpy(y_np)
+    opt = ferro.optim.SGD(params, lr=LR)
+
+    def step():
+        w1, b1, w2, b2, w3, b3 = params
+        h = ferro.relu(ferro.linear(x, w1, b1))
+        h = ferro.relu(ferro.linear(h, w2, b2))
+        loss = ferro.cross_entropy(ferro.linear(h, w3, b3), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss
+
+    return step, params
+
+
 def make_torch_step(torch, params_np, x_np, y_np):
     params = [torch.from_numpy(p.copy()).requires_grad_() for p in params_np]
     x = torch.from_numpy(x_np)

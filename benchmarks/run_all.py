@@ -30,6 +30,10 @@ PLAN = {
         [["--batch", str(b), "--repeats", "40"] for b in (16, 64, 256)],
         [["--batch", str(b), "--repeats", "8"] for b in (16, 64)],
     ),
+    "bench_inplace": (
+        ["--repeats", "15"],
+        ["--repeats", "3", "--sizes", "1000", "100000", "--n", "1000000"],
+    ),
     "bench_train": (["--repeats", "7"], ["--repeats", "3", "--params", "2000000"]),
     "bench_ops": (["--repeats", "7"], ["--repeats", "3", "--n", "1000000", "--classes", "100"]),
     "bench_parallel": (["--repeats", "30"], ["--repeats", "6"]),

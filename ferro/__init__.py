@@ -11,6 +11,8 @@ Example:
     tensor([2., 4., 6.])
 """
 
+import os as _os
+
 from ferro import (  # noqa: F401  (submodules)
     _C,  # noqa: F401  (raises a friendly error when the core is not built)
     accelerator,
@@ -28,6 +30,7 @@ from ferro import (  # noqa: F401  (submodules)
     utils,
     viz,
 )
+from ferro._C import allocator as _allocator
 from ferro._C import conv_kernels as _conv_kernels
 from ferro._C import cpu_kernels as _cpu_kernels
 from ferro._C import engine as _engine
@@ -145,6 +148,10 @@ _engine.set_gpu_backend(
     _cuda_kernels.owns, _cuda_kernels.accepts, _cuda_kernels.accumulate, _cuda_kernels.sum_to_shape
 )
 backend.register_dropout_mask(_cuda_kernels.dropout_mask)
+# Note [Caching allocator] (ferro/_C/allocator.pyx): large NumPy buffers are reused, not
+# page-faulted in again; FERRO_CACHING_ALLOCATOR=0 keeps NumPy's own allocator.
+if _os.environ.get("FERRO_CACHING_ALLOCATOR", "1") != "0":
+    _allocator.install()
 
 __version__ = "0.1.0"
 

@@ -221,14 +221,8 @@ class Tensor(TensorBase):
     __imul__ = _ip.mul_
     __itruediv__ = _ip.div_
 
-    def add_(self, other, *, alpha=1):
-        """``self += alpha * other`` in place; returns ``self`` (PyTorch's ``alpha=``)."""
-        return _ip.add_(self, other, alpha=alpha)
-
-    def sub_(self, other, *, alpha=1):
-        """``self -= alpha * other`` in place; returns ``self`` (PyTorch's ``alpha=``)."""
-        return _ip.sub_(self, other, alpha=alpha)
-
+    add_ = _ip.add_  # (self, other, *, alpha=1): PyTorch's alpha=
+    sub_ = _ip.sub_
     mul_ = _ip.mul_
     div_ = _ip.div_
     clamp_ = _ip.clamp_

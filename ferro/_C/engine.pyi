@@ -6,6 +6,7 @@ from ferro._C.accumulate import sum_to_shape_generic as sum_to_shape_generic
 from ferro._C.graph import OpDef
 from ferro._C.graph import RemovableHandle as RemovableHandle
 from ferro._C.graph import bump_version as bump_version
+from ferro._C.graph import inplace_direct as inplace_direct
 from ferro._C.graph import register_node_hook as register_node_hook
 from ferro._C.graph import register_node_prehook as register_node_prehook
 from ferro._C.graph import (
@@ -14,6 +15,8 @@ from ferro._C.graph import (
 from ferro._C.graph import register_tensor_hook as register_tensor_hook
 from ferro._C.graph import retain_grad as retain_grad
 from ferro._C.graph import retains_grad as retains_grad
+from ferro._C.state import GUARD_KINDS as GUARD_KINDS
+from ferro._C.state import ModeGuard as ModeGuard
 from ferro._C.state import _get_mode as _get_mode
 from ferro._C.state import _pop_saved_hooks as _pop_saved_hooks
 from ferro._C.state import _pop_threads as _pop_threads

@@ -80,6 +80,7 @@ from ferro._C.accumulate import (
 from ferro._C.graph import (
     RemovableHandle,
     bump_version,
+    inplace_direct,
     register_node_hook,
     register_node_prehook,
     register_post_accumulate_grad_hook,
@@ -88,6 +89,8 @@ from ferro._C.graph import (
     retains_grad,
 )
 from ferro._C.state import (
+    GUARD_KINDS,
+    ModeGuard,
     _get_mode,
     _pop_threads,
     _push_threads,
@@ -131,12 +134,15 @@ __all__ = [
     "sum_to_shape_generic",
     "RemovableHandle",
     "bump_version",
+    "inplace_direct",
     "register_node_hook",
     "register_node_prehook",
     "register_post_accumulate_grad_hook",
     "register_tensor_hook",
     "retain_grad",
     "retains_grad",
+    "GUARD_KINDS",
+    "ModeGuard",
     "_get_mode",
     "_pop_threads",
     "_push_threads",

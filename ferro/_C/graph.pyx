@@ -9,7 +9,7 @@ creates nodes, links their edges and walks them. The array helpers every core mo
 
 cimport numpy as cnp
 
-from ferro._C.state cimport Flags, flags, saved_hooks
+from ferro._C.state cimport MODE_GRAD, Flags, flags, grad_mode, saved_hooks
 from ferro._C.tensor cimport TensorBase, VersionCounter, new_tensor, version_counter
 
 import weakref
@@ -199,6 +199,24 @@ cdef UnrecordedCtx unrecorded_ctx(object xp, Py_ssize_t n):
     return <UnrecordedCtx>c
 
 
+# needs_input_grad is read in most ops' forward and backward: for up to 4 inputs its tuple is one
+# of these, by bitmask of the inputs with an edge (a generator-built tuple was 0.17 us a read).
+cdef list _NEEDS = [[tuple([bool(m >> i & 1) for i in range(n)]) for m in range(1 << n)]
+                    for n in range(5)]
+
+
+cdef tuple _needs(tuple nexts):
+    if nexts is None:
+        return ()
+    cdef Py_ssize_t n = len(nexts), i, mask = 0
+    if n > 4:
+        return tuple([t is not None for t in nexts])
+    for i in range(n):
+        if nexts[i] is not None:
+            mask |= 1 << i
+    return <tuple>(<list>_NEEDS[n])[mask]
+
+
 cdef class Node:
     """One recorded op application: the ``ctx`` its forward and backward receive.
 
@@ -313,7 +331,7 @@ cdef class Node:
     @property
     def needs_input_grad(self):
         """Per positional input of forward: does a gradient need to flow to it?"""
-        return tuple(t is not None for t in self._next)
+        return _needs(self._next)
 
     def name(self):
         """``<Op>Backward``, as PyTorch names its nodes."""
@@ -473,6 +491,78 @@ def bump_version(TensorBase t):
     """Record an in-place modification of ``t``'s data (shared with its views)."""
     cdef VersionCounter vc = version_counter(t)
     vc.value += 1
+
+
+# The ufuncs of the direct in-place ops, by op code (ferro.ops.inplace passes the code).
+cdef tuple _INPLACE_UFUNCS = ("add", "subtract", "multiply", "true_divide")
+cdef tuple _NP_INPLACE = tuple(getattr(np, name) for name in _INPLACE_UFUNCS)
+
+
+def inplace_direct(TensorBase t, object other, int op, object alpha=1):
+    """``t = ufunc(t, alpha * other)`` straight into ``t``'s memory when nothing is recorded
+    (Note [In-place ops] in ferro.ops.inplace): ufunc is add, subtract, multiply or true_divide
+    for ``op`` 0-3. Returns ``t``, or None where the recorded path must run: grad mode records
+    (``t`` or ``other`` requires grad), ``t``'s memory is read-only, or ``other`` is anything
+    but a Python number (``t`` of a floating dtype) or a tensor of ``t``'s array type and dtype
+    whose shape broadcasts to ``t``'s (the recorded path then promotes, moves or refuses it).
+    Compiled because at 1K elements the checks cost more than NumPy's ufunc call."""
+    cdef object data = t._data
+    cdef object o
+    cdef TensorBase ot
+    cdef bint nd = type(data) is cnp.ndarray
+    cdef Py_ssize_t i, k, n_o, n_d
+    if op < 0 or op > 3:
+        raise ArgumentError(f"inplace_direct: invalid op code {op}; expected 0-3")
+    if t._requires_grad and grad_mode() == MODE_GRAD:
+        return None
+    if nd and not cnp.PyArray_ISWRITEABLE(<cnp.ndarray>data):
+        return None  # the recorded path raises ReadOnlyError
+    if isinstance(other, TensorBase):
+        ot = <TensorBase>other
+        if ot._requires_grad and grad_mode() == MODE_GRAD:
+            return None
+        o = ot._data
+        if type(o) is not type(data):
+            return None
+        if nd:
+            if not cnp.PyArray_EquivArrTypes(<cnp.ndarray>o, <cnp.ndarray>data):
+                return None
+            n_o = cnp.PyArray_NDIM(<cnp.ndarray>o)
+            n_d = cnp.PyArray_NDIM(<cnp.ndarray>data)
+            if n_o > n_d:
+                return None
+            for i in range(1, n_o + 1):
+                k = cnp.PyArray_DIMS(<cnp.ndarray>o)[n_o - i]
+                if k != 1 and k != cnp.PyArray_DIMS(<cnp.ndarray>data)[n_d - i]:
+                    return None
+        elif o.dtype != data.dtype or not _broadcasts_to(o.shape, data.shape):
+            return None
+    elif type(other) is float or type(other) is int:
+        if not (cnp.PyArray_ISFLOAT(<cnp.ndarray>data) if nd else data.dtype.kind == "f"):
+            return None
+        o = other
+    else:
+        return None
+    if not (type(alpha) is int and <object>alpha == 1):
+        if type(alpha) is not int and type(alpha) is not float:
+            return None
+        o = o * alpha
+    if nd:
+        (<object>_NP_INPLACE[op])(data, o, data)
+    else:
+        getattr(_xp_of(data), _INPLACE_UFUNCS[op])(data, o, out=data)
+    cdef VersionCounter vc = version_counter(t)
+    vc.value += 1
+    return t
+
+
+cdef bint _broadcasts_to(tuple small, tuple big):
+    if len(small) > len(big):
+        return False
+    for n, m in zip(reversed(small), reversed(big)):
+        if n != m and n != 1:
+            return False
+    return True
 
 
 # ---------------------------------------------------------------------------------------------

@@ -8,6 +8,12 @@ cdef enum:
     MODE_GRAD = 1
     MODE_INFERENCE = 2
 
+cdef enum:
+    GUARD_NO_GRAD = 0
+    GUARD_ENABLE_GRAD = 1
+    GUARD_FIXED = 2
+    GUARD_KEEP = 3
+
 
 cdef class Flags:
     cdef bint anomaly              # anomaly detection: record creation sites
@@ -20,6 +26,15 @@ cdef class Flags:
     cdef Py_ssize_t n_outofplace_adds
     cdef Py_ssize_t n_steals
     cdef Py_ssize_t n_grad_copies
+
+
+cdef class ModeGuard:
+    cdef int _kind                 # one of the GUARD_ kinds above
+    cdef long _fixed               # the mode a GUARD_FIXED guard sets
+    cdef list _tokens              # (thread ident, ContextVar token) per open entry
+    cdef long _target(self) except -1
+    cdef int _push(self) except -1
+    cdef int _pop(self) except -1
 
 
 cdef Flags flags()

@@ -7,7 +7,7 @@ call per op. Everything process-wide lives in one :class:`Flags` object that the
 modules hold a typed reference to, so reading a flag on the hot path is a struct field read.
 """
 
-from cpython.contextvars cimport PyContextVar_Get
+from cpython.contextvars cimport PyContextVar_Get, PyContextVar_Reset, PyContextVar_Set
 from cpython.long cimport PyLong_AsLong
 from cpython.object cimport PyObject
 from cpython.ref cimport Py_XDECREF
@@ -67,6 +67,80 @@ def _reset_mode(token):
 
 def _get_mode():
     return grad_mode()
+
+
+cdef extern from "pythread.h":
+    unsigned long PyThread_get_thread_ident()
+
+
+# What a ModeGuard sets on entry (its subclass's ``_guard_kind``): no_grad and enable_grad keep
+# inference mode if it is on; a fixed guard sets the mode given to ``_set_fixed``; a keep guard
+# (``inference_mode(False)``) sets the mode that was current on entry.
+GUARD_KINDS = {"no_grad": GUARD_NO_GRAD, "enable_grad": GUARD_ENABLE_GRAD,
+               "fixed": GUARD_FIXED, "keep": GUARD_KEEP}
+
+
+cdef class ModeGuard:
+    """Compiled base of ferro's grad-mode context managers (``ferro.autograd.grad_mode``).
+
+    ``with`` sets the mode and restores the previous one on exit, at the cost of a ContextVar
+    set and reset: ``with no_grad():`` around one small in-place update is common enough in
+    training loops that a Python-level enter/exit (thread-local token stacks) was most of its
+    cost. The tokens are kept as (thread, token) pairs in entry order, so one instance entered
+    in several threads at once, or re-entered, pops each thread's own innermost token."""
+
+    def __cinit__(self, *args, **kwargs):
+        self._kind = getattr(type(self), "_guard_kind", GUARD_NO_GRAD)
+        self._fixed = MODE_GRAD
+        self._tokens = []
+
+    def _set_kind(self, int kind, long mode=MODE_GRAD):
+        """Make this guard a ``kind`` one (GUARD_KINDS); a fixed one sets ``mode`` (0 no_grad,
+        1 grad, 2 inference) on every entry."""
+        modes = (MODE_NO_GRAD, MODE_GRAD, MODE_INFERENCE)
+        if kind not in GUARD_KINDS.values() or mode not in modes:
+            raise ArgumentError(f"grad mode: invalid guard kind {kind} or mode {mode}")
+        self._kind = kind
+        self._fixed = mode
+
+    def _push_now(self):
+        """Enter now (``set_grad_enabled(False)`` switches when called, not on ``with``)."""
+        self._push()
+
+    def _pop_now(self):
+        """Undo the innermost entry of this thread; False if there was none."""
+        return bool(self._pop())
+
+    cdef long _target(self) except -1:
+        cdef long cur
+        if self._kind == GUARD_FIXED:
+            return self._fixed
+        cur = grad_mode()
+        if cur == MODE_INFERENCE or self._kind == GUARD_KEEP:
+            return cur
+        return MODE_NO_GRAD if self._kind == GUARD_NO_GRAD else MODE_GRAD
+
+    cdef int _push(self) except -1:
+        self._tokens.append((PyThread_get_thread_ident(), PyContextVar_Set(_MODE, self._target())))
+        return 0
+
+    cdef int _pop(self) except -1:
+        cdef unsigned long me = PyThread_get_thread_ident()
+        cdef Py_ssize_t i
+        for i in range(len(self._tokens) - 1, -1, -1):
+            entry = self._tokens[i]
+            if <unsigned long>entry[0] == me:
+                del self._tokens[i]
+                PyContextVar_Reset(_MODE, entry[1])
+                return 1
+        return 0
+
+    def __enter__(self):
+        self._push()
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        self._pop()
 
 
 # Saved-tensor hooks: the innermost (pack, unpack) pair of this context. The counter of open hook

@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import functools
 import inspect
-import threading
 
 from ferro._C.engine import (
-    _get_mode,
-    _reset_mode,
-    _set_mode,
+    GUARD_KINDS,
+    ModeGuard,
     is_grad_enabled,
     is_inference_mode_enabled,
 )
@@ -24,32 +22,20 @@ from ferro._C.engine import (
 _NO_GRAD, _GRAD, _INFERENCE = 0, 1, 2
 
 
-class _ModeContext:
-    """Base: enter sets ``self._mode()``, exit restores what was there before."""
+class _ModeContext(ModeGuard):
+    """Base: enter sets the guard's mode, exit restores what was there before. Enter and exit
+    are compiled (:class:`ferro._C.state.ModeGuard`): a ``with no_grad():`` block costs about
+    as much as one small op, not several."""
+
+    __slots__ = ()
+    _guard_kind = GUARD_KINDS["no_grad"]
 
     def __new__(cls, *args, **kwargs):
         # ``@no_grad`` without parentheses: the class receives the function itself.
-        if cls is not set_grad_enabled and len(args) == 1 and callable(args[0]) and not kwargs:
-            return cls()(args[0])
-        return super().__new__(cls)
-
-    def __init__(self) -> None:
-        # One stack of tokens per thread: an instance shared between threads (a module-level
-        # ``ng = no_grad()`` entered in two threads at once) must not pop another thread's token.
-        self._local = threading.local()
-
-    def _mode(self) -> int:
-        raise NotImplementedError
-
-    def _tokens(self) -> list:
-        return self._local.__dict__.setdefault("tokens", [])
-
-    def __enter__(self):
-        self._tokens().append(_set_mode(self._mode()))
-        return self
-
-    def __exit__(self, *exc) -> None:
-        _reset_mode(self._tokens().pop())
+        if args and cls is not set_grad_enabled and len(args) == 1 and callable(args[0]):
+            if not kwargs:
+                return cls()(args[0])
+        return ModeGuard.__new__(cls)
 
     def _clone(self):
         return type(self)()
@@ -143,15 +129,15 @@ class no_grad(_ModeContext):
         ...     y = x * 2          # y.requires_grad is False
     """
 
-    def _mode(self) -> int:
-        return _INFERENCE if _get_mode() == _INFERENCE else _NO_GRAD
+    __slots__ = ()
+    _guard_kind = GUARD_KINDS["no_grad"]
 
 
 class enable_grad(_ModeContext):
     """Turn recording back on inside a ``no_grad`` block (no effect under inference_mode)."""
 
-    def _mode(self) -> int:
-        return _INFERENCE if _get_mode() == _INFERENCE else _GRAD
+    __slots__ = ()
+    _guard_kind = GUARD_KINDS["enable_grad"]
 
 
 class set_grad_enabled(_ModeContext):
@@ -162,35 +148,31 @@ class set_grad_enabled(_ModeContext):
         ...     y = x * 2
     """
 
-    def __init__(self, mode: bool) -> None:
-        super().__init__()
-        self.mode = bool(mode)
-        self._tokens().append(_set_mode(self._mode()))
+    __slots__ = ("mode",)
 
-    def _mode(self) -> int:
-        return _GRAD if self.mode else _NO_GRAD
+    def __init__(self, mode: bool) -> None:
+        self.mode = bool(mode)
+        self._set_kind(GUARD_KINDS["fixed"], _GRAD if self.mode else _NO_GRAD)
+        self._push_now()
 
     def __enter__(self):
         return self
 
     def _clone(self):
-        return _Scoped(self._mode())
+        return _Scoped(_GRAD if self.mode else _NO_GRAD)
 
     def __call__(self, func):
         # Used as a decorator: undo the switch made at construction; apply it per call instead.
-        tokens = self._tokens()
-        if tokens:
-            _reset_mode(tokens.pop())
+        self._pop_now()
         return super().__call__(func)
 
 
 class _Scoped(_ModeContext):
-    def __init__(self, mode: int = _GRAD) -> None:
-        super().__init__()
-        self._m = mode
+    __slots__ = ("_m",)
 
-    def _mode(self) -> int:
-        return self._m
+    def __init__(self, mode: int = _GRAD) -> None:
+        self._m = mode
+        self._set_kind(GUARD_KINDS["fixed"], mode)
 
     def _clone(self):
         return _Scoped(self._m)
@@ -200,12 +182,14 @@ class inference_mode(_ModeContext):
     """Like ``no_grad``, and tensors created inside are marked as inference tensors, which may not
     take part in a recorded op later (clone them first). ``inference_mode(False)`` is a no-op."""
 
-    def __init__(self, mode: bool = True) -> None:
-        super().__init__()
-        self.mode = bool(mode)
+    __slots__ = ("mode",)
 
-    def _mode(self) -> int:
-        return _INFERENCE if self.mode else _get_mode()
+    def __init__(self, mode: bool = True) -> None:
+        self.mode = bool(mode)
+        if self.mode:
+            self._set_kind(GUARD_KINDS["fixed"], _INFERENCE)
+        else:
+            self._set_kind(GUARD_KINDS["keep"])
 
     def _clone(self):
         return inference_mode(self.mode)

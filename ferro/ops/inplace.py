@@ -6,7 +6,9 @@ indexed writes (``x[idx] = v``, ``index_put_``, ``index_add_``, ``masked_fill_``
 Note [In-place ops]. With nothing to record (grad mode off, or neither the tensor nor the
 value requires grad), ``add_``, ``sub_``, ``mul_``, ``div_``, ``clamp_`` and ``fill_`` run
 the ufunc straight into the tensor's memory (``np.subtract(t, g, out=t)``) and bump the version
-counter: no temporary, no copy, no node. Otherwise each computes the out-of-place result with
+counter: no temporary, no copy, no node. For the four arithmetic ones the checks and the call are
+compiled (:func:`ferro._C.graph.inplace_direct`): at 1K elements Python-level checks cost more
+than the ufunc itself. Otherwise each computes the out-of-place result with
 the differentiable op, then :func:`ferro._C.engine.commit_inplace` writes it into the tensor's
 memory, bumps the version
 counter shared with its views, and moves the tensor's history to the new node. Backward then
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ferro._C.engine import bump_version, is_grad_enabled
+from ferro._C.engine import bump_version, inplace_direct, is_grad_enabled
 from ferro._C.engine import commit_inplace as _commit_inplace
 from ferro._C.tensor import TensorBase, wrap
 from ferro.backend import move, xp_of
@@ -48,73 +50,32 @@ def commit_inplace(t, out, op):
     return _commit_inplace(t, out, op)
 
 
-def _operand(t, other):
-    """The array or number an in-place op can apply to ``t``'s memory directly, or None where
-    the recorded path must run: grad mode records the op (``t`` or ``other`` requires grad), or
-    ``other`` is anything but a Python number or a tensor of ``t``'s array type and dtype whose
-    shape broadcasts to ``t``'s (the recorded path then promotes, moves or refuses it)."""
-    data = t._data
-    if type(data) is np.ndarray and not data.flags.writeable:
-        return None  # the recorded path raises ReadOnlyError
-    if isinstance(other, TensorBase):
-        if other.requires_grad and is_grad_enabled():
-            return None
-        o = other._data
-        if type(o) is not type(data) or o.dtype != data.dtype or o.ndim > data.ndim:
-            return None
-        for n, m in zip(reversed(o.shape), reversed(data.shape), strict=False):
-            if n != m and n != 1:
-                return None
-        return o
-    if type(other) in (int, float) and data.dtype.kind == "f":
-        return other
-    return None
-
-
-def _direct(t, other, ufunc, alpha=1):
-    """``t = ufunc(t, alpha * other)`` written into ``t``'s memory when nothing is recorded
-    (Note [In-place ops]); returns ``t``, or None where the recorded path must run."""
-    if t.requires_grad and is_grad_enabled():
-        return None
-    o = _operand(t, other)
-    if o is None:
-        return None
-    if alpha != 1:
-        if type(alpha) not in (int, float):
-            return None
-        o = o * alpha
-    data = t._data
-    ufunc(data, o, out=data)
-    bump_version(t)
-    return t
-
-
 def _alpha(other, alpha):
     return other if alpha == 1 else ew.mul(other, alpha)
 
 
 def add_(t, other, *, alpha=1):
     """``t += alpha * other`` in place; returns ``t``."""
-    done = _direct(t, other, xp_of(t._data).add, alpha)
+    done = inplace_direct(t, other, 0, alpha)
     return done if done is not None else _commit(t, ew.add(t, _alpha(other, alpha)), "add_")
 
 
 def sub_(t, other, *, alpha=1):
     """``t -= alpha * other`` in place; returns ``t``."""
-    done = _direct(t, other, xp_of(t._data).subtract, alpha)
+    done = inplace_direct(t, other, 1, alpha)
     return done if done is not None else _commit(t, ew.sub(t, _alpha(other, alpha)), "sub_")
 
 
 def mul_(t, other):
     """``t *= other`` in place; returns ``t``."""
-    done = _direct(t, other, xp_of(t._data).multiply)
+    done = inplace_direct(t, other, 2)
     return done if done is not None else _commit(t, ew.mul(t, other), "mul_")
 
 
 def div_(t, other):
     """``t /= other`` in place; returns ``t``."""
     if t._data.dtype.kind == "f":
-        done = _direct(t, other, xp_of(t._data).true_divide)
+        done = inplace_direct(t, other, 3)
         if done is not None:
             return done
     return _commit(t, ew.div(t, other), "div_")

@@ -244,3 +244,20 @@ def test_one_no_grad_instance_entered_in_two_threads_at_once():
     b.join()
     assert not errors
     assert modes == {"a": False, "b": False, "a after": True, "b after": True}
+
+
+def test_one_instance_reentered_restores_each_level():
+    ng, eg = ferro.no_grad(), ferro.enable_grad()
+    with ng:
+        with eg:
+            with ng:
+                assert not _records()
+            assert _records()
+        assert not _records()
+    assert _records()
+    inf = ferro.inference_mode()
+    with inf:
+        with ng:
+            assert ferro.is_inference_mode_enabled()
+        assert ferro.is_inference_mode_enabled()
+    assert _records() and not ferro.is_inference_mode_enabled()

@@ -95,3 +95,21 @@ def test_direct_inplace_leaves_errors_and_promotion_to_the_recorded_path():
     assert t.dtype == ferro.float32 and t.tolist() == [1.0, 2.0, 3.0]
     with pytest.raises(ferro.errors.ShapeError):
         ferro.zeros(3).add_(ferro.zeros(2, 3))
+
+
+def test_direct_inplace_alpha_broadcast_and_non_contiguous_match_numpy():
+    rng = np.random.default_rng(1)
+    base = rng.normal(size=(4, 6)).astype(np.float32)
+    col = rng.normal(size=(4, 1)).astype(np.float32)
+    t = ferro.from_numpy(base.copy())
+    view = t[:, ::2]  # non-contiguous: the ufunc writes through the strides
+    with ferro.no_grad():
+        view.add_(ferro.from_numpy(col), alpha=-0.5)
+        t.mul_(2)
+    want = base.copy()
+    want[:, ::2] += np.float32(-0.5) * col
+    want *= 2
+    np.testing.assert_array_equal(t.numpy(), want)
+    assert t._version == view._version == 2
+    with pytest.raises(ferro.errors.ArgumentError):
+        ferro._C.engine.inplace_direct(t, 1.0, 7)

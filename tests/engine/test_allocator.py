@@ -1,0 +1,111 @@
+"""Note [Caching allocator]: large NumPy buffers freed in the importing context are reused; the
+values NumPy hands out stay right (zeros are zero, copies are copies, resizes keep the data)."""
+
+import contextvars
+import threading
+
+import numpy as np
+import pytest
+
+import ferro  # noqa: F401  (installs the allocator unless FERRO_CACHING_ALLOCATOR=0)
+from ferro._C import allocator
+
+N = (allocator.THRESHOLD // 4) * 3  # float32 elements: a 3 MiB buffer, above the threshold
+
+
+@pytest.fixture
+def cache():
+    prev = allocator.set_cache_limit(1 << 30)
+    allocator.empty_cache()
+    yield allocator
+    allocator.set_cache_limit(prev)
+
+
+def _installed():
+    return np._core.multiarray.get_handler_name() == "ferro_caching_allocator"
+
+
+pytestmark = pytest.mark.skipif(not _installed(), reason="FERRO_CACHING_ALLOCATOR=0")
+
+
+def test_a_freed_large_buffer_is_reused_and_small_ones_are_not_cached(cache):
+    a = np.ones(N, np.float32)
+    addr = a.ctypes.data
+    del a
+    info = cache.cache_info()
+    assert info["blocks"] == 1 and info["bytes"] >= N * 4
+    b = np.empty(N, np.float32)
+    assert b.ctypes.data == addr and cache.cache_info()["hits"] == info["hits"] + 1
+    del b
+    small = np.ones(1000, np.float32)
+    del small
+    assert cache.cache_info()["blocks"] == 1
+    assert cache.empty_cache() >= N * 4 and cache.cache_info()["blocks"] == 0
+
+
+def test_zeros_from_a_dirty_cached_block_are_zero(cache):
+    a = np.full(N, 7.0, np.float32)
+    del a
+    z = np.zeros(N, np.float32)
+    assert cache.cache_info()["hits"] >= 1
+    assert not z.any()
+
+
+def test_a_much_smaller_request_does_not_take_a_large_block(cache):
+    a = np.ones(4 * N, np.float32)
+    del a
+    b = np.ones(N, np.float32)  # 4x smaller: a fresh block, the large one stays cached
+    assert cache.cache_info()["blocks"] == 1
+    del b
+
+
+def test_resize_keeps_the_data_and_limit_zero_caches_nothing(cache):
+    a = np.arange(N, dtype=np.float32)
+    a.resize(2 * N, refcheck=False)  # realloc of a block of ours
+    np.testing.assert_array_equal(a[:N], np.arange(N, dtype=np.float32))
+    assert not a[N:].any()
+    del a
+    cache.empty_cache()
+    cache.set_cache_limit(0)
+    b = np.ones(N, np.float32)
+    del b
+    assert cache.cache_info()["blocks"] == 0
+
+
+def test_threads_allocating_and_freeing_at_once_get_right_values(cache):
+    errors = []
+
+    def work(seed):
+        rng = np.random.default_rng(seed)
+        for _ in range(20):
+            v = rng.normal(size=N).astype(np.float32)
+            w = v * 2
+            if not np.array_equal(w / 2, v):
+                errors.append(seed)
+        if np._core.multiarray.get_handler_name() != "ferro_caching_allocator":
+            errors.append("handler")
+
+    # Each thread runs in a copy of this context, so it allocates through the handler too.
+    threads = [
+        threading.Thread(target=contextvars.copy_context().run, args=(work, s)) for s in range(4)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+
+
+def test_a_forked_child_allocates_while_the_parent_keeps_working(cache):
+    import multiprocessing as mp
+
+    a = np.ones(N, np.float32)
+    del a  # a cached block in the parent, inherited by the child
+    ctx = mp.get_context("fork")
+    with ctx.Pool(1) as pool:
+        assert pool.apply(_child_sum) == float(N)
+    assert np.ones(N, np.float32).sum() == N
+
+
+def _child_sum():
+    return float(np.ones(N, np.float32).sum())

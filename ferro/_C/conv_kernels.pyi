@@ -22,3 +22,17 @@ def depthwise2d_bwd(
     need_x: bool,
     need_w: bool,
 ) -> tuple[np.ndarray | None, np.ndarray | None]: ...
+def im2col(
+    x: np.ndarray,
+    stride: tuple[int, ...],
+    pads: tuple[tuple[int, int], ...],
+    dilation: tuple[int, ...],
+    col: np.ndarray,
+) -> np.ndarray: ...
+def col2im(
+    col: np.ndarray,
+    stride: tuple[int, ...],
+    pads: tuple[tuple[int, int], ...],
+    dilation: tuple[int, ...],
+    gx: np.ndarray,
+) -> np.ndarray: ...

@@ -1,12 +1,14 @@
 # cython: language_level=3
 """nogil CPU loops of the convolution family: the depthwise 2-d convolution, forward and
-backward, as direct loops over the kernel offsets.
+backward, as direct loops over the kernel offsets; and the GEMM path's column builders,
+``im2col``/``col2im`` for 1 to 3 spatial dims, which pad on the fly (no padded copy) and copy
+or add whole output rows.
 
 A depthwise convolution (one input channel per group) is a 1-row GEMM per channel on the
 im2col path, and NumPy's sum over kernel offsets (the generic path, ``ferro.ops.conv``) makes
 two passes over the output per offset; these loops make one pass per output row and keep
-everything in cache. They are reached only through the paired override of the ``conv`` op
-(``ferro.ops.fused._depthwise_conv``), which asks :func:`accepts`/:func:`accepts_grad` first;
+everything in cache. They are reached only through the paired overrides of the ``conv`` and
+``conv_transpose`` ops (``ferro.ops.fused._conv``), which ask :func:`accepts` first;
 each kernel still checks its arrays itself before touching memory (docs/design.md, "Kernel
 accept checks"), and raises a typed error naming what it refused.
 """
@@ -22,7 +24,7 @@ from ferro.errors import ArgumentError, ShapeError
 
 cnp.import_array()
 
-FUSED_KERNELS = frozenset({"depthwise2d_fwd", "depthwise2d_bwd"})
+FUSED_KERNELS = frozenset({"depthwise2d_fwd", "depthwise2d_bwd", "im2col", "col2im"})
 
 
 cdef inline bint _ok(object o, int typenum) noexcept:
@@ -289,3 +291,146 @@ def depthwise2d_bwd(object gy_, object x_, object w_, tuple stride, tuple pads, 
                        <double*>cnp.PyArray_DATA(gw), <double*>cnp.PyArray_DATA(acc), n, c, m,
                        h, wd, kh, kw, a6, a7, a0, a1, a2, a3, a4, a5)
     return (gx if need_x else None), (gw if need_w else None)
+
+
+# --- im2col / col2im of the GEMM path (1 to 3 spatial dims, as 3) ----------------------------
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+@cython.cdivision(True)
+cdef void _im2col(floating_t* img, floating_t* col, Py_ssize_t nb, Py_ssize_t c,
+                  const Py_ssize_t* size, const Py_ssize_t* k, const Py_ssize_t* out,
+                  const Py_ssize_t* st, const Py_ssize_t* lo, const Py_ssize_t* dl,
+                  bint add) noexcept nogil:
+    # The columns (C, k0, k1, k2, nb, o0, o1, o2) of img (nb, C, s0, s1, s2) zero-padded by lo
+    # before each dim (add=False: col written, img only read), or their adjoint (add=True: col
+    # added into img, which the caller zeroed). Every input index is checked against the
+    # bounds: rows of the padding are zeros (or skipped), never read.
+    cdef Py_ssize_t ci, k0, k1, k2, b, o0, o1, i0, i1, off, a, e, ox
+    cdef floating_t* dst = col
+    cdef floating_t* row
+    cdef Py_ssize_t s2 = st[2], n2 = out[2]
+    for ci in range(c):
+        for k0 in range(k[0]):
+            for k1 in range(k[1]):
+                for k2 in range(k[2]):
+                    off = lo[2] - k2 * dl[2]
+                    a = min(_first(off, s2), n2)
+                    e = max(_stop(off, size[2], s2, n2), a)
+                    for b in range(nb):
+                        for o0 in range(out[0]):
+                            i0 = o0 * st[0] - lo[0] + k0 * dl[0]
+                            for o1 in range(out[1]):
+                                i1 = o1 * st[1] - lo[1] + k1 * dl[1]
+                                if i0 < 0 or i0 >= size[0] or i1 < 0 or i1 >= size[1]:
+                                    if not add:
+                                        for ox in range(n2):
+                                            dst[ox] = 0
+                                    dst += n2
+                                    continue
+                                row = img + (
+                                    ((b * c + ci) * size[0] + i0) * size[1] + i1) * size[2]
+                                if add:
+                                    if s2 == 1:
+                                        for ox in range(a, e):
+                                            row[ox - off] += dst[ox]
+                                    else:
+                                        for ox in range(a, e):
+                                            row[ox * s2 - off] += dst[ox]
+                                else:
+                                    for ox in range(a):
+                                        dst[ox] = 0
+                                    if s2 == 1:
+                                        for ox in range(a, e):
+                                            dst[ox] = row[ox - off]
+                                    else:
+                                        for ox in range(a, e):
+                                            dst[ox] = row[ox * s2 - off]
+                                    for ox in range(e, n2):
+                                        dst[ox] = 0
+                                dst += n2
+
+
+cdef int _columns_geometry(str who, cnp.ndarray x, cnp.ndarray col, tuple stride, tuple pads,
+                           tuple dilation, Py_ssize_t* g) except -1:
+    # g: size[3], kernel[3], out[3], stride[3], lo[3], dilation[3], nb, c (20 entries); 1-3
+    # spatial dims are right-aligned into 3.
+    cdef int nd = x.ndim - 2, i, j
+    if (nd < 1 or nd > 3 or col.ndim != 2 * nd + 2 or len(stride) != nd or len(pads) != nd
+            or len(dilation) != nd):
+        raise ShapeError(
+            f"{who}: expected x (N, C, *size) with 1 to 3 spatial dims and columns "
+            f"(C, *kernel, N, *out), got {_shape(x)} and {_shape(col)}"
+        )
+    if col.shape[0] != x.shape[1] or col.shape[nd + 1] != x.shape[0]:
+        raise ShapeError(
+            f"{who}: columns {_shape(col)} do not fit x {_shape(x)} (C and N must agree)"
+        )
+    for i in range(3):
+        j = i - (3 - nd)
+        if j < 0:
+            g[i] = g[3 + i] = g[6 + i] = g[9 + i] = g[15 + i] = 1
+            g[12 + i] = 0
+            continue
+        g[i] = x.shape[2 + j]
+        g[3 + i] = col.shape[1 + j]
+        g[6 + i] = col.shape[nd + 2 + j]
+        g[9 + i], g[12 + i], g[15 + i] = stride[j], pads[j][0], dilation[j]
+        if g[9 + i] < 1 or g[15 + i] < 1:
+            raise ArgumentError(
+                f"{who}: stride {stride} and dilation {dilation} must be positive"
+            )
+    g[18], g[19] = x.shape[0], x.shape[1]
+    return 0
+
+
+cdef tuple _shape(cnp.ndarray a):
+    return tuple(a.shape[i] for i in range(a.ndim))
+
+
+cdef int _check_io(str who, tuple names, object src, object dst) except -1:
+    # src read, dst written: both as accepts() wants, dst writeable too.
+    _check(who, names, (src, dst))
+    if not dst.flags.writeable:
+        raise ArgumentError(f"{who}: {names[1]} is read-only")
+    return 0
+
+
+def im2col(x_, tuple stride, tuple pads, tuple dilation, col_):
+    """Write the columns of ``x`` ``(N, C, *size)`` (1 to 3 spatial dims), zero-padded by each
+    ``pads[i][0]`` before dim ``i``, into ``col`` ``(C, *kernel, N, *out)``: ``col[c, k, n, o]``
+    is ``x[n, c, o*stride - lo + k*dilation]`` (0 in the padding). Returns ``col``."""
+    _check_io("im2col", ("x", "col"), x_, col_)
+    cdef cnp.ndarray x = <cnp.ndarray>x_, col = <cnp.ndarray>col_
+    cdef Py_ssize_t g[20]
+    _columns_geometry("im2col", x, col, stride, pads, dilation, g)
+    if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT32:
+        with nogil:
+            _im2col(<float*>cnp.PyArray_DATA(x), <float*>cnp.PyArray_DATA(col), g[18], g[19], g,
+                    g + 3, g + 6, g + 9, g + 12, g + 15, False)
+    else:
+        with nogil:
+            _im2col(<double*>cnp.PyArray_DATA(x), <double*>cnp.PyArray_DATA(col), g[18], g[19],
+                    g, g + 3, g + 6, g + 9, g + 12, g + 15, False)
+    return col
+
+
+def col2im(col_, tuple stride, tuple pads, tuple dilation, gx_):
+    """The adjoint of :func:`im2col`: ``gx`` ``(N, C, *size)`` set to the sum of the columns'
+    ``col`` ``(C, *kernel, N, *out)`` entries at the input positions they were read from.
+    Returns ``gx``."""
+    _check_io("col2im", ("col", "gx"), col_, gx_)
+    cdef cnp.ndarray gx = <cnp.ndarray>gx_, col = <cnp.ndarray>col_
+    cdef Py_ssize_t g[20]
+    _columns_geometry("col2im", gx, col, stride, pads, dilation, g)
+    gx_.fill(0)
+    if cnp.PyArray_TYPE(gx) == cnp.NPY_FLOAT32:
+        with nogil:
+            _im2col(<float*>cnp.PyArray_DATA(gx), <float*>cnp.PyArray_DATA(col), g[18], g[19],
+                    g, g + 3, g + 6, g + 9, g + 12, g + 15, True)
+    else:
+        with nogil:
+            _im2col(<double*>cnp.PyArray_DATA(gx), <double*>cnp.PyArray_DATA(col), g[18], g[19],
+                    g, g + 3, g + 6, g + 9, g + 12, g + 15, True)
+    return gx

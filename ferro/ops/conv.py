@@ -33,11 +33,19 @@ import itertools
 import math
 import numbers
 
+import numpy as np
+
 from ferro.errors import ArgumentError, ArgumentTypeError, DtypeError, ShapeError
 from ferro.ops.registry import apply, register
 
 #: The most bytes a column matrix may take; the batch is processed in chunks that fit.
 WORKSPACE_BYTES = 32 << 20
+#: On the CPU, a chunk's column matrix is also kept within a few MB, so that each GEMM's wide
+#: operand stays in cache: OpenBLAS's (64 x 576) @ (576 x N) GEMM runs at 75 GFLOPS on one core
+#: for N = 1024 and at 22-30 for N = 8192..32768 (memory-bound), so one GEMM over the whole
+#: 32 MB workspace was 1.35x slower over a conv2d forward+backward (Note [Convolution as three
+#: functions]).
+CACHE_BYTES = 4 << 20
 
 
 # --- the three array functions (Note [Convolution as three functions]) -----------------------
@@ -83,9 +91,11 @@ def _interior(size, pads):
     return tuple(slice(lo, lo + s) for s, (lo, _) in zip(size, pads, strict=True))
 
 
-def _chunk(n, row_bytes):
-    """How many batch elements fit in the workspace (at least one)."""
-    return max(1, min(n, WORKSPACE_BYTES // max(row_bytes, 1)))
+def _chunk(xp, n, row_bytes):
+    """How many batch elements a chunk takes (at least one): as many as fit in the workspace on
+    a GPU, as many as fit in :data:`CACHE_BYTES` on the CPU."""
+    limit = WORKSPACE_BYTES if xp is not np else min(WORKSPACE_BYTES, CACHE_BYTES)
+    return max(1, min(n, limit // max(row_bytes, 1)))
 
 
 def _im2col(xp, x, kernel, stride, pads, dilation, out, buf=None):
@@ -130,9 +140,32 @@ def _channel_major(xp, a, groups):
     return t.reshape(groups, c // groups, n * math.prod(a.shape[2:]))
 
 
-def _conv_forward(xp, x, w, stride, pads, dilation, groups, out):
+class _Columns:
+    """The column matrices of one convolution's batch chunks, ``(C, *kernel, n, *out)``
+    (channel-major: see below). ``kernels``, a backend module with ``im2col``/``col2im`` (the
+    CPU's nogil loops, which pad on the fly), builds them into one reused buffer; without it,
+    strided views of a padded copy do."""
+
+    def __init__(self, xp, kernels, c, kernel, step, out, dtype):
+        self.xp, self.kernels, self.kernel, self.out = xp, kernels, tuple(kernel), tuple(out)
+        self.flat = (
+            xp.empty(c * math.prod(kernel) * step * math.prod(out), dtype) if kernels else None
+        )
+        self.buf = None
+
+    def of(self, xc, stride, pads, dilation):
+        """The columns of the chunk ``xc`` ``(n, C, *size)``."""
+        if self.kernels is None:
+            self.buf = _padded(self.xp, xc, pads, self.buf)
+            return _columns(self.xp, self.buf, self.kernel, stride, dilation, self.out)
+        shape = (xc.shape[1], *self.kernel, xc.shape[0], *self.out)
+        col = self.flat[: math.prod(shape)].reshape(shape)
+        return self.kernels.im2col(xc, stride, pads, dilation, col)
+
+
+def _conv_forward(xp, x, w, stride, pads, dilation, groups, out, kernels=None):
     """``y`` ``(N, C_out, *out)`` of the convolution of ``x`` ``(N, C_in, *size)`` by ``w``
-    ``(C_out, C_in/groups, *kernel)``."""
+    ``(C_out, C_in/groups, *kernel)``; ``kernels``: see :class:`_Columns`."""
     n, c = x.shape[:2]
     o, cg = w.shape[:2]
     kernel = w.shape[2:]
@@ -141,20 +174,27 @@ def _conv_forward(xp, x, w, stride, pads, dilation, groups, out):
         return _depthwise_forward(xp, x, w, stride, pads, dilation, groups, out, y)
     kp, ell = math.prod(kernel), math.prod(out)
     wr = w.reshape(groups, o // groups, cg * kp)
-    step = _chunk(n, c * kp * ell * x.itemsize)
-    buf = None
+    step = _chunk(xp, n, c * kp * ell * x.itemsize)
+    cols = _Columns(xp, kernels, c, kernel, step, out, x.dtype)
     for n0 in range(0, n, step):
         xc = x[n0 : n0 + step]
         nb = xc.shape[0]
-        buf = _padded(xp, xc, pads, buf)
-        col = _columns(xp, buf, kernel, stride, dilation, out)
-        yc = xp.matmul(wr, col.reshape(groups, cg * kp, nb * ell))
+        col = cols.of(xc, stride, pads, dilation).reshape(groups, cg * kp, nb * ell)
+        if nb == 1:  # the sample's output is the product itself: no transposing copy
+            xp.matmul(wr, col, out=y[n0].reshape(groups, o // groups, ell))
+            continue
+        yc = xp.matmul(wr, col)
         y[n0 : n0 + nb] = xp.moveaxis(yc.reshape((o, nb) + tuple(out)), 0, 1)
     return y
 
 
-def _conv_input_grad(xp, gy, w, stride, pads, dilation, groups, size):
-    """``gx`` ``(N, C_in, *size)`` of the convolution, from ``gy`` ``(N, C_out, *out)``."""
+def _conv_input_grad(xp, gy, w, stride, pads, dilation, groups, size, kernels=None):
+    """``gx`` ``(N, C_in, *size)`` of the convolution, from ``gy`` ``(N, C_out, *out)``.
+
+    A stride-1 convolution whose padding is at most the kernel's span takes the input gradient
+    as the convolution of ``gy`` by the flipped, transposed weight (im2col of ``gy``, which is
+    a copy) when ``gy``'s columns are no larger than the input's (C_out <= C_in); otherwise the
+    weight's transpose times ``gy`` gives the columns' gradient, and col2im adds it back."""
     n, o = gy.shape[:2]
     out = gy.shape[2:]
     cg = w.shape[1]
@@ -162,14 +202,34 @@ def _conv_input_grad(xp, gy, w, stride, pads, dilation, groups, size):
     c = cg * groups
     if cg == 1 and groups > 1:
         return _depthwise_input_grad(xp, gy, w, stride, pads, dilation, groups, size)
+    span = [d * (k - 1) for d, k in zip(dilation, kernel, strict=True)]
+    if (
+        o <= c
+        and all(s == 1 for s in stride)
+        and all(0 <= lo <= t and 0 <= hi <= t for (lo, hi), t in zip(pads, span, strict=True))
+    ):
+        return _conv_forward(
+            xp,
+            gy,
+            _transposed_weight(xp, w, groups),
+            stride,
+            tuple((t - lo, t - hi) for (lo, hi), t in zip(pads, span, strict=True)),
+            dilation,
+            groups,
+            size,
+            kernels,
+        )
     kp, ell = math.prod(kernel), math.prod(out)
     wt = w.reshape(groups, o // groups, cg * kp).transpose(0, 2, 1)
     gx = xp.empty((n, c) + tuple(size), dtype=gy.dtype)
-    step = _chunk(n, c * kp * ell * gy.itemsize)
+    step = _chunk(xp, n, c * kp * ell * gy.itemsize)
     for n0 in range(0, n, step):
         gc = _channel_major(xp, gy[n0 : n0 + step], groups)
         nb = min(step, n - n0)
         gcol = xp.matmul(wt, gc).reshape((c, *kernel, nb, *out))
+        if kernels is not None:
+            kernels.col2im(gcol, stride, pads, dilation, gx[n0 : n0 + nb])
+            continue
         # col2im in the columns' own (C, n) order, whose slices are contiguous runs, then one
         # transposing copy into gx.
         gcol = xp.moveaxis(gcol, 1 + len(kernel), 1)
@@ -177,7 +237,19 @@ def _conv_input_grad(xp, gy, w, stride, pads, dilation, groups, size):
     return gx
 
 
-def _conv_weight_grad(xp, x, gy, stride, pads, dilation, groups, kernel):
+def _transposed_weight(xp, w, groups):
+    """The weight of the convolution that is the input gradient of a stride-1 convolution by
+    ``w`` ``(C_out, C_in/groups, *kernel)``: each group's channels exchanged and the kernel
+    flipped, ``(C_in, C_out/groups, *kernel)``."""
+    o, cg = w.shape[:2]
+    nd = w.ndim - 2
+    wg = w.reshape((groups, o // groups, cg) + tuple(w.shape[2:]))
+    flip = (slice(None),) * 3 + (slice(None, None, -1),) * nd
+    wt = xp.ascontiguousarray(wg[flip].transpose((0, 2, 1) + tuple(range(3, 3 + nd))))
+    return wt.reshape((groups * cg, o // groups) + tuple(w.shape[2:]))
+
+
+def _conv_weight_grad(xp, x, gy, stride, pads, dilation, groups, kernel, kernels=None):
     """``gw`` ``(C_out, C_in/groups, *kernel)`` of the convolution of ``x`` with output
     gradient ``gy``."""
     n, c = x.shape[:2]
@@ -188,18 +260,18 @@ def _conv_weight_grad(xp, x, gy, stride, pads, dilation, groups, kernel):
         return _depthwise_weight_grad(xp, x, gy, stride, pads, dilation, groups, kernel)
     kp, ell = math.prod(kernel), math.prod(out)
     # Accumulated transposed: columns @ gyᵀ, whose long dimension (n * L) is the columns'
-    # contiguous one, measured 2-3x faster in OpenBLAS than gy @ columnsᵀ.
+    # contiguous one, measured 1.3x faster in OpenBLAS than gy @ columnsᵀ.
     gwt = xp.zeros((groups, cg * kp, o // groups), dtype=x.dtype)
-    step = _chunk(n, c * kp * ell * x.itemsize)
-    buf = None
+    step = _chunk(xp, n, c * kp * ell * x.itemsize)
+    cols = _Columns(xp, kernels, c, kernel, step, out, x.dtype)
+    part = None
     for n0 in range(0, n, step):
         xc = x[n0 : n0 + step]
         nb = xc.shape[0]
-        buf = _padded(xp, xc, pads, buf)
-        col = _columns(xp, buf, kernel, stride, dilation, out)
-        col = col.reshape(groups, cg * kp, nb * ell)
+        col = cols.of(xc, stride, pads, dilation).reshape(groups, cg * kp, nb * ell)
         gc = _channel_major(xp, gy[n0 : n0 + nb], groups)
-        gwt += xp.matmul(col, gc.transpose(0, 2, 1))
+        part = xp.matmul(col, gc.transpose(0, 2, 1), out=part)
+        gwt += part
     return xp.ascontiguousarray(gwt.transpose(0, 2, 1)).reshape((o, cg) + tuple(kernel))
 
 
@@ -261,9 +333,8 @@ def _depthwise_weight_grad(xp, x, gy, stride, pads, dilation, groups, kernel):
 
 
 def is_depthwise2d(x, w, pads, groups) -> bool:
-    """Whether a convolution is what the CPU's direct depthwise loops take: 2-d, one input
-    channel per group, symmetric padding (the conv override's condition, recorded on ctx as
-    ``depthwise2d`` so the override table can name it)."""
+    """Whether a convolution is what the direct depthwise loops take: 2-d, one input channel
+    per group, symmetric padding (the conv override's condition)."""
     return (
         x.ndim == 4
         and groups > 1
@@ -379,6 +450,33 @@ def _fold_differentiable_backward(ctx, gy):
     )
 
 
+def conv_forward(transposed, kernels, ctx, x, w, b, stride, pads, dilation, groups, size):
+    """The forward of :class:`Conv` (``transposed=False``) or :class:`ConvTranspose`, with the
+    column kernels ``kernels`` (:class:`_Columns`; the CPU override passes its backend)."""
+    need_x, need_w, _ = ctx.needs_input_grad
+    ctx.save(x if need_w else None, w if need_x else None)
+    ctx.geom = (stride, pads, dilation, groups)
+    ctx.in_size, ctx.kernel = x.shape[2:], w.shape[2:]
+    f = _conv_input_grad if transposed else _conv_forward
+    y = f(ctx.xp, x, w, stride, pads, dilation, groups, size, kernels)
+    return y if b is None else _add_bias(y, b)
+
+
+def conv_backward(transposed, kernels, ctx, gy):
+    """The backward of :class:`Conv` or :class:`ConvTranspose` (see :func:`conv_forward`)."""
+    xp = ctx.xp
+    x, w = ctx.saved
+    need_x, need_w, need_b = ctx.needs_input_grad
+    gx = gw = None
+    if need_x:
+        f = _conv_forward if transposed else _conv_input_grad
+        gx = f(xp, gy, w, *ctx.geom, ctx.in_size, kernels)
+    if need_w:
+        a, b = (gy, x) if transposed else (x, gy)
+        gw = _conv_weight_grad(xp, a, b, *ctx.geom, ctx.kernel, kernels)
+    return gx, gw, _bias_grad(gy) if need_b else None
+
+
 @register("conv")
 class Conv:
     """N-d convolution: ``x`` ``(N, C_in, *size)``, ``w`` ``(C_out, C_in/groups, *kernel)``,
@@ -387,23 +485,11 @@ class Conv:
 
     @staticmethod
     def forward(ctx, x, w, b, *, stride, pads, dilation, groups, size):
-        xp = ctx.xp
-        need_x, need_w, _ = ctx.needs_input_grad
-        ctx.save(x if need_w else None, w if need_x else None)
-        ctx.geom = (stride, pads, dilation, groups)
-        ctx.in_size, ctx.kernel = x.shape[2:], w.shape[2:]
-        ctx.depthwise2d = is_depthwise2d(x, w, pads, groups)
-        y = _conv_forward(xp, x, w, stride, pads, dilation, groups, size)
-        return y if b is None else _add_bias(y, b)
+        return conv_forward(False, None, ctx, x, w, b, stride, pads, dilation, groups, size)
 
     @staticmethod
     def backward(ctx, gy):
-        xp = ctx.xp
-        x, w = ctx.saved
-        need_x, need_w, need_b = ctx.needs_input_grad
-        gx = _conv_input_grad(xp, gy, w, *ctx.geom, ctx.in_size) if need_x else None
-        gw = _conv_weight_grad(xp, x, gy, *ctx.geom, ctx.kernel) if need_w else None
-        return gx, gw, _bias_grad(gy) if need_b else None
+        return conv_backward(False, None, ctx, gy)
 
     differentiable_backward = staticmethod(_differentiable_backward_of(transposed=False))
 
@@ -415,22 +501,11 @@ class ConvTranspose:
 
     @staticmethod
     def forward(ctx, x, w, b, *, stride, pads, dilation, groups, size):
-        xp = ctx.xp
-        need_x, need_w, _ = ctx.needs_input_grad
-        ctx.save(x if need_w else None, w if need_x else None)
-        ctx.geom = (stride, pads, dilation, groups)
-        ctx.in_size, ctx.kernel = x.shape[2:], w.shape[2:]
-        y = _conv_input_grad(xp, x, w, stride, pads, dilation, groups, size)
-        return y if b is None else _add_bias(y, b)
+        return conv_forward(True, None, ctx, x, w, b, stride, pads, dilation, groups, size)
 
     @staticmethod
     def backward(ctx, gy):
-        xp = ctx.xp
-        x, w = ctx.saved
-        need_x, need_w, need_b = ctx.needs_input_grad
-        gx = _conv_forward(xp, gy, w, *ctx.geom, ctx.in_size) if need_x else None
-        gw = _conv_weight_grad(xp, gy, x, *ctx.geom, ctx.kernel) if need_w else None
-        return gx, gw, _bias_grad(gy) if need_b else None
+        return conv_backward(True, None, ctx, gy)
 
     differentiable_backward = staticmethod(_differentiable_backward_of(transposed=True))
 

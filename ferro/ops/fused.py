@@ -107,22 +107,46 @@ def _cross_entropy(backend):
     return forward, backward
 
 
-def _depthwise_conv(backend):
-    """The paired override of conv for a depthwise 2-d convolution (one input channel per
-    group, symmetric padding): direct loops forward and backward instead of a sum of strided
-    slices. Every other convolution, and a gradient the loops do not take, runs the generic
-    code; the forward leaves ctx as the generic forward does (both saved arrays)."""
-    fwd_kernel, bwd_kernel = backend.depthwise2d_fwd, backend.depthwise2d_bwd
-    accepts, accepts_grad = backend.accepts, backend.accepts_grad
-    from ferro.ops.conv import is_depthwise2d
+def _column_kernels(backend):
+    # The backend itself where it has the GEMM path's column kernels (the CPU), else None.
+    return backend if {"im2col", "col2im"} <= backend.FUSED_KERNELS else None
 
-    generic_backward = REGISTRY["conv"].backward
+
+def _conv_backward_with(backend):
+    # The GEMM path's backward with the column kernels when they take gy and the saved arrays
+    # (a saved-tensor hook may have changed their layout), else the generic one.
+    from ferro.ops.conv import conv_backward
+
+    def backward(transposed, ctx, gy):
+        saved = tuple(a for a in ctx.saved if a is not None)
+        return conv_backward(
+            transposed, backend if backend.accepts((gy, *saved)) else None, ctx, gy
+        )
+
+    return backward
+
+
+def _conv(backend):
+    """The paired override of conv: a depthwise 2-d convolution (one input channel per group,
+    symmetric padding) runs direct loops forward and backward instead of a sum of strided
+    slices; every other convolution, on a backend with column kernels (the CPU), runs the
+    op's GEMM path with them (im2col and col2im as nogil loops that pad on the fly, in place of
+    a padded copy and strided NumPy copies and adds). The forwards leave ``ctx`` as the generic
+    one does (the depthwise loops save both arrays); ``gy`` in another layout is made
+    contiguous first."""
+    fwd_kernel, bwd_kernel = backend.depthwise2d_fwd, backend.depthwise2d_bwd
+    accepts, cols = backend.accepts, _column_kernels(backend)
+    _conv_backward = _conv_backward_with(backend)
+    from ferro.ops.conv import conv_forward, is_depthwise2d
 
     def forward(ctx, x, w, b, *, stride, pads, dilation, groups, size):
-        if not is_depthwise2d(x, w, pads, groups) or not accepts(
-            (x, w) if b is None else (x, w, b)
-        ):
+        if not accepts((x, w) if b is None else (x, w, b)):
             return NotImplemented
+        if not is_depthwise2d(x, w, pads, groups):
+            if cols is None:
+                return NotImplemented
+            ctx.depthwise2d = False
+            return conv_forward(False, cols, ctx, x, w, b, stride, pads, dilation, groups, size)
         y = fwd_kernel(x, w, stride, pads, dilation, size)
         ctx.save(x, w)
         ctx.geom = (stride, pads, dilation, groups)
@@ -132,13 +156,32 @@ def _depthwise_conv(backend):
         return y
 
     def backward(ctx, gy):
+        gy = ctx.xp.ascontiguousarray(gy)
+        if not ctx.depthwise2d:
+            return _conv_backward(False, ctx, gy)
         x, w = ctx.saved
-        if not accepts_grad(gy, (x, w)):
-            return generic_backward(ctx, gy)
         need_x, need_w, need_b = ctx.needs_input_grad
         stride, pads, dilation, _ = ctx.geom
         gx, gw = bwd_kernel(gy, x, w, stride, pads, dilation, need_x, need_w)
         return gx, gw, gy.sum(axis=(0, 2, 3)) if need_b else None
+
+    return forward, backward
+
+
+def _conv_transpose(backend):
+    """The paired override of conv_transpose: the op's GEMM path with the backend's column
+    kernels (see :func:`_conv`)."""
+    accepts, cols = backend.accepts, backend
+    _conv_backward = _conv_backward_with(backend)
+    from ferro.ops.conv import conv_forward
+
+    def forward(ctx, x, w, b, *, stride, pads, dilation, groups, size):
+        if not accepts((x, w) if b is None else (x, w, b)):
+            return NotImplemented
+        return conv_forward(True, cols, ctx, x, w, b, stride, pads, dilation, groups, size)
+
+    def backward(ctx, gy):
+        return _conv_backward(True, ctx, ctx.xp.ascontiguousarray(gy))
 
     return forward, backward
 
@@ -235,12 +278,8 @@ OVERRIDES: dict[str, Fused] = {
     "cross_entropy": Fused(
         forward="cross_entropy_fwd", backward="cross_entropy_bwd", adapter=_cross_entropy
     ),
-    "conv": Fused(
-        forward="depthwise2d_fwd",
-        backward="depthwise2d_bwd",
-        only=(("depthwise2d", True),),
-        adapter=_depthwise_conv,
-    ),
+    "conv": Fused(forward="depthwise2d_fwd", backward="depthwise2d_bwd", adapter=_conv),
+    "conv_transpose": Fused(forward="im2col", backward="col2im", adapter=_conv_transpose),
     "max_pool": Fused(forward="max_pool_fwd", backward="max_pool_bwd", adapter=_max_pool),
     "layer_norm": Fused(
         forward="layer_norm_fwd", backward="layer_norm_bwd", adapter=layer_norm_override

@@ -383,3 +383,64 @@ def test_depthwise_kernels_refuse_what_they_cannot_read():
         K.depthwise2d_fwd(x, np.ones((2, 2, 3, 3)), *args)
     with pytest.raises(ArgumentError, match="geometry"):
         K.depthwise2d_fwd(x, w, (1, 1), ((0, 0), (0, 0)), (1, 1), (4, 3))
+
+
+# --- the CPU column kernels (im2col / col2im of the GEMM path) --------------------------------
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("nd", [1, 2, 3])
+def test_column_kernels_match_the_strided_views(dtype, nd):
+    from ferro._C import conv_kernels as K
+
+    rng = np.random.default_rng(11)
+    done = 0
+    while done < 12:
+        size = tuple(int(v) for v in rng.integers(1, 7, nd))
+        kernel = tuple(int(v) for v in rng.integers(1, 4, nd))
+        stride = tuple(int(v) for v in rng.integers(1, 3, nd))
+        dilation = tuple(int(v) for v in rng.integers(1, 3, nd))
+        pads = tuple((int(rng.integers(0, 3)), int(rng.integers(0, 3))) for _ in range(nd))
+        out = tuple(
+            (size[i] + sum(pads[i]) - dilation[i] * (kernel[i] - 1) - 1) // stride[i] + 1
+            for i in range(nd)
+        )
+        if min(out) < 1:
+            continue
+        done += 1
+        x = rng.normal(size=(2, 3, *size)).astype(dtype)
+        padded = conv_ops._padded(np, x, pads)
+        want = conv_ops._columns(np, padded, kernel, stride, dilation, out)
+        col = np.full_like(want, np.nan)
+        assert K.im2col(x, stride, pads, dilation, col) is col
+        np.testing.assert_array_equal(col, want)
+        g = rng.normal(size=want.shape).astype(dtype)
+        gx = np.full_like(x, np.nan)
+        assert K.col2im(g, stride, pads, dilation, gx) is gx
+        # the adjoint: <im2col(x), g> == <x, col2im(g)>
+        tol = 1e-4 if dtype == np.float32 else 1e-10
+        np.testing.assert_allclose((want * g).sum(), (x * gx).sum(), rtol=tol, atol=tol)
+        perm = (1 + nd, 0, *range(1, 1 + nd), *range(2 + nd, 2 + 2 * nd))
+        ref = conv_ops._col2im(np, g.transpose(perm), size, stride, pads, dilation)
+        np.testing.assert_allclose(gx, ref, rtol=tol, atol=tol)
+
+
+def test_column_kernels_refuse_what_they_cannot_read_or_write():
+    from ferro._C import conv_kernels as K
+
+    x = np.ones((2, 3, 5, 5))
+    col = np.empty((3, 3, 3, 2, 3, 3))
+    geom = ((1, 1), ((0, 0), (0, 0)), (1, 1))
+    with pytest.raises(ArgumentError, match="C-contiguous"):
+        K.im2col(np.asfortranarray(x), *geom, col)
+    with pytest.raises(ArgumentError, match="dtype"):
+        K.im2col(x, *geom, col.astype(np.float32))
+    col.flags.writeable = False
+    with pytest.raises(ArgumentError, match="read-only"):
+        K.im2col(x, *geom, col)
+    with pytest.raises(ShapeError, match="do not fit"):
+        K.im2col(x, *geom, np.empty((2, 3, 3, 2, 3, 3)))
+    with pytest.raises(ShapeError, match="spatial dims"):
+        K.col2im(np.empty((3, 3, 2, 3)), *geom, x)
+    with pytest.raises(ArgumentError, match="positive"):
+        K.im2col(x, (0, 1), ((0, 0), (0, 0)), (1, 1), np.empty((3, 3, 3, 2, 3, 3)))

@@ -444,3 +444,63 @@ def test_column_kernels_refuse_what_they_cannot_read_or_write():
         K.col2im(np.empty((3, 3, 2, 3)), *geom, x)
     with pytest.raises(ArgumentError, match="positive"):
         K.im2col(x, (0, 1), ((0, 0), (0, 0)), (1, 1), np.empty((3, 3, 3, 2, 3, 3)))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(
+    "shape, pads", [((3, 16, 8, 8), ((1, 1), (1, 1))), ((2, 17, 7, 9), ((2, 0), (1, 2)))]
+)
+def test_winograd_forward_matches_the_im2col_gemm(dtype, shape, pads):
+    from ferro._C import conv_kernels as K
+
+    rng = np.random.default_rng(12)
+    x = rng.normal(size=shape).astype(dtype)
+    w = (rng.normal(size=(20, shape[1], 3, 3)) / np.sqrt(9 * shape[1])).astype(dtype)
+    out = tuple(shape[2 + i] + sum(pads[i]) - 2 for i in range(2))
+    geom = ((1, 1), pads, (1, 1), 1)
+    assert conv_ops._winograd(K, x, w, (1, 1), (1, 1), 1)
+    assert not conv_ops._winograd(K, x, w, (2, 1), (1, 1), 1)
+    assert not conv_ops._winograd(K, x[:, :8], w[:, :8], (1, 1), (1, 1), 1)
+    want = conv_ops._conv_forward(np, x, w, *geom, out)
+    got = conv_ops._conv_forward(np, x, w, *geom, out, K)
+    tol = dict(rtol=1e-5, atol=1e-5) if dtype == np.float32 else dict(rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(got, want, **tol)
+
+
+@pytest.mark.torch
+def test_winograd_conv2d_and_its_gradients_match_pytorch_in_float32():
+    import torch
+
+    rng = np.random.default_rng(13)
+    x = rng.normal(size=(4, 32, 12, 11)).astype(np.float32)
+    w = (rng.normal(size=(32, 32, 3, 3)) / np.sqrt(288)).astype(np.float32)
+    tx, tw = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
+    fx, fw = ferro.tensor(x, requires_grad=True), ferro.tensor(w, requires_grad=True)
+    ty = torch.nn.functional.conv2d(tx, tw, padding=1)
+    fy = F.conv2d(fx, fw, padding=1)
+    np.testing.assert_allclose(fy.data, ty.detach().numpy(), rtol=1e-4, atol=1e-5)
+    g = rng.normal(size=fy.shape).astype(np.float32)
+    ty.backward(torch.tensor(g))
+    fy.backward(ferro.tensor(g))
+    np.testing.assert_allclose(fx.grad.data, tx.grad.numpy(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(fw.grad.data, tw.grad.numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_winograd_kernels_refuse_what_they_cannot_hold():
+    from ferro._C import conv_kernels as K
+
+    x = np.ones((2, 3, 6, 6))
+    v = np.empty((16, 3, 2 * 9))
+    assert K.winograd_input(x, ((1, 1), (1, 1)), v) is v  # 3x3 tiles of 2x2 outputs each
+    with pytest.raises(ShapeError, match="does not hold"):
+        K.winograd_input(x, ((0, 0), (0, 0)), v)
+    with pytest.raises(ShapeError, match="expected"):
+        K.winograd_input(x, ((0, 0), (0, 0)), np.empty((9, 3, 8)))
+    with pytest.raises(ArgumentError, match="dtype"):
+        K.winograd_input(x, ((0, 0), (0, 0)), v.astype(np.float32)[:, :, :8])
+    with pytest.raises(ShapeError, match="does not hold"):
+        K.winograd_output(np.empty((16, 3, 7)), np.empty((2, 3, 4, 4)))
+    y = np.empty((2, 3, 4, 4))
+    y.flags.writeable = False
+    with pytest.raises(ArgumentError, match="read-only"):
+        K.winograd_output(np.empty((16, 3, 8)), y)

@@ -25,7 +25,15 @@ from ferro.errors import ArgumentError, ShapeError
 cnp.import_array()
 
 FUSED_KERNELS = frozenset(
-    {"depthwise2d_fwd", "depthwise2d_bwd", "im2col", "col2im", "winograd_input", "winograd_output"}
+    {
+        "depthwise2d_fwd",
+        "depthwise2d_bwd",
+        "im2col",
+        "col2im",
+        "winograd_input",
+        "winograd_output",
+        "winograd_output_grad",
+    }
 )
 
 
@@ -533,6 +541,51 @@ cdef void _wino_out(const floating_t* m, floating_t* y, floating_t* rows, Py_ssi
                         yrow[2 * full] = s[full] + s[tw + full] + s[2 * tw + full]
 
 
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef void _wino_out_grad(const floating_t* gy, floating_t* dm, floating_t* rows, Py_ssize_t nb,
+                         Py_ssize_t o, Py_ssize_t oh, Py_ssize_t ow, Py_ssize_t th,
+                         Py_ssize_t tw) noexcept nogil:
+    # dm (16, o, nb*th*tw) = A g Aᵀ of each 2x2 tile g of gy (nb, o, oh, ow) (zero past the
+    # crop): the adjoint of _wino_out. A = [[1, 0], [1, 1], [1, -1], [0, -1]]; ``rows`` (4
+    # rows of 2*tw) holds the tile row's two gy rows, zero-padded, then their row transform.
+    cdef Py_ssize_t co, b, ty, tx, i, j, n = 2 * tw, plane = o * nb * th * tw
+    cdef floating_t* g0 = rows
+    cdef floating_t* g1 = rows + n
+    cdef floating_t* ri
+    cdef floating_t* out
+    cdef const floating_t* src
+    for co in range(o):
+        for b in range(nb):
+            src = gy + (b * o + co) * oh * ow
+            for ty in range(th):
+                for i in range(2):
+                    if 2 * ty + i >= oh:
+                        for j in range(n):
+                            rows[i * n + j] = 0
+                        continue
+                    for j in range(ow):
+                        rows[i * n + j] = src[(2 * ty + i) * ow + j]
+                    for j in range(ow, n):
+                        rows[i * n + j] = 0
+                # The row transform A g: rows g0, g0 + g1, g0 - g1, -g1 (the last two in place).
+                for j in range(n):
+                    rows[2 * n + j] = g0[j] + g1[j]
+                    rows[3 * n + j] = g0[j] - g1[j]
+                    g1[j] = -g1[j]
+                out = dm + (co * nb + b) * th * tw + ty * tw
+                for i in range(4):
+                    ri = rows + (i + 1 if 0 < i < 3 else i // 3) * n  # g0, +, -, -g1
+                    for tx in range(tw):
+                        out[4 * i * plane + tx] = ri[2 * tx]
+                    for tx in range(tw):
+                        out[(4 * i + 1) * plane + tx] = ri[2 * tx] + ri[2 * tx + 1]
+                    for tx in range(tw):
+                        out[(4 * i + 2) * plane + tx] = ri[2 * tx] - ri[2 * tx + 1]
+                    for tx in range(tw):
+                        out[(4 * i + 3) * plane + tx] = -ri[2 * tx + 1]
+
+
 def winograd_input(x_, tuple pads, v_):
     """Write ``Bᵀ d B`` of each 4x4 input window ``d`` of the 2x2 output tiles of ``x``
     ``(N, C, H, W)``, zero-padded by ``pads[i][0]`` before each dim, into ``v``
@@ -589,3 +642,32 @@ def winograd_output(m_, y_):
             _wino_out(<const double*>cnp.PyArray_DATA(m), <double*>cnp.PyArray_DATA(y),
                       <double*>cnp.PyArray_DATA(rows), nb, o, oh, ow, th, tw)
     return y
+
+
+def winograd_output_grad(gy_, dm_):
+    """The adjoint of :func:`winograd_output`: write ``A g Aᵀ`` of each 2x2 tile ``g`` of
+    ``gy`` ``(N, C_out, H_out, W_out)`` (zero past the last row or column) into ``dm``
+    ``(16, C_out, N * tH * tW)``. Returns ``dm``."""
+    _check_io("winograd_output_grad", ("gy", "dm"), gy_, dm_)
+    cdef cnp.ndarray gy = <cnp.ndarray>gy_, dm = <cnp.ndarray>dm_
+    if gy.ndim != 4 or dm.ndim != 3 or dm.shape[0] != 16 or dm.shape[1] != gy.shape[1]:
+        raise ShapeError(
+            f"winograd_output_grad: expected gy (N, C, H, W) and dm (16, C, N*tiles), got "
+            f"{_shape(gy)} and {_shape(dm)}"
+        )
+    cdef Py_ssize_t nb = gy.shape[0], o = gy.shape[1], oh = gy.shape[2], ow = gy.shape[3]
+    cdef Py_ssize_t th = (oh + 1) // 2, tw = (ow + 1) // 2
+    if dm.shape[2] != nb * th * tw:
+        raise ShapeError(
+            f"winograd_output_grad: dm {_shape(dm)} does not hold the tiles of gy {_shape(gy)}"
+        )
+    cdef cnp.ndarray rows = np.empty(8 * tw, dtype=gy_.dtype)
+    if cnp.PyArray_TYPE(gy) == cnp.NPY_FLOAT32:
+        with nogil:
+            _wino_out_grad(<const float*>cnp.PyArray_DATA(gy), <float*>cnp.PyArray_DATA(dm),
+                           <float*>cnp.PyArray_DATA(rows), nb, o, oh, ow, th, tw)
+    else:
+        with nogil:
+            _wino_out_grad(<const double*>cnp.PyArray_DATA(gy), <double*>cnp.PyArray_DATA(dm),
+                           <double*>cnp.PyArray_DATA(rows), nb, o, oh, ow, th, tw)
+    return dm

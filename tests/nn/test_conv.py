@@ -450,7 +450,7 @@ def test_column_kernels_refuse_what_they_cannot_read_or_write():
 @pytest.mark.parametrize(
     "shape, pads", [((3, 16, 8, 8), ((1, 1), (1, 1))), ((2, 17, 7, 9), ((2, 0), (1, 2)))]
 )
-def test_winograd_forward_matches_the_im2col_gemm(dtype, shape, pads):
+def test_winograd_forward_and_weight_grad_match_the_im2col_gemm(dtype, shape, pads):
     from ferro._C import conv_kernels as K
 
     rng = np.random.default_rng(12)
@@ -458,12 +458,19 @@ def test_winograd_forward_matches_the_im2col_gemm(dtype, shape, pads):
     w = (rng.normal(size=(20, shape[1], 3, 3)) / np.sqrt(9 * shape[1])).astype(dtype)
     out = tuple(shape[2 + i] + sum(pads[i]) - 2 for i in range(2))
     geom = ((1, 1), pads, (1, 1), 1)
-    assert conv_ops._winograd(K, x, w, (1, 1), (1, 1), 1)
-    assert not conv_ops._winograd(K, x, w, (2, 1), (1, 1), 1)
-    assert not conv_ops._winograd(K, x[:, :8], w[:, :8], (1, 1), (1, 1), 1)
+    c, o = shape[1], w.shape[0]
+    assert conv_ops._winograd(K, (3, 3), c, o, (1, 1), (1, 1), 1)
+    assert not conv_ops._winograd(K, (3, 3), c, o, (2, 1), (1, 1), 1)
+    assert not conv_ops._winograd(K, (3, 3), 8, o, (1, 1), (1, 1), 1)
+    assert not conv_ops._winograd(K, (3, 3, 3), c, o, (1, 1), (1, 1), 1)
     want = conv_ops._conv_forward(np, x, w, *geom, out)
     got = conv_ops._conv_forward(np, x, w, *geom, out, K)
     tol = dict(rtol=1e-5, atol=1e-5) if dtype == np.float32 else dict(rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(got, want, **tol)
+    gy = rng.normal(size=want.shape).astype(dtype)
+    want = conv_ops._conv_weight_grad(np, x, gy, *geom, (3, 3))
+    got = conv_ops._conv_weight_grad(np, x, gy, *geom, (3, 3), K)
+    assert got.flags.c_contiguous
     np.testing.assert_allclose(got, want, **tol)
 
 
@@ -500,6 +507,10 @@ def test_winograd_kernels_refuse_what_they_cannot_hold():
         K.winograd_input(x, ((0, 0), (0, 0)), v.astype(np.float32)[:, :, :8])
     with pytest.raises(ShapeError, match="does not hold"):
         K.winograd_output(np.empty((16, 3, 7)), np.empty((2, 3, 4, 4)))
+    with pytest.raises(ShapeError, match="does not hold"):
+        K.winograd_output_grad(np.empty((2, 3, 4, 4)), np.empty((16, 3, 7)))
+    with pytest.raises(ShapeError, match="expected"):
+        K.winograd_output_grad(np.empty((2, 3, 4, 4)), np.empty((16, 2, 8)))
     y = np.empty((2, 3, 4, 4))
     y.flags.writeable = False
     with pytest.raises(ArgumentError, match="read-only"):

@@ -450,7 +450,7 @@ def test_column_kernels_refuse_what_they_cannot_read_or_write():
 @pytest.mark.parametrize(
     "shape, pads", [((3, 16, 8, 8), ((1, 1), (1, 1))), ((2, 17, 7, 9), ((2, 0), (1, 2)))]
 )
-def test_winograd_forward_and_weight_grad_match_the_im2col_gemm(dtype, shape, pads):
+def test_winograd_forward_and_weight_grad_match_the_im2col_gemm(dtype, shape, pads, monkeypatch):
     from ferro._C import conv_kernels as K
 
     rng = np.random.default_rng(12)
@@ -459,10 +459,12 @@ def test_winograd_forward_and_weight_grad_match_the_im2col_gemm(dtype, shape, pa
     out = tuple(shape[2 + i] + sum(pads[i]) - 2 for i in range(2))
     geom = ((1, 1), pads, (1, 1), 1)
     c, o = shape[1], w.shape[0]
-    assert conv_ops._winograd(K, (3, 3), c, o, (1, 1), (1, 1), 1)
-    assert not conv_ops._winograd(K, (3, 3), c, o, (2, 1), (1, 1), 1)
-    assert not conv_ops._winograd(K, (3, 3), 8, o, (1, 1), (1, 1), 1)
-    assert not conv_ops._winograd(K, (3, 3, 3), c, o, (1, 1), (1, 1), 1)
+    assert conv_ops._winograd(K, (3, 3), c, o, (8, 8), (1, 1), (1, 1), 1)
+    assert not conv_ops._winograd(K, (3, 3), c, o, (8, 8), (2, 1), (1, 1), 1)
+    assert not conv_ops._winograd(K, (3, 3), 8, o, (8, 8), (1, 1), (1, 1), 1)
+    assert not conv_ops._winograd(K, (3, 3), c, o, (8, 4), (1, 1), (1, 1), 1)
+    assert not conv_ops._winograd(K, (3, 3, 3), c, o, (8, 8, 8), (1, 1), (1, 1), 1)
+    monkeypatch.setattr(conv_ops, "WINOGRAD_MIN_SIZE", 1)  # the small shapes below too
     want = conv_ops._conv_forward(np, x, w, *geom, out)
     got = conv_ops._conv_forward(np, x, w, *geom, out, K)
     tol = dict(rtol=1e-5, atol=1e-5) if dtype == np.float32 else dict(rtol=1e-12, atol=1e-12)

@@ -544,6 +544,8 @@ def conv_forward(transposed, kernels, ctx, x, w, b, stride, pads, dilation, grou
     ctx.save(x if need_w else None, w if need_x else None)
     ctx.geom = (stride, pads, dilation, groups)
     ctx.in_size, ctx.kernel = x.shape[2:], w.shape[2:]
+    if not transposed:  # the conv override's choice, recorded by the generic forward too
+        ctx.depthwise2d = is_depthwise2d(x, w, pads, groups)
     f = _conv_input_grad if transposed else _conv_forward
     y = f(ctx.xp, x, w, stride, pads, dilation, groups, size, kernels)
     return y if b is None else _add_bias(y, b)

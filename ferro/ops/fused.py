@@ -145,7 +145,6 @@ def _conv(backend):
         if not is_depthwise2d(x, w, pads, groups):
             if cols is None:
                 return NotImplemented
-            ctx.depthwise2d = False
             return conv_forward(False, cols, ctx, x, w, b, stride, pads, dilation, groups, size)
         y = fwd_kernel(x, w, stride, pads, dilation, size)
         ctx.save(x, w)

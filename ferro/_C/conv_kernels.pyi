@@ -22,3 +22,22 @@ def depthwise2d_bwd(
     need_x: bool,
     need_w: bool,
 ) -> tuple[np.ndarray | None, np.ndarray | None]: ...
+def im2col(
+    x: np.ndarray,
+    stride: tuple[int, ...],
+    pads: tuple[tuple[int, int], ...],
+    dilation: tuple[int, ...],
+    col: np.ndarray,
+) -> np.ndarray: ...
+def col2im(
+    col: np.ndarray,
+    stride: tuple[int, ...],
+    pads: tuple[tuple[int, int], ...],
+    dilation: tuple[int, ...],
+    gx: np.ndarray,
+) -> np.ndarray: ...
+def winograd_input(
+    x: np.ndarray, pads: tuple[tuple[int, int], tuple[int, int]], v: np.ndarray
+) -> np.ndarray: ...
+def winograd_output(m: np.ndarray, y: np.ndarray) -> np.ndarray: ...
+def winograd_output_grad(gy: np.ndarray, dm: np.ndarray) -> np.ndarray: ...

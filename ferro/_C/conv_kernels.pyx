@@ -1,12 +1,14 @@
 # cython: language_level=3
 """nogil CPU loops of the convolution family: the depthwise 2-d convolution, forward and
-backward, as direct loops over the kernel offsets.
+backward, as direct loops over the kernel offsets; and the GEMM path's column builders,
+``im2col``/``col2im`` for 1 to 3 spatial dims, which pad on the fly (no padded copy) and copy
+or add whole output rows.
 
 A depthwise convolution (one input channel per group) is a 1-row GEMM per channel on the
 im2col path, and NumPy's sum over kernel offsets (the generic path, ``ferro.ops.conv``) makes
 two passes over the output per offset; these loops make one pass per output row and keep
-everything in cache. They are reached only through the paired override of the ``conv`` op
-(``ferro.ops.fused._depthwise_conv``), which asks :func:`accepts`/:func:`accepts_grad` first;
+everything in cache. They are reached only through the paired overrides of the ``conv`` and
+``conv_transpose`` ops (``ferro.ops.fused._conv``), which ask :func:`accepts` first;
 each kernel still checks its arrays itself before touching memory (docs/design.md, "Kernel
 accept checks"), and raises a typed error naming what it refused.
 """
@@ -22,7 +24,17 @@ from ferro.errors import ArgumentError, ShapeError
 
 cnp.import_array()
 
-FUSED_KERNELS = frozenset({"depthwise2d_fwd", "depthwise2d_bwd"})
+FUSED_KERNELS = frozenset(
+    {
+        "depthwise2d_fwd",
+        "depthwise2d_bwd",
+        "im2col",
+        "col2im",
+        "winograd_input",
+        "winograd_output",
+        "winograd_output_grad",
+    }
+)
 
 
 cdef inline bint _ok(object o, int typenum) noexcept:
@@ -289,3 +301,373 @@ def depthwise2d_bwd(object gy_, object x_, object w_, tuple stride, tuple pads, 
                        <double*>cnp.PyArray_DATA(gw), <double*>cnp.PyArray_DATA(acc), n, c, m,
                        h, wd, kh, kw, a6, a7, a0, a1, a2, a3, a4, a5)
     return (gx if need_x else None), (gw if need_w else None)
+
+
+# --- im2col / col2im of the GEMM path (1 to 3 spatial dims, as 3) ----------------------------
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+@cython.cdivision(True)
+cdef void _im2col(floating_t* img, floating_t* col, Py_ssize_t nb, Py_ssize_t c,
+                  const Py_ssize_t* size, const Py_ssize_t* k, const Py_ssize_t* out,
+                  const Py_ssize_t* st, const Py_ssize_t* lo, const Py_ssize_t* dl,
+                  bint add) noexcept nogil:
+    # The columns (C, k0, k1, k2, nb, o0, o1, o2) of img (nb, C, s0, s1, s2) zero-padded by lo
+    # before each dim (add=False: col written, img only read), or their adjoint (add=True: col
+    # added into img, which the caller zeroed). Every input index is checked against the
+    # bounds: rows of the padding are zeros (or skipped), never read.
+    cdef Py_ssize_t ci, k0, k1, k2, b, o0, o1, i0, i1, off, a, e, ox
+    cdef floating_t* dst = col
+    cdef floating_t* row
+    cdef Py_ssize_t s2 = st[2], n2 = out[2]
+    for ci in range(c):
+        for k0 in range(k[0]):
+            for k1 in range(k[1]):
+                for k2 in range(k[2]):
+                    off = lo[2] - k2 * dl[2]
+                    a = min(_first(off, s2), n2)
+                    e = max(_stop(off, size[2], s2, n2), a)
+                    for b in range(nb):
+                        for o0 in range(out[0]):
+                            i0 = o0 * st[0] - lo[0] + k0 * dl[0]
+                            for o1 in range(out[1]):
+                                i1 = o1 * st[1] - lo[1] + k1 * dl[1]
+                                if i0 < 0 or i0 >= size[0] or i1 < 0 or i1 >= size[1]:
+                                    if not add:
+                                        for ox in range(n2):
+                                            dst[ox] = 0
+                                    dst += n2
+                                    continue
+                                row = img + (
+                                    ((b * c + ci) * size[0] + i0) * size[1] + i1) * size[2]
+                                if add:
+                                    if s2 == 1:
+                                        for ox in range(a, e):
+                                            row[ox - off] += dst[ox]
+                                    else:
+                                        for ox in range(a, e):
+                                            row[ox * s2 - off] += dst[ox]
+                                else:
+                                    for ox in range(a):
+                                        dst[ox] = 0
+                                    if s2 == 1:
+                                        for ox in range(a, e):
+                                            dst[ox] = row[ox - off]
+                                    else:
+                                        for ox in range(a, e):
+                                            dst[ox] = row[ox * s2 - off]
+                                    for ox in range(e, n2):
+                                        dst[ox] = 0
+                                dst += n2
+
+
+cdef int _columns_geometry(str who, cnp.ndarray x, cnp.ndarray col, tuple stride, tuple pads,
+                           tuple dilation, Py_ssize_t* g) except -1:
+    # g: size[3], kernel[3], out[3], stride[3], lo[3], dilation[3], nb, c (20 entries); 1-3
+    # spatial dims are right-aligned into 3.
+    cdef int nd = x.ndim - 2, i, j
+    if (nd < 1 or nd > 3 or col.ndim != 2 * nd + 2 or len(stride) != nd or len(pads) != nd
+            or len(dilation) != nd):
+        raise ShapeError(
+            f"{who}: expected x (N, C, *size) with 1 to 3 spatial dims and columns "
+            f"(C, *kernel, N, *out), got {_shape(x)} and {_shape(col)}"
+        )
+    if col.shape[0] != x.shape[1] or col.shape[nd + 1] != x.shape[0]:
+        raise ShapeError(
+            f"{who}: columns {_shape(col)} do not fit x {_shape(x)} (C and N must agree)"
+        )
+    for i in range(3):
+        j = i - (3 - nd)
+        if j < 0:
+            g[i] = g[3 + i] = g[6 + i] = g[9 + i] = g[15 + i] = 1
+            g[12 + i] = 0
+            continue
+        g[i] = x.shape[2 + j]
+        g[3 + i] = col.shape[1 + j]
+        g[6 + i] = col.shape[nd + 2 + j]
+        g[9 + i], g[12 + i], g[15 + i] = stride[j], pads[j][0], dilation[j]
+        if g[9 + i] < 1 or g[15 + i] < 1:
+            raise ArgumentError(
+                f"{who}: stride {stride} and dilation {dilation} must be positive"
+            )
+    g[18], g[19] = x.shape[0], x.shape[1]
+    return 0
+
+
+cdef tuple _shape(cnp.ndarray a):
+    return tuple(a.shape[i] for i in range(a.ndim))
+
+
+cdef int _check_io(str who, tuple names, object src, object dst) except -1:
+    # src read, dst written: both as accepts() wants, dst writeable too.
+    _check(who, names, (src, dst))
+    if not dst.flags.writeable:
+        raise ArgumentError(f"{who}: {names[1]} is read-only")
+    return 0
+
+
+def im2col(x_, tuple stride, tuple pads, tuple dilation, col_):
+    """Write the columns of ``x`` ``(N, C, *size)`` (1 to 3 spatial dims), zero-padded by each
+    ``pads[i][0]`` before dim ``i``, into ``col`` ``(C, *kernel, N, *out)``: ``col[c, k, n, o]``
+    is ``x[n, c, o*stride - lo + k*dilation]`` (0 in the padding). Returns ``col``."""
+    _check_io("im2col", ("x", "col"), x_, col_)
+    cdef cnp.ndarray x = <cnp.ndarray>x_, col = <cnp.ndarray>col_
+    cdef Py_ssize_t g[20]
+    _columns_geometry("im2col", x, col, stride, pads, dilation, g)
+    if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT32:
+        with nogil:
+            _im2col(<float*>cnp.PyArray_DATA(x), <float*>cnp.PyArray_DATA(col), g[18], g[19], g,
+                    g + 3, g + 6, g + 9, g + 12, g + 15, False)
+    else:
+        with nogil:
+            _im2col(<double*>cnp.PyArray_DATA(x), <double*>cnp.PyArray_DATA(col), g[18], g[19],
+                    g, g + 3, g + 6, g + 9, g + 12, g + 15, False)
+    return col
+
+
+def col2im(col_, tuple stride, tuple pads, tuple dilation, gx_):
+    """The adjoint of :func:`im2col`: ``gx`` ``(N, C, *size)`` set to the sum of the columns'
+    ``col`` ``(C, *kernel, N, *out)`` entries at the input positions they were read from.
+    Returns ``gx``."""
+    _check_io("col2im", ("col", "gx"), col_, gx_)
+    cdef cnp.ndarray gx = <cnp.ndarray>gx_, col = <cnp.ndarray>col_
+    cdef Py_ssize_t g[20]
+    _columns_geometry("col2im", gx, col, stride, pads, dilation, g)
+    gx_.fill(0)
+    if cnp.PyArray_TYPE(gx) == cnp.NPY_FLOAT32:
+        with nogil:
+            _im2col(<float*>cnp.PyArray_DATA(gx), <float*>cnp.PyArray_DATA(col), g[18], g[19],
+                    g, g + 3, g + 6, g + 9, g + 12, g + 15, True)
+    else:
+        with nogil:
+            _im2col(<double*>cnp.PyArray_DATA(gx), <double*>cnp.PyArray_DATA(col), g[18], g[19],
+                    g, g + 3, g + 6, g + 9, g + 12, g + 15, True)
+    return gx
+
+
+# --- Winograd F(2x2, 3x3) transforms (stride-1, undilated 3x3 convolutions) -------------------
+# y = Aᵀ [(G w Gᵀ) ⊙ (Bᵀ d B)] A per 2x2 output tile, d the tile's 4x4 input window:
+# Bᵀ = [[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], Aᵀ = [[1, 1, 1, 0],
+# [0, 1, -1, -1]] (G, on the weight, is applied in NumPy). The 16 products per tile are 16
+# GEMMs over the channels, 2.25x fewer multiplies than im2col's 36.
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef void _wino_in(const floating_t* x, floating_t* v, floating_t* rows, Py_ssize_t nb,
+                   Py_ssize_t c, Py_ssize_t h, Py_ssize_t wd, Py_ssize_t ph, Py_ssize_t pw,
+                   Py_ssize_t th, Py_ssize_t tw) noexcept nogil:
+    # v (16, c, nb*th*tw) = Bᵀ d B of each tile of x (nb, c, h, wd) padded by ph, pw. One row
+    # of tiles at a time: its 4 input rows, zero-padded, into ``rows`` (8 rows of 2*tw + 2),
+    # the row transform Bᵀ over whole rows, then the column transform tile by tile; every loop
+    # runs along a row (the compiler vectorizes them).
+    cdef Py_ssize_t ci, b, ty, tx, i, j, iy, n = 2 * tw + 2, plane = c * nb * th * tw
+    cdef Py_ssize_t j0 = min(pw, n), j1 = max(j0, min(n, wd + pw))
+    cdef floating_t* d = rows
+    cdef floating_t* r = rows + 4 * n
+    cdef floating_t* ri
+    cdef floating_t* out
+    cdef const floating_t* src
+    for ci in range(c):
+        for b in range(nb):
+            src = x + (b * c + ci) * h * wd
+            for ty in range(th):
+                for i in range(4):
+                    iy = 2 * ty - ph + i
+                    if iy < 0 or iy >= h:
+                        for j in range(n):
+                            d[i * n + j] = 0
+                        continue
+                    for j in range(j0):
+                        d[i * n + j] = 0
+                    for j in range(j0, j1):
+                        d[i * n + j] = src[iy * wd + j - pw]
+                    for j in range(j1, n):
+                        d[i * n + j] = 0
+                for j in range(n):
+                    r[j] = d[j] - d[2 * n + j]
+                    r[n + j] = d[n + j] + d[2 * n + j]
+                    r[2 * n + j] = d[2 * n + j] - d[n + j]
+                    r[3 * n + j] = d[n + j] - d[3 * n + j]
+                out = v + (ci * nb + b) * th * tw + ty * tw
+                for i in range(4):
+                    ri = r + i * n
+                    for tx in range(tw):
+                        out[4 * i * plane + tx] = ri[2 * tx] - ri[2 * tx + 2]
+                    for tx in range(tw):
+                        out[(4 * i + 1) * plane + tx] = ri[2 * tx + 1] + ri[2 * tx + 2]
+                    for tx in range(tw):
+                        out[(4 * i + 2) * plane + tx] = ri[2 * tx + 2] - ri[2 * tx + 1]
+                    for tx in range(tw):
+                        out[(4 * i + 3) * plane + tx] = ri[2 * tx + 1] - ri[2 * tx + 3]
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef void _wino_out(const floating_t* m, floating_t* y, floating_t* rows, Py_ssize_t nb,
+                    Py_ssize_t o, Py_ssize_t oh, Py_ssize_t ow, Py_ssize_t th,
+                    Py_ssize_t tw) noexcept nogil:
+    # y (nb, o, oh, ow) = Aᵀ m A of each tile of m (16, o, nb*th*tw), cropped to oh x ow; one
+    # row of tiles at a time (``rows``: 8 rows of tw, Aᵀ applied over the 16 planes' rows).
+    cdef Py_ssize_t co, b, ty, tx, i, k, yy, plane = o * nb * th * tw
+    cdef const floating_t* mp
+    cdef floating_t* yrow
+    cdef floating_t* s
+    cdef Py_ssize_t full = ow // 2
+    for co in range(o):
+        for b in range(nb):
+            for ty in range(th):
+                mp = m + (co * nb + b) * th * tw + ty * tw
+                for k in range(4):
+                    s = rows + k * tw
+                    for tx in range(tw):
+                        s[tx] = mp[k * plane + tx] + mp[(4 + k) * plane + tx] + mp[
+                            (8 + k) * plane + tx]
+                    s = rows + (4 + k) * tw
+                    for tx in range(tw):
+                        s[tx] = mp[(4 + k) * plane + tx] - mp[(8 + k) * plane + tx] - mp[
+                            (12 + k) * plane + tx]
+                for i in range(2):
+                    yy = 2 * ty + i
+                    if yy >= oh:
+                        break
+                    s = rows + 4 * i * tw
+                    yrow = y + ((b * o + co) * oh + yy) * ow
+                    for tx in range(full):
+                        yrow[2 * tx] = s[tx] + s[tw + tx] + s[2 * tw + tx]
+                        yrow[2 * tx + 1] = s[tw + tx] - s[2 * tw + tx] - s[3 * tw + tx]
+                    if full < tw:
+                        yrow[2 * full] = s[full] + s[tw + full] + s[2 * tw + full]
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef void _wino_out_grad(const floating_t* gy, floating_t* dm, floating_t* rows, Py_ssize_t nb,
+                         Py_ssize_t o, Py_ssize_t oh, Py_ssize_t ow, Py_ssize_t th,
+                         Py_ssize_t tw) noexcept nogil:
+    # dm (16, o, nb*th*tw) = A g Aᵀ of each 2x2 tile g of gy (nb, o, oh, ow) (zero past the
+    # crop): the adjoint of _wino_out. A = [[1, 0], [1, 1], [1, -1], [0, -1]]; ``rows`` (4
+    # rows of 2*tw) holds the tile row's two gy rows, zero-padded, then their row transform.
+    cdef Py_ssize_t co, b, ty, tx, i, j, n = 2 * tw, plane = o * nb * th * tw
+    cdef floating_t* g0 = rows
+    cdef floating_t* g1 = rows + n
+    cdef floating_t* ri
+    cdef floating_t* out
+    cdef const floating_t* src
+    for co in range(o):
+        for b in range(nb):
+            src = gy + (b * o + co) * oh * ow
+            for ty in range(th):
+                for i in range(2):
+                    if 2 * ty + i >= oh:
+                        for j in range(n):
+                            rows[i * n + j] = 0
+                        continue
+                    for j in range(ow):
+                        rows[i * n + j] = src[(2 * ty + i) * ow + j]
+                    for j in range(ow, n):
+                        rows[i * n + j] = 0
+                # The row transform A g: rows g0, g0 + g1, g0 - g1, -g1 (the last two in place).
+                for j in range(n):
+                    rows[2 * n + j] = g0[j] + g1[j]
+                    rows[3 * n + j] = g0[j] - g1[j]
+                    g1[j] = -g1[j]
+                out = dm + (co * nb + b) * th * tw + ty * tw
+                for i in range(4):
+                    ri = rows + (i + 1 if 0 < i < 3 else i // 3) * n  # g0, +, -, -g1
+                    for tx in range(tw):
+                        out[4 * i * plane + tx] = ri[2 * tx]
+                    for tx in range(tw):
+                        out[(4 * i + 1) * plane + tx] = ri[2 * tx] + ri[2 * tx + 1]
+                    for tx in range(tw):
+                        out[(4 * i + 2) * plane + tx] = ri[2 * tx] - ri[2 * tx + 1]
+                    for tx in range(tw):
+                        out[(4 * i + 3) * plane + tx] = -ri[2 * tx + 1]
+
+
+def winograd_input(x_, tuple pads, v_):
+    """Write ``Bᵀ d B`` of each 4x4 input window ``d`` of the 2x2 output tiles of ``x``
+    ``(N, C, H, W)``, zero-padded by ``pads[i][0]`` before each dim, into ``v``
+    ``(16, C, N * tH * tW)``. Returns ``v``."""
+    _check_io("winograd_input", ("x", "v"), x_, v_)
+    cdef cnp.ndarray x = <cnp.ndarray>x_, v = <cnp.ndarray>v_
+    if x.ndim != 4 or v.ndim != 3 or v.shape[0] != 16 or v.shape[1] != x.shape[1]:
+        raise ShapeError(
+            f"winograd_input: expected x (N, C, H, W) and v (16, C, N*tiles), got "
+            f"{_shape(x)} and {_shape(v)}"
+        )
+    cdef Py_ssize_t nb = x.shape[0], c = x.shape[1], h = x.shape[2], wd = x.shape[3]
+    cdef Py_ssize_t ph = pads[0][0], pw = pads[1][0]
+    cdef Py_ssize_t th = (h + ph + pads[0][1] - 1) // 2, tw = (wd + pw + pads[1][1] - 1) // 2
+    if min(ph, pw, pads[0][1], pads[1][1]) < 0 or th < 0 or tw < 0 or v.shape[2] != nb * th * tw:
+        raise ShapeError(
+            f"winograd_input: v {_shape(v)} does not hold the tiles of x {_shape(x)} padded "
+            f"by {pads}"
+        )
+    cdef cnp.ndarray rows = np.empty(8 * (2 * tw + 2), dtype=x_.dtype)
+    if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT32:
+        with nogil:
+            _wino_in(<const float*>cnp.PyArray_DATA(x), <float*>cnp.PyArray_DATA(v),
+                     <float*>cnp.PyArray_DATA(rows), nb, c, h, wd, ph, pw, th, tw)
+    else:
+        with nogil:
+            _wino_in(<const double*>cnp.PyArray_DATA(x), <double*>cnp.PyArray_DATA(v),
+                     <double*>cnp.PyArray_DATA(rows), nb, c, h, wd, ph, pw, th, tw)
+    return v
+
+
+def winograd_output(m_, y_):
+    """Write ``Aᵀ m A`` of each tile of ``m`` ``(16, C_out, N * tH * tW)`` into ``y``
+    ``(N, C_out, H_out, W_out)`` (``tH = ceil(H_out / 2)``, the last tiles cropped). Returns
+    ``y``."""
+    _check_io("winograd_output", ("m", "y"), m_, y_)
+    cdef cnp.ndarray m = <cnp.ndarray>m_, y = <cnp.ndarray>y_
+    if y.ndim != 4 or m.ndim != 3 or m.shape[0] != 16 or m.shape[1] != y.shape[1]:
+        raise ShapeError(
+            f"winograd_output: expected m (16, C, N*tiles) and y (N, C, H, W), got "
+            f"{_shape(m)} and {_shape(y)}"
+        )
+    cdef Py_ssize_t nb = y.shape[0], o = y.shape[1], oh = y.shape[2], ow = y.shape[3]
+    cdef Py_ssize_t th = (oh + 1) // 2, tw = (ow + 1) // 2
+    if m.shape[2] != nb * th * tw:
+        raise ShapeError(f"winograd_output: m {_shape(m)} does not hold the tiles of y {_shape(y)}")
+    cdef cnp.ndarray rows = np.empty(8 * tw, dtype=y_.dtype)
+    if cnp.PyArray_TYPE(y) == cnp.NPY_FLOAT32:
+        with nogil:
+            _wino_out(<const float*>cnp.PyArray_DATA(m), <float*>cnp.PyArray_DATA(y),
+                      <float*>cnp.PyArray_DATA(rows), nb, o, oh, ow, th, tw)
+    else:
+        with nogil:
+            _wino_out(<const double*>cnp.PyArray_DATA(m), <double*>cnp.PyArray_DATA(y),
+                      <double*>cnp.PyArray_DATA(rows), nb, o, oh, ow, th, tw)
+    return y
+
+
+def winograd_output_grad(gy_, dm_):
+    """The adjoint of :func:`winograd_output`: write ``A g Aᵀ`` of each 2x2 tile ``g`` of
+    ``gy`` ``(N, C_out, H_out, W_out)`` (zero past the last row or column) into ``dm``
+    ``(16, C_out, N * tH * tW)``. Returns ``dm``."""
+    _check_io("winograd_output_grad", ("gy", "dm"), gy_, dm_)
+    cdef cnp.ndarray gy = <cnp.ndarray>gy_, dm = <cnp.ndarray>dm_
+    if gy.ndim != 4 or dm.ndim != 3 or dm.shape[0] != 16 or dm.shape[1] != gy.shape[1]:
+        raise ShapeError(
+            f"winograd_output_grad: expected gy (N, C, H, W) and dm (16, C, N*tiles), got "
+            f"{_shape(gy)} and {_shape(dm)}"
+        )
+    cdef Py_ssize_t nb = gy.shape[0], o = gy.shape[1], oh = gy.shape[2], ow = gy.shape[3]
+    cdef Py_ssize_t th = (oh + 1) // 2, tw = (ow + 1) // 2
+    if dm.shape[2] != nb * th * tw:
+        raise ShapeError(
+            f"winograd_output_grad: dm {_shape(dm)} does not hold the tiles of gy {_shape(gy)}"
+        )
+    cdef cnp.ndarray rows = np.empty(8 * tw, dtype=gy_.dtype)
+    if cnp.PyArray_TYPE(gy) == cnp.NPY_FLOAT32:
+        with nogil:
+            _wino_out_grad(<const float*>cnp.PyArray_DATA(gy), <float*>cnp.PyArray_DATA(dm),
+                           <float*>cnp.PyArray_DATA(rows), nb, o, oh, ow, th, tw)
+    else:
+        with nogil:
+            _wino_out_grad(<const double*>cnp.PyArray_DATA(gy), <double*>cnp.PyArray_DATA(dm),
+                           <double*>cnp.PyArray_DATA(rows), nb, o, oh, ow, th, tw)
+    return dm

@@ -25,7 +25,9 @@ import numpy as np
 from ferro.cuda.loader import ctype, grid_for, kernel
 from ferro.errors import ArgumentError, DtypeError, ShapeError
 
-FUSED_KERNELS = frozenset({"depthwise2d_fwd", "depthwise2d_bwd", "im2col", "col2im"})
+FUSED_KERNELS = frozenset(
+    {"depthwise2d_fwd", "depthwise2d_bwd", "im2col", "col2im", "unfold_cols", "fold_cols"}
+)
 
 _FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 _WEIGHT_BLOCK = 256  # threads per block of the weight-gradient reduction
@@ -155,29 +157,36 @@ def _col_shape(n, c, kernel, out, batch_major):
     return (n, k, ell) if batch_major else (k, n * ell)
 
 
-def im2col(x, kernel_size, stride, pads, dilation, out, batch_major=False):
+def unfold_cols(x, kernel_size, stride, pads, dilation, out, cols=None, batch_major=True):
     """The columns of ``x`` ``(n, C, *size)`` (1 to 3 spatial dims) for windows ``kernel_size`` at
     ``stride``, ``dilation``, zero padding ``pads`` (one ``(lo, hi)`` per dim; the ends follow
-    from ``out``): channel-major ``(C*prod(kernel_size), n*prod(out))``, rows ``(c, *k)`` and
-    columns ``(b, *l)``, as the GEMM path multiplies them, or ``batch_major``
-    ``(n, C*prod(kernel_size), prod(out))``, as ``unfold`` returns them."""
+    from ``out``): ``batch_major`` ``(n, C*prod(kernel_size), prod(out))``, as ``unfold``
+    returns them, or channel-major ``(C*prod(kernel_size), n*prod(out))``, rows ``(c, *k)`` and
+    columns ``(b, *l)``, as the GEMM path multiplies them. Written into ``cols`` where given
+    (C-contiguous, writeable, ``x``'s dtype and that many elements), else a new array."""
     import cupy
 
-    who = "im2col"
+    who = "unfold_cols"
     t = _check(who, ("x",), (x,))
     args = _cols_args(who, x.shape, kernel_size, stride, pads, dilation, out, batch_major)
-    cols = cupy.empty(_col_shape(*x.shape[:2], kernel_size, out, batch_major), dtype=x.dtype)
+    want = _col_shape(*x.shape[:2], kernel_size, out, batch_major)
+    if cols is None:
+        cols = cupy.empty(want, dtype=x.dtype)
+    else:
+        _check(who, ("x", "cols"), (x, cols))
+        if not getattr(cols.flags, "writeable", True) or cols.size != math.prod(want):
+            raise ShapeError(f"{who}: cols of shape {cols.shape} (writeable) must hold {want}")
     if cols.size:
         grid, block = grid_for(cols.size)
         kernel("conv", f"ferro_im2col<{t}>")(grid, block, (x, cols, *args))
     return cols
 
 
-def col2im(cols, x, kernel_size, stride, pads, dilation, out, batch_major=False):
-    """The adjoint of :func:`im2col`: the columns ``cols`` (either layout, C-contiguous) summed
-    into ``x`` ``(n, C, *size)``, which it overwrites (C-contiguous, writeable, ``cols``'s
-    dtype) and returns; overlapping windows add up."""
-    who = "col2im"
+def fold_cols(cols, x, kernel_size, stride, pads, dilation, out, batch_major=True):
+    """The adjoint of :func:`unfold_cols`: the columns ``cols`` (either layout, C-contiguous)
+    summed into ``x`` ``(n, C, *size)``, which it overwrites (C-contiguous, writeable,
+    ``cols``'s dtype) and returns; overlapping windows add up."""
+    who = "fold_cols"
     t = _check(who, ("cols", "x"), (cols, x))
     if not getattr(x.flags, "writeable", True):
         raise ArgumentError(f"{who}: the output x is read-only")
@@ -191,6 +200,30 @@ def col2im(cols, x, kernel_size, stride, pads, dilation, out, batch_major=False)
     return x
 
 
+def _channel_major_geometry(who, x, col):
+    """``(kernel, out)`` of a channel-major column array ``(C, *kernel, N, *out)`` for ``x``."""
+    nd = x.ndim - 2
+    if col.ndim != 2 * nd + 2 or col.shape[0] != x.shape[1] or col.shape[nd + 1] != x.shape[0]:
+        raise ShapeError(f"{who}: columns of shape {col.shape} do not fit an array {x.shape}")
+    return col.shape[1 : nd + 1], col.shape[nd + 2 :]
+
+
+def im2col(x, stride, pads, dilation, col):
+    """The CPU backend's ``im2col`` (``ferro._C.conv_kernels``), so the GEMM path takes either:
+    the columns of ``x`` ``(N, C, *size)`` written into ``col`` ``(C, *kernel, N, *out)``;
+    returns ``col``."""
+    kernel_size, out = _channel_major_geometry("im2col", x, col)
+    return unfold_cols(x, kernel_size, stride, pads, dilation, out, col, batch_major=False)
+
+
+def col2im(col, stride, pads, dilation, gx):
+    """The CPU backend's ``col2im``: ``gx`` ``(N, C, *size)`` set to the sum of the columns
+    ``col`` ``(C, *kernel, N, *out)`` at the input positions they were read from; returns
+    ``gx``."""
+    kernel_size, out = _channel_major_geometry("col2im", gx, col)
+    return fold_cols(col, gx, kernel_size, stride, pads, dilation, out, batch_major=False)
+
+
 __all__ = [
     "FUSED_KERNELS",
     "accepts",
@@ -198,5 +231,7 @@ __all__ = [
     "col2im",
     "depthwise2d_bwd",
     "depthwise2d_fwd",
+    "fold_cols",
     "im2col",
+    "unfold_cols",
 ]

@@ -17,12 +17,15 @@ array functions, written once against ``xp``:
 A transposed convolution *is* a convolution's input gradient (and its gradients are a
 convolution and a weight gradient), so ``ConvTranspose`` calls the same three functions with
 the roles exchanged, and ``unfold``/``fold`` are im2col/col2im as ops. The batch goes through in
-chunks so the column matrix stays within :data:`WORKSPACE_BYTES`; a 1x1 convolution with stride
+chunks so the column matrix stays within :data:`WORKSPACE_BYTES` (on the CPU within
+:data:`CACHE_BYTES`, so that the GEMMs run from cache). On the CPU the ops' paired overrides pass
+the backend's nogil column loops (``kernels``), and a stride-1 3x3 convolution with enough
+channels runs Winograd F(2x2, 3x3) instead of im2col (docs/conv.md); a 1x1 convolution with stride
 1 and no padding needs no copy at all (its column matrix is the input, reshaped); a depthwise
 convolution (one input channel per group) takes a direct loop over the kernel offsets instead of
-a block-diagonal GEMM of 1-row matrices. On the GPU the same functions take ``cols``, a backend
-with im2col/col2im kernels (``ferro.cuda.conv``, bound by :func:`columns_override`), in place
-of the strided views and slice adds; chunks and GEMMs stay as they are.
+a block-diagonal GEMM of 1-row matrices. The GPU's column kernels (``ferro.cuda.conv``) have the
+CPU's signatures, so the same ``kernels`` argument takes either backend; ``unfold``/``fold`` on
+the GPU take its batch-major column kernels (:func:`columns_override`).
 
 Both op classes have a ``differentiable_backward`` that computes the same gradients from the
 ops themselves (input gradient: the transposed convolution; weight gradient: a convolution of
@@ -35,11 +38,19 @@ import itertools
 import math
 import numbers
 
+import numpy as np
+
 from ferro.errors import ArgumentError, ArgumentTypeError, DtypeError, ShapeError
 from ferro.ops.registry import apply, register
 
 #: The most bytes a column matrix may take; the batch is processed in chunks that fit.
 WORKSPACE_BYTES = 32 << 20
+#: On the CPU, a chunk's column matrix is also kept within a few MB, so that each GEMM's wide
+#: operand stays in cache: OpenBLAS's (64 x 576) @ (576 x N) GEMM runs at 75 GFLOPS on one core
+#: for N = 1024 and at 22-30 for N = 8192..32768 (memory-bound), so one GEMM over the whole
+#: 32 MB workspace was 1.35x slower over a conv2d forward+backward (Note [Convolution as three
+#: functions]).
+CACHE_BYTES = 4 << 20
 
 
 # --- the three array functions (Note [Convolution as three functions]) -----------------------
@@ -85,9 +96,11 @@ def _interior(size, pads):
     return tuple(slice(lo, lo + s) for s, (lo, _) in zip(size, pads, strict=True))
 
 
-def _chunk(n, row_bytes):
-    """How many batch elements fit in the workspace (at least one)."""
-    return max(1, min(n, WORKSPACE_BYTES // max(row_bytes, 1)))
+def _chunk(xp, n, row_bytes):
+    """How many batch elements a chunk takes (at least one): as many as fit in the workspace on
+    a GPU, as many as fit in :data:`CACHE_BYTES` on the CPU."""
+    limit = WORKSPACE_BYTES if xp is not np else min(WORKSPACE_BYTES, CACHE_BYTES)
+    return max(1, min(n, limit // max(row_bytes, 1)))
 
 
 def _im2col(xp, x, kernel, stride, pads, dilation, out, buf=None):
@@ -125,15 +138,6 @@ def _columns(xp, x, kernel, stride, dilation, out):
     return xp.ascontiguousarray(view.transpose(perm))
 
 
-def _chunk_columns(xp, xc, kernel, stride, pads, dilation, out, buf, cols):
-    """The channel-major columns of a batch chunk ``xc`` and the padding buffer to reuse: from
-    the strided view of the padded chunk, or from ``cols.im2col`` (padding in the kernel)."""
-    if cols is not None:
-        return cols.im2col(xc, kernel, stride, pads, dilation, out), buf
-    buf = _padded(xp, xc, pads, buf)
-    return _columns(xp, buf, kernel, stride, dilation, out), buf
-
-
 def _channel_major(xp, a, groups):
     """``(n, C, *s)`` -> ``(groups, C/groups, n * prod(s))``, contiguous."""
     n, c = a.shape[:2]
@@ -141,31 +145,122 @@ def _channel_major(xp, a, groups):
     return t.reshape(groups, c // groups, n * math.prod(a.shape[2:]))
 
 
-def _conv_forward(xp, x, w, stride, pads, dilation, groups, out, cols=None):
+class _Columns:
+    """The column matrices of one convolution's batch chunks, ``(C, *kernel, n, *out)``
+    (channel-major: see below). ``kernels``, a backend module with ``im2col``/``col2im`` (the
+    CPU's nogil loops, which pad on the fly), builds them into one reused buffer; without it,
+    strided views of a padded copy do."""
+
+    def __init__(self, xp, kernels, c, kernel, step, out, dtype):
+        self.xp, self.kernels, self.kernel, self.out = xp, kernels, tuple(kernel), tuple(out)
+        self.flat = (
+            xp.empty(c * math.prod(kernel) * step * math.prod(out), dtype) if kernels else None
+        )
+        self.buf = None
+
+    def of(self, xc, stride, pads, dilation):
+        """The columns of the chunk ``xc`` ``(n, C, *size)``."""
+        if self.kernels is None:
+            self.buf = _padded(self.xp, xc, pads, self.buf)
+            return _columns(self.xp, self.buf, self.kernel, stride, dilation, self.out)
+        shape = (xc.shape[1], *self.kernel, xc.shape[0], *self.out)
+        col = self.flat[: math.prod(shape)].reshape(shape)
+        return self.kernels.im2col(xc, stride, pads, dilation, col)
+
+
+def _conv_forward(xp, x, w, stride, pads, dilation, groups, out, kernels=None):
     """``y`` ``(N, C_out, *out)`` of the convolution of ``x`` ``(N, C_in, *size)`` by ``w``
-    ``(C_out, C_in/groups, *kernel)``. ``cols``: a backend with column kernels (``im2col``,
-    ``col2im``: ``ferro.cuda.conv``) in place of the strided views."""
+    ``(C_out, C_in/groups, *kernel)``; ``kernels``: see :class:`_Columns`."""
     n, c = x.shape[:2]
     o, cg = w.shape[:2]
     kernel = w.shape[2:]
     y = xp.empty((n, o) + tuple(out), dtype=x.dtype)
     if cg == 1 and groups > 1:
         return _depthwise_forward(xp, x, w, stride, pads, dilation, groups, out, y)
+    if _winograd(kernels, kernel, c, o, out, stride, dilation, groups):
+        return _winograd_forward(xp, kernels, x, w, pads, out, y)
     kp, ell = math.prod(kernel), math.prod(out)
     wr = w.reshape(groups, o // groups, cg * kp)
-    step = _chunk(n, c * kp * ell * x.itemsize)
-    buf = None
+    step = _chunk(xp, n, c * kp * ell * x.itemsize)
+    cols = _Columns(xp, kernels, c, kernel, step, out, x.dtype)
     for n0 in range(0, n, step):
         xc = x[n0 : n0 + step]
         nb = xc.shape[0]
-        col, buf = _chunk_columns(xp, xc, kernel, stride, pads, dilation, out, buf, cols)
-        yc = xp.matmul(wr, col.reshape(groups, cg * kp, nb * ell))
+        col = cols.of(xc, stride, pads, dilation).reshape(groups, cg * kp, nb * ell)
+        if nb == 1:  # the sample's output is the product itself: no transposing copy
+            xp.matmul(wr, col, out=y[n0].reshape(groups, o // groups, ell))
+            continue
+        yc = xp.matmul(wr, col)
         y[n0 : n0 + nb] = xp.moveaxis(yc.reshape((o, nb) + tuple(out)), 0, 1)
     return y
 
 
-def _conv_input_grad(xp, gy, w, stride, pads, dilation, groups, size, cols=None):
-    """``gx`` ``(N, C_in, *size)`` of the convolution, from ``gy`` ``(N, C_out, *out)``."""
+#: Winograd F(2x2, 3x3) is taken from this many input and output channels and this output
+#: height and width on: below, its 16 GEMMs are too thin to beat one im2col GEMM (the digits
+#: CNN's 16 -> 32 layer on 4x4 images: a training step 3.3 ms with Winograd, 2.7 without).
+WINOGRAD_MIN_CHANNELS = 16
+WINOGRAD_MIN_SIZE = 8
+
+
+def _winograd(kernels, kernel, c, o, out, stride, dilation, groups):
+    """Whether a convolution of ``c`` to ``o`` channels by ``kernel`` with output size ``out``
+    runs Winograd F(2x2, 3x3): a backend with its transforms (the CPU), a 2-d undilated stride-1
+    3x3 convolution without groups, channels and outputs large enough."""
+    return (
+        kernels is not None
+        and "winograd_output_grad" in kernels.FUSED_KERNELS
+        and tuple(kernel) == (3, 3)
+        and stride == (1, 1)
+        and dilation == (1, 1)
+        and groups == 1
+        and min(c, o) >= WINOGRAD_MIN_CHANNELS
+        and min(out) >= WINOGRAD_MIN_SIZE
+    )
+
+
+_WINOGRAD_G = ((1, 0, 0), (0.5, 0.5, 0.5), (0.5, -0.5, 0.5), (0, 0, 1))
+
+
+def _winograd_chunks(xp, x, o, tiles):
+    """The batch step and the two reused buffers (transformed tiles of the input and of the
+    output side) of a Winograd pass: a quarter of the im2col chunk, since the 16 GEMMs over
+    (C_in, tiles) ran at 82 GFLOPS on one core for one 32x32 sample of 64 channels (1 MB of
+    transformed tiles) and at 68 for four."""
+    n, c = x.shape[:2]
+    step = _chunk(xp, n, 4 * 16 * max(c, o) * tiles * x.itemsize)
+    v = xp.empty(16 * c * step * tiles, dtype=x.dtype)
+    m = xp.empty(16 * o * step * tiles, dtype=x.dtype)
+    return step, v, m
+
+
+def _winograd_forward(xp, kernels, x, w, pads, out, y):
+    """``y`` of a stride-1 3x3 convolution by Winograd F(2x2, 3x3): per 2x2 output tile,
+    ``y = Aᵀ [(G w Gᵀ) ⊙ (Bᵀ d B)] A`` (``d`` the tile's 4x4 input window), the 16 elementwise
+    products summed over the input channels as 16 GEMMs ``(C_out, C_in) @ (C_in, tiles)``;
+    the transforms are the backend's loops (``winograd_input``/``winograd_output``), batch
+    chunks sized as im2col's."""
+    n, c = x.shape[:2]
+    o = w.shape[0]
+    tiles = ((out[0] + 1) // 2) * ((out[1] + 1) // 2)
+    g = xp.asarray(_WINOGRAD_G, dtype=x.dtype)
+    u = xp.ascontiguousarray(xp.einsum("ik,ockl,jl->ijoc", g, w, g).reshape(16, o, c))
+    step, v, m = _winograd_chunks(xp, x, o, tiles)
+    for n0 in range(0, n, step):
+        xc = x[n0 : n0 + step]
+        t = xc.shape[0] * tiles
+        vc = kernels.winograd_input(xc, pads, v[: 16 * c * t].reshape(16, c, t))
+        mc = xp.matmul(u, vc, out=m[: 16 * o * t].reshape(16, o, t))
+        kernels.winograd_output(mc, y[n0 : n0 + xc.shape[0]])
+    return y
+
+
+def _conv_input_grad(xp, gy, w, stride, pads, dilation, groups, size, kernels=None):
+    """``gx`` ``(N, C_in, *size)`` of the convolution, from ``gy`` ``(N, C_out, *out)``.
+
+    A stride-1 convolution whose padding is at most the kernel's span takes the input gradient
+    as the convolution of ``gy`` by the flipped, transposed weight (im2col of ``gy``, which is
+    a copy) when ``gy``'s columns are no larger than the input's (C_out <= C_in); otherwise the
+    weight's transpose times ``gy`` gives the columns' gradient, and col2im adds it back."""
     n, o = gy.shape[:2]
     out = gy.shape[2:]
     cg = w.shape[1]
@@ -173,18 +268,34 @@ def _conv_input_grad(xp, gy, w, stride, pads, dilation, groups, size, cols=None)
     c = cg * groups
     if cg == 1 and groups > 1:
         return _depthwise_input_grad(xp, gy, w, stride, pads, dilation, groups, size)
+    span = [d * (k - 1) for d, k in zip(dilation, kernel, strict=True)]
+    if (
+        o <= c
+        and all(s == 1 for s in stride)
+        and all(0 <= lo <= t and 0 <= hi <= t for (lo, hi), t in zip(pads, span, strict=True))
+    ):
+        return _conv_forward(
+            xp,
+            gy,
+            _transposed_weight(xp, w, groups),
+            stride,
+            tuple((t - lo, t - hi) for (lo, hi), t in zip(pads, span, strict=True)),
+            dilation,
+            groups,
+            size,
+            kernels,
+        )
     kp, ell = math.prod(kernel), math.prod(out)
     wt = w.reshape(groups, o // groups, cg * kp).transpose(0, 2, 1)
     gx = xp.empty((n, c) + tuple(size), dtype=gy.dtype)
-    step = _chunk(n, c * kp * ell * gy.itemsize)
+    step = _chunk(xp, n, c * kp * ell * gy.itemsize)
     for n0 in range(0, n, step):
         gc = _channel_major(xp, gy[n0 : n0 + step], groups)
         nb = min(step, n - n0)
-        gcol = xp.matmul(wt, gc)
-        if cols is not None:  # one gather kernel writes the chunk of gx
-            cols.col2im(gcol, gx[n0 : n0 + nb], kernel, stride, pads, dilation, out)
+        gcol = xp.matmul(wt, gc).reshape((c, *kernel, nb, *out))
+        if kernels is not None:
+            kernels.col2im(gcol, stride, pads, dilation, gx[n0 : n0 + nb])
             continue
-        gcol = gcol.reshape((c, *kernel, nb, *out))
         # col2im in the columns' own (C, n) order, whose slices are contiguous runs, then one
         # transposing copy into gx.
         gcol = xp.moveaxis(gcol, 1 + len(kernel), 1)
@@ -192,7 +303,19 @@ def _conv_input_grad(xp, gy, w, stride, pads, dilation, groups, size, cols=None)
     return gx
 
 
-def _conv_weight_grad(xp, x, gy, stride, pads, dilation, groups, kernel, cols=None):
+def _transposed_weight(xp, w, groups):
+    """The weight of the convolution that is the input gradient of a stride-1 convolution by
+    ``w`` ``(C_out, C_in/groups, *kernel)``: each group's channels exchanged and the kernel
+    flipped, ``(C_in, C_out/groups, *kernel)``."""
+    o, cg = w.shape[:2]
+    nd = w.ndim - 2
+    wg = w.reshape((groups, o // groups, cg) + tuple(w.shape[2:]))
+    flip = (slice(None),) * 3 + (slice(None, None, -1),) * nd
+    wt = xp.ascontiguousarray(wg[flip].transpose((0, 2, 1) + tuple(range(3, 3 + nd))))
+    return wt.reshape((groups * cg, o // groups) + tuple(w.shape[2:]))
+
+
+def _conv_weight_grad(xp, x, gy, stride, pads, dilation, groups, kernel, kernels=None):
     """``gw`` ``(C_out, C_in/groups, *kernel)`` of the convolution of ``x`` with output
     gradient ``gy``."""
     n, c = x.shape[:2]
@@ -201,20 +324,44 @@ def _conv_weight_grad(xp, x, gy, stride, pads, dilation, groups, kernel, cols=No
     cg = c // groups
     if cg == 1 and groups > 1:
         return _depthwise_weight_grad(xp, x, gy, stride, pads, dilation, groups, kernel)
+    if _winograd(kernels, kernel, c, o, out, stride, dilation, groups):
+        return _winograd_weight_grad(xp, kernels, x, gy, pads)
     kp, ell = math.prod(kernel), math.prod(out)
     # Accumulated transposed: columns @ gyᵀ, whose long dimension (n * L) is the columns'
-    # contiguous one, measured 2-3x faster in OpenBLAS than gy @ columnsᵀ.
+    # contiguous one, measured 1.3x faster in OpenBLAS than gy @ columnsᵀ.
     gwt = xp.zeros((groups, cg * kp, o // groups), dtype=x.dtype)
-    step = _chunk(n, c * kp * ell * x.itemsize)
-    buf = None
+    step = _chunk(xp, n, c * kp * ell * x.itemsize)
+    cols = _Columns(xp, kernels, c, kernel, step, out, x.dtype)
+    part = None
     for n0 in range(0, n, step):
         xc = x[n0 : n0 + step]
         nb = xc.shape[0]
-        col, buf = _chunk_columns(xp, xc, kernel, stride, pads, dilation, out, buf, cols)
-        col = col.reshape(groups, cg * kp, nb * ell)
+        col = cols.of(xc, stride, pads, dilation).reshape(groups, cg * kp, nb * ell)
         gc = _channel_major(xp, gy[n0 : n0 + nb], groups)
-        gwt += xp.matmul(col, gc.transpose(0, 2, 1))
+        part = xp.matmul(col, gc.transpose(0, 2, 1), out=part)
+        gwt += part
     return xp.ascontiguousarray(gwt.transpose(0, 2, 1)).reshape((o, cg) + tuple(kernel))
+
+
+def _winograd_weight_grad(xp, kernels, x, gy, pads):
+    """``gw`` of a stride-1 3x3 convolution by Winograd F(2x2, 3x3), the adjoint of
+    :func:`_winograd_forward`: ``gw = Gᵀ [sum over tiles of (A g Aᵀ) (Bᵀ d B)ᵀ] G``, the sums
+    16 GEMMs ``(C_out, tiles) @ (tiles, C_in)`` accumulated over the batch chunks."""
+    n, c = x.shape[:2]
+    o = gy.shape[1]
+    tiles = ((gy.shape[2] + 1) // 2) * ((gy.shape[3] + 1) // 2)
+    step, v, m = _winograd_chunks(xp, x, o, tiles)
+    gu = xp.zeros((16, o, c), dtype=x.dtype)
+    part = None
+    for n0 in range(0, n, step):
+        xc = x[n0 : n0 + step]
+        t = xc.shape[0] * tiles
+        vc = kernels.winograd_input(xc, pads, v[: 16 * c * t].reshape(16, c, t))
+        mc = kernels.winograd_output_grad(gy[n0 : n0 + step], m[: 16 * o * t].reshape(16, o, t))
+        part = xp.matmul(mc, vc.transpose(0, 2, 1), out=part)
+        gu += part
+    g = xp.asarray(_WINOGRAD_G, dtype=x.dtype)
+    return xp.ascontiguousarray(xp.einsum("ik,ijoc,jl->ockl", g, gu.reshape(4, 4, o, c), g))
 
 
 # Depthwise (one input channel per group, C_out = multiplier * groups): a sum over the kernel
@@ -275,9 +422,8 @@ def _depthwise_weight_grad(xp, x, gy, stride, pads, dilation, groups, kernel):
 
 
 def is_depthwise2d(x, w, pads, groups) -> bool:
-    """Whether a convolution is what the CPU's direct depthwise loops take: 2-d, one input
-    channel per group, symmetric padding (the conv override's condition, recorded on ctx as
-    ``depthwise2d`` so the override table can name it)."""
+    """Whether a convolution is what the direct depthwise loops take: 2-d, one input channel
+    per group, symmetric padding (the conv override's condition)."""
     return (
         x.ndim == 4
         and groups > 1
@@ -393,6 +539,35 @@ def _fold_differentiable_backward(ctx, gy):
     )
 
 
+def conv_forward(transposed, kernels, ctx, x, w, b, stride, pads, dilation, groups, size):
+    """The forward of :class:`Conv` (``transposed=False``) or :class:`ConvTranspose`, with the
+    column kernels ``kernels`` (:class:`_Columns`; the CPU override passes its backend)."""
+    need_x, need_w, _ = ctx.needs_input_grad
+    ctx.save(x if need_w else None, w if need_x else None)
+    ctx.geom = (stride, pads, dilation, groups)
+    ctx.in_size, ctx.kernel = x.shape[2:], w.shape[2:]
+    if not transposed:  # the conv override's choice, recorded by the generic forward too
+        ctx.depthwise2d = is_depthwise2d(x, w, pads, groups)
+    f = _conv_input_grad if transposed else _conv_forward
+    y = f(ctx.xp, x, w, stride, pads, dilation, groups, size, kernels)
+    return y if b is None else _add_bias(y, b)
+
+
+def conv_backward(transposed, kernels, ctx, gy):
+    """The backward of :class:`Conv` or :class:`ConvTranspose` (see :func:`conv_forward`)."""
+    xp = ctx.xp
+    x, w = ctx.saved
+    need_x, need_w, need_b = ctx.needs_input_grad
+    gx = gw = None
+    if need_x:
+        f = _conv_forward if transposed else _conv_input_grad
+        gx = f(xp, gy, w, *ctx.geom, ctx.in_size, kernels)
+    if need_w:
+        a, b = (gy, x) if transposed else (x, gy)
+        gw = _conv_weight_grad(xp, a, b, *ctx.geom, ctx.kernel, kernels)
+    return gx, gw, _bias_grad(gy) if need_b else None
+
+
 @register("conv")
 class Conv:
     """N-d convolution: ``x`` ``(N, C_in, *size)``, ``w`` ``(C_out, C_in/groups, *kernel)``,
@@ -400,24 +575,12 @@ class Conv:
     output's spatial shape."""
 
     @staticmethod
-    def forward(ctx, x, w, b, *, stride, pads, dilation, groups, size, cols=None):
-        xp = ctx.xp
-        need_x, need_w, _ = ctx.needs_input_grad
-        ctx.save(x if need_w else None, w if need_x else None)
-        ctx.geom = (stride, pads, dilation, groups)
-        ctx.in_size, ctx.kernel = x.shape[2:], w.shape[2:]
-        ctx.depthwise2d = is_depthwise2d(x, w, pads, groups)
-        y = _conv_forward(xp, x, w, stride, pads, dilation, groups, size, cols)
-        return y if b is None else _add_bias(y, b)
+    def forward(ctx, x, w, b, *, stride, pads, dilation, groups, size):
+        return conv_forward(False, None, ctx, x, w, b, stride, pads, dilation, groups, size)
 
     @staticmethod
-    def backward(ctx, gy, cols=None):
-        xp = ctx.xp
-        x, w = ctx.saved
-        need_x, need_w, need_b = ctx.needs_input_grad
-        gx = _conv_input_grad(xp, gy, w, *ctx.geom, ctx.in_size, cols) if need_x else None
-        gw = _conv_weight_grad(xp, x, gy, *ctx.geom, ctx.kernel, cols) if need_w else None
-        return gx, gw, _bias_grad(gy) if need_b else None
+    def backward(ctx, gy):
+        return conv_backward(False, None, ctx, gy)
 
     differentiable_backward = staticmethod(_differentiable_backward_of(transposed=False))
 
@@ -428,23 +591,12 @@ class ConvTranspose:
     ``(N, C_in, *in)``, ``w`` ``(C_in, C_out/groups, *kernel)``, output ``(N, C_out, *size)``."""
 
     @staticmethod
-    def forward(ctx, x, w, b, *, stride, pads, dilation, groups, size, cols=None):
-        xp = ctx.xp
-        need_x, need_w, _ = ctx.needs_input_grad
-        ctx.save(x if need_w else None, w if need_x else None)
-        ctx.geom = (stride, pads, dilation, groups)
-        ctx.in_size, ctx.kernel = x.shape[2:], w.shape[2:]
-        y = _conv_input_grad(xp, x, w, stride, pads, dilation, groups, size, cols)
-        return y if b is None else _add_bias(y, b)
+    def forward(ctx, x, w, b, *, stride, pads, dilation, groups, size):
+        return conv_forward(True, None, ctx, x, w, b, stride, pads, dilation, groups, size)
 
     @staticmethod
-    def backward(ctx, gy, cols=None):
-        xp = ctx.xp
-        x, w = ctx.saved
-        need_x, need_w, need_b = ctx.needs_input_grad
-        gx = _conv_forward(xp, gy, w, *ctx.geom, ctx.in_size, cols) if need_x else None
-        gw = _conv_weight_grad(xp, gy, x, *ctx.geom, ctx.kernel, cols) if need_w else None
-        return gx, gw, _bias_grad(gy) if need_b else None
+    def backward(ctx, gy):
+        return conv_backward(True, None, ctx, gy)
 
     differentiable_backward = staticmethod(_differentiable_backward_of(transposed=True))
 
@@ -454,7 +606,7 @@ def _unfold_array(xp, x, kernel, stride, pads, dilation, out, cols=None):
     the column kernel of ``cols`` where given."""
     if cols is not None:
         x = xp.ascontiguousarray(x)
-        return cols.im2col(x, kernel, stride, pads, dilation, out, batch_major=True)
+        return cols.unfold_cols(x, kernel, stride, pads, dilation, out)
     col = _im2col(xp, x, kernel, stride, pads, dilation, out)
     return col.reshape(x.shape[0], -1, math.prod(out))
 
@@ -466,7 +618,7 @@ def _fold_array(xp, col, size, kernel, stride, pads, dilation, out, cols=None):
     if cols is not None:
         x = xp.empty((n, col.shape[1] // math.prod(kernel)) + tuple(size), dtype=col.dtype)
         col = xp.ascontiguousarray(col)
-        return cols.col2im(col, x, kernel, stride, pads, dilation, out, batch_major=True)
+        return cols.fold_cols(col, x, kernel, stride, pads, dilation, out)
     col = col.reshape((n, -1) + tuple(kernel) + tuple(out))
     return _col2im(xp, col, size, stride, pads, dilation)
 
@@ -508,10 +660,10 @@ class Fold:
 
 
 def columns_override(op):
-    """The override adapter of ``op`` (:class:`Conv`, :class:`ConvTranspose`, :class:`Unfold`,
-    :class:`Fold`) on a backend with column kernels (``im2col``, ``col2im``: the GPU's): the
-    op's own forward and backward, the same chunks, GEMMs and ``ctx`` state, with the kernels
-    in place of the strided views and slice adds. Arrays the kernels do not take (another
+    """The override adapter of ``op`` (:class:`Unfold`, :class:`Fold`) on a backend with
+    batch-major column kernels (``unfold_cols``, ``fold_cols``: the GPU's): the op's own forward
+    and backward and ``ctx`` state, with the kernels in place of the strided views and slice
+    adds. Arrays the kernels do not take (another
     dtype, a saved array a hook made non-contiguous) run the generic code."""
 
     def adapter(backend):

@@ -38,7 +38,6 @@ import numpy as np
 
 from ferro._C.engine import overrides_enabled, set_overrides_enabled
 from ferro.errors import ArgumentError
-from ferro.ops.conv import ConvTranspose as ConvT
 from ferro.ops.conv import Fold, Unfold, columns_override
 from ferro.ops.norm import (
     batch_norm_override,
@@ -124,29 +123,45 @@ def _cross_entropy(backend):
     return forward, backward
 
 
-def _depthwise_conv(backend):
-    """The paired override of conv for a depthwise 2-d convolution (one input channel per
-    group, symmetric padding): direct loops forward and backward instead of a sum of strided
-    slices. On a backend with column kernels (the GPU's im2col/col2im) every other convolution
-    takes them (``columns_override``); elsewhere, and for a gradient the loops do not take, the
-    generic code runs. The forward leaves ctx as the generic forward does (both saved arrays)."""
-    fwd_kernel, bwd_kernel = backend.depthwise2d_fwd, backend.depthwise2d_bwd
-    accepts, accepts_grad = backend.accepts, backend.accepts_grad
-    from ferro.ops.conv import Conv, columns_override, is_depthwise2d
+def _column_kernels(backend):
+    # The backend itself where it has the GEMM path's column kernels (the CPU), else None.
+    return backend if {"im2col", "col2im"} <= backend.FUSED_KERNELS else None
 
-    generic_backward = REGISTRY["conv"].backward
-    gemm_forward = gemm_backward = None
-    if {"im2col", "col2im"} <= backend.FUSED_KERNELS:
-        gemm_forward, gemm_backward = columns_override(Conv)(backend)
+
+def _conv_backward_with(backend):
+    # The GEMM path's backward with the column kernels when they take gy and the saved arrays
+    # (a saved-tensor hook may have changed their layout), else the generic one.
+    from ferro.ops.conv import conv_backward
+
+    def backward(transposed, ctx, gy):
+        saved = tuple(a for a in ctx.saved if a is not None)
+        return conv_backward(
+            transposed, backend if backend.accepts((gy, *saved)) else None, ctx, gy
+        )
+
+    return backward
+
+
+def _conv(backend):
+    """The paired override of conv: a depthwise 2-d convolution (one input channel per group,
+    symmetric padding) runs direct loops forward and backward instead of a sum of strided
+    slices; every other convolution, on a backend with column kernels (the CPU), runs the
+    op's GEMM path with them (im2col and col2im as nogil loops that pad on the fly, in place of
+    a padded copy and strided NumPy copies and adds). The forwards leave ``ctx`` as the generic
+    one does (the depthwise loops save both arrays); ``gy`` in another layout is made
+    contiguous first."""
+    fwd_kernel, bwd_kernel = backend.depthwise2d_fwd, backend.depthwise2d_bwd
+    accepts, cols = backend.accepts, _column_kernels(backend)
+    _conv_backward = _conv_backward_with(backend)
+    from ferro.ops.conv import conv_forward, is_depthwise2d
 
     def forward(ctx, x, w, b, *, stride, pads, dilation, groups, size):
-        if not is_depthwise2d(x, w, pads, groups) or not accepts(
-            (x, w) if b is None else (x, w, b)
-        ):
-            if gemm_forward is None:
+        if not accepts((x, w) if b is None else (x, w, b)):
+            return NotImplemented
+        if not is_depthwise2d(x, w, pads, groups):
+            if cols is None:
                 return NotImplemented
-            params = dict(stride=stride, pads=pads, dilation=dilation, groups=groups, size=size)
-            return gemm_forward(ctx, x, w, b, **params)
+            return conv_forward(False, cols, ctx, x, w, b, stride, pads, dilation, groups, size)
         y = fwd_kernel(x, w, stride, pads, dilation, size)
         ctx.save(x, w)
         ctx.geom = (stride, pads, dilation, groups)
@@ -156,15 +171,32 @@ def _depthwise_conv(backend):
         return y
 
     def backward(ctx, gy):
-        if not ctx.depthwise2d:  # the column kernels' forward ran
-            return gemm_backward(ctx, gy)
+        gy = ctx.xp.ascontiguousarray(gy)
+        if not ctx.depthwise2d:
+            return _conv_backward(False, ctx, gy)
         x, w = ctx.saved
-        if not accepts_grad(gy, (x, w)):
-            return generic_backward(ctx, gy)
         need_x, need_w, need_b = ctx.needs_input_grad
         stride, pads, dilation, _ = ctx.geom
         gx, gw = bwd_kernel(gy, x, w, stride, pads, dilation, need_x, need_w)
         return gx, gw, gy.sum(axis=(0, 2, 3)) if need_b else None
+
+    return forward, backward
+
+
+def _conv_transpose(backend):
+    """The paired override of conv_transpose: the op's GEMM path with the backend's column
+    kernels (see :func:`_conv`)."""
+    accepts, cols = backend.accepts, backend
+    _conv_backward = _conv_backward_with(backend)
+    from ferro.ops.conv import conv_forward
+
+    def forward(ctx, x, w, b, *, stride, pads, dilation, groups, size):
+        if not accepts((x, w) if b is None else (x, w, b)):
+            return NotImplemented
+        return conv_forward(True, cols, ctx, x, w, b, stride, pads, dilation, groups, size)
+
+    def backward(ctx, gy):
+        return _conv_backward(True, ctx, ctx.xp.ascontiguousarray(gy))
 
     return forward, backward
 
@@ -257,8 +289,8 @@ def _deform_conv2d(backend):
 # The one table: op (registry name) -> its fused kernels. An entry applies on a backend that
 # implements all of its kernels (cpu: no softmax/log_softmax forward, whose generic NumPy
 # forward is a SIMD pass, no cross-entropy, which measured 0.5-0.97x, see docs/design.md; and
-# no window kernels for im2col/col2im, average or adaptive pooling, whose CPU path is NumPy's
-# strided views, see docs/gpu.md).
+# no batch-major column kernels for unfold/fold, nor average or adaptive pooling kernels, whose
+# CPU path is NumPy's strided views, see docs/gpu.md).
 OVERRIDES: dict[str, Fused] = {
     "tanh": Fused(backward="tanh_bwd"),
     "sigmoid": Fused(backward="sigmoid_bwd"),
@@ -271,15 +303,10 @@ OVERRIDES: dict[str, Fused] = {
     "cross_entropy": Fused(
         forward="cross_entropy_fwd", backward="cross_entropy_bwd", adapter=_cross_entropy
     ),
-    "conv": Fused(
-        forward="depthwise2d_fwd",
-        backward="depthwise2d_bwd",
-        only=(("depthwise2d", True),),
-        adapter=_depthwise_conv,
-    ),
-    "conv_transpose": Fused(forward="im2col", backward="col2im", adapter=columns_override(ConvT)),
-    "unfold": Fused(forward="im2col", backward="col2im", adapter=columns_override(Unfold)),
-    "fold": Fused(forward="im2col", backward="col2im", adapter=columns_override(Fold)),
+    "conv": Fused(forward="depthwise2d_fwd", backward="depthwise2d_bwd", adapter=_conv),
+    "conv_transpose": Fused(forward="im2col", backward="col2im", adapter=_conv_transpose),
+    "unfold": Fused(forward="unfold_cols", backward="fold_cols", adapter=columns_override(Unfold)),
+    "fold": Fused(forward="unfold_cols", backward="fold_cols", adapter=columns_override(Fold)),
     "max_pool": Fused(forward="max_pool_fwd", backward="max_pool_bwd", adapter=_max_pool),
     "avg_pool": Fused(forward="avg_pool_fwd", backward="avg_pool_bwd", adapter=avg_pool_override),
     "adaptive_avg_pool": Fused(

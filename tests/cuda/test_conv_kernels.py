@@ -115,8 +115,12 @@ def test_conv_gpu_override_matches_the_generic_op(xp, bias):
     ctx.needs_input_grad = (True, True, False)
     assert op.gpu_forward(ctx, x, w2, None, **{**params, "groups": 2}) is not NotImplemented
     assert ctx.depthwise2d is False
-    # The CPU binds the depthwise loops only: the generic code runs there.
-    assert op.cpu_forward(T._Ctx(np), x, w2, None, **{**params, "groups": 2}) is NotImplemented
+    # The CPU's nogil column loops have the same signatures: it takes the GEMM path too.
+    if xp is np:
+        cpu = T._Ctx(np)
+        cpu.needs_input_grad = (True, True, False)
+        assert op.cpu_forward(cpu, x, w2, None, **{**params, "groups": 2}) is not NotImplemented
+        assert cpu.depthwise2d is False
 
 
 # --- im2col / col2im ---------------------------------------------------------------------------
@@ -148,41 +152,57 @@ def test_im2col_and_col2im_match_the_strided_views(xp, dtype, batch_major, case)
     want = conv_ops._im2col(np, x, kernel, stride, pads, dilation, out)  # (n, C, *k, *out)
     if not batch_major:  # (C, *k, n, *out)
         want = np.moveaxis(want, 0, 1 + nd)
-    got = K.im2col(xp.asarray(x), kernel, stride, pads, dilation, out, batch_major)
+    got = K.unfold_cols(xp.asarray(x), kernel, stride, pads, dilation, out, None, batch_major)
     assert got.dtype == dtype
     np.testing.assert_array_equal(T.host(got).reshape(want.shape), want)
     g = rng.normal(size=want.shape).astype(dtype)
     col = g if batch_major else np.moveaxis(g, 1 + nd, 0)  # back to (n, C, *k, *out)
     want_x = conv_ops._col2im(np, col, shape[2:], stride, pads, dilation)
     dst = xp.asarray(np.full(shape, np.nan, dtype))  # every element is written
-    got_x = K.col2im(
+    got_x = K.fold_cols(
         xp.asarray(g.reshape(got.shape)), dst, kernel, stride, pads, dilation, out, batch_major
     )
     tol = 1e-6 if dtype == np.float32 else 1e-14
     np.testing.assert_allclose(T.host(got_x), want_x, rtol=tol, atol=tol)
+    if not batch_major:  # the CPU backend's signatures, which the conv GEMM path calls
+        from ferro._C import conv_kernels as cpu
+
+        col = xp.asarray(np.full(want.shape, np.nan, dtype))
+        assert K.im2col(xp.asarray(x), stride, pads, dilation, col) is col
+        np.testing.assert_array_equal(T.host(col), want)
+        np.testing.assert_array_equal(
+            cpu.im2col(x, stride, pads, dilation, np.empty(want.shape, dtype)), want
+        )
+        dst = xp.asarray(np.full(shape, np.nan, dtype))
+        K.col2im(xp.asarray(g), stride, pads, dilation, dst)
+        np.testing.assert_allclose(T.host(dst), want_x, rtol=tol, atol=tol)
 
 
 def test_column_kernels_refuse_what_they_cannot_read(xp):
     x = xp.asarray(np.ones((2, 3, 6, 6)))
     args = ((3, 3), (1, 1), ((0, 0), (0, 0)), (1, 1), (4, 4))
     with pytest.raises(ArgumentError, match="C-contiguous"):
-        K.im2col(x.transpose(0, 1, 3, 2), *args)
+        K.unfold_cols(x.transpose(0, 1, 3, 2), *args)
     with pytest.raises(DtypeError):
-        K.im2col(xp.asarray(np.ones((2, 3, 6, 6), np.int64)), *args)
+        K.unfold_cols(xp.asarray(np.ones((2, 3, 6, 6), np.int64)), *args)
     with pytest.raises(ShapeError):
-        K.im2col(x[0], *args)
+        K.unfold_cols(x[0], *args)
     with pytest.raises(ArgumentError, match="stride"):
-        K.im2col(x, (3, 3), (0, 1), ((0, 0), (0, 0)), (1, 1), (4, 4))
-    cols = K.im2col(x, *args)
+        K.unfold_cols(x, (3, 3), (0, 1), ((0, 0), (0, 0)), (1, 1), (4, 4))
+    cols = K.unfold_cols(x, *args)
     with pytest.raises(ShapeError, match="cols"):
-        K.col2im(cols[:-1], xp.empty_like(x), *args)
+        K.fold_cols(cols[:-1], xp.empty_like(x), *args)
+    with pytest.raises(ShapeError, match="cols"):
+        K.unfold_cols(x, *args, cols[:-1])
     with pytest.raises(DtypeError):
-        K.col2im(cols, xp.asarray(np.ones((2, 3, 6, 6), np.float32)), *args)
+        K.fold_cols(cols, xp.asarray(np.ones((2, 3, 6, 6), np.float32)), *args)
+    with pytest.raises(ShapeError, match="do not fit"):
+        K.im2col(x, (1, 1), ((0, 0), (0, 0)), (1, 1), xp.empty((3, 3, 3, 4, 4, 4)))
     if xp is np:
         ro = np.empty_like(x)
         ro.flags.writeable = False
         with pytest.raises(ArgumentError, match="read-only"):
-            K.col2im(cols, ro, *args)
+            K.fold_cols(cols, ro, *args)
 
 
 # op -> (inputs, params) run through its GPU override and its generic code.

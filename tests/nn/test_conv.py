@@ -383,3 +383,137 @@ def test_depthwise_kernels_refuse_what_they_cannot_read():
         K.depthwise2d_fwd(x, np.ones((2, 2, 3, 3)), *args)
     with pytest.raises(ArgumentError, match="geometry"):
         K.depthwise2d_fwd(x, w, (1, 1), ((0, 0), (0, 0)), (1, 1), (4, 3))
+
+
+# --- the CPU column kernels (im2col / col2im of the GEMM path) --------------------------------
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("nd", [1, 2, 3])
+def test_column_kernels_match_the_strided_views(dtype, nd):
+    from ferro._C import conv_kernels as K
+
+    rng = np.random.default_rng(11)
+    done = 0
+    while done < 12:
+        size = tuple(int(v) for v in rng.integers(1, 7, nd))
+        kernel = tuple(int(v) for v in rng.integers(1, 4, nd))
+        stride = tuple(int(v) for v in rng.integers(1, 3, nd))
+        dilation = tuple(int(v) for v in rng.integers(1, 3, nd))
+        pads = tuple((int(rng.integers(0, 3)), int(rng.integers(0, 3))) for _ in range(nd))
+        out = tuple(
+            (size[i] + sum(pads[i]) - dilation[i] * (kernel[i] - 1) - 1) // stride[i] + 1
+            for i in range(nd)
+        )
+        if min(out) < 1:
+            continue
+        done += 1
+        x = rng.normal(size=(2, 3, *size)).astype(dtype)
+        padded = conv_ops._padded(np, x, pads)
+        want = conv_ops._columns(np, padded, kernel, stride, dilation, out)
+        col = np.full_like(want, np.nan)
+        assert K.im2col(x, stride, pads, dilation, col) is col
+        np.testing.assert_array_equal(col, want)
+        g = rng.normal(size=want.shape).astype(dtype)
+        gx = np.full_like(x, np.nan)
+        assert K.col2im(g, stride, pads, dilation, gx) is gx
+        # the adjoint: <im2col(x), g> == <x, col2im(g)>
+        tol = 1e-4 if dtype == np.float32 else 1e-10
+        np.testing.assert_allclose((want * g).sum(), (x * gx).sum(), rtol=tol, atol=tol)
+        perm = (1 + nd, 0, *range(1, 1 + nd), *range(2 + nd, 2 + 2 * nd))
+        ref = conv_ops._col2im(np, g.transpose(perm), size, stride, pads, dilation)
+        np.testing.assert_allclose(gx, ref, rtol=tol, atol=tol)
+
+
+def test_column_kernels_refuse_what_they_cannot_read_or_write():
+    from ferro._C import conv_kernels as K
+
+    x = np.ones((2, 3, 5, 5))
+    col = np.empty((3, 3, 3, 2, 3, 3))
+    geom = ((1, 1), ((0, 0), (0, 0)), (1, 1))
+    with pytest.raises(ArgumentError, match="C-contiguous"):
+        K.im2col(np.asfortranarray(x), *geom, col)
+    with pytest.raises(ArgumentError, match="dtype"):
+        K.im2col(x, *geom, col.astype(np.float32))
+    col.flags.writeable = False
+    with pytest.raises(ArgumentError, match="read-only"):
+        K.im2col(x, *geom, col)
+    with pytest.raises(ShapeError, match="do not fit"):
+        K.im2col(x, *geom, np.empty((2, 3, 3, 2, 3, 3)))
+    with pytest.raises(ShapeError, match="spatial dims"):
+        K.col2im(np.empty((3, 3, 2, 3)), *geom, x)
+    with pytest.raises(ArgumentError, match="positive"):
+        K.im2col(x, (0, 1), ((0, 0), (0, 0)), (1, 1), np.empty((3, 3, 3, 2, 3, 3)))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(
+    "shape, pads", [((3, 16, 8, 8), ((1, 1), (1, 1))), ((2, 17, 7, 9), ((2, 0), (1, 2)))]
+)
+def test_winograd_forward_and_weight_grad_match_the_im2col_gemm(dtype, shape, pads, monkeypatch):
+    from ferro._C import conv_kernels as K
+
+    rng = np.random.default_rng(12)
+    x = rng.normal(size=shape).astype(dtype)
+    w = (rng.normal(size=(20, shape[1], 3, 3)) / np.sqrt(9 * shape[1])).astype(dtype)
+    out = tuple(shape[2 + i] + sum(pads[i]) - 2 for i in range(2))
+    geom = ((1, 1), pads, (1, 1), 1)
+    c, o = shape[1], w.shape[0]
+    assert conv_ops._winograd(K, (3, 3), c, o, (8, 8), (1, 1), (1, 1), 1)
+    assert not conv_ops._winograd(K, (3, 3), c, o, (8, 8), (2, 1), (1, 1), 1)
+    assert not conv_ops._winograd(K, (3, 3), 8, o, (8, 8), (1, 1), (1, 1), 1)
+    assert not conv_ops._winograd(K, (3, 3), c, o, (8, 4), (1, 1), (1, 1), 1)
+    assert not conv_ops._winograd(K, (3, 3, 3), c, o, (8, 8, 8), (1, 1), (1, 1), 1)
+    monkeypatch.setattr(conv_ops, "WINOGRAD_MIN_SIZE", 1)  # the small shapes below too
+    want = conv_ops._conv_forward(np, x, w, *geom, out)
+    got = conv_ops._conv_forward(np, x, w, *geom, out, K)
+    tol = dict(rtol=1e-5, atol=1e-5) if dtype == np.float32 else dict(rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(got, want, **tol)
+    gy = rng.normal(size=want.shape).astype(dtype)
+    want = conv_ops._conv_weight_grad(np, x, gy, *geom, (3, 3))
+    got = conv_ops._conv_weight_grad(np, x, gy, *geom, (3, 3), K)
+    assert got.flags.c_contiguous
+    np.testing.assert_allclose(got, want, **tol)
+
+
+@pytest.mark.torch
+def test_winograd_conv2d_and_its_gradients_match_pytorch_in_float32():
+    import torch
+
+    rng = np.random.default_rng(13)
+    x = rng.normal(size=(4, 32, 12, 11)).astype(np.float32)
+    w = (rng.normal(size=(32, 32, 3, 3)) / np.sqrt(288)).astype(np.float32)
+    tx, tw = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
+    fx, fw = ferro.tensor(x, requires_grad=True), ferro.tensor(w, requires_grad=True)
+    ty = torch.nn.functional.conv2d(tx, tw, padding=1)
+    fy = F.conv2d(fx, fw, padding=1)
+    np.testing.assert_allclose(fy.data, ty.detach().numpy(), rtol=1e-4, atol=1e-5)
+    g = rng.normal(size=fy.shape).astype(np.float32)
+    ty.backward(torch.tensor(g))
+    fy.backward(ferro.tensor(g))
+    np.testing.assert_allclose(fx.grad.data, tx.grad.numpy(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(fw.grad.data, tw.grad.numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_winograd_kernels_refuse_what_they_cannot_hold():
+    from ferro._C import conv_kernels as K
+
+    x = np.ones((2, 3, 6, 6))
+    v = np.empty((16, 3, 2 * 9))
+    assert K.winograd_input(x, ((1, 1), (1, 1)), v) is v  # 3x3 tiles of 2x2 outputs each
+    with pytest.raises(ShapeError, match="does not hold"):
+        K.winograd_input(x, ((0, 0), (0, 0)), v)
+    with pytest.raises(ShapeError, match="expected"):
+        K.winograd_input(x, ((0, 0), (0, 0)), np.empty((9, 3, 8)))
+    with pytest.raises(ArgumentError, match="dtype"):
+        K.winograd_input(x, ((0, 0), (0, 0)), v.astype(np.float32)[:, :, :8])
+    with pytest.raises(ShapeError, match="does not hold"):
+        K.winograd_output(np.empty((16, 3, 7)), np.empty((2, 3, 4, 4)))
+    with pytest.raises(ShapeError, match="does not hold"):
+        K.winograd_output_grad(np.empty((2, 3, 4, 4)), np.empty((16, 3, 7)))
+    with pytest.raises(ShapeError, match="expected"):
+        K.winograd_output_grad(np.empty((2, 3, 4, 4)), np.empty((16, 2, 8)))
+    y = np.empty((2, 3, 4, 4))
+    y.flags.writeable = False
+    with pytest.raises(ArgumentError, match="read-only"):
+        K.winograd_output(np.empty((16, 3, 8)), y)

@@ -161,16 +161,23 @@ def conv_samples(rng):
         ((0, 3, 5, 5), (2, 3), True, {}, "2d empty batch"),
         ((1, 2, 4, 4, 5), (3, 3), True, {"padding": 1, "stride": (1, 2, 1)}, "3d"),
         ((2, 2, 4, 5, 4), (2, (2, 1, 3)), False, {"groups": 2, "dilation": (1, 2, 1)}, "3d dw"),
+        # 3x3 stride 1, 16 channels, outputs >= 8x8: Winograd F(2x2, 3x3) on the CPU (odd
+        # sizes: cropped tiles), forward and both gradients.
+        ((1, 16, 9, 8), (16, 3), True, {"padding": 1}, "2d winograd odd"),
+        ((1, 16, 10, 11), (18, 3), False, {}, "2d winograd valid"),
     ]
     out = []
     for shape, (o, k), bias, kw, label in cases:
         nd = len(shape) - 2 if len(shape) > 2 and not label.endswith("unbatched") else 1
         c = shape[1] if not label.endswith("unbatched") else shape[0]
         kernel = _tup(k, nd)
-        w = _n(rng, o, c // kw.get("groups", 1), *kernel)
-        out.append(
-            Sample((_n(rng, *shape), w, _n(rng, o) if bias else None), dict(kw), label=label)
-        )
+        x, w = _n(rng, *shape), _n(rng, o, c // kw.get("groups", 1), *kernel)
+        if "winograd" in label:
+            # Outputs and weight gradients of order 1 (the override parity test compares
+            # float32 with an absolute 2e-6, and Winograd sums in another order than im2col).
+            w /= np.sqrt(w[0].size)
+            x /= 8
+        out.append(Sample((x, w, _n(rng, o) if bias else None), dict(kw), label=label))
     out.append(
         Sample(
             (_n(rng, 2, 3, 5, 6), _n(rng, 4, 3, 3, 2), _n(rng, 4)),
@@ -202,13 +209,18 @@ def conv_transpose_samples(rng):
         ((2, 4, 3, 4), (4, 3, 1, 1), True, {}, "2d 1x1"),
         ((1, 2, 2, 3, 2), (2, 2, 2, 3, 2), True, {"stride": (2, 1, 2), "padding": (0, 1, 0)}, "3d"),
         ((0, 2, 3, 3), (2, 2, 2, 2), True, {}, "2d empty batch"),
+        ((1, 16, 8, 9), (16, 16, 3, 3), True, {"padding": 1}, "2d winograd"),
     ]
     out = []
     for shape, wshape, bias, kw, label in cases:
         o = wshape[1] * kw.get("groups", 1)
+        x, w = _n(rng, *shape), _n(rng, *wshape)
+        if "winograd" in label:  # as for conv_samples
+            w /= np.sqrt(w[0].size)
+            x /= 8
         out.append(
             Sample(
-                (_n(rng, *shape), _n(rng, *wshape), _n(rng, o) if bias else None),
+                (x, w, _n(rng, o) if bias else None),
                 dict(kw),
                 label=label,
             )

@@ -12,8 +12,11 @@ checks"): exact ndarrays, native byte order, aligned, C-contiguous, the dtypes a
 loop assumes; a refusal raises the typed error that says why.
 """
 
+from cython.parallel cimport prange
+
 cimport numpy as cnp
 from libc.stdint cimport int64_t
+from openmp cimport omp_get_max_threads
 
 from ferro._C.typedefs cimport floating_t
 
@@ -59,6 +62,11 @@ cdef int _check_array(str who, str name, object a, bint floating) except -1:
     return 0
 
 
+# Planes are split across OpenMP threads from this many input elements on (below, starting the
+# team costs more than it saves).
+cdef Py_ssize_t PARALLEL_MIN = 32768
+
+
 cdef tuple _three(str who, str what, tuple v, int nd, Py_ssize_t low):
     # ``v`` (nd ints >= low) left-padded with 1s (0s for padding) to three dimensions.
     if len(v) != nd:
@@ -79,12 +87,14 @@ cdef void _max_pool_fwd(const floating_t* x, floating_t* y, int64_t* idx, Py_ssi
     cdef Py_ssize_t kd = g[6], kh = g[7], kw = g[8], sd = g[9], sh = g[10], sw = g[11]
     cdef Py_ssize_t pd = g[12], ph = g[13], pw = g[14], dd = g[15], dh = g[16], dw = g[17]
     cdef Py_ssize_t b, od, oh, ow, i, j, q, d, h, w, d0, h0, w0, off, arg
-    cdef Py_ssize_t plane = D * H * W
-    cdef Py_ssize_t o = 0
+    cdef Py_ssize_t plane = D * H * W, per_plane = OD * OH * OW
+    cdef Py_ssize_t o
     cdef floating_t v, best
     cdef const floating_t* xp
-    for b in range(planes):
+    for b in prange(planes, schedule="static",
+                    num_threads=1 if planes * plane < PARALLEL_MIN else omp_get_max_threads()):
         xp = x + b * plane
+        o = b * per_plane
         for od in range(OD):
             d0 = od * sd - pd
             for oh in range(OH):
@@ -112,7 +122,7 @@ cdef void _max_pool_fwd(const floating_t* x, floating_t* y, int64_t* idx, Py_ssi
                                     arg = off
                     y[o] = best
                     idx[o] = arg
-                    o += 1
+                    o = o + 1  # (not +=, which Cython would take for a reduction)
 
 
 def max_pool_fwd(object x, tuple kernel_size, tuple stride, tuple padding, tuple dilation,
@@ -153,19 +163,20 @@ def max_pool_fwd(object x, tuple kernel_size, tuple stride, tuple padding, tuple
 
 cdef int _scatter(const floating_t* gy, const int64_t* idx, floating_t* gx, Py_ssize_t planes,
                   Py_ssize_t per_plane, Py_ssize_t plane) noexcept nogil:
-    # gx[b, idx[b, o]] += gy[b, o]; returns -1 (nothing more written) at an index out of range.
-    cdef Py_ssize_t b, o, i
+    # gx[b, idx[b, o]] += gy[b, o], planes in parallel (each writes its own); returns -1 if an
+    # index was out of range (that entry skipped; the caller raises and drops gx).
+    cdef Py_ssize_t b, o, i, bad = 0
     cdef floating_t* g
-    for b in range(planes):
+    for b in prange(planes, schedule="static",
+                    num_threads=1 if planes * plane < PARALLEL_MIN else omp_get_max_threads()):
         g = gx + b * plane
-        for o in range(per_plane):
+        for o in range(b * per_plane, (b + 1) * per_plane):
             i = idx[o]
             if i < 0 or i >= plane:
-                return -1
-            g[i] += gy[o]
-        gy += per_plane
-        idx += per_plane
-    return 0
+                bad += 1
+            else:
+                g[i] += gy[o]
+    return -1 if bad else 0
 
 
 def max_pool_bwd(object gy, object indices, tuple shape, tuple kernel_size, tuple stride,

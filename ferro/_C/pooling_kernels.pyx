@@ -62,9 +62,11 @@ cdef int _check_array(str who, str name, object a, bint floating) except -1:
     return 0
 
 
-# Planes are split across OpenMP threads from this many input elements on (below, starting the
-# team costs more than it saves).
-cdef Py_ssize_t PARALLEL_MIN = 32768
+# Planes are split across OpenMP threads from this many input elements on. Below, the team's
+# start costs more than it saves, and its threads, spinning after the loop, take the cores from
+# the OpenBLAS threads of the GEMMs around it: from 32768 on, the digits CNN's training step
+# (64 x 16 x 8 x 8 pooled) ran 5-10x slower than serial pooling (bench_conv cnn_step).
+cdef Py_ssize_t PARALLEL_MIN = 1 << 20
 
 
 cdef tuple _three(str who, str what, tuple v, int nd, Py_ssize_t low):

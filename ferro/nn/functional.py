@@ -27,6 +27,7 @@ from ferro.ops.dropout import dropout2d as _dropout2d
 from ferro.ops.dropout import dropout3d as _dropout3d
 from ferro.ops.dropout import feature_alpha_dropout as _feature_alpha_dropout
 from ferro.ops.elementwise import real_arg
+from ferro.ops.loss import _check_reduction, _reduce
 
 
 def _p_arg(p, fn: str) -> float:
@@ -100,13 +101,20 @@ def _broadcast_shape(a, b, fn: str) -> tuple:
         ) from None
 
 
-def _check_reduction(reduction, fn: str) -> None:
-    if reduction not in ("none", "mean", "sum"):
-        raise ArgumentError(f"{fn}: reduction must be 'none', 'mean' or 'sum', got {reduction!r}")
+def _legacy_reduction(size_average=None, reduce=None, reduction: str = "mean") -> str:
+    """PyTorch's mapping of its deprecated ``size_average``/``reduce`` flags (either given) to
+    ``reduction``; ``reduction`` itself when neither is."""
+    if size_average is None and reduce is None:
+        return reduction
+    if reduce is False:
+        return "none"
+    return "sum" if size_average is False else "mean"
 
 
-def _reduce(loss, reduction: str):
-    return loss.mean() if reduction == "mean" else loss.sum() if reduction == "sum" else loss
+def _reduction(size_average, reduce, reduction, fn: str) -> str:
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    _check_reduction(reduction, fn)
+    return reduction
 
 
 def triplet_margin_loss(
@@ -126,8 +134,7 @@ def triplet_margin_loss(
 
     Gradient: through the distances where the hinge is active.
     """
-    reduction = _legacy(size_average, reduce, reduction)
-    _check_reduction(reduction, "triplet_margin_loss")
+    reduction = _reduction(size_average, reduce, reduction, "triplet_margin_loss")
     d_ap = pairwise_distance(anchor, positive, p, eps)
     d_an = pairwise_distance(anchor, negative, p, eps)
     if swap:
@@ -142,8 +149,7 @@ def margin_ranking_loss(
 
     Gradient: through the hinge.
     """
-    reduction = _legacy(size_average, reduce, reduction)
-    _check_reduction(reduction, "margin_ranking_loss")
+    reduction = _reduction(size_average, reduce, reduction, "margin_ranking_loss")
     return _reduce(clamp(-target * (input1 - input2) + margin, min=0.0), reduction)
 
 
@@ -160,8 +166,7 @@ def hinge_embedding_loss(
 
     Gradient: through the selected terms.
     """
-    reduction = _legacy(size_average, reduce, reduction)
-    _check_reduction(reduction, "hinge_embedding_loss")
+    reduction = _reduction(size_average, reduce, reduction, "hinge_embedding_loss")
     hinge = where(target != 1, clamp(margin - input, min=0.0), 0.0)
     return _reduce(hinge + where(target != -1, input, 0.0), reduction)
 
@@ -171,8 +176,7 @@ def soft_margin_loss(input, target, size_average=None, reduce=None, reduction="m
 
     Gradient: softplus's.
     """
-    reduction = _legacy(size_average, reduce, reduction)
-    _check_reduction(reduction, "soft_margin_loss")
+    reduction = _reduction(size_average, reduce, reduction, "soft_margin_loss")
     return _reduce(softplus(-target * input), reduction)
 
 
@@ -184,8 +188,7 @@ def cosine_embedding_loss(
 
     Gradient: through the cosine.
     """
-    reduction = _legacy(size_average, reduce, reduction)
-    _check_reduction(reduction, "cosine_embedding_loss")
+    reduction = _reduction(size_average, reduce, reduction, "cosine_embedding_loss")
     dot = (input1 * input2).sum(-1)
     mag = ((input1 * input1).sum(-1) + 1e-12) * ((input2 * input2).sum(-1) + 1e-12)
     cos = dot / mag.sqrt()
@@ -238,8 +241,7 @@ def poisson_nll_loss(
 
     Gradient: through the formula, w.r.t. input and target.
     """
-    reduction = _legacy(size_average, reduce, reduction)
-    _check_reduction(reduction, "poisson_nll_loss")
+    reduction = _reduction(size_average, reduce, reduction, "poisson_nll_loss")
     loss = input.exp() - target * input if log_input else input - target * (input + eps).log()
     if full:
         safe = where(target > 1, target, 1.0)
@@ -261,8 +263,7 @@ def multilabel_soft_margin_loss(
 
     Gradient: logsigmoid's.
     """
-    reduction = _legacy(size_average, reduce, reduction)
-    _check_reduction(reduction, "multilabel_soft_margin_loss")
+    reduction = _reduction(size_average, reduce, reduction, "multilabel_soft_margin_loss")
     loss = -(target * logsigmoid(input) + (1 - target) * logsigmoid(-input))
     if weight is not None:
         loss = loss * weight
@@ -284,8 +285,7 @@ def multi_margin_loss(
 
     Gradient: through the active hinges.
     """
-    reduction = _legacy(size_average, reduce, reduction)
-    _check_reduction(reduction, "multi_margin_loss")
+    reduction = _reduction(size_average, reduce, reduction, "multi_margin_loss")
     if p not in (1, 2):
         raise ArgumentError(f"multi_margin_loss: only p == 1 and p == 2 are supported, got {p}")
     x = input if input.ndim == 2 else input.reshape(1, -1)
@@ -296,15 +296,6 @@ def multi_margin_loss(
     other = arange(x.shape[1]).reshape(1, -1) != y
     loss = where(other, hinge, 0.0).sum(1) / x.shape[1]
     return _reduce(loss if input.ndim == 2 else loss.reshape(()), reduction)
-
-
-def _legacy(size_average, reduce, reduction):
-    """PyTorch's deprecated ``size_average``/``reduce`` mapped to ``reduction``."""
-    if size_average is None and reduce is None:
-        return reduction
-    if reduce is False:
-        return "none"
-    return "sum" if size_average is False else "mean"
 
 
 def _inplace_form(fn):

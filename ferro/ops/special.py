@@ -24,72 +24,77 @@ def _erfc_array(xp, x):
     return math_ufunc(xp, x, "erfc")
 
 
-# name: (forward(xp, x), derivative(xp, x, y) -> dy/dx, what the derivative reads, gradient doc)
+def _ufunc(name):
+    return lambda xp, x: getattr(xp, name)(x)
+
+
+_NAN_OUTSIDE_1 = " (NaN outside [-1, 1])."
+# name: (forward(xp, x), the saved array the derivative reads ("x" or "y"), the derivative
+# dy/dx(xp, that array), the docstring's first line, its gradient line)
 _UNARY = {
-    "tan": (lambda xp, x: xp.tan(x), lambda xp, x, y: 1 + y * y, "y", "gy * (1 + y**2)"),
-    "sinh": (lambda xp, x: xp.sinh(x), lambda xp, x, y: xp.cosh(x), "x", "gy * cosh(x)"),
-    "cosh": (lambda xp, x: xp.cosh(x), lambda xp, x, y: xp.sinh(x), "x", "gy * sinh(x)"),
+    "tan": (_ufunc("tan"), "y", lambda xp, y: 1 + y * y, "Tangent.", "gy * (1 + y**2)"),
+    "sinh": (_ufunc("sinh"), "x", lambda xp, x: xp.cosh(x), "Hyperbolic sine.", "gy * cosh(x)"),
+    "cosh": (_ufunc("cosh"), "x", lambda xp, x: xp.sinh(x), "Hyperbolic cosine.", "gy * sinh(x)"),
     "asin": (
-        lambda xp, x: xp.arcsin(x),
-        lambda xp, x, y: 1 / xp.sqrt(1 - x * x),
+        _ufunc("arcsin"),
         "x",
+        lambda xp, x: 1 / xp.sqrt(1 - x * x),
+        "Inverse sine" + _NAN_OUTSIDE_1,
         "gy / sqrt(1 - x**2)",
     ),
     "acos": (
-        lambda xp, x: xp.arccos(x),
-        lambda xp, x, y: -1 / xp.sqrt(1 - x * x),
+        _ufunc("arccos"),
         "x",
+        lambda xp, x: -1 / xp.sqrt(1 - x * x),
+        "Inverse cosine" + _NAN_OUTSIDE_1,
         "-gy / sqrt(1 - x**2)",
     ),
-    "atan": (lambda xp, x: xp.arctan(x), lambda xp, x, y: 1 / (1 + x * x), "x", "gy / (1 + x**2)"),
-    "asinh": (
-        lambda xp, x: xp.arcsinh(x),
-        lambda xp, x, y: 1 / xp.sqrt(x * x + 1),
+    "atan": (
+        _ufunc("arctan"),
         "x",
+        lambda xp, x: 1 / (1 + x * x),
+        "Inverse tangent.",
+        "gy / (1 + x**2)",
+    ),
+    "asinh": (
+        _ufunc("arcsinh"),
+        "x",
+        lambda xp, x: 1 / xp.sqrt(x * x + 1),
+        "Inverse hyperbolic sine.",
         "gy / sqrt(x**2 + 1)",
     ),
     "acosh": (
-        lambda xp, x: xp.arccosh(x),
-        lambda xp, x, y: 1 / xp.sqrt(x * x - 1),
+        _ufunc("arccosh"),
         "x",
+        lambda xp, x: 1 / xp.sqrt(x * x - 1),
+        "Inverse hyperbolic cosine (NaN below 1).",
         "gy / sqrt(x**2 - 1)",
     ),
     "atanh": (
-        lambda xp, x: xp.arctanh(x),
-        lambda xp, x, y: 1 / (1 - x * x),
+        _ufunc("arctanh"),
         "x",
+        lambda xp, x: 1 / (1 - x * x),
+        "Inverse hyperbolic tangent" + _NAN_OUTSIDE_1,
         "gy / (1 - x**2)",
     ),
     "erf": (
         _erf_array,
-        lambda xp, x, y: _TWO_OVER_SQRT_PI * xp.exp(-x * x),
         "x",
+        lambda xp, x: _TWO_OVER_SQRT_PI * xp.exp(-x * x),
+        "The error function.",
         "gy * 2 / sqrt(pi) * exp(-x**2)",
     ),
     "erfc": (
         _erfc_array,
-        lambda xp, x, y: -_TWO_OVER_SQRT_PI * xp.exp(-x * x),
         "x",
+        lambda xp, x: -_TWO_OVER_SQRT_PI * xp.exp(-x * x),
+        "The complementary error function ``1 - erf(x)``.",
         "-gy * 2 / sqrt(pi) * exp(-x**2)",
     ),
 }
 
-_DOCS = {
-    "tan": "Tangent.",
-    "sinh": "Hyperbolic sine.",
-    "cosh": "Hyperbolic cosine.",
-    "asin": "Inverse sine (NaN outside [-1, 1]).",
-    "acos": "Inverse cosine (NaN outside [-1, 1]).",
-    "atan": "Inverse tangent.",
-    "asinh": "Inverse hyperbolic sine.",
-    "acosh": "Inverse hyperbolic cosine (NaN below 1).",
-    "atanh": "Inverse hyperbolic tangent (NaN outside [-1, 1]).",
-    "erf": "The error function.",
-    "erfc": "The complementary error function ``1 - erf(x)``.",
-}
 
-
-def _unary_op(name, forward, derivative, reads, grad_doc):
+def _unary_op(name, forward, reads, derivative, doc, grad_doc):
     def fwd(ctx, x):
         y = forward(ctx.xp, x)
         ctx.save(y if reads == "y" else x)
@@ -97,7 +102,7 @@ def _unary_op(name, forward, derivative, reads, grad_doc):
 
     def bwd(ctx, gy):
         (s,) = ctx.saved
-        return gy * (derivative(ctx.xp, None, s) if reads == "y" else derivative(ctx.xp, s, None))
+        return gy * derivative(ctx.xp, s)
 
     op = register(name)(
         type(name.capitalize(), (), {"forward": staticmethod(fwd), "backward": staticmethod(bwd)})
@@ -107,7 +112,7 @@ def _unary_op(name, forward, derivative, reads, grad_doc):
         return apply(op, x)
 
     fn.__name__ = fn.__qualname__ = name
-    fn.__doc__ = f"{_DOCS[name]}\n\n    Gradient: gx = {grad_doc}.\n    "
+    fn.__doc__ = f"{doc}\n\n    Gradient: gx = {grad_doc}.\n    "
     return fn
 
 

@@ -10,15 +10,6 @@ from ferro.nn.modules._bind import _bind
 _LEGACY = ("size_average", "reduce")
 
 
-def _legacy_reduction(size_average, reduce) -> str:
-    """PyTorch's mapping of its deprecated ``size_average``/``reduce`` flags to ``reduction``."""
-    size_average = True if size_average is None else size_average
-    reduce = True if reduce is None else reduce
-    if size_average and reduce:
-        return "mean"
-    return "sum" if reduce else "none"
-
-
 def _loss(name: str, fn, doc: str, params):
     """A module class for ``fn(input, target, **params)`` with PyTorch's constructor:
     ``params`` in its positional order, including the deprecated ``size_average``/``reduce``
@@ -32,7 +23,7 @@ def _loss(name: str, fn, doc: str, params):
         Module.__init__(self)
         values = _bind(name, names, defaults, args, kwargs)
         if values.get("size_average") is not None or values.get("reduce") is not None:
-            values["reduction"] = _legacy_reduction(values["size_average"], values["reduce"])
+            values["reduction"] = F._legacy_reduction(values["size_average"], values["reduce"])
         for k in keys:
             v = values[k]
             if k in ("weight", "pos_weight") and (v is None or isinstance(v, TensorBase)):

@@ -197,7 +197,9 @@ def _images(n=12, seed=0):
     for k in range(n):
         cy, cx = rng.integers(16, 48, size=2)
         disc = ((yy - cy) ** 2 + (xx - cx) ** 2 < 100).astype(np.float32)
-        out[k] = disc * rng.uniform(0.5, 1.0, size=(3, 1, 1)) + 0.05 * rng.standard_normal((3, 64, 64))
+        out[k] = disc * rng.uniform(0.5, 1.0, size=(3, 1, 1)) + 0.05 * rng.standard_normal(
+            (3, 64, 64)
+        )
     return np.clip(out * 2 - 1, -1, 1).astype(np.float32)
 
 
@@ -206,7 +208,9 @@ def _run(imports, **params):
     epochs = params.get("EPOCHS", 1)
     env = {
         "IMAGES": images,
-        "NOISE": np.random.default_rng(1).standard_normal((epochs * 3 + 1, 4, 8, 1, 1)).astype(np.float32),
+        "NOISE": np.random.default_rng(1)
+        .standard_normal((epochs * 3 + 1, 4, 8, 1, 1))
+        .astype(np.float32),
         "SHUFFLE": False,
         "LR_SCALE": 1.0,
         "INIT_G": None,
@@ -245,4 +249,8 @@ def test_dcgan_matches_torch_from_the_same_weights():
     for name in ("state_G", "state_D"):
         assert sorted(ours[name]) == sorted(theirs[name])
         for k, v in theirs[name].items():
-            np.testing.assert_allclose(ours[name][k], v, rtol=1e-3, atol=2e-5, err_msg=f"{name}[{k}]")
+            # atol: Adam moves an entry whose gradient is near zero by up to lr (2e-4) a step
+            # whatever the gradient's rounding, so such entries may differ by a fraction of it.
+            np.testing.assert_allclose(
+                ours[name][k], v, rtol=1e-3, atol=1e-4, err_msg=f"{name}[{k}]"
+            )

@@ -52,3 +52,17 @@ def test_median_unfold_diff():
     assert x.median().item() == 2.0
     assert tuple(x.unfold(1, 2, 1).shape) == (1, 3, 2)
     assert torch.diff(x, dim=1).tolist() == [[-2.0, 1.0, 3.0]]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="ferro holds no uint8 (float32, float64, int64, bool): torchvision's MNIST.data, "
+    "which the siamese_network example indexes, is a uint8 tensor; from_numpy(uint8) raises "
+    "DtypeError and ferro.tensor converts to int64 (test_resnet_port.py feeds int64)",
+)
+def test_uint8_tensors_as_torchvision_datasets_hold():
+    import numpy as np
+
+    data = torch.from_numpy(np.full((2, 28, 28), 255, np.uint8))
+    assert data.dtype == torch.uint8
+    assert data.unsqueeze(1).clone().float().max().item() == 255.0

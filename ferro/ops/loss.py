@@ -403,8 +403,9 @@ def binary_cross_entropy(input, target, weight=None, reduction: str = "mean"):  
     """``-(t log p + (1 - t) log(1 - p))`` for probabilities ``input``; logs are clamped at -100
     as PyTorch does.
 
-    Gradient: ginput = (p - t) / max(p (1 - p), 1e-12) * gy (times weight), finite at p = 0
-    or 1 as PyTorch's; gtarget = (log(1 - p) - log(p)) * gy (infinite there, as PyTorch's).
+    Gradient: ginput = (p - t) / max(p (1 - p), 1e-12) * gy (times weight).
+    ginput is finite at p = 0 or 1 as PyTorch's; gtarget = (log(1 - p) - log(p)) * gy, infinite
+    there as PyTorch's.
     """
     _check_reduction(reduction, "binary_cross_entropy")
     _same_shape(input, target, "binary_cross_entropy")

@@ -66,3 +66,15 @@ def test_uint8_tensors_as_torchvision_datasets_hold():
     data = torch.from_numpy(np.full((2, 28, 28), 255, np.uint8))
     assert data.dtype == torch.uint8
     assert data.unsqueeze(1).clone().float().max().item() == 255.0
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="Tensor.__eq__ with an object that is not a number, array or tensor (pytest.approx, "
+    "None) returns a Tensor wrapping a Python bool, whose repr fails, instead of "
+    "NotImplemented; PyTorch returns NotImplemented, so `t == pytest.approx(5.0)` is True there",
+)
+def test_comparing_a_tensor_with_pytest_approx():
+    t = torch.tensor(5.0)
+    assert (t == pytest.approx(5.0)) is True
+    assert (t == None) is False  # noqa: E711

@@ -92,3 +92,19 @@ def test_legacy_typed_tensor_constructors():
     ids = torch.LongTensor(np.array([[2, 3, 1]], np.int32))
     assert ids.dtype == torch.long and ids.tolist() == [[2, 3, 1]]
     assert torch.FloatTensor([1, 2]).dtype == torch.float32
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="ferro.distributions does not exist yet (helper surface6 adds it): pytorch/examples "
+    "reinforcement_learning/reinforce.py and actor_critic.py sample actions with "
+    "torch.distributions.Categorical(probs) and train on m.log_prob(action)",
+)
+def test_categorical_as_in_the_reinforce_example():
+    from ferro.distributions import Categorical
+
+    probs = F.softmax(torch.randn(1, 2, requires_grad=True), dim=1)
+    m = Categorical(probs)
+    action = m.sample()
+    (-m.log_prob(action)).sum().backward()
+    assert action.item() in (0, 1)

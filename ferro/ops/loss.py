@@ -377,11 +377,35 @@ def nll_loss(
     return _class_index_loss(NllLoss, "nll_loss", input, target, weight, ignore_index, reduction)
 
 
+@register("binary_cross_entropy")
+class BinaryCrossEntropy:
+    # An op of its own, not a composition: at a saturated probability (p exactly 0 or 1, as a
+    # float32 sigmoid gives for logits past ~17) the composed log's backward divided 0 by 0 and
+    # the step wrote NaN into every parameter. PyTorch's derivative divides by
+    # max(p (1 - p), 1e-12) instead; this op takes its forward and both derivatives.
+    @staticmethod
+    def forward(ctx, p, t):
+        xp = ctx.xp
+        ctx.save(p, t)
+        with np.errstate(divide="ignore"):
+            return -(t * xp.maximum(xp.log(p), -100.0) + (1 - t) * xp.maximum(xp.log1p(-p), -100.0))
+
+    @staticmethod
+    def backward(ctx, gy):
+        xp = ctx.xp
+        p, t = ctx.saved
+        gp = gy * (p - t) / xp.maximum(p * (1 - p), 1e-12)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return gp, gy * (xp.log1p(-p) - xp.log(p))  # unclamped, as PyTorch's
+
+
 def binary_cross_entropy(input, target, weight=None, reduction: str = "mean"):  # noqa: A002
     """``-(t log p + (1 - t) log(1 - p))`` for probabilities ``input``; logs are clamped at -100
     as PyTorch does.
 
-    Gradient: ginput = (p - t) / (p (1 - p)) * gy (times weight).
+    Gradient: ginput = (p - t) / max(p (1 - p), 1e-12) * gy (times weight).
+    ginput is finite at p = 0 or 1 as PyTorch's; gtarget = (log(1 - p) - log(p)) * gy, infinite
+    there as PyTorch's.
     """
     _check_reduction(reduction, "binary_cross_entropy")
     _same_shape(input, target, "binary_cross_entropy")
@@ -391,9 +415,9 @@ def binary_cross_entropy(input, target, weight=None, reduction: str = "mean"):  
             "binary_cross_entropy: input must hold probabilities in [0, 1], got values in "
             f"[{float(d.min())}, {float(d.max())}]"
         )
-    log_p = ew.clamp(ew.log(input), min=-100.0)
-    log_q = ew.clamp(ew.log(ew.sub(1.0, input)), min=-100.0)
-    loss = ew.neg(ew.add(ew.mul(target, log_p), ew.mul(ew.sub(1.0, target), log_q)))
+    if target.dtype != input.dtype:
+        target = target.to(input.dtype)
+    loss = apply(BinaryCrossEntropy, input, target)
     weight = _like_input(weight, input)
     if weight is not None:
         loss = ew.mul(loss, weight)

@@ -56,6 +56,27 @@ def test_loss_matches_pytorch_value_and_gradient(name, kw, arrays, n_diff):
             np.testing.assert_allclose(o.grad.numpy(), t.grad.numpy(), rtol=1e-9, atol=1e-12)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_bce_at_saturated_probabilities_matches_pytorch(dtype):
+    # The siamese network example feeds 0-255 pixels: its sigmoid gives exactly 0 and 1, where
+    # ferro's gradient was NaN; PyTorch's divides by max(p (1 - p), 1e-12).
+    p = np.array([0.0, 1e-30, 0.3, 1 - 1e-7, 1.0, 1.0, 0.0], dtype)
+    t = np.array([0.0, 1.0, 0.4, 0.0, 1.0, 0.0, 1.0], dtype)
+    w = np.linspace(0.5, 2.0, 7).astype(dtype)
+    for kw in ({}, {"weight": w}):
+        ours = [ferro.tensor(x, requires_grad=True) for x in (p, t)]
+        theirs = [torch.tensor(x, requires_grad=True) for x in (p, t)]
+        got = F.binary_cross_entropy(*ours, **_kw(kw, ferro))
+        want = torch.nn.functional.binary_cross_entropy(*theirs, **_kw(kw, torch))
+        np.testing.assert_allclose(got.item(), want.item(), rtol=1e-6)
+        got.backward()
+        want.backward()
+        for o, th in zip(ours, theirs, strict=True):
+            np.testing.assert_allclose(o.grad.numpy(), th.grad.numpy(), rtol=1e-6)
+    a = ferro.tensor(np.array([0.2, 0.7, 0.9]), requires_grad=True)
+    assert gradcheck(lambda a: F.binary_cross_entropy(a, ferro.tensor([0.0, 1.0, 0.5])), (a,))
+
+
 def test_losses_pass_gradcheck():
     a, p, n = (ferro.tensor(x, requires_grad=True) for x in (A, P, N))
     assert gradcheck(lambda a, p, n: F.triplet_margin_loss(a, p, n, swap=True), (a, p, n))

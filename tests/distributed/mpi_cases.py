@@ -352,6 +352,38 @@ def ddp_buckets_start_during_the_walk():
 
 
 @case
+def ddp_weight_bucket_starts_inside_its_layer():
+    # Note [DDP buckets]: a bucket of 1 MB or more ends at a module boundary, so the 1 MiB
+    # layer-2 weight has its own bucket under the 25 MB default; Note [Early gradients]: its
+    # hook runs between the two passes of layer 2's LinearBackward, so the bucket starts before
+    # the layer's input gradient is computed.
+    from ferro.profiler import profile
+
+    r, n = rank_world()
+    ferro.manual_seed(3)
+    model = nn.Sequential(nn.Linear(8, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU())
+    model.append(nn.Linear(512, 4))
+    ddp = DDP(model)
+    names = [[ddp._names[id(p)] for p in b.params] for b in ddp._buckets]
+    assert names == [["4.bias", "4.weight", "2.bias"], ["2.weight"], ["0.bias", "0.weight"]], names
+    object.__setattr__(ddp, "_timeline", [])
+    x = ferro.randn(6, 8)
+    with profile() as prof:
+        ddp(x).pow(2).sum().backward()
+    started = [t for e, i, t in ddp._timeline if e == "start" and i == 1]
+    passes = [e for e in prof.events() if e.kind == "backward" and e.op == "linear"]
+    by_node = {}
+    for e in passes:
+        by_node.setdefault(e.forward_id, []).append(e)
+    # layers 3 and 2 run in two passes (layer 1's input needs no gradient)
+    staged = [evs for evs in by_node.values() if len(evs) == 2 and evs[0].shapes == [(6, 512)]]
+    assert len(started) == 1 and len(staged) == 1, (started, passes)
+    layer2 = staged[0]
+    first_end = (layer2[0].start_ns + layer2[0].duration_ns) * 1e-9
+    assert first_end <= started[0] <= layer2[1].start_ns * 1e-9, (first_end, started, layer2)
+
+
+@case
 def ddp_parallel_walk():
     # Leaf hooks may run on several threads of the parallel walk: buckets still start in index
     # order on every rank, and the result is the full batch's.

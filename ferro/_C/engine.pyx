@@ -986,7 +986,7 @@ cdef tuple _run_node(Node node, _Entry e, Py_ssize_t n_out, Py_ssize_t n_in):
     return _call_backward(node, _grad_outputs(node, e, n_out), n_in)
 
 
-cdef list _grad_outputs(Node node, _Entry e, Py_ssize_t n_out):
+cdef inline list _grad_outputs(Node node, _Entry e, Py_ssize_t n_out):
     """Take the node's output gradients from its entry and run its pre-hooks on them."""
     cdef Py_ssize_t nr
     cdef _Entry s
@@ -1010,7 +1010,7 @@ cdef list _grad_outputs(Node node, _Entry e, Py_ssize_t n_out):
     return gys
 
 
-cdef tuple _call_backward(Node node, list gys, Py_ssize_t n_in):
+cdef inline tuple _call_backward(Node node, list gys, Py_ssize_t n_in):
     """Run the node's backward (its fused override where it applies) on ``gys``; check and
     post-hook the gradients it returns, one (or None) per positional input."""
     if node.op.backward is None:

@@ -23,7 +23,10 @@ bucket of 1 MB or more at a module boundary, so the layer-2 weight has its own b
 and 8 MB alike, started as soon as its gradient is in (before layer 2's input-gradient GEMM,
 Note [Early gradients]). Each link is measured with both (``--bucket-cap-mb``). The table also
 gives each rank's CPU time of the reduction alone and the core time a rank leaves idle in a
-step without reduction (wall - CPU time): a CPU-driven reduction can hide at most that.
+step without reduction (wall - CPU time): a CPU-driven reduction can hide at most that; and
+the time a rank waits (step time less CPU time: on the link or on its peer) with the reduction
+after backward against the DDP step, which is what the overlap can remove apart from the
+reduction's own CPU work.
 ``--timeline`` prints, for one more overlapped step of rank 0, when each gradient came in and
 each bucket started and completed against the backward's start and end.
 """
@@ -245,6 +248,11 @@ def main() -> None:
         # What a CPU-driven reduction could hide at most: the core time a rank leaves idle in
         # a step without reduction, against the CPU time the reduction itself takes.
         idle = max(many["local"] - many["cpu"]["local"], 0.0)
+        # The time a rank waits (step time less its CPU time: on the link, or on its peer) in the
+        # DDP step against the step with the reduction after backward: how much of the waiting
+        # the overlap removes, apart from the reduction's CPU work, which only a free core hides.
+        waits = {k: max(many[k] - many["cpu"][k], 0.0) for k in ("overlap", "after")}
+        wait_hidden = 1 - waits["overlap"] / waits["after"] if waits["after"] > 1e-4 else 0.0
         rows.append(
             [
                 label,
@@ -255,6 +263,7 @@ def main() -> None:
                 f"{speedup:.2f}x",
                 f"{hidden:.2f}",
                 f"{hidden_min:.2f}",
+                f"{waits['after'] * 1e3:.1f} -> {waits['overlap'] * 1e3:.1f}",
                 f"{many['cpu']['reduce'] * 1e3:.1f}",
                 f"{idle * 1e3:.1f}",
             ]
@@ -275,6 +284,8 @@ def main() -> None:
             cpu_s=many["cpu"],
             step_local_s=many["local"],
             idle_s=idle,
+            wait_s=waits,
+            wait_hidden=wait_hidden,
         )
     table(
         rows,
@@ -287,6 +298,7 @@ def main() -> None:
             "throughput",
             "hidden",
             "hidden (min)",
+            "wait after -> DDP ms",
             "reduce CPU ms",
             "idle ms",
         ],

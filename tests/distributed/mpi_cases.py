@@ -384,6 +384,39 @@ def ddp_weight_bucket_starts_inside_its_layer():
 
 
 @case
+def ddp_grad_tensors_stay_and_hold_the_average():
+    # _finalize hands each .grad its slot of the reduced bucket instead of copying it back: a
+    # .grad that existed stays the same tensor (now holding the average), and the next
+    # backward reduces into a new buffer, leaving the arrays of the previous step alone.
+    r, n = rank_world()
+    model = make_model(seed=11)
+    ddp = DDP(model, bucket_cap_mb=0.0005)
+    x, y = global_batch(2 * n, seed=4)
+    x2, y2 = global_batch(2 * n, seed=5)
+    ref, ref2 = full_batch_grads(model, x, y), full_batch_grads(model, x2, y2)
+
+    def backward(x, y):
+        xs, ys = ferro.tensor(x[2 * r : 2 * r + 2]), ferro.tensor(y[2 * r : 2 * r + 2])
+        ((ddp(xs) - ys) ** 2).mean().backward()
+
+    backward(x, y)
+    first = [p.grad for p in model.parameters()]
+    for g in first:
+        g.zero_()  # zero_grad(set_to_none=False): the same tensors take the next step's
+    backward(x, y)
+    held = []
+    for p, g, want in zip(model.parameters(), first, ref, strict=True):
+        assert p.grad is g
+        close(g.numpy(), want)
+        held.append(g.numpy())  # the bucket's memory, no copy
+    model.zero_grad()
+    backward(x2, y2)
+    for p, g, want, want2 in zip(model.parameters(), held, ref, ref2, strict=True):
+        close(p.grad.numpy(), want2)
+        close(g, want)
+
+
+@case
 def ddp_parallel_walk():
     # Leaf hooks may run on several threads of the parallel walk: buckets still start in index
     # order on every rank, and the result is the full batch's.

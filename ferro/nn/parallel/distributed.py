@@ -26,8 +26,10 @@ Note [DDP buckets] (docs/distributed.md, "How gradients are reduced"):
   tests the started buckets, sleeping between tests so it takes neither a core from BLAS nor
   the GIL for long.
 - The post-accumulate-grad hook of the last parameter (every ``.grad`` is written by then)
-  takes back the buckets the thread has not seen complete, waits for them, and writes the
-  averages into ``.grad``, so ``backward()`` returns with averaged gradients everywhere.
+  takes back the buckets the thread has not seen complete, waits for them, and hands each
+  ``.grad`` its slot of the reduced bucket as its memory (the ``.grad`` tensor stays the same
+  object; no copy back), so ``backward()`` returns with averaged gradients everywhere; the next
+  backward fills a new bucket buffer.
 - With ``gradient_as_bucket_view=True`` a parameter's ``.grad`` is its slot of the bucket,
   which the engine writes only after the walk: its buckets start from the post-accumulate-grad
   hooks, after the walk, and overlap nothing (the option trades the overlap for memory).
@@ -430,9 +432,13 @@ class DistributedDataParallel(Module):
                     if p.grad is None or not _shares(p.grad._data, view):
                         p.grad = _tensor(view)
                 elif p.grad is None:
-                    p.grad = _tensor(view.copy())
+                    p.grad = _tensor(view)
                 else:
-                    p.grad._data[...] = view
+                    p.grad.data = view  # the same .grad tensor, holding the bucket's memory
+            if not self.gradient_as_bucket_view:
+                # The bucket's memory is the gradients now (no copy back, one pass over them
+                # less); the next backward fills a new buffer (the caching allocator's).
+                b.flat = None
         if state.timeline is not None:
             state.timeline.append(("end", -1, time.perf_counter()))
         object.__setattr__(self, "_expect_reduction", False)

@@ -182,7 +182,7 @@ def worker(steps: int, link: float, cap: float, timeline: bool, cpu_clock: bool)
         events.append(("backward returned", -1, marks["returned"]))
         times["timeline"] = [(e, i, round((t - t0) * 1e3, 2)) for e, i, t in events]
         times["buckets"] = [
-            (len(b.params), round(b.size * b.flat.itemsize / 2**20, 2)) for b in ddp._buckets
+            (len(b.params), round(b.size * b.dtype.itemsize / 2**20, 2)) for b in ddp._buckets
         ]
     if r == 0:
         print("RESULT " + json.dumps({"ranks": n, **times}), flush=True)

@@ -18,7 +18,7 @@ def _rows(a):
     return a if a.ndim == 2 else a.reshape(-1, a.shape[-1])
 
 
-@register("matmul", broadcasts=True)
+@register("matmul", broadcasts=True, early=1)
 class Matmul:
     @staticmethod
     def forward(ctx, a, b):
@@ -74,7 +74,7 @@ def matmul(a, b):
     return apply(Matmul, a, b)
 
 
-@register("linear", broadcasts=False)
+@register("linear", broadcasts=False, early=1)
 class Linear:
     @staticmethod
     def forward(ctx, x, w, b):

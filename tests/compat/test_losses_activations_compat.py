@@ -77,6 +77,8 @@ def test_bce_at_saturated_probabilities_matches_pytorch(dtype):
             np.testing.assert_allclose(o.grad.numpy(), th.grad.numpy(), rtol=1e-6)
     a = ferro.tensor(np.array([0.2, 0.7, 0.9]), requires_grad=True)
     assert gradcheck(lambda a: F.binary_cross_entropy(a, ferro.tensor([0.0, 1.0, 0.5])), (a,))
+    with pytest.raises(ArgumentError, match=r"probabilities in \[0, 1\], got values in \[1.5"):
+        F.binary_cross_entropy(ferro.tensor([1.5]), ferro.tensor([1.0]))
 
 
 LEGACY = [

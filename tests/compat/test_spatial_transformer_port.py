@@ -210,7 +210,9 @@ def _eval_step(env, lib, init, images, labels):
     model = env["Net"]()
     model.load_state_dict({k: lib.from_numpy(v) for k, v in init.items()})
     model.eval()
-    loss = env["F"].nll_loss(model(lib.from_numpy(images)), lib.from_numpy(labels))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # PyTorch's align_corners notice
+        loss = env["F"].nll_loss(model(lib.from_numpy(images)), lib.from_numpy(labels))
     loss.backward()
     return loss.item(), {n: p.grad.numpy().copy() for n, p in model.named_parameters()}
 

@@ -15,6 +15,7 @@ X = np.random.default_rng(0).standard_normal((8, 4))
 
 
 def _pair(dtype="float64"):
+    torch.manual_seed(0)
     tm = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Tanh(), torch.nn.Linear(3, 2))
     fm = ferro.nn.Sequential(ferro.nn.Linear(4, 3), ferro.nn.Tanh(), ferro.nn.Linear(3, 2))
     tm, fm = tm.to(getattr(torch, dtype)), fm.to(getattr(ferro, dtype))
@@ -23,9 +24,9 @@ def _pair(dtype="float64"):
 
 
 def _step(lib, model, opt, i, dtype="float64"):
-    # The input's scale changes each step, so the gradients' second moments rise and fall and
-    # AMSGrad's running maximum differs from the current moment.
-    x = lib.from_numpy((X * (1 + 0.8 * np.sin(i))).astype(dtype))
+    # A large input every fourth step between small ones: the gradients' second moments jump
+    # and decay, so AMSGrad's running maximum differs much from the current moment.
+    x = lib.from_numpy((X * (5.0 if i % 4 == 0 else 0.3)).astype(dtype))
     opt.zero_grad()
     model(x).pow(2).mean().backward()
     opt.step()
@@ -49,12 +50,16 @@ def _params(model):
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_adam_keyword_arguments_match_pytorch(name, kw, dtype):
     tm, fm = _pair(dtype)
-    topt = getattr(torch.optim, name)(tm.parameters(), lr=0.05, **kw)
-    fopt = getattr(ferro.optim, name)(fm.parameters(), lr=0.05, **kw)
+    # beta2 = 0.5: the second moment follows the gradients within a few steps, so it falls
+    # after each large one and AMSGrad's maximum matters.
+    topt = getattr(torch.optim, name)(tm.parameters(), lr=0.05, betas=(0.9, 0.5), **kw)
+    fopt = getattr(ferro.optim, name)(fm.parameters(), lr=0.05, betas=(0.9, 0.5), **kw)
     for i in range(8):
         _step(torch, tm, topt, i, dtype)
         _step(ferro, fm, fopt, i, dtype)
-    tol = {"float64": 1e-12, "float32": 1e-5}[dtype]
+    # float32: Adam divides by sqrt(v), so an entry with a small gradient carries its rounding
+    # into an lr-scaled step; 1e-4 after 8 steps at lr 0.05.
+    tol = {"float64": 1e-12, "float32": 1e-4}[dtype]
     for a, b in zip(_params(fm), _params(tm), strict=True):
         np.testing.assert_allclose(a, b, rtol=tol, atol=tol)
     assert fopt.param_groups[0]["amsgrad"] == kw.get("amsgrad", False)
@@ -66,11 +71,11 @@ def test_amsgrad_changes_the_trajectory():
     runs = []
     for amsgrad in (False, True):
         _, fm = _pair()
-        opt = ferro.optim.Adam(fm.parameters(), lr=0.05, amsgrad=amsgrad)
+        opt = ferro.optim.Adam(fm.parameters(), lr=0.05, betas=(0.9, 0.5), amsgrad=amsgrad)
         for i in range(8):
             _step(ferro, fm, opt, i)
         runs.append(_params(fm))
-    assert max(np.abs(a - b).max() for a, b in zip(*runs, strict=True)) > 1e-4
+    assert max(np.abs(a - b).max() for a, b in zip(*runs, strict=True)) > 1e-2
 
 
 @pytest.mark.parametrize("flag", ["differentiable", "capturable"])

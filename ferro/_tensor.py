@@ -42,6 +42,7 @@ from ferro.ops import elementwise as _ew
 from ferro.ops import inplace as _ip
 from ferro.ops import linalg as _la
 from ferro.ops import reduction as _red
+from ferro.ops import scan as _scan
 from ferro.ops import shape as _sh
 from ferro.ops import special as _sp
 
@@ -422,6 +423,21 @@ class Tensor(TensorBase):
     cross = _la.cross
     unique = _red.unique
     bucketize = _red.bucketize
+    nansum, nanmean, nanmedian, kthvalue = _red.nansum, _red.nanmean, _red.nanmedian, _red.kthvalue
+    histc, unique_consecutive = _red.histc, _red.unique_consecutive
+    cummax, cummin, logcumsumexp = _scan.cummax, _scan.cummin, _scan.logcumsumexp
+    trace, tensor_split, take_along_dim, rot90 = (
+        _sh.trace,
+        _sh.tensor_split,
+        _sh.take_along_dim,
+        _sh.rot90,
+    )
+    addr, addbmm = _la.addr, _la.addbmm
+    erfinv, lgamma, digamma = _sp.erfinv, _sp.lgamma, _sp.digamma
+
+    def polygamma(self, n: int) -> Tensor:
+        """:func:`ferro.polygamma` of order ``n`` of this tensor (PyTorch's ``t.polygamma(n)``)."""
+        return _sp.polygamma(n, self)
 
     def multinomial(self, num_samples: int, replacement: bool = False, *, generator=None):
         """:func:`ferro.multinomial` of this tensor's weights."""

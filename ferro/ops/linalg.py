@@ -425,8 +425,36 @@ def cdist(x1, x2, p: float = 2.0, compute_mode=None):
 
 
 # The family's public functions (ferro.ops exports their union): a new op's name goes here.
+def addbmm(input, batch1, batch2, *, beta=1, alpha=1):  # noqa: A002
+    """``beta * input + alpha * sum over b of batch1[b] @ batch2[b]`` (3-D batches of the same
+    size; ``input`` broadcasts to the 2-D result), as PyTorch's ``addbmm``.
+
+    Gradient: ginput = beta * gy; gbatch1[b] = alpha * gy @ batch2[b]^T; gbatch2[b] = alpha *
+    batch1[b]^T @ gy.
+    """
+    _check_dims("addbmm", batch1=(batch1, 3), batch2=(batch2, 3))
+    if batch1.shape[0] != batch2.shape[0]:
+        raise ShapeError(
+            f"addbmm: the batch sizes differ: shapes {tuple(batch1.shape)} and "
+            f"{tuple(batch2.shape)}"
+        )
+    return add(_scaled(input, beta), _scaled(matmul(batch1, batch2).sum(0), alpha))
+
+
+def addr(input, vec1, vec2, *, beta=1, alpha=1):  # noqa: A002
+    """``beta * input + alpha * outer(vec1, vec2)`` for 1-D ``vec1`` and ``vec2`` (``input``
+    broadcasts), as PyTorch's ``addr``.
+
+    Gradient: ginput = beta * gy; gvec1 = alpha * gy @ vec2; gvec2 = alpha * gy^T @ vec1.
+    """
+    _check_dims("addr", vec1=(vec1, 1), vec2=(vec2, 1))
+    return add(_scaled(input, beta), _scaled(outer(vec1, vec2), alpha))
+
+
 __all__ = [
+    "addbmm",
     "addmm",
+    "addr",
     "addmv",
     "baddbmm",
     "cdist",

@@ -770,6 +770,68 @@ def unique(
     return out[0] if len(out) == 1 else tuple(out)
 
 
+def unique_consecutive(
+    input,  # noqa: A002 - PyTorch's argument names
+    return_inverse: bool = False,
+    return_counts: bool = False,
+    dim=None,
+):
+    """``input`` (flattened when ``dim`` is None) with each run of equal consecutive elements
+    (with ``dim``: slices) kept once, as PyTorch's ``unique_consecutive``; ``return_inverse``
+    and ``return_counts`` as in :func:`unique`. The results are not differentiable
+    (no history).
+
+    Example:
+        >>> ferro.unique_consecutive(ferro.tensor([1, 1, 2, 1]), return_counts=True)
+        (tensor([1, 2, 1]), tensor([2, 1, 1]))
+    """
+    data = _tensor_data(input, "unique_consecutive")
+    xp = _xp(data)
+    a = 0 if dim is None else _one_dim(dim, input, "unique_consecutive")
+    rows = (
+        data.reshape(-1, 1) if dim is None else xp.moveaxis(data, a, 0).reshape(data.shape[a], -1)
+    )
+    starts = xp.concatenate(
+        [xp.ones(builtins.min(len(rows), 1), bool), (rows[1:] != rows[:-1]).any(axis=1)]
+    )
+    first = xp.nonzero(starts)[0]
+    values = data.reshape(-1)[first] if dim is None else xp.take(data, first, axis=a)
+    out = [_no_grad_result(values, input)]
+    if return_inverse:
+        inverse = xp.cumsum(starts) - 1
+        out.append(_no_grad_result(inverse.reshape(data.shape if dim is None else -1), input))
+    if return_counts:
+        counts = xp.diff(xp.concatenate([first, xp.asarray([len(rows)])]))
+        out.append(_no_grad_result(counts.astype("int64"), input))
+    return out[0] if len(out) == 1 else tuple(out)
+
+
+def histc(input, bins: int = 100, min=0, max=0):  # noqa: A002
+    """The histogram of ``input`` in ``bins`` equal bins over ``[min, max]`` (the last bin
+    closed), as PyTorch's ``histc``: with ``min == max`` the data's own range; elements
+    outside it (and NaNs) are not counted. Of ``input``'s dtype; not differentiable.
+
+    Example:
+        >>> ferro.histc(ferro.tensor([1.0, 2.0, 1.0]), bins=4, min=0, max=3)
+        tensor([0., 2., 1., 0.])
+    """
+    data = _tensor_data(input, "histc")
+    _float_only(input, "histc")
+    if not isinstance(bins, numbers.Integral) or isinstance(bins, bool) or bins <= 0:
+        raise ArgumentError(f"histc: bins must be a positive int, got {bins!r}")
+    lo, hi = float(min), float(max)
+    if lo > hi:
+        raise ArgumentError(f"histc: min ({lo}) must not be greater than max ({hi})")
+    xp = _xp(data)
+    values = data[~xp.isnan(data)].reshape(-1)
+    if lo == hi and values.size:
+        lo, hi = float(values.min()), float(values.max())
+    if lo == hi:
+        lo, hi = lo - 1, hi + 1
+    counts, _ = xp.histogram(values, bins=int(bins), range=(lo, hi))
+    return _no_grad_result(counts.astype(data.dtype), input)
+
+
 def _xp(arr):
     from ferro.backend import xp_of
 
@@ -876,17 +938,116 @@ def median(x, dim=None, keepdim: bool = False):
     k = xp.full(values.shape[:a] + (1,) + values.shape[a + 1 :], (n - 1) // 2, dtype=xp.int64)
     if has_nan is not None:
         k = xp.where(has_nan, n - 1, k)
+    return _pick_sorted(values, indices, a, k, keepdim, MedianResult)
+
+
+def _pick_sorted(values, indices, a, k, keepdim, result):
+    """The ``k``-th (an int64 array, one per slice, size 1 along ``a``) of sorted
+    ``values``/``indices`` along ``a``, as a named tuple ``result``."""
     from ferro._C.tensor import wrap
 
     kt = wrap(k)
     v, i = values.gather(a, kt), indices.gather(a, kt)
     if not keepdim:
         v, i = v.squeeze(a), i.squeeze(a)
-    return MedianResult(v, i)
+    return result(v, i)
+
+
+#: What ``kthvalue``/``nanmedian`` return, as PyTorch's ``torch.return_types``.
+KthvalueResult = namedtuple("kthvalue", ("values", "indices"))
+NanmedianResult = namedtuple("nanmedian", ("values", "indices"))
+
+
+def kthvalue(input, k: int, dim: int = -1, keepdim: bool = False):  # noqa: A002
+    """The ``k``-th smallest element (``k`` from 1) along ``dim``: a named tuple
+    ``(values, indices)``; indices int64, not differentiable. NaN counts as the largest.
+
+    Gradient: gy goes to the element picked (the sort's backward).
+
+    Example:
+        >>> ferro.kthvalue(ferro.tensor([3.0, 1.0, 2.0]), 2)
+        kthvalue(values=tensor(2.), indices=tensor(2))
+    """
+    a = _one_dim(dim, input, "kthvalue")
+    if not isinstance(k, numbers.Integral) or isinstance(k, bool):
+        raise ArgumentTypeError(f"kthvalue: k must be an int, got {k!r}")
+    n = input.shape[a] if input.ndim else 1
+    if not 1 <= k <= n:
+        raise IndexOutOfRangeError(
+            f"kthvalue: k={k} is out of range for dimension {dim} of shape {tuple(input.shape)}"
+        )
+    if input.ndim == 0:
+        return _as_1d(kthvalue, input, k, 0)
+    values, indices = sort(input, a)
+    xp = xp_of(input._data)
+    k_arr = xp.full(values.shape[:a] + (1,) + values.shape[a + 1 :], k - 1, dtype=xp.int64)
+    return _pick_sorted(values, indices, a, k_arr, keepdim, KthvalueResult)
+
+
+def nanmedian(input, dim=None, keepdim: bool = False):  # noqa: A002
+    """:func:`median` of the values that are not NaN (NaN where all are), as PyTorch's: the
+    lower median, with ``dim`` a named tuple ``(values, indices)``.
+
+    Gradient: gy goes to the element the median picked (the sort's backward).
+    """
+    xp = xp_of(input._data)
+    floating = input._data.dtype.kind == "f"
+    if dim is None:
+        flat = input.reshape(-1)
+        if flat.shape[0] == 0:
+            return input.sum() * float("nan")
+        count = int((~xp.isnan(flat._data)).sum()) if floating else flat.shape[0]
+        return sort(flat).values[builtins.max((count - 1) // 2, 0)]
+    a = _one_dim(dim, input, "nanmedian")
+    if input.ndim == 0 or not floating:
+        return NanmedianResult(*median(input, a, keepdim))
+    if input.shape[a] == 0:
+        raise IndexOutOfRangeError(
+            f"nanmedian: dimension {dim} of shape {tuple(input.shape)} is empty"
+        )
+    values, indices = sort(input, a)
+    count = (~xp.isnan(input._data)).sum(axis=a, keepdims=True)
+    k = xp.maximum((count - 1) // 2, 0).astype(xp.int64)
+    return _pick_sorted(values, indices, a, k, keepdim, NanmedianResult)
+
+
+def _nan_zeroed(x):
+    return x.masked_fill(x.isnan(), 0.0) if x._data.dtype.kind == "f" else x
+
+
+@aliases
+def nansum(input, dim=None, keepdim: bool = False, *, dtype=None):  # noqa: A002
+    """:func:`sum` with NaN counted as 0.
+
+    Gradient: gx = gy, 0 at the NaNs.
+    """
+    x = _nan_zeroed(input)
+    return sum(x if dtype is None else x.to(dtype), dim, keepdim)
+
+
+@aliases
+def nanmean(input, dim=None, keepdim: bool = False, *, dtype=None):  # noqa: A002
+    """:func:`mean` of the values that are not NaN (NaN where all are).
+
+    Gradient: gx = gy / (the count of non-NaN values), 0 at the NaNs.
+    """
+    _float_only(input, "nanmean")
+    from ferro._C.tensor import wrap
+
+    x = input if dtype is None else input.to(dtype)
+    xp = xp_of(x._data)
+    present = wrap(xp.asarray(~xp.isnan(x._data), dtype=x._data.dtype))
+    return nansum(x, dim, keepdim) / sum(present, dim, keepdim)
 
 
 __all__ = [
+    "histc",
+    "kthvalue",
+    "unique_consecutive",
     "median",
+    "nanmean",
+    "nanmedian",
+    "nansum",
     "bucketize",
     "searchsorted",
     "unique",

@@ -1535,7 +1535,182 @@ def unfold_windows(x, dimension: int, size: int, step: int):
 
 
 # The family's public functions (ferro.ops exports their union): a new op's name goes here.
+def trace(input):  # noqa: A002 - PyTorch's argument names
+    """The sum of the main diagonal of a 2-D tensor.
+
+    Gradient: gx = gy on the diagonal, 0 elsewhere.
+    """
+    if not isinstance(input, TensorBase) or input.ndim != 2:
+        raise ShapeError(
+            f"trace: expects a 2-D tensor, got shape {tuple(getattr(input, 'shape', ()))}"
+        )
+    return diagonal(input).sum()
+
+
+def tensor_split(input, indices_or_sections, dim: int = 0):  # noqa: A002
+    """Views of ``input`` split along ``dim``, as PyTorch's ``tensor_split``: an int ``n``
+    gives ``n`` parts, the first ``size % n`` one longer; a list of indices splits before
+    each (indices past the end give empty parts). A tensor argument is read as an int (0-d)
+    or as the list (1-D).
+
+    Gradient: each part's gy goes back to its slice.
+    """
+    a = _axis(dim, input.ndim, "tensor_split")
+    if isinstance(indices_or_sections, TensorBase):
+        data = indices_or_sections._data
+        if data.dtype.kind not in "iu" or data.ndim > 1:
+            raise ArgumentTypeError(
+                "tensor_split: a tensor indices_or_sections must be a 0-d or 1-D integer tensor"
+            )
+        indices_or_sections = data.item() if data.ndim == 0 else [int(v) for v in data.tolist()]
+    size = input.shape[a]
+    if isinstance(indices_or_sections, numbers.Integral):
+        n = _int(indices_or_sections, "tensor_split", "sections")
+        if n <= 0:
+            raise ArgumentError(f"tensor_split: sections must be positive, got {n}")
+        q, r = divmod(size, n)
+        bounds = [i * q + min(i, r) for i in range(n + 1)]
+    else:
+        cuts = [_int(v, "tensor_split", "indices") for v in indices_or_sections]
+        bounds = [0, *(min(max(c if c >= 0 else c + size, 0), size) for c in cuts), size]
+    head = (slice(None),) * a
+    return tuple(
+        getitem(input, (*head, slice(lo, max(lo, hi))))
+        for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)
+    )
+
+
+def take_along_dim(input, indices, dim=None):  # noqa: A002
+    """``input`` gathered at ``indices`` along ``dim``, the two broadcast against each other
+    in the other dims (PyTorch's ``take_along_dim``); ``dim=None`` takes from the flattened
+    tensor at the flattened indices.
+
+    Gradient: gx = gy added back at ``indices``.
+    """
+    if not isinstance(indices, TensorBase):
+        from ferro._C.tensor import wrap
+        from ferro.ops.registry import array_of
+
+        indices = wrap(array_of(indices))
+    if dim is None:
+        return gather(reshape(input, -1), 0, reshape(indices, -1))
+    a = _axis(dim, input.ndim, "take_along_dim")
+    if getattr(indices, "ndim", None) != input.ndim:
+        raise ShapeError(
+            f"take_along_dim: input {tuple(input.shape)} and indices "
+            f"{tuple(getattr(indices, 'shape', ()))} must have the same number of dimensions"
+        )
+    try:
+        shape = np.broadcast_shapes(
+            tuple(1 if d == a else s for d, s in enumerate(input.shape)),
+            tuple(1 if d == a else s for d, s in enumerate(indices.shape)),
+        )
+    except ValueError:
+        raise ShapeError(
+            f"take_along_dim: input {tuple(input.shape)} and indices {tuple(indices.shape)} "
+            f"do not broadcast outside dim {dim}"
+        ) from None
+    sizes = [input.shape[a] if d == a else s for d, s in enumerate(shape)]
+    x = broadcast_to(input, tuple(sizes))
+    sizes[a] = indices.shape[a]
+    return gather(x, a, broadcast_to(indices, tuple(sizes)))
+
+
+def rot90(input, k: int = 1, dims=(0, 1)):  # noqa: A002
+    """Rotate by 90 degrees ``k`` times in the plane of ``dims``, from the first towards the
+    second (PyTorch's and NumPy's direction).
+
+    Gradient: gx = gy rotated back.
+    """
+    k = _int(k, "rot90", "k") % 4
+    if len(dims) != 2:
+        raise ArgumentError(f"rot90: dims must name two dimensions, got {dims!r}")
+    d0, d1 = (_axis(d, input.ndim, "rot90") for d in dims)
+    if d0 == d1:
+        raise ArgumentError(f"rot90: dims must differ, got {dims!r}")
+    if k == 0:
+        return flip(input, ())
+    if k == 2:
+        return flip(input, (d0, d1))
+    return transpose(flip(input, (d1 if k == 1 else d0,)), d0, d1)
+
+
+def block_diag(*tensors):
+    """The tensors (0-d, 1-D as one row, or 2-D) as the blocks of a block-diagonal matrix,
+    zeros elsewhere.
+
+    Gradient: each gx = its block of gy.
+    """
+    tensors = _tensor_list(tensors, "block_diag")
+    for t in tensors:
+        if t.ndim > 2:
+            raise ShapeError(f"block_diag: expects tensors of at most 2 dims, got {tuple(t.shape)}")
+    tensors = [t if t.ndim == 2 else reshape(t, 1, -1) for t in tensors]
+    width = sum(t.shape[1] for t in tensors)
+    rows, left = [], 0
+    for t in tensors:
+        rows.append(pad(t, (left, width - left - t.shape[1])))
+        left += t.shape[1]
+    return cat(rows, 0)
+
+
+def vander(x, N=None, increasing: bool = False):  # noqa: N803 - PyTorch's argument name
+    """The Vandermonde matrix of a 1-D ``x``: columns ``x**(N-1), ..., x, 1`` (``increasing``:
+    the other way round), ``N`` defaulting to ``len(x)``.
+
+    Gradient: through the running product of the powers (exact at 0).
+    """
+    if x.ndim != 1:
+        raise ShapeError(f"vander: expects a 1-D tensor, got shape {tuple(x.shape)}")
+    n = x.shape[0] if N is None else _int(N, "vander", "N")
+    if n < 0:
+        raise ArgumentError(f"vander: N must be non-negative, got {n}")
+    from ferro.ops.reduction import cumprod
+
+    col = reshape(x, -1, 1)
+    parts = [col * 0 + 1] + [col] * (n - 1) if n else []
+    powers = cumprod(cat(parts, 1), 1) if n else narrow(col, 1, 0, 0)
+    return powers if increasing else flip(powers, (1,))
+
+
+def _triangle_indices(row, col, offset, dtype, device, lower, op):
+    from ferro._C.tensor import wrap
+    from ferro.backend import default_device_or_none, parse_device
+    from ferro.dtypes import as_dtype
+
+    row, col, offset = (_int(v, op, n) for v, n in ((row, "row"), (col, "col"), (offset, "offset")))
+    if row < 0 or col < 0:
+        raise ArgumentError(f"{op}: row and col must be non-negative, got {row} and {col}")
+    mask = np.tri(row, col, offset, dtype=bool) if lower else ~np.tri(row, col, offset - 1, bool)
+    arr = np.stack(np.nonzero(mask)).astype(np.int64 if dtype is None else as_dtype(dtype))
+    target = default_device_or_none() if device is None else parse_device(device)
+    return wrap(arr if target is None else move(arr, target))
+
+
+def tril_indices(row: int, col: int, offset: int = 0, *, dtype=None, device=None):
+    """The (2, count) row and column indices of the lower triangle of a ``row x col`` matrix
+    (the diagonal ``offset`` and below), in row-major order, int64 unless ``dtype`` (an index
+    tensor: not differentiable).
+    """
+    return _triangle_indices(row, col, offset, dtype, device, True, "tril_indices")
+
+
+def triu_indices(row: int, col: int, offset: int = 0, *, dtype=None, device=None):
+    """The (2, count) indices of the upper triangle (the diagonal ``offset`` and above), as
+    :func:`tril_indices`; not differentiable.
+    """
+    return _triangle_indices(row, col, offset, dtype, device, False, "triu_indices")
+
+
 __all__ = [
+    "block_diag",
+    "rot90",
+    "take_along_dim",
+    "tensor_split",
+    "trace",
+    "tril_indices",
+    "triu_indices",
+    "vander",
     "diff",
     "repeat_interleave",
     "broadcast_tensors",

@@ -230,6 +230,103 @@ def _median_ref(x, axis=None, keepdims=False):
     return np.take(np.sort(x, axis=axis), [k] if keepdims else k, axis=axis)
 
 
+def _kth_samples(rng):
+    return [
+        Sample((rng.permutation(7) / 3.0,), {"k": 3}, label="1-D"),
+        Sample((rng.permutation(12).reshape(3, 4) / 3.0,), {"k": 1, "dim": 0}, label="dim 0"),
+        Sample(
+            (rng.permutation(24).reshape(2, 3, 4) / 3.0,),
+            {"k": 4, "dim": -1, "keepdim": True},
+            label="keepdim",
+        ),
+        Sample((np.array(1.5),), {"k": 1}, label="0-d"),
+        Sample((rng.permutation(12).reshape(4, 3) / 3.0,), {"k": 2}, noncontig=True, label="nc"),
+    ]
+
+
+def _kth_ref(x, k, dim=-1, keepdim=False):
+    if x.ndim == 0:
+        return x
+    return np.take(np.sort(x, axis=dim), [k - 1] if keepdim else k - 1, axis=dim)
+
+
+def _with_nans(rng, all_nan_row=False):
+    x = rng.permutation(24).reshape(4, 6) / 3.0
+    x[0, 1] = x[2, 3] = x[2, 0] = np.nan
+    if all_nan_row:
+        x[3, :] = np.nan
+    return x
+
+
+def _nan_samples(rng):
+    # An all-NaN slice gives NaN (nansum: 0), where central differences say nothing.
+    return [
+        Sample((_with_nans(rng, True),), {"dim": 1}, grad=False, label="rows, one all-NaN"),
+        Sample((_with_nans(rng),), {"dim": 1}, label="rows"),
+        Sample((_with_nans(rng),), {"dim": 0, "keepdim": True}, label="cols keepdim"),
+        Sample((_with_nans(rng)[:3],), {}, label="all"),
+        Sample((np.zeros((0, 3)),), {"dim": 0}, label="empty"),
+        Sample((np.array(2.5),), {}, label="0-d"),
+        Sample((_with_nans(rng),), {"dim": 1}, noncontig=True, label="noncontig"),
+    ]
+
+
+def _nanmedian_samples(rng):
+    # nanmedian of an empty dim is an error, as median's; and values distinct for the index.
+    return [s for s in _nan_samples(rng) if s.label != "empty"]
+
+
+def _nanmedian_ref(x, dim=None, keepdim=False):
+    if dim is None:
+        v = np.sort(x[~np.isnan(x)])
+        return v[(v.size - 1) // 2] if v.size else np.float64("nan")
+    moved = np.moveaxis(x, dim, -1)
+    out = np.empty(moved.shape[:-1])
+    for i in np.ndindex(out.shape):
+        v = np.sort(moved[i][~np.isnan(moved[i])])
+        out[i] = v[(v.size - 1) // 2] if v.size else np.nan
+    return np.expand_dims(out, dim) if keepdim else out
+
+
+def _nanmean_ref(x, dim=None, keepdim=False):
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.asarray(
+            np.nansum(x, axis=dim, keepdims=keepdim)
+            / np.sum(~np.isnan(x), axis=dim, keepdims=keepdim)
+        )
+
+
+def _unique_consecutive_samples(rng):
+    runs = np.repeat(rng.permutation(5) / 2.0, [1, 3, 2, 1, 2])
+    rows = np.repeat(rng.integers(0, 2, (3, 4)).astype(float), [2, 1, 3], axis=0)
+    return [
+        Sample((runs,), {}, grad=False, label="1-D"),
+        Sample((rows,), {"dim": 0}, grad=False, label="rows"),
+        Sample((rows,), {}, grad=False, noncontig=True, label="flattened, noncontig"),
+        Sample((np.zeros(0),), {}, grad=False, label="empty"),
+    ]
+
+
+def _unique_consecutive_ref(x, dim=None):
+    rows = x.reshape(-1, 1) if dim is None else np.moveaxis(x, dim, 0).reshape(x.shape[dim], -1)
+    keep = [i for i in range(len(rows)) if i == 0 or (rows[i] != rows[i - 1]).any()]
+    return x.reshape(-1)[keep] if dim is None else np.take(x, keep, axis=dim)
+
+
+def _histc_samples(rng):
+    return [
+        Sample((rng.normal(size=50),), {"bins": 7, "min": -1, "max": 1}, grad=False, label="range"),
+        Sample((rng.normal(size=(4, 5)),), {"bins": 5}, grad=False, label="data range"),
+        Sample((np.zeros(0),), {"bins": 3}, grad=False, label="empty"),
+    ]
+
+
+def _histc_ref(x, bins=100, min=0, max=0):  # noqa: A002
+    lo, hi = (x.min(), x.max()) if min == max and x.size else (min, max)
+    lo, hi = (lo - 1, hi + 1) if lo == hi else (lo, hi)
+    return np.histogram(x, bins=bins, range=(lo, hi))[0].astype(x.dtype)
+
+
 ENTRIES = [
     OpInfo("sum", ferro.sum, _np_reduce(np.sum), _reduction_samples, reduction=True),
     OpInfo("mean", ferro.mean, _np_reduce(np.mean), _reduction_samples, reduction=True),
@@ -346,4 +443,33 @@ ENTRIES = [
         _median_ref,
         _median_samples,
     ),
+    OpInfo(
+        "kthvalue",
+        lambda x, k, dim=-1, keepdim=False: ferro.kthvalue(x, k, dim, keepdim).values,
+        _kth_ref,
+        _kth_samples,
+    ),
+    OpInfo(
+        "nanmedian",
+        lambda x, dim=None, keepdim=False: (
+            ferro.nanmedian(x) if dim is None else ferro.nanmedian(x, dim, keepdim).values
+        ),
+        _nanmedian_ref,
+        _nanmedian_samples,
+    ),
+    OpInfo(
+        "nansum",
+        ferro.nansum,
+        lambda x, dim=None, keepdim=False: np.asarray(np.nansum(x, axis=dim, keepdims=keepdim)),
+        _nan_samples,
+    ),
+    OpInfo("nanmean", ferro.nanmean, _nanmean_ref, _nan_samples),
+    OpInfo(
+        "unique_consecutive",
+        ferro.unique_consecutive,
+        _unique_consecutive_ref,
+        _unique_consecutive_samples,
+        grad=False,
+    ),
+    OpInfo("histc", ferro.histc, _histc_ref, _histc_samples, grad=False),
 ]

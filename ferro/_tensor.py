@@ -433,6 +433,11 @@ class Tensor(TensorBase):
         _sh.rot90,
     )
     addr, addbmm = _la.addr, _la.addbmm
+    ravel, unflatten, take, moveaxis = _sh.ravel, _sh.unflatten, _sh.take, _sh.moveaxis
+    fliplr, flipud = _sh.fliplr, _sh.flipud
+    divide, inner, kron = _ew.divide, _la.inner, _la.kron
+    count_nonzero, aminmax, quantile = _red.count_nonzero, _red.aminmax, _red.quantile
+    bincount, isin = _red.bincount, _red.isin
     erfinv, lgamma, digamma = _sp.erfinv, _sp.lgamma, _sp.digamma
 
     def polygamma(self, n: int) -> Tensor:
@@ -463,21 +468,7 @@ class Tensor(TensorBase):
         """The last two dimensions swapped (batched matrix transpose)."""
         return _sh.transpose(self, -2, -1)
 
-    def t(self) -> Tensor:
-        """The transpose of a matrix; a 0-D or 1-D tensor is returned as it is (PyTorch's
-        ``t()``).
-
-        Raises:
-            ShapeError: more than 2 dimensions (use ``transpose(d0, d1)`` or ``mT``).
-        """
-        if self.ndim > 2:
-            raise ShapeError(
-                f"t(): expects a tensor with at most 2 dimensions, got shape {self.shape}; use "
-                "transpose(dim0, dim1) or .mT"
-            )
-        if self.ndim < 2:
-            return _sh.permute(self, tuple(range(self.ndim)))
-        return _sh.transpose(self, 0, 1)
+    t = _sh.t
 
     def mm(self, mat2) -> Tensor:
         """The matrix product of two 2-D tensors (``ferro.mm``)."""

@@ -739,6 +739,30 @@ for _name, _row in _UNARY.items():
     globals()[_name] = unary_op(_name, *_row, __name__)
 
 
+def divide(input, other, *, rounding_mode=None):  # noqa: A002 - PyTorch's names
+    """``input / other``: true division (``rounding_mode=None``), or its quotient rounded
+    towards 0 (``"trunc"``) or down (``"floor"``), integer when both operands are.
+
+    Gradient: ga = gy / b, gb = -gy * a / b**2 (true division); 0 when rounded.
+    """
+    if rounding_mode is None:
+        return div(input, other)
+    if rounding_mode not in ("trunc", "floor"):
+        raise ArgumentError(
+            f"divide: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}"
+        )
+    q = div(input, other)
+    q = q.trunc() if rounding_mode == "trunc" else q.floor()
+    integral = all(_integral(v) for v in (input, other))
+    return cast(q, "int64") if integral else q
+
+
+def _integral(v) -> bool:
+    if isinstance(v, TensorBase):
+        return v.dtype.kind in "iu"
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
+
+
 def _rounding(name, fn):
     # Piecewise constant: the gradient is 0 everywhere (PyTorch's choice, also at the jumps), so
     # backward returns zeros rather than the op being non-differentiable: a graph through
@@ -1133,6 +1157,7 @@ greater, greater_equal, less, less_equal, not_equal = gt, ge, lt, le, ne
 
 __all__ = [
     *_UNARY,
+    "divide",
     "allclose",
     "equal",
     "isclose",

@@ -832,6 +832,133 @@ def histc(input, bins: int = 100, min=0, max=0):  # noqa: A002
     return _no_grad_result(counts.astype(data.dtype), input)
 
 
+def count_nonzero(input, dim=None):  # noqa: A002
+    """How many elements are not 0, over ``dim`` (an int or a tuple; None: all), int64.
+    The count is not differentiable.
+    """
+    return sum(input != 0, dim)
+
+
+#: What ``aminmax`` returns, as PyTorch's ``torch.return_types.aminmax``.
+AminmaxResult = namedtuple("aminmax", ("min", "max"))
+
+
+def aminmax(input, *, dim=None, keepdim: bool = False):  # noqa: A002
+    """A named tuple ``(min, max)`` of :func:`amin` and :func:`amax` over ``dim``.
+
+    Gradient: as amin's and amax's (ties share it evenly).
+    """
+    return AminmaxResult(amin(input, dim, keepdim), amax(input, dim, keepdim))
+
+
+def var_mean(input, dim=None, unbiased=None, keepdim: bool = False, *, correction=None):  # noqa: A002
+    """The tuple ``(var, mean)`` over ``dim``, as PyTorch's ``var_mean``.
+
+    Gradient: as var's and mean's.
+    """
+    v = var(input, dim, unbiased, keepdim, correction=correction)
+    return v, mean(input, dim, keepdim)
+
+
+def std_mean(input, dim=None, unbiased=None, keepdim: bool = False, *, correction=None):  # noqa: A002
+    """The tuple ``(std, mean)`` over ``dim``, as PyTorch's ``std_mean``.
+
+    Gradient: as std's and mean's.
+    """
+    s = std(input, dim, unbiased, keepdim, correction=correction)
+    return s, mean(input, dim, keepdim)
+
+
+_QUANTILE_MODES = ("linear", "lower", "higher", "nearest", "midpoint")
+
+
+def quantile(input, q, dim=None, keepdim: bool = False, *, interpolation: str = "linear"):  # noqa: A002
+    """The ``q``-th quantiles (``q`` a number or a 1-D tensor in [0, 1]) along ``dim`` (None:
+    of all elements), as PyTorch's: between the two order statistics around ``q * (n - 1)``
+    by ``interpolation`` (``linear``, ``lower``, ``higher``, ``nearest``, ``midpoint``). A 1-D
+    ``q`` puts its dimension first. A NaN makes its slice's quantiles NaN.
+
+    Gradient: gy shared by the two elements picked, by the interpolation weights.
+    """
+    from ferro._C.tensor import TensorBase, wrap
+
+    if interpolation not in _QUANTILE_MODES:
+        raise ArgumentError(
+            f"quantile: interpolation must be one of {_QUANTILE_MODES}, got {interpolation!r}"
+        )
+    _float_only(input, "quantile")
+    qs = q._data if isinstance(q, TensorBase) else np.asarray(q, dtype=np.float64)
+    if qs.ndim > 1:
+        raise ShapeError(f"quantile: q must be a number or a 1-D tensor, got shape {qs.shape}")
+    xp = xp_of(input._data)
+    qs = xp.asarray(qs, dtype=np.float64)
+    if bool(((qs < 0) | (qs > 1)).any()):
+        raise ArgumentError("quantile: q must be in [0, 1]")
+    x = input.reshape(-1) if dim is None else input
+    a = 0 if dim is None else _one_dim(dim, input, "quantile")
+    if x.ndim == 0:
+        x = x.reshape(1)
+    n = x.shape[a]
+    if n == 0:
+        raise IndexOutOfRangeError(f"quantile: dimension {a} of shape {tuple(x.shape)} is empty")
+    values = sort(x, a).values  # NaN sorts last
+    pos = qs.reshape(-1) * (n - 1)
+    if interpolation == "lower":
+        pos = xp.floor(pos)
+    elif interpolation == "higher":
+        pos = xp.ceil(pos)
+    elif interpolation == "nearest":
+        pos = xp.round(pos)  # half to even, as PyTorch's
+    lo = xp.floor(pos).astype(xp.int64)
+    hi = xp.minimum(lo + 1, n - 1)
+    frac = pos - lo if interpolation != "midpoint" else xp.where(pos > lo, 0.5, 0.0)
+
+    shape = [1] * x.ndim
+    shape[a] = pos.size
+    w = wrap(xp.asarray(frac, dtype=input._data.dtype).reshape(shape))
+    below = values.index_select(a, wrap(lo))
+    out = below + (values.index_select(a, wrap(hi)) - below) * w
+    has_nan = xp.isnan(x._data).any(axis=a, keepdims=True)
+    out = out.masked_fill(wrap(xp.broadcast_to(has_nan, out.shape)), float("nan"))
+    out = out.movedim(a, 0)  # the q dimension first
+    if keepdim:
+        keep = (pos.size,) + tuple(
+            1 if dim is None or d == a else s for d, s in enumerate(input.shape)
+        )
+        out = out.reshape(keep)
+    if qs.ndim == 0:
+        out = out.squeeze(0)
+    return out
+
+
+def isin(elements, test_elements, *, assume_unique: bool = False, invert: bool = False):
+    """Whether each element of ``elements`` is among ``test_elements`` (tensors or numbers),
+    a bool tensor of ``elements``' shape; not differentiable.
+    """
+    from ferro._C.tensor import TensorBase, wrap
+
+    e = elements._data if isinstance(elements, TensorBase) else np.asarray(elements)
+    t = test_elements._data if isinstance(test_elements, TensorBase) else np.asarray(test_elements)
+    xp = _xp(e if isinstance(elements, TensorBase) else t)
+    return wrap(xp.asarray(xp.isin(e, t, invert=bool(invert))))
+
+
+def bincount(input, weights=None, minlength: int = 0):  # noqa: A002
+    """How often each value ``0 .. max`` occurs in the 1-D non-negative integer ``input`` (at
+    least ``minlength`` bins), or the sums of ``weights`` per value; not differentiable.
+    """
+    data = _tensor_data(input, "bincount")
+    if data.ndim != 1 or data.dtype.kind not in "iu":
+        raise ShapeError(
+            f"bincount: expects a 1-D integer tensor, got shape {tuple(data.shape)} {data.dtype}"
+        )
+    if data.size and int(data.min()) < 0:
+        raise ArgumentError("bincount: the values must be non-negative")
+    w = None if weights is None else _tensor_data(weights, "bincount")
+    out = _xp(data).bincount(data, weights=w, minlength=int(minlength))
+    return _no_grad_result(out.astype(w.dtype if w is not None else "int64"), input)
+
+
 def _xp(arr):
     from ferro.backend import xp_of
 
@@ -1041,6 +1168,13 @@ def nanmean(input, dim=None, keepdim: bool = False, *, dtype=None):  # noqa: A00
 
 
 __all__ = [
+    "aminmax",
+    "bincount",
+    "count_nonzero",
+    "isin",
+    "quantile",
+    "std_mean",
+    "var_mean",
     "histc",
     "kthvalue",
     "unique_consecutive",

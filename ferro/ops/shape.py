@@ -1702,7 +1702,167 @@ def triu_indices(row: int, col: int, offset: int = 0, *, dtype=None, device=None
     return _triangle_indices(row, col, offset, dtype, device, False, "triu_indices")
 
 
+concat = concatenate = cat
+moveaxis = movedim
+
+
+def t(input):  # noqa: A002 - PyTorch's argument names
+    """The transpose of a matrix; a 0-D or 1-D tensor is returned as it is (PyTorch's ``t``).
+
+    Gradient: gx = gy transposed back.
+    """
+    if input.ndim > 2:
+        raise ShapeError(
+            f"t: expects a tensor with at most 2 dimensions, got shape {tuple(input.shape)}; use "
+            "transpose(dim0, dim1) or .mT"
+        )
+    return permute(input, tuple(range(input.ndim - 1, -1, -1)))
+
+
+def ravel(input):  # noqa: A002
+    """``input`` flattened to 1-D.
+
+    Gradient: gx = gy reshaped back.
+    """
+    return reshape(input, -1)
+
+
+def unflatten(input, dim: int, sizes):  # noqa: A002
+    """Dim ``dim`` of ``input`` split into ``sizes`` (one entry may be -1).
+
+    Gradient: gx = gy reshaped back.
+    """
+    a = _axis(dim, input.ndim, "unflatten")
+    sizes = tuple(_int(s, "unflatten", "sizes") for s in sizes)
+    return reshape(input, (*input.shape[:a], *sizes, *input.shape[a + 1 :]))
+
+
+def take(input, index):  # noqa: A002
+    """The elements of the flattened ``input`` at ``index`` (negative from the end), in
+    ``index``'s shape.
+
+    Gradient: gx = gy added back at ``index``.
+    """
+    return reshape(take_along_dim(input, index), tuple(index.shape))
+
+
+def fliplr(input):  # noqa: A002
+    """``input`` reversed along dim 1 (at least 2-D).
+
+    Gradient: gx = gy flipped back.
+    """
+    if input.ndim < 2:
+        raise ShapeError(f"fliplr: expects at least 2 dims, got shape {tuple(input.shape)}")
+    return flip(input, (1,))
+
+
+def flipud(input):  # noqa: A002
+    """``input`` reversed along dim 0 (at least 1-D).
+
+    Gradient: gx = gy flipped back.
+    """
+    if input.ndim < 1:
+        raise ShapeError("flipud: expects at least 1 dim, got a 0-d tensor")
+    return flip(input, (0,))
+
+
+def _atleast(tensors, n, op, where):
+    if len(tensors) == 1 and isinstance(tensors[0], list | tuple):
+        tensors = tuple(tensors[0])
+    out = []
+    for x in _tensor_list(tensors, op):
+        shape = tuple(x.shape)
+        while len(shape) < n:
+            shape = where(shape)
+        out.append(x if shape == tuple(x.shape) else reshape(x, shape))
+    return out[0] if len(out) == 1 else tuple(out)
+
+
+def atleast_1d(*tensors):
+    """Each tensor with at least 1 dim (a 0-d one becomes shape ``(1,)``); one tensor, or a
+    tuple of them.
+
+    Gradient: gx = gy reshaped back.
+    """
+    return _atleast(tensors, 1, "atleast_1d", lambda s: (1,))
+
+
+def atleast_2d(*tensors):
+    """Each tensor with at least 2 dims: ``(n,)`` becomes ``(1, n)``.
+
+    Gradient: gx = gy reshaped back.
+    """
+    return _atleast(tensors, 2, "atleast_2d", lambda s: (1, *s))
+
+
+def atleast_3d(*tensors):
+    """Each tensor with at least 3 dims: ``(n,)`` becomes ``(1, n, 1)``, ``(m, n)``
+    ``(m, n, 1)``.
+
+    Gradient: gx = gy reshaped back.
+    """
+    return _atleast(tensors, 3, "atleast_3d", lambda s: (1, *s, 1) if len(s) == 1 else (*s, 1))
+
+
+def hstack(tensors):
+    """The tensors side by side: along dim 1, or dim 0 when they are 1-D (0-d ones count as
+    1-D).
+
+    Gradient: each input receives its slice of gy.
+    """
+    tensors = atleast_1d(*_tensor_list(tensors, "hstack"))
+    tensors = tensors if isinstance(tensors, tuple) else (tensors,)
+    return cat(tensors, 0 if tensors[0].ndim == 1 else 1)
+
+
+def vstack(tensors):
+    """The tensors on top of each other along dim 0, 1-D ones as rows.
+
+    Gradient: each input receives its slice of gy.
+    """
+    tensors = atleast_2d(*_tensor_list(tensors, "vstack"))
+    return cat(tensors if isinstance(tensors, tuple) else (tensors,), 0)
+
+
+row_stack = vstack
+
+
+def dstack(tensors):
+    """The tensors stacked along dim 2 (after :func:`atleast_3d`).
+
+    Gradient: each input receives its slice of gy.
+    """
+    tensors = atleast_3d(*_tensor_list(tensors, "dstack"))
+    return cat(tensors if isinstance(tensors, tuple) else (tensors,), 2)
+
+
+def column_stack(tensors):
+    """The tensors as columns: 0-d and 1-D ones become ``(n, 1)``, then along dim 1.
+
+    Gradient: each input receives its slice of gy.
+    """
+    tensors = _tensor_list(tensors, "column_stack")
+    return cat([reshape(x, -1, 1) if x.ndim < 2 else x for x in tensors], 1)
+
+
 __all__ = [
+    "atleast_1d",
+    "atleast_2d",
+    "atleast_3d",
+    "column_stack",
+    "concat",
+    "concatenate",
+    "dstack",
+    "fliplr",
+    "flipud",
+    "hstack",
+    "moveaxis",
+    "ravel",
+    "row_stack",
+    "t",
+    "take",
+    "unflatten",
+    "vstack",
     "block_diag",
     "rot90",
     "take_along_dim",

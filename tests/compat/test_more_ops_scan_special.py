@@ -234,3 +234,76 @@ def test_tensor_methods_reach_the_new_ops():
     assert t.addr(_t([1, 2]), _t([3, 4])).allclose(t + _t([[3, 4], [6, 8]]))
     assert (t / 3).erfinv().allclose(ferro.erfinv(t / 3)) and t.nansum().item() == 4.25
     assert gradcheck(lambda v: v.addbmm(v.unsqueeze(0), v.unsqueeze(0)), (t.requires_grad_(),))
+
+
+@pytest.mark.torch
+def test_stacking_and_small_helpers_match_torch():
+    import torch
+
+    rng = np.random.default_rng(7)
+    a, b, v = rng.normal(size=(2, 3)), rng.normal(size=(2, 3)), rng.normal(size=3)
+    for name in ("hstack", "vstack", "dstack", "column_stack", "row_stack"):
+        for parts in ([a, b], [v, v]):
+            got = getattr(ferro, name)([_t(p) for p in parts]).numpy()
+            np.testing.assert_array_equal(
+                got, getattr(torch, name)([torch.tensor(p) for p in parts])
+            )
+    for name in ("atleast_1d", "atleast_2d", "atleast_3d"):
+        for p in (np.array(1.5), v, a):
+            assert getattr(ferro, name)(_t(p)).shape == tuple(
+                getattr(torch, name)(torch.tensor(p)).shape
+            )
+    idx = np.array([[0, -1], [5, 2]])
+    np.testing.assert_array_equal(
+        ferro.take(_t(a), ferro.tensor(idx)).numpy(), torch.take(torch.tensor(a), torch.tensor(idx))
+    )
+    x = rng.normal(size=(3, 5))
+    for q, dim, keep, how in ((0.3, None, False, "linear"), (0.5, 1, True, "nearest")):
+        np.testing.assert_allclose(
+            ferro.quantile(_t(x), q, dim, keep, interpolation=how).numpy(),
+            torch.quantile(torch.tensor(x), q, dim, keep, interpolation=how).numpy(),
+        )
+    qs = np.array([0.1, 0.9])
+    np.testing.assert_allclose(
+        ferro.quantile(_t(x), _t(qs), 0).numpy(),
+        torch.quantile(torch.tensor(x), torch.tensor(qs), 0),
+    )
+    y = rng.normal(size=(4, 3, 5))
+    np.testing.assert_allclose(
+        ferro.tensordot(_t(y), _t(x), ([1, 2], [0, 1])).numpy(),
+        torch.tensordot(torch.tensor(y), torch.tensor(x), ([1, 2], [0, 1])).numpy(),
+    )
+    np.testing.assert_allclose(
+        ferro.kron(_t(a), _t(v)).numpy(), torch.kron(torch.tensor(a), torch.tensor(v))
+    )
+    np.testing.assert_allclose(
+        ferro.inner(_t(a), _t(b)).numpy(), torch.inner(torch.tensor(a), torch.tensor(b))
+    )
+    for mode in (None, "trunc", "floor"):
+        got = ferro.divide(ferro.tensor([7, -7]), 2, rounding_mode=mode)
+        want = torch.divide(torch.tensor([7, -7]), 2, rounding_mode=mode)
+        assert (
+            got.tolist() == want.tolist()
+            and got.dtype.is_floating_point == want.is_floating_point()
+        )
+    mm = ferro.aminmax(_t(x), dim=1)
+    np.testing.assert_array_equal(mm.max.numpy(), torch.aminmax(torch.tensor(x), dim=1).max.numpy())
+    assert ferro.count_nonzero(ferro.tensor([[0, 1], [2, 0]]), 0).tolist() == [1, 1]
+    assert ferro.bincount(ferro.tensor([1, 1, 3])).tolist() == [0, 2, 0, 1]
+
+
+def test_helpers_reject_bad_arguments():
+    with pytest.raises(ShapeError):
+        ferro.t(ferro.ones(2, 2, 2))
+    with pytest.raises(ShapeError):
+        ferro.fliplr(ferro.ones(3))
+    with pytest.raises(ArgumentError):
+        ferro.quantile(ferro.ones(3), 1.5)
+    with pytest.raises(ArgumentError):
+        ferro.quantile(ferro.ones(3), 0.5, interpolation="cubic")
+    with pytest.raises(ShapeError):
+        ferro.tensordot(ferro.ones(2, 3), ferro.ones(2, 3), 1)
+    with pytest.raises(ArgumentError):
+        ferro.divide(ferro.ones(2), 2, rounding_mode="round")
+    with pytest.raises(ArgumentError):
+        ferro.bincount(ferro.tensor([-1, 2]))

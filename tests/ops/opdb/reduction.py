@@ -327,6 +327,41 @@ def _histc_ref(x, bins=100, min=0, max=0):  # noqa: A002
     return np.histogram(x, bins=bins, range=(lo, hi))[0].astype(x.dtype)
 
 
+def _stacked(f):
+    """A tuple-returning op as one stacked array."""
+
+    def call(*args, **kwargs):
+        a, b = f(*args, **kwargs)
+        return (ferro.stack if isinstance(a, ferro.Tensor) else np.stack)([a, b])
+
+    return call
+
+
+def _np_var_mean(x, dim=None, keepdim=False):
+    return np.var(x, axis=dim, ddof=1, keepdims=keepdim), np.mean(x, axis=dim, keepdims=keepdim)
+
+
+def _np_std_mean(x, dim=None, keepdim=False):
+    return np.std(x, axis=dim, ddof=1, keepdims=keepdim), np.mean(x, axis=dim, keepdims=keepdim)
+
+
+def _quantile_samples(rng):
+    q = np.array([0.0, 0.3, 0.75, 1.0])
+    return [
+        Sample((uniform(rng, (7,)), 0.4), label="all, one q"),
+        Sample((uniform(rng, (3, 5)), q), {"dim": 1}, grad=False, label="dim, q tensor"),
+        Sample((uniform(rng, (3, 5)), 0.25), {"dim": 0, "keepdim": True}, label="keepdim"),
+        Sample(
+            (uniform(rng, (3, 4)), 0.6), {"dim": 1, "interpolation": "midpoint"}, label="midpoint"
+        ),
+        Sample((uniform(rng, (3, 4)), 0.5), {"dim": 0}, noncontig=True, label="noncontig"),
+    ]
+
+
+def _quantile_ref(x, q, dim=None, keepdim=False, interpolation="linear"):
+    return np.quantile(x, q, axis=dim, keepdims=keepdim, method=interpolation)
+
+
 ENTRIES = [
     OpInfo("sum", ferro.sum, _np_reduce(np.sum), _reduction_samples, reduction=True),
     OpInfo("mean", ferro.mean, _np_reduce(np.mean), _reduction_samples, reduction=True),
@@ -472,4 +507,75 @@ ENTRIES = [
         grad=False,
     ),
     OpInfo("histc", ferro.histc, _histc_ref, _histc_samples, grad=False),
+    OpInfo(
+        "count_nonzero",
+        ferro.count_nonzero,
+        lambda x, dim=None: np.asarray(np.count_nonzero(x, axis=dim)),
+        lambda rng: [
+            Sample((rng.integers(0, 2, (3, 4)) * 1.0,), grad=False, label="all"),
+            Sample((rng.integers(0, 2, (3, 4)) * 1.0, 1), grad=False, label="dim"),
+            Sample((rng.integers(0, 2, (2, 3, 2)) * 1.0, (0, 2)), grad=False, label="dims"),
+            Sample((np.zeros((0, 2)), 0), grad=False, label="empty"),
+        ],
+        grad=False,
+        same_dtype_out=False,
+    ),
+    OpInfo(
+        "aminmax",
+        lambda x, dim=None, keepdim=False: ferro.stack(ferro.aminmax(x, dim=dim, keepdim=keepdim)),
+        lambda x, dim=None, keepdim=False: np.stack(
+            [x.min(axis=dim, keepdims=keepdim), x.max(axis=dim, keepdims=keepdim)]
+        ),
+        lambda rng: [
+            Sample((rng.permutation(12).reshape(3, 4) / 3.0,), label="all"),
+            Sample((rng.permutation(12).reshape(3, 4) / 3.0, 1), label="dim"),
+            Sample((rng.permutation(12).reshape(3, 4) / 3.0, 0, True), label="keepdim"),
+            Sample((np.array(0.5),), label="0-d"),
+            Sample((rng.permutation(12).reshape(4, 3) / 3.0, 0), noncontig=True, label="nc"),
+        ],
+    ),
+    *(
+        OpInfo(
+            name,
+            _stacked(getattr(ferro, name)),
+            _stacked(lambda x, dim=None, keepdim=False, _f=f: _f(x, dim, keepdim)),
+            lambda rng: [
+                Sample((uniform(rng, (3, 4)),), label="all"),
+                Sample((uniform(rng, (3, 4)), 1), label="dim"),
+                Sample((uniform(rng, (2, 3, 4)), (0, 2)), {"keepdim": True}, label="dims keepdim"),
+                Sample((uniform(rng, (4, 3)), 0), noncontig=True, label="noncontig"),
+            ],
+        )
+        for name, f in (("var_mean", _np_var_mean), ("std_mean", _np_std_mean))
+    ),
+    OpInfo(
+        "quantile",
+        ferro.quantile,
+        _quantile_ref,
+        _quantile_samples,
+    ),
+    OpInfo(
+        "isin",
+        lambda e, t, invert=False: ferro.isin(e, t, invert=invert),
+        lambda e, t, invert=False: np.isin(e, t, invert=invert),
+        lambda rng: [
+            Sample((rng.integers(0, 5, (3, 4)) * 1.0, np.array([1.0, 3.0])), grad=False),
+            Sample((np.arange(5.0), np.array([0.0, 9.0])), {"invert": True}, grad=False),
+            Sample((np.zeros((0, 2)), np.array([0.0])), grad=False, label="empty"),
+        ],
+        grad=False,
+        same_dtype_out=False,
+    ),
+    OpInfo(
+        "bincount",
+        lambda x, w=None, minlength=0: ferro.bincount(x, w, minlength),
+        lambda x, w=None, minlength=0: np.bincount(x, w, minlength),
+        lambda rng: [
+            Sample((np.array([0, 3, 3, 1]),), grad=False, label="counts"),
+            Sample((np.array([2, 0, 2]), np.array([0.5, 1.0, 2.0])), grad=False, label="weights"),
+            Sample((np.zeros(0, np.int64),), {"minlength": 3}, grad=False, label="empty"),
+        ],
+        grad=False,
+        same_dtype_out=False,
+    ),
 ]

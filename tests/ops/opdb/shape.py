@@ -454,6 +454,58 @@ def _triangle_indices_samples(rng):
     ]
 
 
+def _stack_like_samples(_):
+    def make(rng):
+        return [
+            Sample((uniform(rng, (2, 3)), uniform(rng, (2, 3))), label="2-D"),
+            Sample((uniform(rng, (3,)), uniform(rng, (3,))), label="1-D"),
+            Sample((uniform(rng, (2, 2, 3)), uniform(rng, (2, 2, 3))), label="3-D"),
+            Sample((uniform(rng, (2, 3)), None), same=(1,), label="f(x,x)"),
+            Sample((uniform(rng, (3, 4)), uniform(rng, (3, 4))), noncontig=True, label="nc"),
+        ]
+
+    return make
+
+
+def _listed(f):
+    return lambda *xs: f(list(xs))
+
+
+def _all_flat(f, join):
+    """``f``'s tensor or tuple of tensors as one flat tensor (its every element checked)."""
+
+    def call(*xs):
+        out = f(*xs)
+        return join(out if isinstance(out, tuple | list) else (out,))
+
+    return call
+
+
+def _unflatten_ref(x, dim, sizes):
+    a = dim % x.ndim
+    return x.reshape(x.shape[:a] + tuple(sizes) + x.shape[a + 1 :])
+
+
+def _atleast_samples(rng):
+    return [
+        Sample((uniform(rng, ()),), label="0-d"),
+        Sample((uniform(rng, (3,)),), label="1-D"),
+        Sample((uniform(rng, (2, 3)),), label="2-D"),
+        Sample((uniform(rng, ()), uniform(rng, (2,)), uniform(rng, (2, 2, 2))), label="several"),
+        Sample((uniform(rng, (3, 4)),), noncontig=True, label="noncontig"),
+    ]
+
+
+def _ndim_samples(ndim, at_most=4):
+    def make(rng):
+        shapes = [s for s in [(), (4,), (2, 3), (2, 3, 2), (0, 2)] if ndim <= len(s) <= at_most]
+        out = [Sample((uniform(rng, s),), label=f"shape{s}") for s in shapes]
+        out.append(Sample((uniform(rng, (3, 4)),), noncontig=True, label="noncontig"))
+        return out
+
+    return make
+
+
 ENTRIES = [
     OpInfo(
         "reshape",
@@ -811,4 +863,52 @@ ENTRIES = [
         grad=False,
         same_dtype_out=False,
     ),
+    *(
+        OpInfo(
+            name,
+            _listed(getattr(ferro, name)),
+            _listed(getattr(np, name)),
+            samples,
+        )
+        for name, samples in (
+            ("hstack", _stack_like_samples(1)),
+            ("vstack", _stack_like_samples(1)),
+            ("dstack", _stack_like_samples(1)),
+            ("column_stack", _stack_like_samples(1)),
+        )
+    ),
+    *(
+        OpInfo(
+            name,
+            _all_flat(getattr(ferro, name), lambda vs: ferro.cat([v.flatten() for v in vs])),
+            _all_flat(getattr(np, name), lambda vs: np.concatenate([v.ravel() for v in vs])),
+            _atleast_samples,
+        )
+        for name in ("atleast_1d", "atleast_2d", "atleast_3d")
+    ),
+    OpInfo(
+        "take",
+        ferro.take,
+        lambda x, idx: np.take(x, idx),
+        lambda rng: [
+            Sample((uniform(rng, (3, 4)), np.array([[0, -1], [11, 5]])), label="2-D index"),
+            Sample((uniform(rng, (5,)), np.array([2, 2, 0])), label="repeats"),
+            Sample((uniform(rng, ()), np.array(0)), label="0-d"),
+            Sample((uniform(rng, (4, 3)), np.array([1, 7])), noncontig=True, label="noncontig"),
+        ],
+    ),
+    OpInfo(
+        "unflatten",
+        ferro.unflatten,
+        _unflatten_ref,
+        lambda rng: [
+            Sample((uniform(rng, (2, 12)), 1, (3, 4)), label="split"),
+            Sample((uniform(rng, (6, 2)), 0, (2, -1)), label="-1"),
+            Sample((uniform(rng, (4, 6)), -1, (3, 2)), noncontig=True, label="noncontig"),
+        ],
+    ),
+    OpInfo("fliplr", ferro.fliplr, np.fliplr, _ndim_samples(2)),
+    OpInfo("flipud", ferro.flipud, np.flipud, _ndim_samples(1)),
+    OpInfo("t", ferro.t, lambda x: x.T, _ndim_samples(0, at_most=2)),
+    OpInfo("ravel", ferro.ravel, np.ravel, _ndim_samples(0)),
 ]

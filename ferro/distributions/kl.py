@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ferro import ops
 from ferro.distributions.bernoulli import Bernoulli
+from ferro.distributions.beta import Beta, log_beta
 from ferro.distributions.categorical import Categorical
 from ferro.distributions.normal import Normal
 from ferro.distributions.uniform import Uniform
@@ -72,3 +73,15 @@ def _kl_categorical_categorical(p, q):
 def _kl_uniform_uniform(p, q):
     result = ((q.high - q.low) / (p.high - p.low)).log()
     return _inf_where((q.low > p.low) | (q.high < p.high), result)
+
+
+@register_kl(Beta, Beta)
+def _kl_beta_beta(p, q):
+    pa, pb, qa, qb = p.concentration1, p.concentration0, q.concentration1, q.concentration0
+    return (
+        log_beta(qa, qb)
+        - log_beta(pa, pb)
+        + (pa - qa) * ops.digamma(pa)
+        + (pb - qb) * ops.digamma(pb)
+        + (qa - pa + qb - pb) * ops.digamma(pa + pb)
+    )

@@ -130,6 +130,33 @@ def test_uniform_moments_support_and_entropy():
     np.testing.assert_allclose(u.icdf(u.cdf(_t([1.5, 2.0]))).numpy(), [1.5, 2.0])
 
 
+def test_beta_matches_its_closed_forms_and_samples_its_moments():
+
+    a, b = np.array([0.5, 2.0, 3.0]), np.array([1.5, 2.0, 0.7])
+    d = D.Beta(_t(a), _t(b))
+    v = np.array([0.2, 0.5, 0.9])
+    lbeta = np.array(
+        [math.lgamma(x) + math.lgamma(y) - math.lgamma(x + y) for x, y in zip(a, b, strict=True)]
+    )
+    want = (a - 1) * np.log(v) + (b - 1) * np.log1p(-v) - lbeta
+    np.testing.assert_allclose(d.log_prob(_t(v)).numpy(), want, rtol=1e-12)
+    np.testing.assert_allclose(d.mean.numpy(), a / (a + b))
+    np.testing.assert_allclose(d.variance.numpy(), a * b / ((a + b) ** 2 * (a + b + 1)))
+    # Beta(1, 1) is Uniform(0, 1): entropy 0, KL to itself 0.
+    assert abs(D.Beta(1.0, 1.0).entropy().item()) < 1e-6
+    assert abs(D.kl_divergence(d, D.Beta(_t(a), _t(b))).numpy()).max() < 1e-12
+    ferro.manual_seed(4)
+    s = D.Beta(2.0, 5.0).sample((20000,)).numpy()
+    assert ((s > 0) & (s < 1)).all() and abs(s.mean() - 2 / 7) < 0.01
+    conc = _t(a).requires_grad_()
+    assert gradcheck(lambda c: D.Beta(c, _t(b)).log_prob(_t(v)), (conc,))
+    assert gradcheck(lambda c: D.Beta(c, _t(b)).entropy(), (conc,))
+    with pytest.raises(ArgumentError):
+        D.Beta(0.0, 1.0)
+    with pytest.raises(ArgumentError):
+        d.log_prob(_t([0.5, 1.5, 0.5]))
+
+
 def test_kl_divergence_closed_forms():
     p, q = D.Normal(_t([0.0]), _t([1.0])), D.Normal(_t([1.0]), _t([2.0]))
     want = math.log(2) + (1 + 1) / 8 - 0.5
@@ -204,6 +231,15 @@ def test_against_torch_distributions():
     for (p, tp, _), (q, tq, _) in zip(cases, cases[1:] + cases[:1], strict=True):
         if type(p) is type(q):
             np.testing.assert_allclose(D.kl_divergence(p, q).numpy(), TD.kl_divergence(tp, tq))
+    beta_a, beta_b = RNG.uniform(0.3, 4, (2, 3)), RNG.uniform(0.3, 4, 3)
+    ours, theirs = D.Beta(_t(beta_a), _t(beta_b)), TD.Beta(t(beta_a), t(beta_b))
+    x = RNG.uniform(0.01, 0.99, (4, 2, 3))
+    np.testing.assert_allclose(ours.log_prob(_t(x)).numpy(), theirs.log_prob(t(x)), rtol=1e-12)
+    np.testing.assert_allclose(ours.entropy().numpy(), theirs.entropy(), rtol=1e-12)
+    flipped = (D.Beta(_t(beta_b), _t(beta_a[0])), TD.Beta(t(beta_b), t(beta_a[0])))
+    np.testing.assert_allclose(
+        D.kl_divergence(ours, flipped[0]).numpy(), TD.kl_divergence(theirs, flipped[1]), rtol=1e-12
+    )
     other = D.Normal(_t(LOC[::-1].copy()), _t(SCALE * 2))
     theirs = TD.kl_divergence(
         TD.Normal(t(LOC), t(SCALE)), TD.Normal(t(LOC[::-1].copy()), t(SCALE * 2))

@@ -1713,7 +1713,7 @@ def t(input):  # noqa: A002 - PyTorch's argument names
     """
     if input.ndim > 2:
         raise ShapeError(
-            f"t: expects a tensor with at most 2 dimensions, got shape {tuple(input.shape)}; use "
+            f"t(): expects a tensor with at most 2 dimensions, got shape {tuple(input.shape)}; use "
             "transpose(dim0, dim1) or .mT"
         )
     return permute(input, tuple(range(input.ndim - 1, -1, -1)))

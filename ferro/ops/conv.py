@@ -204,14 +204,15 @@ WINOGRAD_MIN_SIZE = 8
 
 def _winograd(kernels, kernel, c, o, out, stride, dilation, groups):
     """Whether a convolution of ``c`` to ``o`` channels by ``kernel`` with output size ``out``
-    runs Winograd F(2x2, 3x3): a backend with its transforms (the CPU), a 2-d undilated stride-1
-    3x3 convolution without groups, channels and outputs large enough."""
+    runs Winograd F(2x2, 3x3) (F(2x2x2, 3x3x3) in 3-d): a backend with its transforms (the
+    CPU), a 2-d or 3-d undilated stride-1 3x3 convolution without groups, channels and outputs
+    large enough."""
     return (
         kernels is not None
         and "winograd_output_grad" in kernels.FUSED_KERNELS
-        and tuple(kernel) == (3, 3)
-        and stride == (1, 1)
-        and dilation == (1, 1)
+        and len(kernel) in (2, 3)
+        and set(kernel) == {3}
+        and set(stride + dilation) == {1}
         and groups == 1
         and min(c, o) >= WINOGRAD_MIN_CHANNELS
         and min(out) >= WINOGRAD_MIN_SIZE
@@ -219,18 +220,21 @@ def _winograd(kernels, kernel, c, o, out, stride, dilation, groups):
 
 
 _WINOGRAD_G = ((1, 0, 0), (0.5, 0.5, 0.5), (0.5, -0.5, 0.5), (0, 0, 1))
+# G w Gᵀ along each kernel dim, in the transforms' order of the products (3-d: the depth last).
+_WINOGRAD_U = {2: "ip,jq,ocpq->ijoc", 3: "ip,jq,ar,ocrpq->ijaoc"}
 
 
-def _winograd_chunks(xp, x, o, tiles):
+def _winograd_chunks(xp, x, o, out):
     """The batch step and the two reused buffers (transformed tiles of the input and of the
     output side) of a Winograd pass: a quarter of the im2col chunk, since the 16 GEMMs over
     (C_in, tiles) ran at 82 GFLOPS on one core for one 32x32 sample of 64 channels (1 MB of
     transformed tiles) and at 68 for four."""
     n, c = x.shape[:2]
-    step = _chunk(xp, n, 4 * 16 * max(c, o) * tiles * x.itemsize)
-    v = xp.empty(16 * c * step * tiles, dtype=x.dtype)
-    m = xp.empty(16 * o * step * tiles, dtype=x.dtype)
-    return step, v, m
+    tiles = math.prod((s + 1) // 2 for s in out)
+    step = _chunk(xp, n, 4 * 4 ** (x.ndim - 2) * max(c, o) * tiles * x.itemsize)
+    v = xp.empty(4 ** (x.ndim - 2) * c * step * tiles, dtype=x.dtype)
+    m = xp.empty(4 ** (x.ndim - 2) * o * step * tiles, dtype=x.dtype)
+    return step, tiles, v, m
 
 
 def _winograd_forward(xp, kernels, x, w, pads, out, y):
@@ -240,16 +244,16 @@ def _winograd_forward(xp, kernels, x, w, pads, out, y):
     the transforms are the backend's loops (``winograd_input``/``winograd_output``), batch
     chunks sized as im2col's."""
     n, c = x.shape[:2]
-    o = w.shape[0]
-    tiles = ((out[0] + 1) // 2) * ((out[1] + 1) // 2)
+    o, p = w.shape[0], 4 ** (x.ndim - 2)
     g = xp.asarray(_WINOGRAD_G, dtype=x.dtype)
-    u = xp.ascontiguousarray(xp.einsum("ik,ockl,jl->ijoc", g, w, g).reshape(16, o, c))
-    step, v, m = _winograd_chunks(xp, x, o, tiles)
+    u = xp.einsum(_WINOGRAD_U[x.ndim - 2], *(g,) * (x.ndim - 2), w, optimize=True)
+    u = xp.ascontiguousarray(u.reshape(p, o, c))
+    step, tiles, v, m = _winograd_chunks(xp, x, o, out)
     for n0 in range(0, n, step):
         xc = x[n0 : n0 + step]
         t = xc.shape[0] * tiles
-        vc = kernels.winograd_input(xc, pads, v[: 16 * c * t].reshape(16, c, t))
-        mc = xp.matmul(u, vc, out=m[: 16 * o * t].reshape(16, o, t))
+        vc = kernels.winograd_input(xc, pads, v[: p * c * t].reshape(p, c, t))
+        mc = xp.matmul(u, vc, out=m[: p * o * t].reshape(p, o, t))
         kernels.winograd_output(mc, y[n0 : n0 + xc.shape[0]])
     return y
 
@@ -259,8 +263,9 @@ def _conv_input_grad(xp, gy, w, stride, pads, dilation, groups, size, kernels=No
 
     A stride-1 convolution whose padding is at most the kernel's span takes the input gradient
     as the convolution of ``gy`` by the flipped, transposed weight (im2col of ``gy``, which is
-    a copy) when ``gy``'s columns are no larger than the input's (C_out <= C_in); otherwise the
-    weight's transpose times ``gy`` gives the columns' gradient, and col2im adds it back."""
+    a copy) when ``gy``'s columns are no larger than the input's (C_out <= C_in) or that
+    convolution runs Winograd; otherwise the weight's transpose times ``gy`` gives the columns'
+    gradient, and col2im adds it back."""
     n, o = gy.shape[:2]
     out = gy.shape[2:]
     cg = w.shape[1]
@@ -270,21 +275,13 @@ def _conv_input_grad(xp, gy, w, stride, pads, dilation, groups, size, kernels=No
         return _depthwise_input_grad(xp, gy, w, stride, pads, dilation, groups, size)
     span = [d * (k - 1) for d, k in zip(dilation, kernel, strict=True)]
     if (
-        o <= c
+        (o <= c or _winograd(kernels, kernel, o, c, size, stride, dilation, groups))
         and all(s == 1 for s in stride)
         and all(0 <= lo <= t and 0 <= hi <= t for (lo, hi), t in zip(pads, span, strict=True))
     ):
-        return _conv_forward(
-            xp,
-            gy,
-            _transposed_weight(xp, w, groups),
-            stride,
-            tuple((t - lo, t - hi) for (lo, hi), t in zip(pads, span, strict=True)),
-            dilation,
-            groups,
-            size,
-            kernels,
-        )
+        flipped = tuple((t - lo, t - hi) for (lo, hi), t in zip(pads, span, strict=True))
+        wt = _transposed_weight(xp, w, groups)
+        return _conv_forward(xp, gy, wt, stride, flipped, dilation, groups, size, kernels)
     kp, ell = math.prod(kernel), math.prod(out)
     wt = w.reshape(groups, o // groups, cg * kp).transpose(0, 2, 1)
     gx = xp.empty((n, c) + tuple(size), dtype=gy.dtype)
@@ -348,20 +345,22 @@ def _winograd_weight_grad(xp, kernels, x, gy, pads):
     :func:`_winograd_forward`: ``gw = Gᵀ [sum over tiles of (A g Aᵀ) (Bᵀ d B)ᵀ] G``, the sums
     16 GEMMs ``(C_out, tiles) @ (tiles, C_in)`` accumulated over the batch chunks."""
     n, c = x.shape[:2]
-    o = gy.shape[1]
-    tiles = ((gy.shape[2] + 1) // 2) * ((gy.shape[3] + 1) // 2)
-    step, v, m = _winograd_chunks(xp, x, o, tiles)
-    gu = xp.zeros((16, o, c), dtype=x.dtype)
+    o, nd = gy.shape[1], x.ndim - 2
+    step, tiles, v, m = _winograd_chunks(xp, x, o, gy.shape[2:])
+    gu = xp.zeros((4**nd, o, c), dtype=x.dtype)
     part = None
     for n0 in range(0, n, step):
         xc = x[n0 : n0 + step]
         t = xc.shape[0] * tiles
-        vc = kernels.winograd_input(xc, pads, v[: 16 * c * t].reshape(16, c, t))
-        mc = kernels.winograd_output_grad(gy[n0 : n0 + step], m[: 16 * o * t].reshape(16, o, t))
+        vc = kernels.winograd_input(xc, pads, v[: 4**nd * c * t].reshape(-1, c, t))
+        mc = kernels.winograd_output_grad(gy[n0 : n0 + step], m[: 4**nd * o * t].reshape(-1, o, t))
         part = xp.matmul(mc, vc.transpose(0, 2, 1), out=part)
         gu += part
-    g = xp.asarray(_WINOGRAD_G, dtype=x.dtype)
-    return xp.ascontiguousarray(xp.einsum("ik,ijoc,jl->ockl", g, gu.reshape(4, 4, o, c), g))
+    g, (src, dst) = xp.asarray(_WINOGRAD_G, dtype=x.dtype), _WINOGRAD_U[nd].split("->")
+    *gs, wi = src.split(",")  # the forward's weight transform, its adjoint
+    gu = gu.reshape((4,) * nd + (o, c))
+    gw = xp.einsum(",".join((*gs, dst)) + "->" + wi, *(g,) * nd, gu, optimize=True)
+    return xp.ascontiguousarray(gw)
 
 
 # Depthwise (one input channel per group, C_out = multiplier * groups): a sum over the kernel

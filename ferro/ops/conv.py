@@ -220,8 +220,6 @@ def _winograd(kernels, kernel, c, o, out, stride, dilation, groups):
 
 
 _WINOGRAD_G = ((1, 0, 0), (0.5, 0.5, 0.5), (0.5, -0.5, 0.5), (0, 0, 1))
-# G w Gᵀ along each kernel dim, in the transforms' order of the products (3-d: the depth last).
-_WINOGRAD_U = {2: "ip,jq,ocpq->ijoc", 3: "ip,jq,ar,ocrpq->ijaoc"}
 
 
 def _winograd_chunks(xp, x, o, out):
@@ -245,8 +243,11 @@ def _winograd_forward(xp, kernels, x, w, pads, out, y):
     chunks sized as im2col's."""
     n, c = x.shape[:2]
     o, p = w.shape[0], 4 ** (x.ndim - 2)
-    g = xp.asarray(_WINOGRAD_G, dtype=x.dtype)
-    u = xp.einsum(_WINOGRAD_U[x.ndim - 2], *(g,) * (x.ndim - 2), w, optimize=True)
+    u, g = w, xp.asarray(_WINOGRAD_G, dtype=x.dtype)
+    for _ in range(x.ndim - 2):  # G along the last kernel dim, to the front (tensordots: an
+        u = xp.tensordot(g, u, axes=(1, u.ndim - 1))  # einsum's path search cost 1 ms a call)
+    if x.ndim == 5:  # the transforms' order of the products: height, width, then depth
+        u = u.transpose(1, 2, 0, 3, 4)
     u = xp.ascontiguousarray(u.reshape(p, o, c))
     step, tiles, v, m = _winograd_chunks(xp, x, o, out)
     for n0 in range(0, n, step):
@@ -356,11 +357,12 @@ def _winograd_weight_grad(xp, kernels, x, gy, pads):
         mc = kernels.winograd_output_grad(gy[n0 : n0 + step], m[: 4**nd * o * t].reshape(-1, o, t))
         part = xp.matmul(mc, vc.transpose(0, 2, 1), out=part)
         gu += part
-    g, (src, dst) = xp.asarray(_WINOGRAD_G, dtype=x.dtype), _WINOGRAD_U[nd].split("->")
-    *gs, wi = src.split(",")  # the forward's weight transform, its adjoint
-    gu = gu.reshape((4,) * nd + (o, c))
-    gw = xp.einsum(",".join((*gs, dst)) + "->" + wi, *(g,) * nd, gu, optimize=True)
-    return xp.ascontiguousarray(gw)
+    g, gu = xp.asarray(_WINOGRAD_G, dtype=x.dtype), gu.reshape((4,) * nd + (o, c))
+    if nd == 3:  # the adjoint of the forward's weight transform, depth first
+        gu = gu.transpose(2, 0, 1, 3, 4)
+    for _ in range(nd):
+        gu = xp.tensordot(gu, g, axes=(0, 0))
+    return xp.ascontiguousarray(gu)
 
 
 # Depthwise (one input channel per group, C_out = multiplier * groups): a sum over the kernel

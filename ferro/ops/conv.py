@@ -168,31 +168,62 @@ class _Columns:
         return self.kernels.im2col(xc, stride, pads, dilation, col)
 
 
-def _conv_forward(xp, x, w, stride, pads, dilation, groups, out, kernels=None):
+def _conv_forward(xp, x, w, stride, pads, dilation, groups, out, kernels=None, gw_for=None):
     """``y`` ``(N, C_out, *out)`` of the convolution of ``x`` ``(N, C_in, *size)`` by ``w``
-    ``(C_out, C_in/groups, *kernel)``; ``kernels``: see :class:`_Columns`."""
+    ``(C_out, C_in/groups, *kernel)``; ``kernels``: see :class:`_Columns`. With ``gw_for``, the
+    output gradient of another convolution of ``x`` (a transposed convolution's backward),
+    returns ``(y, gw)``: that convolution's weight gradient too, from the same columns."""
     n, c = x.shape[:2]
     o, cg = w.shape[:2]
     kernel = w.shape[2:]
-    y = xp.empty((n, o) + tuple(out), dtype=x.dtype)
-    if cg == 1 and groups > 1:
-        return _depthwise_forward(xp, x, w, stride, pads, dilation, groups, out, y)
-    if _winograd(kernels, kernel, c, o, out, stride, dilation, groups):
-        return _winograd_forward(xp, kernels, x, w, pads, out, y)
+    if cg == 1 and groups > 1 or _winograd(kernels, kernel, c, o, out, stride, dilation, groups):
+        y = xp.empty((n, o) + tuple(out), dtype=x.dtype)
+        if groups > 1:
+            y = _depthwise_forward(xp, x, w, stride, pads, dilation, groups, out, y)
+        else:
+            y = _winograd_forward(xp, kernels, x, w, pads, out, y)
+        if gw_for is None:
+            return y
+        return y, _conv_weight_grad(xp, x, gw_for, stride, pads, dilation, groups, kernel, kernels)
+    y, gw = _columns_pass(xp, x, w, gw_for, stride, pads, dilation, groups, kernel, out, kernels)
+    return y if gw_for is None else (y, gw)
+
+
+def _columns_pass(xp, x, w, gy, stride, pads, dilation, groups, kernel, out, kernels):
+    """One pass over the columns of ``x``'s batch chunks: ``y``, the product by ``w`` (None if
+    ``w`` is), and ``gw``, the weight gradient of a convolution of ``x`` with output gradient
+    ``gy`` (None if ``gy`` is)."""
+    n, c = x.shape[:2]
+    cg = c // groups
     kp, ell = math.prod(kernel), math.prod(out)
-    wr = w.reshape(groups, o // groups, cg * kp)
+    y = gwt = part = None
+    if w is not None:
+        o = w.shape[0]
+        wr = w.reshape(groups, o // groups, cg * kp)
+        y = xp.empty((n, o) + tuple(out), dtype=x.dtype)
+    if gy is not None:
+        # Accumulated transposed: columns @ gyᵀ, whose long dimension (n * L) is the columns'
+        # contiguous one, measured 1.3x faster in OpenBLAS than gy @ columnsᵀ.
+        gwt = xp.zeros((groups, cg * kp, gy.shape[1] // groups), dtype=x.dtype)
     step = _chunk(xp, n, c * kp * ell * x.itemsize)
     cols = _Columns(xp, kernels, c, kernel, step, out, x.dtype)
     for n0 in range(0, n, step):
         xc = x[n0 : n0 + step]
         nb = xc.shape[0]
         col = cols.of(xc, stride, pads, dilation).reshape(groups, cg * kp, nb * ell)
-        if nb == 1:  # the sample's output is the product itself: no transposing copy
+        if w is not None and nb == 1:  # the sample's output is the product: no transposing copy
             xp.matmul(wr, col, out=y[n0].reshape(groups, o // groups, ell))
-            continue
-        yc = xp.matmul(wr, col)
-        y[n0 : n0 + nb] = xp.moveaxis(yc.reshape((o, nb) + tuple(out)), 0, 1)
-    return y
+        elif w is not None:
+            yc = xp.matmul(wr, col)
+            y[n0 : n0 + nb] = xp.moveaxis(yc.reshape((o, nb) + tuple(out)), 0, 1)
+        if gy is not None:
+            gc = _channel_major(xp, gy[n0 : n0 + nb], groups)
+            part = xp.matmul(col, gc.transpose(0, 2, 1), out=part)
+            gwt += part
+    if gy is not None:
+        gwt = xp.ascontiguousarray(gwt.transpose(0, 2, 1))
+        gwt = gwt.reshape((gy.shape[1], cg) + tuple(kernel))
+    return y, gwt
 
 
 #: Winograd F(2x2, 3x3) is taken from this many input and output channels and this output
@@ -316,29 +347,12 @@ def _transposed_weight(xp, w, groups):
 def _conv_weight_grad(xp, x, gy, stride, pads, dilation, groups, kernel, kernels=None):
     """``gw`` ``(C_out, C_in/groups, *kernel)`` of the convolution of ``x`` with output
     gradient ``gy``."""
-    n, c = x.shape[:2]
-    o = gy.shape[1]
-    out = gy.shape[2:]
-    cg = c // groups
-    if cg == 1 and groups > 1:
+    c, o, out = x.shape[1], gy.shape[1], gy.shape[2:]
+    if c // groups == 1 and groups > 1:
         return _depthwise_weight_grad(xp, x, gy, stride, pads, dilation, groups, kernel)
     if _winograd(kernels, kernel, c, o, out, stride, dilation, groups):
         return _winograd_weight_grad(xp, kernels, x, gy, pads)
-    kp, ell = math.prod(kernel), math.prod(out)
-    # Accumulated transposed: columns @ gyᵀ, whose long dimension (n * L) is the columns'
-    # contiguous one, measured 1.3x faster in OpenBLAS than gy @ columnsᵀ.
-    gwt = xp.zeros((groups, cg * kp, o // groups), dtype=x.dtype)
-    step = _chunk(xp, n, c * kp * ell * x.itemsize)
-    cols = _Columns(xp, kernels, c, kernel, step, out, x.dtype)
-    part = None
-    for n0 in range(0, n, step):
-        xc = x[n0 : n0 + step]
-        nb = xc.shape[0]
-        col = cols.of(xc, stride, pads, dilation).reshape(groups, cg * kp, nb * ell)
-        gc = _channel_major(xp, gy[n0 : n0 + nb], groups)
-        part = xp.matmul(col, gc.transpose(0, 2, 1), out=part)
-        gwt += part
-    return xp.ascontiguousarray(gwt.transpose(0, 2, 1)).reshape((o, cg) + tuple(kernel))
+    return _columns_pass(xp, x, None, gy, stride, pads, dilation, groups, kernel, out, kernels)[1]
 
 
 def _winograd_weight_grad(xp, kernels, x, gy, pads):
@@ -560,10 +574,12 @@ def conv_backward(transposed, kernels, ctx, gy):
     x, w = ctx.saved
     need_x, need_w, need_b = ctx.needs_input_grad
     gx = gw = None
-    if need_x:
-        f = _conv_forward if transposed else _conv_input_grad
-        gx = f(xp, gy, w, *ctx.geom, ctx.in_size, kernels)
-    if need_w:
+    if need_x and transposed:  # gx and gw from gy's columns
+        gx = _conv_forward(xp, gy, w, *ctx.geom, ctx.in_size, kernels, x if need_w else None)
+        gx, gw = gx if need_w else (gx, None)
+    elif need_x:
+        gx = _conv_input_grad(xp, gy, w, *ctx.geom, ctx.in_size, kernels)
+    if need_w and gw is None:
         a, b = (gy, x) if transposed else (x, gy)
         gw = _conv_weight_grad(xp, a, b, *ctx.geom, ctx.kernel, kernels)
     return gx, gw, _bias_grad(gy) if need_b else None
@@ -805,17 +821,8 @@ def _conv(nd, x, weight, bias, stride, padding, dilation, groups):
                 f"padding {padding})"
             )
         out.append((padded - span) // stride[i] + 1)
-    y = apply(
-        Conv,
-        _batched(x, batched),
-        weight,
-        bias,
-        stride=stride,
-        pads=pads,
-        dilation=dilation,
-        groups=groups,
-        size=tuple(out),
-    )
+    geom = {"stride": stride, "pads": pads, "dilation": dilation, "groups": groups}
+    y = apply(Conv, _batched(x, batched), weight, bias, **geom, size=tuple(out))
     return _unbatched(y, batched)
 
 
@@ -850,17 +857,9 @@ def _conv_transpose(nd, x, weight, bias, stride, padding, output_padding, groups
                 f"dilation {dilation})"
             )
         out.append(o)
-    y = apply(
-        ConvTranspose,
-        _batched(x, batched),
-        weight,
-        bias,
-        stride=stride,
-        pads=tuple((p, p) for p in padding),
-        dilation=dilation,
-        groups=groups,
-        size=tuple(out),
-    )
+    pads = tuple((p, p) for p in padding)
+    geom = {"stride": stride, "pads": pads, "dilation": dilation, "groups": groups}
+    y = apply(ConvTranspose, _batched(x, batched), weight, bias, **geom, size=tuple(out))
     return _unbatched(y, batched)
 
 
@@ -1026,16 +1025,8 @@ def unfold(input, kernel_size, dilation=1, padding=0, stride=1):  # noqa: A002
     kernel, dilation, pads, stride = _fold_geometry(op, kernel_size, dilation, padding, stride)
     batched = input.ndim == 4
     out = _blocks(op, input.shape[-2:], kernel, dilation, pads, stride)
-    y = apply(
-        Unfold,
-        _batched(input, batched),
-        kernel=kernel,
-        stride=stride,
-        pads=pads,
-        dilation=dilation,
-        out=out,
-    )
-    return _unbatched(y, batched)
+    geom = {"kernel": kernel, "stride": stride, "pads": pads, "dilation": dilation, "out": out}
+    return _unbatched(apply(Unfold, _batched(input, batched), **geom), batched)
 
 
 def fold(input, output_size, kernel_size, dilation=1, padding=0, stride=1):  # noqa: A002
@@ -1063,17 +1054,8 @@ def fold(input, output_size, kernel_size, dilation=1, padding=0, stride=1):  # n
             f"{op}: input of shape {tuple(input.shape)} does not hold C*{math.prod(kernel)} rows "
             f"(kernel_size {kernel}) and {math.prod(out)} blocks (output_size {size})"
         )
-    y = apply(
-        Fold,
-        _batched(input, batched),
-        kernel=kernel,
-        stride=stride,
-        pads=pads,
-        dilation=dilation,
-        out=out,
-        size=size,
-    )
-    return _unbatched(y, batched)
+    geom = {"kernel": kernel, "stride": stride, "pads": pads, "dilation": dilation, "out": out}
+    return _unbatched(apply(Fold, _batched(input, batched), **geom, size=size), batched)
 
 
 __all__ = [

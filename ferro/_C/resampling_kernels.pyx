@@ -430,6 +430,11 @@ cdef void _gs_fwd(const floating_t* x, const floating_t* grid, floating_t* y, Gr
         for ch in range(s.c):
             xc = x + (b * s.c + ch) * s.plane
             yc = y + (b * s.c + ch) * s.p
+            if s.k == 1:  # nearest: one gather a point
+                for q in range(s.p):
+                    li = lin[q]
+                    yc[q] = xc[li] if li >= 0 else 0
+                continue
             for q in range(s.p):
                 acc = 0
                 for bits in range(s.k):
@@ -451,6 +456,7 @@ cdef void _gs_bwd(const floating_t* gy, const floating_t* x, const floating_t* g
     cdef floating_t* gxc
     cdef floating_t g, dk, dw
     cdef floating_t dc[3]
+    cdef bint sums = ggrid != NULL and s.mode == 0  # nearest: the grid's gradient is 0
     for b in range(s.nb):
         _gs_points(grid, &s, b, lin, w, f, slope)
         for m in range(s.p * s.k):
@@ -459,6 +465,12 @@ cdef void _gs_bwd(const floating_t* gy, const floating_t* x, const floating_t* g
             gc = gy + (b * s.c + ch) * s.p
             xc = x + (b * s.c + ch) * s.plane
             gxc = gx + (b * s.c + ch) * s.plane if gx != NULL else NULL
+            if s.k == 1 and gxc != NULL:  # nearest: one scatter a point, no grid sums
+                for q in range(s.p):
+                    li = lin[q]
+                    if li >= 0:
+                        gxc[li] += gc[q]
+                continue
             for q in range(s.p):
                 g = gc[q]
                 for bits in range(s.k):
@@ -467,7 +479,7 @@ cdef void _gs_bwd(const floating_t* gy, const floating_t* x, const floating_t* g
                         continue
                     if gxc != NULL:
                         gxc[li] += g * w[q * s.k + bits]
-                    if ggrid != NULL:
+                    if sums:
                         v[q * s.k + bits] += xc[li] * g
         if ggrid == NULL:
             continue

@@ -135,7 +135,11 @@ def _grid(ferro, torch, n, rng):
         x.grad = g.grad = None
         ferro.nn.functional.grid_sample(x, g, align_corners=False).backward(gy)
 
-    cases = {"ferro": run_ferro}
+    def run_generic():
+        with overrides(False):
+            run_ferro()
+
+    cases = {"ferro": run_ferro, "generic": run_generic}
     if torch is not None:
         xt, gt = _t(torch, x_np, True), _t(torch, g_np, True)
         gyt = _t(torch, gy_np)

@@ -586,11 +586,76 @@ cdef void _wino_out_grad(const floating_t* gy, floating_t* dm, floating_t* rows,
                         out[(4 * i + 3) * plane + tx] = -ri[2 * tx + 1]
 
 
+# F(2x2x2, 3x3x3) (3-d, 64 products per 2x2x2 output tile): the transforms are separable, so
+# the depth's 1-d transform runs first on the input (and on gy) and last on the output, as NumPy
+# adds of whole planes of pixels (16x smaller than the products), and the 2-d transforms take
+# the depth's 4 transformed planes of each tile as channels. The 64 products are ordered
+# (i, j, a): the 2-d transform's 16 (height, width), then the depth's 4; the tiles (tD, N, tH,
+# tW). Bᵀ's rows along the depth as (j, k, sign): row a = d_j + sign * d_k.
+_BT = ((0, 2, -1), (1, 2, 1), (2, 1, -1), (1, 3, -1))
+
+
+def _depth_tiles(str who, tuple shape, object buf, Py_ssize_t c):
+    # tD and N * (the 2-d tiles) of an output (N, C, D, H, W) of ``shape``, after checking that
+    # ``buf`` is (64, c, N * tD * tiles).
+    td = (shape[2] + 1) // 2
+    t2 = ((shape[3] + 1) // 2) * ((shape[4] + 1) // 2)
+    if (buf.ndim != 3 or buf.shape[0] != 64 or buf.shape[1] != c
+            or buf.shape[2] != shape[0] * td * t2):
+        raise ShapeError(f"{who}: {buf.shape} is not (64, {c}, N * tiles) for {shape}")
+    return td, shape[0] * t2
+
+
+def _winograd_input3(x, tuple pads, v):
+    n, c, d, h, wd = x.shape
+    (lo, hi), pads2 = pads[0], pads[1:]
+    out = (n, c, d + lo + hi - 2) + tuple(s + p[0] + p[1] - 2 for s, p in zip((h, wd), pads2))
+    td, ell = _depth_tiles("winograd_input", out, v, c)
+    xpad = np.zeros((n, c, 2 * td + 2, h, wd), dtype=x.dtype)  # >= d + lo + hi planes
+    xpad[:, :, lo : lo + d] = x
+    xz = np.empty((n, 4, c, td, h, wd), dtype=x.dtype)  # Bᵀ along the depth
+    for a, (j, k, sign) in enumerate(_BT):
+        op = np.add if sign > 0 else np.subtract
+        op(xpad[:, :, j : j + 2 * td : 2], xpad[:, :, k : k + 2 * td : 2], out=xz[:, a])
+    winograd_input(xz.reshape(n, 4 * c * td, h, wd), pads2, v.reshape(16, 4 * c * td, ell))
+    return v
+
+
+def _winograd_output3(m, y):
+    n, o, d, h, wd = y.shape
+    td, ell = _depth_tiles("winograd_output", y.shape, m, o)
+    yz = np.empty((n, 4, o, td, h, wd), dtype=y.dtype)
+    winograd_output(m.reshape(16, 4 * o * td, ell), yz.reshape(n, 4 * o * td, h, wd))
+    ev, od = y[:, :, 0::2], y[:, :, 1::2]  # Aᵀ along the depth, the last tile cropped
+    np.add(np.add(yz[:, 0], yz[:, 1], out=ev), yz[:, 2], out=ev)
+    e = d // 2
+    np.subtract(np.subtract(yz[:, 1, :, :e], yz[:, 2, :, :e], out=od), yz[:, 3, :, :e], out=od)
+    return y
+
+
+def _winograd_output_grad3(gy, dm):
+    n, o, d, h, wd = gy.shape
+    td, ell = _depth_tiles("winograd_output_grad", gy.shape, dm, o)
+    if d != 2 * td:
+        gy = np.concatenate((gy, np.zeros((n, o, 1, h, wd), dtype=gy.dtype)), axis=2)
+    g0, g1 = gy[:, :, 0::2], gy[:, :, 1::2]
+    gz = np.empty((n, 4, o, td, h, wd), dtype=gy.dtype)  # A = [[1, 0], [1, 1], [1, -1], [0, -1]]
+    gz[:, 0] = g0
+    np.add(g0, g1, out=gz[:, 1])
+    np.subtract(g0, g1, out=gz[:, 2])
+    np.negative(g1, out=gz[:, 3])
+    winograd_output_grad(gz.reshape(n, 4 * o * td, h, wd), dm.reshape(16, 4 * o * td, ell))
+    return dm
+
+
 def winograd_input(x_, tuple pads, v_):
     """Write ``Bᵀ d B`` of each 4x4 input window ``d`` of the 2x2 output tiles of ``x``
     ``(N, C, H, W)``, zero-padded by ``pads[i][0]`` before each dim, into ``v``
-    ``(16, C, N * tH * tW)``. Returns ``v``."""
+    ``(16, C, N * tH * tW)``; for ``x`` ``(N, C, D, H, W)``, the 4x4x4 windows' transforms into
+    ``v`` ``(64, C, tD * N * tH * tW)``. Returns ``v``."""
     _check_io("winograd_input", ("x", "v"), x_, v_)
+    if x_.ndim == 5 and len(pads) == 3:
+        return _winograd_input3(x_, pads, v_)
     cdef cnp.ndarray x = <cnp.ndarray>x_, v = <cnp.ndarray>v_
     if x.ndim != 4 or v.ndim != 3 or v.shape[0] != 16 or v.shape[1] != x.shape[1]:
         raise ShapeError(
@@ -620,8 +685,10 @@ def winograd_input(x_, tuple pads, v_):
 def winograd_output(m_, y_):
     """Write ``Aᵀ m A`` of each tile of ``m`` ``(16, C_out, N * tH * tW)`` into ``y``
     ``(N, C_out, H_out, W_out)`` (``tH = ceil(H_out / 2)``, the last tiles cropped). Returns
-    ``y``."""
+    ``y``; ``y`` ``(N, C_out, D_out, H_out, W_out)`` from ``m`` ``(64, C_out, tiles)``."""
     _check_io("winograd_output", ("m", "y"), m_, y_)
+    if y_.ndim == 5:
+        return _winograd_output3(m_, y_)
     cdef cnp.ndarray m = <cnp.ndarray>m_, y = <cnp.ndarray>y_
     if y.ndim != 4 or m.ndim != 3 or m.shape[0] != 16 or m.shape[1] != y.shape[1]:
         raise ShapeError(
@@ -647,8 +714,10 @@ def winograd_output(m_, y_):
 def winograd_output_grad(gy_, dm_):
     """The adjoint of :func:`winograd_output`: write ``A g Aᵀ`` of each 2x2 tile ``g`` of
     ``gy`` ``(N, C_out, H_out, W_out)`` (zero past the last row or column) into ``dm``
-    ``(16, C_out, N * tH * tW)``. Returns ``dm``."""
+    ``(16, C_out, N * tH * tW)`` (for a 5-d ``gy``, ``(64, C_out, tiles)``). Returns ``dm``."""
     _check_io("winograd_output_grad", ("gy", "dm"), gy_, dm_)
+    if gy_.ndim == 5:
+        return _winograd_output_grad3(gy_, dm_)
     cdef cnp.ndarray gy = <cnp.ndarray>gy_, dm = <cnp.ndarray>dm_
     if gy.ndim != 4 or dm.ndim != 3 or dm.shape[0] != 16 or dm.shape[1] != gy.shape[1]:
         raise ShapeError(

@@ -26,3 +26,16 @@ def deform_col2im(
     need_offset: bool = True,
     need_mask: bool = True,
 ) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None]: ...
+def grid_sample_fwd(
+    x: np.ndarray, grid: np.ndarray, mode: str, padding_mode: str, align_corners: bool
+) -> np.ndarray: ...
+def grid_sample_bwd(
+    gy: np.ndarray,
+    x: np.ndarray,
+    grid: np.ndarray,
+    mode: str,
+    padding_mode: str,
+    align_corners: bool,
+    need_x: bool = True,
+    need_grid: bool = True,
+) -> tuple[np.ndarray | None, np.ndarray | None]: ...

@@ -168,31 +168,62 @@ class _Columns:
         return self.kernels.im2col(xc, stride, pads, dilation, col)
 
 
-def _conv_forward(xp, x, w, stride, pads, dilation, groups, out, kernels=None):
+def _conv_forward(xp, x, w, stride, pads, dilation, groups, out, kernels=None, gw_for=None):
     """``y`` ``(N, C_out, *out)`` of the convolution of ``x`` ``(N, C_in, *size)`` by ``w``
-    ``(C_out, C_in/groups, *kernel)``; ``kernels``: see :class:`_Columns`."""
+    ``(C_out, C_in/groups, *kernel)``; ``kernels``: see :class:`_Columns`. With ``gw_for``, the
+    output gradient of another convolution of ``x`` (a transposed convolution's backward),
+    returns ``(y, gw)``: that convolution's weight gradient too, from the same columns."""
     n, c = x.shape[:2]
     o, cg = w.shape[:2]
     kernel = w.shape[2:]
-    y = xp.empty((n, o) + tuple(out), dtype=x.dtype)
-    if cg == 1 and groups > 1:
-        return _depthwise_forward(xp, x, w, stride, pads, dilation, groups, out, y)
-    if _winograd(kernels, kernel, c, o, out, stride, dilation, groups):
-        return _winograd_forward(xp, kernels, x, w, pads, out, y)
+    if cg == 1 and groups > 1 or _winograd(kernels, kernel, c, o, out, stride, dilation, groups):
+        y = xp.empty((n, o) + tuple(out), dtype=x.dtype)
+        if groups > 1:
+            y = _depthwise_forward(xp, x, w, stride, pads, dilation, groups, out, y)
+        else:
+            y = _winograd_forward(xp, kernels, x, w, pads, out, y)
+        if gw_for is None:
+            return y
+        return y, _conv_weight_grad(xp, x, gw_for, stride, pads, dilation, groups, kernel, kernels)
+    y, gw = _columns_pass(xp, x, w, gw_for, stride, pads, dilation, groups, kernel, out, kernels)
+    return y if gw_for is None else (y, gw)
+
+
+def _columns_pass(xp, x, w, gy, stride, pads, dilation, groups, kernel, out, kernels):
+    """One pass over the columns of ``x``'s batch chunks: ``y``, the product by ``w`` (None if
+    ``w`` is), and ``gw``, the weight gradient of a convolution of ``x`` with output gradient
+    ``gy`` (None if ``gy`` is)."""
+    n, c = x.shape[:2]
+    cg = c // groups
     kp, ell = math.prod(kernel), math.prod(out)
-    wr = w.reshape(groups, o // groups, cg * kp)
+    y = gwt = part = None
+    if w is not None:
+        o = w.shape[0]
+        wr = w.reshape(groups, o // groups, cg * kp)
+        y = xp.empty((n, o) + tuple(out), dtype=x.dtype)
+    if gy is not None:
+        # Accumulated transposed: columns @ gyᵀ, whose long dimension (n * L) is the columns'
+        # contiguous one, measured 1.3x faster in OpenBLAS than gy @ columnsᵀ.
+        gwt = xp.zeros((groups, cg * kp, gy.shape[1] // groups), dtype=x.dtype)
     step = _chunk(xp, n, c * kp * ell * x.itemsize)
     cols = _Columns(xp, kernels, c, kernel, step, out, x.dtype)
     for n0 in range(0, n, step):
         xc = x[n0 : n0 + step]
         nb = xc.shape[0]
         col = cols.of(xc, stride, pads, dilation).reshape(groups, cg * kp, nb * ell)
-        if nb == 1:  # the sample's output is the product itself: no transposing copy
+        if w is not None and nb == 1:  # the sample's output is the product: no transposing copy
             xp.matmul(wr, col, out=y[n0].reshape(groups, o // groups, ell))
-            continue
-        yc = xp.matmul(wr, col)
-        y[n0 : n0 + nb] = xp.moveaxis(yc.reshape((o, nb) + tuple(out)), 0, 1)
-    return y
+        elif w is not None:
+            yc = xp.matmul(wr, col)
+            y[n0 : n0 + nb] = xp.moveaxis(yc.reshape((o, nb) + tuple(out)), 0, 1)
+        if gy is not None:
+            gc = _channel_major(xp, gy[n0 : n0 + nb], groups)
+            part = xp.matmul(col, gc.transpose(0, 2, 1), out=part)
+            gwt += part
+    if gy is not None:
+        gwt = xp.ascontiguousarray(gwt.transpose(0, 2, 1))
+        gwt = gwt.reshape((gy.shape[1], cg) + tuple(kernel))
+    return y, gwt
 
 
 #: Winograd F(2x2, 3x3) is taken from this many input and output channels and this output
@@ -204,14 +235,15 @@ WINOGRAD_MIN_SIZE = 8
 
 def _winograd(kernels, kernel, c, o, out, stride, dilation, groups):
     """Whether a convolution of ``c`` to ``o`` channels by ``kernel`` with output size ``out``
-    runs Winograd F(2x2, 3x3): a backend with its transforms (the CPU), a 2-d undilated stride-1
-    3x3 convolution without groups, channels and outputs large enough."""
+    runs Winograd F(2x2, 3x3) (F(2x2x2, 3x3x3) in 3-d): a backend with its transforms (the
+    CPU), a 2-d or 3-d undilated stride-1 3x3 convolution without groups, channels and outputs
+    large enough."""
     return (
         kernels is not None
         and "winograd_output_grad" in kernels.FUSED_KERNELS
-        and tuple(kernel) == (3, 3)
-        and stride == (1, 1)
-        and dilation == (1, 1)
+        and len(kernel) in (2, 3)
+        and set(kernel) == {3}
+        and set(stride + dilation) == {1}
         and groups == 1
         and min(c, o) >= WINOGRAD_MIN_CHANNELS
         and min(out) >= WINOGRAD_MIN_SIZE
@@ -221,16 +253,17 @@ def _winograd(kernels, kernel, c, o, out, stride, dilation, groups):
 _WINOGRAD_G = ((1, 0, 0), (0.5, 0.5, 0.5), (0.5, -0.5, 0.5), (0, 0, 1))
 
 
-def _winograd_chunks(xp, x, o, tiles):
+def _winograd_chunks(xp, x, o, out):
     """The batch step and the two reused buffers (transformed tiles of the input and of the
     output side) of a Winograd pass: a quarter of the im2col chunk, since the 16 GEMMs over
     (C_in, tiles) ran at 82 GFLOPS on one core for one 32x32 sample of 64 channels (1 MB of
     transformed tiles) and at 68 for four."""
     n, c = x.shape[:2]
-    step = _chunk(xp, n, 4 * 16 * max(c, o) * tiles * x.itemsize)
-    v = xp.empty(16 * c * step * tiles, dtype=x.dtype)
-    m = xp.empty(16 * o * step * tiles, dtype=x.dtype)
-    return step, v, m
+    tiles = math.prod((s + 1) // 2 for s in out)
+    step = _chunk(xp, n, 4 * 4 ** (x.ndim - 2) * max(c, o) * tiles * x.itemsize)
+    v = xp.empty(4 ** (x.ndim - 2) * c * step * tiles, dtype=x.dtype)
+    m = xp.empty(4 ** (x.ndim - 2) * o * step * tiles, dtype=x.dtype)
+    return step, tiles, v, m
 
 
 def _winograd_forward(xp, kernels, x, w, pads, out, y):
@@ -240,16 +273,19 @@ def _winograd_forward(xp, kernels, x, w, pads, out, y):
     the transforms are the backend's loops (``winograd_input``/``winograd_output``), batch
     chunks sized as im2col's."""
     n, c = x.shape[:2]
-    o = w.shape[0]
-    tiles = ((out[0] + 1) // 2) * ((out[1] + 1) // 2)
-    g = xp.asarray(_WINOGRAD_G, dtype=x.dtype)
-    u = xp.ascontiguousarray(xp.einsum("ik,ockl,jl->ijoc", g, w, g).reshape(16, o, c))
-    step, v, m = _winograd_chunks(xp, x, o, tiles)
+    o, p = w.shape[0], 4 ** (x.ndim - 2)
+    u, g = w, xp.asarray(_WINOGRAD_G, dtype=x.dtype)
+    for _ in range(x.ndim - 2):  # G along the last kernel dim, to the front (tensordots: an
+        u = xp.tensordot(g, u, axes=(1, u.ndim - 1))  # einsum's path search cost 1 ms a call)
+    if x.ndim == 5:  # the transforms' order of the products: height, width, then depth
+        u = u.transpose(1, 2, 0, 3, 4)
+    u = xp.ascontiguousarray(u.reshape(p, o, c))
+    step, tiles, v, m = _winograd_chunks(xp, x, o, out)
     for n0 in range(0, n, step):
         xc = x[n0 : n0 + step]
         t = xc.shape[0] * tiles
-        vc = kernels.winograd_input(xc, pads, v[: 16 * c * t].reshape(16, c, t))
-        mc = xp.matmul(u, vc, out=m[: 16 * o * t].reshape(16, o, t))
+        vc = kernels.winograd_input(xc, pads, v[: p * c * t].reshape(p, c, t))
+        mc = xp.matmul(u, vc, out=m[: p * o * t].reshape(p, o, t))
         kernels.winograd_output(mc, y[n0 : n0 + xc.shape[0]])
     return y
 
@@ -259,8 +295,9 @@ def _conv_input_grad(xp, gy, w, stride, pads, dilation, groups, size, kernels=No
 
     A stride-1 convolution whose padding is at most the kernel's span takes the input gradient
     as the convolution of ``gy`` by the flipped, transposed weight (im2col of ``gy``, which is
-    a copy) when ``gy``'s columns are no larger than the input's (C_out <= C_in); otherwise the
-    weight's transpose times ``gy`` gives the columns' gradient, and col2im adds it back."""
+    a copy) when ``gy``'s columns are no larger than the input's (C_out <= C_in) or that
+    convolution runs Winograd; otherwise the weight's transpose times ``gy`` gives the columns'
+    gradient, and col2im adds it back."""
     n, o = gy.shape[:2]
     out = gy.shape[2:]
     cg = w.shape[1]
@@ -270,21 +307,13 @@ def _conv_input_grad(xp, gy, w, stride, pads, dilation, groups, size, kernels=No
         return _depthwise_input_grad(xp, gy, w, stride, pads, dilation, groups, size)
     span = [d * (k - 1) for d, k in zip(dilation, kernel, strict=True)]
     if (
-        o <= c
+        (o <= c or _winograd(kernels, kernel, o, c, size, stride, dilation, groups))
         and all(s == 1 for s in stride)
         and all(0 <= lo <= t and 0 <= hi <= t for (lo, hi), t in zip(pads, span, strict=True))
     ):
-        return _conv_forward(
-            xp,
-            gy,
-            _transposed_weight(xp, w, groups),
-            stride,
-            tuple((t - lo, t - hi) for (lo, hi), t in zip(pads, span, strict=True)),
-            dilation,
-            groups,
-            size,
-            kernels,
-        )
+        flipped = tuple((t - lo, t - hi) for (lo, hi), t in zip(pads, span, strict=True))
+        wt = _transposed_weight(xp, w, groups)
+        return _conv_forward(xp, gy, wt, stride, flipped, dilation, groups, size, kernels)
     kp, ell = math.prod(kernel), math.prod(out)
     wt = w.reshape(groups, o // groups, cg * kp).transpose(0, 2, 1)
     gx = xp.empty((n, c) + tuple(size), dtype=gy.dtype)
@@ -318,29 +347,12 @@ def _transposed_weight(xp, w, groups):
 def _conv_weight_grad(xp, x, gy, stride, pads, dilation, groups, kernel, kernels=None):
     """``gw`` ``(C_out, C_in/groups, *kernel)`` of the convolution of ``x`` with output
     gradient ``gy``."""
-    n, c = x.shape[:2]
-    o = gy.shape[1]
-    out = gy.shape[2:]
-    cg = c // groups
-    if cg == 1 and groups > 1:
+    c, o, out = x.shape[1], gy.shape[1], gy.shape[2:]
+    if c // groups == 1 and groups > 1:
         return _depthwise_weight_grad(xp, x, gy, stride, pads, dilation, groups, kernel)
     if _winograd(kernels, kernel, c, o, out, stride, dilation, groups):
         return _winograd_weight_grad(xp, kernels, x, gy, pads)
-    kp, ell = math.prod(kernel), math.prod(out)
-    # Accumulated transposed: columns @ gyᵀ, whose long dimension (n * L) is the columns'
-    # contiguous one, measured 1.3x faster in OpenBLAS than gy @ columnsᵀ.
-    gwt = xp.zeros((groups, cg * kp, o // groups), dtype=x.dtype)
-    step = _chunk(xp, n, c * kp * ell * x.itemsize)
-    cols = _Columns(xp, kernels, c, kernel, step, out, x.dtype)
-    part = None
-    for n0 in range(0, n, step):
-        xc = x[n0 : n0 + step]
-        nb = xc.shape[0]
-        col = cols.of(xc, stride, pads, dilation).reshape(groups, cg * kp, nb * ell)
-        gc = _channel_major(xp, gy[n0 : n0 + nb], groups)
-        part = xp.matmul(col, gc.transpose(0, 2, 1), out=part)
-        gwt += part
-    return xp.ascontiguousarray(gwt.transpose(0, 2, 1)).reshape((o, cg) + tuple(kernel))
+    return _columns_pass(xp, x, None, gy, stride, pads, dilation, groups, kernel, out, kernels)[1]
 
 
 def _winograd_weight_grad(xp, kernels, x, gy, pads):
@@ -348,20 +360,23 @@ def _winograd_weight_grad(xp, kernels, x, gy, pads):
     :func:`_winograd_forward`: ``gw = Gᵀ [sum over tiles of (A g Aᵀ) (Bᵀ d B)ᵀ] G``, the sums
     16 GEMMs ``(C_out, tiles) @ (tiles, C_in)`` accumulated over the batch chunks."""
     n, c = x.shape[:2]
-    o = gy.shape[1]
-    tiles = ((gy.shape[2] + 1) // 2) * ((gy.shape[3] + 1) // 2)
-    step, v, m = _winograd_chunks(xp, x, o, tiles)
-    gu = xp.zeros((16, o, c), dtype=x.dtype)
+    o, nd = gy.shape[1], x.ndim - 2
+    step, tiles, v, m = _winograd_chunks(xp, x, o, gy.shape[2:])
+    gu = xp.zeros((4**nd, o, c), dtype=x.dtype)
     part = None
     for n0 in range(0, n, step):
         xc = x[n0 : n0 + step]
         t = xc.shape[0] * tiles
-        vc = kernels.winograd_input(xc, pads, v[: 16 * c * t].reshape(16, c, t))
-        mc = kernels.winograd_output_grad(gy[n0 : n0 + step], m[: 16 * o * t].reshape(16, o, t))
+        vc = kernels.winograd_input(xc, pads, v[: 4**nd * c * t].reshape(-1, c, t))
+        mc = kernels.winograd_output_grad(gy[n0 : n0 + step], m[: 4**nd * o * t].reshape(-1, o, t))
         part = xp.matmul(mc, vc.transpose(0, 2, 1), out=part)
         gu += part
-    g = xp.asarray(_WINOGRAD_G, dtype=x.dtype)
-    return xp.ascontiguousarray(xp.einsum("ik,ijoc,jl->ockl", g, gu.reshape(4, 4, o, c), g))
+    g, gu = xp.asarray(_WINOGRAD_G, dtype=x.dtype), gu.reshape((4,) * nd + (o, c))
+    if nd == 3:  # the adjoint of the forward's weight transform, depth first
+        gu = gu.transpose(2, 0, 1, 3, 4)
+    for _ in range(nd):
+        gu = xp.tensordot(gu, g, axes=(0, 0))
+    return xp.ascontiguousarray(gu)
 
 
 # Depthwise (one input channel per group, C_out = multiplier * groups): a sum over the kernel
@@ -559,10 +574,12 @@ def conv_backward(transposed, kernels, ctx, gy):
     x, w = ctx.saved
     need_x, need_w, need_b = ctx.needs_input_grad
     gx = gw = None
-    if need_x:
-        f = _conv_forward if transposed else _conv_input_grad
-        gx = f(xp, gy, w, *ctx.geom, ctx.in_size, kernels)
-    if need_w:
+    if need_x and transposed:  # gx and gw from gy's columns
+        gx = _conv_forward(xp, gy, w, *ctx.geom, ctx.in_size, kernels, x if need_w else None)
+        gx, gw = gx if need_w else (gx, None)
+    elif need_x:
+        gx = _conv_input_grad(xp, gy, w, *ctx.geom, ctx.in_size, kernels)
+    if need_w and gw is None:
         a, b = (gy, x) if transposed else (x, gy)
         gw = _conv_weight_grad(xp, a, b, *ctx.geom, ctx.kernel, kernels)
     return gx, gw, _bias_grad(gy) if need_b else None
@@ -804,17 +821,8 @@ def _conv(nd, x, weight, bias, stride, padding, dilation, groups):
                 f"padding {padding})"
             )
         out.append((padded - span) // stride[i] + 1)
-    y = apply(
-        Conv,
-        _batched(x, batched),
-        weight,
-        bias,
-        stride=stride,
-        pads=pads,
-        dilation=dilation,
-        groups=groups,
-        size=tuple(out),
-    )
+    geom = {"stride": stride, "pads": pads, "dilation": dilation, "groups": groups}
+    y = apply(Conv, _batched(x, batched), weight, bias, **geom, size=tuple(out))
     return _unbatched(y, batched)
 
 
@@ -849,17 +857,9 @@ def _conv_transpose(nd, x, weight, bias, stride, padding, output_padding, groups
                 f"dilation {dilation})"
             )
         out.append(o)
-    y = apply(
-        ConvTranspose,
-        _batched(x, batched),
-        weight,
-        bias,
-        stride=stride,
-        pads=tuple((p, p) for p in padding),
-        dilation=dilation,
-        groups=groups,
-        size=tuple(out),
-    )
+    pads = tuple((p, p) for p in padding)
+    geom = {"stride": stride, "pads": pads, "dilation": dilation, "groups": groups}
+    y = apply(ConvTranspose, _batched(x, batched), weight, bias, **geom, size=tuple(out))
     return _unbatched(y, batched)
 
 
@@ -1025,16 +1025,8 @@ def unfold(input, kernel_size, dilation=1, padding=0, stride=1):  # noqa: A002
     kernel, dilation, pads, stride = _fold_geometry(op, kernel_size, dilation, padding, stride)
     batched = input.ndim == 4
     out = _blocks(op, input.shape[-2:], kernel, dilation, pads, stride)
-    y = apply(
-        Unfold,
-        _batched(input, batched),
-        kernel=kernel,
-        stride=stride,
-        pads=pads,
-        dilation=dilation,
-        out=out,
-    )
-    return _unbatched(y, batched)
+    geom = {"kernel": kernel, "stride": stride, "pads": pads, "dilation": dilation, "out": out}
+    return _unbatched(apply(Unfold, _batched(input, batched), **geom), batched)
 
 
 def fold(input, output_size, kernel_size, dilation=1, padding=0, stride=1):  # noqa: A002
@@ -1062,17 +1054,8 @@ def fold(input, output_size, kernel_size, dilation=1, padding=0, stride=1):  # n
             f"{op}: input of shape {tuple(input.shape)} does not hold C*{math.prod(kernel)} rows "
             f"(kernel_size {kernel}) and {math.prod(out)} blocks (output_size {size})"
         )
-    y = apply(
-        Fold,
-        _batched(input, batched),
-        kernel=kernel,
-        stride=stride,
-        pads=pads,
-        dilation=dilation,
-        out=out,
-        size=size,
-    )
-    return _unbatched(y, batched)
+    geom = {"kernel": kernel, "stride": stride, "pads": pads, "dilation": dilation, "out": out}
+    return _unbatched(apply(Fold, _batched(input, batched), **geom, size=size), batched)
 
 
 __all__ = [

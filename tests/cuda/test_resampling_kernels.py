@@ -417,19 +417,19 @@ def test_overrides_through_the_engine_with_double_backward(xp, monkeypatch, name
     from ferro.ops.resampling import grid_sample_override, interpolate_override
 
     device = "cpu" if xp is np else "cuda"
+    ops = ("interpolate", "grid_sample")
+    # The CPU's own overrides (grid_sample has nogil kernels), restored below.
+    saved = {op: (REGISTRY[op].cpu_forward, REGISTRY[op].cpu_backward) for op in ops}
+    paired = {op: REGISTRY[op].cpu_paired for op in ops}
     if device == "cpu":
-        for op, adapter in (
-            ("interpolate", interpolate_override),
-            ("grid_sample", grid_sample_override),
-        ):
-            assert REGISTRY[op].cpu_forward is None  # no CPU kernels: restored to None below
+        for op, adapter in zip(ops, (interpolate_override, grid_sample_override), strict=True):
             REGISTRY[op].set_override("cpu", *adapter(K), paired=True)
     try:
         _check_through_the_engine(name, device)
     finally:
         if device == "cpu":
-            for op in ("interpolate", "grid_sample"):
-                REGISTRY[op].set_override("cpu", None, None, paired=False)
+            for op in ops:
+                REGISTRY[op].set_override("cpu", *saved[op], paired=paired[op])
 
 
 def _check_through_the_engine(name, device):

@@ -463,7 +463,10 @@ def test_winograd_forward_and_weight_grad_match_the_im2col_gemm(dtype, shape, pa
     assert not conv_ops._winograd(K, (3, 3), c, o, (8, 8), (2, 1), (1, 1), 1)
     assert not conv_ops._winograd(K, (3, 3), 8, o, (8, 8), (1, 1), (1, 1), 1)
     assert not conv_ops._winograd(K, (3, 3), c, o, (8, 4), (1, 1), (1, 1), 1)
-    assert not conv_ops._winograd(K, (3, 3, 3), c, o, (8, 8, 8), (1, 1), (1, 1), 1)
+    assert not conv_ops._winograd(K, (3, 3, 3), c, o, (8, 8, 8), (1, 1, 2), (1, 1, 1), 1)
+    assert not conv_ops._winograd(K, (3, 3, 3), c, o, (8, 8, 8), (1, 1, 1), (2, 1, 1), 1)
+    assert not conv_ops._winograd(K, (3, 3, 3), c, o, (8, 8, 8), (1, 1, 1), (1, 1, 1), 2)
+    assert not conv_ops._winograd(K, (3,), c, o, (8,), (1,), (1,), 1)
     monkeypatch.setattr(conv_ops, "WINOGRAD_MIN_SIZE", 1)  # the small shapes below too
     want = conv_ops._conv_forward(np, x, w, *geom, out)
     got = conv_ops._conv_forward(np, x, w, *geom, out, K)
@@ -474,6 +477,50 @@ def test_winograd_forward_and_weight_grad_match_the_im2col_gemm(dtype, shape, pa
     got = conv_ops._conv_weight_grad(np, x, gy, *geom, (3, 3), K)
     assert got.flags.c_contiguous
     np.testing.assert_allclose(got, want, **tol)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(
+    "shape, pads",
+    [((2, 16, 6, 7, 5), ((1, 1),) * 3), ((3, 17, 5, 6, 8), ((2, 0), (1, 2), (0, 1)))],
+)
+def test_winograd_3d_matches_the_im2col_gemm(dtype, shape, pads, monkeypatch):
+    # F(2x2x2, 3x3x3): forward, input gradient (the flipped convolution of gy, also Winograd)
+    # and weight gradient, odd sizes (cropped tiles) and uneven padding included.
+    from ferro._C import conv_kernels as K
+
+    rng = np.random.default_rng(14)
+    x = rng.normal(size=shape).astype(dtype)
+    w = (rng.normal(size=(20, shape[1], 3, 3, 3)) / np.sqrt(27 * shape[1])).astype(dtype)
+    out = tuple(shape[2 + i] + sum(pads[i]) - 2 for i in range(3))
+    geom = ((1, 1, 1), pads, (1, 1, 1), 1)
+    assert conv_ops._winograd(K, (3, 3, 3), shape[1], 20, (8, 8, 8), (1, 1, 1), (1, 1, 1), 1)
+    monkeypatch.setattr(conv_ops, "WINOGRAD_MIN_SIZE", 1)
+    tol = dict(rtol=1e-5, atol=1e-5) if dtype == np.float32 else dict(rtol=1e-12, atol=1e-12)
+    want = conv_ops._conv_forward(np, x, w, *geom, out)
+    np.testing.assert_allclose(conv_ops._conv_forward(np, x, w, *geom, out, K), want, **tol)
+    gy = rng.normal(size=want.shape).astype(dtype)
+    want = conv_ops._conv_weight_grad(np, x, gy, *geom, (3, 3, 3))
+    got = conv_ops._conv_weight_grad(np, x, gy, *geom, (3, 3, 3), K)
+    assert got.flags.c_contiguous
+    scale = np.abs(want).max()  # sums over every output: float32 rounds on that scale
+    np.testing.assert_allclose(got, want, rtol=tol["rtol"], atol=tol["atol"] * scale)
+    want = conv_ops._conv_input_grad(np, gy, w, *geom, shape[2:])
+    got = conv_ops._conv_input_grad(np, gy, w, *geom, shape[2:], K)
+    np.testing.assert_allclose(got, want, **tol)
+
+
+def test_winograd_3d_kernels_refuse_what_they_cannot_hold():
+    from ferro._C import conv_kernels as K
+
+    x = np.zeros((1, 2, 4, 4, 4))
+    with pytest.raises(ShapeError, match="is not"):
+        K.winograd_input(x, ((1, 1),) * 3, np.empty((16, 2, 8)))
+    with pytest.raises(ShapeError, match="is not"):
+        K.winograd_output(np.empty((64, 2, 7)), np.empty((1, 2, 4, 4, 4)))
+    with pytest.raises(ShapeError, match="is not"):
+        K.winograd_output_grad(np.empty((1, 2, 4, 4, 4)), np.empty((64, 3, 8)))
+    assert K.winograd_input(x, ((1, 1),) * 3, np.empty((64, 2, 8))).shape == (64, 2, 8)
 
 
 @pytest.mark.torch

@@ -658,6 +658,104 @@ def test_deform_conv2d_runs_the_cpu_kernels_where_they_take_the_arrays():
     assert not F.deform_conv2d(*t[:4], mask=t[4], **sample.kwargs).grad_fn.fused_forward
 
 
+# (input shape, grid's output spatial shape): 4-D and 5-D, odd sizes, a size-1 dim.
+_GRID_CASES = [((2, 3, 5, 4), (3, 6)), ((1, 2, 1, 3), (2, 2)), ((2, 2, 3, 4, 5), (2, 3, 2))]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("align", [False, True])
+@pytest.mark.parametrize("padding_mode", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("mode", ["bilinear", "nearest"])
+@pytest.mark.parametrize("case", _GRID_CASES, ids=["2d", "2d-thin", "3d"])
+def test_grid_sample_cpu_kernels_match_the_generic_op(dtype, align, padding_mode, mode, case):
+    from ferro._C import resampling_kernels as rk
+    from ferro.ops.registry import REGISTRY
+
+    shape, out = case
+    rng = np.random.default_rng(len(shape) + len(padding_mode))
+    x = rng.standard_normal(shape).astype(dtype)
+    g = rng.uniform(-1.4, 1.4, (shape[0],) + out + (len(shape) - 2,))
+    # Exact pixel centres, edges and half-way points too (ties of nearest, corners on the edge).
+    exact = [-1.0, 1.0, 0.0, -0.5, 0.5, 1.0 / 3, -1.25, 1.5]
+    g.reshape(-1)[: len(exact)] = exact[: g.size]
+    g = g.astype(dtype)
+
+    class Ctx:
+        xp, needs_input_grad = np, (True, True)
+
+        def save(self, *arrays):
+            self.saved = arrays
+
+    ctx = Ctx()
+    want = REGISTRY["grid_sample"].forward(
+        ctx, x, g, mode=mode, padding_mode=padding_mode, align_corners=align
+    )
+    got = rk.grid_sample_fwd(x, g, mode, padding_mode, align)
+    tol = 2e-5 if dtype == np.float32 else 1e-12
+    assert got.dtype == dtype and got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+    gy = rng.standard_normal(want.shape).astype(dtype)
+    wgx, wgg = REGISTRY["grid_sample"].backward(ctx, gy)
+    for need_x, need_grid in ((True, True), (True, False), (False, True)):
+        gx, gg = rk.grid_sample_bwd(gy, x, g, mode, padding_mode, align, need_x, need_grid)
+        for a, w, need in ((gx, wgx, need_x), (gg, wgg, need_grid)):
+            assert (a is None) == (not need)
+            if need:
+                assert a.dtype == dtype
+                np.testing.assert_allclose(a, w, rtol=tol, atol=10 * tol)
+
+
+def test_grid_sample_runs_the_cpu_kernels_where_they_take_the_arrays():
+    rng = np.random.default_rng(8)
+    x_np, g_np = rng.standard_normal((2, 3, 4, 5)), rng.uniform(-1.2, 1.2, (2, 3, 3, 2))
+    x, g = ferro.tensor(x_np, requires_grad=True), ferro.tensor(g_np, requires_grad=True)
+    y = F.grid_sample(x, g, padding_mode="reflection", align_corners=False)
+    y.sum().backward()  # a stride-0 upstream gradient: made contiguous for the kernel
+    assert y.grad_fn.fused_forward and y.grad_fn.fused_backward
+    xf = ferro.from_numpy(np.asfortranarray(x_np)).requires_grad_()
+    gf = ferro.from_numpy(np.asfortranarray(g_np)).requires_grad_()
+    yf = F.grid_sample(xf, gf, padding_mode="reflection", align_corners=False)
+    assert not yf.grad_fn.fused_forward
+    yf.sum().backward()
+    np.testing.assert_allclose(yf.detach().numpy(), y.detach().numpy(), atol=1e-12)
+    np.testing.assert_allclose(xf.grad.numpy(), x.grad.numpy(), atol=1e-12)
+    np.testing.assert_allclose(gf.grad.numpy(), g.grad.numpy(), atol=1e-12)
+
+
+def test_grid_sample_cpu_kernels_take_empty_input_and_refuse_bad_input():
+    from ferro._C import resampling_kernels as rk
+    from ferro.errors import ArgumentError
+
+    x, grid = np.ones((2, 0, 3, 3)), np.full((2, 2, 2, 2), 0.25)
+    assert rk.grid_sample_fwd(x, grid, "bilinear", "zeros", False).shape == (2, 0, 2, 2)
+    gx, gg = rk.grid_sample_bwd(np.ones((2, 0, 2, 2)), x, grid, "bilinear", "zeros", False)
+    assert gx.shape == (2, 0, 3, 3)
+    np.testing.assert_array_equal(gg, np.zeros((2, 2, 2, 2)))  # no channel: zero
+    x, no_points = np.ones((2, 1, 3, 3)), np.zeros((2, 0, 3, 2))
+    assert rk.grid_sample_fwd(x, no_points, "nearest", "zeros", True).shape == (2, 1, 0, 3)
+    gx, gg = rk.grid_sample_bwd(np.zeros((2, 1, 0, 3)), x, no_points, "bilinear", "border", True)
+    np.testing.assert_array_equal(gx, np.zeros((2, 1, 3, 3)))
+    assert gg.shape == (2, 0, 3, 2)
+    x, grid = np.zeros((1, 2, 4, 4)), np.zeros((1, 3, 3, 2))
+    args = ("bilinear", "zeros", False)
+    with pytest.raises(DtypeError, match="one dtype"):
+        rk.grid_sample_fwd(x, grid.astype(np.float32), *args)
+    with pytest.raises(DtypeError, match="native byte order"):
+        rk.grid_sample_fwd(x, grid.astype(">f8"), *args)
+    with pytest.raises(ShapeError, match="C-contiguous"):
+        rk.grid_sample_fwd(x.swapaxes(2, 3), grid, *args)
+    with pytest.raises(ShapeError, match="grid"):
+        rk.grid_sample_fwd(x, np.zeros((1, 3, 3, 3)), *args)
+    with pytest.raises(ShapeError, match="4-D or 5-D"):
+        rk.grid_sample_fwd(x[0], grid[0], *args)
+    with pytest.raises(ArgumentError, match="padding_mode"):
+        rk.grid_sample_fwd(x, grid, "bilinear", "wrap", False)
+    with pytest.raises(ArgumentError, match="mode"):
+        rk.grid_sample_fwd(x, grid, "bicubic", "zeros", False)
+    with pytest.raises(ShapeError, match=r"gy must have shape \(1, 2, 3, 3\)"):
+        rk.grid_sample_bwd(np.zeros((1, 2, 3, 4)), x, grid, *args)
+
+
 @pytest.mark.parametrize(
     "name,index",
     [("interpolate", 15), ("grid_sample", 0), ("deform_conv2d", 2), ("affine_grid", 2)],

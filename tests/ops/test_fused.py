@@ -281,8 +281,8 @@ def test_every_table_kernel_is_implemented_with_one_meaning():
         for name in backend.FUSED_KERNELS:
             assert callable(getattr(backend, name)), name
     # The CPU leaves out only what measured slower than NumPy (docs/design.md), the GPU's
-    # window kernels, whose work the CPU does with strided views, and the resampling kernels
-    # that exist for the GPU only so far (docs/gpu.md).
+    # window kernels, whose work the CPU does with strided views, and the resampling kernel
+    # that exists for the GPU only so far (docs/gpu.md).
     assert names - cpu == {
         "softmax_fwd",
         "log_softmax_fwd",
@@ -297,7 +297,7 @@ def test_every_table_kernel_is_implemented_with_one_meaning():
         "adaptive_avg_pool_bwd",
         "adaptive_max_pool_fwd",
         "adaptive_max_pool_bwd",
-    } | {"resample_axis", "grid_sample_fwd", "grid_sample_bwd"}
+    } | {"resample_axis"}
 
 
 def test_bind_skips_what_a_backend_lacks():

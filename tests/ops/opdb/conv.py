@@ -165,6 +165,8 @@ def conv_samples(rng):
         # sizes: cropped tiles), forward and both gradients.
         ((1, 16, 9, 8), (16, 3), True, {"padding": 1}, "2d winograd odd"),
         ((1, 16, 10, 11), (18, 3), False, {}, "2d winograd valid"),
+        # F(2x2x2, 3x3x3): outputs >= 8 in every dim, odd depth.
+        ((1, 16, 9, 8, 8), (16, 3), True, {"padding": 1}, "3d winograd odd"),
     ]
     out = []
     for shape, (o, k), bias, kw, label in cases:
@@ -176,7 +178,7 @@ def conv_samples(rng):
             # Outputs and weight gradients of order 1 (the override parity test compares
             # float32 with an absolute 2e-6, and Winograd sums in another order than im2col).
             w /= np.sqrt(w[0].size)
-            x /= 8
+            x /= 8 if nd == 2 else 64  # 3-d: 8x the outputs summed per weight gradient
         out.append(Sample((x, w, _n(rng, o) if bias else None), dict(kw), label=label))
     out.append(
         Sample(

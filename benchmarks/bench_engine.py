@@ -25,7 +25,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.common import emit, header, measure, optional_torch, table  # noqa: E402
+from benchmarks.common import cell, emit, measure, over, start, table  # noqa: E402
 
 
 def make_inputs(size: int, seed: int = 0):
@@ -96,27 +96,10 @@ def minimal_chain(x, w, b, n_ops: int, backward: bool):
     return g
 
 
-def ferro_chain(ferro, x, w, b, n_ops: int, backward: bool):
+def autograd_chain(lib, x, w, b, n_ops: int, backward: bool):
+    """The chain in ferro or PyTorch (same API) on leaves x, w, b."""
     h = x
-    tanh = ferro.tanh
-    for i in range(n_ops):
-        k = i % 3
-        if k == 0:
-            h = h * w
-        elif k == 1:
-            h = h + b
-        else:
-            h = tanh(h)
-    loss = h.sum()
-    if backward:
-        x.grad = w.grad = b.grad = None
-        loss.backward()
-    return loss
-
-
-def torch_chain(torch, x, w, b, n_ops: int, backward: bool):
-    h = x
-    tanh = torch.tanh
+    tanh = lib.tanh
     for i in range(n_ops):
         k = i % 3
         if k == 0:
@@ -193,12 +176,12 @@ def check_agreement(ferro, torch, size: int, n_ops: int) -> None:
     gx, gw, gb = numpy_chain(x, w, b, n_ops, True)
     np.testing.assert_allclose(minimal_chain(x, w, b, n_ops, True), gx, rtol=1e-4, atol=1e-6)
     fx, fw, fb = (ferro.tensor(a, requires_grad=True) for a in (x, w, b))
-    ferro_chain(ferro, fx, fw, fb, n_ops, True)
+    autograd_chain(ferro, fx, fw, fb, n_ops, True)
     for got, want in ((fx.grad, gx), (fw.grad, gw), (fb.grad, gb)):
         np.testing.assert_allclose(got.numpy(), want, rtol=1e-4, atol=1e-5)
     if torch is not None:
         tx, tw, tb = (torch.tensor(a, requires_grad=True) for a in (x, w, b))
-        torch_chain(torch, tx, tw, tb, n_ops, True)
+        autograd_chain(torch, tx, tw, tb, n_ops, True)
         np.testing.assert_allclose(tw.grad.numpy(), gw, rtol=1e-4, atol=1e-5)
 
 
@@ -209,10 +192,7 @@ def main(argv=None) -> list[dict]:
     ap.add_argument("--sizes", type=int, nargs="+", default=[1, 64])
     args = ap.parse_args(argv)
 
-    import ferro
-
-    torch = optional_torch()
-    header("bench_engine")
+    ferro, torch = start("bench_engine")
     records = []
     rows = []
     for size in args.sizes:
@@ -224,15 +204,15 @@ def main(argv=None) -> list[dict]:
             "numpy_fwdbwd": lambda x=x, w=w, b=b: numpy_chain(x, w, b, args.ops, True),
             "minimal_fwd": lambda x=x, w=w, b=b: minimal_chain(x, w, b, args.ops, False),
             "minimal_fwdbwd": lambda x=x, w=w, b=b: minimal_chain(x, w, b, args.ops, True),
-            "ferro_fwd": lambda x=fx, w=fw, b=fb: ferro_chain(ferro, x, w, b, args.ops, False),
-            "ferro_fwdbwd": lambda x=fx, w=fw, b=fb: ferro_chain(ferro, x, w, b, args.ops, True),
+            "ferro_fwd": lambda x=fx, w=fw, b=fb: autograd_chain(ferro, x, w, b, args.ops, False),
+            "ferro_fwdbwd": lambda x=fx, w=fw, b=fb: autograd_chain(ferro, x, w, b, args.ops, True),
         }
         if torch is not None:
             tx, tw, tb = (torch.tensor(a, requires_grad=True) for a in (x, w, b))
-            cases["torch_fwd"] = lambda x=tx, w=tw, b=tb: torch_chain(
+            cases["torch_fwd"] = lambda x=tx, w=tw, b=tb: autograd_chain(
                 torch, x, w, b, args.ops, False
             )
-            cases["torch_fwdbwd"] = lambda x=tx, w=tw, b=tb: torch_chain(
+            cases["torch_fwdbwd"] = lambda x=tx, w=tw, b=tb: autograd_chain(
                 torch, x, w, b, args.ops, True
             )
         med = measure(cases, args.repeats, warmup=2)
@@ -253,11 +233,11 @@ def main(argv=None) -> list[dict]:
                 torch_us_per_op=t,
                 ferro_over_numpy=f / n,
                 ferro_over_minimal=f / m,
-                ferro_over_torch=(f / t) if t else None,
+                ferro_over_torch=over(f, t),
             )
             records.append(rec)
             rows.append(
-                [size, phase, f, n, m, t if t else "skipped", f / n, f / m, (f / t) if t else "-"]
+                [size, phase, f, n, m, t if t else "skipped", f / n, f / m, cell(over(f, t))]
             )
     print()
     table(
@@ -297,7 +277,7 @@ def main(argv=None) -> list[dict]:
             minimal_us=med["minimal"] * 1e6,
             torch_us=t * 1e6 if t else None,
             ferro_over_minimal=med["ferro"] / med["minimal"],
-            ferro_over_torch=med["ferro"] / t if t else None,
+            ferro_over_torch=over(med["ferro"], t),
         )
     )
     print()
@@ -308,7 +288,7 @@ def main(argv=None) -> list[dict]:
                 med["minimal"] * 1e6,
                 t * 1e6 if t else "skipped",
                 med["ferro"] / med["minimal"],
-                med["ferro"] / t if t else "-",
+                cell(over(med["ferro"], t)),
             ]
         ],
         ["MLP 2-16-16-1 step us", "minimal us", "torch us", "ferro/minimal", "ferro/torch"],

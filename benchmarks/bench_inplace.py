@@ -30,7 +30,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks import bench_mlp  # noqa: E402
-from benchmarks.common import emit, header, measure, optional_torch, table  # noqa: E402
+from benchmarks.common import cell, emit, expression_cases, measure, over, start, table  # noqa: E402
 
 
 def batched(fn, reps: int):
@@ -106,10 +106,7 @@ def main(argv=None) -> list[dict]:
     ap.add_argument("--batch", type=int, default=64)
     args = ap.parse_args(argv)
 
-    import ferro
-
-    torch = optional_torch()
-    header("bench_inplace")
+    ferro, torch = start("bench_inplace")
     records = []
 
     # 1. In-place updates.
@@ -132,8 +129,8 @@ def main(argv=None) -> list[dict]:
                 torch_us=t * 1e6 if t else None,
                 ferro_over_numpy=f / ref,
                 block_over_numpy=b / ref,
-                ferro_over_torch=f / t if t else None,
-                block_over_torch_block=b / tb if tb else None,
+                ferro_over_torch=over(f, t),
+                block_over_torch_block=over(b, tb),
             )
             records.append(rec)
             rows.append([f"{op}_", n, f * 1e6, b * 1e6, ref * 1e6, f / ref, b / ref])
@@ -165,31 +162,16 @@ def main(argv=None) -> list[dict]:
                 numpy_ms=med["numpy"] * 1e3,
                 torch_ms=t * 1e3 if t else None,
                 ferro_over_numpy=med[k] / med["numpy"],
-                ferro_over_torch=med[k] / t if t else None,
+                ferro_over_torch=over(med[k], t),
             )
         )
-        rows.append([k, med[k] * 1e3, med[k] / med["numpy"], med[k] / t if t else "-"])
+        rows.append([k, med[k] * 1e3, med[k] / med["numpy"], cell(over(med[k], t))])
     print()
     table(rows, ["MLP step", "ms", "/numpy", "/torch"])
 
     # 3. Bandwidth of (a*b + c).sum() forward+backward against the 2-thread copy.
     n = args.n
-    a_np, b_np, c_np = (rng.normal(size=n).astype(np.float32) for _ in range(3))
-    fa, fb, fc = (ferro.from_numpy(v).requires_grad_() for v in (a_np, b_np, c_np))
-
-    def ferro_expr():
-        fa.grad = fb.grad = fc.grad = None
-        (fa * fb + fc).sum().backward()
-
-    cases = {"copy": copy_bandwidth_case(n), "ferro": ferro_expr}
-    if torch is not None:
-        ta, tb, tc = (torch.from_numpy(v.copy()).requires_grad_() for v in (a_np, b_np, c_np))
-
-        def torch_expr():
-            ta.grad = tb.grad = tc.grad = None
-            (ta * tb + tc).sum().backward()
-
-        cases["torch"] = torch_expr
+    cases = {"copy": copy_bandwidth_case(n), **expression_cases(ferro, torch, rng, n)}
     med = measure(cases, args.repeats, warmup=1)
     copy_gbs = 2 * 4 * n / med["copy"] / 1e9
     ferro_gbs = 6 * 4 * n / med["ferro"] / 1e9
@@ -204,7 +186,7 @@ def main(argv=None) -> list[dict]:
             copy_gbs=copy_gbs,
             ferro_min_traffic_gbs=ferro_gbs,
             fraction_of_copy=ferro_gbs / copy_gbs,
-            ferro_over_torch=med["ferro"] / t if t else None,
+            ferro_over_torch=over(med["ferro"], t),
         )
     )
     print()
@@ -216,7 +198,7 @@ def main(argv=None) -> list[dict]:
                 ferro_gbs,
                 copy_gbs,
                 ferro_gbs / copy_gbs,
-                med["ferro"] / t if t else "-",
+                cell(over(med["ferro"], t)),
             ]
         ],
         ["(a*b+c).sum() n", "ferro ms", "ferro GB/s", "copy GB/s", "fraction", "/torch"],

@@ -28,7 +28,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.common import emit, header, measure, optional_torch, table  # noqa: E402
+from benchmarks.common import emit, expression_cases, measure, over, start, table  # noqa: E402
 
 
 def _calls(ferro, classes):
@@ -109,12 +109,10 @@ def main(argv=None) -> list[dict]:
     ap.add_argument("--classes", type=int, default=1000)
     args = ap.parse_args(argv)
 
-    import ferro
+    ferro, torch = start("bench_ops")
     from ferro._C import engine
     from ferro.ops.registry import REGISTRY
 
-    torch = optional_torch()
-    header("bench_ops")
     calls = _calls(ferro, args.classes)
     overridden = sorted(
         n
@@ -235,24 +233,8 @@ def main(argv=None) -> list[dict]:
     )
 
     # 4. (a*b + c).sum() with gradients for a, b, c.
-    a_np, b_np, c_np = (rng.normal(size=n).astype(np.float32) for _ in range(3))
-    fa, fb, fc = (ferro.from_numpy(v).requires_grad_() for v in (a_np, b_np, c_np))
-
-    def ferro_expr():
-        fa.grad = fb.grad = fc.grad = None
-        (fa * fb + fc).sum().backward()
-
-    cases = {"ferro": ferro_expr}
-    if torch is not None:
-        ta, tb, tc = (torch.from_numpy(v.copy()).requires_grad_() for v in (a_np, b_np, c_np))
-
-        def torch_expr():
-            ta.grad = tb.grad = tc.grad = None
-            (ta * tb + tc).sum().backward()
-
-        cases["torch"] = torch_expr
-    med = measure(cases, args.repeats, warmup=1)
-    ratio = med["ferro"] / med["torch"] if "torch" in med else None
+    med = measure(expression_cases(ferro, torch, rng, n), args.repeats, warmup=1)
+    ratio = over(med["ferro"], med.get("torch"))
     records.append(
         emit(
             "bench_ops",

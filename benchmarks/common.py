@@ -168,3 +168,44 @@ def _fmt(c) -> str:
     if isinstance(c, float):
         return f"{c:.3g}"
     return str(c)
+
+
+def start(name: str):
+    """What every script's main does after parsing its arguments: import ferro and PyTorch (None
+    when not installed) and print the header. Returns (ferro, torch)."""
+    import ferro
+
+    torch = optional_torch()
+    header(name)
+    return ferro, torch
+
+
+def over(a: float, b: float | None) -> float | None:
+    """The ratio a / b, or None where b was not measured (a peer that is not installed)."""
+    return a / b if b else None
+
+
+def cell(v):
+    """A table cell: v, or "-" where it was not measured."""
+    return "-" if v is None else v
+
+
+def expression_cases(ferro, torch, rng, n: int) -> dict:
+    """(a*b + c).sum() forward and backward, gradients for a, b and c: cases "ferro" and "torch"
+    (when installed) on the same n float32 values drawn from rng."""
+    a_np, b_np, c_np = (rng.normal(size=n).astype("float32") for _ in range(3))
+    cases = {}
+    for name, lib, to in (
+        ("ferro", ferro, ferro.from_numpy),
+        ("torch", torch, lambda v: torch.from_numpy(v.copy())),
+    ):
+        if lib is None:
+            continue
+        a, b, c = (to(v).requires_grad_() for v in (a_np, b_np, c_np))
+
+        def run(a=a, b=b, c=c):
+            a.grad = b.grad = c.grad = None
+            (a * b + c).sum().backward()
+
+        cases[name] = run
+    return cases

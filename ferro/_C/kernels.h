@@ -23,9 +23,6 @@
 #pragma GCC optimize("no-trapping-math")
 #endif
 
-#include "vec_math.h"
-#define FERRO_EXPV_F32 ferro_vexp_f32
-#define FERRO_EXPV_F64 ferro_vexp_f64
 #include "../cuda/kernels/formulas.cuh"
 
 /* Thresholds for going parallel. Waking an OpenMP team costs tens of microseconds when its
@@ -37,14 +34,14 @@
 /* FERRO_FOR_CHUNKS' chunk: a cloned function (simd.h) runs once per chunk */
 #define FERRO_CHUNK 16384
 
-/* for c in chunks of [0, n): CALL(c, its length), on every core from MIN elements. */
-#define FERRO_FOR_CHUNKS(MIN, CALL)                                                  \
+/* for c in chunks of [0, n): CALL(SPAN, c, its length), on every core from MIN elements. */
+#define FERRO_FOR_CHUNKS(MIN, CALL, SPAN)                                            \
     if (n < (MIN)) {                                                                 \
-        CALL(0, n);                                                                  \
+        CALL(SPAN, 0, n);                                                            \
     } else {                                                                         \
         _Pragma("omp parallel for schedule(static)")                                 \
         for (i = 0; i < n; i += FERRO_CHUNK) {                                       \
-            CALL(i, n - i < FERRO_CHUNK ? n - i : FERRO_CHUNK);                      \
+            CALL(SPAN, i, n - i < FERRO_CHUNK ? n - i : FERRO_CHUNK);                \
         }                                                                            \
     }
 
@@ -61,9 +58,9 @@
  * wp[i] (the saved arrays; wp is NULL for kernels that read one) and a (a scalar parameter).
  * g is gp[i] when gs is 1, and gp[0] for every i when gs is 0: after .sum() or .mean() the
  * upstream gradient is one value broadcast with stride 0, which the kernel takes as it is. */
-#define FERRO_GRAD_LOOP(NAME, T, MIN, EXPR, ATTR)                                    \
-    ATTR static void NAME(const T *gp, ptrdiff_t gs, const T *vp, const T *wp, T *out, \
-                          ptrdiff_t n, double a_) {                                  \
+#define FERRO_GRAD_LOOP(NAME, T, MIN, EXPR)                                          \
+    static void NAME(const T *gp, ptrdiff_t gs, const T *vp, const T *wp, T *out,    \
+                     ptrdiff_t n, double a_) {                                       \
         const T a = (T)a_;                                                           \
         ptrdiff_t i;                                                                 \
         (void)wp;                                                                    \
@@ -77,8 +74,8 @@
     }
 
 #define FERRO_GRAD_LOOPS(NAME, MIN, EXPR32, EXPR64)                                  \
-    FERRO_GRAD_LOOP(NAME##_f32, float, MIN, EXPR32, )                                \
-    FERRO_GRAD_LOOP(NAME##_f64, double, MIN, EXPR64, )
+    FERRO_GRAD_LOOP(NAME##_f32, float, MIN, EXPR32)                                  \
+    FERRO_GRAD_LOOP(NAME##_f64, double, MIN, EXPR64)
 
 FERRO_GRAD_LOOPS(ferro_tanh_bwd, FERRO_PARALLEL_MIN,
                  ferro_tanh_grad_f32(g, vp[i]), ferro_tanh_grad_f64(g, vp[i]))
@@ -89,70 +86,52 @@ FERRO_GRAD_LOOPS(ferro_relu_bwd, FERRO_PARALLEL_MIN,
 FERRO_GRAD_LOOPS(ferro_leaky_relu_bwd, FERRO_PARALLEL_MIN,
                  ferro_leaky_relu_grad_f32(g, vp[i], a), ferro_leaky_relu_grad_f64(g, vp[i], a))
 FERRO_GRAD_LOOP(ferro_gelu_bwd_f64, double, FERRO_PARALLEL_MIN_COMPUTE,
-                ferro_gelu_grad_f64(g, vp[i]), )
+                ferro_gelu_grad_f64(g, vp[i]))
 FERRO_GRAD_LOOPS(ferro_silu_bwd, FERRO_PARALLEL_MIN,
                  ferro_silu_grad_f32(g, vp[i], wp[i]), ferro_silu_grad_f64(g, vp[i], wp[i]))
 
-/* exact gelu, float32: forward out[i] = x Phi(x) (NumPy has no vectorized erf), backward as
- * FERRO_GRAD_LOOP's, in cloned chunks */
-static FERRO_CLONES void ferro_gelu_span_f32(const float *x, float *out, ptrdiff_t n) {
-    ptrdiff_t i;
-    for (i = 0; i < n; i++) out[i] = ferro_gelu_f32(x[i]);
-}
-static FERRO_CLONES void ferro_gelu_grad_span_f32(const float *gp, ptrdiff_t gs, const float *x,
-                                                  float *out, ptrdiff_t n) {
-    ptrdiff_t i;
-    if (gs == 0) {
-        const float g = gp[0];
-        for (i = 0; i < n; i++) out[i] = ferro_gelu_grad_f32(g, x[i]);
-    } else {
-        for (i = 0; i < n; i++) out[i] = ferro_gelu_grad_f32(gp[i], x[i]);
+/* The loops with exp or erf per element, compiled per ISA level (simd.h): a cloned function
+ * over a span, run on chunks (an OpenMP region's body is not cloned). Forward
+ * out[i] = NAME_S(x[i]); backward out[i] = NAME_grad_S(g, x[i]), g as in FERRO_GRAD_LOOP. */
+#define FERRO_MAP_CHUNK(SPAN, c, m) SPAN(x + (c), out + (c), (m))
+#define FERRO_MAP_GRAD_CHUNK(SPAN, c, m) SPAN(gp + (c) * gs, gs, vp + (c), out + (c), (m))
+#define FERRO_CLONED_MAPS(NAME, T, S)                                                \
+    static FERRO_CLONES void NAME##_fwd_span_##S(const T *x, T *out, ptrdiff_t n) {  \
+        ptrdiff_t i;                                                                 \
+        for (i = 0; i < n; i++) out[i] = NAME##_##S(x[i]);                           \
+    }                                                                                \
+    static FERRO_CLONES void NAME##_bwd_span_##S(const T *gp, ptrdiff_t gs,          \
+                                                 const T *x, T *out, ptrdiff_t n) {  \
+        ptrdiff_t i;                                                                 \
+        if (gs == 0) {                                                               \
+            const T g = gp[0];                                                       \
+            for (i = 0; i < n; i++) out[i] = NAME##_grad_##S(g, x[i]);               \
+        } else {                                                                     \
+            for (i = 0; i < n; i++) out[i] = NAME##_grad_##S(gp[i], x[i]);           \
+        }                                                                            \
+    }                                                                                \
+    static void NAME##_fwd_##S(const T *x, T *out, ptrdiff_t n) {                    \
+        ptrdiff_t i;                                                                 \
+        FERRO_FOR_CHUNKS(FERRO_PARALLEL_MIN_COMPUTE, FERRO_MAP_CHUNK, NAME##_fwd_span_##S) \
+    }                                                                                \
+    static void NAME##_bwd_##S(const T *gp, ptrdiff_t gs, const T *vp, const T *wp, T *out, \
+                               ptrdiff_t n, double a) {                              \
+        ptrdiff_t i;                                                                 \
+        (void)wp;                                                                    \
+        (void)a;                                                                     \
+        FERRO_FOR_CHUNKS(FERRO_PARALLEL_MIN_COMPUTE, FERRO_MAP_GRAD_CHUNK,          \
+                         NAME##_bwd_span_##S)                                        \
     }
-}
-#define FERRO_GELU_FWD_CHUNK(c, m) ferro_gelu_span_f32(x + (c), out + (c), (m))
-#define FERRO_GELU_BWD_CHUNK(c, m) \
-    ferro_gelu_grad_span_f32(gp + (c) * gs, gs, vp + (c), out + (c), (m))
-static void ferro_gelu_fwd_f32(const float *x, float *out, ptrdiff_t n) {
-    ptrdiff_t i;
-    FERRO_FOR_CHUNKS(FERRO_PARALLEL_MIN_COMPUTE, FERRO_GELU_FWD_CHUNK)
-}
-static void ferro_gelu_bwd_f32(const float *gp, ptrdiff_t gs, const float *vp, const float *wp,
-                               float *out, ptrdiff_t n, double a) {
-    ptrdiff_t i;
-    (void)wp;
-    (void)a;
-    FERRO_FOR_CHUNKS(FERRO_PARALLEL_MIN_COMPUTE, FERRO_GELU_BWD_CHUNK)
-}
+
+/* exact gelu, float32 (NumPy has no vectorized erf; float64's is libm's, so not cloned) */
+FERRO_CLONED_MAPS(ferro_gelu, float, f32)
 static void ferro_gelu_fwd_f64(const double *x, double *out, ptrdiff_t n) {
     ptrdiff_t i;
     FERRO_FOR(FERRO_PARALLEL_MIN_COMPUTE, out[i] = ferro_gelu_f64(x[i]);)
 }
-
-/* tanh gelu, forward and backward from x: its exp is vec_math.h's, so these loops vectorize,
- * and are compiled for AVX2 too (FERRO_CLONED), as NumPy's tanh is. */
-#define FERRO_GELU_TANH_BWD_F32(NAME, ATTR)                                          \
-    FERRO_GRAD_LOOP(NAME, float, FERRO_PARALLEL_MIN_COMPUTE,                         \
-                    ferro_gelu_tanh_grad_f32(g, vp[i]), ATTR)
-#define FERRO_GELU_TANH_BWD_F64(NAME, ATTR)                                          \
-    FERRO_GRAD_LOOP(NAME, double, FERRO_PARALLEL_MIN_COMPUTE,                        \
-                    ferro_gelu_tanh_grad_f64(g, vp[i]), ATTR)
-#define FERRO_GRAD_PARAMS(T)                                                         \
-    (const T *gp, ptrdiff_t gs, const T *vp, const T *wp, T *out, ptrdiff_t n, double a_)
-FERRO_CLONED(ferro_gelu_tanh_bwd_f32, FERRO_GELU_TANH_BWD_F32, FERRO_GRAD_PARAMS(float),
-             (gp, gs, vp, wp, out, n, a_))
-FERRO_CLONED(ferro_gelu_tanh_bwd_f64, FERRO_GELU_TANH_BWD_F64, FERRO_GRAD_PARAMS(double),
-             (gp, gs, vp, wp, out, n, a_))
-#define FERRO_GELU_TANH_FWD(NAME, T, S, ATTR)                                        \
-    ATTR static void NAME(const T *x, T *out, ptrdiff_t n) {                         \
-        ptrdiff_t i;                                                                 \
-        FERRO_FOR(FERRO_PARALLEL_MIN_COMPUTE, out[i] = ferro_gelu_tanh_##S(x[i]);)   \
-    }
-#define FERRO_GELU_TANH_FWD_F32(NAME, ATTR) FERRO_GELU_TANH_FWD(NAME, float, f32, ATTR)
-#define FERRO_GELU_TANH_FWD_F64(NAME, ATTR) FERRO_GELU_TANH_FWD(NAME, double, f64, ATTR)
-FERRO_CLONED(ferro_gelu_tanh_fwd_f32, FERRO_GELU_TANH_FWD_F32,
-             (const float *x, float *out, ptrdiff_t n), (x, out, n))
-FERRO_CLONED(ferro_gelu_tanh_fwd_f64, FERRO_GELU_TANH_FWD_F64,
-             (const double *x, double *out, ptrdiff_t n), (x, out, n))
+/* tanh gelu, forward and backward from x */
+FERRO_CLONED_MAPS(ferro_gelu_tanh, float, f32)
+FERRO_CLONED_MAPS(ferro_gelu_tanh, double, f64)
 
 /* softmax backward over rows of c elements: d = sum(g y) per row, then
  * out = ferro_softmax_grad(g, y, d). g is C-contiguous (gs 1) or one broadcast value (gs 0:

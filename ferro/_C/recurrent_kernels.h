@@ -4,7 +4,7 @@
  * new cell and hidden states, and the arrays the backward kernels read, in place of about ten
  * NumPy passes and their temporaries. sigmoid(x) is computed as tanh(x / 2) / 2 + 1/2, as the
  * generic cells (ferro/ops/recurrent.py) compute it. The cost is the tanhs (five per hidden
- * unit and step): vec_math.h's vectorized ones, in loops compiled for AVX2 where the CPU has it.
+ * unit and step): formulas.cuh's vectorized ones, in loops compiled per ISA level (simd.h).
  */
 #ifndef FERRO_RECURRENT_KERNELS_H
 #define FERRO_RECURRENT_KERNELS_H
@@ -18,7 +18,8 @@
 #pragma GCC optimize("no-trapping-math")
 #endif
 
-#include "vec_math.h"
+#include "../cuda/kernels/formulas.cuh"
+#include "simd.h"
 
 #if defined(_MSC_VER)
 #define FERRO_RESTRICT __restrict
@@ -30,11 +31,11 @@
  * with both biases, blocks i, f, g, o; c (rows, H) is the previous cell state. Writes the
  * activated gates into acts, the new cell state into cn, tanh of it into tc and the new hidden
  * state into h. */
-#define FERRO_LSTM_FWD(NAME, T, TANH, ATTR)                                                 \
-    ATTR static void NAME(const T *FERRO_RESTRICT x, T *FERRO_RESTRICT acts,               \
-                          const T *FERRO_RESTRICT c, T *FERRO_RESTRICT tc,                  \
-                          T *FERRO_RESTRICT cn, T *FERRO_RESTRICT h, ptrdiff_t rows,        \
-                          ptrdiff_t hidden) {                                               \
+#define FERRO_LSTM_FWD(NAME, T, TANH)                                                       \
+    static FERRO_CLONES void NAME(const T *FERRO_RESTRICT x, T *FERRO_RESTRICT acts,       \
+                                  const T *FERRO_RESTRICT c, T *FERRO_RESTRICT tc,          \
+                                  T *FERRO_RESTRICT cn, T *FERRO_RESTRICT h, ptrdiff_t rows, \
+                                  ptrdiff_t hidden) {                                       \
         ptrdiff_t r, j;                                                                     \
         for (r = 0; r < rows; r++) {                                                        \
             const T *xr = x + r * 4 * hidden;                                               \
@@ -64,11 +65,11 @@
  * bias_hh; blocks r, z, n; h (rows, H) the previous state. Writes r, z, n into acts, the
  * hidden projection's n block into hgn (the backward reads it) and the new state into hn:
  * n = tanh(x_n + r hg_n), hn = (1 - z) n + z h. */
-#define FERRO_GRU_FWD(NAME, T, TANH, ATTR)                                                  \
-    ATTR static void NAME(const T *FERRO_RESTRICT x, const T *FERRO_RESTRICT hg,           \
-                          const T *FERRO_RESTRICT h, T *FERRO_RESTRICT acts,                \
-                          T *FERRO_RESTRICT hgn, T *FERRO_RESTRICT hn, ptrdiff_t rows,      \
-                          ptrdiff_t hidden) {                                               \
+#define FERRO_GRU_FWD(NAME, T, TANH)                                                        \
+    static FERRO_CLONES void NAME(const T *FERRO_RESTRICT x, const T *FERRO_RESTRICT hg,   \
+                                  const T *FERRO_RESTRICT h, T *FERRO_RESTRICT acts,        \
+                                  T *FERRO_RESTRICT hgn, T *FERRO_RESTRICT hn,              \
+                                  ptrdiff_t rows, ptrdiff_t hidden) {                       \
         ptrdiff_t r, j;                                                                     \
         for (r = 0; r < rows; r++) {                                                        \
             const T *xr = x + r * 3 * hidden, *gr = hg + r * 3 * hidden;                    \
@@ -89,24 +90,10 @@
         }                                                                                   \
     }
 
-#define FERRO_LSTM_F32(NAME, ATTR) FERRO_LSTM_FWD(NAME, float, ferro_vtanh_f32, ATTR)
-#define FERRO_LSTM_F64(NAME, ATTR) FERRO_LSTM_FWD(NAME, double, ferro_vtanh_f64, ATTR)
-#define FERRO_GRU_F32(NAME, ATTR) FERRO_GRU_FWD(NAME, float, ferro_vtanh_f32, ATTR)
-#define FERRO_GRU_F64(NAME, ATTR) FERRO_GRU_FWD(NAME, double, ferro_vtanh_f64, ATTR)
-#define FERRO_LSTM_PARAMS(T)                                                                \
-    (const T *x, T *acts, const T *c, T *tc, T *cn, T *h, ptrdiff_t rows, ptrdiff_t hidden)
-#define FERRO_GRU_PARAMS(T)                                                                 \
-    (const T *x, const T *hg, const T *h, T *acts, T *hgn, T *hn, ptrdiff_t rows,          \
-     ptrdiff_t hidden)
-
-FERRO_CLONED(ferro_lstm_fwd_f32, FERRO_LSTM_F32, FERRO_LSTM_PARAMS(float),
-             (x, acts, c, tc, cn, h, rows, hidden))
-FERRO_CLONED(ferro_lstm_fwd_f64, FERRO_LSTM_F64, FERRO_LSTM_PARAMS(double),
-             (x, acts, c, tc, cn, h, rows, hidden))
-FERRO_CLONED(ferro_gru_fwd_f32, FERRO_GRU_F32, FERRO_GRU_PARAMS(float),
-             (x, hg, h, acts, hgn, hn, rows, hidden))
-FERRO_CLONED(ferro_gru_fwd_f64, FERRO_GRU_F64, FERRO_GRU_PARAMS(double),
-             (x, hg, h, acts, hgn, hn, rows, hidden))
+FERRO_LSTM_FWD(ferro_lstm_fwd_f32, float, ferro_tanh_f32)
+FERRO_LSTM_FWD(ferro_lstm_fwd_f64, double, ferro_tanh_f64)
+FERRO_GRU_FWD(ferro_gru_fwd_f32, float, ferro_tanh_f32)
+FERRO_GRU_FWD(ferro_gru_fwd_f64, double, ferro_tanh_f64)
 
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC pop_options

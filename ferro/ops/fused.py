@@ -23,7 +23,7 @@ included.
 Where NumPy already runs a SIMD single pass (the forwards of ``tanh``, ``sigmoid``, ``relu``,
 ``softmax``) the CPU keeps the generic forward and only the backward, a chain of temporaries,
 is fused; gelu is fused both ways (NumPy has no vectorized erf, and tanh-gelu is a chain of
-seven passes; the CPU kernels' tanh is ``ferro/_C/vec_math.h``'s, vectorized as NumPy's is).
+seven passes; the CPU kernels' exp and tanh are ``formulas.cuh``'s, vectorized as NumPy's are).
 Backward kernels take an upstream gradient that is one value broadcast with stride 0, which is
 what ``.sum()`` and ``.mean()`` hand back.
 """

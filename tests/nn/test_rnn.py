@@ -512,8 +512,8 @@ def test_cpu_cell_kernels_match_generic_cells(dtype, rows, hidden):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("rows,hidden", [(3, 4), (1, 1), (0, 2), (5, 37)])
 def test_cpu_cell_forward_kernels_match_generic_cells(dtype, rows, hidden):
-    # The fused gate forward against the reference; its tanh is vec_math.h's (float32: a
-    # rational approximation, |error| <= 3e-7; float64: within 1 ulp). Large pre-activations
+    # The fused gate forward against the reference; its tanh is formulas.cuh's (float32:
+    # within 2 ulp; float64: within 1 ulp). Large pre-activations
     # reach their clamps.
     from ferro._C import recurrent_kernels as K
     from ferro.ops.recurrent import GenericCells

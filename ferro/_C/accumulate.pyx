@@ -10,6 +10,7 @@ of place and its fresh result becomes owned. A leaf's ``.grad`` takes an owned a
 copy ("stealing"); later backward calls add into ``.grad`` in place, as PyTorch does.
 """
 
+cimport cython
 cimport numpy as cnp
 from cpython.object cimport PyObject
 from cpython.pythread cimport (
@@ -39,6 +40,7 @@ cdef object _np = np
 cdef Flags _F = flags()
 
 
+@cython.no_gc  # see accumulate.pxd
 cdef class _Entry:
     """Per-walk state of one graph target (a Node, or a leaf tensor) or one node output."""
 

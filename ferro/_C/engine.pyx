@@ -54,6 +54,7 @@ from ferro._C.graph cimport (
     _out_shape,
     _record_saved_versions,
     _retarget_version,
+    _same_descr,
     _same_dtype,
     _shape_is,
     _share_version,
@@ -338,7 +339,7 @@ def apply(OpDef op, *args, **params):
     node._fused = FUSED_FORWARD if fused else 0
     node._n_out = n_out
     if outs is None:
-        node._shape0 = out.shape
+        node._shape0 = _shape_of(out)
         node._dtype0 = out.dtype
         if _is_float_array(out) and not _is_nondiff(node, out):
             res = _wrap(out, node, 0, False)
@@ -364,6 +365,18 @@ def apply(OpDef op, *args, **params):
     if node._saved is not None:
         _record_saved_versions(node, args, n, results, call)
     return results
+
+
+cdef tuple _last_shape = ()
+
+
+cdef tuple _shape_of(object arr):
+    # ``arr.shape``, as the tuple of the previous call when the shape is the same: a chain of
+    # ops on one shape allocates no shape tuple (one GC-tracked object less a node).
+    global _last_shape
+    if not (type(arr) is cnp.ndarray and _shape_is(arr, _last_shape)):
+        _last_shape = arr.shape
+    return _last_shape
 
 
 cdef int _resave(Node node, object scalar, object arr) except -1:
@@ -440,14 +453,14 @@ cdef inline bint _is_nondiff(Node node, object arr) noexcept:
 cdef int _link(Node node, tuple args, Py_ssize_t n, OpDef op) except -1:
     """Record the node's edges (before forward runs, so forward can read needs_input_grad)."""
     cdef tuple nexts = PyTuple_New(n)
-    cdef tuple nrs = PyTuple_New(n)
+    cdef tuple nrs = None  # made only when an edge leads to an output other than 0
     cdef TensorBase t
     # Both must be Python objects held by a variable: PyTuple_SET_ITEM steals the reference
     # Py_INCREF gave. Left to inference, nr_obj became a C integer, and each use made a
     # temporary int that was freed at once, leaving the tuple a dangling pointer for output
     # numbers above 256 (smaller ints are cached by CPython and survived by luck).
     cdef object target, nr_obj
-    cdef Py_ssize_t i
+    cdef Py_ssize_t i, k
     for i in range(n):
         a = args[i]
         target = None
@@ -473,11 +486,28 @@ cdef int _link(Node node, tuple args, Py_ssize_t n, OpDef op) except -1:
                     nr_obj = t._output_nr
         Py_INCREF(target)
         PyTuple_SET_ITEM(nexts, i, target)
-        Py_INCREF(nr_obj)
-        PyTuple_SET_ITEM(nrs, i, nr_obj)
+        if nrs is None and nr_obj != 0:
+            nrs = PyTuple_New(n)
+            for k in range(i):
+                Py_INCREF(_ZERO)
+                PyTuple_SET_ITEM(nrs, k, _ZERO)
+        if nrs is not None:
+            Py_INCREF(nr_obj)
+            PyTuple_SET_ITEM(nrs, i, nr_obj)
     node._next = nexts
-    node._next_nr = nrs
+    # The common case shares one tuple of zeros per arity: one GC-tracked object less a node.
+    node._next_nr = nrs if nrs is not None else _zeros(n)
     return 0
+
+
+cdef object _ZERO = 0
+cdef list _ZEROS = []
+
+
+cdef tuple _zeros(Py_ssize_t n):
+    while len(_ZEROS) <= n:
+        _ZEROS.append((0,) * len(_ZEROS))
+    return <tuple>_ZEROS[n]
 
 
 def commit_inplace(TensorBase t, TensorBase out, str op_name):
@@ -554,7 +584,8 @@ cdef object _check_grad(object g, object who, Py_ssize_t index, tuple shape, obj
                 f"{_who(who)} returned a gradient of shape {tuple(g.shape)} for input {index}; "
                 f"expected shape {shape}"
             )
-    if not (type(g) is cnp.ndarray and <object>cnp.PyArray_DESCR(<cnp.ndarray>g) is dtype) \
+    if not (type(g) is cnp.ndarray and isinstance(dtype, cnp.dtype)
+            and _same_descr(<cnp.dtype>cnp.PyArray_DESCR(<cnp.ndarray>g), <cnp.dtype>dtype)) \
             and g.dtype != dtype:
         if type(who) is Node and (<Node>who)._promoted and dtype.kind == "f":
             # Note [Type promotion]: the op ran in the promoted dtype; each input's gradient

@@ -33,6 +33,11 @@ cdef Flags flags():
 
 
 cdef object _MODE = contextvars.ContextVar("ferro_grad_mode", default=MODE_GRAD)
+# CPython caches a ContextVar's value per thread only once it was found set in the context: a
+# var left at its default is a failed HAMT lookup on every read (0.1 us an op in the engine).
+# Setting the default value in the importing thread's context makes its reads cached; other
+# threads start from an empty context and read the same default.
+_MODE.set(MODE_GRAD)
 
 
 cdef long grad_mode() except -1:

@@ -144,6 +144,16 @@ cdef class ModeGuard:
         self._push()
         return self
 
+    @staticmethod
+    def _new(cls, *args, **kwargs):
+        """The ``__new__`` of the Python guard classes, compiled: ``with no_grad():`` makes one
+        guard a block, and a Python-level ``__new__`` was a third of the block's cost. Without
+        arguments it allocates; with some, the class's ``_new_with_args`` decides (a bare
+        ``@no_grad`` decorator gets the function)."""
+        if args or kwargs:
+            return cls._new_with_args(*args, **kwargs)
+        return ModeGuard.__new__(cls)
+
     def __exit__(self, exc_type, exc, tb):
         self._pop()
 

@@ -637,6 +637,39 @@ cdef object _run_tensor_hooks(dict hooks, object g, str who, tuple shape, object
     return g
 
 
+cdef inline int _push(list stack, Py_ssize_t* n, object x) except -1:
+    # ``stack[:n]`` is the stack; the slots above it hold None and are reused.
+    if n[0] < len(stack):
+        stack[n[0]] = x
+    else:
+        stack.append(x)
+    n[0] += 1
+    return 0
+
+
+cdef inline object _pop(list stack, Py_ssize_t* n):
+    n[0] -= 1
+    x = stack[n[0]]
+    stack[n[0]] = None
+    return x
+
+
+cdef inline bint _fits(object g, object arr) except -1:
+    # A NumPy gradient of exactly the shape and dtype of the NumPy array it flows to: nothing
+    # for _check_grad to check or undo (it would read arr.shape, a new tuple, to say so).
+    cdef int i, nd
+    if type(g) is not cnp.ndarray or type(arr) is not cnp.ndarray:
+        return False
+    nd = cnp.PyArray_NDIM(<cnp.ndarray>g)
+    if nd != cnp.PyArray_NDIM(<cnp.ndarray>arr):
+        return False
+    for i in range(nd):
+        if cnp.PyArray_DIMS(<cnp.ndarray>g)[i] != cnp.PyArray_DIMS(<cnp.ndarray>arr)[i]:
+            return False
+    return _same_descr(<cnp.dtype>cnp.PyArray_DESCR(<cnp.ndarray>g),
+                       <cnp.dtype>cnp.PyArray_DESCR(<cnp.ndarray>arr))
+
+
 cdef inline int _decrement(_Entry child, list ready) except -1:
     child.deps -= 1
     if child.deps == 0:
@@ -734,7 +767,7 @@ cdef object _run_backward(tuple roots, tuple root_grads, bint retain_graph, tupl
         target, nr = _target_of(t)
         e = table.get(target)
         if e is None:
-            e = _Entry()
+            e = _Entry.__new__(_Entry)
             e.target = target
             e.needed = True
             table[target] = e
@@ -750,21 +783,24 @@ cdef object _run_backward(tuple roots, tuple root_grads, bint retain_graph, tupl
 
     root_entries = list(table.values())
 
-    # Collect the reachable graph and count dependencies (explicit stack: no recursion).
-    while stack:
-        node = <Node>stack.pop()
+    # Collect the reachable graph and count dependencies (explicit stack: no recursion). The
+    # stack and the ready list below never shrink (_push/_pop keep a count): a list popped empty
+    # is reallocated twice a node, which in a chain is every node.
+    cdef Py_ssize_t n_stack = len(stack), n_ready
+    while n_stack:
+        node = <Node>_pop(stack, &n_stack)
         for target in node._next:
             if target is None:
                 continue
             e = table.get(target)
             if e is None:
-                e = _Entry()
+                e = _Entry.__new__(_Entry)
                 e.target = target
                 e.deps = 1
                 e.needed = True
                 table[target] = e
                 if type(target) is Node:
-                    stack.append(target)
+                    _push(stack, &n_stack, target)
             else:
                 e.deps += 1
 
@@ -798,18 +834,20 @@ cdef object _run_backward(tuple roots, tuple root_grads, bint retain_graph, tupl
     if num_threads == 0:
         num_threads = backward_threads()
     cdef Py_ssize_t popped = 0
+    n_ready = len(ready)
     try:
-        while ready:
-            if num_threads > 1 and len(ready) > 1 and _runnable(ready) > 1:
+        while n_ready:
+            if num_threads > 1 and n_ready > 1 and _runnable(ready[:n_ready]) > 1:
                 # Two nodes could run at once: the rest of the walk goes parallel. Until now it
                 # was serial, so what has been added so far was added in serial order.
                 node = None
+                del ready[n_ready:]
                 _walk_parallel(table, ready, ran, commits, results, selective, accumulate,
                                num_threads, popped)
                 # Commits in serial order: post-accumulate hooks run as they do serially.
                 commits.sort(key=_commit_rank)
                 break
-            e = <_Entry>ready.pop()
+            e = <_Entry>_pop(ready, &n_ready)
             e.rank = popped
             popped += 1
             node = _take(e, selective, accumulate, results, commits)
@@ -821,7 +859,10 @@ cdef object _run_backward(tuple roots, tuple root_grads, bint retain_graph, tupl
                 for i in range(n_in):
                     target = node._next[i]
                     if target is not None:
-                        _decrement(<_Entry>table[target], ready)
+                        child = <_Entry>table[target]
+                        child.deps -= 1
+                        if child.deps == 0:
+                            _push(ready, &n_ready, child)
                 continue
             grads = _run_node(node, e, n_out, n_in)
             ran.append(node)
@@ -839,11 +880,14 @@ cdef object _run_backward(tuple roots, tuple root_grads, bint retain_graph, tupl
                         _add_to(_slot(child, nr, (<Node>target)._n_out), g)
                     else:
                         t = <TensorBase>target
-                        g = _check_grad(g, node, i, t._data.shape, t._data.dtype,
-                                        node.op.broadcasts)
+                        if not _fits(g, t._data):
+                            g = _check_grad(g, node, i, t._data.shape, t._data.dtype,
+                                            node.op.broadcasts)
                         _add_to(child, g)
                 g = None
-                _decrement(child, ready)
+                child.deps -= 1
+                if child.deps == 0:
+                    _push(ready, &n_ready, child)
             grads = None
     except Exception as exc:
         if node is not None:
@@ -1001,7 +1045,7 @@ cdef int _finish_outputs(_Entry e, Node node, bint accumulate, list results,
                 if cap[0] != nr:
                     continue
                 if accumulate:
-                    h = _Entry()
+                    h = _Entry.__new__(_Entry)
                     h.grad = s.grad
                     h.rank = e.rank
                     commits.append((h, cap[2]))
@@ -1011,7 +1055,7 @@ cdef int _finish_outputs(_Entry e, Node node, bint accumulate, list results,
             ref = node._retained.get(nr)
             tensor = ref() if ref is not None else None
             if tensor is not None:
-                h = _Entry()
+                h = _Entry.__new__(_Entry)
                 h.grad = s.grad
                 h.rank = e.rank
                 commits.append((h, tensor))
@@ -1060,7 +1104,7 @@ cdef tuple _run_node(Node node, _Entry e, Py_ssize_t n_out, Py_ssize_t n_in):
         t0 = clock_ns()
     res = NotImplemented
     if bwd is not None:
-        res = bwd(node, *gys)
+        res = bwd(node, gys[0]) if n_out == 1 else bwd(node, *gys)
         if res is not NotImplemented:
             node._fused |= FUSED_BACKWARD
         elif paired:
@@ -1069,7 +1113,7 @@ cdef tuple _run_node(Node node, _Entry e, Py_ssize_t n_out, Py_ssize_t n_in):
                 "forward left (a bug in its override)"
             )
     if res is NotImplemented:
-        res = op.backward(node, *gys)
+        res = op.backward(node, gys[0]) if n_out == 1 else op.backward(node, *gys)
     if _F.profiler is not None:
         _F.profiler.record_backward(
             node.name(), node.op.name, node._prof_id, node.xp, gys, res, t0, clock_ns()

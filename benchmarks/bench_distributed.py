@@ -1,7 +1,7 @@
 """Data-parallel training over MPI: scaling and overlap (issue 18's goals; not tests).
 
     python benchmarks/bench_distributed.py [--steps 12] [--ranks 2] [--bucket-cap-mb 25 8]
-                                           [--timeline]
+                                           [--timeline] [--cpu-clock]
 
 The MLP 784-2048-2048-10, float32, batch 256 per rank, SGD, one BLAS thread per rank. Each
 setting runs as its own ``mpiexec`` job (this script re-launches itself with ``--worker``):
@@ -17,10 +17,16 @@ setting runs as its own ``mpiexec`` job (this script re-launches itself with ``-
   time (an all-reduce finishes no earlier than ``bytes / bandwidth`` after the link became free
   for it). The delay costs no CPU: what backward can hide of it shows what the overlap buys.
 
-With 25 MB buckets (PyTorch's default, and DDP's) this model's layer-2 and layer-1 weights
-(16 MiB and 6 MiB) share a bucket that is complete only when backward ends: nothing can
-overlap. 8 MB buckets give the layer-2 weight its own bucket, started as soon as its gradient
-is in, while layer 1's backward runs. Each link is measured with both (``--bucket-cap-mb``).
+With PyTorch's bucketing, 25 MB buckets (the default) would put this model's layer-2 and
+layer-1 weights (16 MiB and 6 MiB) in one bucket, complete only when backward ends; DDP ends a
+bucket of 1 MB or more at a module boundary, so the layer-2 weight has its own bucket with 25
+and 8 MB alike, started as soon as its gradient is in (before layer 2's input-gradient GEMM,
+Note [Early gradients]). Each link is measured with both (``--bucket-cap-mb``). The table also
+gives each rank's CPU time of the reduction alone and the core time a rank leaves idle in a
+step without reduction (wall - CPU time): a CPU-driven reduction can hide at most that; and
+the time a rank waits (step time less CPU time: on the link or on its peer) with the reduction
+after backward against the DDP step, which is what the overlap can remove apart from the
+reduction's own CPU work.
 ``--timeline`` prints, for one more overlapped step of rank 0, when each gradient came in and
 each bucket started and completed against the backward's start and end.
 """
@@ -43,6 +49,29 @@ BATCH = 256
 SIZES = (784, 2048, 2048, 10)
 
 
+class _Clock:
+    """The clock of the steps and of the simulated link: wall time, or with ``--cpu-clock`` the
+    rank's CPU time (every thread) plus the link's simulated waits. The CPU clock is what a
+    rank on a core of its own would see: on a loaded machine wall times also count the time
+    other processes held the core, which stretches backward but not the simulated link and so
+    inflates what it seems to hide. (Waiting for a peer rank spins in MPI and counts as CPU.)"""
+
+    def __init__(self, cpu: bool):
+        self.cpu, self.slept = cpu, 0.0
+
+    def now(self) -> float:
+        return time.process_time() + self.slept if self.cpu else time.perf_counter()
+
+    def sleep(self, seconds: float) -> None:
+        if self.cpu:
+            self.slept += seconds
+        else:
+            time.sleep(seconds)
+
+
+CLOCK = _Clock(False)
+
+
 def _slow_link(bandwidth: float) -> None:
     """One simulated link of ``bandwidth`` bytes/s: every all-reduce completes no earlier than
     its bytes / bandwidth after the link is free of the all-reduces started before it (and no
@@ -55,19 +84,19 @@ def _slow_link(bandwidth: float) -> None:
 
     def all_reduce(tensor, op=C.ReduceOp.SUM, group=None, async_op=False):
         work = original(tensor, op, group, async_op=True)
-        now = time.perf_counter()
+        now = CLOCK.now()
         ready_at = max(now, link["free_at"]) + tensor._data.nbytes / bandwidth
         link["free_at"] = ready_at
         base_done, base_wait = work.is_completed, work.wait
 
         def is_completed():
-            return base_done() and time.perf_counter() >= ready_at  # base_done() progresses
+            return base_done() and CLOCK.now() >= ready_at  # base_done() progresses
 
         def wait(timeout=None):
             base_wait(timeout)
-            left = ready_at - time.perf_counter()
+            left = ready_at - CLOCK.now()
             if left > 0:
-                time.sleep(left)
+                CLOCK.sleep(left)
             return True
 
         work.is_completed, work.wait = is_completed, wait
@@ -79,7 +108,7 @@ def _slow_link(bandwidth: float) -> None:
     C.all_reduce = all_reduce
 
 
-def worker(steps: int, link: float, cap: float, timeline: bool) -> None:
+def worker(steps: int, link: float, cap: float, timeline: bool, cpu_clock: bool) -> None:
     import numpy as np
 
     import ferro
@@ -87,6 +116,7 @@ def worker(steps: int, link: float, cap: float, timeline: bool) -> None:
     from ferro import nn
     from ferro.nn.parallel import DistributedDataParallel as DDP
 
+    CLOCK.cpu = cpu_clock
     if link:
         _slow_link(link)
     dist.init_process_group("mpi")
@@ -118,21 +148,31 @@ def worker(steps: int, link: float, cap: float, timeline: bool) -> None:
         ddp._reduce_after_backward()
         opt.step()
 
+    def step_local():
+        opt.zero_grad()
+        with ddp.no_sync():
+            ferro.nn.functional.cross_entropy(ddp(x), y).backward()
+        opt.step()
+
     cases = {"overlap": step_overlap}
     if n > 1:
         cases["after"] = step_after
         cases["reduce"] = ddp._reduce_after_backward  # the gradients of the last step
+        cases["local"] = step_local  # no reduction: the step's own CPU time against its wall time
     out = {k: [] for k in cases}
+    cpu = {k: [] for k in cases}
     for fn in cases.values():  # warm-up
         fn()
     for _ in range(steps):
         for name, fn in cases.items():  # interleaved: the machine's load hits each case alike
             dist.barrier()
-            t0 = time.perf_counter()
+            t0, c0 = CLOCK.now(), time.process_time()
             fn()
-            out[name].append(time.perf_counter() - t0)
+            out[name].append(CLOCK.now() - t0)
+            cpu[name].append(time.process_time() - c0)  # every thread of this rank
     times = {k: statistics.median(v) for k, v in out.items()}
     times["min"] = {k: min(v) for k, v in out.items()}  # the least disturbed step of each
+    times["cpu"] = {k: statistics.median(v) for k, v in cpu.items()}
     if timeline and n > 1:
         object.__setattr__(ddp, "_timeline", [])
         dist.barrier()
@@ -142,19 +182,22 @@ def worker(steps: int, link: float, cap: float, timeline: bool) -> None:
         events.append(("backward returned", -1, marks["returned"]))
         times["timeline"] = [(e, i, round((t - t0) * 1e3, 2)) for e, i, t in events]
         times["buckets"] = [
-            (len(b.params), round(b.size * b.flat.itemsize / 2**20, 2)) for b in ddp._buckets
+            (len(b.params), round(b.size * b.dtype.itemsize / 2**20, 2)) for b in ddp._buckets
         ]
     if r == 0:
         print("RESULT " + json.dumps({"ranks": n, **times}), flush=True)
     dist.destroy_process_group()
 
 
-def launch(n: int, steps: int, link: float, cap: float = 25.0, timeline: bool = False) -> dict:
+def launch(
+    n: int, steps: int, link: float, cap: float = 25.0, timeline: bool = False, cpu: bool = False
+) -> dict:
     from ferro.distributed.run import command
 
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
     args = [os.path.abspath(__file__), "--worker", "--steps", str(steps), "--link", str(link)]
     args += ["--bucket-cap-mb", str(cap)] + (["--timeline"] if timeline else [])
+    args += ["--cpu-clock"] if cpu else []
     out = subprocess.run(command(n, args), env=env, capture_output=True, text=True, check=True)
     for line in out.stdout.splitlines():
         if line.startswith("RESULT "):
@@ -168,14 +211,22 @@ def main() -> None:
     ap.add_argument("--ranks", type=int, default=2)
     ap.add_argument("--bucket-cap-mb", type=float, nargs="+", default=[25.0, 8.0])
     ap.add_argument("--timeline", action="store_true")
+    ap.add_argument(
+        "--cpu-clock",
+        action="store_true",
+        help="time steps by each rank's CPU time plus the simulated link's waits (a loaded "
+        "machine's wall times count other processes' time)",
+    )
     ap.add_argument("--link", type=float, default=0.0, help=argparse.SUPPRESS)
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
-        worker(args.steps, args.link, args.bucket_cap_mb[0], args.timeline)
+        worker(args.steps, args.link, args.bucket_cap_mb[0], args.timeline, args.cpu_clock)
         return
     header("bench_distributed")
-    one = launch(1, args.steps, 0.0)
+    if args.cpu_clock:
+        print("# clock: each rank's CPU time plus the simulated link's waits (--cpu-clock)")
+    one = launch(1, args.steps, 0.0, cpu=args.cpu_clock)
     rows = []
     settings = [
         (link_label, link, cap)
@@ -184,13 +235,24 @@ def main() -> None:
     ]
     for link_label, link, cap in settings:
         label = f"{link_label}, {cap:g} MB buckets"
-        many = launch(args.ranks, args.steps, link, cap, args.timeline)
+        many = launch(args.ranks, args.steps, link, cap, args.timeline, args.cpu_clock)
         if args.timeline:
             print(f"# {label}: buckets (parameters, MiB) {many['buckets']}")
             for event, bucket, ms in many["timeline"]:
                 print(f"#   {ms:8.2f} ms  {event}" + (f" bucket {bucket}" if bucket >= 0 else ""))
         speedup = args.ranks * one["overlap"] / many["overlap"]
         hidden = (many["after"] - many["overlap"]) / many["reduce"]
+        # The same from each case's least disturbed step (a loaded machine stretches medians).
+        low = many["min"]
+        hidden_min = (low["after"] - low["overlap"]) / low["reduce"]
+        # What a CPU-driven reduction could hide at most: the core time a rank leaves idle in
+        # a step without reduction, against the CPU time the reduction itself takes.
+        idle = max(many["local"] - many["cpu"]["local"], 0.0)
+        # The time a rank waits (step time less its CPU time: on the link, or on its peer) in the
+        # DDP step against the step with the reduction after backward: how much of the waiting
+        # the overlap removes, apart from the reduction's CPU work, which only a free core hides.
+        waits = {k: max(many[k] - many["cpu"][k], 0.0) for k in ("overlap", "after")}
+        wait_hidden = 1 - waits["overlap"] / waits["after"] if waits["after"] > 1e-4 else 0.0
         rows.append(
             [
                 label,
@@ -200,6 +262,10 @@ def main() -> None:
                 f"{many['reduce'] * 1e3:.1f}",
                 f"{speedup:.2f}x",
                 f"{hidden:.2f}",
+                f"{hidden_min:.2f}",
+                f"{waits['after'] * 1e3:.1f} -> {waits['overlap'] * 1e3:.1f}",
+                f"{many['cpu']['reduce'] * 1e3:.1f}",
+                f"{idle * 1e3:.1f}",
             ]
         )
         emit(
@@ -213,7 +279,13 @@ def main() -> None:
             reduce_s=many["reduce"],
             throughput_x=speedup,
             hidden_fraction=hidden,
+            hidden_fraction_min=hidden_min,
             min_s=many["min"],
+            cpu_s=many["cpu"],
+            step_local_s=many["local"],
+            idle_s=idle,
+            wait_s=waits,
+            wait_hidden=wait_hidden,
         )
     table(
         rows,
@@ -225,6 +297,10 @@ def main() -> None:
             "reduce alone ms",
             "throughput",
             "hidden",
+            "hidden (min)",
+            "wait after -> DDP ms",
+            "reduce CPU ms",
+            "idle ms",
         ],
     )
     print("goals: throughput >= 1.7x with 2 ranks; hidden >= 0.5")

@@ -61,7 +61,7 @@ def main(argv=None) -> list[dict]:
 
     dev = cp.cuda.Device()
     print(f"device: {cp.cuda.runtime.getDeviceProperties(dev.id)['name'].decode()}")
-    torch = optional_torch()
+    torch = optional_torch(peer_pass=False)  # device timings: one process
     if torch is not None and not torch.cuda.is_available():
         torch = None
     records, rows = [], []

@@ -2,6 +2,18 @@
 ratios against peers measured in the same run, a table for people and a JSON line per case.
 
 Absolute times on shared machines are noise; the ratios are the figures that matter.
+
+Note [One thread runtime per library]: ferro's kernels and PyTorch both run OpenMP teams, and
+both load GNU libgomp under one soname, so a process that imports both gets one libgomp, set up
+by whichever library came first: ferro's passive waiting (Note [OpenMP wait policy] in
+ferro/_C/__init__.py) or PyTorch's spinning, never each its own. Measured in one process, the
+GPT step of bench_seq ran ferro at 275 ms beside PyTorch's spinning team (it runs 112 ms alone),
+and PyTorch would run under ferro's setting the other way round. So where PyTorch is installed,
+``optional_torch()`` first runs the same script once more in a child process (the peer's pass,
+with ferro's passive setting off, PyTorch loaded first), where ``measure()`` times only
+PyTorch's cases and records their medians; in this process (ferro loaded first), ``measure()``
+times every other case and takes PyTorch's medians from the child, call by call. Each library
+is timed as its users run it, and every ratio still comes from one run of one script.
 """
 
 from __future__ import annotations
@@ -10,6 +22,9 @@ import json
 import os
 import platform
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Callable
 
@@ -29,12 +44,12 @@ def thread_info() -> dict:
     for var in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         if var in os.environ:
             info[var] = os.environ[var]
-    try:
-        import torch
-
+    torch = optional_torch(peer_pass=False)
+    if torch is not None:
         info["torch_threads"] = torch.get_num_threads()
-    except ImportError:
-        pass
+    info["ferro_openmp_wait"] = __import__("ferro")._C.openmp_wait_policy
+    if os.environ.get(PEER_PASS_ENV) is None and _peer["medians"] is not None:
+        info["torch_timed_in"] = "its own process"
     return info
 
 
@@ -45,13 +60,46 @@ def header(name: str) -> None:
     print(f"# threads: {json.dumps(thread_info())}")
 
 
-def optional_torch():
-    """PyTorch when installed, else None (its rows are then reported as skipped)."""
+# Set in the peer's pass (Note [One thread runtime per library]): the file its medians go to.
+PEER_PASS_ENV = "FERRO_BENCH_PEER_PASS"
+_peer = {"medians": None, "calls": 0, "log": []}
+
+
+def is_peer_case(name: str) -> bool:
+    """PyTorch's cases: named ``torch``, ``torch_...``/``torch ...`` or ``.../torch``."""
+    return name == "torch" or name.startswith(("torch_", "torch ")) or name.endswith("/torch")
+
+
+def optional_torch(peer_pass: bool = True):
+    """PyTorch when installed, else None (its rows are then reported as skipped).
+
+    With ``peer_pass`` (every CPU benchmark), PyTorch's cases are timed in a child process of
+    their own (Note [One thread runtime per library]); the child runs at the first call."""
+    if os.environ.get(PEER_PASS_ENV) is None:
+        import ferro  # noqa: F401  (first, so that libgomp is set up as ferro sets it)
     try:
         import torch
     except ImportError:
         return None
+    if peer_pass and os.environ.get(PEER_PASS_ENV) is None and _peer["medians"] is None:
+        _peer["medians"] = _run_peer_pass()
     return torch
+
+
+def _run_peer_pass() -> list[dict]:
+    fd, path = tempfile.mkstemp(suffix=".json", prefix="ferro-bench-peer-")
+    os.close(fd)
+    env = dict(os.environ, **{PEER_PASS_ENV: path, "FERRO_OMP_PASSIVE": "0"})
+    try:
+        proc = subprocess.run(
+            [sys.executable, *sys.argv], env=env, capture_output=True, text=True, check=False
+        )
+        if proc.returncode != 0:
+            raise RuntimeError(f"the peer's pass of {sys.argv[0]} failed:\n{proc.stderr[-3000:]}")
+        with open(path) as f:
+            return json.load(f)
+    finally:
+        os.unlink(path)
 
 
 def measure(cases: dict[str, Callable[[], object]], repeats: int, warmup: int = 1) -> dict:
@@ -59,8 +107,30 @@ def measure(cases: dict[str, Callable[[], object]], repeats: int, warmup: int = 
 
     Returns the median seconds per call of each case. Interleaving spreads machine noise over
     every case instead of penalising whichever ran during a busy moment; the untimed call before
-    each timed one keeps one library's thread pools from slowing the next case.
+    each timed one keeps one library's thread pools from slowing the next case. PyTorch's cases
+    are timed in the peer's pass when there is one (Note [One thread runtime per library]).
     """
+    peer_out = os.environ.get(PEER_PASS_ENV)
+    if peer_out is None and _peer["medians"] is None:
+        return _measure(cases, repeats, warmup)
+    mine = {k: f for k, f in cases.items() if is_peer_case(k) == (peer_out is not None)}
+    med = _measure(mine, repeats, warmup)
+    if peer_out is not None:  # the peer's pass: record, and give the other cases no time
+        _peer["log"].append(med)
+        with open(peer_out, "w") as f:
+            json.dump(_peer["log"], f)
+        return {k: med.get(k, float("nan")) for k in cases}
+    call, _peer["calls"] = _peer["calls"], _peer["calls"] + 1
+    peer = _peer["medians"][call] if call < len(_peer["medians"]) else {}
+    if set(peer) != {k for k in cases if is_peer_case(k)}:
+        raise RuntimeError(
+            f"measure() call {call}: the peer's pass timed {sorted(peer)}, this pass has "
+            f"{sorted(cases)}: the script must make the same calls in both passes"
+        )
+    return {k: med[k] if k in med else peer[k] for k in cases}
+
+
+def _measure(cases: dict[str, Callable[[], object]], repeats: int, warmup: int) -> dict:
     for fn in cases.values():
         for _ in range(warmup):
             fn()

@@ -20,6 +20,7 @@ FAMILIES = [
     ("Special functions", "special"),
     ("Activations", "activation"),
     ("Reductions", "reduction"),
+    ("Scans", "scan"),
     ("Shape and indexing", "shape"),
     ("Linear algebra", "linalg"),
     ("Losses", "loss"),

@@ -21,6 +21,7 @@ from ferro import (  # noqa: F401  (submodules)
     backends,
     cuda,
     distributed,  # noqa: E402,F401  (no MPI import until a process group is made)
+    distributions,
     errors,
     nn,
     optim,

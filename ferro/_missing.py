@@ -105,11 +105,6 @@ MODULE = {
     "view_as_complex": (_COMPLEX, "", "dtypes"),
     "fft": ("ferro has no FFT ops", "", "what-is-missing"),
     "special": ("ferro has no torch.special namespace", "", "what-is-missing"),
-    "distributions": (
-        "ferro has no torch.distributions",
-        "sample with ferro.randn/ferro.normal/ferro.multinomial and write the log-density",
-        "what-is-missing",
-    ),
     "hub": ("ferro has no model hub (nothing is downloaded)", "", "what-is-missing"),
     "mps": ("ferro runs on the CPU (NumPy) and NVIDIA GPUs (CuPy) only", "", "devices"),
     "xpu": ("ferro runs on the CPU (NumPy) and NVIDIA GPUs (CuPy) only", "", "devices"),

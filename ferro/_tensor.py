@@ -42,6 +42,7 @@ from ferro.ops import elementwise as _ew
 from ferro.ops import inplace as _ip
 from ferro.ops import linalg as _la
 from ferro.ops import reduction as _red
+from ferro.ops import scan as _scan
 from ferro.ops import shape as _sh
 from ferro.ops import special as _sp
 
@@ -414,6 +415,26 @@ class Tensor(TensorBase):
     cross = _la.cross
     unique = _red.unique
     bucketize = _red.bucketize
+    nansum, nanmean, nanmedian, kthvalue = _red.nansum, _red.nanmean, _red.nanmedian, _red.kthvalue
+    histc, unique_consecutive = _red.histc, _red.unique_consecutive
+    cummax, cummin, logcumsumexp = _scan.cummax, _scan.cummin, _scan.logcumsumexp
+    trace, tensor_split, take_along_dim, rot90 = (
+        _sh.trace,
+        _sh.tensor_split,
+        _sh.take_along_dim,
+        _sh.rot90,
+    )
+    addr, addbmm = _la.addr, _la.addbmm
+    ravel, unflatten, take, moveaxis = _sh.ravel, _sh.unflatten, _sh.take, _sh.moveaxis
+    fliplr, flipud = _sh.fliplr, _sh.flipud
+    divide, inner, kron = _ew.divide, _la.inner, _la.kron
+    count_nonzero, aminmax, quantile = _red.count_nonzero, _red.aminmax, _red.quantile
+    bincount, isin = _red.bincount, _red.isin
+    erfinv, lgamma, digamma = _sp.erfinv, _sp.lgamma, _sp.digamma
+
+    def polygamma(self, n: int) -> Tensor:
+        """:func:`ferro.polygamma` of order ``n`` of this tensor (PyTorch's ``t.polygamma(n)``)."""
+        return _sp.polygamma(n, self)
 
     def multinomial(self, num_samples: int, replacement: bool = False, *, generator=None):
         """:func:`ferro.multinomial` of this tensor's weights."""
@@ -439,21 +460,7 @@ class Tensor(TensorBase):
         """The last two dimensions swapped (batched matrix transpose)."""
         return _sh.transpose(self, -2, -1)
 
-    def t(self) -> Tensor:
-        """The transpose of a matrix; a 0-D or 1-D tensor is returned as it is (PyTorch's
-        ``t()``).
-
-        Raises:
-            ShapeError: more than 2 dimensions (use ``transpose(d0, d1)`` or ``mT``).
-        """
-        if self.ndim > 2:
-            raise ShapeError(
-                f"t(): expects a tensor with at most 2 dimensions, got shape {self.shape}; use "
-                "transpose(dim0, dim1) or .mT"
-            )
-        if self.ndim < 2:
-            return _sh.permute(self, tuple(range(self.ndim)))
-        return _sh.transpose(self, 0, 1)
+    t = _sh.t
 
     def mm(self, mat2) -> Tensor:
         """The matrix product of two 2-D tensors (``ferro.mm``)."""

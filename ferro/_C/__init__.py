@@ -1,13 +1,70 @@
-"""ferro's compiled core. Importing it from a source tree that was never built explains how."""
+"""ferro's compiled core. Importing it from a source tree that was never built explains how.
+
+Note [OpenMP wait policy]: three kernel modules run OpenMP teams (GNU libgomp) over large
+arrays, while NumPy's matmul runs OpenBLAS's own threads. libgomp's default keeps a team's
+threads spinning for a while after each parallel loop, and on a machine with as many cores as
+threads that spinning takes the cores from the next GEMM's OpenBLAS threads: a Transformer step
+(benchmarks/bench_seq.py's GPT case, 2 cores) ran 280 ms with the default and 112 ms with
+passive waiting, PyTorch's 112 ms. The kernels' thresholds (kernels.h, norm_kernels.h) were
+already sized for a team that sleeps, so ferro loads libgomp with OMP_WAIT_POLICY=PASSIVE, then
+gives the environment back as it was: the setting is read once, when libgomp is first loaded,
+and stays ferro's (PyTorch and scikit-learn load their own copies of libgomp). A user's own
+OMP_WAIT_POLICY or GOMP_SPINCOUNT wins, and FERRO_OMP_PASSIVE=0 keeps libgomp's default. Where
+another library loaded the system libgomp first, its setting holds for ferro too
+(``openmp_wait_policy`` says which).
+"""
+
+import os as _os
+
+
+def _passive_openmp_wanted(env) -> bool:
+    return (
+        env.get("FERRO_OMP_PASSIVE", "1") != "0"
+        and "OMP_WAIT_POLICY" not in env
+        and "GOMP_SPINCOUNT" not in env
+    )
+
+
+def _libgomp_loaded() -> bool:
+    try:
+        with open("/proc/self/maps") as maps:
+            names = {line.rsplit("/", 1)[-1].strip() for line in maps if "/" in line}
+    except OSError:  # not Linux: nothing to tell
+        return False
+    # The soname ferro links (the file may be libgomp.so.1.0.0); a vendored copy under another
+    # soname (scikit-learn's libgomp-<hash>.so) is a separate library and does not count.
+    return any(n == "libgomp.so.1" or n.startswith("libgomp.so.1.") for n in names)
+
+
+def _load_core():
+    from ferro._C import accumulate, cpu_kernels, engine, graph, state, tensor  # noqa: F401
+
+
+def _load_with_wait_policy() -> str:
+    """Import the core, with libgomp's wait policy set as Note [OpenMP wait policy] says;
+    returns the policy ferro's kernels run under ("passive", "user" or "default")."""
+    env = _os.environ
+    if not _passive_openmp_wanted(env):
+        _load_core()
+        return "user" if "OMP_WAIT_POLICY" in env or "GOMP_SPINCOUNT" in env else "default"
+    if _libgomp_loaded():
+        _load_core()
+        return "default"  # read already, when another library loaded it
+    env["OMP_WAIT_POLICY"] = "PASSIVE"
+    try:
+        _load_core()
+    finally:
+        del env["OMP_WAIT_POLICY"]
+    return "passive"
+
 
 try:
+    openmp_wait_policy = _load_with_wait_policy()
     from ferro._C import accumulate, cpu_kernels, engine, graph, state, tensor  # noqa: F401
 except ImportError as exc:  # pragma: no cover - exercised by tests/build/test_install.py
-    import os
-
-    _here = os.path.dirname(os.path.abspath(__file__))
-    _setup = os.path.join(os.path.dirname(os.path.dirname(_here)), "setup.py")
-    if os.path.exists(_setup) and "ferro._C" in str(exc):
+    _here = _os.path.dirname(_os.path.abspath(__file__))
+    _setup = _os.path.join(_os.path.dirname(_os.path.dirname(_here)), "setup.py")
+    if _os.path.exists(_setup) and "ferro._C" in str(exc):
         hint = ""
         try:
             from importlib.metadata import PackageNotFoundError, distribution

@@ -719,7 +719,7 @@ cdef object _run_backward(tuple roots, tuple root_grads, bint retain_graph, tupl
     cdef _Entry e, s, child
     cdef Node node = None
     cdef TensorBase t
-    cdef Py_ssize_t k, i, n_in, nr, n_out
+    cdef Py_ssize_t k, i, n_in, nr, n_out, stage = 0
     cdef bint selective = inputs is not None
 
     if len(roots) != len(root_grads):
@@ -864,11 +864,27 @@ cdef object _run_backward(tuple roots, tuple root_grads, bint retain_graph, tupl
                         if child.deps == 0:
                             _push(ready, &n_ready, child)
                 continue
-            grads = _run_node(node, e, n_out, n_in)
+            stage = _early_stage(node, table) if node.op.early else 0
+            if stage:
+                # Note [Early gradients]: the early leaves are finished (their hooks run) between
+                # the passes, in the order the walk would pop them after the whole backward.
+                gys = _grad_outputs(node, e, n_out)
+                grads = _backward_pass(node, gys, n_in, stage)
+                for i in range(n_in - 1, -1, -1):
+                    if stage >> i & 1:
+                        child = <_Entry>table[node._next[i]]
+                        _deliver_leaf(node, i, grads[i], child)
+                        child.rank = popped
+                        popped += 1
+                        _take(child, selective, accumulate, results, commits)
+                grads = _backward_pass(node, gys, n_in, ((1 << n_in) - 1) & ~stage)
+                gys = None
+            else:
+                grads = _run_node(node, e, n_out, n_in)
             ran.append(node)
             for i in range(n_in):
                 target = node._next[i]
-                if target is None:
+                if target is None or stage >> i & 1:
                     continue
                 child = <_Entry>table[target]
                 g = grads[i]
@@ -1064,6 +1080,11 @@ cdef int _finish_outputs(_Entry e, Node node, bint accumulate, list results,
 
 cdef tuple _run_node(Node node, _Entry e, Py_ssize_t n_out, Py_ssize_t n_in):
     """Call the node's backward once; returns one gradient (or None) per positional input."""
+    return _call_backward(node, _grad_outputs(node, e, n_out), n_in)
+
+
+cdef inline list _grad_outputs(Node node, _Entry e, Py_ssize_t n_out):
+    """Take the node's output gradients from its entry and run its pre-hooks on them."""
     cdef Py_ssize_t nr
     cdef _Entry s
     if n_out == 1:
@@ -1083,6 +1104,12 @@ cdef tuple _run_node(Node node, _Entry e, Py_ssize_t n_out, Py_ssize_t n_in):
             r = fn(tuple([new_tensor(g) for g in gys]))
             if r is not None:
                 gys = _check_hook_grads(r, node, fn, gys)
+    return gys
+
+
+cdef inline tuple _call_backward(Node node, list gys, Py_ssize_t n_in):
+    """Run the node's backward (its fused override where it applies) on ``gys``; check and
+    post-hook the gradients it returns, one (or None) per positional input."""
     if node.op.backward is None:
         raise GraphError(f"{node.name()}: op {node.op.name} is not differentiable")
     if node._n_sv and not node._released:
@@ -1140,6 +1167,51 @@ cdef tuple _run_node(Node node, _Entry e, Py_ssize_t n_out, Py_ssize_t n_in):
             if r is not None:
                 res = _check_post_hook(r, node, fn, res)
     return res
+
+
+# Note [Early gradients] (docs/design.md).
+cdef Py_ssize_t _early_stage(Node node, dict table) except -1:
+    """The inputs (a bitmask) whose gradients this node can deliver in a first pass of its
+    backward, or 0 when staging would change nothing observable or the order of anything: every
+    input from ``op.early`` on is None or a leaf that this node's gradient completes, one of
+    them has tensor hooks, an earlier input needs a gradient, and nothing reads all of the
+    node's gradients at once (post-hooks) or counts its unpacks (saved-tensor hooks)."""
+    cdef Py_ssize_t i, n = len(node._next), mask = 0
+    cdef bint hooked = False, rest = False
+    if n > 62 or node._post_hooks or node._unpack is not None:
+        return 0
+    for i in range(n):
+        target = node._next[i]
+        if target is None:
+            continue
+        if i < node.op.early:
+            rest = True
+        elif type(target) is Node or (<_Entry>table[target]).deps != 1:
+            return 0
+        else:
+            mask |= 1 << i
+            if (<TensorBase>target)._hooks:
+                hooked = True
+    return mask if hooked and rest else 0
+
+
+cdef tuple _backward_pass(Node node, list gys, Py_ssize_t n_in, Py_ssize_t stage):
+    """One pass of a staged backward: ``ctx.needs_input_grad`` shows only the inputs in
+    ``stage``."""
+    node._stage = stage
+    try:
+        return _call_backward(node, gys, n_in)
+    finally:
+        node._stage = 0
+
+
+cdef int _deliver_leaf(Node node, Py_ssize_t i, object g, _Entry child) except -1:
+    """Serial walk: add input ``i``'s early gradient into its leaf's entry; the entry is ready."""
+    cdef TensorBase t = <TensorBase>node._next[i]
+    if g is not None and child.needed | child.wanted:
+        _add_to(child, _check_grad(g, node, i, t._data.shape, t._data.dtype, node.op.broadcasts))
+    child.deps -= 1
+    return 0
 
 
 cdef int _check_finite(Node node, tuple res) except -1:
@@ -1389,14 +1461,15 @@ cdef list _checked(Node node, object grads, dict table):
 
 
 cdef int _deliver(Node node, Py_ssize_t rank, Py_ssize_t width, list grads, dict table,
-                  list ready) except -1:
+                  list ready, Py_ssize_t skip) except -1:
     """Route a finished node's checked gradients (None: it did not run) to its inputs' slots in
-    key order, and count the edges done (under the walk's lock)."""
+    key order, and count the edges done (under the walk's lock); the inputs in the bitmask
+    ``skip`` are left out (Note [Early gradients]: delivered by the other pass)."""
     cdef Py_ssize_t i
     cdef _Entry child, slot
     for i in range(len(node._next)):
         target = node._next[i]
-        if target is None:
+        if target is None or skip >> i & 1:
             continue
         child = <_Entry>table[target]
         if type(target) is Node:
@@ -1434,7 +1507,7 @@ cdef int _participate(_Walk w) except -1:
     cdef _Entry e
     cdef Node node = None
     cdef bint held = False, in_node = False
-    cdef Py_ssize_t n_out
+    cdef Py_ssize_t n_out, n_in, stage, rest, k
     cond = w.cond
     try:
         cond.acquire()
@@ -1456,8 +1529,10 @@ cdef int _participate(_Walk w) except -1:
                 continue
             n_out = node._n_out
             if not e.needed or not _has_grad(e, n_out):
-                _deliver(node, e.rank, w.width, None, w.table, w.ready)
+                _deliver(node, e.rank, w.width, None, w.table, w.ready, 0)
                 continue
+            n_in = len(node._next)
+            stage = _early_stage(node, w.table) if node.op.early else 0
             w.ran.append(node)
             w.running += 1
             in_node = True
@@ -1465,12 +1540,30 @@ cdef int _participate(_Walk w) except -1:
                 cond.notify()  # more ready work than this thread is taking: wake a waiting one
             cond.release()
             held = False
-            grads = _checked(node, _run_node(node, e, n_out, len(node._next)), w.table)
+            if stage:
+                # Note [Early gradients]: deliver the first pass's gradients, and finish their
+                # leaves here (the last targets appended to the ready list: each one's last
+                # edge), in the order the serial walk does.
+                rest = ((1 << n_in) - 1) & ~stage
+                gys = _grad_outputs(node, e, n_out)
+                grads = _checked(node, _backward_pass(node, gys, n_in, stage), w.table)
+                cond.acquire()
+                held = True
+                k = len(w.ready)
+                _deliver(node, e.rank, w.width, grads, w.table, w.ready, rest)
+                while len(w.ready) > k:
+                    _take(<_Entry>w.ready.pop(), w.selective, w.accumulate, w.results, w.commits)
+                cond.release()
+                held = False
+                grads = _checked(node, _backward_pass(node, gys, n_in, rest), w.table)
+                gys = None
+            else:
+                grads = _checked(node, _run_node(node, e, n_out, n_in), w.table)
             cond.acquire()
             held = True
             w.running -= 1
             in_node = False
-            _deliver(node, e.rank, w.width, grads, w.table, w.ready)
+            _deliver(node, e.rank, w.width, grads, w.table, w.ready, stage)
             grads = None
             if w.idle and (len(w.ready) > 1 or (not w.ready and w.running == 0)):
                 cond.notify_all()

@@ -27,6 +27,9 @@ cdef class OpDef:
     # Note [Double backward]: a backward written with ferro ops (Tensors in and out), used under
     # create_graph when ``backward`` cannot run on the differentiable xp namespace; or None.
     cdef readonly object differentiable_backward
+    # Note [Early gradients]: the inputs from this index on get their gradients in a first pass
+    # of backward when a leaf's hooks can use them early (0: the op does not stage).
+    cdef readonly Py_ssize_t early
 
 
 cdef enum:
@@ -71,6 +74,7 @@ cdef class Node:
     cdef bint _promoted        # forward cast its inputs to one dtype (Note [Type promotion])
     cdef object _site          # anomaly mode: (filename, lineno, function) of the creating code
     cdef Py_ssize_t _prof_id   # profiler: id of the forward event that created this node (-1)
+    cdef Py_ssize_t _stage     # Note [Early gradients]: inputs (bitmask) a pass computes; 0: all
     cdef dict __dict__
     cdef object __weakref__
 

@@ -88,13 +88,20 @@ cdef class OpDef:
         differentiable_backward: ``differentiable_backward(ctx, *grad_outputs)`` written with
             ferro ops on Tensors, which ``create_graph`` backward runs instead of ``backward``
             (Note [Double backward]); None: ``backward`` runs on the differentiable namespace.
+        early: Note [Early gradients]: ``backward`` can compute the gradients of the inputs from
+            this index on (say a weight's and a bias's) without the others' (through
+            ``ctx.needs_input_grad``), so the engine may run it in two passes and hand those
+            to their leaves' hooks before the second pass; 0: never staged.
     """
 
     def __init__(self, str name, forward, backward=None, *, bint broadcasts=False,
                  bint differentiable=True, bint same_dtype=True, bint view=False,
-                 str display=None, bint private_ctx=False, differentiable_backward=None):
+                 str display=None, bint private_ctx=False, differentiable_backward=None,
+                 Py_ssize_t early=0):
         if differentiable and backward is None:
             raise ArgumentTypeError(f"op {name!r}: a differentiable op needs a backward")
+        if early < 0:
+            raise ArgumentError(f"op {name!r}: early must be an input index (0: none), got {early}")
         self.name = name
         self.forward = forward
         self.backward = backward
@@ -104,6 +111,7 @@ cdef class OpDef:
         self.view = view
         self.private_ctx = private_ctx
         self.differentiable_backward = differentiable_backward
+        self.early = early
         self.display = display or "".join(p.capitalize() for p in name.split("_"))
 
     def set_override(self, str device, forward=None, backward=None, bint paired=False):
@@ -333,7 +341,11 @@ cdef class Node:
 
     @property
     def needs_input_grad(self):
-        """Per positional input of forward: does a gradient need to flow to it?"""
+        """Per positional input of forward: does a gradient need to flow to it? (In one pass of
+        a staged backward, Note [Early gradients]: does this pass compute it?)"""
+        if self._stage:
+            return tuple([t is not None and bool(self._stage >> i & 1)
+                          for i, t in enumerate(self._next)])
         return _needs(self._next)
 
     def name(self):

@@ -689,6 +689,13 @@ class Namespace:
     def erfc(self, x):
         return self._special("erfc", x)
 
+    def polygamma(self, n, x):
+        if isinstance(x, DArray):
+            return DArray(_op_fn("polygamma")(n, x.tensor))
+        from ferro.ops import special
+
+        return special._polygamma_array(self._backend, n, x)
+
     def _special(self, name, x):
         if isinstance(x, DArray):
             return DArray(_op_fn(name)(x.tensor))

@@ -117,6 +117,31 @@ def _reduction(size_average, reduce, reduction, fn: str) -> str:
     return reduction
 
 
+def _taking_legacy_reduction(loss):
+    """``loss`` (an op of ``ferro.ops.loss``) that also takes PyTorch's deprecated
+    ``size_average``/``reduce`` as keywords, as ``torch.nn.functional``'s losses do (the spatial
+    transformer tutorial's ``F.nll_loss(output, target, size_average=False)``)."""
+
+    @functools.wraps(loss)
+    def with_legacy(*args, size_average=None, reduce=None, **kwargs):
+        if size_average is not None or reduce is not None:
+            kwargs["reduction"] = _legacy_reduction(size_average, reduce)
+        return loss(*args, **kwargs)
+
+    return with_legacy
+
+
+# The functional losses PyTorch gives size_average/reduce (huber_loss never had them).
+nll_loss = _taking_legacy_reduction(nll_loss)  # noqa: F405
+cross_entropy = _taking_legacy_reduction(cross_entropy)  # noqa: F405
+mse_loss = _taking_legacy_reduction(mse_loss)  # noqa: F405
+l1_loss = _taking_legacy_reduction(l1_loss)  # noqa: F405
+smooth_l1_loss = _taking_legacy_reduction(smooth_l1_loss)  # noqa: F405
+binary_cross_entropy = _taking_legacy_reduction(binary_cross_entropy)  # noqa: F405
+binary_cross_entropy_with_logits = _taking_legacy_reduction(binary_cross_entropy_with_logits)  # noqa: F405
+kl_div = _taking_legacy_reduction(kl_div)  # noqa: F405
+
+
 def triplet_margin_loss(
     anchor,
     positive,

@@ -16,6 +16,7 @@ from ferro.ops.pooling import *  # noqa: F403
 from ferro.ops.recurrent import *  # noqa: F403
 from ferro.ops.reduction import *  # noqa: F403
 from ferro.ops.resampling import *  # noqa: F403
+from ferro.ops.scan import *  # noqa: F403
 from ferro.ops.shape import *  # noqa: F403
 from ferro.ops.special import *  # noqa: F403
 
@@ -36,6 +37,7 @@ FAMILIES = (
     "recurrent",
     "reduction",
     "resampling",
+    "scan",
     "shape",
     "special",
 )

@@ -11,7 +11,7 @@ import numbers
 from ferro._C.tensor import TensorBase
 from ferro.dtypes import as_dtype, default_float
 from ferro.errors import ArgumentError, ArgumentTypeError, DtypeError
-from ferro.ops.registry import apply, register
+from ferro.ops.registry import apply, register, unary_op
 
 
 def real_arg(value, name: str, op: str) -> float:
@@ -489,135 +489,6 @@ def clamp(x, min=None, max=None):  # noqa: A002 - PyTorch's argument names
 clip = clamp
 
 
-@register("expm1")
-class Expm1:
-    @staticmethod
-    def forward(ctx, x):
-        y = ctx.xp.expm1(x)
-        ctx.save(y)
-        return y
-
-    @staticmethod
-    def backward(ctx, gy):
-        (y,) = ctx.saved
-        return gy * (y + 1)
-
-
-def expm1(x):
-    """``exp(x) - 1``, accurate near 0.
-
-    Gradient: gx = gy * (y + 1).
-    """
-    return apply(Expm1, x)
-
-
-@register("log1p")
-class Log1p:
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save(x)
-        return ctx.xp.log1p(x)
-
-    @staticmethod
-    def backward(ctx, gy):
-        (x,) = ctx.saved
-        return gy / (x + 1)
-
-
-def log1p(x):
-    """``log(1 + x)``, accurate near 0.
-
-    Gradient: gx = gy / (1 + x).
-    """
-    return apply(Log1p, x)
-
-
-@register("sqrt")
-class Sqrt:
-    @staticmethod
-    def forward(ctx, x):
-        y = ctx.xp.sqrt(x)
-        ctx.save(y)
-        return y
-
-    @staticmethod
-    def backward(ctx, gy):
-        (y,) = ctx.saved
-        return gy / (2 * y)
-
-
-def sqrt(x):
-    """Square root.
-
-    Gradient: gx = gy / (2 * y).
-    """
-    return apply(Sqrt, x)
-
-
-@register("rsqrt")
-class Rsqrt:
-    @staticmethod
-    def forward(ctx, x):
-        y = 1 / ctx.xp.sqrt(x)
-        ctx.save(y)
-        return y
-
-    @staticmethod
-    def backward(ctx, gy):
-        (y,) = ctx.saved
-        return gy * (-0.5 * y * y * y)
-
-
-def rsqrt(x):
-    """``1 / sqrt(x)``.
-
-    Gradient: gx = -gy * y**3 / 2.
-    """
-    return apply(Rsqrt, x)
-
-
-@register("sin")
-class Sin:
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save(x)
-        return ctx.xp.sin(x)
-
-    @staticmethod
-    def backward(ctx, gy):
-        (x,) = ctx.saved
-        return gy * ctx.xp.cos(x)
-
-
-def sin(x):
-    """Sine.
-
-    Gradient: gx = gy * cos(x).
-    """
-    return apply(Sin, x)
-
-
-@register("cos")
-class Cos:
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save(x)
-        return ctx.xp.cos(x)
-
-    @staticmethod
-    def backward(ctx, gy):
-        (x,) = ctx.saved
-        return -gy * ctx.xp.sin(x)
-
-
-def cos(x):
-    """Cosine.
-
-    Gradient: gx = -gy * sin(x).
-    """
-    return apply(Cos, x)
-
-
 @register("sigmoid")
 class Sigmoid:
     @staticmethod
@@ -789,111 +660,107 @@ def sign(x):
     return apply(Sign, x)
 
 
-@register("square")
-class Square:
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save(x)
-        return ctx.xp.square(x)
+# name: (forward(xp, x), the saved array the gradient reads ("x" or "y"), the gradient
+# gx(xp, gy, that array), the docstring's first line, its gradient line): see unary_op.
+_UNARY = {
+    "expm1": (
+        lambda xp, x: xp.expm1(x),
+        "y",
+        lambda xp, gy, y: gy * (y + 1),
+        "``exp(x) - 1``, accurate near 0.",
+        "gy * (y + 1)",
+    ),
+    "log1p": (
+        lambda xp, x: xp.log1p(x),
+        "x",
+        lambda xp, gy, x: gy / (x + 1),
+        "``log(1 + x)``, accurate near 0.",
+        "gy / (1 + x)",
+    ),
+    "sqrt": (
+        lambda xp, x: xp.sqrt(x),
+        "y",
+        lambda xp, gy, y: gy / (2 * y),
+        "Square root.",
+        "gy / (2 * y)",
+    ),
+    "rsqrt": (
+        lambda xp, x: 1 / xp.sqrt(x),
+        "y",
+        lambda xp, gy, y: gy * (-0.5 * y * y * y),
+        "``1 / sqrt(x)``.",
+        "-gy * y**3 / 2",
+    ),
+    "sin": (lambda xp, x: xp.sin(x), "x", lambda xp, gy, x: gy * xp.cos(x), "Sine.", "gy * cos(x)"),
+    "cos": (
+        lambda xp, x: xp.cos(x),
+        "x",
+        lambda xp, gy, x: -gy * xp.sin(x),
+        "Cosine.",
+        "-gy * sin(x)",
+    ),
+    "square": (
+        lambda xp, x: xp.square(x),
+        "x",
+        lambda xp, gy, x: gy * (2 * x),
+        "``x * x``.",
+        "2 * gy * x",
+    ),
+    "reciprocal": (
+        lambda xp, x: xp.reciprocal(x),
+        "y",
+        lambda xp, gy, y: -gy * (y * y),
+        "``1 / x``.",
+        "-gy * y**2",
+    ),
+    "log2": (
+        lambda xp, x: xp.log2(x),
+        "x",
+        lambda xp, gy, x: gy / (x * math.log(2)),
+        "Base-2 logarithm.",
+        "gy / (x * log(2))",
+    ),
+    "log10": (
+        lambda xp, x: xp.log10(x),
+        "x",
+        lambda xp, gy, x: gy / (x * math.log(10)),
+        "Base-10 logarithm.",
+        "gy / (x * log(10))",
+    ),
+    "exp2": (
+        lambda xp, x: xp.exp2(x),
+        "y",
+        lambda xp, gy, y: gy * (y * math.log(2)),
+        "``2 ** x``.",
+        "gy * y * log(2)",
+    ),
+}
+for _name, _row in _UNARY.items():
+    globals()[_name] = unary_op(_name, *_row, __name__)
 
-    @staticmethod
-    def backward(ctx, gy):
-        (x,) = ctx.saved
-        return gy * (2 * x)
 
+def divide(input, other, *, rounding_mode=None):  # noqa: A002 - PyTorch's names
+    """``input / other``: true division (``rounding_mode=None``), or its quotient rounded
+    towards 0 (``"trunc"``) or down (``"floor"``), integer when both operands are.
 
-def square(x):
-    """``x * x``.
-
-    Gradient: gx = 2 * gy * x.
+    Gradient: ga = gy / b, gb = -gy * a / b**2 (true division); 0 when rounded.
     """
-    return apply(Square, x)
+    if rounding_mode is None:
+        return div(input, other)
+    if rounding_mode not in ("trunc", "floor"):
+        raise ArgumentError(
+            f"divide: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}"
+        )
+    q = div(input, other)
+    q = q.trunc() if rounding_mode == "trunc" else q.floor()
+    integral = all(_integral(v) for v in (input, other))
+    return cast(q, "int64") if integral else q
 
 
-@register("reciprocal")
-class Reciprocal:
-    @staticmethod
-    def forward(ctx, x):
-        y = ctx.xp.reciprocal(x)
-        ctx.save(y)
-        return y
-
-    @staticmethod
-    def backward(ctx, gy):
-        (y,) = ctx.saved
-        return -gy * (y * y)
-
-
-def reciprocal(x):
-    """``1 / x``.
-
-    Gradient: gx = -gy * y**2.
-    """
-    return apply(Reciprocal, x)
-
-
-@register("log2")
-class Log2:
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save(x)
-        return ctx.xp.log2(x)
-
-    @staticmethod
-    def backward(ctx, gy):
-        (x,) = ctx.saved
-        return gy / (x * math.log(2))
-
-
-def log2(x):
-    """Base-2 logarithm.
-
-    Gradient: gx = gy / (x * log(2)).
-    """
-    return apply(Log2, x)
-
-
-@register("log10")
-class Log10:
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save(x)
-        return ctx.xp.log10(x)
-
-    @staticmethod
-    def backward(ctx, gy):
-        (x,) = ctx.saved
-        return gy / (x * math.log(10))
-
-
-def log10(x):
-    """Base-10 logarithm.
-
-    Gradient: gx = gy / (x * log(10)).
-    """
-    return apply(Log10, x)
-
-
-@register("exp2")
-class Exp2:
-    @staticmethod
-    def forward(ctx, x):
-        y = ctx.xp.exp2(x)
-        ctx.save(y)
-        return y
-
-    @staticmethod
-    def backward(ctx, gy):
-        (y,) = ctx.saved
-        return gy * (y * math.log(2))
-
-
-def exp2(x):
-    """``2 ** x``.
-
-    Gradient: gx = gy * y * log(2).
-    """
-    return apply(Exp2, x)
+def _integral(v) -> bool:
+    if isinstance(v, TensorBase):
+        return v.dtype.kind in "iu"
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
 
 
 def _rounding(name, fn):
@@ -1289,6 +1156,8 @@ greater, greater_equal, less, less_equal, not_equal = gt, ge, lt, le, ne
 
 
 __all__ = [
+    *_UNARY,
+    "divide",
     "allclose",
     "equal",
     "isclose",
@@ -1322,12 +1191,9 @@ __all__ = [
     "positive",
     "subtract",
     "true_divide",
-    "cos",
     "div",
     "eq",
     "exp",
-    "exp2",
-    "expm1",
     "floor",
     "fmod",
     "frac",
@@ -1339,9 +1205,6 @@ __all__ = [
     "le",
     "lerp",
     "log",
-    "log10",
-    "log1p",
-    "log2",
     "logaddexp",
     "lt",
     "maximum",
@@ -1351,15 +1214,10 @@ __all__ = [
     "ne",
     "neg",
     "pow",
-    "reciprocal",
     "remainder",
     "round",
-    "rsqrt",
     "sigmoid",
     "sign",
-    "sin",
-    "sqrt",
-    "square",
     "sub",
     "tanh",
     "trunc",

@@ -18,7 +18,7 @@ def _rows(a):
     return a if a.ndim == 2 else a.reshape(-1, a.shape[-1])
 
 
-@register("matmul", broadcasts=True)
+@register("matmul", broadcasts=True, early=1)
 class Matmul:
     @staticmethod
     def forward(ctx, a, b):
@@ -74,7 +74,7 @@ def matmul(a, b):
     return apply(Matmul, a, b)
 
 
-@register("linear", broadcasts=False)
+@register("linear", broadcasts=False, early=1)
 class Linear:
     @staticmethod
     def forward(ctx, x, w, b):
@@ -425,8 +425,95 @@ def cdist(x1, x2, p: float = 2.0, compute_mode=None):
 
 
 # The family's public functions (ferro.ops exports their union): a new op's name goes here.
+def addbmm(input, batch1, batch2, *, beta=1, alpha=1):  # noqa: A002
+    """``beta * input + alpha * sum over b of batch1[b] @ batch2[b]`` (3-D batches of the same
+    size; ``input`` broadcasts to the 2-D result), as PyTorch's ``addbmm``.
+
+    Gradient: ginput = beta * gy; gbatch1[b] = alpha * gy @ batch2[b]^T; gbatch2[b] = alpha *
+    batch1[b]^T @ gy.
+    """
+    _check_dims("addbmm", batch1=(batch1, 3), batch2=(batch2, 3))
+    if batch1.shape[0] != batch2.shape[0]:
+        raise ShapeError(
+            f"addbmm: the batch sizes differ: shapes {tuple(batch1.shape)} and "
+            f"{tuple(batch2.shape)}"
+        )
+    return add(_scaled(input, beta), _scaled(matmul(batch1, batch2).sum(0), alpha))
+
+
+def addr(input, vec1, vec2, *, beta=1, alpha=1):  # noqa: A002
+    """``beta * input + alpha * outer(vec1, vec2)`` for 1-D ``vec1`` and ``vec2`` (``input``
+    broadcasts), as PyTorch's ``addr``.
+
+    Gradient: ginput = beta * gy; gvec1 = alpha * gy @ vec2; gvec2 = alpha * gy^T @ vec1.
+    """
+    _check_dims("addr", vec1=(vec1, 1), vec2=(vec2, 1))
+    return add(_scaled(input, beta), _scaled(outer(vec1, vec2), alpha))
+
+
+def tensordot(a, b, dims=2):
+    """Sums of products over dims of ``a`` and ``b``: the last ``dims`` of ``a`` with the first
+    ``dims`` of ``b`` (an int), or the dims listed in a pair ``(dims_a, dims_b)``; the rest of
+    ``a``'s dims, then ``b``'s, make the result.
+
+    Gradient: through the permute, reshape and matmul it is made of.
+    """
+    from ferro.ops.shape import permute, reshape
+
+    if isinstance(dims, int):
+        if dims < 0 or dims > min(a.ndim, b.ndim):
+            raise ArgumentError(f"tensordot: dims={dims} for tensors of {a.ndim} and {b.ndim} dims")
+        da, db = list(range(a.ndim - dims, a.ndim)), list(range(dims))
+    else:
+        if len(dims) != 2:
+            raise ArgumentError(f"tensordot: dims must be an int or a pair of lists, got {dims!r}")
+        da, db = ([d] if isinstance(d, int) else list(d) for d in dims)
+        da, db = [d % a.ndim for d in da], [d % b.ndim for d in db]
+    if len(da) != len(db) or any(a.shape[i] != b.shape[j] for i, j in zip(da, db, strict=True)):
+        raise ShapeError(
+            f"tensordot: dims {da} of {tuple(a.shape)} and {db} of {tuple(b.shape)} do not match"
+        )
+    ra, rb = [d for d in range(a.ndim) if d not in da], [d for d in range(b.ndim) if d not in db]
+    k = math.prod(a.shape[d] for d in da)
+    left = reshape(permute(a, (*ra, *da)), (-1, k))
+    right = reshape(permute(b, (*db, *rb)), (k, -1))
+    return reshape(matmul(left, right), (*(a.shape[d] for d in ra), *(b.shape[d] for d in rb)))
+
+
+def inner(input, other):  # noqa: A002
+    """The sums of products over the last dims of ``input`` and ``other`` (a 0-d operand
+    multiplies), as PyTorch's ``inner``.
+
+    Gradient: through tensordot.
+    """
+    if input.ndim == 0 or other.ndim == 0:
+        return mul(input, other)
+    return tensordot(input, other, ([-1], [-1]))
+
+
+def kron(input, other):  # noqa: A002
+    """The Kronecker product: blocks ``input[i] * other`` (the shorter shape padded with
+    leading 1s).
+
+    Gradient: through the broadcast product it is made of.
+    """
+    from ferro.ops.shape import reshape
+
+    n = max(input.ndim, other.ndim)
+    sa = (1,) * (n - input.ndim) + tuple(input.shape)
+    sb = (1,) * (n - other.ndim) + tuple(other.shape)
+    x = reshape(input, tuple(v for s in sa for v in (s, 1)))
+    y = reshape(other, tuple(v for s in sb for v in (1, s)))
+    return reshape(mul(x, y), tuple(p * q for p, q in zip(sa, sb, strict=True)))
+
+
 __all__ = [
+    "inner",
+    "kron",
+    "tensordot",
+    "addbmm",
     "addmm",
+    "addr",
     "addmv",
     "baddbmm",
     "cdist",

@@ -27,7 +27,9 @@ def _check_reduction(reduction, op, extra=()):
         )
 
 
-def _reduce(loss, reduction):
+def _reduce(loss, reduction, weight=None):
+    if weight is not None:  # elementwise weights, already on the loss's device (_like_input)
+        loss = ew.mul(loss, weight)
     if reduction == "mean":
         return red.mean(loss)
     if reduction == "sum":
@@ -377,38 +379,50 @@ def nll_loss(
     return _class_index_loss(NllLoss, "nll_loss", input, target, weight, ignore_index, reduction)
 
 
-def binary_cross_entropy(input, target, weight=None, reduction: str = "mean"):  # noqa: A002
-    """``-(t log p + (1 - t) log(1 - p))`` for probabilities ``input``; logs are clamped at -100
-    as PyTorch does.
+@register("binary_cross_entropy")
+class BinaryCrossEntropy:
+    # An op of its own, not a composition: at a saturated probability (p exactly 0 or 1, as a
+    # float32 sigmoid gives for logits past ~17) the composed log's backward divided 0 by 0 and
+    # the step wrote NaN into every parameter. PyTorch's derivative divides by
+    # max(p (1 - p), 1e-12) instead; this op takes its forward and both derivatives.
+    @staticmethod
+    def forward(ctx, p, t):
+        if p.size and (p.min() < 0 or p.max() > 1):
+            raise ArgumentError(
+                "binary_cross_entropy: input must hold probabilities in [0, 1], got values in "
+                f"[{float(p.min())}, {float(p.max())}]"
+            )
+        ctx.save(p, t)
+        with np.errstate(divide="ignore"):
+            lp, lq = ctx.xp.maximum(ctx.xp.log(p), -100.0), ctx.xp.maximum(ctx.xp.log1p(-p), -100.0)
+            return -(t * lp + (1 - t) * lq)
 
-    Gradient: ginput = (p - t) / (p (1 - p)) * gy (times weight).
+    @staticmethod
+    def backward(ctx, gy):
+        xp, (p, t) = ctx.xp, ctx.saved
+        with np.errstate(divide="ignore", invalid="ignore"):  # gtarget unclamped, as PyTorch's
+            return gy * (p - t) / xp.maximum(p * (1 - p), 1e-12), gy * (xp.log1p(-p) - xp.log(p))
+
+
+def binary_cross_entropy(input, target, weight=None, reduction: str = "mean"):  # noqa: A002
+    """``-(t log p + (1 - t) log(1 - p))`` of probabilities ``input``, logs clamped at -100.
+
+    Gradient: ginput = (p - t) / max(p (1 - p), 1e-12) * gy (times weight), as PyTorch's.
     """
     _check_reduction(reduction, "binary_cross_entropy")
     _same_shape(input, target, "binary_cross_entropy")
-    d = input.detach()._data
-    if d.size and (d.min() < 0 or d.max() > 1):
-        raise ArgumentError(
-            "binary_cross_entropy: input must hold probabilities in [0, 1], got values in "
-            f"[{float(d.min())}, {float(d.max())}]"
-        )
-    log_p = ew.clamp(ew.log(input), min=-100.0)
-    log_q = ew.clamp(ew.log(ew.sub(1.0, input)), min=-100.0)
-    loss = ew.neg(ew.add(ew.mul(target, log_p), ew.mul(ew.sub(1.0, target), log_q)))
-    weight = _like_input(weight, input)
-    if weight is not None:
-        loss = ew.mul(loss, weight)
-    return _reduce(loss, reduction)
+    target = target if target.dtype == input.dtype else target.to(input.dtype)
+    return _reduce(apply(BinaryCrossEntropy, input, target), reduction, _like_input(weight, input))
 
 
 def binary_cross_entropy_with_logits(
     input,
     target,
-    weight=None,  # noqa: A002
+    weight=None,
     reduction: str = "mean",
-    pos_weight=None,
+    pos_weight=None,  # noqa: A002
 ):
-    """Sigmoid + binary cross-entropy in one stable expression:
-    ``(1 - t) x + (1 + (pw - 1) t) softplus(-x)``.
+    """Sigmoid + binary cross-entropy, stably: ``(1 - t) x + (1 + (pw - 1) t) softplus(-x)``.
 
     Gradient: ginput = (sigmoid(x) (1 + (pw - 1) t) - pw t) * gy (pw = 1 without pos_weight).
     """
@@ -418,14 +432,9 @@ def binary_cross_entropy_with_logits(
     _same_shape(input, target, "binary_cross_entropy_with_logits")
     sp = softplus(ew.neg(input))
     weight, pos_weight = _like_input(weight, input), _like_input(pos_weight, input)
-    if pos_weight is None:
-        loss = ew.add(ew.mul(ew.sub(1.0, target), input), sp)
-    else:
-        coef = ew.add(ew.mul(ew.sub(pos_weight, 1.0), target), 1.0)
-        loss = ew.add(ew.mul(ew.sub(1.0, target), input), ew.mul(coef, sp))
-    if weight is not None:
-        loss = ew.mul(loss, weight)
-    return _reduce(loss, reduction)
+    if pos_weight is not None:
+        sp = ew.mul(ew.add(ew.mul(ew.sub(pos_weight, 1.0), target), 1.0), sp)
+    return _reduce(ew.add(ew.mul(ew.sub(1.0, target), input), sp), reduction, weight)
 
 
 def kl_div(input, target, reduction: str = "mean", log_target: bool = False):  # noqa: A002

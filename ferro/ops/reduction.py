@@ -770,6 +770,195 @@ def unique(
     return out[0] if len(out) == 1 else tuple(out)
 
 
+def unique_consecutive(
+    input,  # noqa: A002 - PyTorch's argument names
+    return_inverse: bool = False,
+    return_counts: bool = False,
+    dim=None,
+):
+    """``input`` (flattened when ``dim`` is None) with each run of equal consecutive elements
+    (with ``dim``: slices) kept once, as PyTorch's ``unique_consecutive``; ``return_inverse``
+    and ``return_counts`` as in :func:`unique`. The results are not differentiable
+    (no history).
+
+    Example:
+        >>> ferro.unique_consecutive(ferro.tensor([1, 1, 2, 1]), return_counts=True)
+        (tensor([1, 2, 1]), tensor([2, 1, 1]))
+    """
+    data = _tensor_data(input, "unique_consecutive")
+    xp = _xp(data)
+    a = 0 if dim is None else _one_dim(dim, input, "unique_consecutive")
+    rows = (
+        data.reshape(-1, 1) if dim is None else xp.moveaxis(data, a, 0).reshape(data.shape[a], -1)
+    )
+    starts = xp.concatenate(
+        [xp.ones(builtins.min(len(rows), 1), bool), (rows[1:] != rows[:-1]).any(axis=1)]
+    )
+    first = xp.nonzero(starts)[0]
+    values = data.reshape(-1)[first] if dim is None else xp.take(data, first, axis=a)
+    out = [_no_grad_result(values, input)]
+    if return_inverse:
+        inverse = xp.cumsum(starts) - 1
+        out.append(_no_grad_result(inverse.reshape(data.shape if dim is None else -1), input))
+    if return_counts:
+        counts = xp.diff(xp.concatenate([first, xp.asarray([len(rows)])]))
+        out.append(_no_grad_result(counts.astype("int64"), input))
+    return out[0] if len(out) == 1 else tuple(out)
+
+
+def histc(input, bins: int = 100, min=0, max=0):  # noqa: A002
+    """The histogram of ``input`` in ``bins`` equal bins over ``[min, max]`` (the last bin
+    closed), as PyTorch's ``histc``: with ``min == max`` the data's own range; elements
+    outside it (and NaNs) are not counted. Of ``input``'s dtype; not differentiable.
+
+    Example:
+        >>> ferro.histc(ferro.tensor([1.0, 2.0, 1.0]), bins=4, min=0, max=3)
+        tensor([0., 2., 1., 0.])
+    """
+    data = _tensor_data(input, "histc")
+    _float_only(input, "histc")
+    if not isinstance(bins, numbers.Integral) or isinstance(bins, bool) or bins <= 0:
+        raise ArgumentError(f"histc: bins must be a positive int, got {bins!r}")
+    lo, hi = float(min), float(max)
+    if lo > hi:
+        raise ArgumentError(f"histc: min ({lo}) must not be greater than max ({hi})")
+    xp = _xp(data)
+    values = data[~xp.isnan(data)].reshape(-1)
+    if lo == hi and values.size:
+        lo, hi = float(values.min()), float(values.max())
+    if lo == hi:
+        lo, hi = lo - 1, hi + 1
+    counts, _ = xp.histogram(values, bins=int(bins), range=(lo, hi))
+    return _no_grad_result(counts.astype(data.dtype), input)
+
+
+def count_nonzero(input, dim=None):  # noqa: A002
+    """How many elements are not 0, over ``dim`` (an int or a tuple; None: all), int64.
+    The count is not differentiable.
+    """
+    return sum(input != 0, dim)
+
+
+#: What ``aminmax`` returns, as PyTorch's ``torch.return_types.aminmax``.
+AminmaxResult = namedtuple("aminmax", ("min", "max"))
+
+
+def aminmax(input, *, dim=None, keepdim: bool = False):  # noqa: A002
+    """A named tuple ``(min, max)`` of :func:`amin` and :func:`amax` over ``dim``.
+
+    Gradient: as amin's and amax's (ties share it evenly).
+    """
+    return AminmaxResult(amin(input, dim, keepdim), amax(input, dim, keepdim))
+
+
+def var_mean(input, dim=None, unbiased=None, keepdim: bool = False, *, correction=None):  # noqa: A002
+    """The tuple ``(var, mean)`` over ``dim``, as PyTorch's ``var_mean``.
+
+    Gradient: as var's and mean's.
+    """
+    v = var(input, dim, unbiased, keepdim, correction=correction)
+    return v, mean(input, dim, keepdim)
+
+
+def std_mean(input, dim=None, unbiased=None, keepdim: bool = False, *, correction=None):  # noqa: A002
+    """The tuple ``(std, mean)`` over ``dim``, as PyTorch's ``std_mean``.
+
+    Gradient: as std's and mean's.
+    """
+    s = std(input, dim, unbiased, keepdim, correction=correction)
+    return s, mean(input, dim, keepdim)
+
+
+_QUANTILE_MODES = ("linear", "lower", "higher", "nearest", "midpoint")
+
+
+def quantile(input, q, dim=None, keepdim: bool = False, *, interpolation: str = "linear"):  # noqa: A002
+    """The ``q``-th quantiles (``q`` a number or a 1-D tensor in [0, 1]) along ``dim`` (None:
+    of all elements), as PyTorch's: between the two order statistics around ``q * (n - 1)``
+    by ``interpolation`` (``linear``, ``lower``, ``higher``, ``nearest``, ``midpoint``). A 1-D
+    ``q`` puts its dimension first. A NaN makes its slice's quantiles NaN.
+
+    Gradient: gy shared by the two elements picked, by the interpolation weights.
+    """
+    from ferro._C.tensor import TensorBase, wrap
+
+    if interpolation not in _QUANTILE_MODES:
+        raise ArgumentError(
+            f"quantile: interpolation must be one of {_QUANTILE_MODES}, got {interpolation!r}"
+        )
+    _float_only(input, "quantile")
+    qs = q._data if isinstance(q, TensorBase) else np.asarray(q, dtype=np.float64)
+    if qs.ndim > 1:
+        raise ShapeError(f"quantile: q must be a number or a 1-D tensor, got shape {qs.shape}")
+    xp = xp_of(input._data)
+    qs = xp.asarray(qs, dtype=np.float64)
+    if bool(((qs < 0) | (qs > 1)).any()):
+        raise ArgumentError("quantile: q must be in [0, 1]")
+    x = input.reshape(-1) if dim is None else input
+    a = 0 if dim is None else _one_dim(dim, input, "quantile")
+    if x.ndim == 0:
+        x = x.reshape(1)
+    n = x.shape[a]
+    if n == 0:
+        raise IndexOutOfRangeError(f"quantile: dimension {a} of shape {tuple(x.shape)} is empty")
+    values = sort(x, a).values  # NaN sorts last
+    pos = qs.reshape(-1) * (n - 1)
+    if interpolation == "lower":
+        pos = xp.floor(pos)
+    elif interpolation == "higher":
+        pos = xp.ceil(pos)
+    elif interpolation == "nearest":
+        pos = xp.round(pos)  # half to even, as PyTorch's
+    lo = xp.floor(pos).astype(xp.int64)
+    hi = xp.minimum(lo + 1, n - 1)
+    frac = pos - lo if interpolation != "midpoint" else xp.where(pos > lo, 0.5, 0.0)
+
+    shape = [1] * x.ndim
+    shape[a] = pos.size
+    w = wrap(xp.asarray(frac, dtype=input._data.dtype).reshape(shape))
+    below = values.index_select(a, wrap(lo))
+    out = below + (values.index_select(a, wrap(hi)) - below) * w
+    has_nan = xp.isnan(x._data).any(axis=a, keepdims=True)
+    out = out.masked_fill(wrap(xp.broadcast_to(has_nan, out.shape)), float("nan"))
+    out = out.movedim(a, 0)  # the q dimension first
+    if keepdim:
+        keep = (pos.size,) + tuple(
+            1 if dim is None or d == a else s for d, s in enumerate(input.shape)
+        )
+        out = out.reshape(keep)
+    if qs.ndim == 0:
+        out = out.squeeze(0)
+    return out
+
+
+def isin(elements, test_elements, *, assume_unique: bool = False, invert: bool = False):
+    """Whether each element of ``elements`` is among ``test_elements`` (tensors or numbers),
+    a bool tensor of ``elements``' shape; not differentiable.
+    """
+    from ferro._C.tensor import TensorBase, wrap
+
+    e = elements._data if isinstance(elements, TensorBase) else np.asarray(elements)
+    t = test_elements._data if isinstance(test_elements, TensorBase) else np.asarray(test_elements)
+    xp = _xp(e if isinstance(elements, TensorBase) else t)
+    return wrap(xp.asarray(xp.isin(e, t, invert=bool(invert))))
+
+
+def bincount(input, weights=None, minlength: int = 0):  # noqa: A002
+    """How often each value ``0 .. max`` occurs in the 1-D non-negative integer ``input`` (at
+    least ``minlength`` bins), or the sums of ``weights`` per value; not differentiable.
+    """
+    data = _tensor_data(input, "bincount")
+    if data.ndim != 1 or data.dtype.kind not in "iu":
+        raise ShapeError(
+            f"bincount: expects a 1-D integer tensor, got shape {tuple(data.shape)} {data.dtype}"
+        )
+    if data.size and int(data.min()) < 0:
+        raise ArgumentError("bincount: the values must be non-negative")
+    w = None if weights is None else _tensor_data(weights, "bincount")
+    out = _xp(data).bincount(data, weights=w, minlength=int(minlength))
+    return _no_grad_result(out.astype(w.dtype if w is not None else "int64"), input)
+
+
 def _xp(arr):
     from ferro.backend import xp_of
 
@@ -876,17 +1065,123 @@ def median(x, dim=None, keepdim: bool = False):
     k = xp.full(values.shape[:a] + (1,) + values.shape[a + 1 :], (n - 1) // 2, dtype=xp.int64)
     if has_nan is not None:
         k = xp.where(has_nan, n - 1, k)
+    return _pick_sorted(values, indices, a, k, keepdim, MedianResult)
+
+
+def _pick_sorted(values, indices, a, k, keepdim, result):
+    """The ``k``-th (an int64 array, one per slice, size 1 along ``a``) of sorted
+    ``values``/``indices`` along ``a``, as a named tuple ``result``."""
     from ferro._C.tensor import wrap
 
     kt = wrap(k)
     v, i = values.gather(a, kt), indices.gather(a, kt)
     if not keepdim:
         v, i = v.squeeze(a), i.squeeze(a)
-    return MedianResult(v, i)
+    return result(v, i)
+
+
+#: What ``kthvalue``/``nanmedian`` return, as PyTorch's ``torch.return_types``.
+KthvalueResult = namedtuple("kthvalue", ("values", "indices"))
+NanmedianResult = namedtuple("nanmedian", ("values", "indices"))
+
+
+def kthvalue(input, k: int, dim: int = -1, keepdim: bool = False):  # noqa: A002
+    """The ``k``-th smallest element (``k`` from 1) along ``dim``: a named tuple
+    ``(values, indices)``; indices int64, not differentiable. NaN counts as the largest.
+
+    Gradient: gy goes to the element picked (the sort's backward).
+
+    Example:
+        >>> ferro.kthvalue(ferro.tensor([3.0, 1.0, 2.0]), 2)
+        kthvalue(values=tensor(2.), indices=tensor(2))
+    """
+    a = _one_dim(dim, input, "kthvalue")
+    if not isinstance(k, numbers.Integral) or isinstance(k, bool):
+        raise ArgumentTypeError(f"kthvalue: k must be an int, got {k!r}")
+    n = input.shape[a] if input.ndim else 1
+    if not 1 <= k <= n:
+        raise IndexOutOfRangeError(
+            f"kthvalue: k={k} is out of range for dimension {dim} of shape {tuple(input.shape)}"
+        )
+    if input.ndim == 0:
+        return _as_1d(kthvalue, input, k, 0)
+    values, indices = sort(input, a)
+    xp = xp_of(input._data)
+    k_arr = xp.full(values.shape[:a] + (1,) + values.shape[a + 1 :], k - 1, dtype=xp.int64)
+    return _pick_sorted(values, indices, a, k_arr, keepdim, KthvalueResult)
+
+
+def nanmedian(input, dim=None, keepdim: bool = False):  # noqa: A002
+    """:func:`median` of the values that are not NaN (NaN where all are), as PyTorch's: the
+    lower median, with ``dim`` a named tuple ``(values, indices)``.
+
+    Gradient: gy goes to the element the median picked (the sort's backward).
+    """
+    xp = xp_of(input._data)
+    floating = input._data.dtype.kind == "f"
+    if dim is None:
+        flat = input.reshape(-1)
+        if flat.shape[0] == 0:
+            return input.sum() * float("nan")
+        count = int((~xp.isnan(flat._data)).sum()) if floating else flat.shape[0]
+        return sort(flat).values[builtins.max((count - 1) // 2, 0)]
+    a = _one_dim(dim, input, "nanmedian")
+    if input.ndim == 0 or not floating:
+        return NanmedianResult(*median(input, a, keepdim))
+    if input.shape[a] == 0:
+        raise IndexOutOfRangeError(
+            f"nanmedian: dimension {dim} of shape {tuple(input.shape)} is empty"
+        )
+    values, indices = sort(input, a)
+    count = (~xp.isnan(input._data)).sum(axis=a, keepdims=True)
+    k = xp.maximum((count - 1) // 2, 0).astype(xp.int64)
+    return _pick_sorted(values, indices, a, k, keepdim, NanmedianResult)
+
+
+def _nan_zeroed(x):
+    return x.masked_fill(x.isnan(), 0.0) if x._data.dtype.kind == "f" else x
+
+
+@aliases
+def nansum(input, dim=None, keepdim: bool = False, *, dtype=None):  # noqa: A002
+    """:func:`sum` with NaN counted as 0.
+
+    Gradient: gx = gy, 0 at the NaNs.
+    """
+    x = _nan_zeroed(input)
+    return sum(x if dtype is None else x.to(dtype), dim, keepdim)
+
+
+@aliases
+def nanmean(input, dim=None, keepdim: bool = False, *, dtype=None):  # noqa: A002
+    """:func:`mean` of the values that are not NaN (NaN where all are).
+
+    Gradient: gx = gy / (the count of non-NaN values), 0 at the NaNs.
+    """
+    _float_only(input, "nanmean")
+    from ferro._C.tensor import wrap
+
+    x = input if dtype is None else input.to(dtype)
+    xp = xp_of(x._data)
+    present = wrap(xp.asarray(~xp.isnan(x._data), dtype=x._data.dtype))
+    return nansum(x, dim, keepdim) / sum(present, dim, keepdim)
 
 
 __all__ = [
+    "aminmax",
+    "bincount",
+    "count_nonzero",
+    "isin",
+    "quantile",
+    "std_mean",
+    "var_mean",
+    "histc",
+    "kthvalue",
+    "unique_consecutive",
     "median",
+    "nanmean",
+    "nanmedian",
+    "nansum",
     "bucketize",
     "searchsorted",
     "unique",

@@ -69,4 +69,32 @@ def register(name: str, **flags) -> callable:
     return deco
 
 
-__all__ = ["REGISTRY", "register", "apply", "array_of", "OpDef"]
+def unary_op(name, forward, reads, gradient, doc, grad_doc, module):
+    """Register the one-tensor op of a table row and return its public function: ``forward(xp,
+    x)`` makes ``y``; ``reads`` names the array saved for the backward (``"x"`` or ``"y"``),
+    and ``gradient(xp, gy, saved)`` makes ``gx`` with ``xp`` alone, so it runs again on the
+    differentiable namespace under ``create_graph``. ``module`` is the family that owns it."""
+
+    def fwd(ctx, x):
+        y = forward(ctx.xp, x)
+        ctx.save(y if reads == "y" else x)
+        return y
+
+    def bwd(ctx, gy):
+        (s,) = ctx.saved
+        return gradient(ctx.xp, gy, s)
+
+    fwd.__module__ = bwd.__module__ = module
+    cls = type(name.capitalize(), (), {"forward": staticmethod(fwd), "backward": staticmethod(bwd)})
+    op = register(name)(cls)
+
+    def fn(x):
+        return apply(op, x)
+
+    fn.__name__ = fn.__qualname__ = name
+    fn.__module__ = module
+    fn.__doc__ = f"{doc}\n\n    Gradient: gx = {grad_doc}.\n    "
+    return fn
+
+
+__all__ = ["REGISTRY", "register", "apply", "array_of", "OpDef", "unary_op"]

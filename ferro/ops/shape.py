@@ -1535,7 +1535,342 @@ def unfold_windows(x, dimension: int, size: int, step: int):
 
 
 # The family's public functions (ferro.ops exports their union): a new op's name goes here.
+def trace(input):  # noqa: A002 - PyTorch's argument names
+    """The sum of the main diagonal of a 2-D tensor.
+
+    Gradient: gx = gy on the diagonal, 0 elsewhere.
+    """
+    if not isinstance(input, TensorBase) or input.ndim != 2:
+        raise ShapeError(
+            f"trace: expects a 2-D tensor, got shape {tuple(getattr(input, 'shape', ()))}"
+        )
+    return diagonal(input).sum()
+
+
+def tensor_split(input, indices_or_sections, dim: int = 0):  # noqa: A002
+    """Views of ``input`` split along ``dim``, as PyTorch's ``tensor_split``: an int ``n``
+    gives ``n`` parts, the first ``size % n`` one longer; a list of indices splits before
+    each (indices past the end give empty parts). A tensor argument is read as an int (0-d)
+    or as the list (1-D).
+
+    Gradient: each part's gy goes back to its slice.
+    """
+    a = _axis(dim, input.ndim, "tensor_split")
+    if isinstance(indices_or_sections, TensorBase):
+        data = indices_or_sections._data
+        if data.dtype.kind not in "iu" or data.ndim > 1:
+            raise ArgumentTypeError(
+                "tensor_split: a tensor indices_or_sections must be a 0-d or 1-D integer tensor"
+            )
+        indices_or_sections = data.item() if data.ndim == 0 else [int(v) for v in data.tolist()]
+    size = input.shape[a]
+    if isinstance(indices_or_sections, numbers.Integral):
+        n = _int(indices_or_sections, "tensor_split", "sections")
+        if n <= 0:
+            raise ArgumentError(f"tensor_split: sections must be positive, got {n}")
+        q, r = divmod(size, n)
+        bounds = [i * q + min(i, r) for i in range(n + 1)]
+    else:
+        cuts = [_int(v, "tensor_split", "indices") for v in indices_or_sections]
+        bounds = [0, *(min(max(c if c >= 0 else c + size, 0), size) for c in cuts), size]
+    head = (slice(None),) * a
+    return tuple(
+        getitem(input, (*head, slice(lo, max(lo, hi))))
+        for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)
+    )
+
+
+def take_along_dim(input, indices, dim=None):  # noqa: A002
+    """``input`` gathered at ``indices`` along ``dim``, the two broadcast against each other
+    in the other dims (PyTorch's ``take_along_dim``); ``dim=None`` takes from the flattened
+    tensor at the flattened indices.
+
+    Gradient: gx = gy added back at ``indices``.
+    """
+    if not isinstance(indices, TensorBase):
+        from ferro._C.tensor import wrap
+        from ferro.ops.registry import array_of
+
+        indices = wrap(array_of(indices))
+    if dim is None:
+        return gather(reshape(input, -1), 0, reshape(indices, -1))
+    a = _axis(dim, input.ndim, "take_along_dim")
+    if getattr(indices, "ndim", None) != input.ndim:
+        raise ShapeError(
+            f"take_along_dim: input {tuple(input.shape)} and indices "
+            f"{tuple(getattr(indices, 'shape', ()))} must have the same number of dimensions"
+        )
+    try:
+        shape = np.broadcast_shapes(
+            tuple(1 if d == a else s for d, s in enumerate(input.shape)),
+            tuple(1 if d == a else s for d, s in enumerate(indices.shape)),
+        )
+    except ValueError:
+        raise ShapeError(
+            f"take_along_dim: input {tuple(input.shape)} and indices {tuple(indices.shape)} "
+            f"do not broadcast outside dim {dim}"
+        ) from None
+    sizes = [input.shape[a] if d == a else s for d, s in enumerate(shape)]
+    x = broadcast_to(input, tuple(sizes))
+    sizes[a] = indices.shape[a]
+    return gather(x, a, broadcast_to(indices, tuple(sizes)))
+
+
+def rot90(input, k: int = 1, dims=(0, 1)):  # noqa: A002
+    """Rotate by 90 degrees ``k`` times in the plane of ``dims``, from the first towards the
+    second (PyTorch's and NumPy's direction).
+
+    Gradient: gx = gy rotated back.
+    """
+    k = _int(k, "rot90", "k") % 4
+    if len(dims) != 2:
+        raise ArgumentError(f"rot90: dims must name two dimensions, got {dims!r}")
+    d0, d1 = (_axis(d, input.ndim, "rot90") for d in dims)
+    if d0 == d1:
+        raise ArgumentError(f"rot90: dims must differ, got {dims!r}")
+    if k == 0:
+        return flip(input, ())
+    if k == 2:
+        return flip(input, (d0, d1))
+    return transpose(flip(input, (d1 if k == 1 else d0,)), d0, d1)
+
+
+def block_diag(*tensors):
+    """The tensors (0-d, 1-D as one row, or 2-D) as the blocks of a block-diagonal matrix,
+    zeros elsewhere.
+
+    Gradient: each gx = its block of gy.
+    """
+    tensors = _tensor_list(tensors, "block_diag")
+    for t in tensors:
+        if t.ndim > 2:
+            raise ShapeError(f"block_diag: expects tensors of at most 2 dims, got {tuple(t.shape)}")
+    tensors = [t if t.ndim == 2 else reshape(t, 1, -1) for t in tensors]
+    width = sum(t.shape[1] for t in tensors)
+    rows, left = [], 0
+    for t in tensors:
+        rows.append(pad(t, (left, width - left - t.shape[1])))
+        left += t.shape[1]
+    return cat(rows, 0)
+
+
+def vander(x, N=None, increasing: bool = False):  # noqa: N803 - PyTorch's argument name
+    """The Vandermonde matrix of a 1-D ``x``: columns ``x**(N-1), ..., x, 1`` (``increasing``:
+    the other way round), ``N`` defaulting to ``len(x)``.
+
+    Gradient: through the running product of the powers (exact at 0).
+    """
+    if x.ndim != 1:
+        raise ShapeError(f"vander: expects a 1-D tensor, got shape {tuple(x.shape)}")
+    n = x.shape[0] if N is None else _int(N, "vander", "N")
+    if n < 0:
+        raise ArgumentError(f"vander: N must be non-negative, got {n}")
+    from ferro.ops.reduction import cumprod
+
+    col = reshape(x, -1, 1)
+    parts = [col * 0 + 1] + [col] * (n - 1) if n else []
+    powers = cumprod(cat(parts, 1), 1) if n else narrow(col, 1, 0, 0)
+    return powers if increasing else flip(powers, (1,))
+
+
+def _triangle_indices(row, col, offset, dtype, device, lower, op):
+    from ferro._C.tensor import wrap
+    from ferro.backend import default_device_or_none, parse_device
+    from ferro.dtypes import as_dtype
+
+    row, col, offset = (_int(v, op, n) for v, n in ((row, "row"), (col, "col"), (offset, "offset")))
+    if row < 0 or col < 0:
+        raise ArgumentError(f"{op}: row and col must be non-negative, got {row} and {col}")
+    mask = np.tri(row, col, offset, dtype=bool) if lower else ~np.tri(row, col, offset - 1, bool)
+    arr = np.stack(np.nonzero(mask)).astype(np.int64 if dtype is None else as_dtype(dtype))
+    target = default_device_or_none() if device is None else parse_device(device)
+    return wrap(arr if target is None else move(arr, target))
+
+
+def tril_indices(row: int, col: int, offset: int = 0, *, dtype=None, device=None):
+    """The (2, count) row and column indices of the lower triangle of a ``row x col`` matrix
+    (the diagonal ``offset`` and below), in row-major order, int64 unless ``dtype`` (an index
+    tensor: not differentiable).
+    """
+    return _triangle_indices(row, col, offset, dtype, device, True, "tril_indices")
+
+
+def triu_indices(row: int, col: int, offset: int = 0, *, dtype=None, device=None):
+    """The (2, count) indices of the upper triangle (the diagonal ``offset`` and above), as
+    :func:`tril_indices`; not differentiable.
+    """
+    return _triangle_indices(row, col, offset, dtype, device, False, "triu_indices")
+
+
+concat = concatenate = cat
+moveaxis = movedim
+
+
+def t(input):  # noqa: A002 - PyTorch's argument names
+    """The transpose of a matrix; a 0-D or 1-D tensor is returned as it is (PyTorch's ``t``).
+
+    Gradient: gx = gy transposed back.
+    """
+    if input.ndim > 2:
+        raise ShapeError(
+            f"t(): expects a tensor with at most 2 dimensions, got shape {tuple(input.shape)}; use "
+            "transpose(dim0, dim1) or .mT"
+        )
+    return permute(input, tuple(range(input.ndim - 1, -1, -1)))
+
+
+def ravel(input):  # noqa: A002
+    """``input`` flattened to 1-D.
+
+    Gradient: gx = gy reshaped back.
+    """
+    return reshape(input, -1)
+
+
+def unflatten(input, dim: int, sizes):  # noqa: A002
+    """Dim ``dim`` of ``input`` split into ``sizes`` (one entry may be -1).
+
+    Gradient: gx = gy reshaped back.
+    """
+    a = _axis(dim, input.ndim, "unflatten")
+    sizes = tuple(_int(s, "unflatten", "sizes") for s in sizes)
+    return reshape(input, (*input.shape[:a], *sizes, *input.shape[a + 1 :]))
+
+
+def take(input, index):  # noqa: A002
+    """The elements of the flattened ``input`` at ``index`` (negative from the end), in
+    ``index``'s shape.
+
+    Gradient: gx = gy added back at ``index``.
+    """
+    return reshape(take_along_dim(input, index), tuple(index.shape))
+
+
+def fliplr(input):  # noqa: A002
+    """``input`` reversed along dim 1 (at least 2-D).
+
+    Gradient: gx = gy flipped back.
+    """
+    if input.ndim < 2:
+        raise ShapeError(f"fliplr: expects at least 2 dims, got shape {tuple(input.shape)}")
+    return flip(input, (1,))
+
+
+def flipud(input):  # noqa: A002
+    """``input`` reversed along dim 0 (at least 1-D).
+
+    Gradient: gx = gy flipped back.
+    """
+    if input.ndim < 1:
+        raise ShapeError("flipud: expects at least 1 dim, got a 0-d tensor")
+    return flip(input, (0,))
+
+
+def _atleast(tensors, n, op, where):
+    if len(tensors) == 1 and isinstance(tensors[0], list | tuple):
+        tensors = tuple(tensors[0])
+    out = []
+    for x in _tensor_list(tensors, op):
+        shape = tuple(x.shape)
+        while len(shape) < n:
+            shape = where(shape)
+        out.append(x if shape == tuple(x.shape) else reshape(x, shape))
+    return out[0] if len(out) == 1 else tuple(out)
+
+
+def atleast_1d(*tensors):
+    """Each tensor with at least 1 dim (a 0-d one becomes shape ``(1,)``); one tensor, or a
+    tuple of them.
+
+    Gradient: gx = gy reshaped back.
+    """
+    return _atleast(tensors, 1, "atleast_1d", lambda s: (1,))
+
+
+def atleast_2d(*tensors):
+    """Each tensor with at least 2 dims: ``(n,)`` becomes ``(1, n)``.
+
+    Gradient: gx = gy reshaped back.
+    """
+    return _atleast(tensors, 2, "atleast_2d", lambda s: (1, *s))
+
+
+def atleast_3d(*tensors):
+    """Each tensor with at least 3 dims: ``(n,)`` becomes ``(1, n, 1)``, ``(m, n)``
+    ``(m, n, 1)``.
+
+    Gradient: gx = gy reshaped back.
+    """
+    return _atleast(tensors, 3, "atleast_3d", lambda s: (1, *s, 1) if len(s) == 1 else (*s, 1))
+
+
+def hstack(tensors):
+    """The tensors side by side: along dim 1, or dim 0 when they are 1-D (0-d ones count as
+    1-D).
+
+    Gradient: each input receives its slice of gy.
+    """
+    tensors = atleast_1d(*_tensor_list(tensors, "hstack"))
+    tensors = tensors if isinstance(tensors, tuple) else (tensors,)
+    return cat(tensors, 0 if tensors[0].ndim == 1 else 1)
+
+
+def vstack(tensors):
+    """The tensors on top of each other along dim 0, 1-D ones as rows.
+
+    Gradient: each input receives its slice of gy.
+    """
+    tensors = atleast_2d(*_tensor_list(tensors, "vstack"))
+    return cat(tensors if isinstance(tensors, tuple) else (tensors,), 0)
+
+
+row_stack = vstack
+
+
+def dstack(tensors):
+    """The tensors stacked along dim 2 (after :func:`atleast_3d`).
+
+    Gradient: each input receives its slice of gy.
+    """
+    tensors = atleast_3d(*_tensor_list(tensors, "dstack"))
+    return cat(tensors if isinstance(tensors, tuple) else (tensors,), 2)
+
+
+def column_stack(tensors):
+    """The tensors as columns: 0-d and 1-D ones become ``(n, 1)``, then along dim 1.
+
+    Gradient: each input receives its slice of gy.
+    """
+    tensors = _tensor_list(tensors, "column_stack")
+    return cat([reshape(x, -1, 1) if x.ndim < 2 else x for x in tensors], 1)
+
+
 __all__ = [
+    "atleast_1d",
+    "atleast_2d",
+    "atleast_3d",
+    "column_stack",
+    "concat",
+    "concatenate",
+    "dstack",
+    "fliplr",
+    "flipud",
+    "hstack",
+    "moveaxis",
+    "ravel",
+    "row_stack",
+    "t",
+    "take",
+    "unflatten",
+    "vstack",
+    "block_diag",
+    "rot90",
+    "take_along_dim",
+    "tensor_split",
+    "trace",
+    "tril_indices",
+    "triu_indices",
+    "vander",
     "diff",
     "repeat_interleave",
     "broadcast_tensors",

@@ -315,6 +315,10 @@ def _state_value(where: str, i: int, key, v, p):
 
     if isinstance(v, TensorBase):
         v = v._data
+    elif not is_array(v) and hasattr(v, "__array__") and hasattr(v, "shape"):
+        # Another library's CPU tensor (a PyTorch optimizer's state_dict: its "step" is a 0-d
+        # float tensor, its moments tensors), read through NumPy's array protocol.
+        v = np.asarray(v)
     if key == "step":
         scalar = isinstance(v, np.generic) or (is_array(v) and v.shape == ())
         step = v.item() if scalar else v

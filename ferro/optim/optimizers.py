@@ -134,7 +134,10 @@ class Adam(Optimizer):
     """Adam; with ``weight_decay`` added to the gradient (L2), as PyTorch's Adam does.
 
     Update: ``m = b1 m + (1-b1) g``, ``v = b2 v + (1-b2) g^2``,
-    ``p -= lr / (1-b1^t) * m / (sqrt(v) / sqrt(1-b2^t) + eps)``.
+    ``p -= lr / (1-b1^t) * m / (sqrt(v) / sqrt(1-b2^t) + eps)`` (``g`` negated first with
+    ``maximize``); with ``amsgrad`` the running maximum of ``v`` takes its place there.
+    ``foreach`` and ``fused`` are accepted for PyTorch's signature and change nothing;
+    ``differentiable`` or ``capturable`` raise NotSupportedError.
     """
 
     kernel = "adam_update"
@@ -148,20 +151,37 @@ class Adam(Optimizer):
         betas=(0.9, 0.999),
         eps: float = 1e-8,
         weight_decay: float = 0.0,
+        amsgrad: bool = False,
+        *,
+        foreach: bool | None = None,
+        maximize: bool = False,
+        capturable: bool = False,
+        differentiable: bool = False,
+        fused: bool | None = None,
     ) -> None:
+        name = type(self).__name__
+        _refuse_differentiable(name, differentiable, capturable)
         b1, b2 = betas
         if not (0 <= b1 < 1 and 0 <= b2 < 1):
-            raise ArgumentError(f"{type(self).__name__}: betas must be in [0, 1), got {betas}")
-        super().__init__(params, dict(lr=lr, betas=(b1, b2), eps=eps, weight_decay=weight_decay))
+            raise ArgumentError(f"{name}: betas must be in [0, 1), got {betas}")
+        defaults = dict(lr=lr, betas=(b1, b2), eps=eps, weight_decay=weight_decay)
+        defaults.update(amsgrad=amsgrad, maximize=maximize, foreach=foreach, fused=fused)
+        super().__init__(params, defaults)
 
     def _begin_step(self, p, state, group):
         if "step" not in state:
             state["step"] = 0
             state["exp_avg"] = np.zeros_like(p)
             state["exp_avg_sq"] = np.zeros_like(p)
+        if group.get("amsgrad") and "max_exp_avg_sq" not in state:
+            state["max_exp_avg_sq"] = np.zeros_like(p)
         state["step"] += 1
 
     def _update_fused(self, kernel, p, g, state, group):
+        if group.get("amsgrad"):  # the kernel keeps no running maximum
+            return self._update_generic(p, g, state, group)
+        if group.get("maximize"):
+            g = -g
         b1, b2 = group["betas"]
         t = state["step"]
         kernel(
@@ -188,6 +208,8 @@ class Adam(Optimizer):
         m += (1 - b1) * g
         v *= b2
         v += (1 - b2) * g * g
+        if group.get("amsgrad"):
+            v = np.maximum(state["max_exp_avg_sq"], v, out=state["max_exp_avg_sq"])
         denom = np.sqrt(v) / math.sqrt(1 - b2**t) + group["eps"]
         p -= (lr / (1 - b1**t)) * m / denom
 
@@ -204,8 +226,28 @@ class AdamW(Adam):
         betas=(0.9, 0.999),
         eps: float = 1e-8,
         weight_decay: float = 1e-2,
+        amsgrad: bool = False,
+        *,
+        foreach: bool | None = None,
+        maximize: bool = False,
+        capturable: bool = False,
+        differentiable: bool = False,
+        fused: bool | None = None,
     ) -> None:
-        super().__init__(params, lr, betas, eps, weight_decay)
+        # The keywords spelled out: nanoGPT looks for "fused" in inspect.signature(AdamW).
+        super().__init__(
+            params,
+            lr,
+            betas,
+            eps,
+            weight_decay,
+            amsgrad,
+            foreach=foreach,
+            maximize=maximize,
+            capturable=capturable,
+            differentiable=differentiable,
+            fused=fused,
+        )
 
 
 class RMSprop(Optimizer):

@@ -24,9 +24,21 @@ pytestmark = pytest.mark.skipif(
 # NumPy-named math. That is the current style, measured (700-950 lines a family), not
 # duplication (`duplicates --change` was run over the round and its repeats merged). A family
 # that needs more than that should split its module or share code first.
+#
+# Raised for ferro/ops from 10,000 to 10,500 for the 28 functions of the PyTorch surface that
+# programs hit most (issue s6: the gamma family and erfinv, the scans cummax/cummin/
+# logcumsumexp, nansum/nanmean/nanmedian/kthvalue, tensor_split/take_along_dim/trace/rot90/
+# block_diag/vander/tril_indices, addr/addbmm, unique_consecutive/histc): 538 lines measured at
+# 9,997 + 538. First the table of one-tensor ops moved into the registry (unary_op) and eleven
+# elementwise ops became table rows, which took 88 of them back; no other run that
+# `duplicates ferro/ops` lists belongs to these ops. Then to 10,800 for 31 more of the most
+# used (hstack/vstack/dstack/column_stack, atleast_1d/2d/3d, take, unflatten, fliplr/flipud,
+# t, ravel, quantile, aminmax, var_mean/std_mean, count_nonzero, isin, bincount, tensordot,
+# inner, kron, divide with rounding_mode): 294 lines measured, composites of existing ops
+# (about 10 lines each, most of it the docstring).
 BUDGETS = {
     "ferro/_C": (6500, ("*.pyx", "*.pxd", "*.h", "*.py")),
-    "ferro/ops": (10000, ("*.py",)),
+    "ferro/ops": (10800, ("*.py",)),
 }
 
 

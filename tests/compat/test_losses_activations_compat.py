@@ -2,6 +2,8 @@
 ``median``/``diff``/``repeat_interleave``/``Tensor.unfold``, checked against PyTorch (skipped
 without it) and, for the gradients, against central differences."""
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -54,6 +56,56 @@ def test_loss_matches_pytorch_value_and_gradient(name, kw, arrays, n_diff):
     for o, t in zip(ours, theirs, strict=True):
         if t.grad is not None:
             np.testing.assert_allclose(o.grad.numpy(), t.grad.numpy(), rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_bce_at_saturated_probabilities_matches_pytorch(dtype):
+    # The siamese network example feeds 0-255 pixels: its sigmoid gives exactly 0 and 1, where
+    # ferro's gradient was NaN; PyTorch's divides by max(p (1 - p), 1e-12).
+    p = np.array([0.0, 1e-30, 0.3, 1 - 1e-7, 1.0, 1.0, 0.0], dtype)
+    t = np.array([0.0, 1.0, 0.4, 0.0, 1.0, 0.0, 1.0], dtype)
+    w = np.linspace(0.5, 2.0, 7).astype(dtype)
+    for kw in ({}, {"weight": w}):
+        ours = [ferro.tensor(x, requires_grad=True) for x in (p, t)]
+        theirs = [torch.tensor(x, requires_grad=True) for x in (p, t)]
+        got = F.binary_cross_entropy(*ours, **_kw(kw, ferro))
+        want = torch.nn.functional.binary_cross_entropy(*theirs, **_kw(kw, torch))
+        np.testing.assert_allclose(got.item(), want.item(), rtol=1e-6)
+        got.backward()
+        want.backward()
+        for o, th in zip(ours, theirs, strict=True):
+            np.testing.assert_allclose(o.grad.numpy(), th.grad.numpy(), rtol=1e-6)
+    a = ferro.tensor(np.array([0.2, 0.7, 0.9]), requires_grad=True)
+    assert gradcheck(lambda a: F.binary_cross_entropy(a, ferro.tensor([0.0, 1.0, 0.5])), (a,))
+    with pytest.raises(ArgumentError, match=r"probabilities in \[0, 1\], got values in \[1.5"):
+        F.binary_cross_entropy(ferro.tensor([1.5]), ferro.tensor([1.0]))
+
+
+LEGACY = [
+    ("nll_loss", lambda lib, x: (lib.log_softmax(x, 1), lib.tensor([0, 2, 1, 0]))),
+    ("cross_entropy", lambda lib, x: (x, lib.tensor([0, 2, 1, 0]))),
+    ("mse_loss", lambda lib, x: (x, x.detach() * 0.5)),
+    ("l1_loss", lambda lib, x: (x, x.detach() * 0.5)),
+    ("smooth_l1_loss", lambda lib, x: (x, x.detach() * 0.5)),
+    ("binary_cross_entropy", lambda lib, x: (lib.sigmoid(x), lib.full_like(x, 0.25))),
+    ("binary_cross_entropy_with_logits", lambda lib, x: (x, lib.full_like(x, 0.25))),
+    ("kl_div", lambda lib, x: (lib.log_softmax(x, 1), lib.softmax(x.detach() * 2, 1))),
+]
+
+
+@pytest.mark.parametrize(("name", "args"), LEGACY, ids=[n for n, _ in LEGACY])
+@pytest.mark.parametrize(
+    "kw",
+    [{"size_average": False}, {"reduce": False}, {"size_average": True, "reduce": True}],
+    ids=str,
+)
+def test_functional_losses_take_the_legacy_size_average_and_reduce(name, args, kw):
+    x = np.random.default_rng(0).standard_normal((4, 3))
+    ours = getattr(F, name)(*args(ferro, ferro.tensor(x)), **kw)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # PyTorch's deprecation warning
+        want = getattr(torch.nn.functional, name)(*args(torch, torch.tensor(x)), **kw)
+    np.testing.assert_allclose(ours.numpy(), want.numpy(), rtol=1e-12)
 
 
 def test_losses_pass_gradcheck():

@@ -352,6 +352,71 @@ def ddp_buckets_start_during_the_walk():
 
 
 @case
+def ddp_weight_bucket_starts_inside_its_layer():
+    # Note [DDP buckets]: a bucket of 1 MB or more ends at a module boundary, so the 1 MiB
+    # layer-2 weight has its own bucket under the 25 MB default; Note [Early gradients]: its
+    # hook runs between the two passes of layer 2's LinearBackward, so the bucket starts before
+    # the layer's input gradient is computed.
+    from ferro.profiler import profile
+
+    r, n = rank_world()
+    ferro.manual_seed(3)
+    model = nn.Sequential(nn.Linear(8, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU())
+    model.append(nn.Linear(512, 4))
+    ddp = DDP(model)
+    names = [[ddp._names[id(p)] for p in b.params] for b in ddp._buckets]
+    assert names == [["4.bias", "4.weight", "2.bias"], ["2.weight"], ["0.bias", "0.weight"]], names
+    object.__setattr__(ddp, "_timeline", [])
+    x = ferro.randn(6, 8)
+    with profile() as prof:
+        ddp(x).pow(2).sum().backward()
+    started = [t for e, i, t in ddp._timeline if e == "start" and i == 1]
+    passes = [e for e in prof.events() if e.kind == "backward" and e.op == "linear"]
+    by_node = {}
+    for e in passes:
+        by_node.setdefault(e.forward_id, []).append(e)
+    # layers 3 and 2 run in two passes (layer 1's input needs no gradient)
+    staged = [evs for evs in by_node.values() if len(evs) == 2 and evs[0].shapes == [(6, 512)]]
+    assert len(started) == 1 and len(staged) == 1, (started, passes)
+    layer2 = staged[0]
+    first_end = (layer2[0].start_ns + layer2[0].duration_ns) * 1e-9
+    assert first_end <= started[0] <= layer2[1].start_ns * 1e-9, (first_end, started, layer2)
+
+
+@case
+def ddp_grad_tensors_stay_and_hold_the_average():
+    # _finalize hands each .grad its slot of the reduced bucket instead of copying it back: a
+    # .grad that existed stays the same tensor (now holding the average), and the next
+    # backward reduces into a new buffer, leaving the arrays of the previous step alone.
+    r, n = rank_world()
+    model = make_model(seed=11)
+    ddp = DDP(model, bucket_cap_mb=0.0005)
+    x, y = global_batch(2 * n, seed=4)
+    x2, y2 = global_batch(2 * n, seed=5)
+    ref, ref2 = full_batch_grads(model, x, y), full_batch_grads(model, x2, y2)
+
+    def backward(x, y):
+        xs, ys = ferro.tensor(x[2 * r : 2 * r + 2]), ferro.tensor(y[2 * r : 2 * r + 2])
+        ((ddp(xs) - ys) ** 2).mean().backward()
+
+    backward(x, y)
+    first = [p.grad for p in model.parameters()]
+    for g in first:
+        g.zero_()  # zero_grad(set_to_none=False): the same tensors take the next step's
+    backward(x, y)
+    held = []
+    for p, g, want in zip(model.parameters(), first, ref, strict=True):
+        assert p.grad is g
+        close(g.numpy(), want)
+        held.append(g.numpy())  # the bucket's memory, no copy
+    model.zero_grad()
+    backward(x2, y2)
+    for p, g, want, want2 in zip(model.parameters(), held, ref, ref2, strict=True):
+        close(p.grad.numpy(), want2)
+        close(g, want)
+
+
+@case
 def ddp_parallel_walk():
     # Leaf hooks may run on several threads of the parallel walk: buckets still start in index
     # order on every rank, and the result is the full batch's.

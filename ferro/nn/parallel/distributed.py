@@ -6,24 +6,30 @@ Note [DDP buckets] (docs/distributed.md, "How gradients are reduced"):
 - At construction, rank 0's parameters and buffers are broadcast, and the parameters that
   require grad are cut into buckets of about ``bucket_cap_mb`` megabytes, in reverse
   registration order (the order backward usually produces their gradients), one dtype and one
-  device per bucket. Every rank builds the same buckets from the same module.
+  device per bucket; the first bucket holds at most 1 MB, and a bucket of 1 MB or more ends
+  where the next parameter belongs to another module (whose gradients come a layer later).
+  Every rank builds the same buckets from the same module.
 - Each parameter has a tensor hook, which the backward walk runs as soon as the parameter's
   gradient of this backward is complete. It writes (``.grad`` + gradient) / world size into
   the parameter's slot of its bucket's flat buffer (one pass: the average's division is fused
   into the copy) and, once a bucket is complete, starts its non-blocking all-reduce; the walk
-  goes on computing the earlier layers' gradients meanwhile. Post-accumulate-grad hooks could
-  not do this: ferro writes every ``.grad`` and runs those hooks only after the whole walk
-  (Note [Atomic backward] in docs/design.md), so a reduction started from them cannot overlap
-  anything. Buckets start in index order on every rank (a ready bucket waits for its
-  predecessors), because MPI needs every rank to start collectives in the same order.
+  goes on computing the earlier layers' gradients meanwhile. A Linear's weight and bias get
+  there before the layer's input gradient is computed (Note [Early gradients]).
+  Post-accumulate-grad hooks could not do this: ferro writes every ``.grad`` and runs those
+  hooks only after the whole walk (Note [Atomic backward] in docs/design.md), so a reduction
+  started from them cannot overlap anything. Buckets start in index order on every rank (a
+  ready bucket waits for its predecessors), because MPI needs every rank to start collectives
+  in the same order.
 - MPI moves a non-blocking collective's data only inside MPI calls, and backward spends its
   time in long BLAS calls that make none: without help a bucket started early would still be
   transferred in the final wait. A progress thread (one per process, Note [DDP progress])
   tests the started buckets, sleeping between tests so it takes neither a core from BLAS nor
   the GIL for long.
 - The post-accumulate-grad hook of the last parameter (every ``.grad`` is written by then)
-  takes back the buckets the thread has not seen complete, waits for them, and writes the
-  averages into ``.grad``, so ``backward()`` returns with averaged gradients everywhere.
+  takes back the buckets the thread has not seen complete, waits for them, and hands each
+  ``.grad`` its slot of the reduced bucket as its memory (the ``.grad`` tensor stays the same
+  object; no copy back), so ``backward()`` returns with averaged gradients everywhere; the next
+  backward fills a new bucket buffer.
 - With ``gradient_as_bucket_view=True`` a parameter's ``.grad`` is its slot of the bucket,
   which the engine writes only after the walk: its buckets start from the post-accumulate-grad
   hooks, after the walk, and overlap nothing (the option trades the overlap for memory).
@@ -71,6 +77,8 @@ class _Bucket:
         self.done = threading.Event()  # set by the progress thread
 
 
+# The first bucket's cap (PyTorch's), and the size from which a bucket ends where the next
+# parameter belongs to another module (Note [DDP buckets]).
 FIRST_BUCKET_MB = 1.0
 # The progress thread's pause between polls while backward still runs: short enough that MPI
 # moves a bucket well within a layer's backward, long enough that the thread costs the BLAS
@@ -250,12 +258,18 @@ class DistributedDataParallel(Module):
 
     def _make_buckets(self, params: list) -> list:
         # The first bucket is small (1 MB, as PyTorch's): the last layers' gradients come first
-        # and their reduction starts while backward is still early.
+        # and their reduction starts while backward is still early. A bucket of 1 MB or more
+        # also ends where the next parameter belongs to another module: that one's gradient
+        # comes a layer's backward later, and waiting for it would hold back the transfer of
+        # the gradients already in (Note [DDP buckets]).
         cap = min(FIRST_BUCKET_MB, self.bucket_cap_mb) * 2**20
         buckets, current, size = [], [], 0
         for p in reversed(params):
             if current and (
                 size + _bytes(p) > cap
+                or (
+                    size >= FIRST_BUCKET_MB * 2**20 and self._module(p) != self._module(current[-1])
+                )
                 or p._data.dtype != current[0]._data.dtype
                 or xp_of(p._data) is not xp_of(current[0]._data)
             ):
@@ -267,6 +281,9 @@ class DistributedDataParallel(Module):
         if current:
             buckets.append(_Bucket(current))
         return buckets
+
+    def _module(self, p) -> str:
+        return self._names[id(p)].rpartition(".")[0]
 
     # -- forward ---------------------------------------------------------------------------------
 
@@ -415,9 +432,13 @@ class DistributedDataParallel(Module):
                     if p.grad is None or not _shares(p.grad._data, view):
                         p.grad = _tensor(view)
                 elif p.grad is None:
-                    p.grad = _tensor(view.copy())
+                    p.grad = _tensor(view)
                 else:
-                    p.grad._data[...] = view
+                    p.grad.data = view  # the same .grad tensor, holding the bucket's memory
+            if not self.gradient_as_bucket_view:
+                # The bucket's memory is the gradients now (no copy back, one pass over them
+                # less); the next backward fills a new buffer (the caching allocator's).
+                b.flat = None
         if state.timeline is not None:
             state.timeline.append(("end", -1, time.perf_counter()))
         object.__setattr__(self, "_expect_reduction", False)

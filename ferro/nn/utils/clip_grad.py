@@ -18,13 +18,21 @@ def _grads(parameters):
 
 
 def clip_grad_norm_(
-    parameters, max_norm: float, norm_type: float = 2.0, error_if_nonfinite: bool = False
-) -> float:
+    parameters,
+    max_norm: float,
+    norm_type: float = 2.0,
+    error_if_nonfinite: bool = False,
+    foreach: bool | None = None,
+):
     """Scale the gradients in place so that their joint ``norm_type`` norm is at most
-    ``max_norm``; returns the norm before clipping."""
+    ``max_norm``; returns the norm before clipping as a 0-d tensor of the gradients' dtype and
+    device, as PyTorch does (``clip_grad_norm_(...).item()`` in training loops).
+    ``foreach`` is accepted for PyTorch's signature and changes nothing."""
+    from ferro.creation import tensor
+
     grads = _grads(parameters)
     if not grads:
-        return 0.0
+        return tensor(0.0)
     if math.isinf(norm_type):
         total = max(float(np.abs(g._data).max()) if g._data.size else 0.0 for g in grads)
     else:
@@ -36,7 +44,7 @@ def clip_grad_norm_(
         for g in grads:
             data = g._data
             data *= scale
-    return total
+    return tensor(total, dtype=grads[0].dtype, device=grads[0].device)
 
 
 def clip_grad_value_(parameters, clip_value: float) -> None:

@@ -161,6 +161,22 @@ ENTRIES = [
     binary("sub", ferro.sub, np.subtract),
     binary("mul", ferro.mul, np.multiply),
     binary("div", ferro.div, np.divide, rhs_domain=(0.5, 2.0)),
+    binary("divide", ferro.divide, np.divide, rhs_domain=(0.5, 2.0)),
+    OpInfo(
+        "divide_rounded",
+        lambda a, b, rounding_mode: ferro.divide(a, b, rounding_mode=rounding_mode),
+        lambda a, b, rounding_mode: (np.trunc if rounding_mode == "trunc" else np.floor)(a / b),
+        lambda rng: (
+            [
+                Sample((uniform(rng, (2, 3)) * 5, uniform(rng, (3,), 0.5, 2)), {"rounding_mode": m})
+                for m in ("trunc", "floor")
+            ]
+            + [Sample((np.array([7, -7]), 2), {"rounding_mode": "floor"}, label="integers")]
+        ),
+        func="divide",
+        grad=False,
+        same_dtype_out=False,
+    ),
     unary("neg", ferro.neg, np.negative),
     unary("clone", ferro.clone, np.copy),
     binary("pow", ferro.pow, np.power, (0.5, 2.0), (-1.5, 1.5)),

@@ -106,6 +106,72 @@ ENTRIES = [
         ],
     ),
     OpInfo(
+        "addbmm",
+        lambda i, a, b: ferro.addbmm(i, a, b, beta=0.5, alpha=-2.0),
+        lambda i, a, b: 0.5 * i - 2.0 * (a @ b).sum(0),
+        lambda rng: [
+            Sample((uniform(rng, (2, 4)), uniform(rng, (3, 2, 5)), uniform(rng, (3, 5, 4)))),
+            Sample(
+                (uniform(rng, (4,)), uniform(rng, (2, 2, 3)), uniform(rng, (2, 3, 4))),
+                label="bcast",
+            ),
+            Sample(
+                (uniform(rng, (2, 4)), uniform(rng, (0, 2, 3)), uniform(rng, (0, 3, 4))),
+                label="empty batch",
+            ),
+        ],
+    ),
+    OpInfo(
+        "addr",
+        lambda i, a, b: ferro.addr(i, a, b, beta=2.0, alpha=0.5),
+        lambda i, a, b: 2.0 * i + 0.5 * np.outer(a, b),
+        lambda rng: [
+            Sample((uniform(rng, (3, 4)), uniform(rng, (3,)), uniform(rng, (4,)))),
+            Sample((uniform(rng, ()), uniform(rng, (2,)), uniform(rng, (5,))), label="0-d input"),
+            Sample(
+                (uniform(rng, (4, 3)), uniform(rng, (4,)), uniform(rng, (3,))),
+                noncontig=True,
+                label="noncontig",
+            ),
+        ],
+    ),
+    OpInfo(
+        "tensordot",
+        ferro.tensordot,
+        lambda a, b, dims=2: np.tensordot(a, b, dims),
+        lambda rng: [
+            Sample((uniform(rng, (2, 3, 4)), uniform(rng, (3, 4, 5))), label="last two"),
+            Sample((uniform(rng, (2, 3)), uniform(rng, (4, 5)), 0), label="outer"),
+            Sample(
+                (uniform(rng, (2, 3, 4)), uniform(rng, (4, 3)), ([1, 2], [1, 0])), label="pairs"
+            ),
+            Sample((uniform(rng, (3, 4)), uniform(rng, (4, 3)), 1), noncontig=True, label="nc"),
+        ],
+    ),
+    OpInfo(
+        "inner",
+        ferro.inner,
+        np.inner,
+        lambda rng: [
+            Sample((uniform(rng, (2, 3)), uniform(rng, (4, 3))), label="matrices"),
+            Sample((uniform(rng, (3,)), uniform(rng, (3,))), label="vectors"),
+            Sample((uniform(rng, ()), uniform(rng, (2, 3))), label="0-d"),
+            Sample((uniform(rng, (3, 3)), None), same=(1,), label="f(x,x)"),
+        ],
+    ),
+    OpInfo(
+        "kron",
+        ferro.kron,
+        np.kron,
+        lambda rng: [
+            Sample((uniform(rng, (2, 3)), uniform(rng, (3, 1)))),
+            Sample((uniform(rng, (3,)), uniform(rng, (2, 2))), label="1-D with 2-D"),
+            Sample((uniform(rng, ()), uniform(rng, (2,))), label="0-d"),
+            Sample((uniform(rng, (2, 2)), None), same=(1,), label="f(x,x)"),
+            Sample((uniform(rng, (3, 2)), uniform(rng, (2, 2))), noncontig=True, label="nc"),
+        ],
+    ),
+    OpInfo(
         "cross",
         lambda a, b, dim=None: ferro.cross(a, b, dim),
         lambda a, b, dim=None: np.cross(a, b, axis=0 if dim is None else dim),

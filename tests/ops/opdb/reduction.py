@@ -230,6 +230,138 @@ def _median_ref(x, axis=None, keepdims=False):
     return np.take(np.sort(x, axis=axis), [k] if keepdims else k, axis=axis)
 
 
+def _kth_samples(rng):
+    return [
+        Sample((rng.permutation(7) / 3.0,), {"k": 3}, label="1-D"),
+        Sample((rng.permutation(12).reshape(3, 4) / 3.0,), {"k": 1, "dim": 0}, label="dim 0"),
+        Sample(
+            (rng.permutation(24).reshape(2, 3, 4) / 3.0,),
+            {"k": 4, "dim": -1, "keepdim": True},
+            label="keepdim",
+        ),
+        Sample((np.array(1.5),), {"k": 1}, label="0-d"),
+        Sample((rng.permutation(12).reshape(4, 3) / 3.0,), {"k": 2}, noncontig=True, label="nc"),
+    ]
+
+
+def _kth_ref(x, k, dim=-1, keepdim=False):
+    if x.ndim == 0:
+        return x
+    return np.take(np.sort(x, axis=dim), [k - 1] if keepdim else k - 1, axis=dim)
+
+
+def _with_nans(rng, all_nan_row=False):
+    x = rng.permutation(24).reshape(4, 6) / 3.0
+    x[0, 1] = x[2, 3] = x[2, 0] = np.nan
+    if all_nan_row:
+        x[3, :] = np.nan
+    return x
+
+
+def _nan_samples(rng):
+    # An all-NaN slice gives NaN (nansum: 0), where central differences say nothing.
+    return [
+        Sample((_with_nans(rng, True),), {"dim": 1}, grad=False, label="rows, one all-NaN"),
+        Sample((_with_nans(rng),), {"dim": 1}, label="rows"),
+        Sample((_with_nans(rng),), {"dim": 0, "keepdim": True}, label="cols keepdim"),
+        Sample((_with_nans(rng)[:3],), {}, label="all"),
+        Sample((np.zeros((0, 3)),), {"dim": 0}, label="empty"),
+        Sample((np.array(2.5),), {}, label="0-d"),
+        Sample((_with_nans(rng),), {"dim": 1}, noncontig=True, label="noncontig"),
+    ]
+
+
+def _nanmedian_samples(rng):
+    # nanmedian of an empty dim is an error, as median's; and values distinct for the index.
+    return [s for s in _nan_samples(rng) if s.label != "empty"]
+
+
+def _nanmedian_ref(x, dim=None, keepdim=False):
+    if dim is None:
+        v = np.sort(x[~np.isnan(x)])
+        return v[(v.size - 1) // 2] if v.size else np.float64("nan")
+    moved = np.moveaxis(x, dim, -1)
+    out = np.empty(moved.shape[:-1])
+    for i in np.ndindex(out.shape):
+        v = np.sort(moved[i][~np.isnan(moved[i])])
+        out[i] = v[(v.size - 1) // 2] if v.size else np.nan
+    return np.expand_dims(out, dim) if keepdim else out
+
+
+def _nanmean_ref(x, dim=None, keepdim=False):
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.asarray(
+            np.nansum(x, axis=dim, keepdims=keepdim)
+            / np.sum(~np.isnan(x), axis=dim, keepdims=keepdim)
+        )
+
+
+def _unique_consecutive_samples(rng):
+    runs = np.repeat(rng.permutation(5) / 2.0, [1, 3, 2, 1, 2])
+    rows = np.repeat(rng.integers(0, 2, (3, 4)).astype(float), [2, 1, 3], axis=0)
+    return [
+        Sample((runs,), {}, grad=False, label="1-D"),
+        Sample((rows,), {"dim": 0}, grad=False, label="rows"),
+        Sample((rows,), {}, grad=False, noncontig=True, label="flattened, noncontig"),
+        Sample((np.zeros(0),), {}, grad=False, label="empty"),
+    ]
+
+
+def _unique_consecutive_ref(x, dim=None):
+    rows = x.reshape(-1, 1) if dim is None else np.moveaxis(x, dim, 0).reshape(x.shape[dim], -1)
+    keep = [i for i in range(len(rows)) if i == 0 or (rows[i] != rows[i - 1]).any()]
+    return x.reshape(-1)[keep] if dim is None else np.take(x, keep, axis=dim)
+
+
+def _histc_samples(rng):
+    return [
+        Sample((rng.normal(size=50),), {"bins": 7, "min": -1, "max": 1}, grad=False, label="range"),
+        Sample((rng.normal(size=(4, 5)),), {"bins": 5}, grad=False, label="data range"),
+        Sample((np.zeros(0),), {"bins": 3}, grad=False, label="empty"),
+    ]
+
+
+def _histc_ref(x, bins=100, min=0, max=0):  # noqa: A002
+    lo, hi = (x.min(), x.max()) if min == max and x.size else (min, max)
+    lo, hi = (lo - 1, hi + 1) if lo == hi else (lo, hi)
+    return np.histogram(x, bins=bins, range=(lo, hi))[0].astype(x.dtype)
+
+
+def _stacked(f):
+    """A tuple-returning op as one stacked array."""
+
+    def call(*args, **kwargs):
+        a, b = f(*args, **kwargs)
+        return (ferro.stack if isinstance(a, ferro.Tensor) else np.stack)([a, b])
+
+    return call
+
+
+def _np_var_mean(x, dim=None, keepdim=False):
+    return np.var(x, axis=dim, ddof=1, keepdims=keepdim), np.mean(x, axis=dim, keepdims=keepdim)
+
+
+def _np_std_mean(x, dim=None, keepdim=False):
+    return np.std(x, axis=dim, ddof=1, keepdims=keepdim), np.mean(x, axis=dim, keepdims=keepdim)
+
+
+def _quantile_samples(rng):
+    q = np.array([0.0, 0.3, 0.75, 1.0])
+    return [
+        Sample((uniform(rng, (7,)), 0.4), label="all, one q"),
+        Sample((uniform(rng, (3, 5)), q), {"dim": 1}, grad=False, label="dim, q tensor"),
+        Sample((uniform(rng, (3, 5)), 0.25), {"dim": 0, "keepdim": True}, label="keepdim"),
+        Sample(
+            (uniform(rng, (3, 4)), 0.6), {"dim": 1, "interpolation": "midpoint"}, label="midpoint"
+        ),
+        Sample((uniform(rng, (3, 4)), 0.5), {"dim": 0}, noncontig=True, label="noncontig"),
+    ]
+
+
+def _quantile_ref(x, q, dim=None, keepdim=False, interpolation="linear"):
+    return np.quantile(x, q, axis=dim, keepdims=keepdim, method=interpolation)
+
+
 ENTRIES = [
     OpInfo("sum", ferro.sum, _np_reduce(np.sum), _reduction_samples, reduction=True),
     OpInfo("mean", ferro.mean, _np_reduce(np.mean), _reduction_samples, reduction=True),
@@ -345,5 +477,105 @@ ENTRIES = [
         ),
         _median_ref,
         _median_samples,
+    ),
+    OpInfo(
+        "kthvalue",
+        lambda x, k, dim=-1, keepdim=False: ferro.kthvalue(x, k, dim, keepdim).values,
+        _kth_ref,
+        _kth_samples,
+    ),
+    OpInfo(
+        "nanmedian",
+        lambda x, dim=None, keepdim=False: (
+            ferro.nanmedian(x) if dim is None else ferro.nanmedian(x, dim, keepdim).values
+        ),
+        _nanmedian_ref,
+        _nanmedian_samples,
+    ),
+    OpInfo(
+        "nansum",
+        ferro.nansum,
+        lambda x, dim=None, keepdim=False: np.asarray(np.nansum(x, axis=dim, keepdims=keepdim)),
+        _nan_samples,
+    ),
+    OpInfo("nanmean", ferro.nanmean, _nanmean_ref, _nan_samples),
+    OpInfo(
+        "unique_consecutive",
+        ferro.unique_consecutive,
+        _unique_consecutive_ref,
+        _unique_consecutive_samples,
+        grad=False,
+    ),
+    OpInfo("histc", ferro.histc, _histc_ref, _histc_samples, grad=False),
+    OpInfo(
+        "count_nonzero",
+        ferro.count_nonzero,
+        lambda x, dim=None: np.asarray(np.count_nonzero(x, axis=dim)),
+        lambda rng: [
+            Sample((rng.integers(0, 2, (3, 4)) * 1.0,), grad=False, label="all"),
+            Sample((rng.integers(0, 2, (3, 4)) * 1.0, 1), grad=False, label="dim"),
+            Sample((rng.integers(0, 2, (2, 3, 2)) * 1.0, (0, 2)), grad=False, label="dims"),
+            Sample((np.zeros((0, 2)), 0), grad=False, label="empty"),
+        ],
+        grad=False,
+        same_dtype_out=False,
+    ),
+    OpInfo(
+        "aminmax",
+        lambda x, dim=None, keepdim=False: ferro.stack(ferro.aminmax(x, dim=dim, keepdim=keepdim)),
+        lambda x, dim=None, keepdim=False: np.stack(
+            [x.min(axis=dim, keepdims=keepdim), x.max(axis=dim, keepdims=keepdim)]
+        ),
+        lambda rng: [
+            Sample((rng.permutation(12).reshape(3, 4) / 3.0,), label="all"),
+            Sample((rng.permutation(12).reshape(3, 4) / 3.0, 1), label="dim"),
+            Sample((rng.permutation(12).reshape(3, 4) / 3.0, 0, True), label="keepdim"),
+            Sample((np.array(0.5),), label="0-d"),
+            Sample((rng.permutation(12).reshape(4, 3) / 3.0, 0), noncontig=True, label="nc"),
+        ],
+    ),
+    *(
+        OpInfo(
+            name,
+            _stacked(getattr(ferro, name)),
+            _stacked(lambda x, dim=None, keepdim=False, _f=f: _f(x, dim, keepdim)),
+            lambda rng: [
+                Sample((uniform(rng, (3, 4)),), label="all"),
+                Sample((uniform(rng, (3, 4)), 1), label="dim"),
+                Sample((uniform(rng, (2, 3, 4)), (0, 2)), {"keepdim": True}, label="dims keepdim"),
+                Sample((uniform(rng, (4, 3)), 0), noncontig=True, label="noncontig"),
+            ],
+        )
+        for name, f in (("var_mean", _np_var_mean), ("std_mean", _np_std_mean))
+    ),
+    OpInfo(
+        "quantile",
+        ferro.quantile,
+        _quantile_ref,
+        _quantile_samples,
+    ),
+    OpInfo(
+        "isin",
+        lambda e, t, invert=False: ferro.isin(e, t, invert=invert),
+        lambda e, t, invert=False: np.isin(e, t, invert=invert),
+        lambda rng: [
+            Sample((rng.integers(0, 5, (3, 4)) * 1.0, np.array([1.0, 3.0])), grad=False),
+            Sample((np.arange(5.0), np.array([0.0, 9.0])), {"invert": True}, grad=False),
+            Sample((np.zeros((0, 2)), np.array([0.0])), grad=False, label="empty"),
+        ],
+        grad=False,
+        same_dtype_out=False,
+    ),
+    OpInfo(
+        "bincount",
+        lambda x, w=None, minlength=0: ferro.bincount(x, w, minlength),
+        lambda x, w=None, minlength=0: np.bincount(x, w, minlength),
+        lambda rng: [
+            Sample((np.array([0, 3, 3, 1]),), grad=False, label="counts"),
+            Sample((np.array([2, 0, 2]), np.array([0.5, 1.0, 2.0])), grad=False, label="weights"),
+            Sample((np.zeros(0, np.int64),), {"minlength": 3}, grad=False, label="empty"),
+        ],
+        grad=False,
+        same_dtype_out=False,
     ),
 ]

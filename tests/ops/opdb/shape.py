@@ -435,6 +435,77 @@ def _cartesian_prod_ref(*xs):
     return np.stack([g.reshape(-1) for g in grids], axis=1)
 
 
+def _block_diag_ref(*blocks):
+    blocks = [np.reshape(b, (1, -1)) if b.ndim < 2 else b for b in blocks]
+    out = np.zeros((sum(b.shape[0] for b in blocks), sum(b.shape[1] for b in blocks)))
+    r = c = 0
+    for b in blocks:
+        out[r : r + b.shape[0], c : c + b.shape[1]] = b
+        r, c = r + b.shape[0], c + b.shape[1]
+    return out
+
+
+def _triangle_indices_samples(rng):
+    return [
+        Sample((4, 3), grad=False, label="tall"),
+        Sample((3, 5, 1), grad=False, label="offset 1"),
+        Sample((4, 4, -2), grad=False, label="offset -2"),
+        Sample((0, 3), grad=False, label="empty"),
+    ]
+
+
+def _stack_like_samples(_):
+    def make(rng):
+        return [
+            Sample((uniform(rng, (2, 3)), uniform(rng, (2, 3))), label="2-D"),
+            Sample((uniform(rng, (3,)), uniform(rng, (3,))), label="1-D"),
+            Sample((uniform(rng, (2, 2, 3)), uniform(rng, (2, 2, 3))), label="3-D"),
+            Sample((uniform(rng, (2, 3)), None), same=(1,), label="f(x,x)"),
+            Sample((uniform(rng, (3, 4)), uniform(rng, (3, 4))), noncontig=True, label="nc"),
+        ]
+
+    return make
+
+
+def _listed(f):
+    return lambda *xs: f(list(xs))
+
+
+def _all_flat(f, join):
+    """``f``'s tensor or tuple of tensors as one flat tensor (its every element checked)."""
+
+    def call(*xs):
+        out = f(*xs)
+        return join(out if isinstance(out, tuple | list) else (out,))
+
+    return call
+
+
+def _unflatten_ref(x, dim, sizes):
+    a = dim % x.ndim
+    return x.reshape(x.shape[:a] + tuple(sizes) + x.shape[a + 1 :])
+
+
+def _atleast_samples(rng):
+    return [
+        Sample((uniform(rng, ()),), label="0-d"),
+        Sample((uniform(rng, (3,)),), label="1-D"),
+        Sample((uniform(rng, (2, 3)),), label="2-D"),
+        Sample((uniform(rng, ()), uniform(rng, (2,)), uniform(rng, (2, 2, 2))), label="several"),
+        Sample((uniform(rng, (3, 4)),), noncontig=True, label="noncontig"),
+    ]
+
+
+def _ndim_samples(ndim, at_most=4):
+    def make(rng):
+        shapes = [s for s in [(), (4,), (2, 3), (2, 3, 2), (0, 2)] if ndim <= len(s) <= at_most]
+        out = [Sample((uniform(rng, s),), label=f"shape{s}") for s in shapes]
+        out.append(Sample((uniform(rng, (3, 4)),), noncontig=True, label="noncontig"))
+        return out
+
+    return make
+
+
 ENTRIES = [
     OpInfo(
         "reshape",
@@ -699,4 +770,145 @@ ENTRIES = [
             Sample((uniform(rng, (3, 4)), 2), {"axis": -1}, noncontig=True, label="noncontig"),
         ],
     ),
+    OpInfo(
+        "trace",
+        ferro.trace,
+        np.trace,
+        lambda rng: [
+            Sample((uniform(rng, (3, 3)),), label="square"),
+            Sample((uniform(rng, (2, 4)),), label="wide"),
+            Sample((uniform(rng, (0, 2)),), label="empty"),
+            Sample((uniform(rng, (4, 3)),), noncontig=True, label="noncontig"),
+        ],
+    ),
+    OpInfo(
+        "tensor_split",
+        lambda x, s, dim=0: ferro.cat(
+            [p.flatten() * (i + 1) for i, p in enumerate(ferro.tensor_split(x, s, dim))]
+        ),
+        lambda x, s, dim=0: np.concatenate(
+            [p.ravel() * (i + 1) for i, p in enumerate(np.array_split(x, s, dim))]
+        ),
+        lambda rng: [
+            Sample((uniform(rng, (7,)), 3), label="sections"),
+            Sample((uniform(rng, (3, 5)), [1, 4]), {"dim": 1}, label="indices"),
+            Sample((uniform(rng, (3, 5)), [4, 2, 9]), {"dim": -1}, label="unordered, past the end"),
+            Sample((uniform(rng, (2, 3)), 4), label="more sections than rows"),
+            Sample((uniform(rng, (4, 3)), 2), {"dim": 1}, noncontig=True, label="noncontig"),
+        ],
+    ),
+    OpInfo(
+        "take_along_dim",
+        ferro.take_along_dim,
+        lambda x, idx, dim=None: np.take_along_axis(
+            x if dim is not None else x.ravel(), idx if dim is not None else idx.ravel(), dim or 0
+        ),
+        lambda rng: [
+            Sample((uniform(rng, (3, 4)), rng.integers(0, 4, (3, 2))), {"dim": 1}, label="rows"),
+            Sample((uniform(rng, (3, 4)), rng.integers(0, 3, (2, 1))), {"dim": 0}, label="bcast"),
+            Sample((uniform(rng, (3, 1)), rng.integers(0, 3, (2, 5))), {"dim": 0}, label="bcast x"),
+            Sample((uniform(rng, (2, 3)), np.array([5, 0, 5])), label="flattened"),
+            Sample((uniform(rng, (4, 3)), rng.integers(0, 4, (4, 3))), {"dim": 0}, noncontig=True),
+        ],
+    ),
+    OpInfo(
+        "rot90",
+        ferro.rot90,
+        lambda x, k=1, dims=(0, 1): np.rot90(x, k, dims),
+        lambda rng: [
+            Sample((uniform(rng, (2, 3)),), label="once"),
+            Sample((uniform(rng, (2, 3, 4)), 2, (2, 0)), label="twice"),
+            Sample((uniform(rng, (2, 3, 4)), -1, (1, 2)), label="back"),
+            Sample((uniform(rng, (2, 0)), 4), label="empty, full turn"),
+            Sample((uniform(rng, (3, 4)), 3), noncontig=True, label="noncontig"),
+        ],
+    ),
+    OpInfo(
+        "block_diag",
+        ferro.block_diag,
+        _block_diag_ref,
+        lambda rng: [
+            Sample(
+                (uniform(rng, (2, 3)), uniform(rng, (3,)), uniform(rng, ())), label="2-D 1-D 0-d"
+            ),
+            Sample((uniform(rng, (2, 2)),), label="one"),
+            Sample((uniform(rng, (1, 2)), uniform(rng, (0, 3))), label="empty block"),
+            Sample((uniform(rng, (3, 2)), uniform(rng, (2, 3))), noncontig=True, label="noncontig"),
+        ],
+    ),
+    OpInfo(
+        "vander",
+        ferro.vander,
+        lambda x, N=None, increasing=False: np.vander(x, N, increasing),
+        lambda rng: [
+            Sample((uniform(rng, (4,)),), label="square"),
+            Sample((np.array([0.0, 1.5, -2.0]), 5, True), label="increasing, through 0"),
+            Sample((uniform(rng, (3,)), 1), label="N=1"),
+            Sample((uniform(rng, (0,)),), label="empty"),
+        ],
+    ),
+    OpInfo(
+        "tril_indices",
+        ferro.tril_indices,
+        lambda r, c, k=0: np.stack(np.tril_indices(r, k, c)),
+        _triangle_indices_samples,
+        grad=False,
+        same_dtype_out=False,
+    ),
+    OpInfo(
+        "triu_indices",
+        ferro.triu_indices,
+        lambda r, c, k=0: np.stack(np.triu_indices(r, k, c)),
+        _triangle_indices_samples,
+        grad=False,
+        same_dtype_out=False,
+    ),
+    *(
+        OpInfo(
+            name,
+            _listed(getattr(ferro, name)),
+            _listed(getattr(np, name)),
+            samples,
+        )
+        for name, samples in (
+            ("hstack", _stack_like_samples(1)),
+            ("vstack", _stack_like_samples(1)),
+            ("dstack", _stack_like_samples(1)),
+            ("column_stack", _stack_like_samples(1)),
+        )
+    ),
+    *(
+        OpInfo(
+            name,
+            _all_flat(getattr(ferro, name), lambda vs: ferro.cat([v.flatten() for v in vs])),
+            _all_flat(getattr(np, name), lambda vs: np.concatenate([v.ravel() for v in vs])),
+            _atleast_samples,
+        )
+        for name in ("atleast_1d", "atleast_2d", "atleast_3d")
+    ),
+    OpInfo(
+        "take",
+        ferro.take,
+        lambda x, idx: np.take(x, idx),
+        lambda rng: [
+            Sample((uniform(rng, (3, 4)), np.array([[0, -1], [11, 5]])), label="2-D index"),
+            Sample((uniform(rng, (5,)), np.array([2, 2, 0])), label="repeats"),
+            Sample((uniform(rng, ()), np.array(0)), label="0-d"),
+            Sample((uniform(rng, (4, 3)), np.array([1, 7])), noncontig=True, label="noncontig"),
+        ],
+    ),
+    OpInfo(
+        "unflatten",
+        ferro.unflatten,
+        _unflatten_ref,
+        lambda rng: [
+            Sample((uniform(rng, (2, 12)), 1, (3, 4)), label="split"),
+            Sample((uniform(rng, (6, 2)), 0, (2, -1)), label="-1"),
+            Sample((uniform(rng, (4, 6)), -1, (3, 2)), noncontig=True, label="noncontig"),
+        ],
+    ),
+    OpInfo("fliplr", ferro.fliplr, np.fliplr, _ndim_samples(2)),
+    OpInfo("flipud", ferro.flipud, np.flipud, _ndim_samples(1)),
+    OpInfo("t", ferro.t, lambda x: x.T, _ndim_samples(0, at_most=2)),
+    OpInfo("ravel", ferro.ravel, np.ravel, _ndim_samples(0)),
 ]

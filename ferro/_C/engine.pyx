@@ -1131,7 +1131,7 @@ cdef inline tuple _call_backward(Node node, list gys, Py_ssize_t n_in):
         t0 = clock_ns()
     res = NotImplemented
     if bwd is not None:
-        res = bwd(node, gys[0]) if n_out == 1 else bwd(node, *gys)
+        res = bwd(node, gys[0]) if len(gys) == 1 else bwd(node, *gys)
         if res is not NotImplemented:
             node._fused |= FUSED_BACKWARD
         elif paired:
@@ -1140,7 +1140,7 @@ cdef inline tuple _call_backward(Node node, list gys, Py_ssize_t n_in):
                 "forward left (a bug in its override)"
             )
     if res is NotImplemented:
-        res = op.backward(node, gys[0]) if n_out == 1 else op.backward(node, *gys)
+        res = op.backward(node, gys[0]) if len(gys) == 1 else op.backward(node, *gys)
     if _F.profiler is not None:
         _F.profiler.record_backward(
             node.name(), node.op.name, node._prof_id, node.xp, gys, res, t0, clock_ns()

@@ -47,14 +47,6 @@ from ferro.ops import shape as _sh
 from ferro.ops import special as _sp
 
 
-def _rsub(self, other):
-    return _ew.sub(other, self)
-
-
-def _rdiv(self, other):
-    return _ew.div(other, self)
-
-
 def _floordiv(a, b):
     # PyTorch's ``a // b`` (floor_divide): floor of the true quotient; integer when both are
     # integers (computed in float64, exact below 2**53), no gradient. Composed from public ops.
@@ -173,14 +165,14 @@ class Tensor(TensorBase):
         self.data = made._data
 
     # Arithmetic. The forward functions take (a, b), so they serve directly as methods.
-    __add__ = _ew.add
-    __radd__ = _ew.add
-    __sub__ = _ew.sub
-    __rsub__ = _rsub
-    __mul__ = _ew.mul
-    __rmul__ = _ew.mul
-    __truediv__ = _ew.div
-    __rtruediv__ = _rdiv
+    # The four arithmetic operators are compiled (engine.arith): no Python frame on the way to
+    # the engine for floating tensors, the wrappers below otherwise.
+    __add__ = __radd__ = _engine.arith(_ew.Add, _ew.add)
+    __sub__ = _engine.arith(_ew.Sub, _ew.sub)
+    __rsub__ = _engine.arith(_ew.Sub, _ew.sub, reverse=True)
+    __mul__ = __rmul__ = _engine.arith(_ew.Mul, _ew.mul)
+    __truediv__ = _engine.arith(_ew.Div, _ew.div)
+    __rtruediv__ = _engine.arith(_ew.Div, _ew.div, reverse=True)
     __floordiv__ = _floordiv
     __rfloordiv__ = _rfloordiv
     __pow__ = _ew.pow

@@ -1,8 +1,14 @@
 # Contract of ferro._C.accumulate: Note [Grad ownership] as code. Pending gradients live in
 # slots (_Entry) the engine owns; one in-place add serves the gradient table and the .grad commit.
+cimport cython
+
 from ferro._C.tensor cimport TensorBase
 
 
+# Outside the cyclic GC: an entry lives in one walk's tables only and nothing it holds (a target,
+# gradient arrays, lists of entries) refers back to it, so it is never part of a cycle; tracked,
+# the ~one entry per node of a backward made the collector run and rescan the graph.
+@cython.no_gc
 cdef class _Entry:
     cdef object target
     cdef Py_ssize_t deps

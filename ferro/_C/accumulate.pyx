@@ -10,6 +10,7 @@ of place and its fresh result becomes owned. A leaf's ``.grad`` takes an owned a
 copy ("stealing"); later backward calls add into ``.grad`` in place, as PyTorch does.
 """
 
+cimport cython
 cimport numpy as cnp
 from cpython.object cimport PyObject
 from cpython.pythread cimport (
@@ -39,6 +40,7 @@ cdef object _np = np
 cdef Flags _F = flags()
 
 
+@cython.no_gc  # see accumulate.pxd
 cdef class _Entry:
     """Per-walk state of one graph target (a Node, or a leaf tensor) or one node output."""
 
@@ -52,7 +54,7 @@ cdef _Entry _slot(_Entry e, Py_ssize_t nr, Py_ssize_t n_out):
         e.subs = [None] * n_out
     s = e.subs[nr]
     if s is None:
-        s = _Entry()
+        s = _Entry.__new__(_Entry)
         e.subs[nr] = s
     return <_Entry>s
 
@@ -140,7 +142,7 @@ cdef int _add_inplace(object dst, object src) except -1:
 
 def _calibrate():
     global _REF_BASELINE
-    cdef _Entry probe = _Entry()
+    cdef _Entry probe = _Entry.__new__(_Entry)
     probe.grad = np.empty(1)
     _REF_BASELINE = _refcnt(<PyObject*>probe.grad)
     # The rule must accept an array only the entry holds and refuse one held twice.

@@ -1,3 +1,4 @@
+from collections.abc import Callable
 from typing import Any
 
 from ferro._C.accumulate import set_gpu_backend as set_gpu_backend
@@ -42,6 +43,7 @@ from ferro._C.tensor import TensorBase
 __all__: list[str]
 
 def apply(op: OpDef, *args: Any, **params: Any) -> Any: ...
+def arith(op: OpDef, slow: Callable[..., Any], reverse: bool = ...) -> Callable[..., Any]: ...
 def run_backward(
     roots: tuple[TensorBase, ...],
     root_grads: tuple[Any, ...],

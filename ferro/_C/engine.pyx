@@ -54,6 +54,7 @@ from ferro._C.graph cimport (
     _out_shape,
     _record_saved_versions,
     _retarget_version,
+    _same_descr,
     _same_dtype,
     _shape_is,
     _share_version,
@@ -127,6 +128,7 @@ from ferro.errors import (
 # The core's Python face: the engine's own functions and the re-exported ones of its modules.
 __all__ = [
     "apply",
+    "arith",
     "commit_inplace",
     "run_backward",
     "set_gpu_backend",
@@ -205,6 +207,27 @@ def apply(OpDef op, *args, **params):
 
     Returns one Tensor, or a tuple of Tensors when the op's forward returns a tuple.
     """
+    return _apply(op, args, params)
+
+
+def arith(OpDef op, slow, bint reverse=False):
+    """A compiled ``Tensor`` operator method for the binary op ``op`` (``Tensor.__add__`` ...):
+    ``apply(op, self, other)`` (``other, self`` with ``reverse``) when ``self`` is a floating
+    tensor, where the op's Python wrapper ``slow(a, b)`` changes nothing (its integer-to-float
+    promotion needs an integer tensor), else ``slow``. No Python frame between the operator and
+    the engine: ``h * w`` on small tensors spent a tenth of its time in the wrapper's."""
+
+    def method(self, other):
+        if isinstance(self, TensorBase) and _is_float_array((<TensorBase>self)._data):
+            return _apply(op, (other, self) if reverse else (self, other), None)
+        return slow(other, self) if reverse else slow(self, other)
+
+    method.__name__ = method.__qualname__ = getattr(slow, "__name__", op.name)
+    method.__doc__ = getattr(slow, "__doc__", None)
+    return method
+
+
+cdef object _apply(OpDef op, tuple args, dict params):
     cdef Py_ssize_t n = len(args), i, k, n_out
     cdef long mode = grad_mode()
     cdef bint record = False, inference = mode == MODE_INFERENCE
@@ -338,7 +361,7 @@ def apply(OpDef op, *args, **params):
     node._fused = FUSED_FORWARD if fused else 0
     node._n_out = n_out
     if outs is None:
-        node._shape0 = out.shape
+        node._shape0 = _shape_of(out)
         node._dtype0 = out.dtype
         if _is_float_array(out) and not _is_nondiff(node, out):
             res = _wrap(out, node, 0, False)
@@ -364,6 +387,18 @@ def apply(OpDef op, *args, **params):
     if node._saved is not None:
         _record_saved_versions(node, args, n, results, call)
     return results
+
+
+cdef tuple _last_shape = ()
+
+
+cdef tuple _shape_of(object arr):
+    # ``arr.shape``, as the tuple of the previous call when the shape is the same: a chain of
+    # ops on one shape allocates no shape tuple (one GC-tracked object less a node).
+    global _last_shape
+    if not (type(arr) is cnp.ndarray and _shape_is(arr, _last_shape)):
+        _last_shape = arr.shape
+    return _last_shape
 
 
 cdef int _resave(Node node, object scalar, object arr) except -1:
@@ -440,14 +475,14 @@ cdef inline bint _is_nondiff(Node node, object arr) noexcept:
 cdef int _link(Node node, tuple args, Py_ssize_t n, OpDef op) except -1:
     """Record the node's edges (before forward runs, so forward can read needs_input_grad)."""
     cdef tuple nexts = PyTuple_New(n)
-    cdef tuple nrs = PyTuple_New(n)
+    cdef tuple nrs = None  # made only when an edge leads to an output other than 0
     cdef TensorBase t
     # Both must be Python objects held by a variable: PyTuple_SET_ITEM steals the reference
     # Py_INCREF gave. Left to inference, nr_obj became a C integer, and each use made a
     # temporary int that was freed at once, leaving the tuple a dangling pointer for output
     # numbers above 256 (smaller ints are cached by CPython and survived by luck).
     cdef object target, nr_obj
-    cdef Py_ssize_t i
+    cdef Py_ssize_t i, k
     for i in range(n):
         a = args[i]
         target = None
@@ -473,11 +508,28 @@ cdef int _link(Node node, tuple args, Py_ssize_t n, OpDef op) except -1:
                     nr_obj = t._output_nr
         Py_INCREF(target)
         PyTuple_SET_ITEM(nexts, i, target)
-        Py_INCREF(nr_obj)
-        PyTuple_SET_ITEM(nrs, i, nr_obj)
+        if nrs is None and nr_obj != 0:
+            nrs = PyTuple_New(n)
+            for k in range(i):
+                Py_INCREF(_ZERO)
+                PyTuple_SET_ITEM(nrs, k, _ZERO)
+        if nrs is not None:
+            Py_INCREF(nr_obj)
+            PyTuple_SET_ITEM(nrs, i, nr_obj)
     node._next = nexts
-    node._next_nr = nrs
+    # The common case shares one tuple of zeros per arity: one GC-tracked object less a node.
+    node._next_nr = nrs if nrs is not None else _zeros(n)
     return 0
+
+
+cdef object _ZERO = 0
+cdef list _ZEROS = []
+
+
+cdef tuple _zeros(Py_ssize_t n):
+    while len(_ZEROS) <= n:
+        _ZEROS.append((0,) * len(_ZEROS))
+    return <tuple>_ZEROS[n]
 
 
 def commit_inplace(TensorBase t, TensorBase out, str op_name):
@@ -554,7 +606,8 @@ cdef object _check_grad(object g, object who, Py_ssize_t index, tuple shape, obj
                 f"{_who(who)} returned a gradient of shape {tuple(g.shape)} for input {index}; "
                 f"expected shape {shape}"
             )
-    if not (type(g) is cnp.ndarray and <object>cnp.PyArray_DESCR(<cnp.ndarray>g) is dtype) \
+    if not (type(g) is cnp.ndarray and isinstance(dtype, cnp.dtype)
+            and _same_descr(<cnp.dtype>cnp.PyArray_DESCR(<cnp.ndarray>g), <cnp.dtype>dtype)) \
             and g.dtype != dtype:
         if type(who) is Node and (<Node>who)._promoted and dtype.kind == "f":
             # Note [Type promotion]: the op ran in the promoted dtype; each input's gradient
@@ -582,6 +635,39 @@ cdef object _run_tensor_hooks(dict hooks, object g, str who, tuple shape, object
         name = getattr(fn, "__qualname__", repr(fn))
         g = _check_grad(r, f"hook {name} on {who}", 0, shape, dtype, False)
     return g
+
+
+cdef inline int _push(list stack, Py_ssize_t* n, object x) except -1:
+    # ``stack[:n]`` is the stack; the slots above it hold None and are reused.
+    if n[0] < len(stack):
+        stack[n[0]] = x
+    else:
+        stack.append(x)
+    n[0] += 1
+    return 0
+
+
+cdef inline object _pop(list stack, Py_ssize_t* n):
+    n[0] -= 1
+    x = stack[n[0]]
+    stack[n[0]] = None
+    return x
+
+
+cdef inline bint _fits(object g, object arr) except -1:
+    # A NumPy gradient of exactly the shape and dtype of the NumPy array it flows to: nothing
+    # for _check_grad to check or undo (it would read arr.shape, a new tuple, to say so).
+    cdef int i, nd
+    if type(g) is not cnp.ndarray or type(arr) is not cnp.ndarray:
+        return False
+    nd = cnp.PyArray_NDIM(<cnp.ndarray>g)
+    if nd != cnp.PyArray_NDIM(<cnp.ndarray>arr):
+        return False
+    for i in range(nd):
+        if cnp.PyArray_DIMS(<cnp.ndarray>g)[i] != cnp.PyArray_DIMS(<cnp.ndarray>arr)[i]:
+            return False
+    return _same_descr(<cnp.dtype>cnp.PyArray_DESCR(<cnp.ndarray>g),
+                       <cnp.dtype>cnp.PyArray_DESCR(<cnp.ndarray>arr))
 
 
 cdef inline int _decrement(_Entry child, list ready) except -1:
@@ -681,7 +767,7 @@ cdef object _run_backward(tuple roots, tuple root_grads, bint retain_graph, tupl
         target, nr = _target_of(t)
         e = table.get(target)
         if e is None:
-            e = _Entry()
+            e = _Entry.__new__(_Entry)
             e.target = target
             e.needed = True
             table[target] = e
@@ -697,21 +783,24 @@ cdef object _run_backward(tuple roots, tuple root_grads, bint retain_graph, tupl
 
     root_entries = list(table.values())
 
-    # Collect the reachable graph and count dependencies (explicit stack: no recursion).
-    while stack:
-        node = <Node>stack.pop()
+    # Collect the reachable graph and count dependencies (explicit stack: no recursion). The
+    # stack and the ready list below never shrink (_push/_pop keep a count): a list popped empty
+    # is reallocated twice a node, which in a chain is every node.
+    cdef Py_ssize_t n_stack = len(stack), n_ready
+    while n_stack:
+        node = <Node>_pop(stack, &n_stack)
         for target in node._next:
             if target is None:
                 continue
             e = table.get(target)
             if e is None:
-                e = _Entry()
+                e = _Entry.__new__(_Entry)
                 e.target = target
                 e.deps = 1
                 e.needed = True
                 table[target] = e
                 if type(target) is Node:
-                    stack.append(target)
+                    _push(stack, &n_stack, target)
             else:
                 e.deps += 1
 
@@ -745,18 +834,20 @@ cdef object _run_backward(tuple roots, tuple root_grads, bint retain_graph, tupl
     if num_threads == 0:
         num_threads = backward_threads()
     cdef Py_ssize_t popped = 0
+    n_ready = len(ready)
     try:
-        while ready:
-            if num_threads > 1 and len(ready) > 1 and _runnable(ready) > 1:
+        while n_ready:
+            if num_threads > 1 and n_ready > 1 and _runnable(ready[:n_ready]) > 1:
                 # Two nodes could run at once: the rest of the walk goes parallel. Until now it
                 # was serial, so what has been added so far was added in serial order.
                 node = None
+                del ready[n_ready:]
                 _walk_parallel(table, ready, ran, commits, results, selective, accumulate,
                                num_threads, popped)
                 # Commits in serial order: post-accumulate hooks run as they do serially.
                 commits.sort(key=_commit_rank)
                 break
-            e = <_Entry>ready.pop()
+            e = <_Entry>_pop(ready, &n_ready)
             e.rank = popped
             popped += 1
             node = _take(e, selective, accumulate, results, commits)
@@ -768,7 +859,10 @@ cdef object _run_backward(tuple roots, tuple root_grads, bint retain_graph, tupl
                 for i in range(n_in):
                     target = node._next[i]
                     if target is not None:
-                        _decrement(<_Entry>table[target], ready)
+                        child = <_Entry>table[target]
+                        child.deps -= 1
+                        if child.deps == 0:
+                            _push(ready, &n_ready, child)
                 continue
             stage = _early_stage(node, table) if node.op.early else 0
             if stage:
@@ -802,11 +896,14 @@ cdef object _run_backward(tuple roots, tuple root_grads, bint retain_graph, tupl
                         _add_to(_slot(child, nr, (<Node>target)._n_out), g)
                     else:
                         t = <TensorBase>target
-                        g = _check_grad(g, node, i, t._data.shape, t._data.dtype,
-                                        node.op.broadcasts)
+                        if not _fits(g, t._data):
+                            g = _check_grad(g, node, i, t._data.shape, t._data.dtype,
+                                            node.op.broadcasts)
                         _add_to(child, g)
                 g = None
-                _decrement(child, ready)
+                child.deps -= 1
+                if child.deps == 0:
+                    _push(ready, &n_ready, child)
             grads = None
     except Exception as exc:
         if node is not None:
@@ -964,7 +1061,7 @@ cdef int _finish_outputs(_Entry e, Node node, bint accumulate, list results,
                 if cap[0] != nr:
                     continue
                 if accumulate:
-                    h = _Entry()
+                    h = _Entry.__new__(_Entry)
                     h.grad = s.grad
                     h.rank = e.rank
                     commits.append((h, cap[2]))
@@ -974,7 +1071,7 @@ cdef int _finish_outputs(_Entry e, Node node, bint accumulate, list results,
             ref = node._retained.get(nr)
             tensor = ref() if ref is not None else None
             if tensor is not None:
-                h = _Entry()
+                h = _Entry.__new__(_Entry)
                 h.grad = s.grad
                 h.rank = e.rank
                 commits.append((h, tensor))
@@ -1034,7 +1131,7 @@ cdef inline tuple _call_backward(Node node, list gys, Py_ssize_t n_in):
         t0 = clock_ns()
     res = NotImplemented
     if bwd is not None:
-        res = bwd(node, *gys)
+        res = bwd(node, gys[0]) if len(gys) == 1 else bwd(node, *gys)
         if res is not NotImplemented:
             node._fused |= FUSED_BACKWARD
         elif paired:
@@ -1043,7 +1140,7 @@ cdef inline tuple _call_backward(Node node, list gys, Py_ssize_t n_in):
                 "forward left (a bug in its override)"
             )
     if res is NotImplemented:
-        res = op.backward(node, *gys)
+        res = op.backward(node, gys[0]) if len(gys) == 1 else op.backward(node, *gys)
     if _F.profiler is not None:
         _F.profiler.record_backward(
             node.name(), node.op.name, node._prof_id, node.xp, gys, res, t0, clock_ns()

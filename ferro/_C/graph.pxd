@@ -115,9 +115,19 @@ cdef inline bint _is_float_array(object arr) except -1:
     return arr.dtype.kind == "f"
 
 
+cdef inline bint _same_descr(cnp.dtype d, cnp.dtype e) noexcept:
+    # One dtype, seen from the descriptors: the same object, or two of one builtin numeric
+    # type (bool to complex: the type number and byte order say all) in one byte order. Not
+    # every float32 array holds NumPy's singleton (``dtype.newbyteorder("=")`` makes a copy),
+    # and ``a.dtype == b.dtype`` costs two attribute reads and a rich compare. False: unknown.
+    return d is e or (d.type_num == e.type_num and d.type_num <= cnp.NPY_CLONGDOUBLE
+                      and d.byteorder == e.byteorder)
+
+
 cdef inline bint _same_dtype(object a, object b) except -1:
     if type(a) is cnp.ndarray and type(b) is cnp.ndarray:
-        if <object>cnp.PyArray_DESCR(<cnp.ndarray>a) is <object>cnp.PyArray_DESCR(<cnp.ndarray>b):
+        if _same_descr(<cnp.dtype>cnp.PyArray_DESCR(<cnp.ndarray>a),
+                       <cnp.dtype>cnp.PyArray_DESCR(<cnp.ndarray>b)):
             return True
     return a.dtype == b.dtype
 

@@ -7,6 +7,7 @@ creates nodes, links their edges and walks them. The array helpers every core mo
 (which backend an array belongs to, shape and dtype predicates) are declared in ``graph.pxd``.
 """
 
+cimport cython
 cimport numpy as cnp
 
 from ferro._C.state cimport MODE_GRAD, Flags, flags, grad_mode, saved_hooks
@@ -156,6 +157,7 @@ cdef bint _is_array(object a) noexcept:
 cdef class UnrecordedCtx:
     """The ``ctx`` of an op whose application is not recorded (shared; see Note [ctx contract])."""
 
+    @cython.binding(False)  # a plain C method: no CyFunction call with a sliced tuple
     def save(self, *arrays):
         """Nothing is recorded: dropped."""
 
@@ -231,6 +233,7 @@ cdef class Node:
     Ops store what backward needs with :meth:`save` (arrays) or as attributes (anything else).
     """
 
+    @cython.binding(False)  # a plain C method: no CyFunction call with a sliced tuple
     def save(self, *arrays):
         # Note [Saved-hook order] (docs/design.md).
         """Keep ``arrays`` for backward (released after backward unless ``retain_graph``).

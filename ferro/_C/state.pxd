@@ -31,7 +31,12 @@ cdef class Flags:
 cdef class ModeGuard:
     cdef int _kind                 # one of the GUARD_ kinds above
     cdef long _fixed               # the mode a GUARD_FIXED guard sets
-    cdef list _tokens              # (thread ident, ContextVar token) per open entry
+    # Open entries, oldest first: the first in (_tid0, _tok0) (a token, or None), any more in
+    # _tokens as (thread ident, ContextVar token); a list is made only for nested or concurrent
+    # entries of one guard.
+    cdef unsigned long _tid0
+    cdef object _tok0
+    cdef list _tokens
     cdef long _target(self) except -1
     cdef int _push(self) except -1
     cdef int _pop(self) except -1

@@ -9,7 +9,7 @@ modules hold a typed reference to, so reading a flag on the hot path is a struct
 
 from cpython.contextvars cimport PyContextVar_Get, PyContextVar_Reset, PyContextVar_Set
 from cpython.long cimport PyLong_AsLong
-from cpython.object cimport PyObject
+from cpython.object cimport PyObject, PyTypeObject
 from cpython.ref cimport Py_XDECREF
 
 import contextvars
@@ -26,6 +26,7 @@ cdef class Flags:
 
 
 cdef Flags _FLAGS = Flags()
+cdef tuple _NO_ARGS = ()
 
 
 cdef Flags flags():
@@ -33,6 +34,11 @@ cdef Flags flags():
 
 
 cdef object _MODE = contextvars.ContextVar("ferro_grad_mode", default=MODE_GRAD)
+# CPython caches a ContextVar's value per thread only once it was found set in the context: a
+# var left at its default is a failed HAMT lookup on every read (0.1 us an op in the engine).
+# Setting the default value in the importing thread's context makes its reads cached; other
+# threads start from an empty context and read the same default.
+_MODE.set(MODE_GRAD)
 
 
 cdef long grad_mode() except -1:
@@ -92,7 +98,6 @@ cdef class ModeGuard:
     def __cinit__(self, *args, **kwargs):
         self._kind = getattr(type(self), "_guard_kind", GUARD_NO_GRAD)
         self._fixed = MODE_GRAD
-        self._tokens = []
 
     def _set_kind(self, int kind, long mode=MODE_GRAD):
         """Make this guard a ``kind`` one (GUARD_KINDS); a fixed one sets ``mode`` (0 no_grad,
@@ -121,23 +126,49 @@ cdef class ModeGuard:
         return MODE_NO_GRAD if self._kind == GUARD_NO_GRAD else MODE_GRAD
 
     cdef int _push(self) except -1:
-        self._tokens.append((PyThread_get_thread_ident(), PyContextVar_Set(_MODE, self._target())))
+        cdef unsigned long me = PyThread_get_thread_ident()
+        token = PyContextVar_Set(_MODE, self._target())
+        if self._tok0 is None and not self._tokens:
+            self._tid0, self._tok0 = me, token  # the common case: no list, no tuple
+        else:
+            if self._tokens is None:
+                self._tokens = []
+            self._tokens.append((me, token))
         return 0
 
     cdef int _pop(self) except -1:
         cdef unsigned long me = PyThread_get_thread_ident()
         cdef Py_ssize_t i
-        for i in range(len(self._tokens) - 1, -1, -1):
-            entry = self._tokens[i]
-            if <unsigned long>entry[0] == me:
-                del self._tokens[i]
-                PyContextVar_Reset(_MODE, entry[1])
-                return 1
+        if self._tokens:
+            for i in range(len(self._tokens) - 1, -1, -1):
+                entry = self._tokens[i]
+                if <unsigned long>entry[0] == me:
+                    del self._tokens[i]
+                    PyContextVar_Reset(_MODE, entry[1])
+                    return 1
+        if self._tok0 is not None and self._tid0 == me:
+            token, self._tok0 = self._tok0, None
+            PyContextVar_Reset(_MODE, token)
+            return 1
         return 0
 
     def __enter__(self):
         self._push()
         return self
+
+    @staticmethod
+    def _new(cls, *args, **kwargs):
+        """The ``__new__`` of the Python guard classes, compiled: ``with no_grad():`` makes one
+        guard a block, and a Python-level ``__new__`` was a third of the block's cost. Without
+        arguments it allocates; with some, the class's ``_new_with_args`` decides (a bare
+        ``@no_grad`` decorator gets the function)."""
+        if args or kwargs:
+            return cls._new_with_args(*args, **kwargs)
+        if not issubclass(cls, ModeGuard):
+            raise ArgumentError(f"ModeGuard._new: {cls!r} is not a ModeGuard subclass")
+        # ModeGuard's own tp_new for ``cls`` (``ModeGuard.__new__(cls)`` looked the method up and
+        # called it through the type's __new__ wrapper: most of this function's cost).
+        return (<PyTypeObject*>ModeGuard).tp_new(cls, <PyObject*>_NO_ARGS, NULL)
 
     def __exit__(self, exc_type, exc, tb):
         self._pop()

@@ -30,11 +30,13 @@ class _ModeContext(ModeGuard):
     __slots__ = ()
     _guard_kind = GUARD_KINDS["no_grad"]
 
-    def __new__(cls, *args, **kwargs):
+    __new__ = ModeGuard._new  # compiled; with arguments it calls _new_with_args
+
+    @classmethod
+    def _new_with_args(cls, *args, **kwargs):
         # ``@no_grad`` without parentheses: the class receives the function itself.
-        if args and cls is not set_grad_enabled and len(args) == 1 and callable(args[0]):
-            if not kwargs:
-                return cls()(args[0])
+        if cls is not set_grad_enabled and len(args) == 1 and callable(args[0]) and not kwargs:
+            return cls()(args[0])
         return ModeGuard.__new__(cls)
 
     def _clone(self):

@@ -227,8 +227,11 @@ def test_the_spatial_transformer_matches_torch():
     loss, ours = _eval_step(trained, trained["torch"], trained["STATE"], images, labels)
     want, theirs = _eval_step(theirs_env, theirs_env["torch"], trained["STATE"], images, labels)
     assert loss == pytest.approx(want, rel=1e-5)
+    # float32: the localization net's gradients reach it through grid_sample's grid gradient, a
+    # difference of neighbouring pixels, so its small entries carry cancellation error of about
+    # 1e-4 of the largest (seen with the CPU kernel, which sums in another order than PyTorch).
     for k, v in theirs.items():
-        np.testing.assert_allclose(ours[k], v, rtol=1e-3, atol=1e-5 * np.abs(v).max(), err_msg=k)
+        np.testing.assert_allclose(ours[k], v, rtol=1e-3, atol=1e-3 * np.abs(v).max(), err_msg=k)
     # The tutorial's test() from the same trained weights.
     again = _run(TORCH_IMPORTS, EPOCHS=0, INIT=trained["STATE"])
     ours_eval = _run(FERRO_IMPORTS, EPOCHS=0, INIT=trained["STATE"])

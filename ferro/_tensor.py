@@ -17,6 +17,7 @@ data, as ``t.detach().numpy()`` would).
 from __future__ import annotations
 
 import copy
+import numbers
 
 import numpy as np
 
@@ -104,6 +105,15 @@ class Size(tuple):
         return n
 
 
+def _comparable(other) -> bool:
+    """What ``==``/``!=`` compare elementwise: tensors, numbers, arrays and sequences. Anything
+    else (None, a string, pytest.approx) gets NotImplemented, as in PyTorch, so Python asks the
+    other object (pytest.approx compares the value) or falls back to identity."""
+    return isinstance(
+        other, (TensorBase, numbers.Number, np.ndarray, np.generic, list, tuple)
+    ) or hasattr(other, "__cuda_array_interface__")
+
+
 class Tensor(TensorBase):
     """A multi-dimensional array with reverse-mode autograd.
 
@@ -186,9 +196,14 @@ class Tensor(TensorBase):
 
     __abs__ = _ew.abs
     __getitem__ = _sh.getitem
+
     # Comparisons return bool tensors; hashing stays by identity (tensors are dict keys).
-    __eq__ = _ew.eq
-    __ne__ = _ew.ne
+    def __eq__(self, other):
+        return _ew.eq(self, other) if _comparable(other) else NotImplemented
+
+    def __ne__(self, other):
+        return _ew.ne(self, other) if _comparable(other) else NotImplemented
+
     __lt__ = _ew.lt
     __le__ = _ew.le
     __gt__ = _ew.gt

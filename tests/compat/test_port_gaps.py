@@ -68,12 +68,8 @@ def test_uint8_tensors_as_torchvision_datasets_hold():
     assert data.unsqueeze(1).clone().float().max().item() == 255.0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Tensor.__eq__ with an object that is not a number, array or tensor (pytest.approx, "
-    "None) returns a Tensor wrapping a Python bool, whose repr fails, instead of "
-    "NotImplemented; PyTorch returns NotImplemented, so `t == pytest.approx(5.0)` is True there",
-)
+# Tensor.__eq__ with an object that is not a number, array or tensor (pytest.approx, None)
+# gives NotImplemented, as in PyTorch (a gap found by the ports, now fixed).
 def test_comparing_a_tensor_with_pytest_approx():
     t = torch.tensor(5.0)
     assert (t == pytest.approx(5.0)) is True

@@ -16,13 +16,8 @@ another library loaded the system libgomp first, its setting holds for ferro too
 
 import os as _os
 
-
-def _passive_openmp_wanted(env) -> bool:
-    return (
-        env.get("FERRO_OMP_PASSIVE", "1") != "0"
-        and "OMP_WAIT_POLICY" not in env
-        and "GOMP_SPINCOUNT" not in env
-    )
+# A user's own libgomp settings, which ferro leaves alone.
+_USER_SETTINGS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
 
 
 def _libgomp_loaded() -> bool:
@@ -36,31 +31,24 @@ def _libgomp_loaded() -> bool:
     return any(n == "libgomp.so.1" or n.startswith("libgomp.so.1.") for n in names)
 
 
-def _load_core():
-    from ferro._C import accumulate, cpu_kernels, engine, graph, state, tensor  # noqa: F401
-
-
-def _load_with_wait_policy() -> str:
-    """Import the core, with libgomp's wait policy set as Note [OpenMP wait policy] says;
-    returns the policy ferro's kernels run under ("passive", "user" or "default")."""
-    env = _os.environ
-    if not _passive_openmp_wanted(env):
-        _load_core()
-        return "user" if "OMP_WAIT_POLICY" in env or "GOMP_SPINCOUNT" in env else "default"
-    if _libgomp_loaded():
-        _load_core()
-        return "default"  # read already, when another library loaded it
-    env["OMP_WAIT_POLICY"] = "PASSIVE"
-    try:
-        _load_core()
-    finally:
-        del env["OMP_WAIT_POLICY"]
+def _wait_policy(env) -> str:
+    """The policy ferro's kernels will run under, as Note [OpenMP wait policy] says."""
+    if any(k in env for k in _USER_SETTINGS):
+        return "user"
+    if env.get("FERRO_OMP_PASSIVE", "1") == "0" or _libgomp_loaded():
+        return "default"  # opted out, or read already when another library loaded libgomp
     return "passive"
 
 
 try:
-    openmp_wait_policy = _load_with_wait_policy()
-    from ferro._C import accumulate, cpu_kernels, engine, graph, state, tensor  # noqa: F401
+    openmp_wait_policy = _wait_policy(_os.environ)
+    if openmp_wait_policy == "passive":  # only while the core's import loads libgomp
+        _os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+    try:
+        from ferro._C import accumulate, cpu_kernels, engine, graph, state, tensor  # noqa: F401
+    finally:
+        if openmp_wait_policy == "passive":
+            del _os.environ["OMP_WAIT_POLICY"]
 except ImportError as exc:  # pragma: no cover - exercised by tests/build/test_install.py
     _here = _os.path.dirname(_os.path.abspath(__file__))
     _setup = _os.path.join(_os.path.dirname(_os.path.dirname(_here)), "setup.py")

@@ -100,6 +100,15 @@ from ferro.dtypes import (
     set_default_dtype,
     uint8,
 )
+from ferro.legacy import (
+    BoolTensor,
+    ByteTensor,
+    DoubleTensor,
+    FloatTensor,
+    HalfTensor,
+    IntTensor,
+    LongTensor,
+)
 from ferro.ops import *  # noqa: F403  (every public op)
 from ferro.ops import __all__ as _ops_all
 from ferro.ops import fused as _fused
@@ -234,5 +243,12 @@ __all__ = [
     "checkpoint_sequential",
     "save",
     "load",
+    "FloatTensor",
+    "DoubleTensor",
+    "LongTensor",
+    "BoolTensor",
+    "IntTensor",
+    "HalfTensor",
+    "ByteTensor",
     *_ops_all,
 ]

@@ -704,8 +704,9 @@ class Tensor(TensorBase):
 
     def type(self, dtype=None, non_blocking: bool = False):
         """With no argument, the tensor type's name as PyTorch spells it
-        (``"ferro.FloatTensor"``, ``"ferro.cuda.LongTensor"``); with a dtype (or such a name),
-        ``self.to(dtype)``. ``non_blocking`` is accepted and ignored, as in :meth:`to`.
+        (``"ferro.FloatTensor"``, ``"ferro.cuda.LongTensor"``); with a dtype, such a name or a
+        typed constructor (``ferro.DoubleTensor``, ferro.legacy), ``self.to(dtype)``.
+        ``non_blocking`` is accepted and ignored, as in :meth:`to`.
 
         Example:
             >>> ferro.ones(2).type(), ferro.ones(2).type(ferro.float64).dtype
@@ -716,6 +717,8 @@ class Tensor(TensorBase):
             return where + _TYPE_NAMES.get(self._data.dtype.name, self._data.dtype.name) + "Tensor"
         if isinstance(dtype, str) and dtype.endswith("Tensor"):
             return self.to(*_parse_type_name(dtype))
+        if isinstance(dtype, type) and hasattr(dtype, "is_cuda"):  # ferro.FloatTensor & co.
+            return self.to("cuda" if dtype.is_cuda else "cpu", dtype.dtype)
         return self.to(dtype)
 
     def cpu(self) -> Tensor:

@@ -66,3 +66,13 @@ __all__ = [
     "get_rng_state",
     "set_rng_state",
 ]
+
+
+def __getattr__(name: str):
+    # ferro.cuda.FloatTensor & co. (ferro.legacy), imported on first use: ferro.legacy needs the
+    # tensor class, which is not built yet when ``import ferro`` imports this module.
+    from ferro.legacy import CUDA_TYPES
+
+    if name in CUDA_TYPES:
+        return CUDA_TYPES[name]
+    raise AttributeError(f"module 'ferro.cuda' has no attribute {name!r}")

@@ -12,6 +12,7 @@ Example:
 """
 
 import os as _os
+import warnings as _warnings
 
 from ferro import (  # noqa: F401  (submodules)
     _C,  # noqa: F401  (raises a friendly error when the core is not built)
@@ -166,6 +167,20 @@ if _os.environ.get("FERRO_CACHING_ALLOCATOR", "1") != "0":
 __version__ = "0.1.0"
 
 # PyTorch's dtype aliases (ferro.float is float32, ferro.int is int32, ...). Kept out of
+# Note [Floating-point warnings]: PyTorch gives inf and nan silently (log(0) is -inf, 0/0 is
+# nan); NumPy's ufuncs warn ("divide by zero encountered in log"), so a PyTorch program whose
+# causal mask is ``log(tril(ones))`` printed a RuntimeWarning from inside ferro at every step.
+# The warnings NumPy raises while ferro's own code runs its ufuncs are ignored, by one filter
+# on the module they are attributed to (ferro's); a user's own NumPy calls warn as before.
+# Entering np.errstate per op instead would cost each op about half a microsecond. Anomaly
+# mode (ferro.autograd.detect_anomaly) is the way to find where a nan or inf came from.
+_warnings.filterwarnings(
+    "ignore",
+    message=r"(divide by zero|invalid value|overflow|underflow) encountered in",
+    category=RuntimeWarning,
+    module=r"ferro(\.|$)",
+)
+
 # __all__, so that ``from ferro import *`` does not shadow Python's float, int and bool.
 bool = bool_
 float = float32

@@ -41,6 +41,7 @@ from ferro._C import pooling_kernels as _pooling_kernels
 from ferro._C import recurrent_kernels as _recurrent_kernels
 from ferro._C import resampling_kernels as _resampling_kernels
 from ferro._missing import module_attribute as __getattr__  # noqa: F401  (PEP 562 hints)
+from ferro._printing import get_printoptions, set_printoptions
 from ferro._tensor import Size, Tensor
 from ferro.autograd import (
     enable_grad,
@@ -258,6 +259,8 @@ __all__ = [
     "checkpoint_sequential",
     "save",
     "load",
+    "set_printoptions",
+    "get_printoptions",
     "FloatTensor",
     "DoubleTensor",
     "LongTensor",

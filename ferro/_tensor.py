@@ -21,7 +21,7 @@ import numbers
 
 import numpy as np
 
-from ferro import _missing
+from ferro import _missing, _printing
 from ferro import autograd as _autograd
 from ferro import backend as _backend
 from ferro import creation as _creation
@@ -964,17 +964,14 @@ class Tensor(TensorBase):
         return bool(self.item())
 
     def __repr__(self) -> str:
-        data = np.asarray(self)
-        body = np.array2string(data, separator=", ", prefix="tensor(", threshold=1000)
-        extras = []
-        # As PyTorch: the dtype is shown unless it is the default float dtype, int64 or bool.
-        if data.dtype not in (_dtypes.default_float(), np.int64, np.bool_) or data.size == 0:
-            extras.append(f"dtype={data.dtype}")
+        # PyTorch's format (ferro._printing): tensor([1.5000, 2.2500], grad_fn=<MulBackward>)
+        suffixes = []
         if self.grad_fn is not None:
-            extras.append(f"grad_fn=<{self.grad_fn.name()}>")
+            suffixes.append(f"grad_fn=<{self.grad_fn.name()}>")
         elif self.requires_grad:
-            extras.append("requires_grad=True")
-        return "tensor(" + body + "".join(", " + e for e in extras) + ")"
+            suffixes.append("requires_grad=True")
+        device = str(self.device) if self.is_cuda else None
+        return _printing.tensor_repr(np.asarray(self), device, suffixes, _dtypes.default_float())
 
 
 _FROM_NUMPY = _dtypes.FROM_NUMPY

@@ -537,7 +537,7 @@ def linspace(start, end, steps, *, dtype=None, device=None, requires_grad: bool 
 
     Example:
         >>> ferro.linspace(0, 1, 5)
-        tensor([0.  , 0.25, 0.5 , 0.75, 1.  ])
+        tensor([0.0000, 0.2500, 0.5000, 0.7500, 1.0000])
     """
     start, end = _real(start, "start", "linspace"), _real(end, "end", "linspace")
     dt = _dtype_or_default(dtype, "linspace")

@@ -37,4 +37,4 @@ class Parameter(Tensor):
         pass
 
     def __repr__(self) -> str:
-        return "Parameter containing:\n" + Tensor.__repr__(self.detach())
+        return "Parameter containing:\n" + Tensor.__repr__(self)

@@ -258,7 +258,7 @@ def test_default_dtype_applies_to_python_floats_and_factories(default_float64):
         assert t.dtype is ferro.float64
     assert ferro.arange(3).dtype is ferro.int64 and ferro.full((1,), 2).dtype is ferro.int64
     assert repr(ferro.tensor([1.0])) == "tensor([1.])"  # the default dtype is not shown
-    assert repr(ferro.tensor([1.0], dtype=ferro.float32)) == "tensor([1.], dtype=float32)"
+    assert repr(ferro.tensor([1.0], dtype=ferro.float32)) == "tensor([1.], dtype=ferro.float32)"
 
 
 def test_only_floating_dtypes_can_be_the_default():

@@ -76,7 +76,7 @@ def test_item_size_numel_len_repr():
         "tensor([1., 2.], requires_grad=True)"
     )
     assert "grad_fn=<MulBackward>" in repr(ferro.ones(1, requires_grad=True) * 2)
-    assert "dtype=float64" in repr(ferro.zeros(1, dtype=ferro.float64))
+    assert "dtype=ferro.float64" in repr(ferro.zeros(1, dtype=ferro.float64))
 
 
 def test_array_protocol_and_bool():

@@ -9,7 +9,7 @@ is collated field by field (a tuple gives a list, as in PyTorch).
 
 Example:
     >>> default_collate([(1.0, {"y": 2}), (3.0, {"y": 4})])
-    [tensor([1., 3.], dtype=float64), {'y': tensor([2, 4])}]
+    [tensor([1., 3.], dtype=ferro.float64), {'y': tensor([2, 4])}]
 """
 
 from __future__ import annotations

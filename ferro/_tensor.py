@@ -146,7 +146,7 @@ class Tensor(TensorBase):
 
         Example:
             >>> ferro.Tensor([1, 2]), ferro.Tensor(2, 3).shape
-            (tensor([1., 2.]), (2, 3))
+            (tensor([1., 2.]), ferro.Size([2, 3]))
         """
         # Reached on a fresh object only, whose data is still None; refusing a second call
         # keeps t.__init__(...) from swapping an existing tensor's data behind its graph.

@@ -615,7 +615,7 @@ def randint(
 
     Example:
         >>> ferro.randint(0, 10, (2, 3)).shape
-        (2, 3)
+        ferro.Size([2, 3])
     """
     if size is None and isinstance(high, (tuple, list)):
         low, high, size = 0, low, high  # randint(high, size)
@@ -808,7 +808,7 @@ def normal(
 
     Example:
         >>> ferro.normal(0.0, 1.0, (2, 3)).shape
-        (2, 3)
+        ferro.Size([2, 3])
     """
     from ferro.ops import elementwise as _ew
 

@@ -278,6 +278,7 @@ def set_default_dtype(d) -> None:
         >>> ferro.set_default_dtype(ferro.float64)
         >>> ferro.tensor([1.0]).dtype
         ferro.float64
+        >>> ferro.set_default_dtype(ferro.float32)
     """
     global _default
     dt = as_dtype(d, where="set_default_dtype")

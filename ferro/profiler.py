@@ -8,11 +8,14 @@ forward event that created its node. A profile records the thread (or asyncio ta
 it, so profiles in several threads neither lose nor swap events.
 
 Example:
+    >>> model, x = ferro.nn.Linear(4, 2), ferro.randn(8, 4)
     >>> with ferro.profiler.profile() as prof:
     ...     loss = model(x).sum()
     ...     loss.backward()
-    >>> print(prof.table(sort_by="total", row_limit=10))
-    >>> prof.export_chrome_trace("trace.json")   # open in ui.perfetto.dev or chrome://tracing
+    >>> print(prof.table(sort_by="total", row_limit=10))  # doctest: +ELLIPSIS
+    op ...
+    >>> prof.export_chrome_trace("trace.json")  # doctest: +SKIP
+    >>> # then open trace.json in ui.perfetto.dev or chrome://tracing
 """
 
 from __future__ import annotations

@@ -16,8 +16,12 @@ class detect_anomaly:
     """Context manager (and decorator) that turns anomaly detection on inside it.
 
     Example:
+        >>> x = ferro.tensor([0.0, 1.0], requires_grad=True)
         >>> with ferro.autograd.detect_anomaly():
-        ...     loss.backward()
+        ...     (x * x.log()).sum().backward()  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ferro.errors.AnomalyError: ...
     """
 
     def __init__(self, check_nan: bool = True) -> None:

@@ -105,7 +105,10 @@ def vjp(func, inputs, v=None, create_graph: bool = False, strict: bool = False):
         strict: raise if an input does not affect the output.
 
     Example:
+        >>> x = ferro.tensor([1.0, 2.0])
         >>> out, g = ferro.autograd.functional.vjp(lambda x: (x * x).sum(), x)
+        >>> out, g
+        (tensor(5.), tensor([2., 4.]))
     """
     ins, tuple_in = _as_tuple(inputs, "inputs", "vjp")
     with enable_grad():
@@ -128,7 +131,10 @@ def jvp(func, inputs, v=None, create_graph: bool = False, strict: bool = False):
     """``(func(inputs), J v)``: the Jacobian-vector product, by the double-vjp trick.
 
     Example:
+        >>> x, v = ferro.tensor([1.0, 2.0]), ferro.tensor([1.0, 0.0])
         >>> out, t = ferro.autograd.functional.jvp(lambda x: x * x, x, v)
+        >>> t
+        tensor([2., 0.])
     """
     ins, tuple_in = _as_tuple(inputs, "inputs", "jvp")
     if v is None:
@@ -180,7 +186,9 @@ def jacobian(
     element takes one vjp on the retained graph.
 
     Example:
-        >>> J = ferro.autograd.functional.jacobian(lambda x: x * x, x)
+        >>> ferro.autograd.functional.jacobian(lambda x: x * x, ferro.tensor([1.0, 2.0]))
+        tensor([[2., 0.],
+                [0., 4.]])
     """
     if strategy != "reverse-mode":
         raise ArgumentError(
@@ -237,7 +245,9 @@ def hessian(
     of shape ``in.shape + in.shape`` for one input, a tuple of tuples for several.
 
     Example:
-        >>> H = ferro.autograd.functional.hessian(lambda x: (x ** 3).sum(), x)
+        >>> ferro.autograd.functional.hessian(lambda x: (x ** 3).sum(), ferro.tensor([1.0, 2.0]))
+        tensor([[ 6.,  0.],
+                [ 0., 12.]])
     """
     ins, tuple_in = _as_tuple(inputs, "inputs", "hessian")
 
@@ -273,7 +283,10 @@ def vhp(func, inputs, v=None, create_graph: bool = False, strict: bool = False):
     """``(func(inputs), v^T H)`` for a scalar ``func``: one backward of its gradient.
 
     Example:
+        >>> x, v = ferro.tensor([1.0, 2.0]), ferro.tensor([1.0, 1.0])
         >>> out, r = ferro.autograd.functional.vhp(lambda x: (x ** 3).sum(), x, v)
+        >>> r
+        tensor([ 6., 12.])
     """
     ins, tuple_in = _as_tuple(inputs, "inputs", "vhp")
     if v is None:
@@ -308,7 +321,10 @@ def hvp(func, inputs, v=None, create_graph: bool = False, strict: bool = False):
     gradient; PyTorch's double-vjp takes two).
 
     Example:
+        >>> x, v = ferro.tensor([1.0, 2.0]), ferro.tensor([1.0, 1.0])
         >>> out, r = ferro.autograd.functional.hvp(lambda x: (x ** 3).sum(), x, v)
+        >>> r
+        tensor([ 6., 12.])
     """
     return vhp(func, inputs, v, create_graph=create_graph, strict=strict)
 

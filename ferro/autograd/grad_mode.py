@@ -127,8 +127,11 @@ class no_grad(_ModeContext):
     """Ops inside do not record a graph; outputs do not require grad.
 
     Example:
+        >>> x = ferro.ones(2, requires_grad=True)
         >>> with ferro.no_grad():
-        ...     y = x * 2          # y.requires_grad is False
+        ...     y = x * 2
+        >>> y.requires_grad
+        False
     """
 
     __slots__ = ()
@@ -146,8 +149,11 @@ class set_grad_enabled(_ModeContext):
     """Set grad mode to ``mode``: immediately when called, restored on exit when used with ``with``.
 
     Example:
+        >>> x = ferro.ones(2, requires_grad=True)
         >>> with ferro.set_grad_enabled(False):
         ...     y = x * 2
+        >>> y.requires_grad, ferro.is_grad_enabled()
+        (False, True)
     """
 
     __slots__ = ("mode",)

@@ -23,8 +23,11 @@ class saved_tensors_hooks:
     ``unpack_hook(object) -> Tensor`` for everything saved inside it.
 
     Example:
+        >>> x = ferro.zeros(2, requires_grad=True)
         >>> with ferro.autograd.graph.saved_tensors_hooks(lambda t: t * 1, lambda t: t):
         ...     y = ferro.exp(x)
+        >>> y.sum().backward(); x.grad
+        tensor([1., 1.])
     """
 
     def __init__(self, pack_hook, unpack_hook) -> None:

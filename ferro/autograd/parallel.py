@@ -8,6 +8,8 @@ runs under the caller's grad mode, saved-tensor hooks and profiler, and backward
 (docs/autograd.md, "Parallel backward"; Note [Parallel backward] in docs/design.md).
 
 Example:
+    >>> x = ferro.ones(3, requires_grad=True)
+    >>> loss = (x.exp() + x.sin()).sum()
     >>> with ferro.autograd.parallel(2):
     ...     loss.backward()
 """

@@ -15,7 +15,7 @@ class Normal(Distribution):
     Example:
         >>> d = Normal(ferro.zeros(3), 1.0)
         >>> d.rsample((2,)).shape
-        (2, 3)
+        ferro.Size([2, 3])
     """
 
     has_rsample = True

@@ -569,7 +569,7 @@ def scaled_dot_product_attention(
     Example:
         >>> q = ferro.randn(2, 4, 8, 16)
         >>> ferro.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True).shape
-        (2, 4, 8, 16)
+        ferro.Size([2, 4, 8, 16])
     """
     return _sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, None)
 

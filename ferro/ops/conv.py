@@ -873,7 +873,7 @@ def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
 
     Example:
         >>> ferro.conv1d(ferro.ones(1, 1, 5), ferro.ones(1, 1, 3)).shape
-        (1, 1, 3)
+        ferro.Size([1, 1, 3])
     """
     return _conv(1, input, weight, bias, stride, padding, dilation, groups)
 
@@ -887,7 +887,7 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
 
     Example:
         >>> ferro.conv2d(ferro.ones(1, 3, 8, 8), ferro.ones(4, 3, 3, 3), padding=1).shape
-        (1, 4, 8, 8)
+        ferro.Size([1, 4, 8, 8])
     """
     return _conv(2, input, weight, bias, stride, padding, dilation, groups)
 
@@ -901,7 +901,7 @@ def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
 
     Example:
         >>> ferro.conv3d(ferro.ones(1, 1, 4, 4, 4), ferro.ones(2, 1, 3, 3, 3)).shape
-        (1, 2, 2, 2, 2)
+        ferro.Size([1, 2, 2, 2, 2])
     """
     return _conv(3, input, weight, bias, stride, padding, dilation, groups)
 
@@ -925,7 +925,7 @@ def conv_transpose1d(
 
     Example:
         >>> ferro.conv_transpose1d(ferro.ones(1, 2, 4), ferro.ones(2, 1, 3), stride=2).shape
-        (1, 1, 9)
+        ferro.Size([1, 1, 9])
     """
     return _conv_transpose(
         1, input, weight, bias, stride, padding, output_padding, groups, dilation
@@ -951,7 +951,7 @@ def conv_transpose2d(
     Example:
         >>> w = ferro.ones(8, 4, 4, 4)
         >>> ferro.conv_transpose2d(ferro.ones(1, 8, 5, 5), w, stride=2, padding=1).shape
-        (1, 4, 10, 10)
+        ferro.Size([1, 4, 10, 10])
     """
     return _conv_transpose(
         2, input, weight, bias, stride, padding, output_padding, groups, dilation
@@ -976,7 +976,7 @@ def conv_transpose3d(
 
     Example:
         >>> ferro.conv_transpose3d(ferro.ones(1, 2, 2, 2, 2), ferro.ones(2, 1, 2, 2, 2)).shape
-        (1, 1, 3, 3, 3)
+        ferro.Size([1, 1, 3, 3, 3])
     """
     return _conv_transpose(
         3, input, weight, bias, stride, padding, output_padding, groups, dilation
@@ -1015,7 +1015,7 @@ def unfold(input, kernel_size, dilation=1, padding=0, stride=1):  # noqa: A002
 
     Example:
         >>> ferro.nn.functional.unfold(ferro.ones(1, 2, 4, 4), kernel_size=2).shape
-        (1, 8, 9)
+        ferro.Size([1, 8, 9])
     """
     op = "unfold"
     if input.ndim not in (3, 4):
@@ -1037,7 +1037,7 @@ def fold(input, output_size, kernel_size, dilation=1, padding=0, stride=1):  # n
 
     Example:
         >>> ferro.nn.functional.fold(ferro.ones(1, 8, 9), (4, 4), kernel_size=2).shape
-        (1, 2, 4, 4)
+        ferro.Size([1, 2, 4, 4])
     """
     op = "fold"
     if input.ndim not in (2, 3):

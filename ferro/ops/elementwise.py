@@ -178,7 +178,9 @@ def clone(x):
     Gradient: gx = gy.
 
     Example:
-        >>> y = ferro.clone(x)   # y.grad_fn is CloneBackward
+        >>> x = ferro.ones(2, requires_grad=True)
+        >>> ferro.clone(x)
+        tensor([1., 1.], grad_fn=<CloneBackward>)
     """
     return apply(Clone, x)
 

@@ -615,7 +615,7 @@ def recurrent_layer(
         ...     ferro.zeros(3, 1, 2), ferro.zeros(1, 2), None, ferro.zeros(2, 2), None, None,
         ...     "RNN_TANH")
         >>> out.shape, h.shape
-        ((3, 1, 2), (1, 2))
+        (ferro.Size([3, 1, 2]), ferro.Size([1, 2]))
     """
     if mode not in _CHUNKS:
         raise ArgumentError(f"recurrent_layer: mode must be one of {sorted(_CHUNKS)}, got {mode!r}")

@@ -424,7 +424,7 @@ def interpolate(
     Example:
         >>> x = ferro.arange(4.0).reshape(1, 1, 2, 2)
         >>> ferro.nn.functional.interpolate(x, scale_factor=2, mode="nearest").shape
-        (1, 1, 4, 4)
+        ferro.Size([1, 1, 4, 4])
     """
     if antialias:
         raise NotSupportedError("interpolate: antialias=True is not supported by ferro")
@@ -770,7 +770,9 @@ def grid_sample(
         >>> x = ferro.randn(1, 1, 4, 4)
         >>> theta = ferro.tensor([[[1.0, 0, 0], [0, 1, 0]]])
         >>> grid = F.affine_grid(theta, (1, 1, 4, 4), align_corners=False)
-        >>> F.grid_sample(x, grid, align_corners=False)  # the identity map: x itself
+        >>> y = F.grid_sample(x, grid, align_corners=False)  # the identity map: x itself
+        >>> bool(ferro.allclose(y, x, atol=1e-6))
+        True
     """
     op = "grid_sample"
     if mode not in _GRID_MODES:
@@ -825,7 +827,7 @@ def affine_grid(theta, size, align_corners: bool | None = None):
     Example:
         >>> theta = ferro.tensor([[[1.0, 0, 0], [0, 1, 0]]])
         >>> F.affine_grid(theta, (1, 1, 2, 3), align_corners=False).shape
-        (1, 2, 3, 2)
+        ferro.Size([1, 2, 3, 2])
     """
     op = "affine_grid"
     size = _int_tuple(size, len(size) if hasattr(size, "__len__") else 0, "size", op)
@@ -1102,7 +1104,7 @@ def deform_conv2d(
     Example:
         >>> x, w = ferro.randn(1, 2, 5, 5), ferro.randn(3, 2, 3, 3)
         >>> F.deform_conv2d(x, ferro.zeros(1, 18, 5, 5), w, padding=1).shape  # conv2d
-        (1, 3, 5, 5)
+        ferro.Size([1, 3, 5, 5])
     """
     op = "deform_conv2d"
     stride = _pair(stride, "stride", op)

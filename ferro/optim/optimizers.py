@@ -407,8 +407,8 @@ class Adadelta(Optimizer):
 
     Example:
         >>> w = ferro.ones(2, requires_grad=True); w.grad = ferro.ones(2)
-        >>> ferro.optim.Adadelta([w]).step(); w.tolist()
-        [0.9968377351760864, 0.9968377351760864]
+        >>> ferro.optim.Adadelta([w]).step(); w
+        tensor([0.9968, 0.9968], requires_grad=True)
     """
 
     def __init__(

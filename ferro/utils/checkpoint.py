@@ -133,7 +133,11 @@ def checkpoint(
         What ``fn`` returns, with the same graph as a plain call.
 
     Example:
+        >>> x, w = ferro.randn(4, 3, requires_grad=True), ferro.randn(3, 3, requires_grad=True)
         >>> y = ferro.utils.checkpoint.checkpoint(lambda t: (t @ w).tanh(), x)
+        >>> y.sum().backward()  # recomputes (x @ w).tanh() here
+        >>> x.grad.shape, w.grad.shape
+        (ferro.Size([4, 3]), ferro.Size([3, 3]))
     """
     if not is_grad_enabled():
         return fn(*args, **kwargs)
@@ -153,7 +157,10 @@ def checkpoint_sequential(
     but the last (its activations are needed right away by backward).
 
     Example:
-        >>> y = checkpoint_sequential([layer1, layer2, layer3, layer4], 2, x)
+        >>> layers = [ferro.nn.Linear(3, 3) for _ in range(4)]
+        >>> y = checkpoint_sequential(layers, 2, ferro.randn(5, 3, requires_grad=True))
+        >>> y.shape
+        ferro.Size([5, 3])
     """
     functions = list(functions)
     if not functions:

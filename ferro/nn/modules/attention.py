@@ -46,7 +46,7 @@ class MultiheadAttention(Module):
         >>> x = ferro.randn(3, 5, 8)
         >>> out, w = mha(x, x, x)
         >>> out.shape, w.shape
-        ((3, 5, 8), (3, 5, 5))
+        (ferro.Size([3, 5, 8]), ferro.Size([3, 5, 5]))
     """
 
     def __init__(

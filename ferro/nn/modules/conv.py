@@ -274,7 +274,7 @@ class Conv1d(_Conv):
 
     Example:
         >>> ferro.nn.Conv1d(3, 8, 5, padding=2)(ferro.ones(2, 3, 16)).shape
-        (2, 8, 16)
+        ferro.Size([2, 8, 16])
     """
 
     _nd = 1
@@ -298,7 +298,7 @@ class Conv3d(_Conv):
 
     Example:
         >>> ferro.nn.Conv3d(1, 2, 3)(ferro.ones(1, 1, 4, 4, 4)).shape
-        (1, 2, 2, 2, 2)
+        ferro.Size([1, 2, 2, 2, 2])
     """
 
     _nd = 3
@@ -310,7 +310,7 @@ class ConvTranspose1d(_ConvTranspose):
 
     Example:
         >>> ferro.nn.ConvTranspose1d(4, 2, 3, stride=2)(ferro.ones(1, 4, 5)).shape
-        (1, 2, 11)
+        ferro.Size([1, 2, 11])
     """
 
     _nd = 1
@@ -323,7 +323,7 @@ class ConvTranspose2d(_ConvTranspose):
     Example:
         >>> up = ferro.nn.ConvTranspose2d(8, 4, 3, stride=2, padding=1)
         >>> up(ferro.ones(1, 8, 5, 5), output_size=(10, 10)).shape
-        (1, 4, 10, 10)
+        ferro.Size([1, 4, 10, 10])
     """
 
     _nd = 2
@@ -335,7 +335,7 @@ class ConvTranspose3d(_ConvTranspose):
 
     Example:
         >>> ferro.nn.ConvTranspose3d(2, 1, 2)(ferro.ones(1, 2, 2, 2, 2)).shape
-        (1, 1, 3, 3, 3)
+        ferro.Size([1, 1, 3, 3, 3])
     """
 
     _nd = 3

@@ -11,7 +11,7 @@ class Unfold(Module):
 
     Example:
         >>> ferro.nn.Unfold(kernel_size=2)(ferro.ones(1, 3, 4, 4)).shape
-        (1, 12, 9)
+        ferro.Size([1, 12, 9])
     """
 
     def __init__(self, kernel_size, dilation=1, padding=0, stride=1) -> None:
@@ -34,7 +34,7 @@ class Fold(Module):
 
     Example:
         >>> ferro.nn.Fold(output_size=(4, 4), kernel_size=2)(ferro.ones(1, 12, 9)).shape
-        (1, 3, 4, 4)
+        ferro.Size([1, 3, 4, 4])
     """
 
     def __init__(self, output_size, kernel_size, dilation=1, padding=0, stride=1) -> None:

@@ -27,7 +27,7 @@ class Linear(Module):
 
     Example:
         >>> ferro.nn.Linear(3, 2, dtype=ferro.float64).weight.dtype
-        dtype('float64')
+        ferro.float64
     """
 
     def __init__(

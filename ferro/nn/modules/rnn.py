@@ -287,7 +287,7 @@ class RNN(RNNBase):
         >>> rnn = ferro.nn.RNN(3, 4, num_layers=2)
         >>> out, h = rnn(ferro.randn(5, 2, 3))
         >>> out.shape, h.shape
-        ((5, 2, 4), (2, 2, 4))
+        (ferro.Size([5, 2, 4]), ferro.Size([2, 2, 4]))
     """
 
     def __init__(
@@ -333,7 +333,7 @@ class LSTM(RNNBase):
         >>> lstm = ferro.nn.LSTM(3, 4, batch_first=True)
         >>> out, (h, c) = lstm(ferro.randn(2, 5, 3))
         >>> out.shape, h.shape, c.shape
-        ((2, 5, 4), (1, 2, 4), (1, 2, 4))
+        (ferro.Size([2, 5, 4]), ferro.Size([1, 2, 4]), ferro.Size([1, 2, 4]))
     """
 
     def __init__(
@@ -374,7 +374,7 @@ class GRU(RNNBase):
         >>> gru = ferro.nn.GRU(3, 4, bidirectional=True)
         >>> out, h = gru(ferro.randn(5, 2, 3))
         >>> out.shape, h.shape
-        ((5, 2, 8), (2, 2, 4))
+        (ferro.Size([5, 2, 8]), ferro.Size([2, 2, 4]))
     """
 
     def __init__(
@@ -493,7 +493,7 @@ class RNNCell(RNNCellBase):
 
     Example:
         >>> ferro.nn.RNNCell(3, 4)(ferro.randn(2, 3)).shape
-        (2, 4)
+        ferro.Size([2, 4])
     """
 
     def __init__(
@@ -526,7 +526,7 @@ class LSTMCell(RNNCellBase):
     Example:
         >>> h, c = ferro.nn.LSTMCell(3, 4)(ferro.randn(2, 3))
         >>> h.shape, c.shape
-        ((2, 4), (2, 4))
+        (ferro.Size([2, 4]), ferro.Size([2, 4]))
     """
 
     def __init__(
@@ -549,7 +549,7 @@ class GRUCell(RNNCellBase):
 
     Example:
         >>> ferro.nn.GRUCell(3, 4)(ferro.randn(3)).shape
-        (4,)
+        ferro.Size([4])
     """
 
     def __init__(

@@ -285,7 +285,7 @@ class Transformer(Module):
         ...                              num_decoder_layers=1, dim_feedforward=16)
         >>> src, tgt = ferro.randn(5, 3, 8), ferro.randn(4, 3, 8)
         >>> model(src, tgt).shape
-        (4, 3, 8)
+        ferro.Size([4, 3, 8])
     """
 
     def __init__(

@@ -2,8 +2,10 @@
 worker processes. See docs/data.md.
 
 Example:
+    >>> x, y = ferro.randn(100, 3), ferro.randint(0, 2, (100,))
     >>> loader = DataLoader(TensorDataset(x, y), batch_size=32, shuffle=True)
-    >>> for xb, yb in loader: ...
+    >>> [tuple(xb.shape) for xb, yb in loader]
+    [(32, 3), (32, 3), (32, 3), (4, 3)]
 """
 
 from ferro.utils.data.collate import default_collate, default_convert

@@ -113,8 +113,11 @@ class DataLoader(Generic[T_co]):
         ArgumentError: options that exclude each other, or a negative count or timeout.
 
     Example:
+        >>> from ferro.utils.data import TensorDataset
+        >>> x, y = ferro.randn(100, 3), ferro.randint(0, 2, (100,))
         >>> loader = DataLoader(TensorDataset(x, y), batch_size=32, shuffle=True)
-        >>> for xb, yb in loader: ...
+        >>> [tuple(xb.shape) for xb, yb in loader]
+        [(32, 3), (32, 3), (32, 3), (4, 3)]
     """
 
     def __init__(

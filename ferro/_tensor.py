@@ -616,21 +616,33 @@ class Tensor(TensorBase):
         dtype, device = self._new_args(dtype, device)
         return _creation.tensor(data, dtype=dtype, device=device, requires_grad=requires_grad)
 
-    def new_zeros(self, *size, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    def new_zeros(
+        self, *sizes, size=None, dtype=None, device=None, requires_grad: bool = False
+    ) -> Tensor:
         """Zeros of ``size``, with this tensor's dtype and device unless given."""
         dtype, device = self._new_args(dtype, device)
-        return _creation.zeros(*size, dtype=dtype, device=device, requires_grad=requires_grad)
+        return _creation.zeros(
+            *sizes, size=size, dtype=dtype, device=device, requires_grad=requires_grad
+        )
 
-    def new_ones(self, *size, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    def new_ones(
+        self, *sizes, size=None, dtype=None, device=None, requires_grad: bool = False
+    ) -> Tensor:
         """Ones of ``size``, with this tensor's dtype and device unless given."""
         dtype, device = self._new_args(dtype, device)
-        return _creation.ones(*size, dtype=dtype, device=device, requires_grad=requires_grad)
+        return _creation.ones(
+            *sizes, size=size, dtype=dtype, device=device, requires_grad=requires_grad
+        )
 
-    def new_empty(self, *size, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    def new_empty(
+        self, *sizes, size=None, dtype=None, device=None, requires_grad: bool = False
+    ) -> Tensor:
         """An uninitialized tensor of ``size``, with this tensor's dtype and device unless
         given."""
         dtype, device = self._new_args(dtype, device)
-        return _creation.empty(*size, dtype=dtype, device=device, requires_grad=requires_grad)
+        return _creation.empty(
+            *sizes, size=size, dtype=dtype, device=device, requires_grad=requires_grad
+        )
 
     def new_full(
         self, size, fill_value, dtype=None, device=None, requires_grad: bool = False

@@ -321,8 +321,15 @@ def from_dlpack(ext_tensor, *, copy=None):
     return wrap(array)
 
 
-def _shape(size, op, dtype) -> tuple:
-    """The shape given as ``(2, 3)`` or ``2, 3``: non-negative ints that an array can hold."""
+def _shape(size, op, dtype, keyword=None) -> tuple:
+    """The shape given as ``(2, 3)``, ``2, 3`` or (``keyword``) ``size=(2, 3)``: non-negative
+    ints that an array can hold."""
+    if keyword is not None:
+        if size:
+            raise ArgumentTypeError(
+                f"{op}: the sizes are given twice, as {tuple(size)!r} and as size={keyword!r}"
+            )
+        size = (keyword,)
     if len(size) == 1 and isinstance(size[0], (tuple, list)):
         size = tuple(size[0])
     for s in size:
@@ -347,22 +354,22 @@ def _dtype_or_default(dtype, op) -> np.dtype:
     return as_dtype(dtype, where=op) if dtype is not None else default_float()
 
 
-def zeros(*size, dtype=None, requires_grad: bool = False, device=None):
-    """A tensor of zeros: ``zeros(2, 3)`` or ``zeros((2, 3))``."""
+def zeros(*sizes, size=None, dtype=None, requires_grad: bool = False, device=None):
+    """A tensor of zeros: ``zeros(2, 3)``, ``zeros((2, 3))`` or ``zeros(size=(2, 3))``."""
     dt = _dtype_or_default(dtype, "zeros")
-    return _make(np.zeros(_shape(size, "zeros", dt), dtype=dt), requires_grad, device)
+    return _make(np.zeros(_shape(sizes, "zeros", dt, size), dtype=dt), requires_grad, device)
 
 
-def ones(*size, dtype=None, requires_grad: bool = False, device=None):
+def ones(*sizes, size=None, dtype=None, requires_grad: bool = False, device=None):
     """A tensor of ones."""
     dt = _dtype_or_default(dtype, "ones")
-    return _make(np.ones(_shape(size, "ones", dt), dtype=dt), requires_grad, device)
+    return _make(np.ones(_shape(sizes, "ones", dt, size), dtype=dt), requires_grad, device)
 
 
-def empty(*size, dtype=None, requires_grad: bool = False, device=None):
+def empty(*sizes, size=None, dtype=None, requires_grad: bool = False, device=None):
     """An uninitialized tensor."""
     dt = _dtype_or_default(dtype, "empty")
-    return _make(np.empty(_shape(size, "empty", dt), dtype=dt), requires_grad, device)
+    return _make(np.empty(_shape(sizes, "empty", dt, size), dtype=dt), requires_grad, device)
 
 
 def full(size, fill_value, dtype=None, requires_grad: bool = False, device=None):
@@ -445,25 +452,25 @@ def arange(start, end=None, step=1, dtype=None, requires_grad: bool = False, dev
     return _make(np.arange(start, end, step).astype(dt), requires_grad, device)
 
 
-def rand(*size, generator=None, dtype=None, requires_grad: bool = False, device=None):
+def rand(*sizes, size=None, generator=None, dtype=None, requires_grad: bool = False, device=None):
     """Uniform samples in [0, 1) from ``generator`` (a ``ferro.Generator``; default: ferro's
     generator, see ``ferro.manual_seed``)."""
     dt = _dtype_or_default(dtype, "rand")
     if dt.kind != "f":
         raise DtypeError(f"rand: dtype must be floating, got {dt}")
     rng = _random.numpy_generator(generator, "rand")
-    arr = rng.random(_shape(size, "rand", dt), dtype=dt)
+    arr = rng.random(_shape(sizes, "rand", dt, size), dtype=dt)
     return _make(np.asarray(arr), requires_grad, device)
 
 
-def randn(*size, generator=None, dtype=None, requires_grad: bool = False, device=None):
+def randn(*sizes, size=None, generator=None, dtype=None, requires_grad: bool = False, device=None):
     """Standard normal samples from ``generator`` (a ``ferro.Generator``; default: ferro's
     generator, see ``ferro.manual_seed``)."""
     dt = _dtype_or_default(dtype, "randn")
     if dt.kind != "f":
         raise DtypeError(f"randn: dtype must be floating, got {dt}")
     rng = _random.numpy_generator(generator, "randn")
-    arr = rng.standard_normal(_shape(size, "randn", dt), dtype=dt)
+    arr = rng.standard_normal(_shape(sizes, "randn", dt, size), dtype=dt)
     return _make(np.asarray(arr), requires_grad, device)
 
 

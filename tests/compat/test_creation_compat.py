@@ -151,3 +151,24 @@ def test_size_numel_nelement_contiguity_as_torch():
             ours.size(bad)
         with pytest.raises(IndexError):
             theirs.size(bad)
+
+
+# pytorch/examples' graph attention network writes nn.Parameter(torch.empty(size=(in, out))).
+@pytest.mark.parametrize("name", ["zeros", "ones", "empty", "rand", "randn"])
+@pytest.mark.parametrize(
+    "args",
+    [((), {"size": (2, 3)}), ((), {"size": [4]}), ((), {"size": ()}), ((2,), {"size": (3,)})],
+    ids=["tuple", "list", "scalar", "twice"],
+)
+def test_size_as_a_keyword(name, args):
+    pos, kw = args
+
+    def call(lib):
+        return getattr(lib, name)(*pos, **kw)
+
+    ours, theirs = _outcome(ferro, call), _outcome(torch, call)
+    assert ours[:2] == theirs[:2] if ours != "raises" else theirs == "raises"
+    t = ferro.tensor([1.0])
+    for method in ("new_zeros", "new_ones", "new_empty"):
+        if not pos:
+            assert tuple(getattr(t, method)(**kw).shape) == tuple(kw["size"])

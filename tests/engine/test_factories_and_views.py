@@ -250,3 +250,10 @@ def test_size_numel_nelement_item_tolist():
         x.size(2)
     with pytest.raises(ArgumentTypeError, match="size"):
         x.size("0")
+
+
+def test_size_as_a_keyword_and_given_twice():
+    assert ferro.empty(size=(4, 6)).shape == (4, 6) and ferro.randn(size=[2]).shape == (2,)
+    assert ferro.ones(2).new_zeros(size=(3,)).dtype == ferro.float32
+    with pytest.raises(ArgumentTypeError, match=r"zeros: the sizes are given twice"):
+        ferro.zeros(2, size=(3,))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import sys
 import traceback
+import weakref
 
 import numpy as np
 
@@ -414,6 +415,21 @@ def ddp_grad_tensors_stay_and_hold_the_average():
     for p, g, want, want2 in zip(model.parameters(), held, ref, ref2, strict=True):
         close(p.grad.numpy(), want2)
         close(g, want)
+    # A buffer no array holds any more is reused: the first step's, whose gradients the second
+    # step's replaced, takes every later step (zero_grad drops its gradients each time); the
+    # second step's, which `held` keeps, is never written again.
+    assert all(len(b.spares) == 1 for b in ddp._buckets)
+    first_buffers = [weakref.ref(b.spares[0]) for b in ddp._buckets]  # (holding them would stop it)
+    for _ in range(3):
+        model.zero_grad()
+        backward(x, y)
+        for p, g, want in zip(model.parameters(), held, ref, strict=True):
+            close(p.grad.numpy(), want)
+            close(g, want)
+        for b, buf in zip(ddp._buckets, first_buffers, strict=True):
+            assert len(b.spares) == 1 and b.spares[0] is buf()
+            for p in b.params:
+                assert np.shares_memory(p.grad.numpy(), b.spares[0])
 
 
 @case

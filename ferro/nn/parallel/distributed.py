@@ -13,8 +13,9 @@ Note [DDP buckets] (docs/distributed.md, "How gradients are reduced"):
   gradient of this backward is complete. It writes (``.grad`` + gradient) / world size into
   the parameter's slot of its bucket's flat buffer (one pass: the average's division is fused
   into the copy) and, once a bucket is complete, starts its non-blocking all-reduce; the walk
-  goes on computing the earlier layers' gradients meanwhile. A Linear's weight and bias get
-  there before the layer's input gradient is computed (Note [Early gradients]).
+  goes on computing the earlier layers' gradients meanwhile. A Linear's or a convolution's
+  weight and bias get there before the layer's input gradient is computed (Note [Early
+  gradients]).
   Post-accumulate-grad hooks could not do this: ferro writes every ``.grad`` and runs those
   hooks only after the whole walk (Note [Atomic backward] in docs/design.md), so a reduction
   started from them cannot overlap anything. Buckets start in index order on every rank (a

@@ -118,14 +118,16 @@ class _Progress:
     in order, while backward runs. MPI (MPICH's shared-memory and network devices alike) moves
     a non-blocking collective's data only inside MPI calls, and mpi4py's blocking Wait spins
     inside MPI with the GIL released, which would take a core from the BLAS thread for the
-    whole transfer. So the thread tests the request and sleeps ``POLL_S`` between tests. Once
-    backward has finished (``urgent``) it hands the remaining buckets back to the main thread,
-    which waits on them itself (Work.wait: back-to-back tests, the group's timeout): a Python
-    thread polling then would hold the GIL the main thread needs to wake up. A request is only
-    ever tested by one thread at a time: the main thread touches a bucket's work only after
-    the thread set the bucket's ``done``. The thread only tests (``Work._progress``); the main
-    thread completes each Work, so the finishing steps (a CuPy staging copy back, on the main
-    thread's device and stream) never run on the progress thread."""
+    whole transfer. So the thread tests the request and sleeps ``POLL_S`` between tests (a wait
+    on ``urgent``, which ends at once when backward has finished: the main thread's hand-over
+    does not wait out a sleep). Once backward has finished it hands the remaining buckets back
+    to the main thread, which waits on them itself (Work.wait: back-to-back tests, the group's
+    timeout): a Python thread polling then would hold the GIL the main thread needs to wake
+    up. A request is only ever tested by one thread at a time: the main thread touches a
+    bucket's work only after the thread set the bucket's ``done``. The thread only tests
+    (``Work._progress``); the main thread completes each Work, so the finishing steps (a CuPy
+    staging copy back, on the main thread's device and stream) never run on the progress
+    thread."""
 
     def __init__(self):
         self.queue = queue.SimpleQueue()
@@ -141,7 +143,7 @@ class _Progress:
                         if state.timeline is not None:
                             state.timeline.append(("transferred", index, time.perf_counter()))
                         break
-                    time.sleep(POLL_S)
+                    state.urgent.wait(POLL_S)  # a sleep that ends when backward does
             except BaseException as exc:  # reported by the main thread
                 state.error = exc
             finally:

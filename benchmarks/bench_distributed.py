@@ -28,7 +28,8 @@ the time a rank waits (step time less CPU time: on the link or on its peer) with
 after backward against the DDP step, which is what the overlap can remove apart from the
 reduction's own CPU work.
 ``--timeline`` prints, for one more overlapped step of rank 0, when each gradient came in and
-each bucket started and completed against the backward's start and end.
+each bucket started and completed against the backward's start and end, and where the CPU time
+a DDP step adds goes (copies into the buckets, all-reduce starts, progress thread, final wait).
 """
 
 from __future__ import annotations
@@ -184,9 +185,59 @@ def worker(steps: int, link: float, cap: float, timeline: bool, cpu_clock: bool)
         times["buckets"] = [
             (len(b.params), round(b.size * b.dtype.itemsize / 2**20, 2)) for b in ddp._buckets
         ]
+        times["cpu_parts"] = _cpu_parts(ddp, step_overlap, step_local, steps, dist.barrier)
     if r == 0:
         print("RESULT " + json.dumps({"ranks": n, **times}), flush=True)
     dist.destroy_process_group()
+
+
+def _cpu_parts(ddp, step_overlap, step_local, steps: int, barrier) -> dict:
+    """Where the CPU time a DDP step adds to a step without reduction goes (ms, medians over
+    ``steps`` overlapped steps): the main thread's copies into the buckets, all-reduce starts
+    and final wait with hand-over, and the progress thread (MPI moving and summing the data).
+    On cores that BLAS keeps busy, this is the part of the reduction no overlap can hide."""
+    import threading
+
+    cls = type(ddp)
+    parts = {"copies into buckets": "_copy_in", "all-reduce starts": "_launch"}
+    parts["final wait, hand-over"] = "_finalize"
+    acc = dict.fromkeys(parts, 0.0)
+    originals = {name: getattr(cls, name) for name in parts.values()}
+
+    def timed(label, fn):
+        def wrapper(self, *args):
+            c0 = time.thread_time()
+            try:
+                return fn(self, *args)
+            finally:
+                acc[label] += time.thread_time() - c0
+
+        return wrapper
+
+    for label, name in parts.items():
+        setattr(cls, name, timed(label, originals[name]))
+    try:
+        rows = {k: [] for k in [*parts, "progress thread", "DDP step", "local step"]}
+        for _ in range(steps):
+            progress = [t for t in threading.enumerate() if t.name == "ferro-ddp-progress"]
+            clock = time.pthread_getcpuclockid(progress[0].ident) if progress else None
+            for k in acc:
+                acc[k] = 0.0
+            barrier()
+            c0, p0 = time.process_time(), time.clock_gettime(clock) if clock else 0.0
+            step_overlap()
+            rows["DDP step"].append(time.process_time() - c0)
+            rows["progress thread"].append((time.clock_gettime(clock) if clock else 0.0) - p0)
+            for k, v in acc.items():
+                rows[k].append(v)
+            barrier()
+            c0 = time.process_time()
+            step_local()
+            rows["local step"].append(time.process_time() - c0)
+    finally:
+        for name, fn in originals.items():
+            setattr(cls, name, fn)
+    return {k: round(statistics.median(v) * 1e3, 2) for k, v in rows.items()}
 
 
 def launch(
@@ -240,6 +291,7 @@ def main() -> None:
             print(f"# {label}: buckets (parameters, MiB) {many['buckets']}")
             for event, bucket, ms in many["timeline"]:
                 print(f"#   {ms:8.2f} ms  {event}" + (f" bucket {bucket}" if bucket >= 0 else ""))
+            print(f"# {label}: CPU ms of a rank (medians) {many['cpu_parts']}")
         speedup = args.ranks * one["overlap"] / many["overlap"]
         hidden = (many["after"] - many["overlap"]) / many["reduce"]
         # The same from each case's least disturbed step (a loaded machine stretches medians).

@@ -585,11 +585,13 @@ def conv_backward(transposed, kernels, ctx, gy):
     return gx, gw, _bias_grad(gy) if need_b else None
 
 
-@register("conv")
+@register("conv", early=1)
 class Conv:
     """N-d convolution: ``x`` ``(N, C_in, *size)``, ``w`` ``(C_out, C_in/groups, *kernel)``,
     ``b`` ``(C_out,)`` or None. ``pads`` holds one ``(lo, hi)`` per spatial dim, ``size`` the
-    output's spatial shape."""
+    output's spatial shape. The weight's and bias's gradients need no input gradient, so they
+    may come first (``early=1``, Note [Early gradients]); not for conv_transpose, whose
+    backward gets both gradients from one pass over ``gy``'s columns."""
 
     @staticmethod
     def forward(ctx, x, w, b, *, stride, pads, dilation, groups, size):

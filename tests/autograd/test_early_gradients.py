@@ -152,3 +152,67 @@ def test_create_graph_and_anomaly_mode_with_hooked_weights():
     expected = ferro.autograd.grad(layer(x).pow(2).sum(), [x])[0]
     assert np.allclose(gx.detach().numpy(), expected.numpy())
     assert layer.weight.grad is not None and x.grad is not None
+
+
+def _conv_net(kind, seed, hooked, log=None, stop_staging=False):
+    # Two stacked convolutions whose weights (and biases) are leaves: with a tensor hook on
+    # them, each conv node runs its backward in two passes (weight and bias first).
+    ferro.manual_seed(seed)
+    if kind == "depthwise":  # the depthwise loops of the conv override
+        layers = [nn.Conv2d(4, 4, 3, padding=1, groups=4), nn.Conv2d(4, 4, 3, padding=1, groups=4)]
+        x = ferro.randn(2, 4, 7, 6)
+    elif kind == "winograd3d":  # 3x3x3, stride 1, enough channels: F(2x2x2, 3x3x3)
+        layers = [nn.Conv3d(16, 16, 3, padding=1), nn.Conv3d(16, 16, 3, padding=1)]
+        x = ferro.randn(2, 16, 4, 4, 4)
+    else:  # the GEMM path (column kernels on the CPU), strided and dilated
+        layers = [nn.Conv2d(3, 5, 3, stride=2, padding=1), nn.Conv2d(5, 4, 2, dilation=2)]
+        x = ferro.randn(3, 3, 9, 8)
+    net = nn.Sequential(layers[0], nn.Tanh(), layers[1])
+    if kind != "winograd3d":
+        net = net.double()
+        x = x.double()
+    params = list(net.named_parameters())
+    if hooked:
+        for name, p in params:
+            p.register_hook(lambda g, name=name: log.append(name))
+            p.register_post_accumulate_grad_hook(lambda t, name=name: log.append("post " + name))
+    y = net(x * 1.0)
+    if stop_staging:
+        for node in _nodes(y):
+            if node.name() == "ConvBackward":
+                node.register_hook(lambda gi, go: None)
+    return (y * y).sum(), [p for _, p in params]
+
+
+@pytest.mark.parametrize("kind", ["gemm", "depthwise", "winograd3d"])
+def test_conv_gradients_and_hook_order_unchanged(kind):
+    runs = {}
+    for stop in (False, True):
+        log = []
+        y, params = _conv_net(kind, 0, True, log, stop_staging=stop)
+        with profile() as prof:
+            y.backward()
+        passes = [e for e in prof.events() if e.kind == "backward" and e.op == "conv"]
+        # staged: two passes for the second conv (the first has no input gradient to wait for)
+        assert len(passes) == (2 if stop else 3)
+        runs[stop] = (log, [p.grad.numpy().copy() for p in params])
+    y, params = _conv_net(kind, 0, False)
+    y.backward()
+    plain = [p.grad.numpy() for p in params]
+    assert runs[False][0] == runs[True][0] and len(runs[False][0]) == 8
+    for staged, unstaged, ref in zip(runs[False][1], runs[True][1], plain, strict=True):
+        assert np.array_equal(staged, unstaged) and np.array_equal(staged, ref)
+
+
+def test_conv_weight_gradient_arrives_before_the_input_gradient_pass():
+    ferro.manual_seed(0)
+    layer = nn.Conv2d(8, 8, 3, padding=1)
+    x = ferro.randn(2, 8, 10, 10, requires_grad=True)
+    seen = []
+    layer.weight.register_hook(lambda g: seen.append(now_ns()))
+    with profile() as prof:
+        layer(x * 1.0).sum().backward()
+    passes = [e for e in prof.events() if e.kind == "backward" and e.op == "conv"]
+    assert len(passes) == 2
+    assert passes[0].start_ns + passes[0].duration_ns <= seen[0] <= passes[1].start_ns
+    assert x.grad is not None and layer.bias.grad is not None

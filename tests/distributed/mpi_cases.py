@@ -7,9 +7,11 @@ case. Usage: ``mpiexec -n N python mpi_cases.py [case ...]`` (all cases when non
 
 from __future__ import annotations
 
+import copy
 import json
 import sys
 import traceback
+import weakref
 
 import numpy as np
 
@@ -384,6 +386,41 @@ def ddp_weight_bucket_starts_inside_its_layer():
 
 
 @case
+def ddp_digits_cnn():
+    # The digits demo's CNN: DDP gives the whole batch's gradients, and (Note [Early
+    # gradients]: conv declares early=1 like linear) the second convolution's weight bucket
+    # starts between the two passes of its ConvBackward, before the input gradient.
+    from ferro.examples.digits import build_model
+    from ferro.profiler import profile
+
+    r, n = rank_world()
+    ferro.manual_seed(5 + r)  # different on purpose: DDP broadcasts rank 0's
+    model = build_model(model="cnn").double().eval()  # eval: no dropout, the same on every rank
+    ddp = DDP(model, bucket_cap_mb=0.05)
+    names = [[ddp._names[id(p)] for p in b.params] for b in ddp._buckets]
+    assert names == [["9.bias", "9.weight", "4.bias"], ["4.weight"], ["1.bias", "1.weight"]], names
+    rng = np.random.default_rng(6)
+    x, y = rng.standard_normal((3 * n, 64)), rng.integers(0, 10, 3 * n)
+    ref = copy.deepcopy(model)
+    ferro.nn.functional.cross_entropy(ref(ferro.tensor(x)), ferro.tensor(y)).backward()
+    object.__setattr__(ddp, "_timeline", [])
+    xs, ys = ferro.tensor(x[3 * r : 3 * r + 3]), ferro.tensor(y[3 * r : 3 * r + 3])
+    with profile() as prof:
+        ferro.nn.functional.cross_entropy(ddp(xs), ys).backward()
+    for p, q in zip(model.parameters(), ref.parameters(), strict=True):
+        close(p.grad.numpy(), q.grad.numpy())
+    started = [t for e, i, t in ddp._timeline if e == "start" and i == 1]
+    by_node = {}
+    for e in prof.events():
+        if e.kind == "backward" and e.op == "conv":
+            by_node.setdefault(e.forward_id, []).append(e)
+    staged = [evs for evs in by_node.values() if len(evs) == 2]
+    assert len(started) == 1 and len(staged) == 1 and len(by_node) == 2, (started, by_node)
+    first, second = staged[0]
+    assert (first.start_ns + first.duration_ns) * 1e-9 <= started[0] <= second.start_ns * 1e-9
+
+
+@case
 def ddp_grad_tensors_stay_and_hold_the_average():
     # _finalize hands each .grad its slot of the reduced bucket instead of copying it back: a
     # .grad that existed stays the same tensor (now holding the average), and the next
@@ -414,6 +451,21 @@ def ddp_grad_tensors_stay_and_hold_the_average():
     for p, g, want, want2 in zip(model.parameters(), held, ref, ref2, strict=True):
         close(p.grad.numpy(), want2)
         close(g, want)
+    # A buffer no array holds any more is reused: the first step's, whose gradients the second
+    # step's replaced, takes every later step (zero_grad drops its gradients each time); the
+    # second step's, which `held` keeps, is never written again.
+    assert all(len(b.spares) == 1 for b in ddp._buckets)
+    first_buffers = [weakref.ref(b.spares[0]) for b in ddp._buckets]  # (holding them would stop it)
+    for _ in range(3):
+        model.zero_grad()
+        backward(x, y)
+        for p, g, want in zip(model.parameters(), held, ref, strict=True):
+            close(p.grad.numpy(), want)
+            close(g, want)
+        for b, buf in zip(ddp._buckets, first_buffers, strict=True):
+            assert len(b.spares) == 1 and b.spares[0] is buf()
+            for p in b.params:
+                assert np.shares_memory(p.grad.numpy(), b.spares[0])
 
 
 @case

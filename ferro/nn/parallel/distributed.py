@@ -13,8 +13,9 @@ Note [DDP buckets] (docs/distributed.md, "How gradients are reduced"):
   gradient of this backward is complete. It writes (``.grad`` + gradient) / world size into
   the parameter's slot of its bucket's flat buffer (one pass: the average's division is fused
   into the copy) and, once a bucket is complete, starts its non-blocking all-reduce; the walk
-  goes on computing the earlier layers' gradients meanwhile. A Linear's weight and bias get
-  there before the layer's input gradient is computed (Note [Early gradients]).
+  goes on computing the earlier layers' gradients meanwhile. A Linear's or a convolution's
+  weight and bias get there before the layer's input gradient is computed (Note [Early
+  gradients]).
   Post-accumulate-grad hooks could not do this: ferro writes every ``.grad`` and runs those
   hooks only after the whole walk (Note [Atomic backward] in docs/design.md), so a reduction
   started from them cannot overlap anything. Buckets start in index order on every rank (a
@@ -28,8 +29,10 @@ Note [DDP buckets] (docs/distributed.md, "How gradients are reduced"):
 - The post-accumulate-grad hook of the last parameter (every ``.grad`` is written by then)
   takes back the buckets the thread has not seen complete, waits for them, and hands each
   ``.grad`` its slot of the reduced bucket as its memory (the ``.grad`` tensor stays the same
-  object; no copy back), so ``backward()`` returns with averaged gradients everywhere; the next
-  backward fills a new bucket buffer.
+  object; no copy back), so ``backward()`` returns with averaged gradients everywhere. The
+  next backward fills another buffer: the bucket keeps those it handed out and reuses one once
+  no array holds it any more (after ``zero_grad``, or once the next step's gradients replaced
+  it), so a step touches no freshly allocated memory; an array a user kept is never written.
 - With ``gradient_as_bucket_view=True`` a parameter's ``.grad`` is its slot of the bucket,
   which the engine writes only after the walk: its buckets start from the post-accumulate-grad
   hooks, after the walk, and overlap nothing (the option trades the overlap for memory).
@@ -46,6 +49,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import queue
+import sys
 import threading
 import time
 
@@ -60,7 +64,18 @@ from ferro.nn.module import Module
 
 
 class _Bucket:
-    __slots__ = ("params", "offsets", "size", "dtype", "xp", "flat", "ready", "work", "done")
+    __slots__ = (
+        "params",
+        "offsets",
+        "size",
+        "dtype",
+        "xp",
+        "flat",
+        "spares",
+        "ready",
+        "work",
+        "done",
+    )
 
     def __init__(self, params: list):
         self.params = params
@@ -72,6 +87,7 @@ class _Bucket:
             n += p._data.size
         self.size = n
         self.flat = None
+        self.spares = []  # buffers handed to the gradients of earlier steps (Note [DDP buckets])
         self.ready = 0
         self.work = None
         self.done = threading.Event()  # set by the progress thread
@@ -102,14 +118,16 @@ class _Progress:
     in order, while backward runs. MPI (MPICH's shared-memory and network devices alike) moves
     a non-blocking collective's data only inside MPI calls, and mpi4py's blocking Wait spins
     inside MPI with the GIL released, which would take a core from the BLAS thread for the
-    whole transfer. So the thread tests the request and sleeps ``POLL_S`` between tests. Once
-    backward has finished (``urgent``) it hands the remaining buckets back to the main thread,
-    which waits on them itself (Work.wait: back-to-back tests, the group's timeout): a Python
-    thread polling then would hold the GIL the main thread needs to wake up. A request is only
-    ever tested by one thread at a time: the main thread touches a bucket's work only after
-    the thread set the bucket's ``done``. The thread only tests (``Work._progress``); the main
-    thread completes each Work, so the finishing steps (a CuPy staging copy back, on the main
-    thread's device and stream) never run on the progress thread."""
+    whole transfer. So the thread tests the request and sleeps ``POLL_S`` between tests (a wait
+    on ``urgent``, which ends at once when backward has finished: the main thread's hand-over
+    does not wait out a sleep). Once backward has finished it hands the remaining buckets back
+    to the main thread, which waits on them itself (Work.wait: back-to-back tests, the group's
+    timeout): a Python thread polling then would hold the GIL the main thread needs to wake
+    up. A request is only ever tested by one thread at a time: the main thread touches a
+    bucket's work only after the thread set the bucket's ``done``. The thread only tests
+    (``Work._progress``); the main thread completes each Work, so the finishing steps (a CuPy
+    staging copy back, on the main thread's device and stream) never run on the progress
+    thread."""
 
     def __init__(self):
         self.queue = queue.SimpleQueue()
@@ -125,7 +143,7 @@ class _Progress:
                         if state.timeline is not None:
                             state.timeline.append(("transferred", index, time.perf_counter()))
                         break
-                    time.sleep(POLL_S)
+                    state.urgent.wait(POLL_S)  # a sleep that ends when backward does
             except BaseException as exc:  # reported by the main thread
                 state.error = exc
             finally:
@@ -374,7 +392,7 @@ class DistributedDataParallel(Module):
             state.timeline.append((f"gradient {self._names[id(p)]} in", i, time.perf_counter()))
         xp, scale = b.xp, 1.0 / self._pg.size()
         if b.flat is None:
-            b.flat = xp.empty(b.size, dtype=b.dtype)
+            b.flat = _free_buffer(b)
         view = b.flat[b.offsets[k] : b.offsets[k] + p._data.size]
         old = None if p.grad is None else p.grad._data
         if old is not None and _shares(old, view.reshape(old.shape)):
@@ -437,7 +455,11 @@ class DistributedDataParallel(Module):
                     p.grad.data = view  # the same .grad tensor, holding the bucket's memory
             if not self.gradient_as_bucket_view:
                 # The bucket's memory is the gradients now (no copy back, one pass over them
-                # less); the next backward fills a new buffer (the caching allocator's).
+                # less); the next backward fills another buffer: one of the bucket's earlier
+                # ones that no gradient holds any more, or a new one (_free_buffer).
+                if b.xp is np:
+                    b.spares = [b.spares[k] for k in range(len(b.spares)) if _unheld(b.spares, k)]
+                    b.spares.append(b.flat)
                 b.flat = None
         if state.timeline is not None:
             state.timeline.append(("end", -1, time.perf_counter()))
@@ -473,6 +495,26 @@ class DistributedDataParallel(Module):
 
     def extra_repr(self) -> str:
         return f"world_size={self._pg.size()}, buckets={len(self._buckets)}"
+
+
+def _unheld(buffers: list, k: int) -> bool:
+    # Whether only ``buffers`` holds NumPy array ``buffers[k]``: every view of it (a gradient,
+    # an array a user kept) holds its base, and so counts here. (2: the list and the argument.)
+    return sys.getrefcount(buffers[k]) == 2
+
+
+def _free_buffer(b: _Bucket):
+    """A flat buffer for bucket ``b``: one it handed to the gradients of an earlier step that
+    nothing holds any more (``zero_grad`` dropped those gradients, or the next step's replaced
+    them), else a new one. A new 22 MiB allocation per step (the benchmark's MLP) can come back
+    from the kernel as fresh pages to fault in and zero: the reduction after a ``zero_grad``
+    backward took 41 ms of CPU that way against 9 ms reusing a buffer (NumPy only: CuPy's
+    memory pool already reuses device memory)."""
+    if b.xp is np:
+        for k in range(len(b.spares)):
+            if _unheld(b.spares, k):
+                return b.spares.pop(k)
+    return b.xp.empty(b.size, dtype=b.dtype)
 
 
 def _shares(a, b) -> bool:

@@ -23,7 +23,7 @@
 
 #define FERRO_NORM_ROWS(T, S)                                                                   \
 /* sum(a) and sum((a - m)^2) */                                                                 \
-static inline double ferro_norm_sum_##S(const T *a, ptrdiff_t n) {                              \
+FERRO_INLINE double ferro_norm_sum_##S(const T *a, ptrdiff_t n) {                               \
     double s = 0.0;                                                                             \
     ptrdiff_t j = 0, k, e;                                                                      \
     for (; j < n; j = e) {                                                                      \
@@ -35,7 +35,7 @@ static inline double ferro_norm_sum_##S(const T *a, ptrdiff_t n) {              
     }                                                                                           \
     return s;                                                                                   \
 }                                                                                               \
-static inline double ferro_norm_sqdev_##S(const T *a, ptrdiff_t n, T m) {                       \
+FERRO_INLINE double ferro_norm_sqdev_##S(const T *a, ptrdiff_t n, T m) {                        \
     double s = 0.0;                                                                             \
     ptrdiff_t j = 0, k, e;                                                                      \
     for (; j < n; j = e) {                                                                      \
@@ -48,8 +48,8 @@ static inline double ferro_norm_sqdev_##S(const T *a, ptrdiff_t n, T m) {       
     return s;                                                                                   \
 }                                                                                               \
 /* sg = sum(g w), sgd = sum(g w (x - m)) (w NULL: 1) */                                         \
-static inline void ferro_norm_gsums_##S(const T *g, const T *x, const T *w, ptrdiff_t n, T m,   \
-                                        double *sg, double *sgd) {                              \
+FERRO_INLINE void ferro_norm_gsums_##S(const T *g, const T *x, const T *w, ptrdiff_t n, T m,    \
+                                      double *sg, double *sgd) {                                \
     ptrdiff_t j = 0, k, e;                                                                      \
     *sg = *sgd = 0.0;                                                                           \
     for (; j < n; j = e) {                                                                      \
@@ -117,21 +117,26 @@ static FERRO_CLONES void ferro_norm_bwd_span_##S(const T *g, const T *x, const T
         ferro_norm_gsums_##S(gr, xr, w, K, m, &sg, &sgd);                                       \
         const T c1 = mean != NULL ? (T)(sg / (double)K) : (T)0;                                 \
         const T c2 = (T)(sgd * (double)rs * (double)rs / (double)K);                            \
-        if (w != NULL) {                                                                        \
+        if (gw == NULL && w != NULL) {                                                          \
             for (j = 0; j < K; j++) gxr[j] = rs * (gr[j] * w[j] - c1 - (xr[j] - m) * c2);       \
-        } else {                                                                                \
+        } else if (gw == NULL) {                                                                \
             for (j = 0; j < K; j++) gxr[j] = rs * (gr[j] - c1 - (xr[j] - m) * c2);              \
-        }                                                                                       \
-        if (gw == NULL) continue;                                                               \
-        if ((r - r0) % 32 == 0) memset(acc, 0, 2 * (size_t)K * sizeof(T));                      \
-        for (j = 0; j < K; j++) {                                                               \
-            acc[j] += gr[j] * (xr[j] - m) * rs;                                                 \
-            acc[K + j] += gr[j];                                                                \
-        }                                                                                       \
-        if ((r - r0) % 32 == 31 || r == r1 - 1) {                                               \
+        } else {                                                                                \
+            /* one pass writes gx and the partial sums (aw, ab: 2 K values, in L1) */           \
+            T *restrict aw = acc, *restrict ab = acc + K;                                       \
+            if ((r - r0) % 32 == 0) memset(acc, 0, 2 * (size_t)K * sizeof(T));                  \
+            _Pragma("omp simd") /* gx, acc and the inputs are distinct arrays */                \
             for (j = 0; j < K; j++) {                                                           \
-                gw[j] += (double)acc[j];                                                        \
-                gb[j] += (double)acc[K + j];                                                    \
+                const T gj = gr[j], d = xr[j] - m;                                              \
+                gxr[j] = rs * (gj * (w != NULL ? w[j] : (T)1) - c1 - d * c2);                   \
+                aw[j] += gj * d * rs;                                                           \
+                ab[j] += gj;                                                                    \
+            }                                                                                   \
+            if ((r - r0) % 32 == 31 || r == r1 - 1) {                                           \
+                for (j = 0; j < K; j++) {                                                       \
+                    gw[j] += (double)aw[j];                                                     \
+                    gb[j] += (double)ab[j];                                                     \
+                }                                                                               \
             }                                                                                   \
         }                                                                                       \
     }                                                                                           \

@@ -1,6 +1,6 @@
 """Fused CPU kernels of the recurrent cells: one nogil pass per step for the LSTM and GRU gate
-forward (``recurrent_kernels.h``) and gate gradients, in place of about ten to fifteen array
-temporaries each.
+forward and one for their gate gradients (``recurrent_kernels.h``, compiled per ISA level), in
+place of about ten to fifteen array temporaries each.
 
 They have the names and signatures of ``ferro.ops.recurrent.GenericCells`` (the reference,
 written against ``xp``), and are bound through the ``recurrent_layer`` entry of ``OVERRIDES``
@@ -14,8 +14,6 @@ Gate order is PyTorch's (``i, f, g, o``; ``r, z, n``).
 """
 
 cimport numpy as cnp
-
-from ferro._C.typedefs cimport floating_t
 
 import numpy as np
 
@@ -41,6 +39,14 @@ cdef extern from "recurrent_kernels.h" nogil:
                            Py_ssize_t, Py_ssize_t)
     void ferro_gru_fwd_f64(const double*, const double*, const double*, double*, double*,
                            double*, Py_ssize_t, Py_ssize_t)
+    void ferro_lstm_bwd_f32(const float*, const float*, const float*, const float*,
+                            const float*, float*, float*, Py_ssize_t, Py_ssize_t)
+    void ferro_lstm_bwd_f64(const double*, const double*, const double*, const double*,
+                            const double*, double*, double*, Py_ssize_t, Py_ssize_t)
+    void ferro_gru_bwd_f32(const float*, const float*, const float*, const float*, float*,
+                           float*, float*, Py_ssize_t, Py_ssize_t)
+    void ferro_gru_bwd_f64(const double*, const double*, const double*, const double*,
+                           double*, double*, double*, Py_ssize_t, Py_ssize_t)
 
 
 cdef inline bint _ok(object o, int dtype) noexcept:
@@ -106,7 +112,7 @@ cdef int _check(str who, tuple names, tuple arrays, tuple shapes, unsigned int w
 
 
 cdef int _check_disjoint(str who, tuple names, tuple arrays, unsigned int writes) except -1:
-    # The forward loops read and write through restrict pointers: no array a kernel writes may
+    # The loops read and write through restrict pointers: no array a kernel writes may
     # share memory with another argument (all are C-contiguous, so byte ranges decide).
     cdef Py_ssize_t k, m
     cdef char* lo
@@ -189,94 +195,37 @@ def gru_fwd(object x, object hg, object h, object acts, object hg_n):
     return hn
 
 
-cdef void _lstm_bwd(const floating_t* gh, const floating_t* gc, const floating_t* acts,
-                    const floating_t* cp, const floating_t* tc, floating_t* gg,
-                    floating_t* gcp, Py_ssize_t rows, Py_ssize_t hidden) noexcept nogil:
-    cdef Py_ssize_t r, j, k, g4 = 4 * hidden
-    cdef floating_t i, f, g, o, t, dh, dc
-    cdef const floating_t* ar
-    cdef floating_t* gr
-    for r in range(rows):
-        ar = acts + r * g4
-        gr = gg + r * g4
-        for j in range(hidden):
-            k = r * hidden + j
-            i = ar[j]
-            f = ar[hidden + j]
-            g = ar[2 * hidden + j]
-            o = ar[3 * hidden + j]
-            t = tc[k]
-            dh = gh[k]
-            dc = gc[k] + dh * o * (1 - t * t)
-            gr[j] = dc * g * i * (1 - i)
-            gr[hidden + j] = dc * cp[k] * f * (1 - f)
-            gr[2 * hidden + j] = dc * i * (1 - g * g)
-            gr[3 * hidden + j] = dh * t * o * (1 - o)
-            gcp[k] = dc * f
-
-
 def lstm_bwd(object gh, object gc, object acts, object c_prev, object tc, object g_gates):
     """One LSTM step back: the gradient for the previous cell state; writes the gate gradients
     into ``g_gates`` (rows, 4 * hidden)."""
     if type(gh) is not cnp.ndarray or cnp.PyArray_NDIM(<cnp.ndarray>gh) != 2:
         raise ShapeError("lstm_bwd: gh must be a 2-D numpy.ndarray")
     cdef Py_ssize_t rows = gh.shape[0], hidden = gh.shape[1]
-    _check("lstm_bwd", ("gh", "gc", "acts", "c_prev", "tc", "g_gates"),
-           (gh, gc, acts, c_prev, tc, g_gates),
+    names = ("gh", "gc", "acts", "c_prev", "tc", "g_gates")
+    arrays = (gh, gc, acts, c_prev, tc, g_gates)
+    _check("lstm_bwd", names, arrays,
            ((rows, hidden), (rows, hidden), (rows, 4 * hidden), (rows, hidden), (rows, hidden),
             (rows, 4 * hidden)), 0b100000)
+    _check_disjoint("lstm_bwd", names, arrays, 0b100000)
     cdef cnp.ndarray gcp = np.empty((rows, hidden), dtype=gh.dtype)
+    cdef void *p0 = _data(gh)
+    cdef void *p1 = _data(gc)
+    cdef void *p2 = _data(acts)
+    cdef void *p3 = _data(c_prev)
+    cdef void *p4 = _data(tc)
+    cdef void *p5 = _data(g_gates)
+    cdef void *p6 = _data(gcp)
     if cnp.PyArray_TYPE(<cnp.ndarray>gh) == cnp.NPY_FLOAT32:
         with nogil:
-            _lstm_bwd[float](
-                <const float*>cnp.PyArray_DATA(<cnp.ndarray>gh),
-                <const float*>cnp.PyArray_DATA(<cnp.ndarray>gc),
-                <const float*>cnp.PyArray_DATA(<cnp.ndarray>acts),
-                <const float*>cnp.PyArray_DATA(<cnp.ndarray>c_prev),
-                <const float*>cnp.PyArray_DATA(<cnp.ndarray>tc),
-                <float*>cnp.PyArray_DATA(<cnp.ndarray>g_gates),
-                <float*>cnp.PyArray_DATA(gcp), rows, hidden)
+            ferro_lstm_bwd_f32(<const float*>p0, <const float*>p1, <const float*>p2,
+                               <const float*>p3, <const float*>p4, <float*>p5, <float*>p6,
+                               rows, hidden)
     else:
         with nogil:
-            _lstm_bwd[double](
-                <const double*>cnp.PyArray_DATA(<cnp.ndarray>gh),
-                <const double*>cnp.PyArray_DATA(<cnp.ndarray>gc),
-                <const double*>cnp.PyArray_DATA(<cnp.ndarray>acts),
-                <const double*>cnp.PyArray_DATA(<cnp.ndarray>c_prev),
-                <const double*>cnp.PyArray_DATA(<cnp.ndarray>tc),
-                <double*>cnp.PyArray_DATA(<cnp.ndarray>g_gates),
-                <double*>cnp.PyArray_DATA(gcp), rows, hidden)
+            ferro_lstm_bwd_f64(<const double*>p0, <const double*>p1, <const double*>p2,
+                               <const double*>p3, <const double*>p4, <double*>p5, <double*>p6,
+                               rows, hidden)
     return gcp
-
-
-cdef void _gru_bwd(const floating_t* gh, const floating_t* acts, const floating_t* hgn,
-                   const floating_t* hp, floating_t* gi, floating_t* gg, floating_t* ghz,
-                   Py_ssize_t rows, Py_ssize_t hidden) noexcept nogil:
-    cdef Py_ssize_t r, j, k, g3 = 3 * hidden
-    cdef floating_t rr, z, n, d, gn, gr, gz
-    cdef const floating_t* ar
-    cdef floating_t* ir
-    cdef floating_t* hr
-    for r in range(rows):
-        ar = acts + r * g3
-        ir = gi + r * g3
-        hr = gg + r * g3
-        for j in range(hidden):
-            k = r * hidden + j
-            rr = ar[j]
-            z = ar[hidden + j]
-            n = ar[2 * hidden + j]
-            d = gh[k]
-            gn = d * (1 - z) * (1 - n * n)
-            gr = gn * hgn[k] * rr * (1 - rr)
-            gz = d * (hp[k] - n) * z * (1 - z)
-            ir[j] = gr
-            ir[hidden + j] = gz
-            ir[2 * hidden + j] = gn
-            hr[j] = gr
-            hr[hidden + j] = gz
-            hr[2 * hidden + j] = gn * rr
-            ghz[k] = d * z
 
 
 def gru_bwd(object gh, object acts, object hg_n, object h_prev, object g_in, object g_hid):
@@ -285,29 +234,27 @@ def gru_bwd(object gh, object acts, object hg_n, object h_prev, object g_in, obj
     if type(gh) is not cnp.ndarray or cnp.PyArray_NDIM(<cnp.ndarray>gh) != 2:
         raise ShapeError("gru_bwd: gh must be a 2-D numpy.ndarray")
     cdef Py_ssize_t rows = gh.shape[0], hidden = gh.shape[1]
-    _check("gru_bwd", ("gh", "acts", "hg_n", "h_prev", "g_in", "g_hid"),
-           (gh, acts, hg_n, h_prev, g_in, g_hid),
+    names = ("gh", "acts", "hg_n", "h_prev", "g_in", "g_hid")
+    arrays = (gh, acts, hg_n, h_prev, g_in, g_hid)
+    _check("gru_bwd", names, arrays,
            ((rows, hidden), (rows, 3 * hidden), (rows, hidden), (rows, hidden),
             (rows, 3 * hidden), (rows, 3 * hidden)), 0b110000)
+    _check_disjoint("gru_bwd", names, arrays, 0b110000)
     cdef cnp.ndarray ghz = np.empty((rows, hidden), dtype=gh.dtype)
+    cdef void *p0 = _data(gh)
+    cdef void *p1 = _data(acts)
+    cdef void *p2 = _data(hg_n)
+    cdef void *p3 = _data(h_prev)
+    cdef void *p4 = _data(g_in)
+    cdef void *p5 = _data(g_hid)
+    cdef void *p6 = _data(ghz)
     if cnp.PyArray_TYPE(<cnp.ndarray>gh) == cnp.NPY_FLOAT32:
         with nogil:
-            _gru_bwd[float](
-                <const float*>cnp.PyArray_DATA(<cnp.ndarray>gh),
-                <const float*>cnp.PyArray_DATA(<cnp.ndarray>acts),
-                <const float*>cnp.PyArray_DATA(<cnp.ndarray>hg_n),
-                <const float*>cnp.PyArray_DATA(<cnp.ndarray>h_prev),
-                <float*>cnp.PyArray_DATA(<cnp.ndarray>g_in),
-                <float*>cnp.PyArray_DATA(<cnp.ndarray>g_hid),
-                <float*>cnp.PyArray_DATA(ghz), rows, hidden)
+            ferro_gru_bwd_f32(<const float*>p0, <const float*>p1, <const float*>p2,
+                              <const float*>p3, <float*>p4, <float*>p5, <float*>p6, rows, hidden)
     else:
         with nogil:
-            _gru_bwd[double](
-                <const double*>cnp.PyArray_DATA(<cnp.ndarray>gh),
-                <const double*>cnp.PyArray_DATA(<cnp.ndarray>acts),
-                <const double*>cnp.PyArray_DATA(<cnp.ndarray>hg_n),
-                <const double*>cnp.PyArray_DATA(<cnp.ndarray>h_prev),
-                <double*>cnp.PyArray_DATA(<cnp.ndarray>g_in),
-                <double*>cnp.PyArray_DATA(<cnp.ndarray>g_hid),
-                <double*>cnp.PyArray_DATA(ghz), rows, hidden)
+            ferro_gru_bwd_f64(<const double*>p0, <const double*>p1, <const double*>p2,
+                              <const double*>p3, <double*>p4, <double*>p5, <double*>p6, rows,
+                              hidden)
     return ghz

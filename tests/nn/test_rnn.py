@@ -476,7 +476,7 @@ def test_layers_honour_packed_lengths_like_torch(mode, bidirectional, initial):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("rows,hidden", [(3, 4), (1, 1), (0, 2)])
+@pytest.mark.parametrize("rows,hidden", [(3, 4), (1, 1), (0, 2), (5, 37)])
 def test_cpu_cell_kernels_match_generic_cells(dtype, rows, hidden):
     from ferro._C import recurrent_kernels as K
     from ferro.ops.recurrent import GenericCells
@@ -567,7 +567,7 @@ def test_cpu_cell_forward_kernels_refuse_bad_arrays():
 
 def test_cpu_cell_kernels_refuse_bad_arrays():
     from ferro._C import recurrent_kernels as K
-    from ferro.errors import DtypeError, ReadOnlyError
+    from ferro.errors import ArgumentError, DtypeError, ReadOnlyError
 
     z = np.zeros((2, 3))
     ok = (z, z, np.zeros((2, 12)), z, z, np.zeros((2, 12)))
@@ -586,6 +586,13 @@ def test_cpu_cell_kernels_refuse_bad_arrays():
         K.lstm_bwd(*ok[:5], ro)
     with pytest.raises(ArgumentTypeError):
         K.gru_bwd(z, [[0.0]], z, z, z, z)
+    # restrict pointers in the backward loops too: a written array may share no memory
+    g12 = np.zeros((2, 12))
+    with pytest.raises(ArgumentError, match="g_gates overlaps acts"):
+        K.lstm_bwd(z, z, g12, z, z, g12)
+    g9 = np.zeros((2, 9))
+    with pytest.raises(ArgumentError, match="g_in overlaps g_hid"):
+        K.gru_bwd(z, np.zeros((2, 9)), z, z, g9, g9)
     assert K.accepts(ok) and not K.accepts((z, z.astype(np.float32)))
     assert not K.accepts((np.zeros((3, 2)).T,)) and not K.accepts(())
 

@@ -510,6 +510,40 @@ def test_winograd_3d_matches_the_im2col_gemm(dtype, shape, pads, monkeypatch):
     np.testing.assert_allclose(got, want, **tol)
 
 
+@pytest.mark.parametrize(
+    "shape, kernel, stride, pads",
+    [
+        ((4, 16, 40, 36), (3, 3), (1, 1), ((1, 1), (1, 1))),  # Winograd, its 2-d transforms
+        ((2, 16, 12, 14, 16), (3, 3, 3), (1, 1, 1), ((1, 1), (0, 2), (1, 0))),  # 3-d Winograd
+        ((6, 16, 2048), (5,), (1,), ((2, 2),)),  # im2col / col2im, 1-d
+        ((4, 24, 33, 30), (4, 4), (2, 2), ((1, 1), (1, 1))),  # strided, col2im in gx
+    ],
+)
+def test_kernels_split_over_threads_agree_with_the_generic_code(shape, kernel, stride, pads):
+    # Shapes past the kernels' OpenMP threshold (PARALLEL_MIN elements): each thread takes
+    # whole channels and its own scratch rows, so the results must not change.
+    from ferro._C import conv_kernels as K
+
+    rng = np.random.default_rng(15)
+    nd = len(kernel)
+    x = rng.normal(size=shape)
+    w = rng.normal(size=(20, shape[1], *kernel)) / np.sqrt(np.prod(kernel) * shape[1])
+    dil = (1,) * nd
+    out = tuple((shape[2 + i] + sum(pads[i]) - kernel[i]) // stride[i] + 1 for i in range(nd))
+    geom = (stride, pads, dil, 1)
+    tol = dict(rtol=1e-10, atol=1e-10)
+    want = conv_ops._conv_forward(np, x, w, *geom, out)
+    np.testing.assert_allclose(conv_ops._conv_forward(np, x, w, *geom, out, K), want, **tol)
+    gy = rng.normal(size=want.shape)
+    want = conv_ops._conv_weight_grad(np, x, gy, *geom, kernel)
+    got = conv_ops._conv_weight_grad(np, x, gy, *geom, kernel, K)
+    np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10 * np.abs(want).max())
+    want = conv_ops._conv_input_grad(np, gy, w, *geom, shape[2:])
+    np.testing.assert_allclose(
+        conv_ops._conv_input_grad(np, gy, w, *geom, shape[2:], K), want, **tol
+    )
+
+
 def test_winograd_3d_kernels_refuse_what_they_cannot_hold():
     from ferro._C import conv_kernels as K
 

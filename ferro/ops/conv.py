@@ -314,6 +314,9 @@ def _conv_input_grad(xp, gy, w, stride, pads, dilation, groups, size, kernels=No
         flipped = tuple((t - lo, t - hi) for (lo, hi), t in zip(pads, span, strict=True))
         wt = _transposed_weight(xp, w, groups)
         return _conv_forward(xp, gy, wt, stride, flipped, dilation, groups, size, kernels)
+    phases = _subpixel_phases(stride, pads, dilation, groups, kernel, size)
+    if phases is not None:
+        return _subpixel_input_grad(xp, gy, w, phases, size, kernels)
     kp, ell = math.prod(kernel), math.prod(out)
     wt = w.reshape(groups, o // groups, cg * kp).transpose(0, 2, 1)
     gx = xp.empty((n, c) + tuple(size), dtype=gy.dtype)
@@ -329,6 +332,76 @@ def _conv_input_grad(xp, gy, w, stride, pads, dilation, groups, size, kernels=No
         # transposing copy into gx.
         gcol = xp.moveaxis(gcol, 1 + len(kernel), 1)
         gx[n0 : n0 + nb] = xp.moveaxis(_col2im(xp, gcol, size, stride, pads, dilation), 0, 1)
+    return gx
+
+
+#: The sub-pixel input gradient is taken while its zero taps (a kernel not a multiple of the
+#: stride, padded up to one) add at most this factor to the GEMM's multiplies.
+SUBPIXEL_MAX_WASTE = 1.5
+
+
+def _subpixel_phases(stride, pads, dilation, groups, kernel, size):
+    """The geometry of :func:`_subpixel_input_grad` for a strided, undilated convolution without
+    groups, or None where it does not apply: per spatial dim ``(s, taps, lo, first, offsets,
+    counts, positions)``."""
+    if groups != 1 or set(dilation) != {1} or set(stride) == {1}:
+        return None
+    dims = []
+    for s, (p, _), k, n in zip(stride, pads, kernel, size, strict=True):
+        taps = -(-k // s)
+        lo = taps - 1 - p // s
+        first = [(r + p) % s for r in range(s)]
+        offsets = [(r + p) // s - p // s for r in range(s)]
+        counts = [(n - r + s - 1) // s for r in range(s)]
+        if lo < 0 or min(counts) < 1:
+            return None
+        positions = max(c + o for c, o in zip(counts, offsets, strict=True))
+        dims.append((s, taps, lo, first, offsets, counts, positions))
+    waste = math.prod(d[0] * d[1] for d in dims) / math.prod(kernel)
+    return dims if waste <= SUBPIXEL_MAX_WASTE else None
+
+
+def _subpixel_input_grad(xp, gy, w, phases, size, kernels):
+    """``gx`` of a strided convolution (a strided transposed convolution's forward) as ONE GEMM
+    per batch chunk, without col2im. Input position ``s*a + r`` (phase ``r``, ``p`` the low
+    padding) receives ``gy[a + offset_r - lo + j]`` times kernel tap ``(r + p) % s + s*(taps -
+    1 - j)``, ``j < taps``: every phase is a ``taps``-wide correlation of ``gy`` over the same
+    columns (im2col of ``gy``, stride 1), so one weight ``(s**nd * C_in, C_out * taps**nd)``
+    holds all phases' taps (zero past the kernel), and each phase's rows of the product are
+    copied to its strided positions of ``gx``. The multiplies are the col2im path's (times the
+    zero taps and ``positions / out`` per dim); the scatter-add over ``prod(kernel)``
+    overlapping slices is gone."""
+    n, o = gy.shape[:2]
+    c, nd = w.shape[1], len(phases)
+    strides, taps = tuple(d[0] for d in phases), tuple(d[1] for d in phases)
+    pos, out = tuple(d[6] for d in phases), gy.shape[2:]
+    wp = xp.pad(
+        w, [(0, 0)] * 2 + [(0, d[0] * d[1] - k) for d, k in zip(phases, w.shape[2:], strict=True)]
+    )
+    for i, (s, t, _, first, *_) in enumerate(phases):
+        idx = [q + s * (t - 1 - j) for q in first for j in range(t)]
+        wp = xp.take(wp, xp.asarray(idx), axis=2 + i)
+    wp = wp.reshape((o, c) + tuple(x for d in phases for x in d[:2]))
+    perm = (*range(2, 2 + 2 * nd, 2), 1, 0, *range(3, 3 + 2 * nd, 2))
+    wp = xp.ascontiguousarray(wp.transpose(perm)).reshape(-1, o * math.prod(taps))
+    cpads = tuple(
+        (d[2], max(0, d[6] + d[1] - 1 - m - d[2])) for d, m in zip(phases, out, strict=True)
+    )
+    gx = xp.empty((n, c) + tuple(size), dtype=gy.dtype)
+    step = _chunk(xp, n, o * math.prod(taps) * math.prod(pos) * gy.itemsize)
+    cols = _Columns(xp, kernels, o, taps, step, pos, gy.dtype)
+    ones = (1,) * nd
+    for n0 in range(0, n, step):
+        gc = gy[n0 : n0 + step]
+        nb = gc.shape[0]
+        col = cols.of(gc, ones, cpads, ones).reshape(o * math.prod(taps), nb * math.prod(pos))
+        r = xp.matmul(wp, col).reshape(strides + (c, nb) + pos)
+        for ph in itertools.product(*(range(s) for s in strides)):
+            src = tuple(slice(d[4][q], d[4][q] + d[5][q]) for d, q in zip(phases, ph, strict=True))
+            dst = tuple(slice(q, None, s) for q, s in zip(ph, strides, strict=True))
+            gx[(slice(n0, n0 + nb), slice(None)) + dst] = xp.moveaxis(
+                r[ph][(slice(None), slice(None)) + src], 0, 1
+            )
     return gx
 
 

@@ -544,6 +544,36 @@ def test_kernels_split_over_threads_agree_with_the_generic_code(shape, kernel, s
     )
 
 
+@pytest.mark.parametrize("nd", [1, 2, 3])
+@pytest.mark.parametrize("cols", ["kernels", "views"])
+def test_subpixel_input_grad_matches_the_col2im_path(nd, cols, monkeypatch):
+    # A strided convolution's input gradient (a strided transposed convolution's forward) by
+    # one GEMM over the phases: random strides, kernels (multiples of the stride or not),
+    # paddings and sizes, against the col2im path, with the nogil column kernels and with the
+    # strided views.
+    from ferro._C import conv_kernels as K
+
+    kernels = K if cols == "kernels" else None
+    rng = np.random.default_rng(16 + nd)
+    taken = 0
+    for _ in range(25):
+        stride = tuple(int(v) for v in rng.integers(1, 4, nd))
+        kernel = tuple(int(v) for v in rng.integers(1, 6, nd))
+        pads = tuple((int(rng.integers(0, k)),) * 2 for k in kernel)
+        size = tuple(int(v) for v in rng.integers(max(kernel), 9, nd))
+        out = tuple((size[i] + 2 * pads[i][0] - kernel[i]) // stride[i] + 1 for i in range(nd))
+        w = rng.normal(size=(3, 2, *kernel))
+        gy = rng.normal(size=(2, 3, *out))
+        geom = (stride, pads, (1,) * nd, 1)
+        monkeypatch.setattr(conv_ops, "SUBPIXEL_MAX_WASTE", 0.0)
+        want = conv_ops._conv_input_grad(np, gy, w, *geom, size, kernels)
+        monkeypatch.setattr(conv_ops, "SUBPIXEL_MAX_WASTE", float("inf"))
+        taken += conv_ops._subpixel_phases(stride, pads, (1,) * nd, 1, kernel, size) is not None
+        got = conv_ops._conv_input_grad(np, gy, w, *geom, size, kernels)
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    assert taken >= 10
+
+
 def test_winograd_3d_kernels_refuse_what_they_cannot_hold():
     from ferro._C import conv_kernels as K
 

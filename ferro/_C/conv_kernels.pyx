@@ -45,6 +45,8 @@ FUSED_KERNELS = frozenset(
         "winograd_input",
         "winograd_output",
         "winograd_output_grad",
+        "winograd1d_gather",
+        "winograd1d_scatter",
     }
 )
 
@@ -776,3 +778,135 @@ def winograd_output_grad(gy_, dm_):
             _wino_out_grad(<const double*>cnp.PyArray_DATA(gy), <double*>cnp.PyArray_DATA(dm),
                            <double*>cnp.PyArray_DATA(rows), nb, o, oh, ow, th, tw, nt)
     return dm
+
+
+# --- 1-d Winograd F(m, r) transforms: dense (small) matrices, given by the caller --------------
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+@cython.cdivision(True)
+cdef void _wino1_gather(const floating_t* x, const double* mat, floating_t* v, floating_t* rows,
+                        Py_ssize_t nb, Py_ssize_t c, Py_ssize_t n, Py_ssize_t p, Py_ssize_t q,
+                        Py_ssize_t m, Py_ssize_t lo, Py_ssize_t tiles, int nt) noexcept nogil:
+    # v (p, c, nb*tiles) = mat (p x q) times each window x[m*t - lo + j], j < q, of the rows of
+    # x (nb, c, n), zero outside. Each row is first split into its m phases (``rows``: m rows
+    # of ``w`` per thread), so that window element j over the tiles is one contiguous run,
+    # phase j % m from j // m on, and mat's entries are axpys along the tiles.
+    cdef Py_ssize_t cb, ci, b, i, j, k, t, w = tiles + (q - 1) // m, plane = c * nb * tiles
+    cdef floating_t* d
+    cdef floating_t* out
+    cdef const floating_t* src
+    cdef const floating_t* run
+    cdef floating_t a
+    for cb in prange(c * nb, schedule="static", num_threads=nt):
+        ci = cb // nb
+        b = cb % nb
+        d = rows + threadid() * m * w
+        src = x + (b * c + ci) * n
+        for k in range(w):
+            for i in range(m):
+                j = m * k + i - lo
+                d[i * w + k] = src[j] if 0 <= j < n else 0
+        out = v + (ci * nb + b) * tiles
+        for i in range(p):
+            for t in range(tiles):
+                out[i * plane + t] = 0
+            for j in range(q):
+                a = <floating_t>mat[i * q + j]
+                if a != 0:
+                    run = d + (j % m) * w + j // m
+                    for t in range(tiles):
+                        out[i * plane + t] += a * run[t]
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+@cython.cdivision(True)
+cdef void _wino1_scatter(const floating_t* mm, const double* mat, floating_t* y, floating_t* rows,
+                         Py_ssize_t nb, Py_ssize_t o, Py_ssize_t n, Py_ssize_t p, Py_ssize_t m,
+                         Py_ssize_t tiles, int nt) noexcept nogil:
+    # y (nb, o, n) = mat (m x p) times each tile's p values of mm (p, o, nb*tiles): tile t's m
+    # outputs at m*t + i, cropped at n (``rows``: m rows of ``tiles`` per thread).
+    cdef Py_ssize_t cb, co, b, i, k, t, plane = o * nb * tiles
+    cdef floating_t* s
+    cdef floating_t* yrow
+    cdef const floating_t* src
+    cdef floating_t a
+    for cb in prange(o * nb, schedule="static", num_threads=nt):
+        co = cb // nb
+        b = cb % nb
+        s = rows + threadid() * m * tiles
+        src = mm + (co * nb + b) * tiles
+        for i in range(m):
+            for t in range(tiles):
+                s[i * tiles + t] = 0
+            for k in range(p):
+                a = <floating_t>mat[i * p + k]
+                if a != 0:
+                    for t in range(tiles):
+                        s[i * tiles + t] += a * src[k * plane + t]
+        yrow = y + (b * o + co) * n
+        for t in range(tiles):
+            for i in range(min(m, n - m * t)):
+                yrow[m * t + i] = s[i * tiles + t]
+
+
+def winograd1d_gather(x_, mat_, Py_ssize_t m, Py_ssize_t lo, v_):
+    """Write ``mat`` ``(P, Q)`` times each ``Q``-wide window ``x[..., m*t - lo : m*t - lo + Q]``
+    of ``x`` ``(N, C, L)`` (zero outside) into ``v`` ``(P, C, N * T)``, ``T`` tiles a sample:
+    a 1-d Winograd input transform (``Q = P``), or the output gradient's (``Q = m``, ``lo =
+    0``). Returns ``v``."""
+    _check_io("winograd1d_gather", ("x", "v"), x_, v_)
+    cdef cnp.ndarray x = <cnp.ndarray>x_, v = <cnp.ndarray>v_
+    cdef cnp.ndarray mat = np.ascontiguousarray(mat_, dtype=np.float64)
+    if (x.ndim != 3 or v.ndim != 3 or mat.ndim != 2 or m < 1 or v.shape[0] != mat.shape[0]
+            or v.shape[1] != x.shape[1] or x.shape[0] < 1 or v.shape[2] % x.shape[0]):
+        raise ShapeError(
+            f"winograd1d_gather: expected x (N, C, L), mat (P, Q), v (P, C, N*T) and m >= 1, "
+            f"got {_shape(x)}, {_shape(mat)}, {_shape(v)}, m={m}"
+        )
+    cdef Py_ssize_t nb = x.shape[0], c = x.shape[1], n = x.shape[2], p = mat.shape[0]
+    cdef Py_ssize_t q = mat.shape[1], tiles = v.shape[2] // nb
+    cdef int nt = _team(p * c * nb * tiles)
+    cdef cnp.ndarray rows = np.empty(nt * m * (tiles + (q - 1) // m), dtype=x_.dtype)
+    cdef const double* a = <const double*>cnp.PyArray_DATA(mat)
+    if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT32:
+        with nogil:
+            _wino1_gather(<const float*>cnp.PyArray_DATA(x), a, <float*>cnp.PyArray_DATA(v),
+                          <float*>cnp.PyArray_DATA(rows), nb, c, n, p, q, m, lo, tiles, nt)
+    else:
+        with nogil:
+            _wino1_gather(<const double*>cnp.PyArray_DATA(x), a, <double*>cnp.PyArray_DATA(v),
+                          <double*>cnp.PyArray_DATA(rows), nb, c, n, p, q, m, lo, tiles, nt)
+    return v
+
+
+def winograd1d_scatter(m_, mat_, y_):
+    """Write ``mat`` ``(m, P)`` times each tile's ``P`` values of ``m_`` ``(P, C, N * T)`` into
+    ``y`` ``(N, C, L)``, tile ``t``'s ``m`` outputs at ``m*t + i`` (``T = ceil(L / m)``, the
+    last tile cropped): a 1-d Winograd output transform. Returns ``y``."""
+    _check_io("winograd1d_scatter", ("m", "y"), m_, y_)
+    cdef cnp.ndarray mm = <cnp.ndarray>m_, y = <cnp.ndarray>y_
+    cdef cnp.ndarray mat = np.ascontiguousarray(mat_, dtype=np.float64)
+    if (y.ndim != 3 or mm.ndim != 3 or mat.ndim != 2 or mat.shape[0] < 1
+            or mm.shape[0] != mat.shape[1] or mm.shape[1] != y.shape[1]
+            or mm.shape[2] != y.shape[0] * ((y.shape[2] + mat.shape[0] - 1) // mat.shape[0])):
+        raise ShapeError(
+            f"winograd1d_scatter: expected m (P, C, N*T), mat (m, P), y (N, C, L), T = "
+            f"ceil(L / m), got {_shape(mm)}, {_shape(mat)}, {_shape(y)}"
+        )
+    cdef Py_ssize_t nb = y.shape[0], o = y.shape[1], n = y.shape[2], p = mat.shape[1]
+    cdef Py_ssize_t k = mat.shape[0], tiles = (n + k - 1) // k
+    cdef int nt = _team(p * o * nb * tiles)
+    cdef cnp.ndarray rows = np.empty(nt * k * tiles, dtype=y_.dtype)
+    cdef const double* a = <const double*>cnp.PyArray_DATA(mat)
+    if cnp.PyArray_TYPE(y) == cnp.NPY_FLOAT32:
+        with nogil:
+            _wino1_scatter(<const float*>cnp.PyArray_DATA(mm), a, <float*>cnp.PyArray_DATA(y),
+                           <float*>cnp.PyArray_DATA(rows), nb, o, n, p, k, tiles, nt)
+    else:
+        with nogil:
+            _wino1_scatter(<const double*>cnp.PyArray_DATA(mm), a, <double*>cnp.PyArray_DATA(y),
+                           <double*>cnp.PyArray_DATA(rows), nb, o, n, p, k, tiles, nt)
+    return y

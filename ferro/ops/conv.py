@@ -34,6 +34,7 @@ the input by ``gy`` with stride and dilation exchanged), for double backward.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import numbers
@@ -235,19 +236,50 @@ WINOGRAD_MIN_SIZE = 8
 
 def _winograd(kernels, kernel, c, o, out, stride, dilation, groups):
     """Whether a convolution of ``c`` to ``o`` channels by ``kernel`` with output size ``out``
-    runs Winograd F(2x2, 3x3) (F(2x2x2, 3x3x3) in 3-d): a backend with its transforms (the
-    CPU), a 2-d or 3-d undilated stride-1 3x3 convolution without groups, channels and outputs
-    large enough."""
-    return (
-        kernels is not None
-        and "winograd_output_grad" in kernels.FUSED_KERNELS
-        and len(kernel) in (2, 3)
-        and set(kernel) == {3}
-        and set(stride + dilation) == {1}
-        and groups == 1
-        and min(c, o) >= WINOGRAD_MIN_CHANNELS
-        and min(out) >= WINOGRAD_MIN_SIZE
-    )
+    runs Winograd: F(2x2, 3x3) (F(2x2x2, 3x3x3) in 3-d) for a 2-d or 3-d 3x3 kernel, 1-d
+    F(4, k) for a kernel in :data:`WINOGRAD_1D_KERNELS`; a backend with the transforms (the
+    CPU), an undilated stride-1 convolution without groups, channels and outputs large
+    enough."""
+    if (
+        kernels is None
+        or set(stride + dilation) != {1}
+        or groups != 1
+        or min(c, o) < WINOGRAD_MIN_CHANNELS
+        or min(out) < WINOGRAD_MIN_SIZE
+    ):
+        return False
+    if len(kernel) == 1:
+        return kernel[0] in WINOGRAD_1D_KERNELS and "winograd1d_scatter" in kernels.FUSED_KERNELS
+    return "winograd_output_grad" in kernels.FUSED_KERNELS and set(kernel) == {3}
+
+
+#: 1-d Winograd F(4, k) (Toom-Cook on the points 0, ±1, ±2, ±1/2, ∞): k + 3 products per 4
+#: outputs instead of 4k, 2x fewer multiplies for k = 3 and 2.5x for k = 5; float32 results
+#: stay within a few ulps of the products' scale times k (the points' spread grows with k,
+#: so larger kernels keep im2col).
+WINOGRAD_1D_KERNELS = (3, 5)
+WINOGRAD_1D_TILE = 4
+
+
+@functools.cache
+def _winograd1d_matrices(k):
+    """``(Aᵀ (m, P), G (P, k), Bᵀ (P, P))`` of F(m, k), ``P = m + k - 1``, in float64: Aᵀ and
+    G from the points (Toom-Cook), Bᵀ solved from ``y[i] = sum_j g[j] d[i + j]``."""
+    m = WINOGRAD_1D_TILE
+    p = m + k - 1
+    points = (0, 1, -1, 2, -2, 0.5, -0.5)[: p - 1]
+    at, g = np.zeros((m, p)), np.zeros((p, k))
+    for i, a in enumerate(points):
+        at[:, i] = [a**e for e in range(m)]
+        den = math.prod(a - b for j, b in enumerate(points) if j != i)
+        g[i] = [a**e / den for e in range(k)]
+    at[m - 1, p - 1] = g[p - 1, k - 1] = 1  # the point at infinity
+    lhs = np.einsum("ip,pj->ijp", at, g).reshape(m * k, p)
+    rhs = np.zeros((m, k, p))
+    for i, j in itertools.product(range(m), range(k)):
+        rhs[i, j, i + j] = 1
+    bt = np.linalg.lstsq(lhs, rhs.reshape(m * k, p), rcond=None)[0]
+    return at, g, np.round(bt * 64) / 64  # exact: multiples of 1/64
 
 
 _WINOGRAD_G = ((1, 0, 0), (0.5, 0.5, 0.5), (0.5, -0.5, 0.5), (0, 0, 1))
@@ -271,7 +303,9 @@ def _winograd_forward(xp, kernels, x, w, pads, out, y):
     ``y = Aᵀ [(G w Gᵀ) ⊙ (Bᵀ d B)] A`` (``d`` the tile's 4x4 input window), the 16 elementwise
     products summed over the input channels as 16 GEMMs ``(C_out, C_in) @ (C_in, tiles)``;
     the transforms are the backend's loops (``winograd_input``/``winograd_output``), batch
-    chunks sized as im2col's."""
+    chunks sized as im2col's. 1-d: :func:`_winograd1d_forward`."""
+    if x.ndim == 3:
+        return _winograd1d_forward(xp, kernels, x, w, pads, out, y)
     n, c = x.shape[:2]
     o, p = w.shape[0], 4 ** (x.ndim - 2)
     u, g = w, xp.asarray(_WINOGRAD_G, dtype=x.dtype)
@@ -288,6 +322,68 @@ def _winograd_forward(xp, kernels, x, w, pads, out, y):
         mc = xp.matmul(u, vc, out=m[: p * o * t].reshape(p, o, t))
         kernels.winograd_output(mc, y[n0 : n0 + xc.shape[0]])
     return y
+
+
+def _winograd1d_chunks(xp, x, o, k, size):
+    """The batch step, tiles per sample and the two reused buffers of a 1-d Winograd pass
+    (transformed windows of the input side and products of the output side)."""
+    n, c = x.shape[:2]
+    p, tiles = WINOGRAD_1D_TILE + k - 1, -(-size // WINOGRAD_1D_TILE)
+    step = _chunk(xp, n, p * max(c, o) * tiles * x.itemsize)
+    v = xp.empty(p * c * step * tiles, dtype=x.dtype)
+    m = xp.empty(p * o * step * tiles, dtype=x.dtype)
+    return step, tiles, v, m
+
+
+def _winograd1d_forward(xp, kernels, x, w, pads, out, y):
+    """``y`` of a stride-1 1-d convolution by F(4, k): per tile of 4 outputs, ``y = Aᵀ [(G w)
+    ⊙ (Bᵀ d)]`` (``d`` the tile's ``k + 3`` inputs), the products summed over the input
+    channels as ``k + 3`` GEMMs ``(C_out, C_in) @ (C_in, tiles)``."""
+    n, c = x.shape[:2]
+    o, k = w.shape[0], w.shape[2]
+    at, g, bt = _winograd1d_matrices(k)
+    u = xp.ascontiguousarray(xp.tensordot(xp.asarray(g, dtype=x.dtype), w, axes=(1, 2)))
+    step, tiles, v, m = _winograd1d_chunks(xp, x, o, k, out[0])
+    p = len(g)
+    for n0 in range(0, n, step):
+        xc = x[n0 : n0 + step]
+        t = xc.shape[0] * tiles
+        vc = kernels.winograd1d_gather(
+            xc, bt, WINOGRAD_1D_TILE, pads[0][0], v[: p * c * t].reshape(p, c, t)
+        )
+        mc = xp.matmul(u, vc, out=m[: p * o * t].reshape(p, o, t))
+        kernels.winograd1d_scatter(mc, at, y[n0 : n0 + xc.shape[0]])
+    return y
+
+
+def _winograd1d_weight_grad(xp, kernels, x, gy, pads):
+    """``gw`` of :func:`_winograd1d_forward`, its adjoint: ``gw = Gᵀ [sum over tiles of (A g)
+    (Bᵀ d)ᵀ]``, ``g`` each tile's 4 output gradients; ``k + 3`` GEMMs ``(C_out, tiles) @
+    (tiles, C_in)`` accumulated over the batch chunks."""
+    n, c = x.shape[:2]
+    o, k = gy.shape[1], _winograd1d_k(x, gy, pads)
+    at, g, bt = _winograd1d_matrices(k)
+    step, tiles, v, m = _winograd1d_chunks(xp, x, o, k, gy.shape[2])
+    p = len(g)
+    gu = xp.zeros((p, o, c), dtype=x.dtype)
+    part = None
+    for n0 in range(0, n, step):
+        xc = x[n0 : n0 + step]
+        t = xc.shape[0] * tiles
+        vc = kernels.winograd1d_gather(
+            xc, bt, WINOGRAD_1D_TILE, pads[0][0], v[: p * c * t].reshape(p, c, t)
+        )
+        mc = kernels.winograd1d_gather(
+            gy[n0 : n0 + step], at.T, WINOGRAD_1D_TILE, 0, m[: p * o * t].reshape(p, o, t)
+        )
+        part = xp.matmul(mc, vc.transpose(0, 2, 1), out=part)
+        gu += part
+    return xp.ascontiguousarray(xp.tensordot(gu, xp.asarray(g, dtype=x.dtype), axes=(0, 0)))
+
+
+def _winograd1d_k(x, gy, pads):
+    """The kernel size of a stride-1 1-d convolution of ``x`` with output gradient ``gy``."""
+    return x.shape[2] + pads[0][0] + pads[0][1] - gy.shape[2] + 1
 
 
 def _conv_input_grad(xp, gy, w, stride, pads, dilation, groups, size, kernels=None):
@@ -431,7 +527,10 @@ def _conv_weight_grad(xp, x, gy, stride, pads, dilation, groups, kernel, kernels
 def _winograd_weight_grad(xp, kernels, x, gy, pads):
     """``gw`` of a stride-1 3x3 convolution by Winograd F(2x2, 3x3), the adjoint of
     :func:`_winograd_forward`: ``gw = Gᵀ [sum over tiles of (A g Aᵀ) (Bᵀ d B)ᵀ] G``, the sums
-    16 GEMMs ``(C_out, tiles) @ (tiles, C_in)`` accumulated over the batch chunks."""
+    16 GEMMs ``(C_out, tiles) @ (tiles, C_in)`` accumulated over the batch chunks (1-d:
+    :func:`_winograd1d_weight_grad`)."""
+    if x.ndim == 3:
+        return _winograd1d_weight_grad(xp, kernels, x, gy, pads)
     n, c = x.shape[:2]
     o, nd = gy.shape[1], x.ndim - 2
     step, tiles, v, m = _winograd_chunks(xp, x, o, gy.shape[2:])

@@ -516,7 +516,8 @@ def test_winograd_3d_matches_the_im2col_gemm(dtype, shape, pads, monkeypatch):
     [
         ((4, 16, 40, 36), (3, 3), (1, 1), ((1, 1), (1, 1))),  # Winograd, its 2-d transforms
         ((2, 16, 12, 14, 16), (3, 3, 3), (1, 1, 1), ((1, 1), (0, 2), (1, 0))),  # 3-d Winograd
-        ((6, 16, 2048), (5,), (1,), ((2, 2),)),  # im2col / col2im, 1-d
+        ((6, 16, 2048), (5,), (1,), ((2, 2),)),  # 1-d Winograd
+        ((6, 16, 2048), (4,), (1,), ((2, 1),)),  # im2col / col2im, 1-d
         ((4, 24, 33, 30), (4, 4), (2, 2), ((1, 1), (1, 1))),  # strided, col2im in gx
     ],
 )

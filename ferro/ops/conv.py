@@ -237,18 +237,10 @@ WINOGRAD_MIN_SIZE = 8
 
 
 def _winograd(kernels, kernel, c, o, out, stride, dilation, groups):
-    """Whether a convolution of ``c`` to ``o`` channels by ``kernel`` with output size ``out``
-    runs Winograd: F(2x2, 3x3) (F(2x2x2, 3x3x3) in 3-d) for a 2-d or 3-d 3x3 kernel, 1-d
-    F(4, k) for a kernel in :data:`WINOGRAD_1D_KERNELS`; a backend with the transforms (the
-    CPU), an undilated stride-1 convolution without groups, channels and outputs large
-    enough."""
-    if (
-        kernels is None
-        or set(stride + dilation) != {1}
-        or groups != 1
-        or min(c, o) < WINOGRAD_MIN_CHANNELS
-        or min(out) < WINOGRAD_MIN_SIZE
-    ):
+    """Whether a convolution runs Winograd (F(2x2, 3x3), F(2x2x2, 3x3x3), 1-d F(4, k)): a
+    backend with the transforms (the CPU), undilated, stride 1, no groups, large enough."""
+    big = min(c, o) >= WINOGRAD_MIN_CHANNELS and min(out) >= WINOGRAD_MIN_SIZE
+    if kernels is None or set(stride + dilation) != {1} or groups != 1 or not big:
         return False
     if len(kernel) == 1:
         return kernel[0] in WINOGRAD_1D_KERNELS and "winograd1d_scatter" in kernels.FUSED_KERNELS
@@ -256,30 +248,23 @@ def _winograd(kernels, kernel, c, o, out, stride, dilation, groups):
 
 
 #: 1-d Winograd F(4, k) (Toom-Cook on the points 0, ±1, ±2, ±1/2, ∞): k + 3 products per 4
-#: outputs instead of 4k, 2x fewer multiplies for k = 3 and 2.5x for k = 5; float32 results
-#: stay within a few ulps of the products' scale times k (the points' spread grows with k,
-#: so larger kernels keep im2col).
+#: outputs instead of 4k (docs/conv.md); the points' spread grows with k, so larger kernels
+#: keep im2col.
 WINOGRAD_1D_KERNELS = (3, 5)
-WINOGRAD_1D_TILE = 4
 
 
 @functools.cache
-def _winograd1d_matrices(k):
-    """``(Aᵀ (m, P), G (P, k), Bᵀ (P, P))`` of F(m, k), ``P = m + k - 1``, in float64: Aᵀ and
-    G from the points (Toom-Cook), Bᵀ solved from ``y[i] = sum_j g[j] d[i + j]``."""
-    m = WINOGRAD_1D_TILE
+def _winograd1d_matrices(k, m=4):
+    """``(Aᵀ, G, Bᵀ)`` of F(m, k) in float64, Bᵀ solved from ``y[i] = sum_j g[j] d[i + j]``."""
     p = m + k - 1
     points = (0, 1, -1, 2, -2, 0.5, -0.5)[: p - 1]
     at, g = np.zeros((m, p)), np.zeros((p, k))
     for i, a in enumerate(points):
         at[:, i] = [a**e for e in range(m)]
-        den = math.prod(a - b for j, b in enumerate(points) if j != i)
-        g[i] = [a**e / den for e in range(k)]
+        g[i] = [a**e / math.prod(a - b for b in points if b != a) for e in range(k)]
     at[m - 1, p - 1] = g[p - 1, k - 1] = 1  # the point at infinity
+    rhs = np.add.outer(np.arange(m), np.arange(k))[..., None] == np.arange(p)  # d[i + j]
     lhs = np.einsum("ip,pj->ijp", at, g).reshape(m * k, p)
-    rhs = np.zeros((m, k, p))
-    for i, j in itertools.product(range(m), range(k)):
-        rhs[i, j, i + j] = 1
     bt = np.linalg.lstsq(lhs, rhs.reshape(m * k, p), rcond=None)[0]
     return at, g, np.round(bt * 64) / 64  # exact: multiples of 1/64
 
@@ -287,105 +272,50 @@ def _winograd1d_matrices(k):
 _WINOGRAD_G = ((1, 0, 0), (0.5, 0.5, 0.5), (0.5, -0.5, 0.5), (0, 0, 1))
 
 
-def _winograd_chunks(xp, x, o, out):
-    """The batch step and the two reused buffers (transformed tiles of the input and of the
-    output side) of a Winograd pass: a quarter of the im2col chunk, since the 16 GEMMs over
-    (C_in, tiles) ran at 82 GFLOPS on one core for one 32x32 sample of 64 channels (1 MB of
-    transformed tiles) and at 68 for four."""
-    n, c = x.shape[:2]
-    tiles = math.prod((s + 1) // 2 for s in out)
-    step = _chunk(xp, n, 4 * 4 ** (x.ndim - 2) * max(c, o) * tiles * x.itemsize)
-    v = xp.empty(4 ** (x.ndim - 2) * c * step * tiles, dtype=x.dtype)
-    m = xp.empty(4 ** (x.ndim - 2) * o * step * tiles, dtype=x.dtype)
-    return step, tiles, v, m
+def _winograd_scheme(xp, kernels, x, o, k, out):
+    """A Winograd pass's ``G``, batch step, tiles a sample, two reused buffers and the
+    backend's ``(input(x, pads, v), output(m, y), output_grad(gy, m))`` transforms."""
+    # The step is a quarter of the im2col chunk: the 16 GEMMs over (C_in, tiles) ran at 82
+    # GFLOPS on one core for one 32x32 sample of 64 channels (1 MB of tiles) and at 68 for four.
+    n, c, nd = x.shape[0], x.shape[1], x.ndim - 2
+    if nd > 1:
+        g, tiles = _WINOGRAD_G, math.prod((s + 1) // 2 for s in out)
+        fns = (kernels.winograd_input, kernels.winograd_output, kernels.winograd_output_grad)
+    else:
+        at, g, bt = _winograd1d_matrices(k)
+        tiles = -(-out[0] // len(at))
+        fns = (
+            lambda xc, pads, v: kernels.winograd1d_gather(xc, bt, len(at), pads[0][0], v),
+            lambda m, y: kernels.winograd1d_scatter(m, at, y),
+            lambda gy, m: kernels.winograd1d_gather(gy, at.T, len(at), 0, m),
+        )
+    p = len(g) ** nd
+    step = _chunk(xp, n, 4 * p * max(c, o) * tiles * x.itemsize)
+    v = xp.empty(p * c * step * tiles, dtype=x.dtype)
+    m = xp.empty(p * o * step * tiles, dtype=x.dtype)
+    return xp.asarray(g, dtype=x.dtype), step, tiles, v, m, fns
 
 
 def _winograd_forward(xp, kernels, x, w, pads, out, y):
     """``y`` of a stride-1 3x3 convolution by Winograd F(2x2, 3x3): per 2x2 output tile,
     ``y = Aᵀ [(G w Gᵀ) ⊙ (Bᵀ d B)] A`` (``d`` the tile's 4x4 input window), the 16 elementwise
     products summed over the input channels as 16 GEMMs ``(C_out, C_in) @ (C_in, tiles)``;
-    the transforms are the backend's loops (``winograd_input``/``winograd_output``), batch
-    chunks sized as im2col's. 1-d: :func:`_winograd1d_forward`."""
-    if x.ndim == 3:
-        return _winograd1d_forward(xp, kernels, x, w, pads, out, y)
+    the backend's transforms (:func:`_winograd_scheme`); 64 products in 3-d, k + 3 in 1-d."""
     n, c = x.shape[:2]
-    o, p = w.shape[0], 4 ** (x.ndim - 2)
-    u, g = w, xp.asarray(_WINOGRAD_G, dtype=x.dtype)
+    o = w.shape[0]
+    g, step, tiles, v, m, (inp, outp, _) = _winograd_scheme(xp, kernels, x, o, w.shape[2], out)
+    u, p = w, len(g) ** (x.ndim - 2)
     for _ in range(x.ndim - 2):  # G along the last kernel dim, to the front (tensordots: an
         u = xp.tensordot(g, u, axes=(1, u.ndim - 1))  # einsum's path search cost 1 ms a call)
     if x.ndim == 5:  # the transforms' order of the products: height, width, then depth
         u = u.transpose(1, 2, 0, 3, 4)
     u = xp.ascontiguousarray(u.reshape(p, o, c))
-    step, tiles, v, m = _winograd_chunks(xp, x, o, out)
     for n0 in range(0, n, step):
         xc = x[n0 : n0 + step]
         t = xc.shape[0] * tiles
-        vc = kernels.winograd_input(xc, pads, v[: p * c * t].reshape(p, c, t))
-        mc = xp.matmul(u, vc, out=m[: p * o * t].reshape(p, o, t))
-        kernels.winograd_output(mc, y[n0 : n0 + xc.shape[0]])
+        vc = inp(xc, pads, v[: p * c * t].reshape(p, c, t))
+        outp(xp.matmul(u, vc, out=m[: p * o * t].reshape(p, o, t)), y[n0 : n0 + xc.shape[0]])
     return y
-
-
-def _winograd1d_chunks(xp, x, o, k, size):
-    """The batch step, tiles per sample and the two reused buffers of a 1-d Winograd pass
-    (transformed windows of the input side and products of the output side)."""
-    n, c = x.shape[:2]
-    p, tiles = WINOGRAD_1D_TILE + k - 1, -(-size // WINOGRAD_1D_TILE)
-    step = _chunk(xp, n, p * max(c, o) * tiles * x.itemsize)
-    v = xp.empty(p * c * step * tiles, dtype=x.dtype)
-    m = xp.empty(p * o * step * tiles, dtype=x.dtype)
-    return step, tiles, v, m
-
-
-def _winograd1d_forward(xp, kernels, x, w, pads, out, y):
-    """``y`` of a stride-1 1-d convolution by F(4, k): per tile of 4 outputs, ``y = Aᵀ [(G w)
-    ⊙ (Bᵀ d)]`` (``d`` the tile's ``k + 3`` inputs), the products summed over the input
-    channels as ``k + 3`` GEMMs ``(C_out, C_in) @ (C_in, tiles)``."""
-    n, c = x.shape[:2]
-    o, k = w.shape[0], w.shape[2]
-    at, g, bt = _winograd1d_matrices(k)
-    u = xp.ascontiguousarray(xp.tensordot(xp.asarray(g, dtype=x.dtype), w, axes=(1, 2)))
-    step, tiles, v, m = _winograd1d_chunks(xp, x, o, k, out[0])
-    p = len(g)
-    for n0 in range(0, n, step):
-        xc = x[n0 : n0 + step]
-        t = xc.shape[0] * tiles
-        vc = kernels.winograd1d_gather(
-            xc, bt, WINOGRAD_1D_TILE, pads[0][0], v[: p * c * t].reshape(p, c, t)
-        )
-        mc = xp.matmul(u, vc, out=m[: p * o * t].reshape(p, o, t))
-        kernels.winograd1d_scatter(mc, at, y[n0 : n0 + xc.shape[0]])
-    return y
-
-
-def _winograd1d_weight_grad(xp, kernels, x, gy, pads):
-    """``gw`` of :func:`_winograd1d_forward`, its adjoint: ``gw = Gᵀ [sum over tiles of (A g)
-    (Bᵀ d)ᵀ]``, ``g`` each tile's 4 output gradients; ``k + 3`` GEMMs ``(C_out, tiles) @
-    (tiles, C_in)`` accumulated over the batch chunks."""
-    n, c = x.shape[:2]
-    o, k = gy.shape[1], _winograd1d_k(x, gy, pads)
-    at, g, bt = _winograd1d_matrices(k)
-    step, tiles, v, m = _winograd1d_chunks(xp, x, o, k, gy.shape[2])
-    p = len(g)
-    gu = xp.zeros((p, o, c), dtype=x.dtype)
-    part = None
-    for n0 in range(0, n, step):
-        xc = x[n0 : n0 + step]
-        t = xc.shape[0] * tiles
-        vc = kernels.winograd1d_gather(
-            xc, bt, WINOGRAD_1D_TILE, pads[0][0], v[: p * c * t].reshape(p, c, t)
-        )
-        mc = kernels.winograd1d_gather(
-            gy[n0 : n0 + step], at.T, WINOGRAD_1D_TILE, 0, m[: p * o * t].reshape(p, o, t)
-        )
-        part = xp.matmul(mc, vc.transpose(0, 2, 1), out=part)
-        gu += part
-    return xp.ascontiguousarray(xp.tensordot(gu, xp.asarray(g, dtype=x.dtype), axes=(0, 0)))
-
-
-def _winograd1d_k(x, gy, pads):
-    """The kernel size of a stride-1 1-d convolution of ``x`` with output gradient ``gy``."""
-    return x.shape[2] + pads[0][0] + pads[0][1] - gy.shape[2] + 1
 
 
 def _conv_input_grad(xp, gy, w, stride, pads, dilation, groups, size, kernels=None):
@@ -439,66 +369,50 @@ SUBPIXEL_MAX_WASTE = 1.5
 
 
 def _subpixel_phases(stride, pads, dilation, groups, kernel, size):
-    """The geometry of :func:`_subpixel_input_grad` for a strided, undilated convolution without
-    groups, or None where it does not apply: per spatial dim ``(s, taps, lo, first, offsets,
-    counts, positions)``."""
+    """Per spatial dim ``(s, taps, lo, first taps, offsets, counts, positions)`` of
+    :func:`_subpixel_input_grad`, or None where it does not apply."""
     if groups != 1 or set(dilation) != {1} or set(stride) == {1}:
         return None
     dims = []
     for s, (p, _), k, n in zip(stride, pads, kernel, size, strict=True):
-        taps = -(-k // s)
-        lo = taps - 1 - p // s
-        first = [(r + p) % s for r in range(s)]
+        t, counts = -(-k // s), [(n - r + s - 1) // s for r in range(s)]
         offsets = [(r + p) // s - p // s for r in range(s)]
-        counts = [(n - r + s - 1) // s for r in range(s)]
-        if lo < 0 or min(counts) < 1:
+        if t - 1 - p // s < 0 or min(counts) < 1:
             return None
-        positions = max(c + o for c, o in zip(counts, offsets, strict=True))
-        dims.append((s, taps, lo, first, offsets, counts, positions))
+        pos = max(c + o for c, o in zip(counts, offsets, strict=True))
+        dims.append((s, t, t - 1 - p // s, [(r + p) % s for r in range(s)], offsets, counts, pos))
     waste = math.prod(d[0] * d[1] for d in dims) / math.prod(kernel)
     return dims if waste <= SUBPIXEL_MAX_WASTE else None
 
 
 def _subpixel_input_grad(xp, gy, w, phases, size, kernels):
-    """``gx`` of a strided convolution (a strided transposed convolution's forward) as ONE GEMM
-    per batch chunk, without col2im. Input position ``s*a + r`` (phase ``r``, ``p`` the low
-    padding) receives ``gy[a + offset_r - lo + j]`` times kernel tap ``(r + p) % s + s*(taps -
-    1 - j)``, ``j < taps``: every phase is a ``taps``-wide correlation of ``gy`` over the same
-    columns (im2col of ``gy``, stride 1), so one weight ``(s**nd * C_in, C_out * taps**nd)``
-    holds all phases' taps (zero past the kernel), and each phase's rows of the product are
-    copied to its strided positions of ``gx``. The multiplies are the col2im path's (times the
-    zero taps and ``positions / out`` per dim); the scatter-add over ``prod(kernel)``
-    overlapping slices is gone."""
+    """``gx`` of a strided convolution by sub-pixel phases: one GEMM per batch chunk over
+    stride-1 columns of ``gy`` by all phases' taps, no col2im (docs/conv.md)."""
     n, o = gy.shape[:2]
     c, nd = w.shape[1], len(phases)
-    strides, taps = tuple(d[0] for d in phases), tuple(d[1] for d in phases)
-    pos, out = tuple(d[6] for d in phases), gy.shape[2:]
+    strides, taps, pos = (tuple(d[i] for d in phases) for i in (0, 1, 6))
     wp = xp.pad(
-        w, [(0, 0)] * 2 + [(0, d[0] * d[1] - k) for d, k in zip(phases, w.shape[2:], strict=True)]
+        w,
+        [(0, 0)] * 2 + [(0, s * t - k) for s, t, k in zip(strides, taps, w.shape[2:], strict=True)],
     )
-    for i, (s, t, _, first, *_) in enumerate(phases):
-        idx = [q + s * (t - 1 - j) for q in first for j in range(t)]
-        wp = xp.take(wp, xp.asarray(idx), axis=2 + i)
+    for i, (s, t, _, first, *_) in enumerate(phases):  # tap (r + p) % s + s*(t - 1 - j)
+        wp = xp.take(wp, xp.asarray([q + s * (t - 1 - j) for q in first for j in range(t)]), 2 + i)
     wp = wp.reshape((o, c) + tuple(x for d in phases for x in d[:2]))
     perm = (*range(2, 2 + 2 * nd, 2), 1, 0, *range(3, 3 + 2 * nd, 2))
     wp = xp.ascontiguousarray(wp.transpose(perm)).reshape(-1, o * math.prod(taps))
-    cpads = tuple(
-        (d[2], max(0, d[6] + d[1] - 1 - m - d[2])) for d, m in zip(phases, out, strict=True)
-    )
     gx = xp.empty((n, c) + tuple(size), dtype=gy.dtype)
     step = _chunk(xp, n, o * math.prod(taps) * math.prod(pos) * gy.itemsize)
-    cols = _Columns(xp, kernels, o, taps, step, pos, gy.dtype)
-    ones = (1,) * nd
+    cols, ones = _Columns(xp, kernels, o, taps, step, pos, gy.dtype), (1,) * nd
     for n0 in range(0, n, step):
         gc = gy[n0 : n0 + step]
-        nb = gc.shape[0]
-        col = cols.of(gc, ones, cpads, ones).reshape(o * math.prod(taps), nb * math.prod(pos))
-        r = xp.matmul(wp, col).reshape(strides + (c, nb) + pos)
+        col = cols.of(gc, ones, tuple((d[2], d[1] + d[6]) for d in phases), ones)
+        r = xp.matmul(wp, col.reshape(o * math.prod(taps), -1))
+        r = r.reshape(strides + (c, gc.shape[0]) + pos)
         for ph in itertools.product(*(range(s) for s in strides)):
             src = tuple(slice(d[4][q], d[4][q] + d[5][q]) for d, q in zip(phases, ph, strict=True))
             dst = tuple(slice(q, None, s) for q, s in zip(ph, strides, strict=True))
-            gx[(slice(n0, n0 + nb), slice(None)) + dst] = xp.moveaxis(
-                r[ph][(slice(None), slice(None)) + src], 0, 1
+            gx[(slice(n0, n0 + gc.shape[0]), slice(None)) + dst] = xp.moveaxis(
+                r[ph][(Ellipsis, *src)], 0, 1
             )
     return gx
 
@@ -529,23 +443,23 @@ def _conv_weight_grad(xp, x, gy, stride, pads, dilation, groups, kernel, kernels
 def _winograd_weight_grad(xp, kernels, x, gy, pads):
     """``gw`` of a stride-1 3x3 convolution by Winograd F(2x2, 3x3), the adjoint of
     :func:`_winograd_forward`: ``gw = Gᵀ [sum over tiles of (A g Aᵀ) (Bᵀ d B)ᵀ] G``, the sums
-    16 GEMMs ``(C_out, tiles) @ (tiles, C_in)`` accumulated over the batch chunks (1-d:
-    :func:`_winograd1d_weight_grad`)."""
-    if x.ndim == 3:
-        return _winograd1d_weight_grad(xp, kernels, x, gy, pads)
+    16 GEMMs ``(C_out, tiles) @ (tiles, C_in)`` accumulated over the batch chunks (3-d and
+    1-d alike)."""
     n, c = x.shape[:2]
     o, nd = gy.shape[1], x.ndim - 2
-    step, tiles, v, m = _winograd_chunks(xp, x, o, gy.shape[2:])
-    gu = xp.zeros((4**nd, o, c), dtype=x.dtype)
+    k = x.shape[2] + sum(pads[0]) - gy.shape[2] + 1
+    g, step, tiles, v, m, (inp, _, outgrad) = _winograd_scheme(xp, kernels, x, o, k, gy.shape[2:])
+    p = len(g) ** nd
+    gu = xp.zeros((p, o, c), dtype=x.dtype)
     part = None
     for n0 in range(0, n, step):
         xc = x[n0 : n0 + step]
         t = xc.shape[0] * tiles
-        vc = kernels.winograd_input(xc, pads, v[: 4**nd * c * t].reshape(-1, c, t))
-        mc = kernels.winograd_output_grad(gy[n0 : n0 + step], m[: 4**nd * o * t].reshape(-1, o, t))
+        vc = inp(xc, pads, v[: p * c * t].reshape(-1, c, t))
+        mc = outgrad(gy[n0 : n0 + step], m[: p * o * t].reshape(-1, o, t))
         part = xp.matmul(mc, vc.transpose(0, 2, 1), out=part)
         gu += part
-    g, gu = xp.asarray(_WINOGRAD_G, dtype=x.dtype), gu.reshape((4,) * nd + (o, c))
+    gu = gu.reshape((len(g),) * nd + (o, c))
     if nd == 3:  # the adjoint of the forward's weight transform, depth first
         gu = gu.transpose(2, 0, 1, 3, 4)
     for _ in range(nd):

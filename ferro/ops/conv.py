@@ -242,9 +242,9 @@ def _winograd(kernels, kernel, c, o, out, stride, dilation, groups):
     big = min(c, o) >= WINOGRAD_MIN_CHANNELS and min(out) >= WINOGRAD_MIN_SIZE
     if kernels is None or set(stride + dilation) != {1} or groups != 1 or not big:
         return False
-    if len(kernel) == 1:
-        return kernel[0] in WINOGRAD_1D_KERNELS and "winograd1d_scatter" in kernels.FUSED_KERNELS
-    return "winograd_output_grad" in kernels.FUSED_KERNELS and set(kernel) == {3}
+    need = "winograd1d_scatter" if len(kernel) == 1 else "winograd_output_grad"
+    ok = kernel[0] in WINOGRAD_1D_KERNELS if len(kernel) == 1 else set(kernel) == {3}
+    return ok and need in kernels.FUSED_KERNELS
 
 
 #: 1-d Winograd F(4, k) (Toom-Cook on the points 0, ±1, ±2, ±1/2, ∞): k + 3 products per 4
@@ -291,8 +291,7 @@ def _winograd_scheme(xp, kernels, x, o, k, out):
         )
     p = len(g) ** nd
     step = _chunk(xp, n, 4 * p * max(c, o) * tiles * x.itemsize)
-    v = xp.empty(p * c * step * tiles, dtype=x.dtype)
-    m = xp.empty(p * o * step * tiles, dtype=x.dtype)
+    v, m = (xp.empty(p * ch * step * tiles, dtype=x.dtype) for ch in (c, o))
     return xp.asarray(g, dtype=x.dtype), step, tiles, v, m, fns
 
 
@@ -301,8 +300,7 @@ def _winograd_forward(xp, kernels, x, w, pads, out, y):
     ``y = Aᵀ [(G w Gᵀ) ⊙ (Bᵀ d B)] A`` (``d`` the tile's 4x4 input window), the 16 elementwise
     products summed over the input channels as 16 GEMMs ``(C_out, C_in) @ (C_in, tiles)``;
     the backend's transforms (:func:`_winograd_scheme`); 64 products in 3-d, k + 3 in 1-d."""
-    n, c = x.shape[:2]
-    o = w.shape[0]
+    (n, c), o = x.shape[:2], w.shape[0]
     g, step, tiles, v, m, (inp, outp, _) = _winograd_scheme(xp, kernels, x, o, w.shape[2], out)
     u, p = w, len(g) ** (x.ndim - 2)
     for _ in range(x.ndim - 2):  # G along the last kernel dim, to the front (tensordots: an
@@ -391,10 +389,8 @@ def _subpixel_input_grad(xp, gy, w, phases, size, kernels):
     n, o = gy.shape[:2]
     c, nd = w.shape[1], len(phases)
     strides, taps, pos = (tuple(d[i] for d in phases) for i in (0, 1, 6))
-    wp = xp.pad(
-        w,
-        [(0, 0)] * 2 + [(0, s * t - k) for s, t, k in zip(strides, taps, w.shape[2:], strict=True)],
-    )
+    widths = [(0, s * t - k) for s, t, k in zip(strides, taps, w.shape[2:], strict=True)]
+    wp = xp.pad(w, [(0, 0)] * 2 + widths)
     for i, (s, t, _, first, *_) in enumerate(phases):  # tap (r + p) % s + s*(t - 1 - j)
         wp = xp.take(wp, xp.asarray([q + s * (t - 1 - j) for q in first for j in range(t)]), 2 + i)
     wp = wp.reshape((o, c) + tuple(x for d in phases for x in d[:2]))
@@ -406,14 +402,11 @@ def _subpixel_input_grad(xp, gy, w, phases, size, kernels):
     for n0 in range(0, n, step):
         gc = gy[n0 : n0 + step]
         col = cols.of(gc, ones, tuple((d[2], d[1] + d[6]) for d in phases), ones)
-        r = xp.matmul(wp, col.reshape(o * math.prod(taps), -1))
-        r = r.reshape(strides + (c, gc.shape[0]) + pos)
+        r = xp.matmul(wp, col.reshape(wp.shape[1], -1)).reshape(strides + (c, len(gc)) + pos)
         for ph in itertools.product(*(range(s) for s in strides)):
             src = tuple(slice(d[4][q], d[4][q] + d[5][q]) for d, q in zip(phases, ph, strict=True))
             dst = tuple(slice(q, None, s) for q, s in zip(ph, strides, strict=True))
-            gx[(slice(n0, n0 + gc.shape[0]), slice(None)) + dst] = xp.moveaxis(
-                r[ph][(Ellipsis, *src)], 0, 1
-            )
+            gx[n0 : n0 + len(gc), :, *dst] = xp.moveaxis(r[ph][..., *src], 0, 1)
     return gx
 
 
@@ -443,10 +436,8 @@ def _conv_weight_grad(xp, x, gy, stride, pads, dilation, groups, kernel, kernels
 def _winograd_weight_grad(xp, kernels, x, gy, pads):
     """``gw`` of a stride-1 3x3 convolution by Winograd F(2x2, 3x3), the adjoint of
     :func:`_winograd_forward`: ``gw = Gᵀ [sum over tiles of (A g Aᵀ) (Bᵀ d B)ᵀ] G``, the sums
-    16 GEMMs ``(C_out, tiles) @ (tiles, C_in)`` accumulated over the batch chunks (3-d and
-    1-d alike)."""
-    n, c = x.shape[:2]
-    o, nd = gy.shape[1], x.ndim - 2
+    16 GEMMs ``(C_out, tiles) @ (tiles, C_in)`` over the batch chunks; 3-d and 1-d alike."""
+    (n, c), o, nd = x.shape[:2], gy.shape[1], x.ndim - 2
     k = x.shape[2] + sum(pads[0]) - gy.shape[2] + 1
     g, step, tiles, v, m, (inp, _, outgrad) = _winograd_scheme(xp, kernels, x, o, k, gy.shape[2:])
     p = len(g) ** nd

@@ -26,7 +26,12 @@ DEBUG = os.environ.get("FERRO_CYTHON_DEBUG") == "1"
 PROFILE = os.environ.get("FERRO_CYTHON_PROFILE") == "1"
 
 # Modules whose loops use OpenMP when the compiler supports it.
-OPENMP_MODULES = {"ferro._C.cpu_kernels", "ferro._C.norm_kernels", "ferro._C.pooling_kernels"}
+OPENMP_MODULES = {
+    "ferro._C.cpu_kernels",
+    "ferro._C.conv_kernels",
+    "ferro._C.norm_kernels",
+    "ferro._C.pooling_kernels",
+}
 MODULES = [
     "tensor",
     "state",

@@ -15,6 +15,8 @@ accept checks"), and raises a typed error naming what it refused.
 
 cimport cython
 cimport numpy as cnp
+from cython.parallel cimport prange, threadid
+from openmp cimport omp_get_max_threads
 
 from ferro._C.typedefs cimport floating_t
 
@@ -23,6 +25,16 @@ import numpy as np
 from ferro.errors import ArgumentError, ShapeError
 
 cnp.import_array()
+
+# The column and Winograd loops split over channels (times the batch) with OpenMP from this many
+# elements on: below, waking the (passively waiting) team costs more than half the loop
+# (cpu_kernels.pyx's PARALLEL_MIN is the memory-bound adds' threshold; these loops do a few
+# operations per element). Each thread gets its own slice of the scratch rows (``_team``).
+cdef Py_ssize_t PARALLEL_MIN = 1 << 18
+
+
+cdef inline int _team(Py_ssize_t work) noexcept:
+    return 1 if work < PARALLEL_MIN else omp_get_max_threads()
 
 FUSED_KERNELS = frozenset(
     {
@@ -33,6 +45,8 @@ FUSED_KERNELS = frozenset(
         "winograd_input",
         "winograd_output",
         "winograd_output_grad",
+        "winograd1d_gather",
+        "winograd1d_scatter",
     }
 )
 
@@ -312,16 +326,19 @@ def depthwise2d_bwd(object gy_, object x_, object w_, tuple stride, tuple pads, 
 cdef void _im2col(floating_t* img, floating_t* col, Py_ssize_t nb, Py_ssize_t c,
                   const Py_ssize_t* size, const Py_ssize_t* k, const Py_ssize_t* out,
                   const Py_ssize_t* st, const Py_ssize_t* lo, const Py_ssize_t* dl,
-                  bint add) noexcept nogil:
+                  bint add, int nt) noexcept nogil:
     # The columns (C, k0, k1, k2, nb, o0, o1, o2) of img (nb, C, s0, s1, s2) zero-padded by lo
     # before each dim (add=False: col written, img only read), or their adjoint (add=True: col
     # added into img, which the caller zeroed). Every input index is checked against the
-    # bounds: rows of the padding are zeros (or skipped), never read.
+    # bounds: rows of the padding are zeros (or skipped), never read. Split over the channels
+    # (each writes its own columns and its own image planes).
     cdef Py_ssize_t ci, k0, k1, k2, b, o0, o1, i0, i1, off, a, e, ox
-    cdef floating_t* dst = col
+    cdef floating_t* dst
     cdef floating_t* row
     cdef Py_ssize_t s2 = st[2], n2 = out[2]
-    for ci in range(c):
+    cdef Py_ssize_t per = k[0] * k[1] * k[2] * nb * out[0] * out[1] * n2
+    for ci in prange(c, schedule="static", num_threads=nt):
+        dst = col + ci * per
         for k0 in range(k[0]):
             for k1 in range(k[1]):
                 for k2 in range(k[2]):
@@ -337,7 +354,7 @@ cdef void _im2col(floating_t* img, floating_t* col, Py_ssize_t nb, Py_ssize_t c,
                                     if not add:
                                         for ox in range(n2):
                                             dst[ox] = 0
-                                    dst += n2
+                                    dst = dst + n2
                                     continue
                                 row = img + (
                                     ((b * c + ci) * size[0] + i0) * size[1] + i1) * size[2]
@@ -359,7 +376,7 @@ cdef void _im2col(floating_t* img, floating_t* col, Py_ssize_t nb, Py_ssize_t c,
                                             dst[ox] = row[ox * s2 - off]
                                     for ox in range(e, n2):
                                         dst[ox] = 0
-                                dst += n2
+                                dst = dst + n2
 
 
 cdef int _columns_geometry(str who, cnp.ndarray x, cnp.ndarray col, tuple stride, tuple pads,
@@ -415,14 +432,15 @@ def im2col(x_, tuple stride, tuple pads, tuple dilation, col_):
     cdef cnp.ndarray x = <cnp.ndarray>x_, col = <cnp.ndarray>col_
     cdef Py_ssize_t g[20]
     _columns_geometry("im2col", x, col, stride, pads, dilation, g)
+    cdef int nt = _team(col.size)
     if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT32:
         with nogil:
             _im2col(<float*>cnp.PyArray_DATA(x), <float*>cnp.PyArray_DATA(col), g[18], g[19], g,
-                    g + 3, g + 6, g + 9, g + 12, g + 15, False)
+                    g + 3, g + 6, g + 9, g + 12, g + 15, False, nt)
     else:
         with nogil:
             _im2col(<double*>cnp.PyArray_DATA(x), <double*>cnp.PyArray_DATA(col), g[18], g[19],
-                    g, g + 3, g + 6, g + 9, g + 12, g + 15, False)
+                    g, g + 3, g + 6, g + 9, g + 12, g + 15, False, nt)
     return col
 
 
@@ -434,15 +452,16 @@ def col2im(col_, tuple stride, tuple pads, tuple dilation, gx_):
     cdef cnp.ndarray gx = <cnp.ndarray>gx_, col = <cnp.ndarray>col_
     cdef Py_ssize_t g[20]
     _columns_geometry("col2im", gx, col, stride, pads, dilation, g)
+    cdef int nt = _team(col.size)
     gx_.fill(0)
     if cnp.PyArray_TYPE(gx) == cnp.NPY_FLOAT32:
         with nogil:
             _im2col(<float*>cnp.PyArray_DATA(gx), <float*>cnp.PyArray_DATA(col), g[18], g[19],
-                    g, g + 3, g + 6, g + 9, g + 12, g + 15, True)
+                    g, g + 3, g + 6, g + 9, g + 12, g + 15, True, nt)
     else:
         with nogil:
             _im2col(<double*>cnp.PyArray_DATA(gx), <double*>cnp.PyArray_DATA(col), g[18], g[19],
-                    g, g + 3, g + 6, g + 9, g + 12, g + 15, True)
+                    g, g + 3, g + 6, g + 9, g + 12, g + 15, True, nt)
     return gx
 
 
@@ -455,135 +474,151 @@ def col2im(col_, tuple stride, tuple pads, tuple dilation, gx_):
 
 @cython.boundscheck(False)
 @cython.wraparound(False)
+@cython.cdivision(True)
 cdef void _wino_in(const floating_t* x, floating_t* v, floating_t* rows, Py_ssize_t nb,
                    Py_ssize_t c, Py_ssize_t h, Py_ssize_t wd, Py_ssize_t ph, Py_ssize_t pw,
-                   Py_ssize_t th, Py_ssize_t tw) noexcept nogil:
+                   Py_ssize_t th, Py_ssize_t tw, int nt) noexcept nogil:
     # v (16, c, nb*th*tw) = Bᵀ d B of each tile of x (nb, c, h, wd) padded by ph, pw. One row
     # of tiles at a time: its 4 input rows, zero-padded, into ``rows`` (8 rows of 2*tw + 2),
     # the row transform Bᵀ over whole rows, then the column transform tile by tile; every loop
     # runs along a row (the compiler vectorizes them).
-    cdef Py_ssize_t ci, b, ty, tx, i, j, iy, n = 2 * tw + 2, plane = c * nb * th * tw
+    cdef Py_ssize_t cb, ci, b, ty, tx, i, j, iy, n = 2 * tw + 2, plane = c * nb * th * tw
     cdef Py_ssize_t j0 = min(pw, n), j1 = max(j0, min(n, wd + pw))
-    cdef floating_t* d = rows
-    cdef floating_t* r = rows + 4 * n
+    cdef floating_t* d
+    cdef floating_t* r
     cdef floating_t* ri
     cdef floating_t* out
     cdef const floating_t* src
-    for ci in range(c):
-        for b in range(nb):
-            src = x + (b * c + ci) * h * wd
-            for ty in range(th):
-                for i in range(4):
-                    iy = 2 * ty - ph + i
-                    if iy < 0 or iy >= h:
-                        for j in range(n):
-                            d[i * n + j] = 0
-                        continue
-                    for j in range(j0):
+    for cb in prange(c * nb, schedule="static", num_threads=nt):
+        ci = cb // nb
+        b = cb % nb
+        d = rows + threadid() * 8 * n
+        r = d + 4 * n
+        src = x + (b * c + ci) * h * wd
+        for ty in range(th):
+            for i in range(4):
+                iy = 2 * ty - ph + i
+                if iy < 0 or iy >= h:
+                    for j in range(n):
                         d[i * n + j] = 0
-                    for j in range(j0, j1):
-                        d[i * n + j] = src[iy * wd + j - pw]
-                    for j in range(j1, n):
-                        d[i * n + j] = 0
-                for j in range(n):
-                    r[j] = d[j] - d[2 * n + j]
-                    r[n + j] = d[n + j] + d[2 * n + j]
-                    r[2 * n + j] = d[2 * n + j] - d[n + j]
-                    r[3 * n + j] = d[n + j] - d[3 * n + j]
-                out = v + (ci * nb + b) * th * tw + ty * tw
-                for i in range(4):
-                    ri = r + i * n
-                    for tx in range(tw):
-                        out[4 * i * plane + tx] = ri[2 * tx] - ri[2 * tx + 2]
-                    for tx in range(tw):
-                        out[(4 * i + 1) * plane + tx] = ri[2 * tx + 1] + ri[2 * tx + 2]
-                    for tx in range(tw):
-                        out[(4 * i + 2) * plane + tx] = ri[2 * tx + 2] - ri[2 * tx + 1]
-                    for tx in range(tw):
-                        out[(4 * i + 3) * plane + tx] = ri[2 * tx + 1] - ri[2 * tx + 3]
+                    continue
+                for j in range(j0):
+                    d[i * n + j] = 0
+                for j in range(j0, j1):
+                    d[i * n + j] = src[iy * wd + j - pw]
+                for j in range(j1, n):
+                    d[i * n + j] = 0
+            for j in range(n):
+                r[j] = d[j] - d[2 * n + j]
+                r[n + j] = d[n + j] + d[2 * n + j]
+                r[2 * n + j] = d[2 * n + j] - d[n + j]
+                r[3 * n + j] = d[n + j] - d[3 * n + j]
+            out = v + (ci * nb + b) * th * tw + ty * tw
+            for i in range(4):
+                ri = r + i * n
+                for tx in range(tw):
+                    out[4 * i * plane + tx] = ri[2 * tx] - ri[2 * tx + 2]
+                for tx in range(tw):
+                    out[(4 * i + 1) * plane + tx] = ri[2 * tx + 1] + ri[2 * tx + 2]
+                for tx in range(tw):
+                    out[(4 * i + 2) * plane + tx] = ri[2 * tx + 2] - ri[2 * tx + 1]
+                for tx in range(tw):
+                    out[(4 * i + 3) * plane + tx] = ri[2 * tx + 1] - ri[2 * tx + 3]
 
 
 @cython.boundscheck(False)
 @cython.wraparound(False)
+@cython.cdivision(True)
 cdef void _wino_out(const floating_t* m, floating_t* y, floating_t* rows, Py_ssize_t nb,
                     Py_ssize_t o, Py_ssize_t oh, Py_ssize_t ow, Py_ssize_t th,
-                    Py_ssize_t tw) noexcept nogil:
+                    Py_ssize_t tw, int nt) noexcept nogil:
     # y (nb, o, oh, ow) = Aᵀ m A of each tile of m (16, o, nb*th*tw), cropped to oh x ow; one
-    # row of tiles at a time (``rows``: 8 rows of tw, Aᵀ applied over the 16 planes' rows).
-    cdef Py_ssize_t co, b, ty, tx, i, k, yy, plane = o * nb * th * tw
+    # row of tiles at a time (``rows``: 8 rows of tw per thread, Aᵀ applied over the 16 planes'
+    # rows).
+    cdef Py_ssize_t cb, co, b, ty, tx, i, k, yy, plane = o * nb * th * tw
     cdef const floating_t* mp
     cdef floating_t* yrow
     cdef floating_t* s
+    cdef floating_t* t
     cdef Py_ssize_t full = ow // 2
-    for co in range(o):
-        for b in range(nb):
-            for ty in range(th):
-                mp = m + (co * nb + b) * th * tw + ty * tw
-                for k in range(4):
-                    s = rows + k * tw
-                    for tx in range(tw):
-                        s[tx] = mp[k * plane + tx] + mp[(4 + k) * plane + tx] + mp[
-                            (8 + k) * plane + tx]
-                    s = rows + (4 + k) * tw
-                    for tx in range(tw):
-                        s[tx] = mp[(4 + k) * plane + tx] - mp[(8 + k) * plane + tx] - mp[
-                            (12 + k) * plane + tx]
-                for i in range(2):
-                    yy = 2 * ty + i
-                    if yy >= oh:
-                        break
-                    s = rows + 4 * i * tw
-                    yrow = y + ((b * o + co) * oh + yy) * ow
-                    for tx in range(full):
-                        yrow[2 * tx] = s[tx] + s[tw + tx] + s[2 * tw + tx]
-                        yrow[2 * tx + 1] = s[tw + tx] - s[2 * tw + tx] - s[3 * tw + tx]
-                    if full < tw:
-                        yrow[2 * full] = s[full] + s[tw + full] + s[2 * tw + full]
+    for cb in prange(o * nb, schedule="static", num_threads=nt):
+        co = cb // nb
+        b = cb % nb
+        t = rows + threadid() * 8 * tw
+        for ty in range(th):
+            mp = m + (co * nb + b) * th * tw + ty * tw
+            for k in range(4):
+                s = t + k * tw
+                for tx in range(tw):
+                    s[tx] = mp[k * plane + tx] + mp[(4 + k) * plane + tx] + mp[
+                        (8 + k) * plane + tx]
+                s = t + (4 + k) * tw
+                for tx in range(tw):
+                    s[tx] = mp[(4 + k) * plane + tx] - mp[(8 + k) * plane + tx] - mp[
+                        (12 + k) * plane + tx]
+            for i in range(2):
+                yy = 2 * ty + i
+                if yy >= oh:
+                    break
+                s = t + 4 * i * tw
+                yrow = y + ((b * o + co) * oh + yy) * ow
+                for tx in range(full):
+                    yrow[2 * tx] = s[tx] + s[tw + tx] + s[2 * tw + tx]
+                    yrow[2 * tx + 1] = s[tw + tx] - s[2 * tw + tx] - s[3 * tw + tx]
+                if full < tw:
+                    yrow[2 * full] = s[full] + s[tw + full] + s[2 * tw + full]
 
 
 @cython.boundscheck(False)
 @cython.wraparound(False)
+@cython.cdivision(True)
 cdef void _wino_out_grad(const floating_t* gy, floating_t* dm, floating_t* rows, Py_ssize_t nb,
                          Py_ssize_t o, Py_ssize_t oh, Py_ssize_t ow, Py_ssize_t th,
-                         Py_ssize_t tw) noexcept nogil:
+                         Py_ssize_t tw, int nt) noexcept nogil:
     # dm (16, o, nb*th*tw) = A g Aᵀ of each 2x2 tile g of gy (nb, o, oh, ow) (zero past the
     # crop): the adjoint of _wino_out. A = [[1, 0], [1, 1], [1, -1], [0, -1]]; ``rows`` (4
-    # rows of 2*tw) holds the tile row's two gy rows, zero-padded, then their row transform.
-    cdef Py_ssize_t co, b, ty, tx, i, j, n = 2 * tw, plane = o * nb * th * tw
-    cdef floating_t* g0 = rows
-    cdef floating_t* g1 = rows + n
+    # rows of 2*tw per thread) holds the tile row's two gy rows, zero-padded, then their row
+    # transform.
+    cdef Py_ssize_t cb, co, b, ty, tx, i, j, n = 2 * tw, plane = o * nb * th * tw
+    cdef floating_t* t
+    cdef floating_t* g0
+    cdef floating_t* g1
     cdef floating_t* ri
     cdef floating_t* out
     cdef const floating_t* src
-    for co in range(o):
-        for b in range(nb):
-            src = gy + (b * o + co) * oh * ow
-            for ty in range(th):
-                for i in range(2):
-                    if 2 * ty + i >= oh:
-                        for j in range(n):
-                            rows[i * n + j] = 0
-                        continue
-                    for j in range(ow):
-                        rows[i * n + j] = src[(2 * ty + i) * ow + j]
-                    for j in range(ow, n):
-                        rows[i * n + j] = 0
-                # The row transform A g: rows g0, g0 + g1, g0 - g1, -g1 (the last two in place).
-                for j in range(n):
-                    rows[2 * n + j] = g0[j] + g1[j]
-                    rows[3 * n + j] = g0[j] - g1[j]
-                    g1[j] = -g1[j]
-                out = dm + (co * nb + b) * th * tw + ty * tw
-                for i in range(4):
-                    ri = rows + (i + 1 if 0 < i < 3 else i // 3) * n  # g0, +, -, -g1
-                    for tx in range(tw):
-                        out[4 * i * plane + tx] = ri[2 * tx]
-                    for tx in range(tw):
-                        out[(4 * i + 1) * plane + tx] = ri[2 * tx] + ri[2 * tx + 1]
-                    for tx in range(tw):
-                        out[(4 * i + 2) * plane + tx] = ri[2 * tx] - ri[2 * tx + 1]
-                    for tx in range(tw):
-                        out[(4 * i + 3) * plane + tx] = -ri[2 * tx + 1]
+    for cb in prange(o * nb, schedule="static", num_threads=nt):
+        co = cb // nb
+        b = cb % nb
+        t = rows + threadid() * 4 * n
+        g0 = t
+        g1 = t + n
+        src = gy + (b * o + co) * oh * ow
+        for ty in range(th):
+            for i in range(2):
+                if 2 * ty + i >= oh:
+                    for j in range(n):
+                        t[i * n + j] = 0
+                    continue
+                for j in range(ow):
+                    t[i * n + j] = src[(2 * ty + i) * ow + j]
+                for j in range(ow, n):
+                    t[i * n + j] = 0
+            # The row transform A g: rows g0, g0 + g1, g0 - g1, -g1 (the last two in place).
+            for j in range(n):
+                t[2 * n + j] = g0[j] + g1[j]
+                t[3 * n + j] = g0[j] - g1[j]
+                g1[j] = -g1[j]
+            out = dm + (co * nb + b) * th * tw + ty * tw
+            for i in range(4):
+                ri = t + (i + 1 if 0 < i < 3 else i // 3) * n  # g0, +, -, -g1
+                for tx in range(tw):
+                    out[4 * i * plane + tx] = ri[2 * tx]
+                for tx in range(tw):
+                    out[(4 * i + 1) * plane + tx] = ri[2 * tx] + ri[2 * tx + 1]
+                for tx in range(tw):
+                    out[(4 * i + 2) * plane + tx] = ri[2 * tx] - ri[2 * tx + 1]
+                for tx in range(tw):
+                    out[(4 * i + 3) * plane + tx] = -ri[2 * tx + 1]
 
 
 # F(2x2x2, 3x3x3) (3-d, 64 products per 2x2x2 output tile): the transforms are separable, so
@@ -670,15 +705,16 @@ def winograd_input(x_, tuple pads, v_):
             f"winograd_input: v {_shape(v)} does not hold the tiles of x {_shape(x)} padded "
             f"by {pads}"
         )
-    cdef cnp.ndarray rows = np.empty(8 * (2 * tw + 2), dtype=x_.dtype)
+    cdef int nt = _team(c * nb * th * tw * 16)
+    cdef cnp.ndarray rows = np.empty(nt * 8 * (2 * tw + 2), dtype=x_.dtype)
     if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT32:
         with nogil:
             _wino_in(<const float*>cnp.PyArray_DATA(x), <float*>cnp.PyArray_DATA(v),
-                     <float*>cnp.PyArray_DATA(rows), nb, c, h, wd, ph, pw, th, tw)
+                     <float*>cnp.PyArray_DATA(rows), nb, c, h, wd, ph, pw, th, tw, nt)
     else:
         with nogil:
             _wino_in(<const double*>cnp.PyArray_DATA(x), <double*>cnp.PyArray_DATA(v),
-                     <double*>cnp.PyArray_DATA(rows), nb, c, h, wd, ph, pw, th, tw)
+                     <double*>cnp.PyArray_DATA(rows), nb, c, h, wd, ph, pw, th, tw, nt)
     return v
 
 
@@ -699,15 +735,16 @@ def winograd_output(m_, y_):
     cdef Py_ssize_t th = (oh + 1) // 2, tw = (ow + 1) // 2
     if m.shape[2] != nb * th * tw:
         raise ShapeError(f"winograd_output: m {_shape(m)} does not hold the tiles of y {_shape(y)}")
-    cdef cnp.ndarray rows = np.empty(8 * tw, dtype=y_.dtype)
+    cdef int nt = _team(o * nb * th * tw * 16)
+    cdef cnp.ndarray rows = np.empty(nt * 8 * tw, dtype=y_.dtype)
     if cnp.PyArray_TYPE(y) == cnp.NPY_FLOAT32:
         with nogil:
             _wino_out(<const float*>cnp.PyArray_DATA(m), <float*>cnp.PyArray_DATA(y),
-                      <float*>cnp.PyArray_DATA(rows), nb, o, oh, ow, th, tw)
+                      <float*>cnp.PyArray_DATA(rows), nb, o, oh, ow, th, tw, nt)
     else:
         with nogil:
             _wino_out(<const double*>cnp.PyArray_DATA(m), <double*>cnp.PyArray_DATA(y),
-                      <double*>cnp.PyArray_DATA(rows), nb, o, oh, ow, th, tw)
+                      <double*>cnp.PyArray_DATA(rows), nb, o, oh, ow, th, tw, nt)
     return y
 
 
@@ -730,13 +767,146 @@ def winograd_output_grad(gy_, dm_):
         raise ShapeError(
             f"winograd_output_grad: dm {_shape(dm)} does not hold the tiles of gy {_shape(gy)}"
         )
-    cdef cnp.ndarray rows = np.empty(8 * tw, dtype=gy_.dtype)
+    cdef int nt = _team(o * nb * th * tw * 16)
+    cdef cnp.ndarray rows = np.empty(nt * 8 * tw, dtype=gy_.dtype)
     if cnp.PyArray_TYPE(gy) == cnp.NPY_FLOAT32:
         with nogil:
             _wino_out_grad(<const float*>cnp.PyArray_DATA(gy), <float*>cnp.PyArray_DATA(dm),
-                           <float*>cnp.PyArray_DATA(rows), nb, o, oh, ow, th, tw)
+                           <float*>cnp.PyArray_DATA(rows), nb, o, oh, ow, th, tw, nt)
     else:
         with nogil:
             _wino_out_grad(<const double*>cnp.PyArray_DATA(gy), <double*>cnp.PyArray_DATA(dm),
-                           <double*>cnp.PyArray_DATA(rows), nb, o, oh, ow, th, tw)
+                           <double*>cnp.PyArray_DATA(rows), nb, o, oh, ow, th, tw, nt)
     return dm
+
+
+# --- 1-d Winograd F(m, r) transforms: dense (small) matrices, given by the caller --------------
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+@cython.cdivision(True)
+cdef void _wino1_gather(const floating_t* x, const double* mat, floating_t* v, floating_t* rows,
+                        Py_ssize_t nb, Py_ssize_t c, Py_ssize_t n, Py_ssize_t p, Py_ssize_t q,
+                        Py_ssize_t m, Py_ssize_t lo, Py_ssize_t tiles, int nt) noexcept nogil:
+    # v (p, c, nb*tiles) = mat (p x q) times each window x[m*t - lo + j], j < q, of the rows of
+    # x (nb, c, n), zero outside. Each row is first split into its m phases (``rows``: m rows
+    # of ``w`` per thread), so that window element j over the tiles is one contiguous run,
+    # phase j % m from j // m on, and mat's entries are axpys along the tiles.
+    cdef Py_ssize_t cb, ci, b, i, j, k, t, w = tiles + (q - 1) // m, plane = c * nb * tiles
+    cdef floating_t* d
+    cdef floating_t* out
+    cdef const floating_t* src
+    cdef const floating_t* run
+    cdef floating_t a
+    for cb in prange(c * nb, schedule="static", num_threads=nt):
+        ci = cb // nb
+        b = cb % nb
+        d = rows + threadid() * m * w
+        src = x + (b * c + ci) * n
+        for k in range(w):
+            for i in range(m):
+                j = m * k + i - lo
+                d[i * w + k] = src[j] if 0 <= j < n else 0
+        out = v + (ci * nb + b) * tiles
+        for i in range(p):
+            for t in range(tiles):
+                out[i * plane + t] = 0
+            for j in range(q):
+                a = <floating_t>mat[i * q + j]
+                if a != 0:
+                    run = d + (j % m) * w + j // m
+                    for t in range(tiles):
+                        out[i * plane + t] += a * run[t]
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+@cython.cdivision(True)
+cdef void _wino1_scatter(const floating_t* mm, const double* mat, floating_t* y, floating_t* rows,
+                         Py_ssize_t nb, Py_ssize_t o, Py_ssize_t n, Py_ssize_t p, Py_ssize_t m,
+                         Py_ssize_t tiles, int nt) noexcept nogil:
+    # y (nb, o, n) = mat (m x p) times each tile's p values of mm (p, o, nb*tiles): tile t's m
+    # outputs at m*t + i, cropped at n (``rows``: m rows of ``tiles`` per thread).
+    cdef Py_ssize_t cb, co, b, i, k, t, plane = o * nb * tiles
+    cdef floating_t* s
+    cdef floating_t* yrow
+    cdef const floating_t* src
+    cdef floating_t a
+    for cb in prange(o * nb, schedule="static", num_threads=nt):
+        co = cb // nb
+        b = cb % nb
+        s = rows + threadid() * m * tiles
+        src = mm + (co * nb + b) * tiles
+        for i in range(m):
+            for t in range(tiles):
+                s[i * tiles + t] = 0
+            for k in range(p):
+                a = <floating_t>mat[i * p + k]
+                if a != 0:
+                    for t in range(tiles):
+                        s[i * tiles + t] += a * src[k * plane + t]
+        yrow = y + (b * o + co) * n
+        for t in range(tiles):
+            for i in range(min(m, n - m * t)):
+                yrow[m * t + i] = s[i * tiles + t]
+
+
+def winograd1d_gather(x_, mat_, Py_ssize_t m, Py_ssize_t lo, v_):
+    """Write ``mat`` ``(P, Q)`` times each ``Q``-wide window ``x[..., m*t - lo : m*t - lo + Q]``
+    of ``x`` ``(N, C, L)`` (zero outside) into ``v`` ``(P, C, N * T)``, ``T`` tiles a sample:
+    a 1-d Winograd input transform (``Q = P``), or the output gradient's (``Q = m``, ``lo =
+    0``). Returns ``v``."""
+    _check_io("winograd1d_gather", ("x", "v"), x_, v_)
+    cdef cnp.ndarray x = <cnp.ndarray>x_, v = <cnp.ndarray>v_
+    cdef cnp.ndarray mat = np.ascontiguousarray(mat_, dtype=np.float64)
+    if (x.ndim != 3 or v.ndim != 3 or mat.ndim != 2 or m < 1 or v.shape[0] != mat.shape[0]
+            or v.shape[1] != x.shape[1] or x.shape[0] < 1 or v.shape[2] % x.shape[0]):
+        raise ShapeError(
+            f"winograd1d_gather: expected x (N, C, L), mat (P, Q), v (P, C, N*T) and m >= 1, "
+            f"got {_shape(x)}, {_shape(mat)}, {_shape(v)}, m={m}"
+        )
+    cdef Py_ssize_t nb = x.shape[0], c = x.shape[1], n = x.shape[2], p = mat.shape[0]
+    cdef Py_ssize_t q = mat.shape[1], tiles = v.shape[2] // nb
+    cdef int nt = _team(p * c * nb * tiles)
+    cdef cnp.ndarray rows = np.empty(nt * m * (tiles + (q - 1) // m), dtype=x_.dtype)
+    cdef const double* a = <const double*>cnp.PyArray_DATA(mat)
+    if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT32:
+        with nogil:
+            _wino1_gather(<const float*>cnp.PyArray_DATA(x), a, <float*>cnp.PyArray_DATA(v),
+                          <float*>cnp.PyArray_DATA(rows), nb, c, n, p, q, m, lo, tiles, nt)
+    else:
+        with nogil:
+            _wino1_gather(<const double*>cnp.PyArray_DATA(x), a, <double*>cnp.PyArray_DATA(v),
+                          <double*>cnp.PyArray_DATA(rows), nb, c, n, p, q, m, lo, tiles, nt)
+    return v
+
+
+def winograd1d_scatter(m_, mat_, y_):
+    """Write ``mat`` ``(m, P)`` times each tile's ``P`` values of ``m_`` ``(P, C, N * T)`` into
+    ``y`` ``(N, C, L)``, tile ``t``'s ``m`` outputs at ``m*t + i`` (``T = ceil(L / m)``, the
+    last tile cropped): a 1-d Winograd output transform. Returns ``y``."""
+    _check_io("winograd1d_scatter", ("m", "y"), m_, y_)
+    cdef cnp.ndarray mm = <cnp.ndarray>m_, y = <cnp.ndarray>y_
+    cdef cnp.ndarray mat = np.ascontiguousarray(mat_, dtype=np.float64)
+    if (y.ndim != 3 or mm.ndim != 3 or mat.ndim != 2 or mat.shape[0] < 1
+            or mm.shape[0] != mat.shape[1] or mm.shape[1] != y.shape[1]
+            or mm.shape[2] != y.shape[0] * ((y.shape[2] + mat.shape[0] - 1) // mat.shape[0])):
+        raise ShapeError(
+            f"winograd1d_scatter: expected m (P, C, N*T), mat (m, P), y (N, C, L), T = "
+            f"ceil(L / m), got {_shape(mm)}, {_shape(mat)}, {_shape(y)}"
+        )
+    cdef Py_ssize_t nb = y.shape[0], o = y.shape[1], n = y.shape[2], p = mat.shape[1]
+    cdef Py_ssize_t k = mat.shape[0], tiles = (n + k - 1) // k
+    cdef int nt = _team(p * o * nb * tiles)
+    cdef cnp.ndarray rows = np.empty(nt * k * tiles, dtype=y_.dtype)
+    cdef const double* a = <const double*>cnp.PyArray_DATA(mat)
+    if cnp.PyArray_TYPE(y) == cnp.NPY_FLOAT32:
+        with nogil:
+            _wino1_scatter(<const float*>cnp.PyArray_DATA(mm), a, <float*>cnp.PyArray_DATA(y),
+                           <float*>cnp.PyArray_DATA(rows), nb, o, n, p, k, tiles, nt)
+    else:
+        with nogil:
+            _wino1_scatter(<const double*>cnp.PyArray_DATA(mm), a, <double*>cnp.PyArray_DATA(y),
+                           <double*>cnp.PyArray_DATA(rows), nb, o, n, p, k, tiles, nt)
+    return y

@@ -21,7 +21,9 @@ chunks so the column matrix stays within :data:`WORKSPACE_BYTES` (on the CPU wit
 :data:`CACHE_BYTES`, so that the GEMMs run from cache). On the CPU the ops' paired overrides pass
 the backend's nogil column loops (``kernels``), and a stride-1 3x3 convolution with enough
 channels runs Winograd F(2x2, 3x3) instead of im2col (docs/conv.md); a 1x1 convolution with stride
-1 and no padding needs no copy at all (its column matrix is the input, reshaped); a depthwise
+1 and no padding needs no copy at all (its column matrix is the input, reshaped); a stride-1 1-d
+convolution by a kernel of 3 or 5 runs Winograd F(4, k); a strided convolution's input gradient
+(a strided transposed convolution's forward) is one GEMM over sub-pixel phases; a depthwise
 convolution (one input channel per group) takes a direct loop over the kernel offsets instead of
 a block-diagonal GEMM of 1-row matrices. The GPU's column kernels (``ferro.cuda.conv``) have the
 CPU's signatures, so the same ``kernels`` argument takes either backend; ``unfold``/``fold`` on
@@ -34,6 +36,7 @@ the input by ``gy`` with stride and dilation exchanged), for double backward.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import numbers
@@ -234,59 +237,82 @@ WINOGRAD_MIN_SIZE = 8
 
 
 def _winograd(kernels, kernel, c, o, out, stride, dilation, groups):
-    """Whether a convolution of ``c`` to ``o`` channels by ``kernel`` with output size ``out``
-    runs Winograd F(2x2, 3x3) (F(2x2x2, 3x3x3) in 3-d): a backend with its transforms (the
-    CPU), a 2-d or 3-d undilated stride-1 3x3 convolution without groups, channels and outputs
-    large enough."""
-    return (
-        kernels is not None
-        and "winograd_output_grad" in kernels.FUSED_KERNELS
-        and len(kernel) in (2, 3)
-        and set(kernel) == {3}
-        and set(stride + dilation) == {1}
-        and groups == 1
-        and min(c, o) >= WINOGRAD_MIN_CHANNELS
-        and min(out) >= WINOGRAD_MIN_SIZE
-    )
+    """Whether a convolution runs Winograd (F(2x2, 3x3), F(2x2x2, 3x3x3), 1-d F(4, k)): a
+    backend with the transforms (the CPU), undilated, stride 1, no groups, large enough."""
+    big = min(c, o) >= WINOGRAD_MIN_CHANNELS and min(out) >= WINOGRAD_MIN_SIZE
+    if kernels is None or set(stride + dilation) != {1} or groups != 1 or not big:
+        return False
+    need = "winograd1d_scatter" if len(kernel) == 1 else "winograd_output_grad"
+    ok = kernel[0] in WINOGRAD_1D_KERNELS if len(kernel) == 1 else set(kernel) == {3}
+    return ok and need in kernels.FUSED_KERNELS
+
+
+#: 1-d Winograd F(4, k) (Toom-Cook on the points 0, ±1, ±2, ±1/2, ∞): k + 3 products per 4
+#: outputs instead of 4k (docs/conv.md); the points' spread grows with k, so larger kernels
+#: keep im2col.
+WINOGRAD_1D_KERNELS = (3, 5)
+
+
+@functools.cache
+def _winograd1d_matrices(k, m=4):
+    """``(Aᵀ, G, Bᵀ)`` of F(m, k) in float64, Bᵀ solved from ``y[i] = sum_j g[j] d[i + j]``."""
+    p = m + k - 1
+    points = (0, 1, -1, 2, -2, 0.5, -0.5)[: p - 1]
+    at, g = np.zeros((m, p)), np.zeros((p, k))
+    for i, a in enumerate(points):
+        at[:, i] = [a**e for e in range(m)]
+        g[i] = [a**e / math.prod(a - b for b in points if b != a) for e in range(k)]
+    at[m - 1, p - 1] = g[p - 1, k - 1] = 1  # the point at infinity
+    rhs = np.add.outer(np.arange(m), np.arange(k))[..., None] == np.arange(p)  # d[i + j]
+    lhs = np.einsum("ip,pj->ijp", at, g).reshape(m * k, p)
+    bt = np.linalg.lstsq(lhs, rhs.reshape(m * k, p), rcond=None)[0]
+    return at, g, np.round(bt * 64) / 64  # exact: multiples of 1/64
 
 
 _WINOGRAD_G = ((1, 0, 0), (0.5, 0.5, 0.5), (0.5, -0.5, 0.5), (0, 0, 1))
 
 
-def _winograd_chunks(xp, x, o, out):
-    """The batch step and the two reused buffers (transformed tiles of the input and of the
-    output side) of a Winograd pass: a quarter of the im2col chunk, since the 16 GEMMs over
-    (C_in, tiles) ran at 82 GFLOPS on one core for one 32x32 sample of 64 channels (1 MB of
-    transformed tiles) and at 68 for four."""
-    n, c = x.shape[:2]
-    tiles = math.prod((s + 1) // 2 for s in out)
-    step = _chunk(xp, n, 4 * 4 ** (x.ndim - 2) * max(c, o) * tiles * x.itemsize)
-    v = xp.empty(4 ** (x.ndim - 2) * c * step * tiles, dtype=x.dtype)
-    m = xp.empty(4 ** (x.ndim - 2) * o * step * tiles, dtype=x.dtype)
-    return step, tiles, v, m
+def _winograd_scheme(xp, kernels, x, o, k, out):
+    """A Winograd pass's ``G``, batch step, tiles a sample, two reused buffers and the
+    backend's ``(input(x, pads, v), output(m, y), output_grad(gy, m))`` transforms."""
+    # The step is a quarter of the im2col chunk: the 16 GEMMs over (C_in, tiles) ran at 82
+    # GFLOPS on one core for one 32x32 sample of 64 channels (1 MB of tiles) and at 68 for four.
+    n, c, nd = x.shape[0], x.shape[1], x.ndim - 2
+    if nd > 1:
+        g, tiles = _WINOGRAD_G, math.prod((s + 1) // 2 for s in out)
+        fns = (kernels.winograd_input, kernels.winograd_output, kernels.winograd_output_grad)
+    else:
+        at, g, bt = _winograd1d_matrices(k)
+        tiles = -(-out[0] // len(at))
+        fns = (
+            lambda xc, pads, v: kernels.winograd1d_gather(xc, bt, len(at), pads[0][0], v),
+            lambda m, y: kernels.winograd1d_scatter(m, at, y),
+            lambda gy, m: kernels.winograd1d_gather(gy, at.T, len(at), 0, m),
+        )
+    p = len(g) ** nd
+    step = _chunk(xp, n, 4 * p * max(c, o) * tiles * x.itemsize)
+    v, m = (xp.empty(p * ch * step * tiles, dtype=x.dtype) for ch in (c, o))
+    return xp.asarray(g, dtype=x.dtype), step, tiles, v, m, fns
 
 
 def _winograd_forward(xp, kernels, x, w, pads, out, y):
     """``y`` of a stride-1 3x3 convolution by Winograd F(2x2, 3x3): per 2x2 output tile,
     ``y = Aᵀ [(G w Gᵀ) ⊙ (Bᵀ d B)] A`` (``d`` the tile's 4x4 input window), the 16 elementwise
     products summed over the input channels as 16 GEMMs ``(C_out, C_in) @ (C_in, tiles)``;
-    the transforms are the backend's loops (``winograd_input``/``winograd_output``), batch
-    chunks sized as im2col's."""
-    n, c = x.shape[:2]
-    o, p = w.shape[0], 4 ** (x.ndim - 2)
-    u, g = w, xp.asarray(_WINOGRAD_G, dtype=x.dtype)
+    the backend's transforms (:func:`_winograd_scheme`); 64 products in 3-d, k + 3 in 1-d."""
+    (n, c), o = x.shape[:2], w.shape[0]
+    g, step, tiles, v, m, (inp, outp, _) = _winograd_scheme(xp, kernels, x, o, w.shape[2], out)
+    u, p = w, len(g) ** (x.ndim - 2)
     for _ in range(x.ndim - 2):  # G along the last kernel dim, to the front (tensordots: an
         u = xp.tensordot(g, u, axes=(1, u.ndim - 1))  # einsum's path search cost 1 ms a call)
     if x.ndim == 5:  # the transforms' order of the products: height, width, then depth
         u = u.transpose(1, 2, 0, 3, 4)
     u = xp.ascontiguousarray(u.reshape(p, o, c))
-    step, tiles, v, m = _winograd_chunks(xp, x, o, out)
     for n0 in range(0, n, step):
         xc = x[n0 : n0 + step]
         t = xc.shape[0] * tiles
-        vc = kernels.winograd_input(xc, pads, v[: p * c * t].reshape(p, c, t))
-        mc = xp.matmul(u, vc, out=m[: p * o * t].reshape(p, o, t))
-        kernels.winograd_output(mc, y[n0 : n0 + xc.shape[0]])
+        vc = inp(xc, pads, v[: p * c * t].reshape(p, c, t))
+        outp(xp.matmul(u, vc, out=m[: p * o * t].reshape(p, o, t)), y[n0 : n0 + xc.shape[0]])
     return y
 
 
@@ -314,6 +340,9 @@ def _conv_input_grad(xp, gy, w, stride, pads, dilation, groups, size, kernels=No
         flipped = tuple((t - lo, t - hi) for (lo, hi), t in zip(pads, span, strict=True))
         wt = _transposed_weight(xp, w, groups)
         return _conv_forward(xp, gy, wt, stride, flipped, dilation, groups, size, kernels)
+    phases = _subpixel_phases(stride, pads, dilation, groups, kernel, size)
+    if phases is not None:
+        return _subpixel_input_grad(xp, gy, w, phases, size, kernels)
     kp, ell = math.prod(kernel), math.prod(out)
     wt = w.reshape(groups, o // groups, cg * kp).transpose(0, 2, 1)
     gx = xp.empty((n, c) + tuple(size), dtype=gy.dtype)
@@ -329,6 +358,55 @@ def _conv_input_grad(xp, gy, w, stride, pads, dilation, groups, size, kernels=No
         # transposing copy into gx.
         gcol = xp.moveaxis(gcol, 1 + len(kernel), 1)
         gx[n0 : n0 + nb] = xp.moveaxis(_col2im(xp, gcol, size, stride, pads, dilation), 0, 1)
+    return gx
+
+
+#: The sub-pixel input gradient is taken while its zero taps (a kernel not a multiple of the
+#: stride, padded up to one) add at most this factor to the GEMM's multiplies.
+SUBPIXEL_MAX_WASTE = 1.5
+
+
+def _subpixel_phases(stride, pads, dilation, groups, kernel, size):
+    """Per spatial dim ``(s, taps, lo, first taps, offsets, counts, positions)`` of
+    :func:`_subpixel_input_grad`, or None where it does not apply."""
+    if groups != 1 or set(dilation) != {1} or set(stride) == {1}:
+        return None
+    dims = []
+    for s, (p, _), k, n in zip(stride, pads, kernel, size, strict=True):
+        t, counts = -(-k // s), [(n - r + s - 1) // s for r in range(s)]
+        offsets = [(r + p) // s - p // s for r in range(s)]
+        if t - 1 - p // s < 0 or min(counts) < 1:
+            return None
+        pos = max(c + o for c, o in zip(counts, offsets, strict=True))
+        dims.append((s, t, t - 1 - p // s, [(r + p) % s for r in range(s)], offsets, counts, pos))
+    waste = math.prod(d[0] * d[1] for d in dims) / math.prod(kernel)
+    return dims if waste <= SUBPIXEL_MAX_WASTE else None
+
+
+def _subpixel_input_grad(xp, gy, w, phases, size, kernels):
+    """``gx`` of a strided convolution by sub-pixel phases: one GEMM per batch chunk over
+    stride-1 columns of ``gy`` by all phases' taps, no col2im (docs/conv.md)."""
+    n, o = gy.shape[:2]
+    c, nd = w.shape[1], len(phases)
+    strides, taps, pos = (tuple(d[i] for d in phases) for i in (0, 1, 6))
+    widths = [(0, s * t - k) for s, t, k in zip(strides, taps, w.shape[2:], strict=True)]
+    wp = xp.pad(w, [(0, 0)] * 2 + widths)
+    for i, (s, t, _, first, *_) in enumerate(phases):  # tap (r + p) % s + s*(t - 1 - j)
+        wp = xp.take(wp, xp.asarray([q + s * (t - 1 - j) for q in first for j in range(t)]), 2 + i)
+    wp = wp.reshape((o, c) + tuple(x for d in phases for x in d[:2]))
+    perm = (*range(2, 2 + 2 * nd, 2), 1, 0, *range(3, 3 + 2 * nd, 2))
+    wp = xp.ascontiguousarray(wp.transpose(perm)).reshape(-1, o * math.prod(taps))
+    gx = xp.empty((n, c) + tuple(size), dtype=gy.dtype)
+    step = _chunk(xp, n, o * math.prod(taps) * math.prod(pos) * gy.itemsize)
+    cols, ones = _Columns(xp, kernels, o, taps, step, pos, gy.dtype), (1,) * nd
+    for n0 in range(0, n, step):
+        gc = gy[n0 : n0 + step]
+        col = cols.of(gc, ones, tuple((d[2], d[1] + d[6]) for d in phases), ones)
+        r = xp.matmul(wp, col.reshape(wp.shape[1], -1)).reshape(strides + (c, len(gc)) + pos)
+        for ph in itertools.product(*(range(s) for s in strides)):
+            src = tuple(slice(d[4][q], d[4][q] + d[5][q]) for d, q in zip(phases, ph, strict=True))
+            dst = tuple(slice(q, None, s) for q, s in zip(ph, strides, strict=True))
+            gx[n0 : n0 + len(gc), :, *dst] = xp.moveaxis(r[ph][..., *src], 0, 1)
     return gx
 
 
@@ -358,20 +436,21 @@ def _conv_weight_grad(xp, x, gy, stride, pads, dilation, groups, kernel, kernels
 def _winograd_weight_grad(xp, kernels, x, gy, pads):
     """``gw`` of a stride-1 3x3 convolution by Winograd F(2x2, 3x3), the adjoint of
     :func:`_winograd_forward`: ``gw = Gᵀ [sum over tiles of (A g Aᵀ) (Bᵀ d B)ᵀ] G``, the sums
-    16 GEMMs ``(C_out, tiles) @ (tiles, C_in)`` accumulated over the batch chunks."""
-    n, c = x.shape[:2]
-    o, nd = gy.shape[1], x.ndim - 2
-    step, tiles, v, m = _winograd_chunks(xp, x, o, gy.shape[2:])
-    gu = xp.zeros((4**nd, o, c), dtype=x.dtype)
+    16 GEMMs ``(C_out, tiles) @ (tiles, C_in)`` over the batch chunks; 3-d and 1-d alike."""
+    (n, c), o, nd = x.shape[:2], gy.shape[1], x.ndim - 2
+    k = x.shape[2] + sum(pads[0]) - gy.shape[2] + 1
+    g, step, tiles, v, m, (inp, _, outgrad) = _winograd_scheme(xp, kernels, x, o, k, gy.shape[2:])
+    p = len(g) ** nd
+    gu = xp.zeros((p, o, c), dtype=x.dtype)
     part = None
     for n0 in range(0, n, step):
         xc = x[n0 : n0 + step]
         t = xc.shape[0] * tiles
-        vc = kernels.winograd_input(xc, pads, v[: 4**nd * c * t].reshape(-1, c, t))
-        mc = kernels.winograd_output_grad(gy[n0 : n0 + step], m[: 4**nd * o * t].reshape(-1, o, t))
+        vc = inp(xc, pads, v[: p * c * t].reshape(-1, c, t))
+        mc = outgrad(gy[n0 : n0 + step], m[: p * o * t].reshape(-1, o, t))
         part = xp.matmul(mc, vc.transpose(0, 2, 1), out=part)
         gu += part
-    g, gu = xp.asarray(_WINOGRAD_G, dtype=x.dtype), gu.reshape((4,) * nd + (o, c))
+    gu = gu.reshape((len(g),) * nd + (o, c))
     if nd == 3:  # the adjoint of the forward's weight transform, depth first
         gu = gu.transpose(2, 0, 1, 3, 4)
     for _ in range(nd):

@@ -466,7 +466,8 @@ def test_winograd_forward_and_weight_grad_match_the_im2col_gemm(dtype, shape, pa
     assert not conv_ops._winograd(K, (3, 3, 3), c, o, (8, 8, 8), (1, 1, 2), (1, 1, 1), 1)
     assert not conv_ops._winograd(K, (3, 3, 3), c, o, (8, 8, 8), (1, 1, 1), (2, 1, 1), 1)
     assert not conv_ops._winograd(K, (3, 3, 3), c, o, (8, 8, 8), (1, 1, 1), (1, 1, 1), 2)
-    assert not conv_ops._winograd(K, (3,), c, o, (8,), (1,), (1,), 1)
+    assert not conv_ops._winograd(K, (4,), c, o, (8,), (1,), (1,), 1)
+    assert conv_ops._winograd(K, (5,), c, o, (8,), (1,), (1,), 1)
     monkeypatch.setattr(conv_ops, "WINOGRAD_MIN_SIZE", 1)  # the small shapes below too
     want = conv_ops._conv_forward(np, x, w, *geom, out)
     got = conv_ops._conv_forward(np, x, w, *geom, out, K)
@@ -508,6 +509,136 @@ def test_winograd_3d_matches_the_im2col_gemm(dtype, shape, pads, monkeypatch):
     want = conv_ops._conv_input_grad(np, gy, w, *geom, shape[2:])
     got = conv_ops._conv_input_grad(np, gy, w, *geom, shape[2:], K)
     np.testing.assert_allclose(got, want, **tol)
+
+
+@pytest.mark.parametrize(
+    "shape, kernel, stride, pads",
+    [
+        ((4, 16, 40, 36), (3, 3), (1, 1), ((1, 1), (1, 1))),  # Winograd, its 2-d transforms
+        ((2, 16, 12, 14, 16), (3, 3, 3), (1, 1, 1), ((1, 1), (0, 2), (1, 0))),  # 3-d Winograd
+        ((6, 16, 2048), (5,), (1,), ((2, 2),)),  # 1-d Winograd
+        ((6, 16, 2048), (4,), (1,), ((2, 1),)),  # im2col / col2im, 1-d
+        ((4, 24, 33, 30), (4, 4), (2, 2), ((1, 1), (1, 1))),  # strided, col2im in gx
+    ],
+)
+def test_kernels_split_over_threads_agree_with_the_generic_code(shape, kernel, stride, pads):
+    # Shapes past the kernels' OpenMP threshold (PARALLEL_MIN elements): each thread takes
+    # whole channels and its own scratch rows, so the results must not change.
+    from ferro._C import conv_kernels as K
+
+    rng = np.random.default_rng(15)
+    nd = len(kernel)
+    x = rng.normal(size=shape)
+    w = rng.normal(size=(20, shape[1], *kernel)) / np.sqrt(np.prod(kernel) * shape[1])
+    dil = (1,) * nd
+    out = tuple((shape[2 + i] + sum(pads[i]) - kernel[i]) // stride[i] + 1 for i in range(nd))
+    geom = (stride, pads, dil, 1)
+    tol = dict(rtol=1e-10, atol=1e-10)
+    want = conv_ops._conv_forward(np, x, w, *geom, out)
+    np.testing.assert_allclose(conv_ops._conv_forward(np, x, w, *geom, out, K), want, **tol)
+    gy = rng.normal(size=want.shape)
+    want = conv_ops._conv_weight_grad(np, x, gy, *geom, kernel)
+    got = conv_ops._conv_weight_grad(np, x, gy, *geom, kernel, K)
+    np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10 * np.abs(want).max())
+    want = conv_ops._conv_input_grad(np, gy, w, *geom, shape[2:])
+    np.testing.assert_allclose(
+        conv_ops._conv_input_grad(np, gy, w, *geom, shape[2:], K), want, **tol
+    )
+
+
+@pytest.mark.parametrize("nd", [1, 2, 3])
+@pytest.mark.parametrize("cols", ["kernels", "views"])
+def test_subpixel_input_grad_matches_the_col2im_path(nd, cols, monkeypatch):
+    # A strided convolution's input gradient (a strided transposed convolution's forward) by
+    # one GEMM over the phases: random strides, kernels (multiples of the stride or not),
+    # paddings and sizes, against the col2im path, with the nogil column kernels and with the
+    # strided views.
+    from ferro._C import conv_kernels as K
+
+    kernels = K if cols == "kernels" else None
+    rng = np.random.default_rng(16 + nd)
+    taken = 0
+    for _ in range(25):
+        stride = tuple(int(v) for v in rng.integers(1, 4, nd))
+        kernel = tuple(int(v) for v in rng.integers(1, 6, nd))
+        pads = tuple((int(rng.integers(0, k)),) * 2 for k in kernel)
+        size = tuple(int(v) for v in rng.integers(max(kernel), 9, nd))
+        out = tuple((size[i] + 2 * pads[i][0] - kernel[i]) // stride[i] + 1 for i in range(nd))
+        w = rng.normal(size=(3, 2, *kernel))
+        gy = rng.normal(size=(2, 3, *out))
+        geom = (stride, pads, (1,) * nd, 1)
+        monkeypatch.setattr(conv_ops, "SUBPIXEL_MAX_WASTE", 0.0)
+        want = conv_ops._conv_input_grad(np, gy, w, *geom, size, kernels)
+        monkeypatch.setattr(conv_ops, "SUBPIXEL_MAX_WASTE", float("inf"))
+        taken += conv_ops._subpixel_phases(stride, pads, (1,) * nd, 1, kernel, size) is not None
+        got = conv_ops._conv_input_grad(np, gy, w, *geom, size, kernels)
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    assert taken >= 10
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(
+    "shape, k, pads",
+    [
+        ((3, 16, 37), 5, ((2, 2),)),
+        ((2, 17, 30), 5, ((4, 0),)),
+        ((2, 20, 11), 3, ((1, 1),)),
+        ((4, 16, 64), 3, ((0, 2),)),
+    ],
+)
+def test_winograd_1d_matches_the_im2col_gemm(dtype, shape, k, pads, monkeypatch):
+    # F(4, k): forward, weight gradient and input gradient (the flipped convolution of gy,
+    # also Winograd), lengths not a multiple of the tile and uneven padding included.
+    from ferro._C import conv_kernels as K
+
+    rng = np.random.default_rng(17)
+    x = rng.normal(size=shape).astype(dtype)
+    w = (rng.normal(size=(24, shape[1], k)) / np.sqrt(k * shape[1])).astype(dtype)
+    out = (shape[2] + sum(pads[0]) - k + 1,)
+    geom = ((1,), pads, (1,), 1)
+    assert conv_ops._winograd(K, (k,), shape[1], 24, out, (1,), (1,), 1)
+    monkeypatch.setattr(conv_ops, "WINOGRAD_MIN_SIZE", 1)
+    # float32: the transforms' points spread values up to 5.25x, so a few more ulps of the
+    # products' scale than im2col's
+    tol = 2e-5 if dtype == np.float32 else 1e-12
+    want = conv_ops._conv_forward(np, x, w, *geom, out)
+    got = conv_ops._conv_forward(np, x, w, *geom, out, K)
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(want).max())
+    gy = rng.normal(size=want.shape).astype(dtype)
+    want = conv_ops._conv_weight_grad(np, x, gy, *geom, (k,))
+    got = conv_ops._conv_weight_grad(np, x, gy, *geom, (k,), K)
+    assert got.flags.c_contiguous and got.dtype == dtype
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(want).max())
+    want = conv_ops._conv_input_grad(np, gy, w, *geom, shape[2:])
+    got = conv_ops._conv_input_grad(np, gy, w, *geom, shape[2:], K)
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(want).max())
+
+
+def test_winograd_1d_matrices_compute_the_correlation():
+    for k in conv_ops.WINOGRAD_1D_KERNELS:
+        at, g, bt = conv_ops._winograd1d_matrices(k)
+        rng = np.random.default_rng(k)
+        d, w = rng.normal(size=k + 3), rng.normal(size=k)
+        want = [w @ d[i : i + k] for i in range(4)]
+        np.testing.assert_allclose(at @ ((g @ w) * (bt @ d)), want, rtol=1e-12, atol=1e-12)
+
+
+def test_winograd_1d_kernels_refuse_what_they_cannot_hold():
+    from ferro._C import conv_kernels as K
+
+    at, _, bt = conv_ops._winograd1d_matrices(3)
+    x = np.zeros((2, 3, 10))
+    with pytest.raises(ShapeError, match="winograd1d_gather"):
+        K.winograd1d_gather(x, bt, 4, 1, np.empty((6, 3, 7)))
+    with pytest.raises(ShapeError, match="winograd1d_gather"):
+        K.winograd1d_gather(x, bt, 0, 1, np.empty((6, 3, 6)))
+    with pytest.raises(ShapeError, match="winograd1d_scatter"):
+        K.winograd1d_scatter(np.empty((6, 3, 4)), at, x)
+    x.flags.writeable = False
+    with pytest.raises(ArgumentError, match="read-only"):
+        K.winograd1d_scatter(np.empty((6, 3, 6)), at, x)
+    with pytest.raises(ArgumentError, match="dtype"):
+        K.winograd1d_gather(x, bt, 4, 1, np.empty((6, 3, 6), dtype=np.float32))
 
 
 def test_winograd_3d_kernels_refuse_what_they_cannot_hold():

@@ -21,7 +21,8 @@ chunks so the column matrix stays within :data:`WORKSPACE_BYTES` (on the CPU wit
 :data:`CACHE_BYTES`, so that the GEMMs run from cache). On the CPU the ops' paired overrides pass
 the backend's nogil column loops (``kernels``), and a stride-1 3x3 convolution with enough
 channels runs Winograd F(2x2, 3x3) instead of im2col (docs/conv.md); a 1x1 convolution with stride
-1 and no padding needs no copy at all (its column matrix is the input, reshaped); a depthwise
+1 and no padding needs no copy at all (one GEMM per sample on the input as it lies, forward and
+both gradients: :func:`_pointwise`); a depthwise
 convolution (one input channel per group) takes a direct loop over the kernel offsets instead of
 a block-diagonal GEMM of 1-row matrices. The GPU's column kernels (``ferro.cuda.conv``) have the
 CPU's signatures, so the same ``kernels`` argument takes either backend; ``unfold``/``fold`` on

@@ -228,6 +228,16 @@ def bench_cnn_step(ferro, torch, repeats, batch=64):
         cases["torch"] = make(torch, torch.nn, torch.nn.functional)
     med = measure(cases, repeats, warmup=2)
     t = med.get("torch")
+    layers = {}
+    for lib, suffix in ((ferro, ""), (torch, "/torch")):
+        if lib is not None:
+            layers.update(_cnn_layer_cases(lib, lib.from_numpy(x), suffix))
+    per_layer = measure(layers, repeats, warmup=2)
+    breakdown = {
+        k: {"ferro_ms": v * 1e3, "torch_ms": per_layer.get(k + "/torch", 0) * 1e3 or None}
+        for k, v in per_layer.items()
+        if not k.endswith("/torch")
+    }
     return emit(
         "bench_conv",
         CNN_CASE,
@@ -235,7 +245,27 @@ def bench_cnn_step(ferro, torch, repeats, batch=64):
         ferro_ms=med["ferro"] * 1e3,
         torch_ms=t * 1e3 if t else None,
         ferro_over_torch=med["ferro"] / t if t else None,
+        layers_fwd_bwd=breakdown,
     )
+
+
+def _cnn_layer_cases(lib, x, suffix):
+    """The CNN's convolution and pooling layers one at a time, forward+backward on the inputs
+    one forward of the model gives them (where the training step's time goes): cases named
+    ``"<index> <layer>" + suffix``."""
+    cases, h = {}, x
+    for i, layer in enumerate(_cnn(lib, lib.nn)):
+        kind = type(layer).__name__
+        if kind in ("Conv2d", "MaxPool2d"):
+            inp = h.detach().requires_grad_(i > 0)
+            g = lib.ones(tuple(layer(inp).shape))
+
+            def fwd_bwd(_layer=layer, _inp=inp, _g=g):
+                _layer(_inp).backward(_g)
+
+            cases[f"{i} {kind}{suffix}"] = fwd_bwd
+        h = layer(h)
+    return cases
 
 
 def _peak_rss() -> int:

@@ -166,6 +166,7 @@ def _conv(backend):
         ctx.save(x, w)
         ctx.geom = (stride, pads, dilation, groups)
         ctx.in_size, ctx.kernel, ctx.depthwise2d = x.shape[2:], w.shape[2:], True
+        ctx.columns = None  # (the GEMM path's kept columns: none here)
         if b is not None:
             y += b.reshape(1, -1, 1, 1)
         return y

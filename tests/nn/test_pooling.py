@@ -404,6 +404,37 @@ def test_max_pool_kernels_run_and_match_the_generic_path():
     np.testing.assert_array_equal(i1[1, 1, 0], [0, 1, 3, 5, 7])
 
 
+@pytest.mark.parametrize(
+    "shape, args",
+    [
+        ((3, 4, 8, 8), (2,)),  # the unrolled 2x2 / stride-2 loop
+        ((2, 3, 7, 9), (2,)),  # ... on odd sizes (the last row and column dropped)
+        ((2, 3, 7, 9), (2, 2, 0, 1, True)),  # ceil_mode: the general loop
+        ((2, 3, 8, 8), ((1, 2), (1, 2))),
+        ((2, 3, 9, 9), (3, 2, 1, 2)),  # dilation with padding: ranges clipped both ends
+    ],
+)
+def test_max_pool_kernel_windows_ties_nan_and_inf_match_the_generic_path(shape, args):
+    from ferro.ops.fused import overrides
+
+    rng = np.random.default_rng(5)
+    x = rng.integers(0, 3, shape).astype(np.float64)  # many ties: the first maximum wins
+    x[0, 0, 1, 1:3] = np.nan
+    x[0, 1, 2, 2] = np.nan
+    x[1, 0] = -np.inf
+    x[1, 1, ::2] = -np.inf
+    results = []
+    for on in (True, False):
+        with overrides(on):
+            t = ferro.tensor(x, requires_grad=True)
+            y, idx = F.max_pool2d(t, *args, return_indices=True)
+            y.backward(ferro.tensor(np.random.default_rng(6).standard_normal(y.shape)))
+            assert y.grad_fn.fused_forward == on
+            results.append((y.detach().numpy(), idx.numpy(), t.grad.numpy()))
+    for a, b in zip(*results, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_max_pool_kernels_refuse_bad_arrays():
     from ferro._C import pooling_kernels as K
 

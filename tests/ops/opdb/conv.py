@@ -155,6 +155,11 @@ def conv_samples(rng):
         ((2, 3, 6, 6), (6, 3), True, {"groups": 3, "stride": 2}, "2d depthwise x2"),
         ((2, 4, 5, 6), (6, 1), True, {"groups": 2}, "2d 1x1 grouped"),
         ((2, 4, 5, 6), (3, 1), True, {"stride": 2}, "2d 1x1 strided"),
+        # 1x1, stride 1, unpadded: one GEMM per sample (conv.py's _pointwise), any dims.
+        ((2, 4, 5, 6), (3, 1), True, {}, "2d 1x1"),
+        ((2, 3, 2, 3, 2), (2, 1), False, {"dilation": 2}, "3d 1x1 dilated"),
+        ((4, 7), (3, 1), True, {"padding": "same"}, "1d 1x1 same unbatched"),
+        ((0, 3, 4, 4), (2, 1), True, {}, "2d 1x1 empty batch"),
         ((2, 3, 6, 5), (2, 4), True, {"padding": "same"}, "2d same even kernel"),
         ((2, 3, 6, 5), (2, 3), True, {"padding": "same", "dilation": 2}, "2d same dil"),
         ((2, 3, 4, 4), (2, 4), True, {"padding": "valid"}, "2d valid"),
@@ -186,6 +191,14 @@ def conv_samples(rng):
             {"padding": 1},
             noncontig=True,
             label="noncontig",
+        )
+    )
+    out.append(
+        Sample(
+            (_n(rng, 2, 3, 5, 6), _n(rng, 4, 3, 1, 1), _n(rng, 4)),
+            {},
+            noncontig=True,
+            label="1x1 noncontig",
         )
     )
     return out

@@ -156,7 +156,7 @@ def _corpus(n, ntokens=24, seed=0):
     return np.array(ids, np.int64)
 
 
-def _run(imports, **params):
+def _run(imports, program=PROGRAM, name="word_lm_port", **params):
     env = {
         "TRAIN_IDS": _corpus(400),
         "VAL_IDS": _corpus(100, seed=1),
@@ -169,7 +169,7 @@ def _run(imports, **params):
         "INIT": None,
         **params,
     }
-    exec(compile(imports + PROGRAM, "word_lm_port", "exec"), env)
+    exec(compile(imports + program, name, "exec"), env)
     return env
 
 

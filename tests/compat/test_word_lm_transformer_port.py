@@ -7,7 +7,8 @@ the comparison with PyTorch."""
 
 import numpy as np
 import pytest
-from test_word_lm_port import FERRO_IMPORTS, TORCH_IMPORTS, _corpus
+import test_word_lm_port as word_lm
+from test_word_lm_port import FERRO_IMPORTS, TORCH_IMPORTS
 
 PROGRAM = """
 class PositionalEncoding(nn.Module):
@@ -125,19 +126,7 @@ state = {k: v.detach().cpu().numpy().copy() for k, v in model.state_dict().items
 
 
 def _run(imports, **params):
-    env = {
-        "TRAIN_IDS": _corpus(400),
-        "VAL_IDS": _corpus(100, seed=1),
-        "NTOKENS": 24,
-        "BATCH_SIZE": 8,
-        "EVAL_BATCH_SIZE": 4,
-        "BPTT": 10,
-        "CLIP": 0.25,
-        "INIT": None,
-        **params,
-    }
-    exec(compile(imports + PROGRAM, "word_lm_transformer_port", "exec"), env)
-    return env
+    return word_lm._run(imports, PROGRAM, "word_lm_transformer_port", **params)
 
 
 def test_the_transformer_language_model_trains_on_ferro():

@@ -191,18 +191,14 @@ cdef extern from *:
         return 0;
     }
 
-    /* Blocks below the threshold come from glibc's heap, which by default gives its top back
-       to the system whenever more than the trim threshold is free there: a training step that
-       frees and reallocates a few 0.1-1 MB buffers in a different order each time then
-       page-faults them in again (the digits CNN's step: 240-320 faults, 0.5 ms of 2.5).
-       Keeping 16 MiB of padding at the heap's top, and the heap for everything the cache does
-       not take, stops that churn. glibc only (elsewhere a no-op). */
+    /* glibc's malloc thresholds, fixed at the top of its own dynamic range (Note [Caching
+       allocator]): mmap above 32 MiB, give the heap's top back above 64 MiB free. */
     static int ferro_tune_heap(void) {
-    #if defined(M_TOP_PAD) && defined(M_MMAP_THRESHOLD)
-        mallopt(M_MMAP_THRESHOLD, (int)FERRO_CACHE_THRESHOLD);
-        mallopt(M_TOP_PAD, 16 << 20);
-    #endif
+    #if defined(__GLIBC__) && defined(M_MMAP_THRESHOLD) && defined(M_TRIM_THRESHOLD)
+        return mallopt(M_MMAP_THRESHOLD, 32 << 20) && mallopt(M_TRIM_THRESHOLD, 64 << 20);
+    #else
         return 0;
+    #endif
     }
 
     static PyDataMem_Handler ferro_handler = {
@@ -222,7 +218,7 @@ cdef extern from *:
     size_t ferro_set_limit(size_t limit) nogil
     int ferro_set_small(object capsule) except -1
     int ferro_register_atfork()
-    int ferro_tune_heap()
+    int ferro_tune_heap() nogil
     ctypedef struct PyDataMem_Handler:
         char* name
     PyDataMem_Handler ferro_handler
@@ -253,8 +249,30 @@ def install():
         return current  # installed already, or the program installed its own: keep it
     ferro_set_small(current)
     ferro_register_atfork()
-    ferro_tune_heap()
+    tune_heap()
     return PyDataMem_SetHandler(PyCapsule_New(&ferro_handler, "mem_handler", NULL))
+
+
+def tune_heap():
+    """Fix glibc's mmap and trim thresholds at 32 and 64 MiB (the top of glibc's own dynamic
+    range) unless the user set them (``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_``,
+    ``GLIBC_TUNABLES``) or ``FERRO_MALLOC_TUNING=0``; a no-op outside glibc. Returns whether it
+    set them. Called by :func:`install` and when parallel backward's workers first start.
+
+    By default glibc gives the top of a heap back to the OS as soon as more than its trim
+    threshold (128 KiB, growing with freed mmap blocks) lies free there, so a step that frees and
+    reallocates sub-MiB buffers in a new order faults them in again: 240-320 minor faults a
+    digits CNN step (about 0.5 ms of 2.5), 550 once the forward's columns are kept for backward,
+    and each fresh GEMM result of a backward worker, whose thread gets a malloc arena of its own
+    (~2,500 faults per backward of the towers benchmark). With the thresholds fixed: 0."""
+    import os
+
+    env = os.environ
+    if env.get("FERRO_MALLOC_TUNING", "1") == "0" or any(
+            k in env for k in ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_",
+                               "GLIBC_TUNABLES")):
+        return False
+    return bool(ferro_tune_heap())
 
 
 cdef str _name_of(object capsule):

@@ -1281,22 +1281,6 @@ cdef tuple _check_post_hook(object r, Node node, object fn, tuple res):
 #   any commit: backward stays atomic.
 # ---------------------------------------------------------------------------------------------
 
-cdef extern from *:
-    """
-    #include <stdlib.h>
-    #if defined(__GLIBC__)
-    #include <malloc.h>
-    static int ferro_tune_malloc(void) {
-        /* The top of glibc's own dynamic range for the mmap threshold, and twice it for the
-           trim threshold (what the dynamic scheme reaches once 32 MB blocks have been freed). */
-        return mallopt(M_MMAP_THRESHOLD, 32 << 20) && mallopt(M_TRIM_THRESHOLD, 64 << 20);
-    }
-    #else
-    static int ferro_tune_malloc(void) { return 0; }
-    #endif
-    """
-    int ferro_tune_malloc() nogil
-
 cdef object _jobs = None          # queue.SimpleQueue of jobs, or None before first use
 cdef list _workers = []
 
@@ -1330,18 +1314,11 @@ cdef object _pool(Py_ssize_t n):
     import threading
     if _jobs is None:
         _jobs = queue.SimpleQueue()
-        # glibc serves a new thread from its own malloc arena, which gives the pages of freed
-        # large arrays back to the OS as soon as 2x the largest freed block sits unused (the
-        # dynamic trim threshold): each fresh 1 MB GEMM result of a worker then page-faults
-        # (measured: ~2,500 minor faults per towers backward on the worker, none on the caller;
-        # the worker's GEMM nodes took up to 1.5x the caller's). Fixing the thresholds at the
-        # top of glibc's dynamic range keeps those pages (a no-op outside glibc; skipped when
-        # the user set glibc's own MALLOC_*_THRESHOLD_ or GLIBC_TUNABLES, or FERRO_MALLOC_TUNING=0).
-        env = _os.environ
-        if env.get("FERRO_MALLOC_TUNING", "1") != "0" and not any(
-                k in env for k in ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_",
-                                   "GLIBC_TUNABLES")):
-            ferro_tune_malloc()
+        # A worker thread gets a malloc arena of its own, which returns freed pages to the OS:
+        # glibc's thresholds are fixed here too (ferro._C.allocator.tune_heap: the caching
+        # allocator's install does it at import, unless FERRO_CACHING_ALLOCATOR=0).
+        from ferro._C.allocator import tune_heap
+        tune_heap()
     while len(_workers) < n:
         w = threading.Thread(target=_worker_loop, args=(_jobs,), daemon=True,
                              name=f"ferro-backward-{len(_workers)}")

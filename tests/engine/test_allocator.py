@@ -109,3 +109,28 @@ def test_a_forked_child_allocates_while_the_parent_keeps_working(cache):
 
 def _child_sum():
     return float(np.ones(N, np.float32).sum())
+
+
+@pytest.mark.parametrize(
+    ("env", "applied"),
+    [({}, True), ({"FERRO_MALLOC_TUNING": "0"}, False), ({"MALLOC_TRIM_THRESHOLD_": "1"}, False)],
+)
+def test_glibc_thresholds_are_fixed_unless_the_user_set_them(env, applied):
+    # tune_heap (docs/autograd.md): a fresh process, since the thresholds are process-wide.
+    import os
+    import platform
+    import subprocess
+    import sys
+
+    if platform.libc_ver()[0] != "glibc":
+        pytest.skip("glibc only")
+    code = "from ferro._C import allocator; print(allocator.tune_heap())"
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert out.stdout.strip() == str(applied)

@@ -42,7 +42,7 @@ def _split_ties(xp, gy, a_wins, tie):
     return ga, gb
 
 
-@register("add", broadcasts=True)
+@register("add", broadcasts=True, direct="add")
 class Add:
     @staticmethod
     def forward(ctx, a, b):
@@ -85,7 +85,7 @@ def add(a, b, *, alpha=1):
     return apply(Add, a, b)
 
 
-@register("sub", broadcasts=True)
+@register("sub", broadcasts=True, direct="sub")
 class Sub:
     @staticmethod
     def forward(ctx, a, b):
@@ -108,7 +108,7 @@ def sub(a, b, *, alpha=1):
     return apply(Sub, a, b)
 
 
-@register("mul", broadcasts=True)
+@register("mul", broadcasts=True, direct="mul")
 class Mul:
     @staticmethod
     def forward(ctx, a, b):
@@ -373,7 +373,7 @@ def logaddexp(a, b):
     return apply(Logaddexp, a, b)
 
 
-@register("tanh")
+@register("tanh", direct="tanh")
 class Tanh:
     @staticmethod
     def forward(ctx, x):

@@ -231,6 +231,20 @@ def arith(OpDef op, slow, bint reverse=False):
     return method
 
 
+def unary(OpDef op, slow):
+    """The compiled public function of the one-tensor op ``op`` (``ferro.tanh``):
+    ``apply(op, x)`` without the Python frame of ``slow``, the function it replaces (which does
+    only that, and gives its name and doc)."""
+
+    def fn(x):
+        return _apply(op, (x,), None)
+
+    fn.__name__ = fn.__qualname__ = slow.__name__
+    fn.__doc__ = slow.__doc__
+    fn.__module__ = slow.__module__
+    return fn
+
+
 cdef object _apply(OpDef op, tuple args, dict params):
     cdef Py_ssize_t n = len(args), i, k, n_out
     cdef long mode = grad_mode()

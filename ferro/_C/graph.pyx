@@ -538,6 +538,37 @@ def inplace_direct(TensorBase t, object other, int op, object alpha=1):
     but a Python number (``t`` of a floating dtype) or a tensor of ``t``'s array type and dtype
     whose shape broadcasts to ``t``'s (the recorded path then promotes, moves or refuses it).
     Compiled because at 1K elements the checks cost more than NumPy's ufunc call."""
+    return _inplace_direct(t, other, op, alpha)
+
+
+def inplace_method(int op, slow):
+    """The compiled ``Tensor.add_``, ``sub_`` or ``mul_`` (op 0-2; ``+=``, ``-=``, ``*=`` too):
+    :func:`inplace_direct`, else ``slow``, the function of ``ferro.ops.inplace`` it stands for
+    (which runs the recorded path, and gives its name and doc). No Python frame on the direct
+    path: the hand-written update loop calls it once per parameter."""
+    if op < 0 or op > 2:
+        raise ArgumentError(f"inplace_method: invalid op code {op}; expected 0-2")
+    if op == 2:
+        def method(self, other):
+            if isinstance(self, TensorBase):
+                done = _inplace_direct(<TensorBase>self, other, op, 1)
+                if done is not None:
+                    return done
+            return slow(self, other)
+    else:
+        def method(self, other, *, alpha=1):
+            if isinstance(self, TensorBase):
+                done = _inplace_direct(<TensorBase>self, other, op, alpha)
+                if done is not None:
+                    return done
+            return slow(self, other, alpha=alpha)
+    method.__name__ = method.__qualname__ = slow.__name__
+    method.__doc__ = slow.__doc__
+    method.__module__ = slow.__module__
+    return method
+
+
+cdef object _inplace_direct(TensorBase t, object other, int op, object alpha):
     cdef object data = t._data
     cdef object o
     cdef TensorBase ot

@@ -133,6 +133,7 @@ from ferro.errors import (
 __all__ = [
     "apply",
     "arith",
+    "unary",
     "commit_inplace",
     "run_backward",
     "set_gpu_backend",

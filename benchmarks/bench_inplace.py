@@ -11,7 +11,14 @@ hand-written update loop, and the bandwidth of ``(a*b + c).sum()`` forward+backw
    for the same subtract on this machine): compare several runs.
 2. One step of the MLP 784-512-512-10 (batch 64) of ``bench_mlp``: the hand-written update loop
    (``with no_grad(): for p in params: p.sub_(lr * p.grad)``) and ferro's ``optim.SGD``, against
-   the hand-written NumPy step and PyTorch's (goal: <= 1.0x PyTorch, <= 1.15x NumPy).
+   the hand-written NumPy step and PyTorch's (goal: <= 1.0x PyTorch, <= 1.15x NumPy); and the
+   update alone (the six parameters' ``p -= lr * g`` on fixed gradients, 2.7 MB) in each, so
+   that the update's share of a step is read off directly. This section runs first, before any
+   10M-element array exists. Session 6's quiet run had this step 1.91x PyTorch while
+   ``bench_mlp`` had the very same step at 0.75x: the NumPy step was 2x slower here too (4.24
+   against 2.05 ms), so the whole step, not ferro's update, was slower in that run; on the
+   loaded machine the update alone measured 155-175 us for ferro's loop against 150-165 us
+   for NumPy's.
 3. ``(a*b + c).sum()`` forward+backward on 10M float32 elements (``--n``): the minimum traffic
    (3 reads + 3 writes of n floats) over the time, against the copy bandwidth measured in the
    same run with 2 threads each copying half of an n-float array (goal: >= 50%, <= 0.5x
@@ -81,6 +88,49 @@ def inplace_cases(ferro, torch, n: int, reps: int) -> dict:
     return {k: batched(fn, reps) for k, fn in cases.items()}
 
 
+def update_cases(ferro, torch) -> dict:
+    """The MLP's SGD update alone, on fixed gradients: NumPy's ``p -= lr * g``, ferro's
+    hand-written loop under ``no_grad`` and ``optim.SGD.step``, PyTorch's loop."""
+    lr = bench_mlp.LR
+    params, grads = bench_mlp.init(0), bench_mlp.init(1)
+
+    def numpy_update():
+        for p, g in zip(params, grads, strict=True):
+            p -= lr * g
+
+    def ferro_params():
+        ps = [ferro.from_numpy(p.copy()).requires_grad_() for p in params]
+        for p, g in zip(ps, grads, strict=True):
+            p.grad = ferro.from_numpy(g.copy())
+        return ps
+
+    loop_params = ferro_params()
+    opt = ferro.optim.SGD(ferro_params(), lr=lr)
+
+    def ferro_loop_update():
+        with ferro.no_grad():
+            for p in loop_params:
+                p.sub_(lr * p.grad)
+
+    cases = {
+        "numpy_update": numpy_update,
+        "ferro_loop_update": ferro_loop_update,
+        "ferro_sgd_update": opt.step,
+    }
+    if torch is not None:
+        tparams = [torch.from_numpy(p.copy()).requires_grad_() for p in params]
+        for p, g in zip(tparams, grads, strict=True):
+            p.grad = torch.from_numpy(g.copy())
+
+        def torch_update():
+            with torch.no_grad():
+                for p in tparams:
+                    p -= lr * p.grad
+
+        cases["torch_update"] = torch_update
+    return cases
+
+
 def copy_bandwidth_case(n: int):
     """2 threads, each copying half of an n-float32 array (NumPy releases the GIL in copies)."""
     src = np.ones(n, np.float32)
@@ -109,7 +159,59 @@ def main(argv=None) -> list[dict]:
     ferro, torch = start("bench_inplace")
     records = []
 
-    # 1. In-place updates.
+    # 1. The MLP step with the hand-written update loop and with optim.SGD.
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(args.batch, bench_mlp.SIZES[0])).astype(np.float32)
+    y = rng.integers(0, bench_mlp.SIZES[-1], args.batch)
+    bench_mlp.check(ferro, torch, x, y)
+    np_params = bench_mlp.init()
+    cases = {
+        "numpy": lambda: bench_mlp.numpy_step(np_params, x, y),
+        "ferro_loop": bench_mlp.make_ferro_step(ferro, bench_mlp.init(), x, y)[0],
+        "ferro_sgd": bench_mlp.make_ferro_sgd_step(ferro, bench_mlp.init(), x, y)[0],
+    }
+    if torch is not None:
+        cases["torch"] = bench_mlp.make_torch_step(torch, bench_mlp.init(), x, y)[0]
+    med = measure(cases, args.repeats * 2, warmup=3)
+    t = med.get("torch")
+    upd = measure(update_cases(ferro, torch), args.repeats * 4, warmup=3)
+    rows = []
+    for k in ("ferro_loop", "ferro_sgd"):
+        records.append(
+            emit(
+                "bench_inplace",
+                f"mlp_step_{k}_batch{args.batch}",
+                ferro_ms=med[k] * 1e3,
+                numpy_ms=med["numpy"] * 1e3,
+                torch_ms=t * 1e3 if t else None,
+                ferro_over_numpy=med[k] / med["numpy"],
+                ferro_over_torch=over(med[k], t),
+            )
+        )
+        rows.append([k, med[k] * 1e3, med[k] / med["numpy"], cell(over(med[k], t))])
+    print()
+    table(rows, ["MLP step", "ms", "/numpy", "/torch"])
+    rows = []
+    tu = upd.get("torch_update")
+    for k in ("ferro_loop", "ferro_sgd"):
+        f = upd[f"{k}_update"]
+        records.append(
+            emit(
+                "bench_inplace",
+                f"mlp_update_{k}",
+                ferro_us=f * 1e6,
+                numpy_us=upd["numpy_update"] * 1e6,
+                torch_us=tu * 1e6 if tu else None,
+                ferro_over_numpy=f / upd["numpy_update"],
+                ferro_over_torch=over(f, tu),
+                share_of_step=f / med[k],
+            )
+        )
+        rows.append([k, f * 1e6, f / upd["numpy_update"], cell(over(f, tu)), f / med[k]])
+    print()
+    table(rows, ["MLP update alone", "us", "/numpy", "/torch", "share of step"])
+
+    # 2. In-place updates.
     rows = []
     for n in args.sizes:
         reps = max(1, 100_000 // n)
@@ -136,38 +238,6 @@ def main(argv=None) -> list[dict]:
             rows.append([f"{op}_", n, f * 1e6, b * 1e6, ref * 1e6, f / ref, b / ref])
     print()
     table(rows, ["op", "n", "ferro us", "in no_grad us", "numpy us", "/numpy", "block/numpy"])
-
-    # 2. The MLP step with the hand-written update loop and with optim.SGD.
-    rng = np.random.default_rng(1)
-    x = rng.normal(size=(args.batch, bench_mlp.SIZES[0])).astype(np.float32)
-    y = rng.integers(0, bench_mlp.SIZES[-1], args.batch)
-    bench_mlp.check(ferro, torch, x, y)
-    np_params = bench_mlp.init()
-    cases = {
-        "numpy": lambda: bench_mlp.numpy_step(np_params, x, y),
-        "ferro_loop": bench_mlp.make_ferro_step(ferro, bench_mlp.init(), x, y)[0],
-        "ferro_sgd": bench_mlp.make_ferro_sgd_step(ferro, bench_mlp.init(), x, y)[0],
-    }
-    if torch is not None:
-        cases["torch"] = bench_mlp.make_torch_step(torch, bench_mlp.init(), x, y)[0]
-    med = measure(cases, args.repeats * 2, warmup=3)
-    t = med.get("torch")
-    rows = []
-    for k in ("ferro_loop", "ferro_sgd"):
-        records.append(
-            emit(
-                "bench_inplace",
-                f"mlp_step_{k}_batch{args.batch}",
-                ferro_ms=med[k] * 1e3,
-                numpy_ms=med["numpy"] * 1e3,
-                torch_ms=t * 1e3 if t else None,
-                ferro_over_numpy=med[k] / med["numpy"],
-                ferro_over_torch=over(med[k], t),
-            )
-        )
-        rows.append([k, med[k] * 1e3, med[k] / med["numpy"], cell(over(med[k], t))])
-    print()
-    table(rows, ["MLP step", "ms", "/numpy", "/torch"])
 
     # 3. Bandwidth of (a*b + c).sum() forward+backward against the 2-thread copy.
     n = args.n

@@ -27,6 +27,7 @@ from ferro import backend as _backend
 from ferro import creation as _creation
 from ferro import dtypes as _dtypes
 from ferro._C import engine as _engine
+from ferro._C.graph import inplace_method as _inplace_method
 from ferro._C.tensor import TensorBase, set_tensor_type
 from ferro.errors import (
     ArgumentTypeError,
@@ -224,14 +225,14 @@ class Tensor(TensorBase):
     not_equal = _ew.ne
 
     # In place: x += y writes into x's memory (see ferro.ops.inplace).
-    __iadd__ = _ip.add_
-    __isub__ = _ip.sub_
-    __imul__ = _ip.mul_
+    __iadd__ = _inplace_method(0, _ip.add_)  # compiled: inplace_direct, else ferro.ops.inplace's
+    __isub__ = _inplace_method(1, _ip.sub_)
+    __imul__ = _inplace_method(2, _ip.mul_)
     __itruediv__ = _ip.div_
 
-    add_ = _ip.add_  # (self, other, *, alpha=1): PyTorch's alpha=
-    sub_ = _ip.sub_
-    mul_ = _ip.mul_
+    add_ = __iadd__  # (self, other, *, alpha=1): PyTorch's alpha=
+    sub_ = __isub__
+    mul_ = __imul__
     div_ = _ip.div_
     clamp_ = _ip.clamp_
     fill_ = _ip.fill_

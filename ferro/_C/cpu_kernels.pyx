@@ -166,6 +166,13 @@ cdef inline cnp.ndarray _empty_as(cnp.ndarray a):
                                           cnp.PyArray_TYPE(a), 0)
 
 
+# The per-node kernels (gradient accumulation, elementwise backward) keep the GIL below this
+# many elements, as NumPy's own loops do (NPY_BEGIN_THREADS_THRESHOLDED): for a 1-element array,
+# dropping and taking it back cost more than the loop (about 300 instructions per op of a
+# 1-element chain forward+backward, callgrind), and no other thread gains anything in that time.
+cdef Py_ssize_t NOGIL_MIN = 500
+
+
 cdef void _add_contig(floating_t* dst, const floating_t* src, Py_ssize_t n) noexcept nogil:
     cdef Py_ssize_t i
     if n >= PARALLEL_MIN:
@@ -198,6 +205,11 @@ cpdef int add_inplace(object dst, object src) except -1:
     if (not cnp.PyArray_ISCARRAY(d) or not cnp.PyArray_ISCARRAY_RO(s)
             or (sp != dp and sp < dp + nbytes and dp < sp + nbytes)):
         np.add(d, s, out=d)
+    elif n <= NOGIL_MIN:
+        if cnp.PyArray_TYPE(d) == cnp.NPY_FLOAT32:
+            _add_contig(<float*>dp, <const float*>sp, n)
+        else:
+            _add_contig(<double*>dp, <const double*>sp, n)
     elif cnp.PyArray_TYPE(d) == cnp.NPY_FLOAT32:
         with nogil:
             _add_contig(<float*>dp, <const float*>sp, n)
@@ -439,7 +451,15 @@ cdef object _grad_map(str who, tuple names, grad_f32 f32, grad_f64 f64, object g
     cdef const void *wp = cnp.PyArray_DATA(<cnp.ndarray>saved[1]) if len(saved) > 1 else NULL
     if n == 0:
         return out
-    if cnp.PyArray_TYPE(v) == cnp.NPY_FLOAT32:
+    cdef bint f = cnp.PyArray_TYPE(v) == cnp.NPY_FLOAT32
+    if n <= NOGIL_MIN:
+        if f:
+            f32(<const float*>gp, gs, <const float*>vp, <const float*>wp,
+                <float*>cnp.PyArray_DATA(out), n, a)
+        else:
+            f64(<const double*>gp, gs, <const double*>vp, <const double*>wp,
+                <double*>cnp.PyArray_DATA(out), n, a)
+    elif f:
         with nogil:
             f32(<const float*>gp, gs, <const float*>vp, <const float*>wp,
                 <float*>cnp.PyArray_DATA(out), n, a)

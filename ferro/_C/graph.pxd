@@ -30,11 +30,21 @@ cdef class OpDef:
     # Note [Early gradients]: the inputs from this index on get their gradients in a first pass
     # of backward when a leaf's hooks can use them early (0: the op does not stage).
     cdef readonly Py_ssize_t early
+    # Note [Direct ops]: DIRECT_ADD... when the engine runs this op's forward and first-order
+    # backward itself (no Python frame); 0 for every other op.
+    cdef readonly int direct
 
 
 cdef enum:
     FUSED_FORWARD = 1
     FUSED_BACKWARD = 2
+
+
+cdef enum:
+    DIRECT_ADD = 1
+    DIRECT_SUB = 2
+    DIRECT_MUL = 3
+    DIRECT_TANH = 4
 
 
 cdef class _Packed:
@@ -91,6 +101,7 @@ cdef class RemovableHandle:
 
 cdef UnrecordedCtx unrecorded_ctx(object xp, Py_ssize_t n)
 cdef tuple no_edges(Py_ssize_t n)
+cdef int node_save(Node node, tuple arrays) except -1
 cdef object _xp_of(object arr)
 cdef str _device_name(object arr)
 cdef object _scalar_to_array(object x)

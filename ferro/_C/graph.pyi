@@ -18,6 +18,7 @@ class OpDef:
     gpu_forward: Callable[..., Any] | None
     gpu_backward: Callable[..., Any] | None
     gpu_paired: bool
+    direct: int
     def set_override(
         self,
         device: str,
@@ -36,6 +37,7 @@ class OpDef:
         same_dtype: bool = ...,
         view: bool = ...,
         display: str | None = ...,
+        direct: str | None = ...,
     ) -> None: ...
 
 class Node:
@@ -85,6 +87,7 @@ class RemovableHandle:
 
 def bump_version(t: TensorBase) -> None: ...
 def inplace_direct(t: TensorBase, other: Any, op: int, alpha: Any = ...) -> TensorBase | None: ...
+def inplace_method(op: int, slow: Callable[..., Any]) -> Callable[..., Any]: ...
 def register_tensor_hook(t: TensorBase, fn: Callable[..., Any]) -> RemovableHandle: ...
 def register_post_accumulate_grad_hook(
     t: TensorBase, fn: Callable[..., Any]

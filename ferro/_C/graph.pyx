@@ -69,6 +69,9 @@ cdef object _scalar_to_array(object x):
 # Ops and nodes
 # ---------------------------------------------------------------------------------------------
 
+cdef dict _DIRECT = {"add": DIRECT_ADD, "sub": DIRECT_SUB, "mul": DIRECT_MUL, "tanh": DIRECT_TANH}
+
+
 cdef class OpDef:
     """A registered op: its name, its Python ``forward``/``backward`` and flags for the engine.
 
@@ -92,12 +95,16 @@ cdef class OpDef:
             this index on (say a weight's and a bias's) without the others' (through
             ``ctx.needs_input_grad``), so the engine may run it in two passes and hand those
             to their leaves' hooks before the second pass; 0: never staged.
+        direct: Note [Direct ops]: ``"add"``, ``"sub"``, ``"mul"`` or ``"tanh"`` for the op
+            whose ``forward`` and ``backward`` the engine also has compiled (the same array
+            expressions, so the same bits) and runs instead of them outside ``create_graph``;
+            None for every other op.
     """
 
     def __init__(self, str name, forward, backward=None, *, bint broadcasts=False,
                  bint differentiable=True, bint same_dtype=True, bint view=False,
                  str display=None, bint private_ctx=False, differentiable_backward=None,
-                 Py_ssize_t early=0):
+                 Py_ssize_t early=0, str direct=None):
         if differentiable and backward is None:
             raise ArgumentTypeError(f"op {name!r}: a differentiable op needs a backward")
         if early < 0:
@@ -112,6 +119,10 @@ cdef class OpDef:
         self.private_ctx = private_ctx
         self.differentiable_backward = differentiable_backward
         self.early = early
+        if direct is not None and direct not in _DIRECT:
+            raise ArgumentError(f"op {name!r}: direct must be one of {sorted(_DIRECT)} or None, "
+                                f"got {direct!r}")
+        self.direct = _DIRECT[direct] if direct is not None else 0
         self.display = display or "".join(p.capitalize() for p in name.split("_"))
 
     def set_override(self, str device, forward=None, backward=None, bint paired=False):
@@ -241,17 +252,7 @@ cdef class Node:
         Inside ``ferro.autograd.graph.saved_tensors_hooks(pack, unpack)`` each array is passed to
         ``pack`` (as a Tensor) now and the result to ``unpack`` when backward reads it.
         """
-        if _F.n_hook_contexts:
-            hooks = saved_hooks()
-            if hooks is not None:
-                pack, unpack = hooks
-                self._saved_raw = arrays
-                # Only arrays are packed; a saved Python scalar (say, mul's constant) stays as is.
-                self._saved = tuple([_Packed(pack(new_tensor(a))) if _is_array(a) else a
-                                     for a in arrays])
-                self._unpack = unpack
-                return
-        self._saved = arrays
+        node_save(self, arrays)
 
     @property
     def saved(self):
@@ -405,6 +406,22 @@ cdef class Node:
         return f"<{self.name()} at 0x{id(self):x}>"
 
 
+cdef int node_save(Node node, tuple arrays) except -1:
+    """``node.save(*arrays)``, for the engine's direct ops (Note [Direct ops])."""
+    if _F.n_hook_contexts:
+        hooks = saved_hooks()
+        if hooks is not None:
+            pack, unpack = hooks
+            node._saved_raw = arrays
+            # Only arrays are packed; a saved Python scalar (say, mul's constant) stays as is.
+            node._saved = tuple([_Packed(pack(new_tensor(a))) if _is_array(a) else a
+                                 for a in arrays])
+            node._unpack = unpack
+            return 0
+    node._saved = arrays
+    return 0
+
+
 # ---------------------------------------------------------------------------------------------
 # Version counters: a saved tensor modified in place is an error at backward, never a wrong
 # gradient.
@@ -521,6 +538,37 @@ def inplace_direct(TensorBase t, object other, int op, object alpha=1):
     but a Python number (``t`` of a floating dtype) or a tensor of ``t``'s array type and dtype
     whose shape broadcasts to ``t``'s (the recorded path then promotes, moves or refuses it).
     Compiled because at 1K elements the checks cost more than NumPy's ufunc call."""
+    return _inplace_direct(t, other, op, alpha)
+
+
+def inplace_method(int op, slow):
+    """The compiled ``Tensor.add_``, ``sub_`` or ``mul_`` (op 0-2; ``+=``, ``-=``, ``*=`` too):
+    :func:`inplace_direct`, else ``slow``, the function of ``ferro.ops.inplace`` it stands for
+    (which runs the recorded path, and gives its name and doc). No Python frame on the direct
+    path: the hand-written update loop calls it once per parameter."""
+    if op < 0 or op > 2:
+        raise ArgumentError(f"inplace_method: invalid op code {op}; expected 0-2")
+    if op == 2:
+        def method(self, other):
+            if isinstance(self, TensorBase):
+                done = _inplace_direct(<TensorBase>self, other, op, 1)
+                if done is not None:
+                    return done
+            return slow(self, other)
+    else:
+        def method(self, other, *, alpha=1):
+            if isinstance(self, TensorBase):
+                done = _inplace_direct(<TensorBase>self, other, op, alpha)
+                if done is not None:
+                    return done
+            return slow(self, other, alpha=alpha)
+    method.__name__ = method.__qualname__ = slow.__name__
+    method.__doc__ = slow.__doc__
+    method.__module__ = slow.__module__
+    return method
+
+
+cdef object _inplace_direct(TensorBase t, object other, int op, object alpha):
     cdef object data = t._data
     cdef object o
     cdef TensorBase ot

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import numbers
 
+from ferro._C.engine import unary
 from ferro._C.tensor import TensorBase
 from ferro.dtypes import as_dtype, default_float
 from ferro.errors import ArgumentError, ArgumentTypeError, DtypeError
@@ -42,7 +43,7 @@ def _split_ties(xp, gy, a_wins, tie):
     return ga, gb
 
 
-@register("add", broadcasts=True)
+@register("add", broadcasts=True, direct="add")
 class Add:
     @staticmethod
     def forward(ctx, a, b):
@@ -85,7 +86,7 @@ def add(a, b, *, alpha=1):
     return apply(Add, a, b)
 
 
-@register("sub", broadcasts=True)
+@register("sub", broadcasts=True, direct="sub")
 class Sub:
     @staticmethod
     def forward(ctx, a, b):
@@ -108,7 +109,7 @@ def sub(a, b, *, alpha=1):
     return apply(Sub, a, b)
 
 
-@register("mul", broadcasts=True)
+@register("mul", broadcasts=True, direct="mul")
 class Mul:
     @staticmethod
     def forward(ctx, a, b):
@@ -375,7 +376,7 @@ def logaddexp(a, b):
     return apply(Logaddexp, a, b)
 
 
-@register("tanh")
+@register("tanh", direct="tanh")
 class Tanh:
     @staticmethod
     def forward(ctx, x):
@@ -395,6 +396,9 @@ def tanh(x):
     Gradient: gx = gy * (1 - y**2).
     """
     return apply(Tanh, x)
+
+
+tanh = unary(Tanh, tanh)  # the same function, compiled (no Python frame per call)
 
 
 @register("cast", same_dtype=False)

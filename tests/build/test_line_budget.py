@@ -35,10 +35,14 @@ pytestmark = pytest.mark.skipif(
 # used (hstack/vstack/dstack/column_stack, atleast_1d/2d/3d, take, unflatten, fliplr/flipud,
 # t, ravel, quantile, aminmax, var_mean/std_mean, count_nonzero, isin, bincount, tensordot,
 # inner, kron, divide with rounding_mode): 294 lines measured, composites of existing ops
-# (about 10 lines each, most of it the docstring).
+# (about 10 lines each, most of it the docstring). Then to 10,900 for issue 14's conv speed
+# paths of session 7, which the goals ask for: the 1-d Winograd F(4, k), the sub-pixel input
+# gradient of strided convolutions, the 1x1 per-sample GEMM path with the forward's columns kept
+# for backward (10,859 measured; the Winograd paths already share one driver for 1-3 dims, and
+# `duplicates --change` over the round lists nothing in ferro/ops).
 BUDGETS = {
     "ferro/_C": (6500, ("*.pyx", "*.pxd", "*.h", "*.py")),
-    "ferro/ops": (10800, ("*.py",)),
+    "ferro/ops": (10900, ("*.py",)),
 }
 
 

@@ -30,8 +30,10 @@ class Matmul:
     @staticmethod
     def backward(ctx, gy):
         a, b = ctx.saved
-        xp = ctx.xp
         need_a, need_b = ctx.needs_input_grad
+        if a.ndim == 2 and b.ndim == 2:  # the common case: .T, no swapaxes Python layers
+            return (gy @ b.T if need_a else None), (a.T @ gy if need_b else None)
+        xp = ctx.xp
         if a.ndim > 2 and b.ndim == 2:
             ga = (_rows(gy) @ b.T).reshape(a.shape) if need_a else None
             gb = _rows(a).T @ _rows(gy) if need_b else None
@@ -64,7 +66,9 @@ def matmul(a, b):
 
     Gradient: ga = gy @ b^T, gb = a^T @ gy (summed over broadcast batch dimensions).
     """
-    sa, sb = a.shape, b.shape
+    # The arrays' plain tuples: Tensor.shape is a Python property building a Size whose
+    # __getitem__ is another Python frame (four of them per call on a small-tensor step).
+    sa, sb = getattr(a, "_data", a).shape, getattr(b, "_data", b).shape
     if len(sa) == 0 or len(sb) == 0:
         raise ShapeError(f"matmul: both arguments need at least 1 dimension, got {sa} and {sb}")
     ka = sa[-1]

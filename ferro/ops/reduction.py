@@ -41,21 +41,16 @@ def normalize_axes(axis, ndim: int, op: str) -> tuple | None:
 
 
 def _expand_back(xp, gy, shape, axes, keepdims):
-    # The gradient of a reduction: put the reduced axes back, then broadcast to the input shape.
+    """The gradient of a reduction: put the reduced axes back, then broadcast to the input
+    shape. For a contiguous NumPy ``gy`` the broadcast is built with the ndarray constructor
+    (a read-only view, stride 0 along the broadcast dims): np.broadcast_to's Python layers cost
+    about seven 1-element ops (2.6 us against 0.7 us), once per sum or mean in every backward."""
     if not keepdims and axes is not None and gy.ndim != len(shape):
         gy = _unsqueeze(gy, len(shape), axes)
     if isinstance(gy, np.generic):
         gy = np.asarray(gy)  # mean's gy * scale of a 0-d gy
-    if type(gy) is np.ndarray and gy.size and gy.flags.c_contiguous:
-        return _broadcast_view(gy, shape)
-    return xp.broadcast_to(gy, shape)
-
-
-def _broadcast_view(gy, shape):
-    """``np.broadcast_to(gy, shape)`` (a read-only view, stride 0 along the broadcast dims) for
-    a contiguous NumPy ``gy`` whose shape broadcasts to ``shape``, built with the ndarray
-    constructor: np.broadcast_to's Python layers cost about seven 1-element ops (2.6 us against
-    0.7 us), once per sum or mean in every backward."""
+    if type(gy) is not np.ndarray or not gy.size or not gy.flags.c_contiguous:
+        return xp.broadcast_to(gy, shape)
     if gy.ndim == 0:
         strides = (0,) * len(shape)
     else:
@@ -126,6 +121,8 @@ class Sum:
         ctx.shape = x.shape
         ctx.axes = axes
         ctx.keepdims = keepdims
+        if type(x) is np.ndarray:  # ndarray.sum's Python layer (_methods._sum) calls this
+            return np.add.reduce(x, axes, None, None, keepdims)
         return x.sum(axis=axes, keepdims=keepdims)
 
     @staticmethod
@@ -139,7 +136,8 @@ def sum(x, dim=None, keepdim: bool = False):  # noqa: A001 - mirrors torch.sum
 
     Gradient: gx = gy broadcast back over the reduced axes.
     """
-    return apply(Sum, x, axes=normalize_axes(dim, x.ndim, "sum"), keepdims=bool(keepdim))
+    axes = None if dim is None else normalize_axes(dim, x.ndim, "sum")
+    return apply(Sum, x, axes=axes, keepdims=bool(keepdim))
 
 
 @register("mean")
@@ -151,6 +149,13 @@ class Mean:
         ctx.keepdims = keepdims
         n = x.size if axes is None else _count(x.shape, axes)
         ctx.scale = 1.0 / n if n else float("nan")
+        if type(x) is np.ndarray and n and x.dtype.itemsize >= 4:
+            # NumPy's _methods._mean for float32/64 without its Python layers: the same
+            # add.reduce, then the same division by an intp count, so the same bits.
+            y = np.add.reduce(x, axes, None, None, keepdims)
+            if type(y) is np.ndarray:
+                return np.true_divide(y, np.intp(n), out=y, casting="unsafe")
+            return y.dtype.type(y / np.intp(n))
         return x.mean(axis=axes, keepdims=keepdims)
 
     @staticmethod
@@ -168,7 +173,8 @@ def mean(x, dim=None, keepdim: bool = False):
         from ferro.errors import DtypeError
 
         raise DtypeError(f"mean: needs a floating tensor, got {x.dtype}")
-    return apply(Mean, x, axes=normalize_axes(dim, x.ndim, "mean"), keepdims=bool(keepdim))
+    axes = None if dim is None else normalize_axes(dim, x.ndim, "mean")
+    return apply(Mean, x, axes=axes, keepdims=bool(keepdim))
 
 
 @register("var")

@@ -800,7 +800,10 @@ cdef object _run_backward(tuple roots, tuple root_grads, bint retain_graph, tupl
                     f"backward: grad can be implicitly created only for 1-element outputs; "
                     f"got shape {tuple(t._data.shape)}. Pass gradient= of that shape"
                 )
-            g = _xp_of(t._data).ones(t._data.shape, dtype=t._data.dtype)
+            # empty + fill: xp.ones is the same two steps behind Python frames (numeric.ones,
+            # copyto's dispatcher), once per backward of every small step.
+            g = _xp_of(t._data).empty(t._data.shape, dtype=t._data.dtype)
+            g.fill(1)
             owned = True
         else:
             if isinstance(g, TensorBase):

@@ -1032,7 +1032,8 @@ def parse_to_args(where: str, args: tuple, kwargs: dict, copy_allowed: bool = Tr
     return device, dtype, bool(flags[1])
 
 
-# The dtype names in PyTorch's tensor type names (Tensor.type()).
+# The dtype names in PyTorch's tensor type names (Tensor.type(), the typed constructors of
+# ferro.legacy).
 _TYPE_NAMES = {
     "float32": "Float",
     "float64": "Double",
@@ -1040,6 +1041,7 @@ _TYPE_NAMES = {
     "bool": "Bool",
     "int32": "Int",
     "float16": "Half",
+    "uint8": "Byte",
 }
 _TYPE_DTYPES = {v: k for k, v in _TYPE_NAMES.items()}
 

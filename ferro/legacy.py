@@ -24,7 +24,7 @@ import numpy as np
 
 from ferro import dtypes as _dtypes
 from ferro._C.tensor import TensorBase
-from ferro._tensor import Size
+from ferro._tensor import _TYPE_NAMES, Size
 from ferro.creation import empty, tensor
 from ferro.errors import ArgumentTypeError, DtypeError
 
@@ -73,19 +73,14 @@ def _is_size(a) -> bool:
 
 
 def _types(is_cuda: bool) -> dict:
-    pairs = {
-        "FloatTensor": _dtypes.float32,
-        "DoubleTensor": _dtypes.float64,
-        "LongTensor": _dtypes.int64,
-        "BoolTensor": _dtypes.bool_,
-        "IntTensor": _dtypes.int32,
-        "HalfTensor": _dtypes.float16,
-        "ByteTensor": _dtypes.uint8,
-    }
-    return {
-        name: _TensorType(name, (), {"dtype": dt, "is_cuda": is_cuda, "__doc__": _doc(name, dt)})
-        for name, dt in pairs.items()
-    }
+    # One class per name of Tensor.type()'s table: "Float" -> FloatTensor of ferro.float32, ...
+    out = {}
+    for np_name, kind in _TYPE_NAMES.items():
+        dt, name = _dtypes.FROM_NUMPY[np.dtype(np_name)], kind + "Tensor"
+        out[name] = _TensorType(
+            name, (), {"dtype": dt, "is_cuda": is_cuda, "__doc__": _doc(name, dt)}
+        )
+    return out
 
 
 def _doc(name: str, dt) -> str:

@@ -40,6 +40,7 @@ from ferro._C import norm_kernels as _norm_kernels
 from ferro._C import pooling_kernels as _pooling_kernels
 from ferro._C import recurrent_kernels as _recurrent_kernels
 from ferro._C import resampling_kernels as _resampling_kernels
+from ferro._intraop import get_num_threads, set_num_threads
 from ferro._missing import module_attribute as __getattr__  # noqa: F401  (PEP 562 hints)
 from ferro._printing import get_printoptions, set_printoptions
 from ferro._tensor import Size, Tensor
@@ -130,21 +131,6 @@ from ferro.utils.checkpoint import checkpoint, checkpoint_sequential
 # ferro.ops.fused lists (so ops never import cuda), and the GPU kernels become the engine's
 # accumulation and sum-to-shape on CuPy arrays. Neither imports CuPy: that waits for a kernel.
 _fused.install(
-    "cpu", _cpu_kernels, _conv_kernels, _norm_kernels, _pooling_kernels, _recurrent_kernels
-)
-_fused.install(
-    "cpu",
-    _cpu_kernels,
-    _conv_kernels,
-    _norm_kernels,
-    _pooling_kernels,
-    _recurrent_kernels,
-    _resampling_kernels,
-)
-_fused.install(
-    "cuda", _cuda_kernels, _cuda_conv, _cuda_norm, _cuda_pooling, _cuda_recurrent, _cuda_resampling
-)
-_fused.install(
     "cpu",
     _cpu_kernels,
     _conv_kernels,
@@ -198,6 +184,8 @@ __all__ = [
     "as_tensor",
     "from_numpy",
     "get_float32_matmul_precision",
+    "get_num_threads",
+    "set_num_threads",
     "set_float32_matmul_precision",
     "from_dlpack",
     "zeros",

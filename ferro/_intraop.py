@@ -80,7 +80,7 @@ class _State:
         self.active = 0  # splits running
         self.blas_threads = 0  # the BLAS's count before the first of them
         self.local = threading.local()  # .inside: this thread runs a part
-        self.threads = _BLAS[0]() if _BLAS is not None else 1
+        self.threads = (_BLAS or _GOMP or (lambda: 1,))[0]()
 
 
 _state = _State()
@@ -98,18 +98,45 @@ os.register_at_fork(after_in_child=_after_fork)
 
 
 def num_threads() -> int:
-    """How many parts a split may run at once (the BLAS's thread count when ferro was
-    imported, or what :func:`set_num_threads` set)."""
+    """How many threads one CPU op may use (``ferro.get_num_threads``)."""
     return _state.threads
 
 
-def set_num_threads(n: int) -> None:
-    """Run splits on at most ``n`` threads (1: every op serial, as with one core)."""
-    from ferro.errors import ArgumentError
+get_num_threads = num_threads
 
-    if int(n) < 1:
+
+def set_num_threads(n: int) -> None:
+    """PyTorch's ``torch.set_num_threads``: one CPU op uses at most ``n`` threads (1: every
+    op on the calling thread, as with one core). Sets three things: how many parts an intra-op
+    split runs (Note [Intra-op split]), OpenBLAS's thread count (process-wide) and the OpenMP
+    thread count of ferro's kernels in the calling thread (libgomp keeps it per thread: other
+    threads you start keep libgomp's default, ``OMP_NUM_THREADS`` or the cores). Results do not
+    change, only speed. At import the count is OpenBLAS's (``OPENBLAS_NUM_THREADS``,
+    ``OMP_NUM_THREADS`` or the cores), or OpenMP's where the BLAS cannot be controlled.
+
+    Example:
+        >>> before = ferro.get_num_threads()
+        >>> ferro.set_num_threads(1)
+        >>> ferro.get_num_threads()
+        1
+        >>> ferro.set_num_threads(before)
+    """
+    from ferro.errors import ArgumentError, ArgumentTypeError
+
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise ArgumentTypeError(f"set_num_threads: expected an int, got {type(n).__name__}")
+    if n < 1:
         raise ArgumentError(f"set_num_threads: the number of threads must be >= 1, got {n}")
-    _state.threads = int(n)
+    state = _state
+    with state.lock:
+        state.threads = n
+        if _BLAS is not None:
+            if state.active:  # a split runs: the count it gives back at its end
+                state.blas_threads = n
+            else:
+                _BLAS[1](n)
+    if _GOMP is not None:
+        _GOMP[1](n)
 
 
 def parts(work: int, minimum: int = 1) -> int:

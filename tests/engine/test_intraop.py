@@ -117,3 +117,39 @@ def test_a_forked_child_runs_splits(two_threads):
     finally:
         proc.join(60)
     assert proc.exitcode == 0
+
+
+def test_set_num_threads_sets_the_split_the_blas_and_this_threads_openmp():
+    import ferro
+
+    before = ferro.get_num_threads()
+    try:
+        ferro.set_num_threads(1)
+        assert ferro.get_num_threads() == 1 and intraop.parts(100) == 1
+        if intraop._BLAS is not None:
+            assert _blas_threads() == 1
+        if intraop._GOMP is not None:
+            assert intraop._GOMP[0]() == 1
+        ferro.set_num_threads(3)
+        assert ferro.get_num_threads() == 3
+        if intraop._BLAS is not None:
+            assert _blas_threads() == 3
+            assert intraop.parts(100) == 3
+    finally:
+        ferro.set_num_threads(before)
+    for bad, err in ((0, ArgumentError), (-2, ArgumentError), (2.0, TypeError), (True, TypeError)):
+        with pytest.raises(err, match="set_num_threads"):
+            ferro.set_num_threads(bad)
+    assert ferro.get_num_threads() == before
+
+
+@needs_blas
+def test_set_num_threads_during_a_split_is_what_the_split_gives_back(two_threads):
+    def part(i):
+        if i == 0:
+            intraop.set_num_threads(2)
+        return _blas_threads()
+
+    intraop.set_num_threads(3)
+    assert intraop.run(part, 2)[1] == 1
+    assert _blas_threads() == 2

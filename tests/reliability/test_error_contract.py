@@ -238,6 +238,9 @@ BASES = {
     "MissingFeatureError": AttributeError,
     "DistributedError": RuntimeError,
     "DistributedTimeoutError": TimeoutError,
+    "ProcessException": RuntimeError,
+    "ProcessRaisedException": errors.ProcessException,
+    "ProcessExitedException": errors.ProcessException,
 }
 
 

@@ -106,14 +106,14 @@ def _index_operand(index, like, op, kinds="iu"):
     elif is_array(index):
         arr = _on_device_of(index, like)
         operand = arr = index.copy() if arr is index else arr
-    elif isinstance(index, (list, tuple, numbers.Integral)) and not isinstance(index, bool):
+    elif isinstance(index, (list, tuple, range, numbers.Integral)) and not isinstance(index, bool):
         arr = np.asarray(index)
         if arr.size == 0 and arr.dtype.kind == "f":
             arr = arr.astype(np.int64)  # [] is an empty index, not a float array
         operand = arr = _on_device_of(arr, like)
     else:
         raise ArgumentTypeError(
-            f"{op}: the index must be a Tensor, an array or a list of ints, got "
+            f"{op}: the index must be a Tensor, an array, a range or a list of ints, got "
             f"{type(index).__name__}"
         )
     if arr.dtype.kind not in kinds:
@@ -486,7 +486,7 @@ def _index_items(index, like, op="getitem"):
             pass
         elif type(it) is slice:
             it = slice(_bound(it.start, op), _bound(it.stop, op), _bound(it.step, op))
-        elif isinstance(it, (TensorBase, list)) or is_array(it):
+        elif isinstance(it, (TensorBase, list, range)) or is_array(it):
             it = _index_operand(it, like, op, kinds="iub")[0]
             advanced = True
         elif isinstance(it, numbers.Integral):  # NumPy integers, bools

@@ -290,3 +290,41 @@ def test_clip_grad_norm_and_value():
     )
     nn.utils.clip_grad_value_([a, b], 0.1)
     assert np.abs(np.concatenate([a.grad.numpy(), b.grad.numpy()])).max() <= 0.1
+
+
+@pytest.mark.parametrize("lib_name", ["ferro", "torch"])
+def test_hook_options_match_pytorch(lib_name):
+    # with_kwargs, prepend and always_call of the forward hooks; the full backward pre-hook.
+    lib = pytest.importorskip(lib_name)
+
+    class Scale(lib.nn.Module):
+        def forward(self, x, *, factor=1.0):
+            if factor == 0:
+                raise ValueError("factor 0")
+            return x * factor
+
+    m, calls = Scale(), []
+    m.register_forward_hook(lambda mod, a, k, o: calls.append(("kw", dict(k))), with_kwargs=True)
+    m.register_forward_hook(lambda mod, a, o: calls.append("first"), prepend=True)
+    m.register_forward_pre_hook(
+        lambda mod, a, k: ((a[0] * 2,), {**k, "factor": 3.0}), with_kwargs=True
+    )
+    m.register_forward_hook(lambda mod, a, o: calls.append(("always", o)), always_call=True)
+    x = lib.ones(2, requires_grad=True)
+    y = m(x, factor=1.0)
+    assert y.tolist() == [6.0, 6.0]
+    assert calls[:2] == ["first", ("kw", {"factor": 3.0})] and calls[2][0] == "always"
+    calls.clear()
+    with pytest.raises(ValueError, match="factor 0"):
+        m.register_forward_pre_hook(lambda mod, a, k: (a, {"factor": 0}), with_kwargs=True)
+        m(x)
+    assert calls == [("always", None)]
+
+    n, seen = Scale(), []
+    n.register_full_backward_pre_hook(lambda mod, go: (go[0] * 10,))
+    n.register_full_backward_hook(lambda mod, gi, go: seen.append((gi[0].tolist(), go[0].tolist())))
+    n.register_full_backward_pre_hook(lambda mod, go: seen.append(go[0].tolist()), prepend=True)
+    x = lib.ones(2, requires_grad=True)
+    n(x, factor=2.0).sum().backward()
+    assert seen == [[1.0, 1.0], ([20.0, 20.0], [10.0, 10.0])]
+    assert x.grad.tolist() == [20.0, 20.0]

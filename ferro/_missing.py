@@ -119,6 +119,27 @@ MODULE = {
 }
 
 
+_NO_DEVICE_ENTRY = ("ferro runs on the CPU (NumPy) and NVIDIA GPUs (CuPy) only", "", "devices")
+
+# nn.Module method -> (why, the ferro way or "", section of docs/pytorch.md).
+NN_MODULE = {
+    "share_memory": (
+        "ferro has no shared-memory tensors",
+        "ferro.multiprocessing sends tensors as copies; use ferro.distributed for data-parallel "
+        "training",
+        "what-is-missing",
+    ),
+    "compile": (
+        "ferro has no compiler (torch.compile)",
+        "call the module as it is",
+        "what-is-missing",
+    ),
+    "xpu": _NO_DEVICE_ENTRY,
+    "ipu": _NO_DEVICE_ENTRY,
+    "mtia": _NO_DEVICE_ENTRY,
+}
+
+
 def _message(owner: str, name: str, entry) -> str:
     why, instead, section = entry
     text = f"ferro has no {owner}{name!r}: {why}"
@@ -135,7 +156,7 @@ def tensor_attribute(name: str):
     raise MissingFeatureError(_message("Tensor.", name, entry))
 
 
-_NO_DEVICE = ("ferro runs on the CPU (NumPy) and NVIDIA GPUs (CuPy) only", "", "devices")
+_NO_DEVICE = _NO_DEVICE_ENTRY
 
 
 class AbsentDevice:
@@ -161,6 +182,14 @@ class AbsentDevice:
 
 
 DEVICES = {"xpu": AbsentDevice("xpu"), "mps": AbsentDevice("mps")}
+
+
+def nn_module_attribute(owner: str, name: str):
+    """Raise the error for a missing attribute ``name`` of a Module of class ``owner``."""
+    entry = NN_MODULE.get(name)
+    if entry is None:
+        raise AttributeError(f"{owner} has no attribute {name!r}")
+    raise MissingFeatureError(_message("Module.", name, entry))
 
 
 def module_attribute(name: str):

@@ -213,7 +213,9 @@ class Module:
         for store in ("_parameters", "_buffers", "_modules"):
             if store in d and name in d[store]:
                 return d[store][name]
-        raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
+        from ferro._missing import nn_module_attribute  # PyTorch names ferro lacks, explained
+
+        nn_module_attribute(type(self).__name__, name)
 
     def __delattr__(self, name: str) -> None:
         for store in (self._parameters, self._buffers, self._modules):
@@ -363,6 +365,26 @@ class Module:
                 raise AttributeError(f"`{item}` is not an nn.Module")
         return mod
 
+    def set_submodule(self, target: str, module: Module, strict: bool = False) -> None:
+        """Put ``module`` at dotted path ``target`` (``"encoder.0"``), replacing what is there;
+        with ``strict``, the attribute must exist already.
+
+        Raises:
+            AttributeError: the path's parent is missing, or (``strict``) its last name.
+            ArgumentTypeError: ``module`` is not a Module.
+        """
+        if not isinstance(module, Module):
+            raise ArgumentTypeError(
+                f"set_submodule: expected an nn.Module, got {type(module).__name__}"
+            )
+        if not target:
+            raise ArgumentError("set_submodule: cannot set the module itself (target is '')")
+        path, _, name = target.rpartition(".")
+        owner = self.get_submodule(path)
+        if strict and not hasattr(owner, name):
+            raise AttributeError(f"{type(owner).__name__} has no attribute `{name}`")
+        setattr(owner, name, module)
+
     def _owner_of(self, target: str) -> tuple[Module, str]:
         """The submodule that holds the attribute at dotted path ``target``, and its name."""
         path, _, name = target.rpartition(".")
@@ -497,6 +519,26 @@ class Module:
             return arr if device is None else move(arr, device)
 
         return self._apply(convert)
+
+    def type(self, dst_type) -> Module:
+        """Convert EVERY parameter and buffer (integer ones too, as in PyTorch) to
+        ``dst_type``: a dtype, or a type name or class as ``Tensor.type`` takes them
+        (``"ferro.DoubleTensor"``, ``ferro.FloatTensor``)."""
+        return self._apply(lambda arr: wrap(arr).type(dst_type)._data)
+
+    def to_empty(self, *, device, recurse: bool = True) -> Module:
+        """Give every parameter and buffer an uninitialized array of its shape and dtype on
+        ``device`` (PyTorch's way out of its meta device; here it just allocates)."""
+        from ferro.backend import device as as_device
+
+        target = as_device(device)
+
+        def empty(arr):
+            return move(np.empty(arr.shape, dtype=arr.dtype), target)
+
+        if not recurse:
+            raise NotSupportedError("to_empty: recurse=False is not supported; use recurse=True")
+        return self._apply(empty)
 
     def float(self) -> Module:
         """Convert floating point parameters and buffers to float32."""

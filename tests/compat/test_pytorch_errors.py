@@ -45,7 +45,7 @@ def test_every_message_points_at_a_section_of_the_migration_page():
         for line in DOC.splitlines()
         if line.startswith("## ")
     }
-    for table in (_missing.TENSOR, _missing.MODULE, {"device": _missing._NO_DEVICE}):
+    for table in (_missing.TENSOR, _missing.MODULE, _missing.NN_MODULE, {"d": _missing._NO_DEVICE}):
         for _why, _instead, section in table.values():
             assert section in anchors, section
 

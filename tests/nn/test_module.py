@@ -328,3 +328,35 @@ def test_hook_options_match_pytorch(lib_name):
     n(x, factor=2.0).sum().backward()
     assert seen == [[1.0, 1.0], ([20.0, 20.0], [10.0, 10.0])]
     assert x.grad.tolist() == [20.0, 20.0]
+
+
+def test_set_submodule_type_to_empty_and_missing_module_methods():
+    from ferro.errors import ArgumentTypeError, MissingFeatureError
+
+    net = ferro.nn.Sequential(ferro.nn.Linear(2, 3), ferro.nn.ReLU())
+    net.set_submodule("1", ferro.nn.Tanh())
+    assert isinstance(net[1], ferro.nn.Tanh)
+    net.set_submodule("0.extra", ferro.nn.Identity())
+    with pytest.raises(AttributeError):
+        net.set_submodule("0.other", ferro.nn.Identity(), strict=True)
+    with pytest.raises(AttributeError):
+        net.set_submodule("5.x", ferro.nn.Identity())
+    with pytest.raises(ArgumentTypeError, match="set_submodule"):
+        net.set_submodule("1", lambda x: x)
+
+    bn = ferro.nn.BatchNorm1d(3)  # num_batches_tracked is an int64 buffer
+    bn.type(ferro.float64)
+    assert bn.weight.dtype == ferro.float64 and bn.num_batches_tracked.dtype == ferro.float64
+    bn.type("ferro.FloatTensor")
+    assert bn.running_mean.dtype == ferro.float32
+
+    w = net[0].weight
+    net.to_empty(device="cpu")
+    assert net[0].weight is w and w.shape == (3, 2) and w.dtype == ferro.float32
+
+    for name in ("share_memory", "compile", "xpu"):
+        with pytest.raises(MissingFeatureError, match=f"ferro has no Module.'{name}'"):
+            getattr(net, name)
+    with pytest.raises(AttributeError) as info:
+        net.no_such_method  # noqa: B018
+    assert type(info.value) is AttributeError

@@ -53,7 +53,14 @@ from ferro.autograd import (
     no_grad,
     set_grad_enabled,
 )
-from ferro.backend import device, get_default_device, set_default_device
+from ferro.backend import (
+    are_deterministic_algorithms_enabled,
+    device,
+    get_default_device,
+    is_deterministic_algorithms_warn_only_enabled,
+    set_default_device,
+    use_deterministic_algorithms,
+)
 from ferro.backends import get_float32_matmul_precision, set_float32_matmul_precision
 from ferro.creation import (
     arange,
@@ -186,6 +193,9 @@ __all__ = [
     "get_float32_matmul_precision",
     "get_num_threads",
     "set_num_threads",
+    "use_deterministic_algorithms",
+    "are_deterministic_algorithms_enabled",
+    "is_deterministic_algorithms_warn_only_enabled",
     "set_float32_matmul_precision",
     "from_dlpack",
     "zeros",

@@ -32,6 +32,9 @@ builtin a Python user would expect, so ``except ValueError`` keeps working:
   the collective and the ranks that did not arrive.
 - :class:`MissingFeatureError` (``NotSupportedError`` and ``AttributeError``): a PyTorch name
   ferro does not have; the message says what to do instead.
+- :class:`NondeterministicError` (``RuntimeError``): an op with no deterministic implementation
+  on its device (a CUDA scatter-add by atomics) ran under
+  ``ferro.use_deterministic_algorithms(True)``.
 - :class:`ProcessException` (``RuntimeError``): a process of ``ferro.multiprocessing.spawn``
   failed: :class:`ProcessRaisedException` (it raised; the message holds its traceback) or
   :class:`ProcessExitedException` (it exited with a nonzero code or was killed by a signal).
@@ -113,6 +116,11 @@ class MissingFeatureError(NotSupportedError, AttributeError):
     the ferro way, if there is one. An AttributeError too, so ``hasattr`` stays False."""
 
 
+class NondeterministicError(FerroError, RuntimeError):
+    """An op without a deterministic implementation on its device ran while
+    ``ferro.use_deterministic_algorithms(True)`` was set."""
+
+
 class ProcessException(FerroError, RuntimeError):
     """A process that ``ferro.multiprocessing.spawn`` started failed; ``error_index`` is its
     index, ``pid`` its process id."""
@@ -160,6 +168,7 @@ __all__ = [
     "DistributedError",
     "DistributedTimeoutError",
     "MissingFeatureError",
+    "NondeterministicError",
     "ProcessException",
     "ProcessRaisedException",
     "ProcessExitedException",

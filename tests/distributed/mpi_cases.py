@@ -326,6 +326,68 @@ def ddp_bucket_view_and_checkpoint():
 
 
 @case
+def ddp_bucket_view_no_sync_zero_grad_and_adam():
+    # gradient_as_bucket_view=True through a training loop's moves: a no_sync accumulation then
+    # a synchronised backward (the accumulated sums reduced), zero_grad(set_to_none=True) and
+    # (set_to_none=False) between steps, and Adam's fused update reading .grad: every .grad is
+    # its bucket's memory after each synchronised backward and equals the whole batch's
+    # gradient, and the parameters follow a one-process Adam run on the whole batches.
+    r, n = rank_world()
+    model = make_model(seed=12)
+    ref_model = copy.deepcopy(model)
+    ddp = DDP(model, gradient_as_bucket_view=True, bucket_cap_mb=0.0005)
+    ref_model.load_state_dict(model.state_dict())  # rank 0's weights (DDP broadcast them)
+    opt = ferro.optim.Adam(ddp.parameters(), lr=0.01)
+    ref_opt = ferro.optim.Adam(ref_model.parameters(), lr=0.01)
+
+    def loss_of(m, xb, yb):
+        return ((m(ferro.tensor(xb)) - ferro.tensor(yb)) ** 2).mean() / 2
+
+    for step in range(4):
+        x, y = global_batch(8 * n, seed=20 + step)
+        mine = [
+            (x[8 * r + 4 * h : 8 * r + 4 * h + 4], y[8 * r + 4 * h : 8 * r + 4 * h + 4])
+            for h in (0, 1)
+        ]
+        with ddp.no_sync():
+            loss_of(ddp, *mine[0]).backward()
+        loss_of(ddp, *mine[1]).backward()
+        ref_opt.zero_grad()
+        for h in (0, 1):  # the whole batch in the same two halves, each rank's in turn
+            xs = np.concatenate([x[8 * k + 4 * h : 8 * k + 4 * h + 4] for k in range(n)])
+            ys = np.concatenate([y[8 * k + 4 * h : 8 * k + 4 * h + 4] for k in range(n)])
+            loss_of(ref_model, xs, ys).backward()
+        for b in ddp._buckets:
+            for p in b.params:
+                assert np.shares_memory(p.grad.numpy(), b.flat), ddp._names[id(p)]
+        for p, q in zip(model.parameters(), ref_model.parameters(), strict=True):
+            close(p.grad.numpy(), q.grad.numpy())
+        opt.step()
+        ref_opt.step()
+        for p, q in zip(model.parameters(), ref_model.parameters(), strict=True):
+            close(p.detach().numpy(), q.detach().numpy())
+        opt.zero_grad(set_to_none=step % 2 == 0)
+
+
+@case
+def ddp_state_dict():
+    # The wrapper's keys carry the "module." prefix (as PyTorch's); the module's own do not,
+    # and load into a plain model on any rank with rank 0's values.
+    r, n = rank_world()
+    model = make_model(seed=13)
+    ddp = DDP(model)
+    keys = list(model.state_dict())
+    assert list(ddp.state_dict()) == ["module." + k for k in keys], list(ddp.state_dict())
+    plain = make_model(seed=14)
+    plain.load_state_dict(ddp.module.state_dict())
+    gathered = gather_strings(
+        json.dumps([float(v.numpy().sum()) for v in plain.state_dict().values()])
+    )
+    assert all(g == gathered[0] for g in gathered), gathered
+    ddp.load_state_dict(ddp.state_dict())
+
+
+@case
 def ddp_buckets_start_during_the_walk():
     # The overlap: a bucket whose gradients are complete starts while backward is still walking
     # the earlier layers (tensor hooks), not after every .grad is written (post-accumulate

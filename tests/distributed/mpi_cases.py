@@ -370,6 +370,54 @@ def ddp_bucket_view_no_sync_zero_grad_and_adam():
 
 
 @case
+def ddp_accumulated_grads_set_aside_and_restored():
+    # A .grad that exists when its gradient comes in (no_sync accumulation, zero_grad with
+    # set_to_none=False) is set aside during the walk, so that the engine stores the new
+    # gradient instead of adding it into a .grad the reduction then replaces; it is the same
+    # tensor, holding the average, after backward. A backward that raises gives them back as
+    # they were, at the next forward (which reports the unreduced iteration).
+    r, n = rank_world()
+    model = make_model(seed=15)
+    ddp = DDP(model)
+    x, y = global_batch(2 * n, seed=16)
+    xs, ys = ferro.tensor(x[2 * r : 2 * r + 2]), ferro.tensor(y[2 * r : 2 * r + 2])
+    ref = full_batch_grads(model, x, y)
+    with ddp.no_sync():
+        ((ddp(xs) - ys) ** 2).mean().backward()
+    before = [p.grad for p in model.parameters()]
+    seen = []
+    hook = model[4].weight.register_hook(lambda g: seen.append(model[4].weight.grad))
+    ((ddp(xs) - ys) ** 2).mean().backward()
+    hook.remove()
+    assert seen == [None], seen  # set aside while the walk ran
+    for p, g, want in zip(model.parameters(), before, ref, strict=True):
+        assert p.grad is g
+        close(g.numpy(), 2 * want)
+    values = [g.numpy().copy() for g in before]
+
+    def fail(g):
+        raise RuntimeError("a hook fails")
+
+    hook = model[0].weight.register_hook(fail)  # runs after DDP's, the last leaf
+    try:
+        ((ddp(xs) - ys) ** 2).mean().backward()
+    except RuntimeError:
+        pass
+    else:
+        raise AssertionError("the hook should have raised")
+    hook.remove()
+    try:
+        ddp(xs)
+    except ferro.errors.DistributedError:
+        pass
+    else:
+        raise AssertionError("an unreduced iteration must be reported at the next forward")
+    for p, g, v in zip(model.parameters(), before, values, strict=True):
+        assert p.grad is g
+        assert np.array_equal(g.numpy(), v)
+
+
+@case
 def ddp_state_dict():
     # The wrapper's keys carry the "module." prefix (as PyTorch's); the module's own do not,
     # and load into a plain model on any rank with rank 0's values.

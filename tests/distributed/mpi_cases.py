@@ -439,28 +439,33 @@ def ddp_state_dict():
 def ddp_buckets_start_during_the_walk():
     # The overlap: a bucket whose gradients are complete starts while backward is still walking
     # the earlier layers (tensor hooks), not after every .grad is written (post-accumulate
-    # hooks run only after the walk). The events are ordered, not timed.
+    # hooks run only after the walk). The events are ordered, not timed. The same with
+    # gradient_as_bucket_view=True, whose .grad (the bucket) exists from the second step on.
     r, n = rank_world()
-    model = make_model(seed=7)
-    ddp = DDP(model, bucket_cap_mb=0.0005)  # about one parameter per bucket
-    assert len(ddp._buckets) > 2, ddp._buckets
-    object.__setattr__(ddp, "_timeline", [])
-    x, y = global_batch(3 * n, seed=9)
-    ref = full_batch_grads(model, x, y)
-    seen = []
-    model[0].weight.register_hook(lambda g: seen.append(len(ddp._timeline)))  # the last leaf
-    xs, ys = x[3 * r : 3 * r + 3], y[3 * r : 3 * r + 3]
-    ((ddp(ferro.tensor(xs)) - ferro.tensor(ys)) ** 2).mean().backward()
-    events = [e for e, _, _ in ddp._timeline]
-    first = events.index("start")
-    assert seen and first < seen[0], (
-        first,
-        seen,
-        events,
-    )  # started before the walk reached 0.weight
-    assert events.count("start") == len(ddp._buckets) and events[-1] == "end", events
-    for p, g in zip(model.parameters(), ref, strict=True):
-        close(p.grad.numpy(), g)
+    for view in (False, True):
+        model = make_model(seed=7)
+        ddp = DDP(model, bucket_cap_mb=0.0005, gradient_as_bucket_view=view)  # ~a parameter each
+        assert len(ddp._buckets) > 2, ddp._buckets
+        x, y = global_batch(3 * n, seed=9)
+        ref = full_batch_grads(model, x, y)
+        seen = []
+        model[0].weight.register_hook(lambda g, s=seen, d=ddp: s.append(len(d._timeline)))
+        xs, ys = x[3 * r : 3 * r + 3], y[3 * r : 3 * r + 3]
+        for step in range(2):
+            model.zero_grad(set_to_none=False)
+            object.__setattr__(ddp, "_timeline", [])
+            seen.clear()
+            ((ddp(ferro.tensor(xs)) - ferro.tensor(ys)) ** 2).mean().backward()
+            events = [e for e, _, _ in ddp._timeline]
+            first = events.index("start")
+            assert seen and first < seen[0], (view, step, first, seen, events)  # before 0.weight
+            assert events.count("start") == len(ddp._buckets) and events[-1] == "end", events
+            for p, g in zip(model.parameters(), ref, strict=True):
+                close(p.grad.numpy(), g)
+        if view:
+            for b in ddp._buckets:
+                for p in b.params:
+                    assert np.shares_memory(p.grad.numpy(), b.flat)
 
 
 @case

@@ -40,9 +40,11 @@ Note [DDP buckets] (docs/distributed.md, "How gradients are reduced"):
   over every gradient whose result the hand-over replaces (2-2.5 ms of CPU per step for the
   benchmark's MLP). A backward that raises leaves them set aside; the next forward, which
   reports the unreduced iteration, gives them back unchanged.
-- With ``gradient_as_bucket_view=True`` a parameter's ``.grad`` is its slot of the bucket,
-  which the engine writes only after the walk: its buckets start from the post-accumulate-grad
-  hooks, after the walk, and overlap nothing (the option trades the overlap for memory).
+- With ``gradient_as_bucket_view=True`` a parameter's ``.grad`` is its slot of the bucket
+  (one buffer per bucket, kept across steps). The hooks are those above: a slot ``.grad`` is
+  added into in place and set aside, so the engine's write after the walk cannot touch the
+  bucket while MPI reduces it, and the buckets overlap backward as without the option. (A
+  backward that raises then leaves those ``.grad`` modified: they are the bucket.)
 - ``find_unused_parameters=True`` walks the graph from the forward's outputs and counts the
   parameters it does not reach as ready (zero gradient) so their buckets are not waited for
   forever; without it, a parameter that gets no gradient leaves its bucket incomplete, which
@@ -190,9 +192,10 @@ class DistributedDataParallel(Module):
         bucket_cap_mb: bucket size in megabytes (25, as PyTorch).
         find_unused_parameters: walk the graph after each forward to find parameters that will
             get no gradient (costs a graph walk per iteration).
-        gradient_as_bucket_view: after the reduction, ``.grad`` of each parameter is a view
-            into its bucket's buffer instead of a copy (saves one copy and the memory of the
-            gradients; the next backward accumulates into the bucket).
+        gradient_as_bucket_view: ``.grad`` of each parameter is a view into its bucket's
+            buffer, one per bucket kept across steps (without it a bucket hands its buffer to
+            the gradients and may fill another while a user holds those); a backward that
+            raises leaves such gradients modified.
         static_graph: accepted for PyTorch compatibility (no effect).
 
     ``state_dict()`` keys carry the ``module.`` prefix, as in PyTorch; save
@@ -363,7 +366,7 @@ class DistributedDataParallel(Module):
     def _grad_hook(self, p, grad) -> None:
         """Tensor hook: ``p``'s gradient of this backward is complete (the walk goes on). Its
         bucket slot gets (``.grad`` + grad) / world size now, and a complete bucket starts."""
-        if not (self._require_sync and self._expect_reduction) or self.gradient_as_bucket_view:
+        if not (self._require_sync and self._expect_reduction):
             return
         i, k = self._where[id(p)]
         with self._lock:  # the parallel walk may run leaf hooks on several threads
@@ -378,14 +381,7 @@ class DistributedDataParallel(Module):
         if not (self._require_sync and self._expect_reduction):
             return
         with self._lock:
-            if self.gradient_as_bucket_view:
-                # .grad is its bucket's memory, and the engine writes .grad only after the walk
-                # (Note [Atomic backward]): the bucket can start only now (no overlap).
-                i, k = self._where[id(p)]
-                if (i, k) not in self._ready_marks:
-                    self._copy_in(i, k, None)
-            else:
-                object.__setattr__(self, "_uncommitted", self._uncommitted - 1)
+            object.__setattr__(self, "_uncommitted", self._uncommitted - 1)
             if self._launched == len(self._buckets) and self._uncommitted <= 0:
                 self._finalize()
 

@@ -328,10 +328,11 @@ def ddp_bucket_view_and_checkpoint():
 @case
 def ddp_bucket_view_no_sync_zero_grad_and_adam():
     # gradient_as_bucket_view=True through a training loop's moves: a no_sync accumulation then
-    # a synchronised backward (the accumulated sums reduced), zero_grad(set_to_none=True) and
-    # (set_to_none=False) between steps, and Adam's fused update reading .grad: every .grad is
-    # its bucket's memory after each synchronised backward and equals the whole batch's
-    # gradient, and the parameters follow a one-process Adam run on the whole batches.
+    # a synchronised backward (the accumulated sums reduced), zero_grad(set_to_none=True),
+    # (set_to_none=False) or new zero .grad tensors between steps, and Adam's fused update
+    # reading .grad: every .grad is its bucket's memory after each synchronised backward and
+    # equals the whole batch's gradient, and the parameters follow a one-process Adam run on
+    # the whole batches.
     r, n = rank_world()
     model = make_model(seed=12)
     ref_model = copy.deepcopy(model)
@@ -343,7 +344,7 @@ def ddp_bucket_view_no_sync_zero_grad_and_adam():
     def loss_of(m, xb, yb):
         return ((m(ferro.tensor(xb)) - ferro.tensor(yb)) ** 2).mean() / 2
 
-    for step in range(4):
+    for step in range(5):
         x, y = global_batch(8 * n, seed=20 + step)
         mine = [
             (x[8 * r + 4 * h : 8 * r + 4 * h + 4], y[8 * r + 4 * h : 8 * r + 4 * h + 4])
@@ -366,7 +367,11 @@ def ddp_bucket_view_no_sync_zero_grad_and_adam():
         ref_opt.step()
         for p, q in zip(model.parameters(), ref_model.parameters(), strict=True):
             close(p.detach().numpy(), q.detach().numpy())
-        opt.zero_grad(set_to_none=step % 2 == 0)
+        if step % 3 == 2:  # code that replaces .grad: the next backward gives back the view
+            for p in model.parameters():
+                p.grad = ferro.zeros_like(p.grad)
+        else:
+            opt.zero_grad(set_to_none=step % 3 == 0)
 
 
 @case

@@ -212,7 +212,9 @@ def init_process_group(
     Rank and world size come from MPI; ``world_size``/``rank``, when given, must agree with
     them. ``timeout`` bounds every collective of the group (default 30 minutes, as PyTorch's).
     ``init_method``, ``store``, ``group_name``, ``pg_options`` and ``device_id`` are accepted
-    for PyTorch compatibility and have no effect under MPI.
+    for PyTorch compatibility and have no effect under MPI. Sets torchrun's ``RANK``,
+    ``WORLD_SIZE``, ``LOCAL_RANK`` and ``LOCAL_WORLD_SIZE`` environment variables from MPI's
+    ranks (``LOCAL_*`` among the ranks on this machine), for scripts that read them.
     """
     if backend not in (None, "mpi"):
         raise ArgumentError(
@@ -233,6 +235,16 @@ def init_process_group(
     world = ProcessGroup(comm, list(range(size)), timeout or DEFAULT_TIMEOUT)
     GroupMember.WORLD = group.WORLD = world
     _groups.append(world)
+    # torchrun's variables, which scripts read (``int(os.environ["LOCAL_RANK"])``): the ranks
+    # MPI gave, LOCAL_* among the processes of this machine.
+    local = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    os.environ.update(
+        RANK=str(me),
+        WORLD_SIZE=str(size),
+        LOCAL_RANK=str(local.Get_rank()),
+        LOCAL_WORLD_SIZE=str(local.Get_size()),
+    )
+    local.Free()
 
 
 def destroy_process_group(group=None) -> None:  # noqa: A002 - PyTorch's name

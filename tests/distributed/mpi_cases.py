@@ -44,6 +44,21 @@ def per_rank(r, shape=(3, 2), dtype=np.float64):
 
 
 @case
+def torchrun_environment():
+    # init_process_group sets torchrun's variables from MPI (every rank on this one machine).
+    import os
+
+    r, n = rank_world()
+    env = {k: os.environ.get(k) for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")}
+    assert env == {
+        "RANK": str(r),
+        "WORLD_SIZE": str(n),
+        "LOCAL_RANK": str(r),
+        "LOCAL_WORLD_SIZE": str(n),
+    }, env
+
+
+@case
 def all_reduce_ops():
     r, n = rank_world()
     every = [per_rank(k) for k in range(n)]

@@ -21,58 +21,9 @@
 #define FERRO_NORM_PARALLEL_MIN (1 << 17) /* values: below, waking a second thread costs more */
 #define FERRO_NORM_BLOCK 256
 
-/* GCC may reassociate the float arithmetic of these loops (as omp simd lets it for the sums):
- * their horizontal sums then become vector shuffles instead of a scalar add per lane, which
- * made about a third of forward's time on rows of 768. */
-#if defined(__GNUC__) && !defined(__clang__)
-#define FERRO_NORM_REASSOC                                                                      \
-    __attribute__((optimize("associative-math", "no-signed-zeros", "no-trapping-math")))
-#else
-#define FERRO_NORM_REASSOC
-#endif
-
-/* Outputs of at least FERRO_NORM_STREAM_MIN values (layer and RMS norm rows) are written with
- * streaming (non-temporal) stores: a plain store that misses the cache first reads the line it
- * writes, so a plain output moves its bytes twice through memory, a streamed one once (as
- * np.copyto's memmove does). Smaller outputs, which a following op may still find in the
- * cache, are stored normally. Only whole 64-byte lines stream (a partly streamed line costs
- * more than a plain one), so a row's blocks end on lines (ferro_norm_chunk) and its first and
- * last partial lines are stored normally. SSE2's 16-byte streaming store is in every x86-64
- * clone; elsewhere nothing streams. */
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#include <stdint.h>
-#define FERRO_NORM_STREAM_MIN ((ptrdiff_t)1 << 22)
-static inline void ferro_norm_stream(void *dst, const void *src, size_t n) {
-    char *d = (char *)dst;
-    const char *s = (const char *)src;
-    size_t h = (64 - ((uintptr_t)d & 63)) & 63, i, e;
-    if (h > n) h = n;
-    memcpy(d, s, h); /* the partial lines at either end: plain stores */
-    for (i = h, e = h + (n - h) / 64 * 64; i < e; i += 16)
-        _mm_stream_si128((__m128i *)(d + i), _mm_loadu_si128((const __m128i *)(s + i)));
-    memcpy(d + i, s + i, n - i);
-}
-static inline void ferro_norm_stream_fence(void) { _mm_sfence(); }
-#else
-#define FERRO_NORM_STREAM_MIN PTRDIFF_MAX
-static inline void ferro_norm_stream(void *dst, const void *src, size_t n) { memcpy(dst, src, n); }
-static inline void ferro_norm_stream_fence(void) {}
-#endif
-/* The output size (values) from which the row kernels stream: a variable, so that a benchmark
- * can time both ways in one run (norm_kernels.set_stream_min) */
-static ptrdiff_t ferro_norm_stream_min = FERRO_NORM_STREAM_MIN;
-/* Values of a block at dst, of at most FERRO_NORM_BLOCK of the n left in its row: streamed, a
- * block that leaves values for the next ends on a cache line. */
-static inline ptrdiff_t ferro_norm_chunk(const void *dst, ptrdiff_t n, size_t size, int stream) {
-    if (n <= FERRO_NORM_BLOCK) return n;
-    if (!stream) return FERRO_NORM_BLOCK;
-    return FERRO_NORM_BLOCK - (ptrdiff_t)(((uintptr_t)dst + FERRO_NORM_BLOCK * size) & 63) / (ptrdiff_t)size;
-}
-
 #define FERRO_NORM_ROWS(T, S)                                                                   \
 /* sum(a) and sum((a - m)^2) */                                                                 \
-FERRO_INLINE FERRO_NORM_REASSOC double ferro_norm_sum_##S(const T *a, ptrdiff_t n) {                               \
+FERRO_INLINE double ferro_norm_sum_##S(const T *a, ptrdiff_t n) {                               \
     double s = 0.0;                                                                             \
     ptrdiff_t j = 0, k, e;                                                                      \
     for (; j < n; j = e) {                                                                      \
@@ -84,7 +35,7 @@ FERRO_INLINE FERRO_NORM_REASSOC double ferro_norm_sum_##S(const T *a, ptrdiff_t 
     }                                                                                           \
     return s;                                                                                   \
 }                                                                                               \
-FERRO_INLINE FERRO_NORM_REASSOC double ferro_norm_sqdev_##S(const T *a, ptrdiff_t n, T m) {                        \
+FERRO_INLINE double ferro_norm_sqdev_##S(const T *a, ptrdiff_t n, T m) {                        \
     double s = 0.0;                                                                             \
     ptrdiff_t j = 0, k, e;                                                                      \
     for (; j < n; j = e) {                                                                      \
@@ -97,7 +48,7 @@ FERRO_INLINE FERRO_NORM_REASSOC double ferro_norm_sqdev_##S(const T *a, ptrdiff_
     return s;                                                                                   \
 }                                                                                               \
 /* sg = sum(g w), sgd = sum(g w (x - m)) (w NULL: 1) */                                         \
-FERRO_INLINE FERRO_NORM_REASSOC void ferro_norm_gsums_##S(const T *g, const T *x, const T *w, ptrdiff_t n, T m,    \
+FERRO_INLINE void ferro_norm_gsums_##S(const T *g, const T *x, const T *w, ptrdiff_t n, T m,    \
                                       double *sg, double *sgd) {                                \
     ptrdiff_t j = 0, k, e;                                                                      \
     *sg = *sgd = 0.0;                                                                           \
@@ -122,16 +73,14 @@ FERRO_INLINE FERRO_NORM_REASSOC void ferro_norm_gsums_##S(const T *g, const T *x
     }                                                                                           \
 }                                                                                               \
                                                                                                 \
-/* rows [r0, r1): y = (x - mean) rstd w + b; mean, var NULL unless centered. With stream, the  \
- * output is computed in blocks into buf (in L1) and copied out by ferro_norm_stream; a block    \
- * that does not end its row ends on a cache line */                                            \
-static FERRO_CLONES FERRO_NORM_REASSOC void ferro_norm_fwd_span_##S(                            \
-    const T *x, const T *w, const T *b, T *y, T *mean, T *rstd, T *var, ptrdiff_t r0,           \
-    ptrdiff_t r1, ptrdiff_t K, double eps, int stream) {                                        \
-    ptrdiff_t r, j, j0, n;                                                                      \
-    T buf[FERRO_NORM_BLOCK], *o;                                                                \
+/* rows [r0, r1): y = (x - mean) rstd w + b; mean, var NULL unless centered */                  \
+static FERRO_CLONES void ferro_norm_fwd_span_##S(const T *x, const T *w, const T *b, T *y,      \
+                                                 T *mean, T *rstd, T *var, ptrdiff_t r0,        \
+                                                 ptrdiff_t r1, ptrdiff_t K, double eps) {       \
+    ptrdiff_t r, j;                                                                             \
     for (r = r0; r < r1; r++) {                                                                 \
         const T *xr = x + r * K;                                                                \
+        T *yr = y + r * K;                                                                      \
         const T m = mean != NULL ? (T)(ferro_norm_sum_##S(xr, K) / (double)K) : (T)0;           \
         const double v = ferro_norm_sqdev_##S(xr, K, m) / (double)K;                            \
         const T rs = (T)(1.0 / sqrt(v + eps));                                                  \
@@ -140,76 +89,62 @@ static FERRO_CLONES FERRO_NORM_REASSOC void ferro_norm_fwd_span_##S(            
             var[r] = (T)v;                                                                      \
         }                                                                                       \
         rstd[r] = rs;                                                                           \
-        for (j0 = 0; j0 < K; j0 += n) {                                                         \
-            const T *xc = xr + j0, *wc = w ? w + j0 : w, *bc = b ? b + j0 : b;                  \
-            n = ferro_norm_chunk(y + r * K + j0, K - j0, sizeof(T), stream);                    \
-            o = stream ? buf : y + r * K + j0;                                                  \
-            if (w != NULL && b != NULL) {                                                       \
-                for (j = 0; j < n; j++) o[j] = (xc[j] - m) * rs * wc[j] + bc[j];                \
-            } else if (w != NULL) {                                                             \
-                for (j = 0; j < n; j++) o[j] = (xc[j] - m) * rs * wc[j];                        \
-            } else if (b != NULL) {                                                             \
-                for (j = 0; j < n; j++) o[j] = (xc[j] - m) * rs + bc[j];                        \
-            } else {                                                                            \
-                for (j = 0; j < n; j++) o[j] = (xc[j] - m) * rs;                                \
-            }                                                                                   \
-            if (stream) ferro_norm_stream(y + r * K + j0, buf, (size_t)n * sizeof(T));          \
+        if (w != NULL && b != NULL) {                                                           \
+            for (j = 0; j < K; j++) yr[j] = (xr[j] - m) * rs * w[j] + b[j];                     \
+        } else if (w != NULL) {                                                                 \
+            for (j = 0; j < K; j++) yr[j] = (xr[j] - m) * rs * w[j];                            \
+        } else if (b != NULL) {                                                                 \
+            for (j = 0; j < K; j++) yr[j] = (xr[j] - m) * rs + b[j];                            \
+        } else {                                                                                \
+            for (j = 0; j < K; j++) yr[j] = (xr[j] - m) * rs;                                   \
         }                                                                                       \
     }                                                                                           \
-    if (stream) ferro_norm_stream_fence();                                                      \
 }                                                                                               \
                                                                                                 \
 /* rows [r0, r1): gx = rs (g w - c1 - (x - m) c2), c1 = mean(g w) (0 for RMS norm), c2 =        \
  * mean(g w (x - m)) rs^2; gw += g (x - m) rs and gb += g (gw NULL: skipped), summed over up to \
- * 32 rows in acc (2 K values of T) and then added into gw and gb in double. gx is written in   \
- * blocks as forward writes y. */                                                               \
-static FERRO_CLONES FERRO_NORM_REASSOC void ferro_norm_bwd_span_##S(                            \
-    const T *g, const T *x, const T *w, const T *mean, const T *rstd, T *gx, double *gw,        \
-    double *gb, T *acc, ptrdiff_t r0, ptrdiff_t r1, ptrdiff_t K, int stream) {                  \
-    ptrdiff_t r, j, j0, n;                                                                      \
+ * 32 rows in acc (2 K values of T) and then added into gw and gb in double */                  \
+static FERRO_CLONES void ferro_norm_bwd_span_##S(const T *g, const T *x, const T *w,            \
+                                                 const T *mean, const T *rstd, T *gx,           \
+                                                 double *gw, double *gb, T *acc, ptrdiff_t r0,  \
+                                                 ptrdiff_t r1, ptrdiff_t K) {                   \
+    ptrdiff_t r, j;                                                                             \
     double sg, sgd;                                                                             \
-    T buf[FERRO_NORM_BLOCK], *o;                                                                \
     for (r = r0; r < r1; r++) {                                                                 \
         const T *xr = x + r * K, *gr = g + r * K;                                               \
+        T *gxr = gx + r * K;                                                                    \
         const T m = mean != NULL ? mean[r] : (T)0, rs = rstd[r];                                \
         ferro_norm_gsums_##S(gr, xr, w, K, m, &sg, &sgd);                                       \
         const T c1 = mean != NULL ? (T)(sg / (double)K) : (T)0;                                 \
         const T c2 = (T)(sgd * (double)rs * (double)rs / (double)K);                            \
-        /* one pass writes gx and the partial sums (aw, ab: 2 K values, in L1) */               \
-        T *restrict aw = acc, *restrict ab = acc ? acc + K : acc;                               \
-        if (gw != NULL && (r - r0) % 32 == 0) memset(acc, 0, 2 * (size_t)K * sizeof(T));        \
-        for (j0 = 0; j0 < K; j0 += n) {                                                         \
-            const T *xc = xr + j0, *gc = gr + j0, *wc = w ? w + j0 : w;                         \
-            n = ferro_norm_chunk(gx + r * K + j0, K - j0, sizeof(T), stream);                   \
-            o = stream ? buf : gx + r * K + j0;                                                 \
-            if (gw == NULL && w != NULL) {                                                      \
-                for (j = 0; j < n; j++) o[j] = rs * (gc[j] * wc[j] - c1 - (xc[j] - m) * c2);    \
-            } else if (gw == NULL) {                                                            \
-                for (j = 0; j < n; j++) o[j] = rs * (gc[j] - c1 - (xc[j] - m) * c2);            \
-            } else {                                                                            \
-                _Pragma("omp simd") /* o, acc and the inputs are distinct arrays */             \
-                for (j = 0; j < n; j++) {                                                       \
-                    const T gj = gc[j], d = xc[j] - m;                                          \
-                    o[j] = rs * (gj * (w != NULL ? wc[j] : (T)1) - c1 - d * c2);                \
-                    aw[j0 + j] += gj * d * rs;                                                  \
-                    ab[j0 + j] += gj;                                                           \
-                }                                                                               \
-            }                                                                                   \
-            if (stream) ferro_norm_stream(gx + r * K + j0, buf, (size_t)n * sizeof(T));         \
-        }                                                                                       \
-        if (gw != NULL && ((r - r0) % 32 == 31 || r == r1 - 1)) {                               \
+        if (gw == NULL && w != NULL) {                                                          \
+            for (j = 0; j < K; j++) gxr[j] = rs * (gr[j] * w[j] - c1 - (xr[j] - m) * c2);       \
+        } else if (gw == NULL) {                                                                \
+            for (j = 0; j < K; j++) gxr[j] = rs * (gr[j] - c1 - (xr[j] - m) * c2);              \
+        } else {                                                                                \
+            /* one pass writes gx and the partial sums (aw, ab: 2 K values, in L1) */           \
+            T *restrict aw = acc, *restrict ab = acc + K;                                       \
+            if ((r - r0) % 32 == 0) memset(acc, 0, 2 * (size_t)K * sizeof(T));                  \
+            _Pragma("omp simd") /* gx, acc and the inputs are distinct arrays */                \
             for (j = 0; j < K; j++) {                                                           \
-                gw[j] += (double)aw[j];                                                         \
-                gb[j] += (double)ab[j];                                                         \
+                const T gj = gr[j], d = xr[j] - m;                                              \
+                gxr[j] = rs * (gj * (w != NULL ? w[j] : (T)1) - c1 - d * c2);                   \
+                aw[j] += gj * d * rs;                                                           \
+                ab[j] += gj;                                                                    \
+            }                                                                                   \
+            if ((r - r0) % 32 == 31 || r == r1 - 1) {                                           \
+                for (j = 0; j < K; j++) {                                                       \
+                    gw[j] += (double)aw[j];                                                     \
+                    gb[j] += (double)ab[j];                                                     \
+                }                                                                               \
             }                                                                                   \
         }                                                                                       \
     }                                                                                           \
-    if (stream) ferro_norm_stream_fence();                                                      \
 }                                                                                               \
                                                                                                 \
 /* Group norm rows [r0, r1): row r holds K / L channels of L values, channel ch's weight index  \
  * (r % G) K / L + ch; gw and gb (per channel) are summed in double directly */                 \
-static FERRO_CLONES FERRO_NORM_REASSOC void ferro_gn_fwd_span_##S(const T *x, const T *w, const T *b, T *y,        \
+static FERRO_CLONES void ferro_gn_fwd_span_##S(const T *x, const T *w, const T *b, T *y,        \
                                                T *mean, T *rstd, T *var, ptrdiff_t r0,          \
                                                ptrdiff_t r1, ptrdiff_t K, ptrdiff_t L,          \
                                                ptrdiff_t G, double eps) {                       \
@@ -230,7 +165,7 @@ static FERRO_CLONES FERRO_NORM_REASSOC void ferro_gn_fwd_span_##S(const T *x, co
         }                                                                                       \
     }                                                                                           \
 }                                                                                               \
-static FERRO_CLONES FERRO_NORM_REASSOC void ferro_gn_bwd_span_##S(const T *g, const T *x, const T *w,              \
+static FERRO_CLONES void ferro_gn_bwd_span_##S(const T *g, const T *x, const T *w,              \
                                                const T *mean, const T *rstd, T *gx, double *gw, \
                                                double *gb, ptrdiff_t r0, ptrdiff_t r1,          \
                                                ptrdiff_t K, ptrdiff_t L, ptrdiff_t G) {         \
@@ -271,8 +206,7 @@ static void ferro_norm_fwd_##S(const T *x, const T *w, const T *b, T *y, T *mean
     for (r = 0; r < R; r += 8) {                                                                \
         r1 = R - r < 8 ? R : r + 8;                                                             \
         if (rows)                                                                               \
-            ferro_norm_fwd_span_##S(x, w, b, y, mean, rstd, var, r, r1, K, eps,                 \
-                                    R * K >= ferro_norm_stream_min);                            \
+            ferro_norm_fwd_span_##S(x, w, b, y, mean, rstd, var, r, r1, K, eps);                \
         else                                                                                    \
             ferro_gn_fwd_span_##S(x, w, b, y, mean, rstd, var, r, r1, K, L, G, eps);            \
     }                                                                                           \
@@ -305,7 +239,7 @@ static int ferro_norm_bwd_##S(const T *g, const T *x, const T *w, const T *mean,
         pb = part != NULL ? part + (2 * i + 1) * nw : gb;                                       \
         if (rows)                                                                               \
             ferro_norm_bwd_span_##S(g, x, w, mean, rstd, gx, pw, pb, acc ? acc + 2 * i * K : NULL, \
-                                    R * i / nb, R * (i + 1) / nb, K, R * K >= ferro_norm_stream_min); \
+                                    R * i / nb, R * (i + 1) / nb, K);                           \
         else                                                                                    \
             ferro_gn_bwd_span_##S(g, x, w, mean, rstd, gx, pw, pb, R * i / nb,                  \
                                   R * (i + 1) / nb, K, L, G);                                   \
@@ -325,7 +259,7 @@ static int ferro_norm_bwd_##S(const T *g, const T *x, const T *w, const T *mean,
 /* Batch norm over (N, C, S), channels [c0, c1) (N runs of S values each): the statistics, y =   \
  * (x - mean) rstd w + b; backward gx = rs (g w - c1 - (x - m) c2) as for rows, gw = sum(g (x -  \
  * m)) rs and gb = sum(g) per channel. Channels split across cores; each is written by one. */  \
-static FERRO_CLONES FERRO_NORM_REASSOC void ferro_bn_fwd_span_##S(const T *x, const T *w, const T *b, T *y,        \
+static FERRO_CLONES void ferro_bn_fwd_span_##S(const T *x, const T *w, const T *b, T *y,        \
                                                T *mean, T *rstd, T *var, ptrdiff_t N,           \
                                                ptrdiff_t C, ptrdiff_t L, ptrdiff_t c0,          \
                                                ptrdiff_t c1, double eps) {                      \
@@ -350,7 +284,7 @@ static FERRO_CLONES FERRO_NORM_REASSOC void ferro_bn_fwd_span_##S(const T *x, co
         }                                                                                       \
     }                                                                                           \
 }                                                                                               \
-static FERRO_CLONES FERRO_NORM_REASSOC void ferro_bn_bwd_span_##S(const T *g, const T *x, const T *w,              \
+static FERRO_CLONES void ferro_bn_bwd_span_##S(const T *g, const T *x, const T *w,              \
                                                const T *mean, const T *rstd, T *gx, double *gw, \
                                                double *gb, ptrdiff_t N, ptrdiff_t C,            \
                                                ptrdiff_t L, ptrdiff_t c0, ptrdiff_t c1) {       \
@@ -401,7 +335,18 @@ static void ferro_bn_bwd_##S(const T *g, const T *x, const T *w, const T *mean, 
         ferro_bn_bwd_span_##S(g, x, w, mean, rstd, gx, gw, gb, N, C, L, c, c + 1);              \
 }
 
+/* GCC may reassociate the float arithmetic of these loops, as omp simd already lets it for the
+ * sums: their horizontal sums then become vector shuffles instead of omp simd's scalar add per
+ * lane from the stack (about a third of forward on rows of 768: perf, L2-resident rows, 1
+ * thread, forward 0.27 -> 0.22 ns per value, backward 0.335 -> 0.29). */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC push_options
+#pragma GCC optimize("associative-math", "no-signed-zeros", "no-trapping-math")
+#endif
 FERRO_NORM_ROWS(float, f32)
 FERRO_NORM_ROWS(double, f64)
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC pop_options
+#endif
 
 #endif

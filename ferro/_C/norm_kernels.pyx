@@ -45,24 +45,10 @@ cdef extern from "norm_kernels.h" nogil:
                           const double*, double*, double*, double*, Py_ssize_t, Py_ssize_t,
                           Py_ssize_t)
 
-    Py_ssize_t ferro_norm_stream_min
-
 FUSED_KERNELS = frozenset({
     "layer_norm_fwd", "layer_norm_bwd", "rms_norm_fwd", "rms_norm_bwd",
     "group_norm_fwd", "group_norm_bwd", "batch_norm_fwd", "batch_norm_bwd",
 })
-
-
-def set_stream_min(Py_ssize_t values):
-    """Make the layer and RMS norm kernels write outputs of at least ``values`` values with
-    streaming stores (norm_kernels.h; the default is 2**22; a huge value: never), returning the
-    previous threshold. Process-wide, for benchmarks that time both ways in one run."""
-    global ferro_norm_stream_min
-    if values < 0:
-        raise ArgumentError(f"set_stream_min: values must be >= 0, got {values}")
-    previous = ferro_norm_stream_min
-    ferro_norm_stream_min = values
-    return previous
 
 
 # ---------------------------------------------------------------------------------------------

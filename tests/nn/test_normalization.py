@@ -522,34 +522,6 @@ def test_layer_and_rms_norm_kernels_match_the_generic_path_on_large_rows(dtype, 
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("shape", [(300, 771), (7, 1000), (5, 3)])
-def test_streamed_outputs_equal_plain_ones(dtype, shape):
-    """Large outputs are written with streaming stores, in blocks that end on cache lines (the
-    rows of 771 values start at every offset in a line); the threshold lowered to 0 streams
-    these small ones, which must hold exactly what plain stores write, on one thread or two."""
-    rng = np.random.default_rng(5)
-    x, g = (rng.standard_normal(shape).astype(dtype) for _ in range(2))
-    w, b = (rng.uniform(0.5, 1.5, shape[1]).astype(dtype) for _ in range(2))
-    results = []
-    previous = norm_kernels.set_stream_min(0)
-    try:
-        for values in (0, 2**62):
-            norm_kernels.set_stream_min(values)
-            y, mean, rstd, _ = norm_kernels.layer_norm_fwd(x, w, b, 1e-5)
-            y2, rstd2 = norm_kernels.rms_norm_fwd(x, None, 1e-5)
-            results.append(
-                [y, y2, *norm_kernels.layer_norm_bwd(g, x, w, mean, rstd, True)]
-                + list(norm_kernels.rms_norm_bwd(g, x, None, rstd2, False)[:1])
-            )
-    finally:
-        assert norm_kernels.set_stream_min(previous) == 2**62
-    for streamed, plain in zip(*results, strict=True):
-        np.testing.assert_array_equal(streamed, plain)
-    with pytest.raises(ArgumentError, match="set_stream_min"):
-        norm_kernels.set_stream_min(-1)
-
-
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("shape, groups", [((16, 8, 600), 4), ((40, 6, 300), 6), ((2, 6, 5), 3)])
 def test_group_norm_kernel_matches_the_generic_path(dtype, shape, groups):
     """Rows of channels with their own weights; rows in blocks across threads (the large cases),

@@ -41,9 +41,11 @@ import functools
 import itertools
 import math
 import numbers
+import operator
 
 import numpy as np
 
+from ferro import _intraop
 from ferro.errors import ArgumentError, ArgumentTypeError, DtypeError, ShapeError
 from ferro.ops.registry import apply, register
 
@@ -289,8 +291,8 @@ _WINOGRAD_G = ((1, 0, 0), (0.5, 0.5, 0.5), (0.5, -0.5, 0.5), (0, 0, 1))
 
 
 def _winograd_scheme(xp, kernels, x, o, k, out):
-    """A Winograd pass's ``G``, batch step, tiles a sample, two reused buffers and the
-    backend's ``(input(x, pads, v), output(m, y), output_grad(gy, m))`` transforms."""
+    """A Winograd pass's ``G``, batch step, tiles a sample and the backend's
+    ``(input(x, pads, v), output(m, y), output_grad(gy, m))`` transforms."""
     # The step is a quarter of the im2col chunk: the 16 GEMMs over (C_in, tiles) ran at 82
     # GFLOPS on one core for one 32x32 sample of 64 channels (1 MB of tiles) and at 68 for four.
     n, c, nd = x.shape[0], x.shape[1], x.ndim - 2
@@ -307,8 +309,35 @@ def _winograd_scheme(xp, kernels, x, o, k, out):
         )
     p = len(g) ** nd
     step = _chunk(xp, n, 4 * p * max(c, o) * tiles * x.itemsize)
-    v, m = (xp.empty(p * ch * step * tiles, dtype=x.dtype) for ch in (c, o))
-    return xp.asarray(g, dtype=x.dtype), step, tiles, v, m, fns
+    return xp.asarray(g, dtype=x.dtype), step, tiles, fns
+
+
+def _buffers(xp, x, p, step, tiles, *channels):
+    """A part's reused transform buffers, ``p * ch * step * tiles`` elements per channel count."""
+    return [xp.empty(p * ch * step * tiles, dtype=x.dtype) for ch in channels]
+
+
+#: A weight gradient sums its batch chunks' products in at most this many lanes (contiguous
+#: runs of chunks, each summed in order; then the lanes added in order), whatever the number of
+#: threads: the parts run whole lanes, so the result is the same with one thread or several.
+LANES = 4
+
+
+def _in_parts(xp, n, step, body, lanes=None):
+    """``body(runs)`` for each part of the batch's chunks ``[n0, n0 + step)`` (Note [Intra-op
+    split]): the chunks' starts cut into ``lanes`` contiguous runs (one a chunk by default),
+    the runs into :func:`ferro._intraop.parts` contiguous parts, each ``body`` given its
+    runs (lists of starts) and returning one result per run. Returns the runs' results in
+    order. On a GPU, one part."""
+    starts = range(0, n, step)
+    lanes = min(len(starts), lanes or len(starts))
+    runs = [
+        list(starts[i * len(starts) // lanes : (i + 1) * len(starts) // lanes])
+        for i in range(lanes)
+    ]
+    k = _intraop.parts(lanes) if xp is np else 1
+    cut = [runs[i * lanes // k : (i + 1) * lanes // k] for i in range(k)]
+    return [r for results in _intraop.run(lambda i: body(cut[i]), k) for r in results]
 
 
 def _winograd_forward(xp, kernels, x, w, pads, out, y):
@@ -317,18 +346,25 @@ def _winograd_forward(xp, kernels, x, w, pads, out, y):
     products summed over the input channels as 16 GEMMs ``(C_out, C_in) @ (C_in, tiles)``;
     the backend's transforms (:func:`_winograd_scheme`); 64 products in 3-d, k + 3 in 1-d."""
     (n, c), o = x.shape[:2], w.shape[0]
-    g, step, tiles, v, m, (inp, outp, _) = _winograd_scheme(xp, kernels, x, o, w.shape[2], out)
+    g, step, tiles, (inp, outp, _) = _winograd_scheme(xp, kernels, x, o, w.shape[2], out)
     u, p = w, len(g) ** (x.ndim - 2)
     for _ in range(x.ndim - 2):  # G along the last kernel dim, to the front (tensordots: an
         u = xp.tensordot(g, u, axes=(1, u.ndim - 1))  # einsum's path search cost 1 ms a call)
     if x.ndim == 5:  # the transforms' order of the products: height, width, then depth
         u = u.transpose(1, 2, 0, 3, 4)
     u = xp.ascontiguousarray(u.reshape(p, o, c))
-    for n0 in range(0, n, step):
-        xc = x[n0 : n0 + step]
-        t = xc.shape[0] * tiles
-        vc = inp(xc, pads, v[: p * c * t].reshape(p, c, t))
-        outp(xp.matmul(u, vc, out=m[: p * o * t].reshape(p, o, t)), y[n0 : n0 + xc.shape[0]])
+
+    def part(runs):  # each part its own buffers; the chunks write disjoint slices of y
+        v, m = _buffers(xp, x, p, step, tiles, c, o)
+        for n0 in (n0 for run in runs for n0 in run):
+            xc = x[n0 : n0 + step]
+            t = xc.shape[0] * tiles
+            vc = inp(xc, pads, v[: p * c * t].reshape(p, c, t))
+            mc = xp.matmul(u, vc, out=m[: p * o * t].reshape(p, o, t))
+            outp(mc, y[n0 : n0 + xc.shape[0]])
+        return runs
+
+    _in_parts(xp, n, step, part)
     return y
 
 
@@ -456,18 +492,27 @@ def _winograd_weight_grad(xp, kernels, x, gy, pads):
     16 GEMMs ``(C_out, tiles) @ (tiles, C_in)`` over the batch chunks; 3-d and 1-d alike."""
     (n, c), o, nd = x.shape[:2], gy.shape[1], x.ndim - 2
     k = x.shape[2] + sum(pads[0]) - gy.shape[2] + 1
-    g, step, tiles, v, m, (inp, _, outgrad) = _winograd_scheme(xp, kernels, x, o, k, gy.shape[2:])
+    g, step, tiles, (inp, _, outgrad) = _winograd_scheme(xp, kernels, x, o, k, gy.shape[2:])
     p = len(g) ** nd
-    gu = xp.zeros((p, o, c), dtype=x.dtype)
-    part = None
-    for n0 in range(0, n, step):
-        xc = x[n0 : n0 + step]
-        t = xc.shape[0] * tiles
-        vc = inp(xc, pads, v[: p * c * t].reshape(-1, c, t))
-        mc = outgrad(gy[n0 : n0 + step], m[: p * o * t].reshape(-1, o, t))
-        part = xp.matmul(mc, vc.transpose(0, 2, 1), out=part)
-        gu += part
-    gu = gu.reshape((len(g),) * nd + (o, c))
+
+    def part(runs):  # one partial sum per run of chunks (LANES)
+        v, m = _buffers(xp, x, p, step, tiles, c, o)
+        sums, prod = [], None
+        for run in runs:
+            for n0 in run:
+                xc = x[n0 : n0 + step]
+                t = xc.shape[0] * tiles
+                vc = inp(xc, pads, v[: p * c * t].reshape(-1, c, t))
+                mc = outgrad(gy[n0 : n0 + step], m[: p * o * t].reshape(-1, o, t))
+                if n0 == run[0]:
+                    sums.append(xp.matmul(mc, vc.transpose(0, 2, 1)))
+                    continue
+                prod = xp.matmul(mc, vc.transpose(0, 2, 1), out=prod)
+                sums[-1] += prod
+        return sums
+
+    sums = _in_parts(xp, n, step, part, LANES)
+    gu = functools.reduce(operator.iadd, sums[1:], sums[0]).reshape((len(g),) * nd + (o, c))
     if nd == 3:  # the adjoint of the forward's weight transform, depth first
         gu = gu.transpose(2, 0, 1, 3, 4)
     for _ in range(nd):

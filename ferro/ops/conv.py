@@ -104,9 +104,45 @@ def _interior(size, pads):
 
 def _chunk(xp, n, row_bytes):
     """How many batch elements a chunk takes (at least one): as many as fit in the workspace on
-    a GPU, as many as fit in :data:`CACHE_BYTES` on the CPU."""
-    limit = WORKSPACE_BYTES if xp is not np else min(WORKSPACE_BYTES, CACHE_BYTES)
-    return max(1, min(n, limit // max(row_bytes, 1)))
+    a GPU, as many as fit in :data:`CACHE_BYTES` on the CPU, where a batch of several chunks is
+    cut into a multiple of :data:`LANES` chunks of equal size, so that parts get equal work."""
+    if xp is not np:
+        return max(1, min(n, WORKSPACE_BYTES // max(row_bytes, 1)))
+    chunks = -(-n // max(1, min(WORKSPACE_BYTES, CACHE_BYTES) // max(row_bytes, 1)))
+    return -(-n // min(n, -(-chunks // LANES) * LANES)) if chunks > 1 else max(n, 1)
+
+
+#: A weight gradient sums its batch chunks' products in at most this many lanes (contiguous
+#: runs of chunks, each summed in order, then the lanes added in order) whatever the number of
+#: threads: the parts run whole lanes, so the result is the same with one thread or several.
+LANES = 4
+
+
+def _in_parts(xp, n, step, body, lanes=None):
+    """``body(runs)`` for each part of the batch's chunks ``[n0, n0 + step)`` (Note [Intra-op
+    split]): the chunks' starts cut into ``lanes`` contiguous runs (by default one a chunk),
+    the runs into :func:`ferro._intraop.parts` contiguous parts (one on a GPU), ``body`` given
+    its part's runs (lists of starts). With ``lanes``, ``body`` returns one array per run, and
+    this their sum in run order (None for an empty batch)."""
+    starts = range(0, n, step)
+    nr = min(len(starts), lanes or len(starts))
+    runs = [list(starts[i * len(starts) // nr : (i + 1) * len(starts) // nr]) for i in range(nr)]
+    k = _intraop.parts(nr) if xp is np else 1
+    sums = _intraop.run(lambda i: body(runs[i * nr // k : (i + 1) * nr // k]), k)
+    if lanes and n:
+        sums = [a for part in sums for a in part]
+        return functools.reduce(operator.iadd, sums[1:], sums[0])
+
+
+def _add_product(xp, sums, first, a, b, prod):
+    """``a @ b`` as a new partial sum (``first`` chunk of a run) or added to the last one;
+    returns the reused product buffer."""
+    if first:
+        sums.append(xp.matmul(a, b))
+        return prod
+    prod = xp.matmul(a, b, out=prod)
+    sums[-1] += prod
+    return prod
 
 
 def _im2col(xp, x, kernel, stride, pads, dilation, out, buf=None):
@@ -212,36 +248,38 @@ def _columns_pass(xp, x, w, gy, stride, pads, dilation, groups, kernel, out, ker
     n, c = x.shape[:2]
     cg = c // groups
     kp, ell = math.prod(kernel), math.prod(out)
-    y = gwt = part = None
+    y = gwt = None
     if w is not None:
         o = w.shape[0]
         wr = w.reshape(groups, o // groups, cg * kp)
         y = xp.empty((n, o) + tuple(out), dtype=x.dtype)
-    if gy is not None:
-        # Accumulated transposed: columns @ gyᵀ, whose long dimension (n * L) is the columns'
-        # contiguous one, measured 1.3x faster in OpenBLAS than gy @ columnsᵀ.
-        gwt = xp.zeros((groups, cg * kp, gy.shape[1] // groups), dtype=x.dtype)
     step = _chunk(xp, n, c * kp * ell * x.itemsize)
     kept = None if cache is None else cache.pop("columns", None)
-    if kept is None:
-        cols = _Columns(xp, kernels, c, kernel, step, out, x.dtype)
-    for n0 in range(0, n, step):
-        xc = x[n0 : n0 + step]
-        nb = xc.shape[0]
-        col = kept if kept is not None else cols.of(xc, stride, pads, dilation)
-        col = col.reshape(groups, cg * kp, nb * ell)
-        if cache is not None and gy is None and step >= n and col.nbytes <= CACHE_BYTES:
-            cache["columns"] = col
-        if w is not None and nb == 1:  # the sample's output is the product: no transposing copy
-            xp.matmul(wr, col, out=y[n0].reshape(groups, o // groups, ell))
-        elif w is not None:
-            yc = xp.matmul(wr, col)
-            y[n0 : n0 + nb] = xp.moveaxis(yc.reshape((o, nb) + tuple(out)), 0, 1)
-        if gy is not None:
-            gc = _channel_major(xp, gy[n0 : n0 + nb], groups)
-            part = xp.matmul(col, gc.transpose(0, 2, 1), out=part)
-            gwt += part
+
+    def part(runs):  # each part its own column buffer; y's slices are disjoint
+        cols = _Columns(xp, kernels, c, kernel, step, out, x.dtype) if kept is None else None
+        sums, prod = [], None
+        for n0 in (n0 for run in runs for n0 in run):
+            xc = x[n0 : n0 + step]
+            nb = xc.shape[0]
+            col = kept if kept is not None else cols.of(xc, stride, pads, dilation)
+            col = col.reshape(groups, cg * kp, nb * ell)
+            if cache is not None and gy is None and step >= n and col.nbytes <= CACHE_BYTES:
+                cache["columns"] = col
+            if w is not None and nb == 1:  # the sample's output is the product: no copy
+                xp.matmul(wr, col, out=y[n0].reshape(groups, o // groups, ell))
+            elif w is not None:
+                yc = xp.matmul(wr, col)
+                y[n0 : n0 + nb] = xp.moveaxis(yc.reshape((o, nb) + tuple(out)), 0, 1)
+            if gy is not None:  # summed transposed: columns @ gyᵀ, whose long dimension
+                # (n * L) is the columns' contiguous one, 1.3x faster than gy @ columnsᵀ
+                gc = _channel_major(xp, gy[n0 : n0 + nb], groups).transpose(0, 2, 1)
+                prod = _add_product(xp, sums, any(n0 == r[0] for r in runs), col, gc, prod)
+        return sums
+
+    gwt = _in_parts(xp, n, step, part, LANES if gy is not None else None)
     if gy is not None:
+        gwt = xp.zeros((groups, cg * kp, gy.shape[1] // groups), x.dtype) if gwt is None else gwt
         gwt = xp.ascontiguousarray(gwt.transpose(0, 2, 1))
         gwt = gwt.reshape((gy.shape[1], cg) + tuple(kernel))
     return y, gwt
@@ -312,34 +350,6 @@ def _winograd_scheme(xp, kernels, x, o, k, out):
     return xp.asarray(g, dtype=x.dtype), step, tiles, fns
 
 
-def _buffers(xp, x, p, step, tiles, *channels):
-    """A part's reused transform buffers, ``p * ch * step * tiles`` elements per channel count."""
-    return [xp.empty(p * ch * step * tiles, dtype=x.dtype) for ch in channels]
-
-
-#: A weight gradient sums its batch chunks' products in at most this many lanes (contiguous
-#: runs of chunks, each summed in order; then the lanes added in order), whatever the number of
-#: threads: the parts run whole lanes, so the result is the same with one thread or several.
-LANES = 4
-
-
-def _in_parts(xp, n, step, body, lanes=None):
-    """``body(runs)`` for each part of the batch's chunks ``[n0, n0 + step)`` (Note [Intra-op
-    split]): the chunks' starts cut into ``lanes`` contiguous runs (one a chunk by default),
-    the runs into :func:`ferro._intraop.parts` contiguous parts, each ``body`` given its
-    runs (lists of starts) and returning one result per run. Returns the runs' results in
-    order. On a GPU, one part."""
-    starts = range(0, n, step)
-    lanes = min(len(starts), lanes or len(starts))
-    runs = [
-        list(starts[i * len(starts) // lanes : (i + 1) * len(starts) // lanes])
-        for i in range(lanes)
-    ]
-    k = _intraop.parts(lanes) if xp is np else 1
-    cut = [runs[i * lanes // k : (i + 1) * lanes // k] for i in range(k)]
-    return [r for results in _intraop.run(lambda i: body(cut[i]), k) for r in results]
-
-
 def _winograd_forward(xp, kernels, x, w, pads, out, y):
     """``y`` of a stride-1 3x3 convolution by Winograd F(2x2, 3x3): per 2x2 output tile,
     ``y = Aᵀ [(G w Gᵀ) ⊙ (Bᵀ d B)] A`` (``d`` the tile's 4x4 input window), the 16 elementwise
@@ -355,14 +365,13 @@ def _winograd_forward(xp, kernels, x, w, pads, out, y):
     u = xp.ascontiguousarray(u.reshape(p, o, c))
 
     def part(runs):  # each part its own buffers; the chunks write disjoint slices of y
-        v, m = _buffers(xp, x, p, step, tiles, c, o)
+        v, m = (xp.empty(p * ch * step * tiles, dtype=x.dtype) for ch in (c, o))
         for n0 in (n0 for run in runs for n0 in run):
             xc = x[n0 : n0 + step]
             t = xc.shape[0] * tiles
             vc = inp(xc, pads, v[: p * c * t].reshape(p, c, t))
             mc = xp.matmul(u, vc, out=m[: p * o * t].reshape(p, o, t))
             outp(mc, y[n0 : n0 + xc.shape[0]])
-        return runs
 
     _in_parts(xp, n, step, part)
     return y
@@ -399,17 +408,21 @@ def _conv_input_grad(xp, gy, w, stride, pads, dilation, groups, size, kernels=No
     wt = w.reshape(groups, o // groups, cg * kp).transpose(0, 2, 1)
     gx = xp.empty((n, c) + tuple(size), dtype=gy.dtype)
     step = _chunk(xp, n, c * kp * ell * gy.itemsize)
-    for n0 in range(0, n, step):
-        gc = _channel_major(xp, gy[n0 : n0 + step], groups)
-        nb = min(step, n - n0)
-        gcol = xp.matmul(wt, gc).reshape((c, *kernel, nb, *out))
-        if kernels is not None:
-            kernels.col2im(gcol, stride, pads, dilation, gx[n0 : n0 + nb])
-            continue
-        # col2im in the columns' own (C, n) order, whose slices are contiguous runs, then one
-        # transposing copy into gx.
-        gcol = xp.moveaxis(gcol, 1 + len(kernel), 1)
-        gx[n0 : n0 + nb] = xp.moveaxis(_col2im(xp, gcol, size, stride, pads, dilation), 0, 1)
+
+    def part(runs):  # the chunks write disjoint slices of gx
+        for n0 in (n0 for run in runs for n0 in run):
+            gc = _channel_major(xp, gy[n0 : n0 + step], groups)
+            nb = min(step, n - n0)
+            gcol = xp.matmul(wt, gc).reshape((c, *kernel, nb, *out))
+            if kernels is not None:
+                kernels.col2im(gcol, stride, pads, dilation, gx[n0 : n0 + nb])
+                continue
+            # col2im in the columns' own (C, n) order, whose slices are contiguous runs, then
+            # one transposing copy into gx.
+            gcol = xp.moveaxis(gcol, 1 + len(kernel), 1)
+            gx[n0 : n0 + nb] = xp.moveaxis(_col2im(xp, gcol, size, stride, pads, dilation), 0, 1)
+
+    _in_parts(xp, n, step, part)
     return gx
 
 
@@ -450,15 +463,22 @@ def _subpixel_input_grad(xp, gy, w, phases, size, kernels):
     wp = xp.ascontiguousarray(wp.transpose(perm)).reshape(-1, o * math.prod(taps))
     gx = xp.empty((n, c) + tuple(size), dtype=gy.dtype)
     step = _chunk(xp, n, o * math.prod(taps) * math.prod(pos) * gy.itemsize)
-    cols, ones = _Columns(xp, kernels, o, taps, step, pos, gy.dtype), (1,) * nd
-    for n0 in range(0, n, step):
-        gc = gy[n0 : n0 + step]
-        col = cols.of(gc, ones, tuple((d[2], d[1] + d[6]) for d in phases), ones)
-        r = xp.matmul(wp, col.reshape(wp.shape[1], -1)).reshape(strides + (c, len(gc)) + pos)
-        for ph in itertools.product(*(range(s) for s in strides)):
-            src = tuple(slice(d[4][q], d[4][q] + d[5][q]) for d, q in zip(phases, ph, strict=True))
-            dst = tuple(slice(q, None, s) for q, s in zip(ph, strides, strict=True))
-            gx[n0 : n0 + len(gc), :, *dst] = xp.moveaxis(r[ph][..., *src], 0, 1)
+    ones, lo = (1,) * nd, tuple((d[2], d[1] + d[6]) for d in phases)
+
+    def part(runs):  # each part its own column buffer; the chunks write disjoint slices of gx
+        cols = _Columns(xp, kernels, o, taps, step, pos, gy.dtype)
+        for n0 in (n0 for run in runs for n0 in run):
+            gc = gy[n0 : n0 + step]
+            col = cols.of(gc, ones, lo, ones)
+            r = xp.matmul(wp, col.reshape(wp.shape[1], -1)).reshape(strides + (c, len(gc)) + pos)
+            for ph in itertools.product(*(range(s) for s in strides)):
+                src = tuple(
+                    slice(d[4][q], d[4][q] + d[5][q]) for d, q in zip(phases, ph, strict=True)
+                )
+                dst = tuple(slice(q, None, s) for q, s in zip(ph, strides, strict=True))
+                gx[n0 : n0 + len(gc), :, *dst] = xp.moveaxis(r[ph][..., *src], 0, 1)
+
+    _in_parts(xp, n, step, part)
     return gx
 
 
@@ -495,24 +515,20 @@ def _winograd_weight_grad(xp, kernels, x, gy, pads):
     g, step, tiles, (inp, _, outgrad) = _winograd_scheme(xp, kernels, x, o, k, gy.shape[2:])
     p = len(g) ** nd
 
-    def part(runs):  # one partial sum per run of chunks (LANES)
-        v, m = _buffers(xp, x, p, step, tiles, c, o)
+    def part(runs):  # each part its own buffers, one partial sum a run of chunks (LANES)
+        v, m = (xp.empty(p * ch * step * tiles, dtype=x.dtype) for ch in (c, o))
         sums, prod = [], None
-        for run in runs:
-            for n0 in run:
-                xc = x[n0 : n0 + step]
-                t = xc.shape[0] * tiles
-                vc = inp(xc, pads, v[: p * c * t].reshape(-1, c, t))
-                mc = outgrad(gy[n0 : n0 + step], m[: p * o * t].reshape(-1, o, t))
-                if n0 == run[0]:
-                    sums.append(xp.matmul(mc, vc.transpose(0, 2, 1)))
-                    continue
-                prod = xp.matmul(mc, vc.transpose(0, 2, 1), out=prod)
-                sums[-1] += prod
+        for n0 in (n0 for run in runs for n0 in run):
+            xc = x[n0 : n0 + step]
+            t = xc.shape[0] * tiles
+            vc = inp(xc, pads, v[: p * c * t].reshape(-1, c, t))
+            mc = outgrad(gy[n0 : n0 + step], m[: p * o * t].reshape(-1, o, t))
+            first = any(n0 == run[0] for run in runs)
+            prod = _add_product(xp, sums, first, mc, vc.transpose(0, 2, 1), prod)
         return sums
 
-    sums = _in_parts(xp, n, step, part, LANES)
-    gu = functools.reduce(operator.iadd, sums[1:], sums[0]).reshape((len(g),) * nd + (o, c))
+    gu = _in_parts(xp, n, step, part, LANES)
+    gu = (xp.zeros((p, o, c), x.dtype) if gu is None else gu).reshape((len(g),) * nd + (o, c))
     if nd == 3:  # the adjoint of the forward's weight transform, depth first
         gu = gu.transpose(2, 0, 1, 3, 4)
     for _ in range(nd):
@@ -617,17 +633,8 @@ def _weight_grad_as_conv(x, gy, stride, pads, dilation, groups, kernel):
     inp = inp.reshape((cg, groups * n) + tuple(x.shape[2:]))
     ker = gy.reshape((n, groups, og) + tuple(gy.shape[2:])).permute((1, 2, 0) + sp)
     ker = ker.reshape((groups * og, n) + tuple(gy.shape[2:]))
-    r = apply(
-        Conv,
-        inp,
-        ker,
-        None,
-        stride=dilation,
-        pads=pads,
-        dilation=stride,
-        groups=groups,
-        size=tuple(kernel),
-    )
+    geom = {"stride": dilation, "pads": pads, "dilation": stride, "groups": groups}
+    r = apply(Conv, inp, ker, None, **geom, size=tuple(kernel))
     return r.permute((1, 0) + tuple(range(2, 2 + nd)))
 
 
@@ -646,17 +653,9 @@ def _differentiable_backward_of(transposed: bool):
         stride, pads, dilation, groups = ctx.geom
         gx = gw = gb = None
         if need_x:
-            gx = apply(
-                Conv if transposed else ConvTranspose,
-                gy,
-                w,
-                None,
-                stride=stride,
-                pads=pads,
-                dilation=dilation,
-                groups=groups,
-                size=tuple(ctx.in_size),
-            )
+            geom = {"stride": stride, "pads": pads, "dilation": dilation, "groups": groups}
+            op = Conv if transposed else ConvTranspose
+            gx = apply(op, gy, w, None, **geom, size=tuple(ctx.in_size))
         if need_w:
             a, b = (gy, x) if transposed else (x, gy)
             gw = _weight_grad_as_conv(a, b, stride, pads, dilation, groups, ctx.kernel)
@@ -668,34 +667,13 @@ def _differentiable_backward_of(transposed: bool):
 
 
 def _unfold_differentiable_backward(ctx, gy):
-    stride, pads, dilation = ctx.geom
-    return (
-        apply(
-            Fold,
-            gy,
-            kernel=ctx.kernel,
-            stride=stride,
-            pads=pads,
-            dilation=dilation,
-            out=ctx.out,
-            size=tuple(ctx.size),
-        ),
-    )
+    geom = dict(zip(("stride", "pads", "dilation"), ctx.geom, strict=True))
+    return (apply(Fold, gy, kernel=ctx.kernel, **geom, out=ctx.out, size=tuple(ctx.size)),)
 
 
 def _fold_differentiable_backward(ctx, gy):
-    stride, pads, dilation = ctx.geom
-    return (
-        apply(
-            Unfold,
-            gy,
-            kernel=ctx.kernel,
-            stride=stride,
-            pads=pads,
-            dilation=dilation,
-            out=ctx.out,
-        ),
-    )
+    geom = dict(zip(("stride", "pads", "dilation"), ctx.geom, strict=True))
+    return (apply(Unfold, gy, kernel=ctx.kernel, **geom, out=ctx.out),)
 
 
 def _pointwise(kernel, stride, pads, groups):

@@ -42,6 +42,7 @@ import itertools
 import math
 import numbers
 import operator
+import threading
 
 import numpy as np
 
@@ -119,29 +120,39 @@ LANES = 4
 
 
 def _in_parts(xp, n, step, body, lanes=None):
-    """``body(runs)`` for each part of the batch's chunks ``[n0, n0 + step)`` (Note [Intra-op
-    split]): the chunks' starts cut into ``lanes`` contiguous runs (by default one a chunk),
-    the runs into :func:`ferro._intraop.parts` contiguous parts (one on a GPU), ``body`` given
-    its part's runs (lists of starts). With ``lanes``, ``body`` returns one array per run, and
-    this their sum in run order (None for an empty batch)."""
+    """``body(chunks)`` on each of :func:`ferro._intraop.parts` parts (one on a GPU) of the
+    batch's chunks ``[n0, n0 + step)`` (Note [Intra-op split]), ``chunks`` yielding ``(run,
+    n0)``: the chunks are cut into ``lanes`` contiguous runs (by default one a chunk), and each
+    part takes the next whole run as it comes free, so a part that starts late (a busy core)
+    takes less. With ``lanes``, ``body`` returns ``{run: its partial sum}`` and this the sum of
+    the runs' sums in run order (None for an empty batch)."""
     starts = range(0, n, step)
     nr = min(len(starts), lanes or len(starts))
-    runs = [list(starts[i * len(starts) // nr : (i + 1) * len(starts) // nr]) for i in range(nr)]
-    k = _intraop.parts(nr) if xp is np else 1
-    sums = _intraop.run(lambda i: body(runs[i * nr // k : (i + 1) * nr // k]), k)
+    runs = [starts[i * len(starts) // nr : (i + 1) * len(starts) // nr] for i in range(nr)]
+    lock, todo = threading.Lock(), iter(range(nr))
+
+    def chunks():
+        while (j := _locked_next(lock, todo)) is not None:
+            yield from ((j, n0) for n0 in runs[j])
+
+    parts = _intraop.run(lambda i: body(chunks()), _intraop.parts(nr) if xp is np else 1)
     if lanes and n:
-        sums = [a for part in sums for a in part]
-        return functools.reduce(operator.iadd, sums[1:], sums[0])
+        sums = {j: a for part in parts for j, a in part.items()}
+        return functools.reduce(operator.iadd, (sums[j] for j in range(1, nr)), sums[0])
 
 
-def _add_product(xp, sums, first, a, b, prod):
-    """``a @ b`` as a new partial sum (``first`` chunk of a run) or added to the last one;
-    returns the reused product buffer."""
-    if first:
-        sums.append(xp.matmul(a, b))
+def _locked_next(lock, it):
+    with lock:
+        return next(it, None)
+
+
+def _add_product(xp, sums, run, a, b, prod):
+    """Add ``a @ b`` to ``sums[run]`` (or start it); returns the reused product buffer."""
+    if run not in sums:
+        sums[run] = xp.matmul(a, b)
         return prod
     prod = xp.matmul(a, b, out=prod)
-    sums[-1] += prod
+    sums[run] += prod
     return prod
 
 
@@ -256,10 +267,10 @@ def _columns_pass(xp, x, w, gy, stride, pads, dilation, groups, kernel, out, ker
     step = _chunk(xp, n, c * kp * ell * x.itemsize)
     kept = None if cache is None else cache.pop("columns", None)
 
-    def part(runs):  # each part its own column buffer; y's slices are disjoint
+    def part(chunks):  # each part its own column buffer; y's slices are disjoint
         cols = _Columns(xp, kernels, c, kernel, step, out, x.dtype) if kept is None else None
-        sums, prod = [], None
-        for n0 in (n0 for run in runs for n0 in run):
+        sums, prod = {}, None
+        for run, n0 in chunks:
             xc = x[n0 : n0 + step]
             nb = xc.shape[0]
             col = kept if kept is not None else cols.of(xc, stride, pads, dilation)
@@ -274,7 +285,7 @@ def _columns_pass(xp, x, w, gy, stride, pads, dilation, groups, kernel, out, ker
             if gy is not None:  # summed transposed: columns @ gyᵀ, whose long dimension
                 # (n * L) is the columns' contiguous one, 1.3x faster than gy @ columnsᵀ
                 gc = _channel_major(xp, gy[n0 : n0 + nb], groups).transpose(0, 2, 1)
-                prod = _add_product(xp, sums, any(n0 == r[0] for r in runs), col, gc, prod)
+                prod = _add_product(xp, sums, run, col, gc, prod)
         return sums
 
     gwt = _in_parts(xp, n, step, part, LANES if gy is not None else None)
@@ -364,9 +375,9 @@ def _winograd_forward(xp, kernels, x, w, pads, out, y):
         u = u.transpose(1, 2, 0, 3, 4)
     u = xp.ascontiguousarray(u.reshape(p, o, c))
 
-    def part(runs):  # each part its own buffers; the chunks write disjoint slices of y
+    def part(chunks):  # each part its own buffers; the chunks write disjoint slices of y
         v, m = (xp.empty(p * ch * step * tiles, dtype=x.dtype) for ch in (c, o))
-        for n0 in (n0 for run in runs for n0 in run):
+        for _, n0 in chunks:
             xc = x[n0 : n0 + step]
             t = xc.shape[0] * tiles
             vc = inp(xc, pads, v[: p * c * t].reshape(p, c, t))
@@ -409,8 +420,8 @@ def _conv_input_grad(xp, gy, w, stride, pads, dilation, groups, size, kernels=No
     gx = xp.empty((n, c) + tuple(size), dtype=gy.dtype)
     step = _chunk(xp, n, c * kp * ell * gy.itemsize)
 
-    def part(runs):  # the chunks write disjoint slices of gx
-        for n0 in (n0 for run in runs for n0 in run):
+    def part(chunks):  # the chunks write disjoint slices of gx
+        for _, n0 in chunks:
             gc = _channel_major(xp, gy[n0 : n0 + step], groups)
             nb = min(step, n - n0)
             gcol = xp.matmul(wt, gc).reshape((c, *kernel, nb, *out))
@@ -465,9 +476,9 @@ def _subpixel_input_grad(xp, gy, w, phases, size, kernels):
     step = _chunk(xp, n, o * math.prod(taps) * math.prod(pos) * gy.itemsize)
     ones, lo = (1,) * nd, tuple((d[2], d[1] + d[6]) for d in phases)
 
-    def part(runs):  # each part its own column buffer; the chunks write disjoint slices of gx
+    def part(chunks):  # each part its own column buffer; the chunks write disjoint slices of gx
         cols = _Columns(xp, kernels, o, taps, step, pos, gy.dtype)
-        for n0 in (n0 for run in runs for n0 in run):
+        for _, n0 in chunks:
             gc = gy[n0 : n0 + step]
             col = cols.of(gc, ones, lo, ones)
             r = xp.matmul(wp, col.reshape(wp.shape[1], -1)).reshape(strides + (c, len(gc)) + pos)
@@ -515,16 +526,15 @@ def _winograd_weight_grad(xp, kernels, x, gy, pads):
     g, step, tiles, (inp, _, outgrad) = _winograd_scheme(xp, kernels, x, o, k, gy.shape[2:])
     p = len(g) ** nd
 
-    def part(runs):  # each part its own buffers, one partial sum a run of chunks (LANES)
+    def part(chunks):  # each part its own buffers, one partial sum a run of chunks (LANES)
         v, m = (xp.empty(p * ch * step * tiles, dtype=x.dtype) for ch in (c, o))
-        sums, prod = [], None
-        for n0 in (n0 for run in runs for n0 in run):
+        sums, prod = {}, None
+        for run, n0 in chunks:
             xc = x[n0 : n0 + step]
             t = xc.shape[0] * tiles
             vc = inp(xc, pads, v[: p * c * t].reshape(-1, c, t))
             mc = outgrad(gy[n0 : n0 + step], m[: p * o * t].reshape(-1, o, t))
-            first = any(n0 == run[0] for run in runs)
-            prod = _add_product(xp, sums, first, mc, vc.transpose(0, 2, 1), prod)
+            prod = _add_product(xp, sums, run, mc, vc.transpose(0, 2, 1), prod)
         return sums
 
     gu = _in_parts(xp, n, step, part, LANES)

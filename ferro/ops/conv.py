@@ -18,7 +18,8 @@ A transposed convolution *is* a convolution's input gradient (and its gradients 
 convolution and a weight gradient), so ``ConvTranspose`` calls the same three functions with
 the roles exchanged, and ``unfold``/``fold`` are im2col/col2im as ops. The batch goes through in
 chunks so the column matrix stays within :data:`WORKSPACE_BYTES` (on the CPU within
-:data:`CACHE_BYTES`, so that the GEMMs run from cache). On the CPU the ops' paired overrides pass
+:data:`CACHE_BYTES`, so that the GEMMs run from cache, and run as parts on several cores:
+:func:`_in_parts`, docs/conv.md "Two cores"). On the CPU the ops' paired overrides pass
 the backend's nogil column loops (``kernels``), and a stride-1 3x3 convolution with enough
 channels runs Winograd F(2x2, 3x3) instead of im2col (docs/conv.md); a 1x1 convolution with stride
 1 and no padding needs no copy at all (one GEMM per sample on the input as it lies, forward and

@@ -3,6 +3,8 @@ bits with one thread or several, a float64 check of the split, and an error insi
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 
@@ -131,3 +133,31 @@ def test_chunks_are_a_multiple_of_the_lanes_and_equal(monkeypatch):
     assert conv_ops._chunk(np, 3, 700) == 1  # no more chunks than samples
     assert conv_ops._chunk(np, 0, 70) == 1
     assert conv_ops._chunk(np, 32, 2000) == 1
+
+
+@needs_blas
+def test_two_threads_splitting_at_once_get_the_bits_of_one_part(one_sample_chunks):
+    fn, xs, ws, kw, _ = CASES[0]
+    rng = np.random.default_rng(9)
+    inputs = [(rng.normal(size=xs), rng.normal(size=ws) / 12) for _ in range(2)]
+    inputs = [(x.astype(np.float32), w.astype(np.float32)) for x, w in inputs]
+    want = [_run(fn, x, w, kw, 1) for x, w in inputs]
+    _intraop.set_num_threads(2)
+    got, errors = [None, None], []
+
+    def work(i):
+        try:
+            for _ in range(5):  # the two threads' splits overlap and share the one pool thread
+                got[i] = _run(fn, *inputs[i], kw, 2)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    for g, w in zip(got, want, strict=True):
+        for a, b in zip(g, w, strict=True):
+            np.testing.assert_array_equal(a, b)

@@ -38,7 +38,8 @@ def test_run_returns_the_parts_in_order_with_one_blas_thread_inside(two_threads)
 
     assert intraop.run(part, 2) == [0, 10]
     assert sorted(s[:3] for s in seen) == [(0, 1, 1), (1, 1, 1)]  # one BLAS thread, no nesting
-    assert seen[0][3] != seen[1][3]  # two threads
+    # (Which thread ran part 1 is the scheduler's: one the pool has not started by the time
+    # the caller's part ends runs on the caller.)
     assert _blas_threads() == before  # given back
 
 

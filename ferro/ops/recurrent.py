@@ -19,7 +19,10 @@ activations from the saved inputs, which keeps second derivatives exact.
 
 from __future__ import annotations
 
-from ferro.errors import ArgumentError, ShapeError
+import threading
+
+from ferro import _intraop
+from ferro.errors import ArgumentError, GraphError, ShapeError
 from ferro.ops.registry import apply, register
 
 
@@ -285,9 +288,18 @@ def reference_layer(input_gates, h0, c0, weight_hh, bias_hh, weight_hr, mode, ba
     return cat(outs, 0), h, c
 
 
-def _layer_backward_ops(ctx, *grads):
-    """RecurrentLayer's gradients from public ops (Tensors in, Tensors out), for double
-    backward: differentiate :func:`reference_layer` recomputed from the saved inputs."""
+def _backward_ops(reference):
+    """A ``differentiable_backward`` (Tensors in, Tensors out) for double backward: it
+    differentiates ``reference(ctx, inputs)``, the op recomputed from its saved inputs as a
+    chain of public ops (:func:`reference_layer`, :func:`reference_stack`)."""
+
+    def backward(ctx, *grads):
+        return _differentiate(reference, ctx, grads)
+
+    return backward
+
+
+def _differentiate(reference, ctx, grads):
     from ferro.autograd import enable_grad, grad
 
     inputs = list(ctx.saved)
@@ -296,7 +308,7 @@ def _layer_backward_ops(ctx, *grads):
         if not inputs[k].requires_grad:
             inputs[k] = inputs[k].detach().requires_grad_(True)
     with enable_grad():
-        outs = reference_layer(*inputs, ctx.mode, ctx.sizes, ctx.reverse)
+        outs = reference(ctx, inputs)
     pairs = [(o, g) for o, g in zip(outs, grads, strict=False) if o is not None]
     got = grad(
         [o for o, _ in pairs],
@@ -396,9 +408,10 @@ class GenericCells:
         return gh * z
 
 
-def layer_forward(ctx, cells, xg, h0, c0, w_hh, b_hh, w_hr, *, mode, sizes, reverse):
+def layer_forward(ctx, cells, xg, h0, c0, w_hh, b_hh, w_hr, *, mode, sizes, reverse, wave=None):
     """RecurrentLayer's forward with the cell math of ``cells`` (:class:`GenericCells` or a
-    backend's kernels)."""
+    backend's kernels). ``wave`` (a :class:`_Wave`, for a layer of a stack) fills ``xg`` a block
+    of steps at a time (``wave.before(t)``) and hears when each step is done."""
     xp = ctx.xp
     lstm, gru = mode == "LSTM", mode == "GRU"
     packed = sizes is not None
@@ -411,6 +424,8 @@ def layer_forward(ctx, cells, xg, h0, c0, w_hh, b_hh, w_hr, *, mode, sizes, reve
     n, dt = x2.shape[0], xg.dtype
     w_t = xp.ascontiguousarray(w_hh.T)  # h @ w_t: OpenBLAS is 2x faster than h @ w_hh.T
     out = xp.empty((n, hout), dtype=dt)
+    if wave is not None:
+        wave.out = out
     h_prev = xp.empty((n, hout), dtype=dt)
     acts = xp.empty((n, gates), dtype=dt)
     h_n = xp.empty((batch, hout), dtype=dt)
@@ -426,13 +441,15 @@ def layer_forward(ctx, cells, xg, h0, c0, w_hh, b_hh, w_hr, *, mode, sizes, reve
     else:
         # bias_hh is outside the nonlinearity here: added to every step's input projection at
         # once (the GRU's n block needs it inside, r * (h W_hn^T + b_hn)).
-        xb = x2 if b_hh is None else x2 + b_hh
+        xb = x2 if b_hh is None or wave is not None else x2 + b_hh
     order = range(steps - 1, -1, -1) if reverse else range(steps)
     rows = bs[order[0]] if steps else batch
     h = h0[:rows]
     c = c0[:rows] if lstm else None
     for t in order:
         s, b = offsets[t], bs[t]
+        if wave is not None:
+            wave.before(t)
         if b < rows:  # forward in time: sequences b..rows ended at the previous step
             h_n[b:rows] = h[b:rows]
             h = h[:b]
@@ -451,23 +468,27 @@ def layer_forward(ctx, cells, xg, h0, c0, w_hh, b_hh, w_hr, *, mode, sizes, reve
             if b_hh is not None:
                 hg += b_hh
             h = cells.gru_fwd(x2[s : s + b], hg, h, a, hg_n[s : s + b])
-            out[s : s + b] = h
-            continue
-        xp.matmul(h, w_t, out=a)  # the hidden projection, in place
-        if lstm:
-            c_prev[s : s + b] = c
-            h, c = cells.lstm_fwd(xb[s : s + b], a, c, tc_all[s : s + b])
-            if w_hr is not None:
-                cell_h[s : s + b] = h
-                h = h @ w_hr.T
         else:
-            a += xb[s : s + b]
-            if mode == "RNN_TANH":
-                xp.tanh(a, out=a)
+            xp.matmul(h, w_t, out=a)  # the hidden projection, in place
+            x = xb[s : s + b]
+            if wave is not None and b_hh is not None:  # a stack's xg arrives a block at a time
+                x = x + b_hh
+            if lstm:
+                c_prev[s : s + b] = c
+                h, c = cells.lstm_fwd(x, a, c, tc_all[s : s + b])
+                if w_hr is not None:
+                    cell_h[s : s + b] = h
+                    h = h @ w_hr.T
             else:
-                xp.maximum(a, 0, out=a)
-            h = a
+                a += x
+                if mode == "RNN_TANH":
+                    xp.tanh(a, out=a)
+                else:
+                    xp.maximum(a, 0, out=a)
+                h = a
         out[s : s + b] = h
+        if wave is not None:
+            wave.after(t)
     h_n[:rows] = h
     if lstm:
         c_n[:rows] = c
@@ -478,8 +499,9 @@ def layer_forward(ctx, cells, xg, h0, c0, w_hh, b_hh, w_hr, *, mode, sizes, reve
     return (out, h_n, c_n) if lstm else (out, h_n)
 
 
-def layer_backward(ctx, cells, gout, gh_n, gc_n=None):
-    """RecurrentLayer's backward with the cell math of ``cells``."""
+def layer_backward(ctx, cells, gout, gh_n, gc_n=None, wave=None):
+    """RecurrentLayer's backward with the cell math of ``cells``; ``wave`` as in
+    :func:`layer_forward` (it fills ``gout`` a block at a time, walking back)."""
     xg, h0, c0, w_hh, b_hh, w_hr = ctx.saved
     h_prev, acts, c_prev, tc_all, cell_h, hg_n = ctx.fast
     xp = ctx.xp
@@ -493,6 +515,8 @@ def layer_backward(ctx, cells, gout, gh_n, gc_n=None):
     n, dt = acts.shape[0], acts.dtype
     g_out = gout.reshape(n, hout)
     g_in = xp.empty((n, gates), dtype=dt)  # d/d input_gates
+    if wave is not None:
+        wave.out = g_in
     g_hid = xp.empty((n, gates), dtype=dt) if gru else g_in  # d/d hidden_gates
     g_hr = xp.empty((n, hout), dtype=dt) if cell_h is not None else None
     gh0 = xp.empty((batch, hout), dtype=dt)
@@ -503,6 +527,8 @@ def layer_backward(ctx, cells, gout, gh_n, gc_n=None):
     gc = xp.ascontiguousarray(gc_n[:rows]) if lstm else None
     for t in order:
         s, b = offsets[t], bs[t]
+        if wave is not None:
+            wave.before(t)
         if b > rows:  # walking back in time, sequences rows..b end here: their final grads
             gh = xp.concatenate([gh, gh_n[rows:b]])
             if lstm:
@@ -533,6 +559,8 @@ def layer_backward(ctx, cells, gout, gh_n, gc_n=None):
             else:
                 xp.multiply(gh, a > 0, out=gi)
             gh = gi @ w_hh
+        if wave is not None:
+            wave.after(t)
     gh0[:rows] = gh
     if lstm:
         gc0[:rows] = gc
@@ -548,6 +576,65 @@ def layer_backward(ctx, cells, gout, gh_n, gc_n=None):
         g_b,
         g_whr,
     )
+
+
+def _check_layer(op, input_gates, h0, c0, weight_hh, bias_hh, weight_hr, mode, batch_sizes):
+    """Check one layer's arrays (shapes as :func:`recurrent_layer` documents); returns
+    ``batch_sizes`` as a tuple of ints (None for a padded input)."""
+    if mode not in _CHUNKS:
+        raise ArgumentError(f"{op}: mode must be one of {sorted(_CHUNKS)}, got {mode!r}")
+    lstm = mode == "LSTM"
+    shapes = {
+        "input_gates": input_gates,
+        "h0": h0,
+        "c0": c0,
+        "weight_hh": weight_hh,
+        "bias_hh": bias_hh,
+        "weight_hr": weight_hr,
+    }
+    described = ", ".join(
+        f"{k} {tuple(v.shape) if v is not None else None}" for k, v in shapes.items()
+    )
+    if weight_hh.ndim != 2 or h0.ndim != 2:
+        raise ShapeError(f"{op}: weight_hh and h0 must be 2-D; got {described}")
+    gates, hout = weight_hh.shape
+    hidden = gates // _CHUNKS[mode]
+    batch = h0.shape[0]
+    sizes = None
+    if batch_sizes is not None:
+        sizes = tuple(int(b) for b in batch_sizes)
+        if (
+            any(b <= 0 for b in sizes)
+            or any(a < b for a, b in zip(sizes, sizes[1:], strict=False))
+            or (sizes and sizes[0] != batch)
+        ):
+            raise ArgumentError(
+                f"{op}: batch_sizes must be positive, nonincreasing and start with "
+                f"the batch of h0 ({batch}); got {list(sizes)}"
+            )
+        want_x = (sum(sizes), gates)
+    else:
+        want_x = (input_gates.shape[0] if input_gates.ndim == 3 else -1, batch, gates)
+    ok = (
+        gates == _CHUNKS[mode] * hidden
+        and tuple(input_gates.shape) == want_x
+        and tuple(h0.shape) == (batch, hout)
+        and (not lstm or (c0 is not None and tuple(c0.shape) == (batch, hidden)))
+        and (lstm or c0 is None)
+        and (bias_hh is None or tuple(bias_hh.shape) == (gates,))
+        and (
+            (weight_hr is None and (not lstm or hout == hidden))
+            or (lstm and weight_hr is not None and tuple(weight_hr.shape) == (hout, hidden))
+        )
+    )
+    if not ok:
+        raise ShapeError(
+            f"{op} ({mode}): shapes do not fit: {described} (expected input_gates "
+            f"(T, B, G) or (sum(batch_sizes), G), h0 (B, H_out), c0 (B, H) for LSTM, "
+            f"weight_hh (G, H_out) with G = {_CHUNKS[mode]} * H, bias_hh (G,), weight_hr "
+            "(H_out, H))"
+        )
+    return sizes
 
 
 @register("recurrent_layer")
@@ -581,7 +668,9 @@ class RecurrentLayer:
     def backward(ctx, gout, gh_n, gc_n=None):
         return layer_backward(ctx, GenericCells(ctx.xp), gout, gh_n, gc_n)
 
-    differentiable_backward = staticmethod(_layer_backward_ops)
+    differentiable_backward = staticmethod(
+        _backward_ops(lambda ctx, ins: reference_layer(*ins, ctx.mode, ctx.sizes, ctx.reverse))
+    )
 
 
 def recurrent_layer(
@@ -617,59 +706,9 @@ def recurrent_layer(
         >>> out.shape, h.shape
         (ferro.Size([3, 1, 2]), ferro.Size([1, 2]))
     """
-    if mode not in _CHUNKS:
-        raise ArgumentError(f"recurrent_layer: mode must be one of {sorted(_CHUNKS)}, got {mode!r}")
-    lstm = mode == "LSTM"
-    shapes = {
-        "input_gates": input_gates,
-        "h0": h0,
-        "c0": c0,
-        "weight_hh": weight_hh,
-        "bias_hh": bias_hh,
-        "weight_hr": weight_hr,
-    }
-    described = ", ".join(
-        f"{k} {tuple(v.shape) if v is not None else None}" for k, v in shapes.items()
+    sizes = _check_layer(
+        "recurrent_layer", input_gates, h0, c0, weight_hh, bias_hh, weight_hr, mode, batch_sizes
     )
-    if weight_hh.ndim != 2 or h0.ndim != 2:
-        raise ShapeError(f"recurrent_layer: weight_hh and h0 must be 2-D; got {described}")
-    gates, hout = weight_hh.shape
-    hidden = gates // _CHUNKS[mode]
-    batch = h0.shape[0]
-    sizes = None
-    if batch_sizes is not None:
-        sizes = tuple(int(b) for b in batch_sizes)
-        if (
-            any(b <= 0 for b in sizes)
-            or any(a < b for a, b in zip(sizes, sizes[1:], strict=False))
-            or (sizes and sizes[0] != batch)
-        ):
-            raise ArgumentError(
-                f"recurrent_layer: batch_sizes must be positive, nonincreasing and start with "
-                f"the batch of h0 ({batch}); got {list(sizes)}"
-            )
-        want_x = (sum(sizes), gates)
-    else:
-        want_x = (input_gates.shape[0] if input_gates.ndim == 3 else -1, batch, gates)
-    ok = (
-        gates == _CHUNKS[mode] * hidden
-        and tuple(input_gates.shape) == want_x
-        and tuple(h0.shape) == (batch, hout)
-        and (not lstm or (c0 is not None and tuple(c0.shape) == (batch, hidden)))
-        and (lstm or c0 is None)
-        and (bias_hh is None or tuple(bias_hh.shape) == (gates,))
-        and (
-            (weight_hr is None and (not lstm or hout == hidden))
-            or (lstm and weight_hr is not None and tuple(weight_hr.shape) == (hout, hidden))
-        )
-    )
-    if not ok:
-        raise ShapeError(
-            f"recurrent_layer ({mode}): shapes do not fit: {described} (expected input_gates "
-            f"(T, B, G) or (sum(batch_sizes), G), h0 (B, H_out), c0 (B, H) for LSTM, "
-            f"weight_hh (G, H_out) with G = {_CHUNKS[mode]} * H, bias_hh (G,), weight_hr "
-            "(H_out, H))"
-        )
     return apply(
         RecurrentLayer,
         input_gates,
@@ -684,9 +723,379 @@ def recurrent_layer(
     )
 
 
+# -- stacked layers as a wavefront -------------------------------------------------------------
+
+# Steps per block of a stack's wavefront: layer l + 1 projects its input (one GEMM) and runs a
+# block once layer l has finished it. Larger blocks make bigger GEMMs and fewer handoffs but a
+# longer fill and drain of the pipeline ((steps + block) step times for two layers).
+_BLOCK = 4
+
+
+class _Layer:
+    """The ``ctx`` of one layer of a stack (what :func:`layer_forward` keeps for
+    :func:`layer_backward`)."""
+
+    def __init__(self, xp):
+        self.xp = xp
+
+    def save(self, *arrays):
+        self.saved = arrays
+
+
+class _Front:
+    """Note [Recurrent stack]: the handoffs of one pass over a stack, one event per (layer,
+    block of steps): layer l sets its block's event when it has finished the block, and the
+    layer that reads it (l + 1 forward, l - 1 backward) waits for it. If a layer fails, every
+    event is set and every waiter raises, so no thread waits forever."""
+
+    def __init__(self, layers, sizes, steps, batch):
+        offsets, bs = _layout(sizes, steps, batch)
+        self.steps = steps
+        self.blocks = -(-steps // _BLOCK)
+        # Rows of block j in the (N, .) arrays: [bounds[j], bounds[j + 1]).
+        self.bounds = [offsets[min(j * _BLOCK, steps - 1)] for j in range(self.blocks)]
+        self.bounds.append(offsets[-1] + bs[-1] if steps else 0)
+        self.events = [[threading.Event() for _ in range(self.blocks)] for _ in range(layers)]
+        self.failed = False
+
+    def rows(self, j):
+        return slice(self.bounds[j], self.bounds[j + 1])
+
+    def wait(self, layer, j):
+        self.events[layer][j].wait()
+        if self.failed:
+            raise GraphError("recurrent_stack: a layer of the stack failed (see the first error)")
+
+    def run(self, fn):
+        try:
+            return fn()
+        except BaseException:
+            self.failed = True
+            for events in self.events:
+                for event in events:
+                    event.set()
+            raise
+
+
+class _Wave:
+    """One layer's hooks in a stack's pass (``wave`` of :func:`layer_forward` and
+    :func:`layer_backward`). ``fill(rows)`` writes the block's input rows (a GEMM of the
+    neighbour's output) before the layer's first step of a block whose ``source`` layer is
+    ``source`` (None: nothing to wait for); the event of a block is set after its last step.
+    ``out`` is what the layer publishes (its output forward, its gate gradients backward)."""
+
+    def __init__(self, front, layer, source, fill, backward):
+        self.front, self.layer, self.source, self.fill = front, layer, source, fill
+        self.backward = backward
+        self.out = None
+
+    def _first(self, t):  # t starts its block, walking the pass's way
+        if self.backward:
+            return t == self.front.steps - 1 or (t + 1) % _BLOCK == 0
+        return t % _BLOCK == 0
+
+    def before(self, t):
+        if self.source is not None and self._first(t):
+            j = t // _BLOCK
+            self.front.wait(self.source, j)
+            self.fill(self.front.rows(j))
+
+    def after(self, t):
+        last = t % _BLOCK == 0 if self.backward else self._first(t + 1) or t + 1 == self.front.steps
+        if last:
+            self.front.events[self.layer][t // _BLOCK].set()
+
+
+def _split(front, work, layers, backward):
+    """Run ``work(l)`` for every layer: one layer after another, or the layers cut into
+    contiguous groups, one thread each (Note [Intra-op split]), that follow each other a block
+    behind. Part 0 takes the group the others wait on (the bottom forward, the top backward),
+    so a part that runs late on the caller's thread never waits for a later part."""
+    n = _intraop.parts(layers) if front.numpy else 1
+    groups = [range(p * layers // n, (p + 1) * layers // n) for p in range(n)]
+    if backward:
+        groups = [reversed(g) for g in reversed(groups)]
+
+    def part(p):
+        for layer in groups[p]:
+            front.run(lambda layer=layer: work(layer))
+
+    _intraop.run(part, n)
+
+
+def _stack_params(params, layer):
+    return params[6 * layer : 6 * layer + 6]
+
+
+def stack_forward(ctx, cells, xg, h0, c0, *params, mode, sizes):
+    """RecurrentStack's forward with the cell math of ``cells`` (as :func:`layer_forward`)."""
+    xp = ctx.xp
+    layers, batch = h0.shape[0], h0.shape[1]
+    lstm = mode == "LSTM"
+    steps = len(sizes) if sizes is not None else xg.shape[0]
+    front = _Front(layers, sizes, steps, batch)
+    front.numpy = xp.__name__ == "numpy"
+    subs = [_Layer(xp) for _ in range(layers)]
+    inputs = [xg] + [xp.empty(xg.shape, dtype=xg.dtype) for _ in range(1, layers)]
+    layer_in = [None] * layers  # each upper layer's input (the output below, dropped out)
+    waves, results = [], [None] * layers
+
+    def filler(layer):
+        w_ih, b_ih, mask = _stack_params(params, layer)[:3]
+        below, x2 = waves[layer - 1], inputs[layer].reshape(-1, xg.shape[-1])
+        w_t = w_ih.T
+        if mask is not None:
+            mask = mask.reshape(x2.shape[0], -1)
+            layer_in[layer] = xp.empty(mask.shape, dtype=xg.dtype)
+
+        def fill(rows):
+            x = below.out[rows]
+            if mask is not None:
+                x = xp.multiply(x, mask[rows], out=layer_in[layer][rows])
+            xp.matmul(x, w_t, out=x2[rows])
+            if b_ih is not None:
+                x2[rows] += b_ih
+
+        return fill
+
+    for layer in range(layers):
+        waves.append(_Wave(front, layer, layer - 1 if layer else None, None, False))
+        if layer:
+            waves[layer].fill = filler(layer)
+
+    def work(layer):
+        w_hh, b_hh, w_hr = _stack_params(params, layer)[3:]
+        results[layer] = layer_forward(
+            subs[layer], cells, inputs[layer], h0[layer], c0[layer] if lstm else None,
+            w_hh, b_hh, w_hr, mode=mode, sizes=sizes, reverse=False, wave=waves[layer],
+        )  # fmt: skip
+
+    _split(front, work, layers, backward=False)
+    for layer in range(1, layers):
+        if layer_in[layer] is None:
+            layer_in[layer] = waves[layer - 1].out
+    ctx.save(xg, h0, c0, *params)
+    ctx.mode, ctx.sizes = mode, sizes
+    ctx.layers = (subs, layer_in)  # Note [Cell activations]
+    h_n = xp.stack([r[1] for r in results])
+    if lstm:
+        return results[-1][0], h_n, xp.stack([r[2] for r in results])
+    return results[-1][0], h_n
+
+
+def stack_backward(ctx, cells, gout, gh_n, gc_n=None):
+    """RecurrentStack's backward with the cell math of ``cells``: each layer's
+    :func:`layer_backward`, the layer below following a block behind on the gradient of its
+    output (``gates_grad @ weight_ih`` of the layer above, times its dropout mask)."""
+    xp = ctx.xp
+    xg, h0, c0, *params = ctx.saved
+    subs, layer_in = ctx.layers
+    need = ctx.needs_input_grad
+    layers, batch = h0.shape[0], h0.shape[1]
+    lstm = ctx.mode == "LSTM"
+    sizes = ctx.sizes
+    steps = len(sizes) if sizes is not None else xg.shape[0]
+    front = _Front(layers, sizes, steps, batch)
+    front.numpy = xp.__name__ == "numpy"
+    n = subs[0].fast[0].shape[0]
+    gouts = [xp.empty((n, h0.shape[2]), dtype=xg.dtype) for _ in range(layers - 1)] + [gout]
+    results = [None] * layers
+    waves = [_Wave(front, layer, None, None, True) for layer in range(layers)]
+
+    def filler(layer):
+        w_ih, _, mask = _stack_params(params, layer + 1)[:3]
+        above, g = waves[layer + 1], gouts[layer]
+
+        def fill(rows):
+            xp.matmul(above.out[rows], w_ih, out=g[rows])
+            if mask is not None:
+                g[rows] *= mask.reshape(n, -1)[rows]
+
+        return fill
+
+    for layer in range(layers - 1):
+        waves[layer].source, waves[layer].fill = layer + 1, filler(layer)
+
+    def work(layer):
+        k = 3 + 6 * layer
+        sub = subs[layer]
+        sub.needs_input_grad = (layer > 0 or need[0], need[1], need[2], *need[k + 3 : k + 6])
+        got = layer_backward(
+            sub, cells, gouts[layer], gh_n[layer], gc_n[layer] if lstm else None, waves[layer]
+        )
+        g_ih = g_bih = None
+        if layer:  # this layer's input weights: one GEMM over all steps
+            g_in = waves[layer].out
+            g_ih = g_in.T @ layer_in[layer] if need[k] else None
+            g_bih = g_in.sum(axis=0) if params[6 * layer + 1] is not None and need[k + 1] else None
+        results[layer] = (got, g_ih, g_bih)
+
+    _split(front, work, layers, backward=True)
+    grads = [results[0][0][0], None, None]
+    if need[1]:
+        grads[1] = xp.stack([r[0][1] for r in results])
+    if lstm and need[2]:
+        grads[2] = xp.stack([r[0][2] for r in results])
+    for got, g_ih, g_bih in results:
+        grads += [g_ih, g_bih, None, *got[3:]]
+    return tuple(grads)
+
+
+def reference_stack(xg, h0, c0, *params, mode, batch_sizes):
+    """:func:`recurrent_stack` as a chain of public ops (each layer's input projection with
+    ``linear``, its dropout mask with ``mul``, then :func:`reference_layer`), which its
+    ``differentiable_backward`` and the tests differentiate. Returns ``(output, h_n, c_n)``."""
+    from ferro.ops.linalg import linear
+    from ferro.ops.shape import stack
+
+    lstm = mode == "LSTM"
+    gates, hs, cs = xg, [], []
+    for layer in range(h0.shape[0]):
+        w_ih, b_ih, mask, w_hh, b_hh, w_hr = _stack_params(params, layer)
+        if layer:
+            x = out if mask is None else out * mask  # noqa: F821 - the layer below's
+            gates = linear(x.reshape(-1, x.shape[-1]), w_ih, b_ih).reshape(tuple(xg.shape))
+        c = c0[layer] if lstm else None
+        out, h, c = reference_layer(gates, h0[layer], c, w_hh, b_hh, w_hr, mode, batch_sizes, False)
+        hs.append(h)
+        cs.append(c)
+    return out, stack(hs, 0), (stack(cs, 0) if lstm else None)
+
+
+@register("recurrent_stack")
+class RecurrentStack:
+    """Note [Recurrent stack]: unidirectional stacked layers in one node, so that layer l + 1
+    can run a block of steps behind layer l on another core (:func:`_split`, Note [Intra-op
+    split]) instead of after it: the recurrence leaves no other parallel work at word-language-
+    model sizes (each step one (batch x hidden) @ (hidden x 4 hidden) GEMM, which OpenBLAS's
+    own threads barely speed up). Each layer is :func:`layer_forward`/:func:`layer_backward`
+    with a :class:`_Wave`; an upper layer's input projection is one GEMM per block of steps
+    (``(out_below * mask) @ weight_ih.T + bias_ih``); backward, the layer below waits for the
+    block's gate gradients above and takes ``gates_grad @ weight_ih`` (times the mask) as its
+    output's gradient; each weight gradient stays one GEMM over all steps. The same GEMMs run
+    in the same order whatever the number of threads, so one thread and two give the same
+    bits. ``differentiable_backward`` differentiates :func:`reference_stack`."""
+
+    @staticmethod
+    def forward(ctx, xg, h0, c0, *params, mode, sizes):
+        cells = GenericCells(ctx.xp)
+        return stack_forward(ctx, cells, xg, h0, c0, *params, mode=mode, sizes=sizes)
+
+    @staticmethod
+    def backward(ctx, gout, gh_n, gc_n=None):
+        return stack_backward(ctx, GenericCells(ctx.xp), gout, gh_n, gc_n)
+
+    differentiable_backward = staticmethod(
+        _backward_ops(lambda ctx, ins: reference_stack(*ins, mode=ctx.mode, batch_sizes=ctx.sizes))
+    )
+
+
+def recurrent_stack(input_gates, h0, c0, params, mode: str, batch_sizes=None):
+    """Unidirectional stacked recurrent layers over a whole sequence in one op (what
+    ``nn.LSTM``/``GRU``/``RNN`` with ``num_layers > 1`` run): ``(output, h_n, c_n)`` for
+    ``mode="LSTM"``, ``(output, h_n)`` otherwise.
+
+    ``input_gates`` is the first layer's input projection, as for :func:`recurrent_layer`;
+    ``h0`` ``(L, B, H_out)``, ``c0`` ``(L, B, H)`` (LSTM, else None); ``params`` holds per
+    layer ``(weight_ih, bias_ih, mask, weight_hh, bias_hh, weight_hr)``: layer 0's first three
+    None; ``mask`` None or the dropout mask multiplied into the layer's input (the output
+    below, its shape; not differentiated); ``bias_ih``, ``bias_hh`` and ``weight_hr`` as the
+    layer has them. Layer l > 0 runs :func:`recurrent_layer` on ``(out_{l-1} * mask) @
+    weight_ih.T + bias_ih``; ``output`` is the top layer's, ``h_n``/``c_n`` stack every layer's.
+    With two threads (``ferro._intraop``) the layers run as a wavefront a few steps apart, with
+    the same results as on one.
+
+    Gradient: each layer's as in ``recurrent_layer``, and gout_{l-1} = (ggates_l @ weight_ih_l)
+    * mask_l.
+
+    Example:
+        >>> p = [None, None, None, ferro.zeros(2, 2), None, None]
+        >>> out, h = ferro.recurrent_stack(ferro.zeros(3, 1, 2), ferro.zeros(2, 1, 2), None,
+        ...     p + [ferro.zeros(2, 2)] + p[1:], "RNN_TANH")
+        >>> out.shape, h.shape
+        (ferro.Size([3, 1, 2]), ferro.Size([2, 1, 2]))
+    """
+    if mode not in _CHUNKS:
+        raise ArgumentError(f"recurrent_stack: mode must be one of {sorted(_CHUNKS)}, got {mode!r}")
+    params = tuple(params)
+    lstm = mode == "LSTM"
+    if h0.ndim != 3 or len(params) != 6 * h0.shape[0] or h0.shape[0] == 0:
+        raise ShapeError(
+            f"recurrent_stack: h0 must be (layers, B, H_out) and params hold 6 entries per "
+            f"layer; got h0 {tuple(h0.shape)} and {len(params)} params"
+        )
+    if (
+        (c0 is not None and c0.ndim != 3)
+        or (lstm and c0 is None)
+        or any(p is not None for p in params[:3])
+    ):
+        raise ShapeError(
+            "recurrent_stack: c0 must be (layers, B, H) for LSTM (else None), and layer 0 has "
+            "no weight_ih, bias_ih or mask (its input_gates come projected)"
+        )
+    sizes = None
+    for layer in range(h0.shape[0]):
+        w_ih, b_ih, mask, w_hh, b_hh, w_hr = _stack_params(params, layer)
+        c = c0[layer] if lstm else c0
+        sizes = _check_layer("recurrent_stack", input_gates, h0[layer], c, w_hh, b_hh, w_hr, mode,
+                             batch_sizes)  # fmt: skip
+        if layer:
+            out_shape = (*input_gates.shape[:-1], h0.shape[2])
+            gates = input_gates.shape[-1]
+            if (
+                w_ih is None
+                or tuple(w_ih.shape) != (gates, h0.shape[2])
+                or (b_ih is not None and tuple(b_ih.shape) != (gates,))
+                or (mask is not None and tuple(mask.shape) != out_shape)
+            ):
+                raise ShapeError(
+                    f"recurrent_stack: layer {layer} needs weight_ih ({gates}, {h0.shape[2]}), "
+                    f"bias_ih ({gates},) or None and a mask {out_shape} or None; got "
+                    + ", ".join(
+                        str(None if a is None else tuple(a.shape))
+                        for a in params[6 * layer : 6 * layer + 3]
+                    )
+                )
+    return apply(RecurrentStack, input_gates, h0, c0, *params, mode=mode, sizes=sizes)
+
+
+def _cells_override(forward_loop, backward_loop):
+    """The override adapter of an op whose forward and backward are ``forward_loop`` and
+    ``backward_loop`` with a backend's fused LSTM/GRU cell kernels (``lstm_fwd``, ``gru_fwd``,
+    ``lstm_bwd``, ``gru_bwd``) in place of :class:`GenericCells`. The forward leaves ``ctx`` as
+    the generic one does, so the entry is not paired: either backward may follow either
+    forward. The plain RNN modes stay generic (one tanh or max a step)."""
+
+    def adapter(backend):
+        accepts = backend.accepts
+        have = backend.FUSED_KERNELS
+        fwd_modes = {m for m in ("LSTM", "GRU") if f"{m.lower()}_fwd" in have}
+        bwd_modes = {m for m in ("LSTM", "GRU") if f"{m.lower()}_bwd" in have}
+
+        def forward(ctx, *arrays, mode, **params):
+            if mode not in fwd_modes or not accepts(tuple(a for a in arrays if a is not None)):
+                return NotImplemented
+            return forward_loop(ctx, backend, *arrays, mode=mode, **params)
+
+        def backward(ctx, *grads):
+            saved = tuple(a for a in ctx.saved if a is not None)
+            if ctx.mode not in bwd_modes or not accepts(saved):
+                return NotImplemented
+            return backward_loop(ctx, backend, *grads)
+
+        return forward, backward
+
+    return adapter
+
+
+recurrent_layer_override = _cells_override(layer_forward, layer_backward)
+recurrent_stack_override = _cells_override(stack_forward, stack_backward)
+
+
 # The family's public functions (ferro.ops exports their union): a new op's name goes here.
 __all__ = [
     "gru_cell",
     "lstm_cell",
     "recurrent_layer",
+    "recurrent_stack",
 ]

@@ -15,7 +15,8 @@ import ferro
 from ferro import nn
 from ferro.errors import ArgumentError, ArgumentTypeError, ShapeError
 from ferro.nn.utils import rnn as rnn_utils
-from ferro.ops.recurrent import GruCell, LstmCell, RecurrentLayer, _layer_backward_ops
+from ferro.ops.recurrent import GruCell, LstmCell
+from ferro.ops.registry import REGISTRY
 from ferro.testing import gradcheck
 
 
@@ -206,25 +207,40 @@ def test_backward_on_tensors_matches_backward_and_differentiates(op):
             assert gradcheck(on_tensors, tuple(args))
 
 
-def test_layer_differentiable_backward_matches_backward():
+def _op_call(name, tensors, kwargs):
+    """The op's outputs and its positional inputs for an opdb sample of recurrent_layer or
+    recurrent_stack (whose dropout masks ride in the sample's kwargs)."""
+    if name == "recurrent_layer":
+        return ferro.recurrent_layer(*tensors, **kwargs), tensors
+    flat = []
+    for layer, mask in enumerate(kwargs["masks"]):
+        mask = None if mask is None else ferro.tensor(mask)
+        flat += [*tensors[3 + 5 * layer : 5 + 5 * layer], mask]
+        flat += tensors[5 + 5 * layer : 8 + 5 * layer]
+    outs = ferro.recurrent_stack(*tensors[:3], flat, kwargs["mode"], kwargs["batch_sizes"])
+    return outs, [*tensors[:3], *flat]
+
+
+@pytest.mark.parametrize("name", ["recurrent_layer", "recurrent_stack"])
+def test_layer_differentiable_backward_matches_backward(name):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ops"))
     from opdb import BY_NAME
 
     rng = np.random.default_rng(0)
-    for sample in BY_NAME["recurrent_layer"].samples(np.random.default_rng(0)):
+    for sample in BY_NAME[name].samples(np.random.default_rng(0)):
         tensors = [None if a is None else ferro.tensor(a, requires_grad=True) for a in sample.args]
-        outs = ferro.recurrent_layer(*tensors, **sample.kwargs)
+        outs, inputs = _op_call(name, tensors, sample.kwargs)
         gys = [rng.normal(size=o.shape) for o in outs]
         node = outs[0].grad_fn
-        want = RecurrentLayer.backward(node, *gys)
+        want = REGISTRY[name].backward(node, *gys)
         ctx = types.SimpleNamespace(
-            saved=tuple(tensors),
-            needs_input_grad=tuple(t is not None for t in tensors),
+            saved=tuple(inputs),
+            needs_input_grad=tuple(t is not None and t.requires_grad for t in inputs),
             mode=sample.kwargs["mode"],
             sizes=node.sizes,
-            reverse=sample.kwargs["reverse"],
+            reverse=sample.kwargs.get("reverse"),
         )
-        got = _layer_backward_ops(ctx, *(ferro.tensor(g) for g in gys))
+        got = REGISTRY[name].differentiable_backward(ctx, *(ferro.tensor(g) for g in gys))
         for k, (w, g) in enumerate(zip(want, got, strict=True)):
             assert (w is None) == (g is None), (sample.label, k)
             if w is not None:
@@ -659,5 +675,124 @@ def test_layer_second_derivatives_match_numeric(label):
         for k, t in zip(live, ts, strict=True):
             args[k] = t
         return ferro.recurrent_layer(*args, **sample.kwargs)
+
+    assert gradgradcheck(fn, tuple(tensors[k] for k in live))
+
+
+# -- stacked layers as a wavefront (Note [Recurrent stack]) ------------------------------------
+
+
+def _run_stack(module, x, leaf, threads):
+    from ferro import _intraop
+
+    before = _intraop.num_threads()
+    _intraop.set_num_threads(threads)
+    try:
+        for p in module.parameters():
+            p.grad = None
+        leaf.grad = None
+        ferro.manual_seed(5)  # the dropout masks
+        out, state = module(x)
+        data = out.data if isinstance(out, rnn_utils.PackedSequence) else out
+        states = state if isinstance(state, tuple) else (state,)
+        (data.sum() + sum((s * s).sum() for s in states)).backward()
+        got = [_np(data), *(_np(s) for s in states), _np(leaf.grad)]
+        return got + [_np(p.grad) for p in module.parameters()]
+    finally:
+        _intraop.set_num_threads(before)
+
+
+@pytest.mark.parametrize(
+    "mode,layers,kw,packed",
+    [
+        ("LSTM", 2, {}, False),
+        ("LSTM", 3, {"proj_size": 2, "dropout": 0.3}, True),
+        ("GRU", 3, {"dropout": 0.5, "bias": False}, True),
+        ("GRU", 2, {"batch_first": True}, False),
+        ("RNN", 2, {"nonlinearity": "relu"}, False),
+        ("RNN", 4, {"dropout": 0.2}, True),
+    ],
+)
+def test_stack_on_two_threads_equals_one_thread_and_the_layers(mode, layers, kw, packed):
+    from ferro import _intraop
+
+    if _intraop._BLAS is None:
+        pytest.skip("the BLAS's threads cannot be controlled here: no split to test")
+    rng = np.random.default_rng(7)
+    ferro.manual_seed(0)
+    module = getattr(nn, mode)(3, 5, num_layers=layers, **kw).double()
+    if packed:
+        seqs = [ferro.tensor(rng.normal(size=(n, 3))) for n in (9, 4, 7, 1)]
+        x = rnn_utils.pack_sequence(seqs, enforce_sorted=False)
+        x.data.requires_grad_(True)
+        leaf = x.data
+    else:
+        shape = (4, 9, 3) if kw.get("batch_first") else (9, 4, 3)
+        x = leaf = ferro.tensor(rng.normal(size=shape), requires_grad=True)
+    one = _run_stack(module, x, leaf, 1)
+    two = _run_stack(module, x, leaf, 2)
+    for a, b in zip(one, two, strict=True):
+        np.testing.assert_array_equal(a, b)  # the same GEMMs in the same order: the same bits
+    # The layer-by-layer path (one recurrent_layer node per layer) gives the same numbers.
+    module._stack = module._layers
+    by_layer = _run_stack(module, x, leaf, 2)
+    for a, b in zip(one, by_layer, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("fail_layer", [0, 1, 2])
+@pytest.mark.parametrize("backward", [False, True])
+def test_stack_failure_in_one_layer_raises_without_hanging(monkeypatch, fail_layer, backward):
+    from ferro import _intraop
+    from ferro.ops import recurrent
+
+    name = "layer_backward" if backward else "layer_forward"
+    real = getattr(recurrent, name)
+
+    def failing(ctx, cells, *args, **kwargs):
+        wave = kwargs.get("wave", args[-1] if backward else None)
+        if wave.layer == fail_layer:
+            raise MemoryError(f"layer {fail_layer} failed")
+        return real(ctx, cells, *args, **kwargs)
+
+    monkeypatch.setattr(recurrent, name, failing)
+    before = _intraop.num_threads()
+    _intraop.set_num_threads(2)
+    try:
+        lstm = nn.LSTM(3, 4, num_layers=3)
+        x = ferro.randn(9, 2, 3, requires_grad=True)
+        with pytest.raises(MemoryError, match=f"layer {fail_layer} failed"):
+            lstm(x)[0].sum().backward()
+        monkeypatch.setattr(recurrent, name, real)  # and the pool still works afterwards
+        lstm(x)[0].sum().backward()
+    finally:
+        _intraop.set_num_threads(before)
+
+
+def test_stack_runs_the_kernels_and_second_derivatives_match_numeric():
+    from ferro.testing import gradgradcheck
+
+    lstm = nn.LSTM(3, 4, num_layers=2)
+    out, _ = lstm(ferro.randn(5, 2, 3, requires_grad=True))
+    out.sum().backward()
+    node = out.grad_fn
+    assert node.op.name == "recurrent_stack" and node.fused_forward and node.fused_backward
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ops"))
+    from opdb import BY_NAME
+
+    (sample,) = [
+        s
+        for s in BY_NAME["recurrent_stack"].samples(np.random.default_rng(0))
+        if s.label == "GRU-2-packed-dropout"
+    ]
+    tensors = [None if a is None else ferro.tensor(a, requires_grad=True) for a in sample.args]
+    live = [k for k, t in enumerate(tensors) if t is not None]
+
+    def fn(*ts):
+        args = list(tensors)
+        for k, t in zip(live, ts, strict=True):
+            args[k] = t
+        return _op_call("recurrent_stack", args, sample.kwargs)[0]
 
     assert gradgradcheck(fn, tuple(tensors[k] for k in live))

@@ -151,3 +151,88 @@ ENTRIES.append(
         fwd_rtol32=2e-5,
     )
 )
+
+
+def _unflat(flat, rows, hout, batch):
+    """``_layer_ref``'s flat result as ``(out, h_n, c_n)`` (``out`` 2-D, the others flat)."""
+    out, at = flat[: rows * hout].reshape(rows, hout), rows * hout
+    return out, flat[at : at + batch * hout], flat[at + batch * hout :]
+
+
+def _stack_ref(xg, h0, c0, *params, mode, batch_sizes=None, masks=()):
+    """Layer by layer with ``_layer_ref``: layer l's input gates are
+    ``(out_{l-1} * mask) @ weight_ih.T + bias_ih``."""
+    gates, parts_h, parts_c = xg, [], []
+    rows = xg.reshape(-1, xg.shape[-1]).shape[0]
+    for layer in range(h0.shape[0]):
+        w_ih, b_ih, w_hh, b_hh, w_hr = params[5 * layer : 5 * layer + 5]
+        if layer:
+            x = out if masks[layer] is None else out * masks[layer].reshape(out.shape)  # noqa: F821
+            gates = (x @ w_ih.T + (0 if b_ih is None else b_ih)).reshape(xg.shape)
+        c = None if c0 is None else c0[layer]
+        flat = _layer_ref(gates, h0[layer], c, w_hh, b_hh, w_hr, mode, batch_sizes)
+        out, h, rest = _unflat(flat, rows, h0.shape[2], h0.shape[1])
+        parts_h.append(h)
+        parts_c.append(rest)
+    return np.concatenate([out.reshape(-1), *parts_h, *parts_c])
+
+
+def _stack_fn(xg, h0, c0, *params, mode, batch_sizes=None, masks=()):
+    flat = []
+    for layer in range(h0.shape[0]):
+        mask = None if masks[layer] is None else ferro.tensor(masks[layer], dtype=xg.dtype)
+        flat += [*params[5 * layer : 5 * layer + 2], mask, *params[5 * layer + 2 : 5 * layer + 5]]
+    outs = ferro.recurrent_stack(xg, h0, c0, flat, mode, batch_sizes)
+    return ferro.cat([o.reshape(-1) for o in outs], 0)
+
+
+def _stack_samples(rng):
+    out = []
+    hidden, steps, batch = 2, 3, 3
+    for mode, layers, proj, bias, sizes, dropout in [
+        ("LSTM", 2, False, True, None, False),
+        ("LSTM", 2, True, True, None, True),
+        ("LSTM", 3, True, False, [3, 2, 2, 1], True),
+        ("GRU", 2, False, True, [3, 3, 1], True),
+        ("GRU", 3, False, False, None, False),
+        ("RNN_TANH", 2, False, True, [3, 2, 1], False),
+        ("RNN_RELU", 1, False, True, None, False),
+    ]:
+        chunks = {"LSTM": 4, "GRU": 3}.get(mode, 1)
+        gates, hout = chunks * hidden, 1 if proj else hidden
+        rows = (sum(sizes),) if sizes else (steps, batch)
+        params, masks = [], [None]
+        for layer in range(layers):
+            first = layer == 0
+            params += [
+                None if first else uniform(rng, (gates, hout)),
+                None if first or not bias else uniform(rng, (gates,)),
+                uniform(rng, (gates, hout)),
+                uniform(rng, (gates,)) if bias else None,
+                uniform(rng, (hout, hidden)) if proj else None,
+            ]
+            if not first:
+                keep = rng.random((*rows, hout)) > 0.3
+                masks.append(keep / 0.7 if dropout else None)
+        args = (
+            uniform(rng, (*rows, gates)),
+            uniform(rng, (layers, batch, hout)),
+            uniform(rng, (layers, batch, hidden)) if mode == "LSTM" else None,
+            *params,
+        )
+        kwargs = {"mode": mode, "batch_sizes": sizes, "masks": masks}
+        label = f"{mode}-{layers}{'-proj' if proj else ''}{'-packed' if sizes else ''}"
+        out.append(Sample(args, kwargs, label=label + ("-dropout" if dropout else "")))
+    out.append(Sample(out[0].args, out[0].kwargs, noncontig=True, label="LSTM-noncontig"))
+    return out
+
+
+ENTRIES.append(
+    OpInfo(
+        "recurrent_stack",
+        _stack_fn,
+        _stack_ref,
+        _stack_samples,
+        fwd_rtol32=2e-5,
+    )
+)

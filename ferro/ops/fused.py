@@ -51,7 +51,7 @@ from ferro.ops.pooling import (
     adaptive_pool_override,
     avg_pool_override,
 )
-from ferro.ops.recurrent import recurrent_layer_override, recurrent_stack_override
+from ferro.ops.recurrent import recurrent_layer_override
 from ferro.ops.registry import REGISTRY
 from ferro.ops.resampling import grid_sample_override, interpolate_override
 
@@ -310,9 +310,6 @@ OVERRIDES: dict[str, Fused] = {
     ),
     "recurrent_layer": Fused(
         forward="lstm_fwd", backward="lstm_bwd", adapter=recurrent_layer_override, paired=False
-    ),
-    "recurrent_stack": Fused(
-        forward="lstm_fwd", backward="lstm_bwd", adapter=recurrent_stack_override, paired=False
     ),
     "deform_conv2d": Fused(
         forward="deform_im2col", backward="deform_col2im", adapter=_deform_conv2d

@@ -225,10 +225,23 @@ def _layout(sizes, steps: int, batch: int):
     return offsets, list(sizes)
 
 
-def reference_layer(input_gates, h0, c0, weight_hh, bias_hh, weight_hr, mode, batch_sizes, reverse):
-    """One layer and direction as a chain of per-step ops (``linear`` + the fused cell): what
-    :func:`recurrent_layer` computes in one node. Its ``differentiable_backward`` and the tests
-    differentiate this chain. Returns ``(output, h_n, c_n)`` (``c_n`` None but for LSTM)."""
+def reference_layer(input_gates, h0, c0, weight_hh, bias_hh, weight_hr, mode, sizes, reverse, *up):
+    """:func:`recurrent_layer` (``up``: the upper layers' inputs, flat) as a chain of per-step
+    ops (``linear`` + the fused cell), which its ``differentiable_backward`` and the tests
+    differentiate; the outputs in the op's order."""
+    from ferro.ops.linalg import linear
+
+    outs, gates = [], input_gates
+    for w_ih, b_ih, mask, *layer in _groups((None, h0, c0, weight_hh, bias_hh, weight_hr, *up)):
+        if w_ih is not None:
+            x = out if mask is None else out * mask  # noqa: F821 - the layer below's
+            gates = linear(x.reshape(-1, x.shape[-1]), w_ih, b_ih).reshape(*x.shape[:-1], -1)
+        out, h, c = _reference_one(gates, *layer, mode, sizes, reverse)
+        outs += [h] if c is None else [h, c]
+    return (out, *outs)
+
+
+def _reference_one(input_gates, h0, c0, weight_hh, bias_hh, weight_hr, mode, batch_sizes, reverse):
     from ferro.ops.activation import relu
     from ferro.ops.elementwise import tanh
     from ferro.ops.linalg import linear
@@ -288,18 +301,9 @@ def reference_layer(input_gates, h0, c0, weight_hh, bias_hh, weight_hr, mode, ba
     return cat(outs, 0), h, c
 
 
-def _backward_ops(reference):
-    """A ``differentiable_backward`` (Tensors in, Tensors out) for double backward: it
-    differentiates ``reference(ctx, inputs)``, the op recomputed from its saved inputs as a
-    chain of public ops (:func:`reference_layer`, :func:`reference_stack`)."""
-
-    def backward(ctx, *grads):
-        return _differentiate(reference, ctx, grads)
-
-    return backward
-
-
-def _differentiate(reference, ctx, grads):
+def _layer_backward_ops(ctx, *grads):
+    """RecurrentLayer's gradients from public ops (Tensors in, Tensors out), for double
+    backward: differentiate :func:`reference_layer` recomputed from the saved inputs."""
     from ferro.autograd import enable_grad, grad
 
     inputs = list(ctx.saved)
@@ -308,7 +312,7 @@ def _differentiate(reference, ctx, grads):
         if not inputs[k].requires_grad:
             inputs[k] = inputs[k].detach().requires_grad_(True)
     with enable_grad():
-        outs = reference(ctx, inputs)
+        outs = reference_layer(*inputs[:6], ctx.mode, ctx.sizes, ctx.reverse, *inputs[6:])
     pairs = [(o, g) for o, g in zip(outs, grads, strict=False) if o is not None]
     got = grad(
         [o for o, _ in pairs],
@@ -578,63 +582,191 @@ def layer_backward(ctx, cells, gout, gh_n, gc_n=None, wave=None):
     )
 
 
-def _check_layer(op, input_gates, h0, c0, weight_hh, bias_hh, weight_hr, mode, batch_sizes):
-    """Check one layer's arrays (shapes as :func:`recurrent_layer` documents); returns
-    ``batch_sizes`` as a tuple of ints (None for a padded input)."""
-    if mode not in _CHUNKS:
-        raise ArgumentError(f"{op}: mode must be one of {sorted(_CHUNKS)}, got {mode!r}")
-    lstm = mode == "LSTM"
-    shapes = {
-        "input_gates": input_gates,
-        "h0": h0,
-        "c0": c0,
-        "weight_hh": weight_hh,
-        "bias_hh": bias_hh,
-        "weight_hr": weight_hr,
-    }
-    described = ", ".join(
-        f"{k} {tuple(v.shape) if v is not None else None}" for k, v in shapes.items()
-    )
-    if weight_hh.ndim != 2 or h0.ndim != 2:
-        raise ShapeError(f"{op}: weight_hh and h0 must be 2-D; got {described}")
-    gates, hout = weight_hh.shape
-    hidden = gates // _CHUNKS[mode]
-    batch = h0.shape[0]
-    sizes = None
-    if batch_sizes is not None:
-        sizes = tuple(int(b) for b in batch_sizes)
-        if (
-            any(b <= 0 for b in sizes)
-            or any(a < b for a, b in zip(sizes, sizes[1:], strict=False))
-            or (sizes and sizes[0] != batch)
-        ):
-            raise ArgumentError(
-                f"{op}: batch_sizes must be positive, nonincreasing and start with "
-                f"the batch of h0 ({batch}); got {list(sizes)}"
-            )
-        want_x = (sum(sizes), gates)
-    else:
-        want_x = (input_gates.shape[0] if input_gates.ndim == 3 else -1, batch, gates)
-    ok = (
-        gates == _CHUNKS[mode] * hidden
-        and tuple(input_gates.shape) == want_x
-        and tuple(h0.shape) == (batch, hout)
-        and (not lstm or (c0 is not None and tuple(c0.shape) == (batch, hidden)))
-        and (lstm or c0 is None)
-        and (bias_hh is None or tuple(bias_hh.shape) == (gates,))
-        and (
-            (weight_hr is None and (not lstm or hout == hidden))
-            or (lstm and weight_hr is not None and tuple(weight_hr.shape) == (hout, hidden))
-        )
-    )
-    if not ok:
-        raise ShapeError(
-            f"{op} ({mode}): shapes do not fit: {described} (expected input_gates "
-            f"(T, B, G) or (sum(batch_sizes), G), h0 (B, H_out), c0 (B, H) for LSTM, "
-            f"weight_hh (G, H_out) with G = {_CHUNKS[mode]} * H, bias_hh (G,), weight_hr "
-            "(H_out, H))"
-        )
-    return sizes
+def _groups(inputs):
+    """Each layer's ``(w_ih, b_ih, mask, h0, c0, w_hh, b_hh, w_hr)`` from RecurrentLayer's
+    inputs: input k of layer l sits at ``8 * l - 2 + k`` (layer 0 has neither ``w_ih``,
+    ``b_ih`` nor ``mask``: its input projection is input 0)."""
+    rest = (tuple(inputs[k : k + 8]) for k in range(6, len(inputs), 8))
+    return [(None, None, None, *inputs[1:6]), *rest]
+
+
+# Steps per block of the wavefront: an upper layer projects its input (one GEMM) and runs a
+# block once the layer below has finished it; bigger blocks make fewer handoffs but a longer
+# fill and drain ((steps + block) step times for two layers).
+_BLOCK = 4
+
+
+class _Layer:
+    """The ``ctx`` of one layer (what :func:`layer_forward` keeps for :func:`layer_backward`)."""
+
+    def __init__(self, xp):
+        self.xp = xp
+
+    def save(self, *arrays):
+        self.saved = arrays
+
+
+class _Front:
+    """One pass's handoffs, an event per (layer, block): a layer sets its block's event once
+    done with it, the layer that reads it waits. A failing layer sets every event and every
+    waiter raises, so no thread waits forever."""
+
+    def __init__(self, xp, layers, sizes, steps, batch):
+        offsets, bs = _layout(sizes, steps, batch)
+        self.numpy, self.steps, blocks = xp.__name__ == "numpy", steps, -(-steps // _BLOCK)
+        self.bounds = [offsets[j * _BLOCK] for j in range(blocks)] + [sum(bs)]
+        self.events = [[threading.Event() for _ in range(blocks)] for _ in range(layers)]
+        self.failed = False
+
+    def wait(self, layer, j):
+        self.events[layer][j].wait()
+        if self.failed:
+            raise GraphError("recurrent_layer: a layer of the stack failed (see the first error)")
+
+    def run(self, fn):
+        try:
+            fn()
+        except BaseException:
+            self.failed = True
+            for event in (e for events in self.events for e in events):
+                event.set()
+            raise
+
+
+class _Wave:
+    """One layer's ``wave`` in a pass (:func:`layer_forward`, :func:`layer_backward`): before
+    the first step of a block (walking the pass's way) it waits for layer ``source``'s block
+    and ``fill(rows)`` writes the block's input rows; after the block's last step it sets the
+    block's event. ``out`` is what the layer publishes (its output, or its gate gradients)."""
+
+    def __init__(self, front, layer, source=None, fill=None, backward=False):
+        self.front, self.layer, self.source, self.fill = front, layer, source, fill
+        self.backward, self.out = backward, None
+
+    def _starts(self, t):
+        if self.backward:
+            return t == self.front.steps - 1 or (t + 1) % _BLOCK == 0
+        return t % _BLOCK == 0
+
+    def before(self, t):
+        if self.source is not None and self._starts(t):
+            self.front.wait(self.source, t // _BLOCK)
+            j = t // _BLOCK
+            self.fill(slice(self.front.bounds[j], self.front.bounds[j + 1]))
+
+    def after(self, t):
+        if t % _BLOCK == 0 if self.backward else (self._starts(t + 1) or t + 1 == self.front.steps):
+            self.front.events[self.layer][t // _BLOCK].set()
+
+
+def _split(front, work, layers, backward):
+    """``work(l)`` for every layer: in order, or in contiguous groups on two threads (Note
+    [Intra-op split]) that follow each other a block behind. Part 0 takes the group the others
+    wait on (the bottom forward, the top backward), so a part that runs late on the caller's
+    thread never waits for a later one."""
+    n = _intraop.parts(layers) if front.numpy else 1
+    groups = [range(p * layers // n, (p + 1) * layers // n) for p in range(n)]
+    if backward:
+        groups = [reversed(g) for g in reversed(groups)]
+    _intraop.run(lambda p: [front.run(lambda lay=lay: work(lay)) for lay in groups[p]], n)
+
+
+def stack_forward(ctx, cells, *inputs, mode, sizes, reverse):
+    """RecurrentLayer's forward with the cell math of ``cells`` (:class:`GenericCells` or a
+    backend's kernels): each layer's :func:`layer_forward`, an upper layer a block behind."""
+    xp, xg = ctx.xp, inputs[0]
+    groups = _groups(inputs)
+    layers, dt = len(groups), xg.dtype
+    steps = len(sizes) if sizes is not None else xg.shape[0]
+    front = _Front(xp, layers, sizes, steps, groups[0][3].shape[0])
+    subs = [_Layer(xp) for _ in groups]
+    xgs = [xg] + [xp.empty((*xg.shape[:-1], g[5].shape[0]), dtype=dt) for g in groups[1:]]
+    layer_in = [None] * layers  # an upper layer's input: the output below (times the mask)
+    waves, results = [_Wave(front, 0)], [None] * layers
+
+    def filler(layer):  # (out_below * mask) @ w_ih.T + b_ih, a block of rows at a time
+        w_ih, b_ih, mask = groups[layer][:3]
+        below, x2, w_t = waves[layer - 1], xgs[layer].reshape(-1, w_ih.shape[0]), w_ih.T
+        if mask is not None:
+            mask = mask.reshape(x2.shape[0], -1)
+            layer_in[layer] = xp.empty(mask.shape, dtype=dt)
+
+        def fill(rows):
+            x = below.out[rows]
+            if mask is not None:
+                x = xp.multiply(x, mask[rows], out=layer_in[layer][rows])
+            xp.matmul(x, w_t, out=x2[rows])
+            if b_ih is not None:
+                x2[rows] += b_ih
+
+        return fill
+
+    for layer in range(1, layers):
+        waves.append(_Wave(front, layer, layer - 1))
+        waves[layer].fill = filler(layer)
+
+    def work(layer):
+        h0, c0, w_hh, b_hh, w_hr = groups[layer][3:]
+        results[layer] = layer_forward(
+            subs[layer], cells, xgs[layer], h0, c0, w_hh, b_hh, w_hr,
+            mode=mode, sizes=sizes, reverse=reverse, wave=waves[layer],
+        )  # fmt: skip
+
+    _split(front, work, layers, backward=False)
+    for layer in range(1, layers):
+        if layer_in[layer] is None:
+            layer_in[layer] = waves[layer - 1].out
+    ctx.save(*inputs)
+    ctx.mode, ctx.sizes, ctx.reverse = mode, sizes, reverse
+    ctx.layers = (subs, layer_in)  # Note [Cell activations]
+    return (results[-1][0], *(a for r in results for a in r[1:]))
+
+
+def stack_backward(ctx, cells, gout, *g_states):
+    """RecurrentLayer's backward with the cell math of ``cells``: each layer's
+    :func:`layer_backward`, the one below a block behind on its output's gradient
+    (``gates_grad @ w_ih`` of the layer above, times the mask)."""
+    xp, inputs, need = ctx.xp, ctx.saved, ctx.needs_input_grad
+    groups = _groups(inputs)
+    subs, layer_in = ctx.layers
+    layers, per = len(groups), 2 if ctx.mode == "LSTM" else 1
+    steps = len(ctx.sizes) if ctx.sizes is not None else inputs[0].shape[0]
+    front = _Front(xp, layers, ctx.sizes, steps, groups[0][3].shape[0])
+    n = subs[0].fast[0].shape[0]
+    gouts = [xp.empty((n, g[3].shape[1]), dtype=gout.dtype) for g in groups[1:]] + [gout]
+    waves = [_Wave(front, layer, backward=True) for layer in range(layers)]
+    grads = [None] * len(inputs)
+
+    def filler(layer):  # (gates_grad_above @ w_ih_above) * mask_above
+        w_ih, _, mask = groups[layer + 1][:3]
+        above, g = waves[layer + 1], gouts[layer]
+        mask = None if mask is None else mask.reshape(n, -1)
+
+        def fill(rows):
+            xp.matmul(above.out[rows], w_ih, out=g[rows])
+            if mask is not None:
+                g[rows] *= mask[rows]
+
+        return fill
+
+    for layer in range(layers - 1):
+        waves[layer].source, waves[layer].fill = layer + 1, filler(layer)
+
+    def work(layer):
+        k = 8 * layer - 2  # where the layer's inputs start (_groups)
+        subs[layer].needs_input_grad = (layer > 0 or need[0], *need[k + 3 : k + 8])
+        states = g_states[per * layer : per * layer + per]
+        got = layer_backward(subs[layer], cells, gouts[layer], *states, wave=waves[layer])
+        grads[k + 3 : k + 8] = got[1:]
+        if layer == 0:
+            grads[0] = got[0]
+        else:  # the input weights: one GEMM over all steps
+            g_in = waves[layer].out
+            grads[k] = g_in.T @ layer_in[layer] if need[k] else None
+            grads[k + 1] = g_in.sum(axis=0) if need[k + 1] else None
+
+    _split(front, work, layers, backward=True)
+    return tuple(grads)
 
 
 @register("recurrent_layer")
@@ -646,31 +778,27 @@ class RecurrentLayer:
     (``gates_grad.T @ h_prev``) instead of one small GEMM per step (measured 6x slower per
     FLOP at batch 20 with OpenBLAS) plus an accumulation each. The per-step arrays the
     backward reads (previous states, activations) are kept on ``ctx`` (Note [Cell
-    activations]); ``differentiable_backward`` differentiates :func:`reference_layer`."""
+    activations]); ``differentiable_backward`` differentiates :func:`reference_layer`.
+
+    Note [Recurrent stack]: unidirectional stacked layers (``upper``) are one node too, so
+    that layer l + 1 runs a block of steps behind layer l on another core (:func:`_split`)
+    instead of after it; the recurrence leaves no other parallel work at word-language-model
+    sizes (each step a (batch x hidden) @ (hidden x 4 hidden) GEMM, which OpenBLAS's own
+    threads barely speed up). An upper layer's input projection is one GEMM per block of steps;
+    backward, the layer below waits for the block's gate gradients above; each weight gradient
+    stays one GEMM over all steps. The same GEMMs run in the same order on one thread or two:
+    the same bits."""
 
     @staticmethod
-    def forward(ctx, xg, h0, c0, w_hh, b_hh, w_hr, *, mode, sizes, reverse):
-        return layer_forward(
-            ctx,
-            GenericCells(ctx.xp),
-            xg,
-            h0,
-            c0,
-            w_hh,
-            b_hh,
-            w_hr,
-            mode=mode,
-            sizes=sizes,
-            reverse=reverse,
-        )
+    def forward(ctx, *inputs, mode, sizes, reverse):
+        cells = GenericCells(ctx.xp)
+        return stack_forward(ctx, cells, *inputs, mode=mode, sizes=sizes, reverse=reverse)
 
     @staticmethod
-    def backward(ctx, gout, gh_n, gc_n=None):
-        return layer_backward(ctx, GenericCells(ctx.xp), gout, gh_n, gc_n)
+    def backward(ctx, *grads):
+        return stack_backward(ctx, GenericCells(ctx.xp), *grads)
 
-    differentiable_backward = staticmethod(
-        _backward_ops(lambda ctx, ins: reference_layer(*ins, ctx.mode, ctx.sizes, ctx.reverse))
-    )
+    differentiable_backward = staticmethod(_layer_backward_ops)
 
 
 def recurrent_layer(
@@ -683,6 +811,7 @@ def recurrent_layer(
     mode: str,
     batch_sizes=None,
     reverse: bool = False,
+    upper=(),
 ):
     """One recurrent layer in one direction over a whole sequence, from its input projections:
     ``(output, h_n, c_n)`` for ``mode="LSTM"``, ``(output, h_n)`` for ``"GRU"``,
@@ -696,8 +825,16 @@ def recurrent_layer(
     ``i, f, g, o`` / ``r, z, n``); with ``batch_sizes`` each sequence's final state is the one at
     its own last step.
 
+    ``upper`` stacks more layers (not with ``reverse``), each ``(weight_ih, bias_ih, mask, h0,
+    c0, weight_hh, bias_hh, weight_hr)``: its input gates are ``(output_below * mask) @
+    weight_ih.T + bias_ih`` (``mask``, say dropout's, and ``bias_ih`` may be None; the mask is
+    not differentiated); ``output`` is then the top layer's, followed by every layer's states
+    (``h_n, c_n`` or ``h_n``). With two threads (``ferro._intraop``) the layers run a few
+    steps apart, with the same results as on one.
+
     Gradient: back through the steps, each step's as in ``lstm_cell``/``gru_cell``; the weight
-    gradients are one GEMM over all steps (gweight_hh = sum_t ggates_t^T h_{t-1}).
+    gradients are one GEMM over all steps (gweight_hh = sum_t ggates_t^T h_{t-1}); below an
+    upper layer, goutput = (ggates @ weight_ih) * mask.
 
     Example:
         >>> out, h = ferro.recurrent_layer(
@@ -706,390 +843,81 @@ def recurrent_layer(
         >>> out.shape, h.shape
         (ferro.Size([3, 1, 2]), ferro.Size([1, 2]))
     """
-    sizes = _check_layer(
-        "recurrent_layer", input_gates, h0, c0, weight_hh, bias_hh, weight_hr, mode, batch_sizes
-    )
-    return apply(
-        RecurrentLayer,
-        input_gates,
-        h0,
-        c0,
-        weight_hh,
-        bias_hh,
-        weight_hr,
-        mode=mode,
-        sizes=sizes,
-        reverse=bool(reverse),
-    )
-
-
-# -- stacked layers as a wavefront -------------------------------------------------------------
-
-# Steps per block of a stack's wavefront: layer l + 1 projects its input (one GEMM) and runs a
-# block once layer l has finished it. Larger blocks make bigger GEMMs and fewer handoffs but a
-# longer fill and drain of the pipeline ((steps + block) step times for two layers).
-_BLOCK = 4
-
-
-class _Layer:
-    """The ``ctx`` of one layer of a stack (what :func:`layer_forward` keeps for
-    :func:`layer_backward`)."""
-
-    def __init__(self, xp):
-        self.xp = xp
-
-    def save(self, *arrays):
-        self.saved = arrays
-
-
-class _Front:
-    """Note [Recurrent stack]: the handoffs of one pass over a stack, one event per (layer,
-    block of steps): layer l sets its block's event when it has finished the block, and the
-    layer that reads it (l + 1 forward, l - 1 backward) waits for it. If a layer fails, every
-    event is set and every waiter raises, so no thread waits forever."""
-
-    def __init__(self, layers, sizes, steps, batch):
-        offsets, bs = _layout(sizes, steps, batch)
-        self.steps = steps
-        self.blocks = -(-steps // _BLOCK)
-        # Rows of block j in the (N, .) arrays: [bounds[j], bounds[j + 1]).
-        self.bounds = [offsets[min(j * _BLOCK, steps - 1)] for j in range(self.blocks)]
-        self.bounds.append(offsets[-1] + bs[-1] if steps else 0)
-        self.events = [[threading.Event() for _ in range(self.blocks)] for _ in range(layers)]
-        self.failed = False
-
-    def rows(self, j):
-        return slice(self.bounds[j], self.bounds[j + 1])
-
-    def wait(self, layer, j):
-        self.events[layer][j].wait()
-        if self.failed:
-            raise GraphError("recurrent_stack: a layer of the stack failed (see the first error)")
-
-    def run(self, fn):
-        try:
-            return fn()
-        except BaseException:
-            self.failed = True
-            for events in self.events:
-                for event in events:
-                    event.set()
-            raise
-
-
-class _Wave:
-    """One layer's hooks in a stack's pass (``wave`` of :func:`layer_forward` and
-    :func:`layer_backward`). ``fill(rows)`` writes the block's input rows (a GEMM of the
-    neighbour's output) before the layer's first step of a block whose ``source`` layer is
-    ``source`` (None: nothing to wait for); the event of a block is set after its last step.
-    ``out`` is what the layer publishes (its output forward, its gate gradients backward)."""
-
-    def __init__(self, front, layer, source, fill, backward):
-        self.front, self.layer, self.source, self.fill = front, layer, source, fill
-        self.backward = backward
-        self.out = None
-
-    def _first(self, t):  # t starts its block, walking the pass's way
-        if self.backward:
-            return t == self.front.steps - 1 or (t + 1) % _BLOCK == 0
-        return t % _BLOCK == 0
-
-    def before(self, t):
-        if self.source is not None and self._first(t):
-            j = t // _BLOCK
-            self.front.wait(self.source, j)
-            self.fill(self.front.rows(j))
-
-    def after(self, t):
-        last = t % _BLOCK == 0 if self.backward else self._first(t + 1) or t + 1 == self.front.steps
-        if last:
-            self.front.events[self.layer][t // _BLOCK].set()
-
-
-def _split(front, work, layers, backward):
-    """Run ``work(l)`` for every layer: one layer after another, or the layers cut into
-    contiguous groups, one thread each (Note [Intra-op split]), that follow each other a block
-    behind. Part 0 takes the group the others wait on (the bottom forward, the top backward),
-    so a part that runs late on the caller's thread never waits for a later part."""
-    n = _intraop.parts(layers) if front.numpy else 1
-    groups = [range(p * layers // n, (p + 1) * layers // n) for p in range(n)]
-    if backward:
-        groups = [reversed(g) for g in reversed(groups)]
-
-    def part(p):
-        for layer in groups[p]:
-            front.run(lambda layer=layer: work(layer))
-
-    _intraop.run(part, n)
-
-
-def _stack_params(params, layer):
-    return params[6 * layer : 6 * layer + 6]
-
-
-def stack_forward(ctx, cells, xg, h0, c0, *params, mode, sizes):
-    """RecurrentStack's forward with the cell math of ``cells`` (as :func:`layer_forward`)."""
-    xp = ctx.xp
-    layers, batch = h0.shape[0], h0.shape[1]
-    lstm = mode == "LSTM"
-    steps = len(sizes) if sizes is not None else xg.shape[0]
-    front = _Front(layers, sizes, steps, batch)
-    front.numpy = xp.__name__ == "numpy"
-    subs = [_Layer(xp) for _ in range(layers)]
-    inputs = [xg] + [xp.empty(xg.shape, dtype=xg.dtype) for _ in range(1, layers)]
-    layer_in = [None] * layers  # each upper layer's input (the output below, dropped out)
-    waves, results = [], [None] * layers
-
-    def filler(layer):
-        w_ih, b_ih, mask = _stack_params(params, layer)[:3]
-        below, x2 = waves[layer - 1], inputs[layer].reshape(-1, xg.shape[-1])
-        w_t = w_ih.T
-        if mask is not None:
-            mask = mask.reshape(x2.shape[0], -1)
-            layer_in[layer] = xp.empty(mask.shape, dtype=xg.dtype)
-
-        def fill(rows):
-            x = below.out[rows]
-            if mask is not None:
-                x = xp.multiply(x, mask[rows], out=layer_in[layer][rows])
-            xp.matmul(x, w_t, out=x2[rows])
-            if b_ih is not None:
-                x2[rows] += b_ih
-
-        return fill
-
-    for layer in range(layers):
-        waves.append(_Wave(front, layer, layer - 1 if layer else None, None, False))
-        if layer:
-            waves[layer].fill = filler(layer)
-
-    def work(layer):
-        w_hh, b_hh, w_hr = _stack_params(params, layer)[3:]
-        results[layer] = layer_forward(
-            subs[layer], cells, inputs[layer], h0[layer], c0[layer] if lstm else None,
-            w_hh, b_hh, w_hr, mode=mode, sizes=sizes, reverse=False, wave=waves[layer],
-        )  # fmt: skip
-
-    _split(front, work, layers, backward=False)
-    for layer in range(1, layers):
-        if layer_in[layer] is None:
-            layer_in[layer] = waves[layer - 1].out
-    ctx.save(xg, h0, c0, *params)
-    ctx.mode, ctx.sizes = mode, sizes
-    ctx.layers = (subs, layer_in)  # Note [Cell activations]
-    h_n = xp.stack([r[1] for r in results])
-    if lstm:
-        return results[-1][0], h_n, xp.stack([r[2] for r in results])
-    return results[-1][0], h_n
-
-
-def stack_backward(ctx, cells, gout, gh_n, gc_n=None):
-    """RecurrentStack's backward with the cell math of ``cells``: each layer's
-    :func:`layer_backward`, the layer below following a block behind on the gradient of its
-    output (``gates_grad @ weight_ih`` of the layer above, times its dropout mask)."""
-    xp = ctx.xp
-    xg, h0, c0, *params = ctx.saved
-    subs, layer_in = ctx.layers
-    need = ctx.needs_input_grad
-    layers, batch = h0.shape[0], h0.shape[1]
-    lstm = ctx.mode == "LSTM"
-    sizes = ctx.sizes
-    steps = len(sizes) if sizes is not None else xg.shape[0]
-    front = _Front(layers, sizes, steps, batch)
-    front.numpy = xp.__name__ == "numpy"
-    n = subs[0].fast[0].shape[0]
-    gouts = [xp.empty((n, h0.shape[2]), dtype=xg.dtype) for _ in range(layers - 1)] + [gout]
-    results = [None] * layers
-    waves = [_Wave(front, layer, None, None, True) for layer in range(layers)]
-
-    def filler(layer):
-        w_ih, _, mask = _stack_params(params, layer + 1)[:3]
-        above, g = waves[layer + 1], gouts[layer]
-
-        def fill(rows):
-            xp.matmul(above.out[rows], w_ih, out=g[rows])
-            if mask is not None:
-                g[rows] *= mask.reshape(n, -1)[rows]
-
-        return fill
-
-    for layer in range(layers - 1):
-        waves[layer].source, waves[layer].fill = layer + 1, filler(layer)
-
-    def work(layer):
-        k = 3 + 6 * layer
-        sub = subs[layer]
-        sub.needs_input_grad = (layer > 0 or need[0], need[1], need[2], *need[k + 3 : k + 6])
-        got = layer_backward(
-            sub, cells, gouts[layer], gh_n[layer], gc_n[layer] if lstm else None, waves[layer]
-        )
-        g_ih = g_bih = None
-        if layer:  # this layer's input weights: one GEMM over all steps
-            g_in = waves[layer].out
-            g_ih = g_in.T @ layer_in[layer] if need[k] else None
-            g_bih = g_in.sum(axis=0) if params[6 * layer + 1] is not None and need[k + 1] else None
-        results[layer] = (got, g_ih, g_bih)
-
-    _split(front, work, layers, backward=True)
-    grads = [results[0][0][0], None, None]
-    if need[1]:
-        grads[1] = xp.stack([r[0][1] for r in results])
-    if lstm and need[2]:
-        grads[2] = xp.stack([r[0][2] for r in results])
-    for got, g_ih, g_bih in results:
-        grads += [g_ih, g_bih, None, *got[3:]]
-    return tuple(grads)
-
-
-def reference_stack(xg, h0, c0, *params, mode, batch_sizes):
-    """:func:`recurrent_stack` as a chain of public ops (each layer's input projection with
-    ``linear``, its dropout mask with ``mul``, then :func:`reference_layer`), which its
-    ``differentiable_backward`` and the tests differentiate. Returns ``(output, h_n, c_n)``."""
-    from ferro.ops.linalg import linear
-    from ferro.ops.shape import stack
-
-    lstm = mode == "LSTM"
-    gates, hs, cs = xg, [], []
-    for layer in range(h0.shape[0]):
-        w_ih, b_ih, mask, w_hh, b_hh, w_hr = _stack_params(params, layer)
-        if layer:
-            x = out if mask is None else out * mask  # noqa: F821 - the layer below's
-            gates = linear(x.reshape(-1, x.shape[-1]), w_ih, b_ih).reshape(tuple(xg.shape))
-        c = c0[layer] if lstm else None
-        out, h, c = reference_layer(gates, h0[layer], c, w_hh, b_hh, w_hr, mode, batch_sizes, False)
-        hs.append(h)
-        cs.append(c)
-    return out, stack(hs, 0), (stack(cs, 0) if lstm else None)
-
-
-@register("recurrent_stack")
-class RecurrentStack:
-    """Note [Recurrent stack]: unidirectional stacked layers in one node, so that layer l + 1
-    can run a block of steps behind layer l on another core (:func:`_split`, Note [Intra-op
-    split]) instead of after it: the recurrence leaves no other parallel work at word-language-
-    model sizes (each step one (batch x hidden) @ (hidden x 4 hidden) GEMM, which OpenBLAS's
-    own threads barely speed up). Each layer is :func:`layer_forward`/:func:`layer_backward`
-    with a :class:`_Wave`; an upper layer's input projection is one GEMM per block of steps
-    (``(out_below * mask) @ weight_ih.T + bias_ih``); backward, the layer below waits for the
-    block's gate gradients above and takes ``gates_grad @ weight_ih`` (times the mask) as its
-    output's gradient; each weight gradient stays one GEMM over all steps. The same GEMMs run
-    in the same order whatever the number of threads, so one thread and two give the same
-    bits. ``differentiable_backward`` differentiates :func:`reference_stack`."""
-
-    @staticmethod
-    def forward(ctx, xg, h0, c0, *params, mode, sizes):
-        cells = GenericCells(ctx.xp)
-        return stack_forward(ctx, cells, xg, h0, c0, *params, mode=mode, sizes=sizes)
-
-    @staticmethod
-    def backward(ctx, gout, gh_n, gc_n=None):
-        return stack_backward(ctx, GenericCells(ctx.xp), gout, gh_n, gc_n)
-
-    differentiable_backward = staticmethod(
-        _backward_ops(lambda ctx, ins: reference_stack(*ins, mode=ctx.mode, batch_sizes=ctx.sizes))
-    )
-
-
-def recurrent_stack(input_gates, h0, c0, params, mode: str, batch_sizes=None):
-    """Unidirectional stacked recurrent layers over a whole sequence in one op (what
-    ``nn.LSTM``/``GRU``/``RNN`` with ``num_layers > 1`` run): ``(output, h_n, c_n)`` for
-    ``mode="LSTM"``, ``(output, h_n)`` otherwise.
-
-    ``input_gates`` is the first layer's input projection, as for :func:`recurrent_layer`;
-    ``h0`` ``(L, B, H_out)``, ``c0`` ``(L, B, H)`` (LSTM, else None); ``params`` holds per
-    layer ``(weight_ih, bias_ih, mask, weight_hh, bias_hh, weight_hr)``: layer 0's first three
-    None; ``mask`` None or the dropout mask multiplied into the layer's input (the output
-    below, its shape; not differentiated); ``bias_ih``, ``bias_hh`` and ``weight_hr`` as the
-    layer has them. Layer l > 0 runs :func:`recurrent_layer` on ``(out_{l-1} * mask) @
-    weight_ih.T + bias_ih``; ``output`` is the top layer's, ``h_n``/``c_n`` stack every layer's.
-    With two threads (``ferro._intraop``) the layers run as a wavefront a few steps apart, with
-    the same results as on one.
-
-    Gradient: each layer's as in ``recurrent_layer``, and gout_{l-1} = (ggates_l @ weight_ih_l)
-    * mask_l.
-
-    Example:
-        >>> p = [None, None, None, ferro.zeros(2, 2), None, None]
-        >>> out, h = ferro.recurrent_stack(ferro.zeros(3, 1, 2), ferro.zeros(2, 1, 2), None,
-        ...     p + [ferro.zeros(2, 2)] + p[1:], "RNN_TANH")
-        >>> out.shape, h.shape
-        (ferro.Size([3, 1, 2]), ferro.Size([2, 1, 2]))
-    """
     if mode not in _CHUNKS:
-        raise ArgumentError(f"recurrent_stack: mode must be one of {sorted(_CHUNKS)}, got {mode!r}")
-    params = tuple(params)
-    lstm = mode == "LSTM"
-    if h0.ndim != 3 or len(params) != 6 * h0.shape[0] or h0.shape[0] == 0:
-        raise ShapeError(
-            f"recurrent_stack: h0 must be (layers, B, H_out) and params hold 6 entries per "
-            f"layer; got h0 {tuple(h0.shape)} and {len(params)} params"
-        )
-    if (
-        (c0 is not None and c0.ndim != 3)
-        or (lstm and c0 is None)
-        or any(p is not None for p in params[:3])
-    ):
-        raise ShapeError(
-            "recurrent_stack: c0 must be (layers, B, H) for LSTM (else None), and layer 0 has "
-            "no weight_ih, bias_ih or mask (its input_gates come projected)"
-        )
+        raise ArgumentError(f"recurrent_layer: mode must be one of {sorted(_CHUNKS)}, got {mode!r}")
+    upper = [tuple(layer) for layer in upper]
     sizes = None
-    for layer in range(h0.shape[0]):
-        w_ih, b_ih, mask, w_hh, b_hh, w_hr = _stack_params(params, layer)
-        c = c0[layer] if lstm else c0
-        sizes = _check_layer("recurrent_stack", input_gates, h0[layer], c, w_hh, b_hh, w_hr, mode,
-                             batch_sizes)  # fmt: skip
-        if layer:
-            out_shape = (*input_gates.shape[:-1], h0.shape[2])
-            gates = input_gates.shape[-1]
-            if (
-                w_ih is None
-                or tuple(w_ih.shape) != (gates, h0.shape[2])
-                or (b_ih is not None and tuple(b_ih.shape) != (gates,))
-                or (mask is not None and tuple(mask.shape) != out_shape)
-            ):
-                raise ShapeError(
-                    f"recurrent_stack: layer {layer} needs weight_ih ({gates}, {h0.shape[2]}), "
-                    f"bias_ih ({gates},) or None and a mask {out_shape} or None; got "
-                    + ", ".join(
-                        str(None if a is None else tuple(a.shape))
-                        for a in params[6 * layer : 6 * layer + 3]
-                    )
-                )
-    return apply(RecurrentStack, input_gates, h0, c0, *params, mode=mode, sizes=sizes)
+    if batch_sizes is not None:
+        sizes = tuple(int(b) for b in batch_sizes)
+        if any(b <= 0 for b in sizes) or list(sizes) != sorted(sizes, reverse=True):
+            raise ArgumentError(
+                f"recurrent_layer: batch_sizes must be positive and nonincreasing; got {sizes}"
+            )
+    flat = (input_gates, h0, c0, weight_hh, bias_hh, weight_hr, *(a for g in upper for a in g))
+    if any(len(g) != 8 for g in upper) or (upper and reverse):
+        raise ArgumentError("recurrent_layer: each upper layer is 8 arrays, and not reversed")
+    lstm, chunks = mode == "LSTM", _CHUNKS[mode]
+    shape = lambda a: None if a is None else tuple(a.shape)  # noqa: E731
+    rows = (sum(sizes),) if sizes is not None else tuple(input_gates.shape[:-1])[:2]
+    below = None
+    for layer, (w_ih, b_ih, mask, h, c, w_hh, b_hh, w_hr) in enumerate(_groups(flat)):
+        g, hout = shape(w_hh) if w_hh is not None and w_hh.ndim == 2 else (0, 0)
+        hidden, batch = g // chunks, rows[-1] if sizes is None else (sizes or (0,))[0]
+        ok = (
+            g % chunks == 0
+            and shape(h) == (batch, hout)
+            and shape(c) == ((batch, hidden) if lstm else None)
+            and shape(b_hh) in (None, (g,))
+            and (
+                shape(w_hr) == (hout, hidden)
+                if lstm and w_hr is not None
+                else w_hr is None and (not lstm or hout == hidden)
+            )
+        )
+        if layer == 0:
+            ok = ok and shape(input_gates) == (*rows, g) and len(rows) == (1 if sizes else 2)
+        else:
+            ok = ok and shape(w_ih) == (g, below) and shape(b_ih) in (None, (g,))
+            ok = ok and shape(mask) in (None, (*rows, below))
+        if not ok:
+            names = ("weight_ih", "bias_ih", "mask", "h0", "c0", "weight_hh", "bias_hh")
+            arrays = (w_ih, b_ih, mask, h, c, w_hh, b_hh, w_hr)
+            got = zip((*names, "weight_hr"), arrays, strict=True)
+            raise ShapeError(
+                f"recurrent_layer ({mode}): layer {layer}'s shapes do not fit: input_gates "
+                f"{shape(input_gates)}, "
+                + ", ".join(f"{k} {shape(a)}" for k, a in got)
+                + f" (expected input_gates (T, B, G) or (sum(batch_sizes), G), h0 (B, H_out), "
+                f"c0 (B, H) for LSTM, weight_hh (G, H_out) with G = {chunks} * H, bias_hh (G,), "
+                "weight_hr (H_out, H); above layer 0 weight_ih (G, H_out below), bias_ih (G,), "
+                "mask (T, B, H_out below))"
+            )
+        below = hout
+    return apply(RecurrentLayer, *flat, mode=mode, sizes=sizes, reverse=bool(reverse))
 
 
-def _cells_override(forward_loop, backward_loop):
-    """The override adapter of an op whose forward and backward are ``forward_loop`` and
-    ``backward_loop`` with a backend's fused LSTM/GRU cell kernels (``lstm_fwd``, ``gru_fwd``,
-    ``lstm_bwd``, ``gru_bwd``) in place of :class:`GenericCells`. The forward leaves ``ctx`` as
-    the generic one does, so the entry is not paired: either backward may follow either
-    forward. The plain RNN modes stay generic (one tanh or max a step)."""
+def recurrent_layer_override(backend):
+    """recurrent_layer's overrides: :func:`stack_forward` and :func:`stack_backward` with the
+    backend's fused LSTM/GRU cell kernels (``lstm_fwd``, ``gru_fwd``, ``lstm_bwd``,
+    ``gru_bwd``) in place of :class:`GenericCells`. The forward leaves ``ctx`` as the generic
+    one does, so the entry is not paired: either backward may follow either forward. The plain
+    RNN modes stay generic (one tanh or max a step)."""
+    accepts = backend.accepts
+    have = backend.FUSED_KERNELS
+    fwd_modes = {m for m in ("LSTM", "GRU") if f"{m.lower()}_fwd" in have}
+    bwd_modes = {m for m in ("LSTM", "GRU") if f"{m.lower()}_bwd" in have}
 
-    def adapter(backend):
-        accepts = backend.accepts
-        have = backend.FUSED_KERNELS
-        fwd_modes = {m for m in ("LSTM", "GRU") if f"{m.lower()}_fwd" in have}
-        bwd_modes = {m for m in ("LSTM", "GRU") if f"{m.lower()}_bwd" in have}
+    def forward(ctx, *arrays, mode, sizes, reverse):
+        if mode not in fwd_modes or not accepts(tuple(a for a in arrays if a is not None)):
+            return NotImplemented
+        return stack_forward(ctx, backend, *arrays, mode=mode, sizes=sizes, reverse=reverse)
 
-        def forward(ctx, *arrays, mode, **params):
-            if mode not in fwd_modes or not accepts(tuple(a for a in arrays if a is not None)):
-                return NotImplemented
-            return forward_loop(ctx, backend, *arrays, mode=mode, **params)
+    def backward(ctx, *grads):
+        if ctx.mode not in bwd_modes or not accepts(tuple(a for a in ctx.saved if a is not None)):
+            return NotImplemented
+        return stack_backward(ctx, backend, *grads)
 
-        def backward(ctx, *grads):
-            saved = tuple(a for a in ctx.saved if a is not None)
-            if ctx.mode not in bwd_modes or not accepts(saved):
-                return NotImplemented
-            return backward_loop(ctx, backend, *grads)
-
-        return forward, backward
-
-    return adapter
-
-
-recurrent_layer_override = _cells_override(layer_forward, layer_backward)
-recurrent_stack_override = _cells_override(stack_forward, stack_backward)
+    return forward, backward
 
 
 # The family's public functions (ferro.ops exports their union): a new op's name goes here.
@@ -1097,5 +925,4 @@ __all__ = [
     "gru_cell",
     "lstm_cell",
     "recurrent_layer",
-    "recurrent_stack",
 ]

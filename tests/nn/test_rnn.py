@@ -209,30 +209,30 @@ def test_backward_on_tensors_matches_backward_and_differentiates(op):
 
 def _op_call(name, tensors, kwargs):
     """The op's outputs and its positional inputs for an opdb sample of recurrent_layer or
-    recurrent_stack (whose dropout masks ride in the sample's kwargs)."""
+    recurrent_layer_stacked (whose dropout masks ride in the sample's kwargs)."""
     if name == "recurrent_layer":
         return ferro.recurrent_layer(*tensors, **kwargs), tensors
-    flat = []
-    for layer, mask in enumerate(kwargs["masks"]):
-        mask = None if mask is None else ferro.tensor(mask)
-        flat += [*tensors[3 + 5 * layer : 5 + 5 * layer], mask]
-        flat += tensors[5 + 5 * layer : 8 + 5 * layer]
-    outs = ferro.recurrent_stack(*tensors[:3], flat, kwargs["mode"], kwargs["batch_sizes"])
-    return outs, [*tensors[:3], *flat]
+    from opdb.recurrent import _stacked_groups
+
+    masks = [None if m is None else ferro.tensor(m) for m in kwargs["masks"]]
+    upper = _stacked_groups(tensors, masks)
+    outs = ferro.recurrent_layer(*tensors[:6], kwargs["mode"], kwargs["batch_sizes"], upper=upper)
+    return outs, [*tensors[:6], *(a for g in upper for a in g)]
 
 
-@pytest.mark.parametrize("name", ["recurrent_layer", "recurrent_stack"])
+@pytest.mark.parametrize("name", ["recurrent_layer", "recurrent_layer_stacked"])
 def test_layer_differentiable_backward_matches_backward(name):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ops"))
     from opdb import BY_NAME
 
     rng = np.random.default_rng(0)
+    op = REGISTRY["recurrent_layer"]
     for sample in BY_NAME[name].samples(np.random.default_rng(0)):
         tensors = [None if a is None else ferro.tensor(a, requires_grad=True) for a in sample.args]
         outs, inputs = _op_call(name, tensors, sample.kwargs)
         gys = [rng.normal(size=o.shape) for o in outs]
         node = outs[0].grad_fn
-        want = REGISTRY[name].backward(node, *gys)
+        want = op.backward(node, *gys)
         ctx = types.SimpleNamespace(
             saved=tuple(inputs),
             needs_input_grad=tuple(t is not None and t.requires_grad for t in inputs),
@@ -240,7 +240,7 @@ def test_layer_differentiable_backward_matches_backward(name):
             sizes=node.sizes,
             reverse=sample.kwargs.get("reverse"),
         )
-        got = REGISTRY[name].differentiable_backward(ctx, *(ferro.tensor(g) for g in gys))
+        got = op.differentiable_backward(ctx, *(ferro.tensor(g) for g in gys))
         for k, (w, g) in enumerate(zip(want, got, strict=True)):
             assert (w is None) == (g is None), (sample.label, k)
             if w is not None:
@@ -776,14 +776,14 @@ def test_stack_runs_the_kernels_and_second_derivatives_match_numeric():
     out, _ = lstm(ferro.randn(5, 2, 3, requires_grad=True))
     out.sum().backward()
     node = out.grad_fn
-    assert node.op.name == "recurrent_stack" and node.fused_forward and node.fused_backward
+    assert node.op.name == "recurrent_layer" and node.fused_forward and node.fused_backward
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ops"))
     from opdb import BY_NAME
 
     (sample,) = [
         s
-        for s in BY_NAME["recurrent_stack"].samples(np.random.default_rng(0))
+        for s in BY_NAME["recurrent_layer_stacked"].samples(np.random.default_rng(0))
         if s.label == "GRU-2-packed-dropout"
     ]
     tensors = [None if a is None else ferro.tensor(a, requires_grad=True) for a in sample.args]
@@ -793,6 +793,6 @@ def test_stack_runs_the_kernels_and_second_derivatives_match_numeric():
         args = list(tensors)
         for k, t in zip(live, ts, strict=True):
             args[k] = t
-        return _op_call("recurrent_stack", args, sample.kwargs)[0]
+        return _op_call("recurrent_layer_stacked", args, sample.kwargs)[0]
 
     assert gradgradcheck(fn, tuple(tensors[k] for k in live))

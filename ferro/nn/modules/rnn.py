@@ -32,7 +32,6 @@ from ferro.ops import (
     linear,
     lstm_cell,
     recurrent_layer,
-    recurrent_stack,
     relu,
     stack,
     tanh,
@@ -201,27 +200,30 @@ class RNNBase(Module):
         return x, stack(h_n, 0), (stack(c_n, 0) if lstm else None)
 
     def _stack(self, x, h0, c0, sizes):
-        """Unidirectional stacked layers in one ``recurrent_stack`` node (Note [Recurrent
-        stack]: the layers run as a wavefront on two cores); the dropout between layers is a
-        mask drawn as ``F.dropout`` draws it, so a seed gives the same numbers either way."""
-        masks = [None] * self.num_layers
-        if self.dropout and self.training:
+        """Unidirectional layers in one ``recurrent_layer`` node (Note [Recurrent stack]: the
+        layers run a few steps apart on two cores); the dropout between layers is a mask
+        drawn as ``F.dropout`` draws it, so a seed gives the same numbers as layer by layer."""
+        lstm, layers = self.mode == "LSTM", self.num_layers
+        masks = [None] * layers
+        if self.dropout and self.training and layers > 1:
             with no_grad():
                 shape = (*x.shape[:-1], self.proj_size or self.hidden_size)
-                ones_ = ones(*shape, dtype=x.dtype, device=x.device)
-                masks = [None] + [F.dropout(ones_, self.dropout, True) for _ in masks[1:]]
-        params = []
-        for layer in range(self.num_layers):
-            w_ih, w_hh, b_ih, b_hh, w_hr = self._layer_params(layer, 0)
-            first = layer == 0
-            params += [None if first else w_ih, None if first else b_ih, masks[layer]]
-            params += [w_hh, b_hh, w_hr]
-        w_ih, _, b_ih = self._layer_params(0, 0)[:3]
+                kept = ones(*shape, dtype=x.dtype, device=x.device)
+                masks = [None] + [F.dropout(kept, self.dropout, True) for _ in masks[1:]]
+        h0s, c0s = h0.unbind(0), (c0.unbind(0) if lstm else [None] * layers)
+        upper = []
+        for k in range(1, layers):
+            w_ih, w_hh, b_ih, b_hh, w_hr = self._layer_params(k, 0)
+            upper.append((w_ih, b_ih, masks[k], h0s[k], c0s[k], w_hh, b_hh, w_hr))
+        w_ih, w_hh, b_ih, b_hh, w_hr = self._layer_params(0, 0)
         xg = linear(x.reshape(-1, x.shape[-1]), w_ih, b_ih)
         if sizes is None:
             xg = xg.reshape(x.shape[0], x.shape[1], w_ih.shape[0])
-        res = recurrent_stack(xg, h0, c0, params, self.mode, sizes)
-        return res if self.mode == "LSTM" else (*res, None)
+        out, *states = recurrent_layer(
+            xg, h0s[0], c0s[0], w_hh, b_hh, w_hr, self.mode, sizes, False, upper
+        )
+        per = 2 if lstm else 1
+        return out, stack(states[::per], 0), (stack(states[1::per], 0) if lstm else None)
 
     def _check_state(self, state, expected: tuple, which: str, cls: str):
         if not isinstance(state, TensorBase):
@@ -299,7 +301,7 @@ class RNNBase(Module):
             if sorted_indices is not None:
                 h0 = h0.index_select(1, sorted_indices)
                 c0 = c0.index_select(1, sorted_indices) if lstm else None
-        if directions == 1 and self.num_layers > 1:
+        if directions == 1:
             x, h_n, c_n = self._stack(x, h0, c0, sizes)
         else:
             x, h_n, c_n = self._layers(x, h0, c0, sizes)

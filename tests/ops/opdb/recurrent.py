@@ -153,40 +153,38 @@ ENTRIES.append(
 )
 
 
-def _unflat(flat, rows, hout, batch):
-    """``_layer_ref``'s flat result as ``(out, h_n, c_n)`` (``out`` 2-D, the others flat)."""
-    out, at = flat[: rows * hout].reshape(rows, hout), rows * hout
-    return out, flat[at : at + batch * hout], flat[at + batch * hout :]
+def _stacked_groups(args, masks):
+    """The layers' ``(w_ih, b_ih, mask, h0, c0, w_hh, b_hh, w_hr)`` from a stacked sample's
+    flat arguments (7 per upper layer; the masks ride in the kwargs, not differentiated)."""
+    upper = [args[k : k + 7] for k in range(6, len(args), 7)]
+    return [(*u[:2], m, *u[2:]) for u, m in zip(upper, masks[1:], strict=True)]
 
 
-def _stack_ref(xg, h0, c0, *params, mode, batch_sizes=None, masks=()):
-    """Layer by layer with ``_layer_ref``: layer l's input gates are
-    ``(out_{l-1} * mask) @ weight_ih.T + bias_ih``."""
-    gates, parts_h, parts_c = xg, [], []
+def _stacked_ref(xg, h0, c0, w_hh, b_hh, w_hr, *upper, mode, batch_sizes=None, masks=()):
+    """Layer by layer with ``_layer_ref``: an upper layer's input gates are
+    ``(out_below * mask) @ weight_ih.T + bias_ih``."""
     rows = xg.reshape(-1, xg.shape[-1]).shape[0]
-    for layer in range(h0.shape[0]):
-        w_ih, b_ih, w_hh, b_hh, w_hr = params[5 * layer : 5 * layer + 5]
-        if layer:
-            x = out if masks[layer] is None else out * masks[layer].reshape(out.shape)  # noqa: F821
-            gates = (x @ w_ih.T + (0 if b_ih is None else b_ih)).reshape(xg.shape)
-        c = None if c0 is None else c0[layer]
-        flat = _layer_ref(gates, h0[layer], c, w_hh, b_hh, w_hr, mode, batch_sizes)
-        out, h, rest = _unflat(flat, rows, h0.shape[2], h0.shape[1])
-        parts_h.append(h)
-        parts_c.append(rest)
-    return np.concatenate([out.reshape(-1), *parts_h, *parts_c])
+    layers = [(None, None, None, h0, c0, w_hh, b_hh, w_hr)]
+    layers += _stacked_groups((xg, h0, c0, w_hh, b_hh, w_hr, *upper), masks)
+    gates, parts = xg, []
+    for w_ih, b_ih, mask, h, c, w, b, wr in layers:
+        if w_ih is not None:
+            x = out if mask is None else out * mask.reshape(out.shape)  # noqa: F821
+            gates = (x @ w_ih.T + (0 if b_ih is None else b_ih)).reshape(*xg.shape[:-1], -1)
+        flat = _layer_ref(gates, h, c, w, b, wr, mode, batch_sizes)
+        out = flat[: rows * h.shape[1]].reshape(rows, -1)
+        parts.append(flat[rows * h.shape[1] :])  # h_n and c_n
+    return np.concatenate([out.reshape(-1), *parts])
 
 
-def _stack_fn(xg, h0, c0, *params, mode, batch_sizes=None, masks=()):
-    flat = []
-    for layer in range(h0.shape[0]):
-        mask = None if masks[layer] is None else ferro.tensor(masks[layer], dtype=xg.dtype)
-        flat += [*params[5 * layer : 5 * layer + 2], mask, *params[5 * layer + 2 : 5 * layer + 5]]
-    outs = ferro.recurrent_stack(xg, h0, c0, flat, mode, batch_sizes)
+def _stacked_fn(*args, mode, batch_sizes=None, masks=()):
+    masks = [None if m is None else ferro.tensor(m, dtype=args[0].dtype) for m in masks]
+    upper = _stacked_groups(args, masks)
+    outs = ferro.recurrent_layer(*args[:6], mode, batch_sizes, upper=upper)
     return ferro.cat([o.reshape(-1) for o in outs], 0)
 
 
-def _stack_samples(rng):
+def _stacked_samples(rng):
     out = []
     hidden, steps, batch = 2, 3, 3
     for mode, layers, proj, bias, sizes, dropout in [
@@ -196,43 +194,37 @@ def _stack_samples(rng):
         ("GRU", 2, False, True, [3, 3, 1], True),
         ("GRU", 3, False, False, None, False),
         ("RNN_TANH", 2, False, True, [3, 2, 1], False),
-        ("RNN_RELU", 1, False, True, None, False),
+        ("RNN_RELU", 4, False, True, None, True),
     ]:
         chunks = {"LSTM": 4, "GRU": 3}.get(mode, 1)
         gates, hout = chunks * hidden, 1 if proj else hidden
         rows = (sum(sizes),) if sizes else (steps, batch)
-        params, masks = [], [None]
+        args, masks = [uniform(rng, (*rows, gates))], [None]
         for layer in range(layers):
-            first = layer == 0
-            params += [
-                None if first else uniform(rng, (gates, hout)),
-                None if first or not bias else uniform(rng, (gates,)),
+            if layer:
+                args += [uniform(rng, (gates, hout)), uniform(rng, (gates,)) if bias else None]
+                masks.append((rng.random((*rows, hout)) > 0.3) / 0.7 if dropout else None)
+            args += [
+                uniform(rng, (batch, hout)),
+                uniform(rng, (batch, hidden)) if mode == "LSTM" else None,
                 uniform(rng, (gates, hout)),
                 uniform(rng, (gates,)) if bias else None,
                 uniform(rng, (hout, hidden)) if proj else None,
             ]
-            if not first:
-                keep = rng.random((*rows, hout)) > 0.3
-                masks.append(keep / 0.7 if dropout else None)
-        args = (
-            uniform(rng, (*rows, gates)),
-            uniform(rng, (layers, batch, hout)),
-            uniform(rng, (layers, batch, hidden)) if mode == "LSTM" else None,
-            *params,
-        )
         kwargs = {"mode": mode, "batch_sizes": sizes, "masks": masks}
         label = f"{mode}-{layers}{'-proj' if proj else ''}{'-packed' if sizes else ''}"
-        out.append(Sample(args, kwargs, label=label + ("-dropout" if dropout else "")))
+        out.append(Sample(tuple(args), kwargs, label=label + ("-dropout" if dropout else "")))
     out.append(Sample(out[0].args, out[0].kwargs, noncontig=True, label="LSTM-noncontig"))
     return out
 
 
 ENTRIES.append(
     OpInfo(
-        "recurrent_stack",
-        _stack_fn,
-        _stack_ref,
-        _stack_samples,
+        "recurrent_layer_stacked",
+        _stacked_fn,
+        _stacked_ref,
+        _stacked_samples,
+        func="recurrent_layer",
         fwd_rtol32=2e-5,
     )
 )

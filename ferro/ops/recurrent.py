@@ -22,7 +22,7 @@ from __future__ import annotations
 import threading
 
 from ferro import _intraop
-from ferro.errors import ArgumentError, GraphError, ShapeError
+from ferro.errors import ArgumentError, ShapeError
 from ferro.ops.registry import apply, register
 
 
@@ -247,58 +247,26 @@ def _reference_one(input_gates, h0, c0, weight_hh, bias_hh, weight_hr, mode, bat
     from ferro.ops.linalg import linear
     from ferro.ops.shape import cat, stack
 
-    packed = batch_sizes is not None
+    packed, lstm = batch_sizes is not None, mode == "LSTM"
     steps = input_gates.split(list(batch_sizes), 0) if packed else input_gates.unbind(0)
-    lstm = mode == "LSTM"
-    n = len(steps)
-    outs = [None] * n
-
-    def step(xg, h, c):
-        hg = linear(h, weight_hh, bias_hh)
+    outs, h, c = [None] * len(steps), h0, c0
+    # Step t updates its batch's rows; the other rows keep their state: the final one of a
+    # sequence that has ended (forward in time), the initial one of one yet to start.
+    for t in reversed(range(len(steps))) if reverse else range(len(steps)):
+        x, b, rows = steps[t], steps[t].shape[0], h.shape[0]
+        hb = h if b == rows else h[:b]
+        hg = linear(hb, weight_hh, bias_hh)
         if lstm:
-            h, c = lstm_cell(xg, hg, c)
-            return (linear(h, weight_hr) if weight_hr is not None else h), c
-        if mode == "GRU":
-            return gru_cell(xg, hg, h), None
-        return (tanh(xg + hg) if mode == "RNN_TANH" else relu(xg + hg)), None
-
-    h, c = h0, c0
-    if not packed:
-        for t in reversed(range(n)) if reverse else range(n):
-            h, c = step(steps[t], h, c)
-            outs[t] = h
-        return stack(outs, 0), h, c
-    sizes = list(batch_sizes)
-    if not reverse:
-        # Sequences end as the batch shrinks: their rows leave h, their final state is kept.
-        done_h, done_c, rows = [], [], h.shape[0]
-        for t in range(n):
-            b = sizes[t]
-            if b < rows:
-                done_h.append(h[b:rows])
-                h = h[:b]
-                if lstm:
-                    done_c.append(c[b:rows])
-                    c = c[:b]
-                rows = b
-            h, c = step(steps[t], h, c)
-            outs[t] = h
-        if done_h:
-            h = cat([h, *reversed(done_h)], 0)
-            c = cat([c, *reversed(done_c)], 0) if lstm else None
-        return cat(outs, 0), h, c
-    # Backwards in time, sequences join as the batch grows, each from its initial state.
-    rows = sizes[-1] if n else 0
-    h, c = h0[:rows], (c0[:rows] if lstm else None)
-    for t in reversed(range(n)):
-        b = sizes[t]
-        if b > rows:
-            h = cat([h, h0[rows:b]], 0)
-            c = cat([c, c0[rows:b]], 0) if lstm else None
-            rows = b
-        h, c = step(steps[t], h, c)
-        outs[t] = h
-    return cat(outs, 0), h, c
+            hb, cb = lstm_cell(x, hg, c if b == rows else c[:b])
+            hb = linear(hb, weight_hr) if weight_hr is not None else hb
+            c = cb if b == rows else cat([cb, c[b:]], 0)
+        elif mode == "GRU":
+            hb = gru_cell(x, hg, hb)
+        else:
+            hb = tanh(x + hg) if mode == "RNN_TANH" else relu(x + hg)
+        outs[t] = hb
+        h = hb if b == rows else cat([hb, h[b:]], 0)
+    return (cat if packed else stack)(outs, 0), h, c
 
 
 def _layer_backward_ops(ctx, *grads):
@@ -345,13 +313,12 @@ class GenericCells:
         hidden = c.shape[1]
         # sigmoid(x) = tanh(x / 2) / 2 + 1/2 on i, f, o and tanh on g: one tanh pass over all,
         # between a multiply by ``half`` (1/2 on i, f, o, 1 on g) and an add of ``shift``.
-        if self._lstm_consts is None or self._lstm_consts[0].shape[0] != 4 * hidden:
+        consts = self._lstm_consts  # read once: a stack's layers may share this object
+        if consts is None or consts[0].shape[0] != 4 * hidden or consts[0].dtype != acts.dtype:
             half = xp.full((4 * hidden,), 0.5, dtype=acts.dtype)
             half[2 * hidden : 3 * hidden] = 1
-            shift = xp.full((4 * hidden,), 0.5, dtype=acts.dtype)
-            shift[2 * hidden : 3 * hidden] = 0
-            self._lstm_consts = (half, shift)
-        half, shift = self._lstm_consts
+            consts = self._lstm_consts = (half, 1 - half)
+        half, shift = consts
         acts += x
         acts *= half
         xp.tanh(acts, out=acts)
@@ -412,100 +379,68 @@ class GenericCells:
         return gh * z
 
 
-def layer_forward(ctx, cells, xg, h0, c0, w_hh, b_hh, w_hr, *, mode, sizes, reverse, wave=None):
-    """RecurrentLayer's forward with the cell math of ``cells`` (:class:`GenericCells` or a
-    backend's kernels). ``wave`` (a :class:`_Wave`, for a layer of a stack) fills ``xg`` a block
-    of steps at a time (``wave.before(t)``) and hears when each step is done."""
+def layer_forward(ctx, cells, xg, h0, c0, w_hh, b_hh, w_hr, *, mode, sizes, reverse, wave):
+    """One layer's forward with the cell math of ``cells`` (:class:`GenericCells` or a
+    backend's kernels); ``wave`` (:class:`_Wave`) may fill ``xg`` a block of steps at a time."""
     xp = ctx.xp
     lstm, gru = mode == "LSTM", mode == "GRU"
-    packed = sizes is not None
     batch, hout = h0.shape
-    hidden = w_hh.shape[0] // _CHUNKS[mode]
     gates = w_hh.shape[0]
-    steps = len(sizes) if packed else xg.shape[0]
+    hidden = gates // _CHUNKS[mode]
+    steps = len(sizes) if sizes is not None else xg.shape[0]
     offsets, bs = _layout(sizes, steps, batch)
     x2 = xg.reshape(-1, gates)
     n, dt = x2.shape[0], xg.dtype
     w_t = xp.ascontiguousarray(w_hh.T)  # h @ w_t: OpenBLAS is 2x faster than h @ w_hh.T
-    out = xp.empty((n, hout), dtype=dt)
-    if wave is not None:
-        wave.out = out
+    out = wave.out = xp.empty((n, hout), dtype=dt)
     h_prev = xp.empty((n, hout), dtype=dt)
     acts = xp.empty((n, gates), dtype=dt)
-    h_n = xp.empty((batch, hout), dtype=dt)
-    c_n = c_prev = tc_all = cell_h = hg_n = None
+    c_prev = tc_all = cell_h = hg_n = None
     if lstm:
-        c_n = xp.empty((batch, hidden), dtype=dt)
         c_prev = xp.empty((n, hidden), dtype=dt)
         tc_all = xp.empty((n, hidden), dtype=dt)
         if w_hr is not None:
             cell_h = xp.empty((n, hidden), dtype=dt)
     if gru:
         hg_n = xp.empty((n, hidden), dtype=dt)
-    else:
-        # bias_hh is outside the nonlinearity here: added to every step's input projection at
-        # once (the GRU's n block needs it inside, r * (h W_hn^T + b_hn)).
-        xb = x2 if b_hh is None or wave is not None else x2 + b_hh
-    order = range(steps - 1, -1, -1) if reverse else range(steps)
-    rows = bs[order[0]] if steps else batch
-    h = h0[:rows]
-    c = c0[:rows] if lstm else None
-    for t in order:
+    # Step t updates its batch's rows of the states; the other rows keep theirs: the final
+    # state of a sequence that has ended (forward in time), the initial one of one yet to start.
+    h, c = xp.array(h0), (xp.array(c0) if lstm else None)
+    for t in range(steps - 1, -1, -1) if reverse else range(steps):
         s, b = offsets[t], bs[t]
-        if wave is not None:
-            wave.before(t)
-        if b < rows:  # forward in time: sequences b..rows ended at the previous step
-            h_n[b:rows] = h[b:rows]
-            h = h[:b]
-            if lstm:
-                c_n[b:rows] = c[b:rows]
-                c = c[:b]
-        elif b > rows:  # backwards in time: sequences rows..b start here
-            h = xp.concatenate([h, h0[rows:b]])
-            if lstm:
-                c = xp.concatenate([c, c0[rows:b]])
-        rows = b
-        h_prev[s : s + b] = h
-        a = acts[s : s + b]
+        wave.before(t)
+        hb, a, x = h[:b], acts[s : s + b], x2[s : s + b]
+        h_prev[s : s + b] = hb
         if gru:
-            hg = h @ w_t
+            hg = hb @ w_t
             if b_hh is not None:
                 hg += b_hh
-            h = cells.gru_fwd(x2[s : s + b], hg, h, a, hg_n[s : s + b])
+            hb = cells.gru_fwd(x, hg, hb, a, hg_n[s : s + b])
         else:
-            xp.matmul(h, w_t, out=a)  # the hidden projection, in place
-            x = xb[s : s + b]
-            if wave is not None and b_hh is not None:  # a stack's xg arrives a block at a time
-                x = x + b_hh
+            xp.matmul(hb, w_t, out=a)  # the hidden projection, in place
+            # bias_hh is outside the nonlinearity here (GRU's n block has it inside r * (...))
+            x = x if b_hh is None else x + b_hh
             if lstm:
-                c_prev[s : s + b] = c
-                h, c = cells.lstm_fwd(x, a, c, tc_all[s : s + b])
+                c_prev[s : s + b] = c[:b]
+                hb, c[:b] = cells.lstm_fwd(x, a, c[:b], tc_all[s : s + b])
                 if w_hr is not None:
-                    cell_h[s : s + b] = h
-                    h = h @ w_hr.T
+                    cell_h[s : s + b] = hb
+                    hb = hb @ w_hr.T
             else:
                 a += x
-                if mode == "RNN_TANH":
-                    xp.tanh(a, out=a)
-                else:
-                    xp.maximum(a, 0, out=a)
-                h = a
-        out[s : s + b] = h
-        if wave is not None:
-            wave.after(t)
-    h_n[:rows] = h
-    if lstm:
-        c_n[:rows] = c
+                hb = xp.tanh(a, out=a) if mode == "RNN_TANH" else xp.maximum(a, 0, out=a)
+        out[s : s + b] = h[:b] = hb
+        wave.after(t)
     ctx.save(xg, h0, c0, w_hh, b_hh, w_hr)
     ctx.mode, ctx.sizes, ctx.reverse = mode, sizes, reverse
     ctx.fast = (h_prev, acts, c_prev, tc_all, cell_h, hg_n)  # Note [Cell activations]
-    out = out if packed else out.reshape(steps, batch, hout)
-    return (out, h_n, c_n) if lstm else (out, h_n)
+    out = out if sizes is not None else out.reshape(steps, batch, hout)
+    return (out, h, c) if lstm else (out, h)
 
 
-def layer_backward(ctx, cells, gout, gh_n, gc_n=None, wave=None):
-    """RecurrentLayer's backward with the cell math of ``cells``; ``wave`` as in
-    :func:`layer_forward` (it fills ``gout`` a block at a time, walking back)."""
+def layer_backward(ctx, cells, gout, gh_n, gc_n=None, *, wave):
+    """One layer's backward with the cell math of ``cells``; ``wave`` may fill ``gout`` a block
+    at a time, walking back."""
     xg, h0, c0, w_hh, b_hh, w_hr = ctx.saved
     h_prev, acts, c_prev, tc_all, cell_h, hg_n = ctx.fast
     xp = ctx.xp
@@ -513,91 +448,55 @@ def layer_backward(ctx, cells, gout, gh_n, gc_n=None, wave=None):
     lstm, gru = mode == "LSTM", mode == "GRU"
     batch, hout = h0.shape
     gates = w_hh.shape[0]
-    hidden = gates // _CHUNKS[mode]
     steps = len(sizes) if sizes is not None else xg.shape[0]
     offsets, bs = _layout(sizes, steps, batch)
     n, dt = acts.shape[0], acts.dtype
     g_out = gout.reshape(n, hout)
-    g_in = xp.empty((n, gates), dtype=dt)  # d/d input_gates
-    if wave is not None:
-        wave.out = g_in
+    g_in = wave.out = xp.empty((n, gates), dtype=dt)  # d/d input_gates
     g_hid = xp.empty((n, gates), dtype=dt) if gru else g_in  # d/d hidden_gates
     g_hr = xp.empty((n, hout), dtype=dt) if cell_h is not None else None
-    gh0 = xp.empty((batch, hout), dtype=dt)
-    gc0 = xp.empty((batch, hidden), dtype=dt) if lstm else None
-    order = range(steps) if reverse else range(steps - 1, -1, -1)
-    rows = bs[order[0]] if steps else batch
-    gh = gh_n[:rows]
-    gc = xp.ascontiguousarray(gc_n[:rows]) if lstm else None
-    for t in order:
+    # As in the forward, the rows of the sequences a step does not have keep their gradients.
+    gh, gc = xp.array(gh_n, dtype=dt), (xp.array(gc_n, dtype=dt) if lstm else None)
+    for t in range(steps) if reverse else range(steps - 1, -1, -1):
         s, b = offsets[t], bs[t]
-        if wave is not None:
-            wave.before(t)
-        if b > rows:  # walking back in time, sequences rows..b end here: their final grads
-            gh = xp.concatenate([gh, gh_n[rows:b]])
-            if lstm:
-                gc = xp.concatenate([gc, gc_n[rows:b]])
-        elif b < rows:  # walking forward (a reverse layer): sequences b..rows started
-            gh0[b:rows] = gh[b:rows]
-            gh = gh[:b]
-            if lstm:
-                gc0[b:rows] = gc[b:rows]
-                gc = gc[:b]
-        rows = b
-        gh = gh + g_out[s : s + b]
-        a = acts[s : s + b]
-        gi = g_in[s : s + b]
+        wave.before(t)
+        ghb = gh[:b] + g_out[s : s + b]
+        a, gi = acts[s : s + b], g_in[s : s + b]
         if lstm:
             if g_hr is not None:
-                g_hr[s : s + b] = gh
-                gh = gh @ w_hr
-            gc = cells.lstm_bwd(gh, gc, a, c_prev[s : s + b], tc_all[s : s + b], gi)
-            gh = gi @ w_hh
+                g_hr[s : s + b] = ghb
+                ghb = ghb @ w_hr
+            gc[:b] = cells.lstm_bwd(ghb, gc[:b], a, c_prev[s : s + b], tc_all[s : s + b], gi)
+            gh[:b] = gi @ w_hh
         elif gru:
             gg = g_hid[s : s + b]
-            gh = cells.gru_bwd(gh, a, hg_n[s : s + b], h_prev[s : s + b], gi, gg)
-            gh += gg @ w_hh
+            gh[:b] = cells.gru_bwd(ghb, a, hg_n[s : s + b], h_prev[s : s + b], gi, gg)
+            gh[:b] += gg @ w_hh
         else:
-            if mode == "RNN_TANH":
-                xp.multiply(gh, 1 - a * a, out=gi)
-            else:
-                xp.multiply(gh, a > 0, out=gi)
-            gh = gi @ w_hh
-        if wave is not None:
-            wave.after(t)
-    gh0[:rows] = gh
-    if lstm:
-        gc0[:rows] = gc
+            xp.multiply(ghb, 1 - a * a if mode == "RNN_TANH" else a > 0, out=gi)
+            gh[:b] = gi @ w_hh
+        wave.after(t)
     need = ctx.needs_input_grad
     g_w = g_hid.T @ h_prev if need[3] else None  # every step's weight gradient: one GEMM
     g_b = g_hid.sum(axis=0) if b_hh is not None and need[4] else None
     g_whr = g_hr.T @ cell_h if g_hr is not None and need[5] else None
-    return (
-        g_in.reshape(xg.shape) if need[0] else None,
-        gh0 if need[1] else None,
-        gc0 if lstm and need[2] else None,
-        g_w,
-        g_b,
-        g_whr,
-    )
+    g_x = g_in.reshape(xg.shape) if need[0] else None
+    return g_x, gh if need[1] else None, gc if lstm and need[2] else None, g_w, g_b, g_whr
 
 
 def _groups(inputs):
     """Each layer's ``(w_ih, b_ih, mask, h0, c0, w_hh, b_hh, w_hr)`` from RecurrentLayer's
-    inputs: input k of layer l sits at ``8 * l - 2 + k`` (layer 0 has neither ``w_ih``,
-    ``b_ih`` nor ``mask``: its input projection is input 0)."""
-    rest = (tuple(inputs[k : k + 8]) for k in range(6, len(inputs), 8))
-    return [(None, None, None, *inputs[1:6]), *rest]
+    inputs: item k of layer l is input ``8 * l - 2 + k`` (layer 0 has no first three)."""
+    return [(None, None, None, *inputs[1:6])] + [
+        inputs[k : k + 8] for k in range(6, len(inputs), 8)
+    ]
 
 
-# Steps per block of the wavefront: an upper layer projects its input (one GEMM) and runs a
-# block once the layer below has finished it; bigger blocks make fewer handoffs but a longer
-# fill and drain ((steps + block) step times for two layers).
-_BLOCK = 4
+_BLOCK = 4  # steps per block of a stack's wavefront (Note [Recurrent stack])
 
 
 class _Layer:
-    """The ``ctx`` of one layer (what :func:`layer_forward` keeps for :func:`layer_backward`)."""
+    """The ``ctx`` of one layer of a stack."""
 
     def __init__(self, xp):
         self.xp = xp
@@ -608,28 +507,27 @@ class _Layer:
 
 class _Front:
     """One pass's handoffs, an event per (layer, block): a layer sets its block's event once
-    done with it, the layer that reads it waits. A failing layer sets every event and every
-    waiter raises, so no thread waits forever."""
+    done with it, the layer that reads it waits. A failing layer sets every event, and every
+    waiter then raises its error, so no thread waits forever and the first error is raised."""
 
     def __init__(self, xp, layers, sizes, steps, batch):
         offsets, bs = _layout(sizes, steps, batch)
         self.numpy, self.steps, blocks = xp.__name__ == "numpy", steps, -(-steps // _BLOCK)
         self.bounds = [offsets[j * _BLOCK] for j in range(blocks)] + [sum(bs)]
         self.events = [[threading.Event() for _ in range(blocks)] for _ in range(layers)]
-        self.failed = False
+        self.error = None
 
     def wait(self, layer, j):
         self.events[layer][j].wait()
-        if self.failed:
-            raise GraphError("recurrent_layer: a layer of the stack failed (see the first error)")
+        if self.error is not None:
+            raise self.error
 
     def run(self, fn):
         try:
             fn()
-        except BaseException:
-            self.failed = True
-            for event in (e for events in self.events for e in events):
-                event.set()
+        except BaseException as exc:
+            self.error = self.error or exc
+            [e.set() for events in self.events for e in events]
             raise
 
 
@@ -640,8 +538,8 @@ class _Wave:
     block's event. ``out`` is what the layer publishes (its output, or its gate gradients)."""
 
     def __init__(self, front, layer, source=None, fill=None, backward=False):
-        self.front, self.layer, self.source, self.fill = front, layer, source, fill
-        self.backward, self.out = backward, None
+        self.front, self.layer, self.source = front, layer, source
+        self.fill, self.backward = fill, backward
 
     def _starts(self, t):
         if self.backward:
@@ -650,8 +548,7 @@ class _Wave:
 
     def before(self, t):
         if self.source is not None and self._starts(t):
-            self.front.wait(self.source, t // _BLOCK)
-            j = t // _BLOCK
+            self.front.wait(self.source, j := t // _BLOCK)
             self.fill(slice(self.front.bounds[j], self.front.bounds[j + 1]))
 
     def after(self, t):

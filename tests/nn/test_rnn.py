@@ -750,8 +750,7 @@ def test_stack_failure_in_one_layer_raises_without_hanging(monkeypatch, fail_lay
     real = getattr(recurrent, name)
 
     def failing(ctx, cells, *args, **kwargs):
-        wave = kwargs.get("wave", args[-1] if backward else None)
-        if wave.layer == fail_layer:
+        if kwargs["wave"].layer == fail_layer:
             raise MemoryError(f"layer {fail_layer} failed")
         return real(ctx, cells, *args, **kwargs)
 

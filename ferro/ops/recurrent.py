@@ -19,6 +19,7 @@ activations from the saved inputs, which keeps second derivatives exact.
 
 from __future__ import annotations
 
+import math
 import threading
 
 from ferro import _intraop
@@ -37,6 +38,10 @@ def _sigmoid(xp, x):
     return 0.5 * xp.tanh(0.5 * x) + 0.5
 
 
+def _rows(a):
+    return a.reshape(math.prod(a.shape[:-1]), a.shape[-1])  # (..., k) as (rows, k)
+
+
 def _lstm_acts(xp, ig, hg):
     """The activated gates ``(i, f, g, o)`` from the two projections (differentiable math)."""
     gates = ig + hg
@@ -52,25 +57,13 @@ def _lstm_acts(xp, ig, hg):
 class LstmCell:
     @staticmethod
     def forward(ctx, input_gates, hidden_gates, cx):
-        xp = ctx.xp
-        n = cx.shape[-1]
-        acts = input_gates + hidden_gates  # fresh: activated in place below
-        # sigmoid(x) = 0.5 tanh(x / 2) + 0.5 on i, f, o; tanh on g: one tanh pass over all.
-        acts[..., : 2 * n] *= 0.5
-        acts[..., 3 * n :] *= 0.5
-        xp.tanh(acts, out=acts)
-        acts[..., : 2 * n] *= 0.5
-        acts[..., : 2 * n] += 0.5
-        acts[..., 3 * n :] *= 0.5
-        acts[..., 3 * n :] += 0.5
-        i, f, g, o = (acts[..., k * n : (k + 1) * n] for k in range(4))
-        cy = f * cx
-        cy += i * g
-        tc = xp.tanh(cy)
-        hy = o * tc
+        xp, x, c = ctx.xp, _rows(input_gates), _rows(cx)
+        acts = xp.array(_rows(hidden_gates))  # activated in place
+        tc = xp.empty(c.shape, dtype=acts.dtype)
+        hy, cy = GenericCells(xp).lstm_fwd(x, acts, c, tc)
         ctx.save(input_gates, hidden_gates, cx)
-        ctx.acts = (acts, tc)  # Note [Cell activations]
-        return hy, cy
+        ctx.acts = (acts.reshape(input_gates.shape), tc.reshape(cx.shape))  # [Cell activations]
+        return hy.reshape(cx.shape), cy.reshape(cx.shape)
 
     @staticmethod
     def backward(ctx, ghy, gcy):
@@ -152,21 +145,12 @@ class GruCell:
     @staticmethod
     def forward(ctx, input_gates, hidden_gates, hx):
         xp = ctx.xp
-        k = hx.shape[-1]
-        acts = input_gates + hidden_gates  # r, z pre-activations; the n block is redone below
-        acts *= 0.5
-        xp.tanh(acts, out=acts)
-        acts *= 0.5
-        acts += 0.5
-        r, z = acts[..., :k], acts[..., k : 2 * k]
-        n = acts[..., 2 * k :]
-        xp.tanh(input_gates[..., 2 * k :] + r * hidden_gates[..., 2 * k :], out=n)
-        hy = hx - n
-        hy *= z
-        hy += n
+        x, hg, h = (_rows(a) for a in (input_gates, hidden_gates, hx))
+        acts, hg_n = xp.empty(x.shape, dtype=x.dtype), xp.empty(h.shape, dtype=x.dtype)
+        hy = GenericCells(xp).gru_fwd(x, hg, h, acts, hg_n)
         ctx.save(input_gates, hidden_gates, hx)
-        ctx.acts = acts  # Note [Cell activations]
-        return hy
+        ctx.acts = acts.reshape(input_gates.shape)  # Note [Cell activations]
+        return hy.reshape(hx.shape)
 
     @staticmethod
     def backward(ctx, ghy):
@@ -676,15 +660,9 @@ class RecurrentLayer:
     FLOP at batch 20 with OpenBLAS) plus an accumulation each. The per-step arrays the
     backward reads (previous states, activations) are kept on ``ctx`` (Note [Cell
     activations]); ``differentiable_backward`` differentiates :func:`reference_layer`.
-
-    Note [Recurrent stack]: unidirectional stacked layers (``upper``) are one node too, so
-    that layer l + 1 runs a block of steps behind layer l on another core (:func:`_split`)
-    instead of after it; the recurrence leaves no other parallel work at word-language-model
-    sizes (each step a (batch x hidden) @ (hidden x 4 hidden) GEMM, which OpenBLAS's own
-    threads barely speed up). An upper layer's input projection is one GEMM per block of steps;
-    backward, the layer below waits for the block's gate gradients above; each weight gradient
-    stays one GEMM over all steps. The same GEMMs run in the same order on one thread or two:
-    the same bits."""
+    Note [Recurrent stack] (docs/rnn.md): unidirectional stacked layers are one node too,
+    the layers a block of steps apart on two cores (:func:`_split`), with the same bits as
+    on one."""
 
     @staticmethod
     def forward(ctx, *inputs, mode, sizes, reverse):
@@ -742,17 +720,15 @@ def recurrent_layer(
     """
     if mode not in _CHUNKS:
         raise ArgumentError(f"recurrent_layer: mode must be one of {sorted(_CHUNKS)}, got {mode!r}")
-    upper = [tuple(layer) for layer in upper]
-    sizes = None
-    if batch_sizes is not None:
-        sizes = tuple(int(b) for b in batch_sizes)
-        if any(b <= 0 for b in sizes) or list(sizes) != sorted(sizes, reverse=True):
-            raise ArgumentError(
-                f"recurrent_layer: batch_sizes must be positive and nonincreasing; got {sizes}"
-            )
-    flat = (input_gates, h0, c0, weight_hh, bias_hh, weight_hr, *(a for g in upper for a in g))
+    upper = [tuple(g) for g in upper]
+    sizes = None if batch_sizes is None else tuple(int(b) for b in batch_sizes)
+    if sizes is not None and (min(sizes, default=1) <= 0 or list(sizes) != sorted(sizes)[::-1]):
+        raise ArgumentError(
+            f"recurrent_layer: batch_sizes must be positive, nonincreasing: {sizes}"
+        )
     if any(len(g) != 8 for g in upper) or (upper and reverse):
         raise ArgumentError("recurrent_layer: each upper layer is 8 arrays, and not reversed")
+    flat = (input_gates, h0, c0, weight_hh, bias_hh, weight_hr, *(a for g in upper for a in g))
     lstm, chunks = mode == "LSTM", _CHUNKS[mode]
     shape = lambda a: None if a is None else tuple(a.shape)  # noqa: E731
     rows = (sum(sizes),) if sizes is not None else tuple(input_gates.shape[:-1])[:2]
@@ -760,34 +736,25 @@ def recurrent_layer(
     for layer, (w_ih, b_ih, mask, h, c, w_hh, b_hh, w_hr) in enumerate(_groups(flat)):
         g, hout = shape(w_hh) if w_hh is not None and w_hh.ndim == 2 else (0, 0)
         hidden, batch = g // chunks, rows[-1] if sizes is None else (sizes or (0,))[0]
-        ok = (
-            g % chunks == 0
-            and shape(h) == (batch, hout)
-            and shape(c) == ((batch, hidden) if lstm else None)
-            and shape(b_hh) in (None, (g,))
-            and (
-                shape(w_hr) == (hout, hidden)
-                if lstm and w_hr is not None
-                else w_hr is None and (not lstm or hout == hidden)
-            )
-        )
+        ok = g % chunks == 0 and shape(h) == (batch, hout) and shape(b_hh) in (None, (g,))
+        ok = ok and shape(c) == ((batch, hidden) if lstm else None)
+        want_hr = (hout, hidden) if lstm else None  # no projection: H_out == H
+        ok = ok and (shape(w_hr) == want_hr if w_hr is not None else not lstm or hout == hidden)
         if layer == 0:
             ok = ok and shape(input_gates) == (*rows, g) and len(rows) == (1 if sizes else 2)
         else:
             ok = ok and shape(w_ih) == (g, below) and shape(b_ih) in (None, (g,))
             ok = ok and shape(mask) in (None, (*rows, below))
         if not ok:
-            names = ("weight_ih", "bias_ih", "mask", "h0", "c0", "weight_hh", "bias_hh")
-            arrays = (w_ih, b_ih, mask, h, c, w_hh, b_hh, w_hr)
-            got = zip((*names, "weight_hr"), arrays, strict=True)
+            names = "weight_ih bias_ih mask h0 c0 weight_hh bias_hh weight_hr".split()
+            got = zip(names, (w_ih, b_ih, mask, h, c, w_hh, b_hh, w_hr), strict=True)
             raise ShapeError(
                 f"recurrent_layer ({mode}): layer {layer}'s shapes do not fit: input_gates "
-                f"{shape(input_gates)}, "
-                + ", ".join(f"{k} {shape(a)}" for k, a in got)
-                + f" (expected input_gates (T, B, G) or (sum(batch_sizes), G), h0 (B, H_out), "
-                f"c0 (B, H) for LSTM, weight_hh (G, H_out) with G = {chunks} * H, bias_hh (G,), "
-                "weight_hr (H_out, H); above layer 0 weight_ih (G, H_out below), bias_ih (G,), "
-                "mask (T, B, H_out below))"
+                f"{shape(input_gates)}, {', '.join(f'{k} {shape(a)}' for k, a in got)} (expected "
+                f"input_gates (T, B, G) or (sum(batch_sizes), G), h0 (B, H_out), c0 (B, H) for "
+                f"LSTM, weight_hh (G, H_out) with G = {chunks} * H, bias_hh (G,), weight_hr "
+                "(H_out, H); above layer 0 weight_ih (G, H_out below), bias_ih (G,), mask "
+                "(T, B, H_out below))"
             )
         below = hout
     return apply(RecurrentLayer, *flat, mode=mode, sizes=sizes, reverse=bool(reverse))

@@ -795,3 +795,20 @@ def test_stack_runs_the_kernels_and_second_derivatives_match_numeric():
         return _op_call("recurrent_layer_stacked", args, sample.kwargs)[0]
 
     assert gradgradcheck(fn, tuple(tensors[k] for k in live))
+
+
+def test_stack_bad_input_raises_typed_errors_naming_shapes():
+    z = ferro.zeros
+    layer0 = (z(3, 2, 8), z(2, 2), z(2, 2), z(8, 2), None, None)
+    upper = (z(8, 2), None, None, z(2, 2), z(2, 2), z(8, 2), None, None)
+    out, *states = ferro.recurrent_layer(*layer0, "LSTM", upper=[upper])
+    assert out.shape == (3, 2, 2) and len(states) == 4
+    bad = (z(8, 3), *upper[1:])
+    with pytest.raises(ShapeError, match=r"layer 1's shapes.*weight_ih \(8, 3\)"):
+        ferro.recurrent_layer(*layer0, "LSTM", upper=[bad])
+    with pytest.raises(ShapeError, match=r"layer 1's shapes.*mask \(3, 2, 5\)"):
+        ferro.recurrent_layer(*layer0, "LSTM", upper=[(*upper[:2], z(3, 2, 5), *upper[3:])])
+    with pytest.raises(ArgumentError, match="not reversed"):
+        ferro.recurrent_layer(*layer0, "LSTM", reverse=True, upper=[upper])
+    with pytest.raises(ArgumentError, match="8 arrays"):
+        ferro.recurrent_layer(*layer0, "LSTM", upper=[upper[:7]])

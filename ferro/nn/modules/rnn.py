@@ -7,7 +7,9 @@ uniform in ±1/sqrt(hidden_size)), so a PyTorch ``state_dict`` loads unchanged.
 How a layer runs: per layer and direction, the input projection of every step is one GEMM
 (``linear(x, weight_ih, bias_ih)`` over the whole sequence), and the recurrence is one node,
 :func:`ferro.recurrent_layer` (Note [Recurrent layer] in ``ferro/ops/recurrent.py``): a GEMM
-and PyTorch's cell per step, and one GEMM for each weight gradient over all steps. The cells
+and PyTorch's cell per step, and one GEMM for each weight gradient over all steps. A
+unidirectional module runs all its layers in one such node, a few steps apart on two cores
+(Note [Recurrent stack], docs/rnn.md). The cells
 (``RNNCell``, ``LSTMCell``, ``GRUCell``) use the fused single-step ops
 :func:`ferro.lstm_cell` and :func:`ferro.gru_cell`.
 """

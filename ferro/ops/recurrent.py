@@ -496,8 +496,12 @@ class _Front:
 
     def __init__(self, xp, layers, sizes, steps, batch):
         offsets, bs = _layout(sizes, steps, batch)
-        self.numpy, self.steps, blocks = xp.__name__ == "numpy", steps, -(-steps // _BLOCK)
-        self.bounds = [offsets[j * _BLOCK] for j in range(blocks)] + [sum(bs)]
+        # Serially, one block: an upper layer's input projection is one GEMM, as layer by
+        # layer. OpenBLAS computes a row of a product the same way whatever rows surround it.
+        self.parts = _intraop.parts(layers) if xp.__name__ == "numpy" else 1
+        self.steps, self.block = steps, _BLOCK if self.parts > 1 else max(steps, 1)
+        self.bounds = [offsets[j] for j in range(0, steps, self.block)] + [sum(bs)]
+        blocks = len(self.bounds) - 1
         self.events = [[threading.Event() for _ in range(blocks)] for _ in range(layers)]
         self.error = None
 
@@ -527,17 +531,18 @@ class _Wave:
 
     def _starts(self, t):
         if self.backward:
-            return t == self.front.steps - 1 or (t + 1) % _BLOCK == 0
-        return t % _BLOCK == 0
+            return t == self.front.steps - 1 or (t + 1) % self.front.block == 0
+        return t % self.front.block == 0
 
     def before(self, t):
         if self.source is not None and self._starts(t):
-            self.front.wait(self.source, j := t // _BLOCK)
+            self.front.wait(self.source, j := t // self.front.block)
             self.fill(slice(self.front.bounds[j], self.front.bounds[j + 1]))
 
     def after(self, t):
-        if t % _BLOCK == 0 if self.backward else (self._starts(t + 1) or t + 1 == self.front.steps):
-            self.front.events[self.layer][t // _BLOCK].set()
+        k = self.front.block
+        if t % k == 0 if self.backward else (self._starts(t + 1) or t + 1 == self.front.steps):
+            self.front.events[self.layer][t // k].set()
 
 
 def _split(front, work, layers, backward):
@@ -545,7 +550,7 @@ def _split(front, work, layers, backward):
     [Intra-op split]) that follow each other a block behind. Part 0 takes the group the others
     wait on (the bottom forward, the top backward), so a part that runs late on the caller's
     thread never waits for a later one."""
-    n = _intraop.parts(layers) if front.numpy else 1
+    n = front.parts
     groups = [range(p * layers // n, (p + 1) * layers // n) for p in range(n)]
     if backward:
         groups = [reversed(g) for g in reversed(groups)]

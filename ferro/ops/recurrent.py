@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import threading
+import types
 
 from ferro import _intraop
 from ferro.errors import ArgumentError, ShapeError
@@ -415,7 +416,7 @@ def layer_forward(ctx, cells, xg, h0, c0, w_hh, b_hh, w_hr, *, mode, sizes, reve
                 hb = xp.tanh(a, out=a) if mode == "RNN_TANH" else xp.maximum(a, 0, out=a)
         out[s : s + b] = h[:b] = hb
         wave.after(t)
-    ctx.save(xg, h0, c0, w_hh, b_hh, w_hr)
+    ctx.saved = (xg, h0, c0, w_hh, b_hh, w_hr)  # ctx: one layer's namespace (stack_forward)
     ctx.mode, ctx.sizes, ctx.reverse = mode, sizes, reverse
     ctx.fast = (h_prev, acts, c_prev, tc_all, cell_h, hg_n)  # Note [Cell activations]
     out = out if sizes is not None else out.reshape(steps, batch, hout)
@@ -479,16 +480,6 @@ def _groups(inputs):
 _BLOCK = 4  # steps per block of a stack's wavefront (Note [Recurrent stack])
 
 
-class _Layer:
-    """The ``ctx`` of one layer of a stack."""
-
-    def __init__(self, xp):
-        self.xp = xp
-
-    def save(self, *arrays):
-        self.saved = arrays
-
-
 class _Front:
     """One pass's handoffs, an event per (layer, block): a layer sets its block's event once
     done with it, the layer that reads it waits. A failing layer sets every event, and every
@@ -496,8 +487,7 @@ class _Front:
 
     def __init__(self, xp, layers, sizes, steps, batch):
         offsets, bs = _layout(sizes, steps, batch)
-        # Serially, one block: an upper layer's input projection is one GEMM, as layer by
-        # layer. OpenBLAS computes a row of a product the same way whatever rows surround it.
+        # Serially, one block: an upper layer's input projection is one GEMM, as layer by layer.
         self.parts = _intraop.parts(layers) if xp.__name__ == "numpy" else 1
         self.steps, self.block = steps, _BLOCK if self.parts > 1 else max(steps, 1)
         self.bounds = [offsets[j] for j in range(0, steps, self.block)] + [sum(bs)]
@@ -565,7 +555,7 @@ def stack_forward(ctx, cells, *inputs, mode, sizes, reverse):
     layers, dt = len(groups), xg.dtype
     steps = len(sizes) if sizes is not None else xg.shape[0]
     front = _Front(xp, layers, sizes, steps, groups[0][3].shape[0])
-    subs = [_Layer(xp) for _ in groups]
+    subs = [types.SimpleNamespace(xp=xp) for _ in groups]
     xgs = [xg] + [xp.empty((*xg.shape[:-1], g[5].shape[0]), dtype=dt) for g in groups[1:]]
     layer_in = [None] * layers  # an upper layer's input: the output below (times the mask)
     waves, results = [_Wave(front, 0)], [None] * layers
@@ -666,8 +656,7 @@ class RecurrentLayer:
     backward reads (previous states, activations) are kept on ``ctx`` (Note [Cell
     activations]); ``differentiable_backward`` differentiates :func:`reference_layer`.
     Note [Recurrent stack] (docs/rnn.md): unidirectional stacked layers are one node too,
-    the layers a block of steps apart on two cores (:func:`_split`), with the same bits as
-    on one."""
+    the layers a block of steps apart on two cores (:func:`_split`)."""
 
     @staticmethod
     def forward(ctx, *inputs, mode, sizes, reverse):
@@ -710,7 +699,7 @@ def recurrent_layer(
     weight_ih.T + bias_ih`` (``mask``, say dropout's, and ``bias_ih`` may be None; the mask is
     not differentiated); ``output`` is then the top layer's, followed by every layer's states
     (``h_n, c_n`` or ``h_n``). With two threads (``ferro._intraop``) the layers run a few
-    steps apart, with the same results as on one.
+    steps apart.
 
     Gradient: back through the steps, each step's as in ``lstm_cell``/``gru_cell``; the weight
     gradients are one GEMM over all steps (gweight_hh = sum_t ggates_t^T h_{t-1}); below an

@@ -478,6 +478,7 @@ def _groups(inputs):
 
 
 _BLOCK = 4  # steps per block of a stack's wavefront (Note [Recurrent stack])
+_SPLIT_WORK = 1 << 18  # multiply-adds of a step's GEMM below which the layers run in series
 
 
 class _Front:
@@ -485,10 +486,13 @@ class _Front:
     done with it, the layer that reads it waits. A failing layer sets every event, and every
     waiter then raises its error, so no thread waits forever and the first error is raised."""
 
-    def __init__(self, xp, layers, sizes, steps, batch):
+    def __init__(self, xp, groups, sizes, steps):
+        layers, batch = len(groups), groups[0][3].shape[0]
         offsets, bs = _layout(sizes, steps, batch)
-        # Serially, one block: an upper layer's input projection is one GEMM, as layer by layer.
-        self.parts = _intraop.parts(layers) if xp.__name__ == "numpy" else 1
+        # Split where a step's GEMM (batch * w_hh.size multiply-adds) outweighs a handoff;
+        # serially one block: an upper layer's input projection is one GEMM, as layer by layer.
+        split = xp.__name__ == "numpy" and batch * groups[0][5].size >= _SPLIT_WORK
+        self.parts = _intraop.parts(layers) if split else 1
         self.steps, self.block = steps, _BLOCK if self.parts > 1 else max(steps, 1)
         self.bounds = [offsets[j] for j in range(0, steps, self.block)] + [sum(bs)]
         blocks = len(self.bounds) - 1
@@ -554,7 +558,7 @@ def stack_forward(ctx, cells, *inputs, mode, sizes, reverse):
     groups = _groups(inputs)
     layers, dt = len(groups), xg.dtype
     steps = len(sizes) if sizes is not None else xg.shape[0]
-    front = _Front(xp, layers, sizes, steps, groups[0][3].shape[0])
+    front = _Front(xp, groups, sizes, steps)
     subs = [types.SimpleNamespace(xp=xp) for _ in groups]
     xgs = [xg] + [xp.empty((*xg.shape[:-1], g[5].shape[0]), dtype=dt) for g in groups[1:]]
     layer_in = [None] * layers  # an upper layer's input: the output below (times the mask)
@@ -607,7 +611,7 @@ def stack_backward(ctx, cells, gout, *g_states):
     subs, layer_in = ctx.layers
     layers, per = len(groups), 2 if ctx.mode == "LSTM" else 1
     steps = len(ctx.sizes) if ctx.sizes is not None else inputs[0].shape[0]
-    front = _Front(xp, layers, ctx.sizes, steps, groups[0][3].shape[0])
+    front = _Front(xp, groups, ctx.sizes, steps)
     n = subs[0].fast[0].shape[0]
     gouts = [xp.empty((n, g[3].shape[1]), dtype=gout.dtype) for g in groups[1:]] + [gout]
     waves = [_Wave(front, layer, backward=True) for layer in range(layers)]

@@ -713,11 +713,17 @@ def _run_stack(module, x, leaf, threads):
         ("RNN", 4, {"dropout": 0.2}, True),
     ],
 )
-def test_stack_on_two_threads_equals_one_thread_and_the_layers(mode, layers, kw, packed):
+def test_stack_on_two_threads_equals_one_thread_and_the_layers(
+    monkeypatch, mode, layers, kw, packed
+):
     from ferro import _intraop
+    from ferro.ops import recurrent
 
     if _intraop._BLAS is None:
         pytest.skip("the BLAS's threads cannot be controlled here: no split to test")
+    monkeypatch.setattr(recurrent, "_SPLIT_WORK", 0)  # split these small layers too
+    split, run = [], _intraop.run
+    monkeypatch.setattr(_intraop, "run", lambda fn, n: split.append(n) or run(fn, n))
     rng = np.random.default_rng(7)
     ferro.manual_seed(0)
     module = getattr(nn, mode)(3, 5, num_layers=layers, **kw).double()
@@ -731,6 +737,7 @@ def test_stack_on_two_threads_equals_one_thread_and_the_layers(mode, layers, kw,
         x = leaf = ferro.tensor(rng.normal(size=shape), requires_grad=True)
     one = _run_stack(module, x, leaf, 1)
     two = _run_stack(module, x, leaf, 2)
+    assert split == [1, 1, 2, 2]  # forward and backward, in series and then split
     # Serially an upper layer's input projection is one GEMM, on two threads one per block
     # of steps: OpenBLAS may round a row differently (by an ulp) with other rows around it.
     for a, b in zip(one, two, strict=True):
@@ -757,6 +764,7 @@ def test_stack_failure_in_one_layer_raises_without_hanging(monkeypatch, fail_lay
         return real(ctx, cells, *args, **kwargs)
 
     monkeypatch.setattr(recurrent, name, failing)
+    monkeypatch.setattr(recurrent, "_SPLIT_WORK", 0)
     before = _intraop.num_threads()
     _intraop.set_num_threads(2)
     try:

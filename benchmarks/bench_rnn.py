@@ -6,9 +6,9 @@ sequence 35, batch 20, float32). Issue 15's goal: <= 1.3x PyTorch for both.
 
 ferro runs with its fused overrides on (the cell kernels, where a backend has them), on for the
 backward only, and off (the generic cell ops written against NumPy), so the table shows what
-the forward and backward kernels buy; and once with its layers in series ("layers in series":
-``ferro._intraop.set_num_threads(1)``), which shows what running the two layers a few steps
-apart on two cores buys (Note [Recurrent stack] in docs/rnn.md). The
+the forward and backward kernels buy; and once with its layers in series (no intra-op split,
+OpenBLAS's threads as they are), which shows what running the two layers a few steps apart on
+two cores buys (Note [Recurrent stack] in docs/rnn.md). The
 script checks that ferro and PyTorch give the same output and input gradient from the same
 weights before timing anything.
 """
@@ -74,7 +74,7 @@ def main() -> None:
     args = ap.parse_args()
 
     import ferro
-    from ferro import _intraop
+    from ferro.ops import recurrent
     from ferro.ops.fused import overrides
 
     torch = optional_torch()
@@ -93,12 +93,12 @@ def main() -> None:
                 step()
 
         def in_series(step=step):
-            before = _intraop.num_threads()
-            _intraop.set_num_threads(1)
+            before = recurrent._SPLIT_WORK
+            recurrent._SPLIT_WORK = float("inf")  # no split: the layers one after the other
             try:
                 step()
             finally:
-                _intraop.set_num_threads(before)
+                recurrent._SPLIT_WORK = before
 
         cases = {
             "ferro": step,

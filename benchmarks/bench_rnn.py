@@ -6,7 +6,9 @@ sequence 35, batch 20, float32). Issue 15's goal: <= 1.3x PyTorch for both.
 
 ferro runs with its fused overrides on (the cell kernels, where a backend has them), on for the
 backward only, and off (the generic cell ops written against NumPy), so the table shows what
-the forward and backward kernels buy. The
+the forward and backward kernels buy; and once with its layers in series (no intra-op split,
+OpenBLAS's threads as they are), which shows what running the two layers a few steps apart on
+two cores buys (Note [Recurrent stack] in docs/rnn.md). The
 script checks that ferro and PyTorch give the same output and input gradient from the same
 weights before timing anything.
 """
@@ -72,6 +74,7 @@ def main() -> None:
     args = ap.parse_args()
 
     import ferro
+    from ferro.ops import recurrent
     from ferro.ops.fused import overrides
 
     torch = optional_torch()
@@ -89,8 +92,17 @@ def main() -> None:
             with overrides(False):
                 step()
 
+        def in_series(step=step):
+            before = recurrent._SPLIT_WORK
+            recurrent._SPLIT_WORK = float("inf")  # no split: the layers one after the other
+            try:
+                step()
+            finally:
+                recurrent._SPLIT_WORK = before
+
         cases = {
             "ferro": step,
+            "ferro (layers in series)": in_series,
             "ferro (backward kernels)": _ferro_step_generic_forward(ferro, layer, x),
             "ferro (no kernels)": generic,
         }

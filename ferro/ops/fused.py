@@ -51,6 +51,7 @@ from ferro.ops.pooling import (
     adaptive_pool_override,
     avg_pool_override,
 )
+from ferro.ops.recurrent import recurrent_layer_override
 from ferro.ops.registry import REGISTRY
 from ferro.ops.resampling import grid_sample_override, interpolate_override
 
@@ -225,35 +226,6 @@ def _max_pool(backend):
     return forward, backward
 
 
-def _recurrent_layer(backend):
-    """recurrent_layer's overrides: the layer's forward and backward loops of
-    ``ferro.ops.recurrent`` with the backend's fused LSTM/GRU cell kernels (``lstm_fwd``,
-    ``gru_fwd``, ``lstm_bwd``, ``gru_bwd``) in place of the per-step array chains. The forward
-    leaves ``ctx`` as the generic one does, so the entry is not paired: either backward may
-    follow either forward. The plain RNN modes stay generic (one tanh or max a step)."""
-    from ferro.ops.recurrent import layer_backward, layer_forward
-
-    accepts = backend.accepts
-    have = backend.FUSED_KERNELS
-    fwd_modes = {m for m in ("LSTM", "GRU") if f"{m.lower()}_fwd" in have}
-    bwd_modes = {m for m in ("LSTM", "GRU") if f"{m.lower()}_bwd" in have}
-
-    def forward(ctx, xg, h0, c0, w_hh, b_hh, w_hr, *, mode, sizes, reverse):
-        arrays = tuple(a for a in (xg, h0, c0, w_hh, b_hh, w_hr) if a is not None)
-        if mode not in fwd_modes or not accepts(arrays):
-            return NotImplemented
-        return layer_forward(
-            ctx, backend, xg, h0, c0, w_hh, b_hh, w_hr, mode=mode, sizes=sizes, reverse=reverse
-        )
-
-    def backward(ctx, *grads):
-        if ctx.mode not in bwd_modes or not accepts(tuple(a for a in ctx.saved if a is not None)):
-            return NotImplemented
-        return layer_backward(ctx, backend, *grads)
-
-    return forward, backward
-
-
 def _deform_conv2d(backend):
     """The paired override of deform_conv2d: the kernels sample the column matrix and run its
     transpose in place of index arrays the size of the columns; the batch chunks and the GEMMs
@@ -337,7 +309,7 @@ OVERRIDES: dict[str, Fused] = {
         adapter=batch_norm_override,
     ),
     "recurrent_layer": Fused(
-        forward="lstm_fwd", backward="lstm_bwd", adapter=_recurrent_layer, paired=False
+        forward="lstm_fwd", backward="lstm_bwd", adapter=recurrent_layer_override, paired=False
     ),
     "deform_conv2d": Fused(
         forward="deform_im2col", backward="deform_col2im", adapter=_deform_conv2d

@@ -19,6 +19,11 @@ activations from the saved inputs, which keeps second derivatives exact.
 
 from __future__ import annotations
 
+import math
+import threading
+import types
+
+from ferro import _intraop
 from ferro.errors import ArgumentError, ShapeError
 from ferro.ops.registry import apply, register
 
@@ -32,6 +37,10 @@ def _raw(xp) -> bool:
 def _sigmoid(xp, x):
     # tanh form: one transcendental, and no overflow warning for large |x| in float32.
     return 0.5 * xp.tanh(0.5 * x) + 0.5
+
+
+def _rows(a):
+    return a.reshape(math.prod(a.shape[:-1]), a.shape[-1])  # (..., k) as (rows, k)
 
 
 def _lstm_acts(xp, ig, hg):
@@ -49,25 +58,13 @@ def _lstm_acts(xp, ig, hg):
 class LstmCell:
     @staticmethod
     def forward(ctx, input_gates, hidden_gates, cx):
-        xp = ctx.xp
-        n = cx.shape[-1]
-        acts = input_gates + hidden_gates  # fresh: activated in place below
-        # sigmoid(x) = 0.5 tanh(x / 2) + 0.5 on i, f, o; tanh on g: one tanh pass over all.
-        acts[..., : 2 * n] *= 0.5
-        acts[..., 3 * n :] *= 0.5
-        xp.tanh(acts, out=acts)
-        acts[..., : 2 * n] *= 0.5
-        acts[..., : 2 * n] += 0.5
-        acts[..., 3 * n :] *= 0.5
-        acts[..., 3 * n :] += 0.5
-        i, f, g, o = (acts[..., k * n : (k + 1) * n] for k in range(4))
-        cy = f * cx
-        cy += i * g
-        tc = xp.tanh(cy)
-        hy = o * tc
+        xp, x, c = ctx.xp, _rows(input_gates), _rows(cx)
+        acts = xp.array(_rows(hidden_gates))  # activated in place
+        tc = xp.empty(c.shape, dtype=acts.dtype)
+        hy, cy = GenericCells(xp).lstm_fwd(x, acts, c, tc)
         ctx.save(input_gates, hidden_gates, cx)
-        ctx.acts = (acts, tc)  # Note [Cell activations]
-        return hy, cy
+        ctx.acts = (acts.reshape(input_gates.shape), tc.reshape(cx.shape))  # [Cell activations]
+        return hy.reshape(cx.shape), cy.reshape(cx.shape)
 
     @staticmethod
     def backward(ctx, ghy, gcy):
@@ -149,21 +146,12 @@ class GruCell:
     @staticmethod
     def forward(ctx, input_gates, hidden_gates, hx):
         xp = ctx.xp
-        k = hx.shape[-1]
-        acts = input_gates + hidden_gates  # r, z pre-activations; the n block is redone below
-        acts *= 0.5
-        xp.tanh(acts, out=acts)
-        acts *= 0.5
-        acts += 0.5
-        r, z = acts[..., :k], acts[..., k : 2 * k]
-        n = acts[..., 2 * k :]
-        xp.tanh(input_gates[..., 2 * k :] + r * hidden_gates[..., 2 * k :], out=n)
-        hy = hx - n
-        hy *= z
-        hy += n
+        x, hg, h = (_rows(a) for a in (input_gates, hidden_gates, hx))
+        acts, hg_n = xp.empty(x.shape, dtype=x.dtype), xp.empty(h.shape, dtype=x.dtype)
+        hy = GenericCells(xp).gru_fwd(x, hg, h, acts, hg_n)
         ctx.save(input_gates, hidden_gates, hx)
-        ctx.acts = acts  # Note [Cell activations]
-        return hy
+        ctx.acts = acts.reshape(input_gates.shape)  # Note [Cell activations]
+        return hy.reshape(hx.shape)
 
     @staticmethod
     def backward(ctx, ghy):
@@ -222,67 +210,48 @@ def _layout(sizes, steps: int, batch: int):
     return offsets, list(sizes)
 
 
-def reference_layer(input_gates, h0, c0, weight_hh, bias_hh, weight_hr, mode, batch_sizes, reverse):
-    """One layer and direction as a chain of per-step ops (``linear`` + the fused cell): what
-    :func:`recurrent_layer` computes in one node. Its ``differentiable_backward`` and the tests
-    differentiate this chain. Returns ``(output, h_n, c_n)`` (``c_n`` None but for LSTM)."""
+def reference_layer(input_gates, h0, c0, weight_hh, bias_hh, weight_hr, mode, sizes, reverse, *up):
+    """:func:`recurrent_layer` (``up``: the upper layers' inputs, flat) as a chain of per-step
+    ops (``linear`` + the fused cell), which its ``differentiable_backward`` and the tests
+    differentiate; the outputs in the op's order."""
+    from ferro.ops.linalg import linear
+
+    outs, gates = [], input_gates
+    for w_ih, b_ih, mask, *layer in _groups((None, h0, c0, weight_hh, bias_hh, weight_hr, *up)):
+        if w_ih is not None:
+            x = out if mask is None else out * mask  # noqa: F821 - the layer below's
+            gates = linear(x.reshape(-1, x.shape[-1]), w_ih, b_ih).reshape(*x.shape[:-1], -1)
+        out, h, c = _reference_one(gates, *layer, mode, sizes, reverse)
+        outs += [h] if c is None else [h, c]
+    return (out, *outs)
+
+
+def _reference_one(input_gates, h0, c0, weight_hh, bias_hh, weight_hr, mode, batch_sizes, reverse):
     from ferro.ops.activation import relu
     from ferro.ops.elementwise import tanh
     from ferro.ops.linalg import linear
     from ferro.ops.shape import cat, stack
 
-    packed = batch_sizes is not None
+    packed, lstm = batch_sizes is not None, mode == "LSTM"
     steps = input_gates.split(list(batch_sizes), 0) if packed else input_gates.unbind(0)
-    lstm = mode == "LSTM"
-    n = len(steps)
-    outs = [None] * n
-
-    def step(xg, h, c):
-        hg = linear(h, weight_hh, bias_hh)
+    outs, h, c = [None] * len(steps), h0, c0
+    # Step t updates its batch's rows; the other rows keep their state: the final one of a
+    # sequence that has ended (forward in time), the initial one of one yet to start.
+    for t in reversed(range(len(steps))) if reverse else range(len(steps)):
+        x, b, rows = steps[t], steps[t].shape[0], h.shape[0]
+        hb = h if b == rows else h[:b]
+        hg = linear(hb, weight_hh, bias_hh)
         if lstm:
-            h, c = lstm_cell(xg, hg, c)
-            return (linear(h, weight_hr) if weight_hr is not None else h), c
-        if mode == "GRU":
-            return gru_cell(xg, hg, h), None
-        return (tanh(xg + hg) if mode == "RNN_TANH" else relu(xg + hg)), None
-
-    h, c = h0, c0
-    if not packed:
-        for t in reversed(range(n)) if reverse else range(n):
-            h, c = step(steps[t], h, c)
-            outs[t] = h
-        return stack(outs, 0), h, c
-    sizes = list(batch_sizes)
-    if not reverse:
-        # Sequences end as the batch shrinks: their rows leave h, their final state is kept.
-        done_h, done_c, rows = [], [], h.shape[0]
-        for t in range(n):
-            b = sizes[t]
-            if b < rows:
-                done_h.append(h[b:rows])
-                h = h[:b]
-                if lstm:
-                    done_c.append(c[b:rows])
-                    c = c[:b]
-                rows = b
-            h, c = step(steps[t], h, c)
-            outs[t] = h
-        if done_h:
-            h = cat([h, *reversed(done_h)], 0)
-            c = cat([c, *reversed(done_c)], 0) if lstm else None
-        return cat(outs, 0), h, c
-    # Backwards in time, sequences join as the batch grows, each from its initial state.
-    rows = sizes[-1] if n else 0
-    h, c = h0[:rows], (c0[:rows] if lstm else None)
-    for t in reversed(range(n)):
-        b = sizes[t]
-        if b > rows:
-            h = cat([h, h0[rows:b]], 0)
-            c = cat([c, c0[rows:b]], 0) if lstm else None
-            rows = b
-        h, c = step(steps[t], h, c)
-        outs[t] = h
-    return cat(outs, 0), h, c
+            hb, cb = lstm_cell(x, hg, c if b == rows else c[:b])
+            hb = linear(hb, weight_hr) if weight_hr is not None else hb
+            c = cb if b == rows else cat([cb, c[b:]], 0)
+        elif mode == "GRU":
+            hb = gru_cell(x, hg, hb)
+        else:
+            hb = tanh(x + hg) if mode == "RNN_TANH" else relu(x + hg)
+        outs[t] = hb
+        h = hb if b == rows else cat([hb, h[b:]], 0)
+    return (cat if packed else stack)(outs, 0), h, c
 
 
 def _layer_backward_ops(ctx, *grads):
@@ -296,7 +265,7 @@ def _layer_backward_ops(ctx, *grads):
         if not inputs[k].requires_grad:
             inputs[k] = inputs[k].detach().requires_grad_(True)
     with enable_grad():
-        outs = reference_layer(*inputs, ctx.mode, ctx.sizes, ctx.reverse)
+        outs = reference_layer(*inputs[:6], ctx.mode, ctx.sizes, ctx.reverse, *inputs[6:])
     pairs = [(o, g) for o, g in zip(outs, grads, strict=False) if o is not None]
     got = grad(
         [o for o, _ in pairs],
@@ -329,13 +298,12 @@ class GenericCells:
         hidden = c.shape[1]
         # sigmoid(x) = tanh(x / 2) / 2 + 1/2 on i, f, o and tanh on g: one tanh pass over all,
         # between a multiply by ``half`` (1/2 on i, f, o, 1 on g) and an add of ``shift``.
-        if self._lstm_consts is None or self._lstm_consts[0].shape[0] != 4 * hidden:
+        consts = self._lstm_consts  # read once: a stack's layers may share this object
+        if consts is None or consts[0].shape[0] != 4 * hidden or consts[0].dtype != acts.dtype:
             half = xp.full((4 * hidden,), 0.5, dtype=acts.dtype)
             half[2 * hidden : 3 * hidden] = 1
-            shift = xp.full((4 * hidden,), 0.5, dtype=acts.dtype)
-            shift[2 * hidden : 3 * hidden] = 0
-            self._lstm_consts = (half, shift)
-        half, shift = self._lstm_consts
+            consts = self._lstm_consts = (half, 1 - half)
+        half, shift = consts
         acts += x
         acts *= half
         xp.tanh(acts, out=acts)
@@ -396,90 +364,68 @@ class GenericCells:
         return gh * z
 
 
-def layer_forward(ctx, cells, xg, h0, c0, w_hh, b_hh, w_hr, *, mode, sizes, reverse):
-    """RecurrentLayer's forward with the cell math of ``cells`` (:class:`GenericCells` or a
-    backend's kernels)."""
+def layer_forward(ctx, cells, xg, h0, c0, w_hh, b_hh, w_hr, *, mode, sizes, reverse, wave):
+    """One layer's forward with the cell math of ``cells`` (:class:`GenericCells` or a
+    backend's kernels); ``wave`` (:class:`_Wave`) may fill ``xg`` a block of steps at a time."""
     xp = ctx.xp
     lstm, gru = mode == "LSTM", mode == "GRU"
-    packed = sizes is not None
     batch, hout = h0.shape
-    hidden = w_hh.shape[0] // _CHUNKS[mode]
     gates = w_hh.shape[0]
-    steps = len(sizes) if packed else xg.shape[0]
+    hidden = gates // _CHUNKS[mode]
+    steps = len(sizes) if sizes is not None else xg.shape[0]
     offsets, bs = _layout(sizes, steps, batch)
     x2 = xg.reshape(-1, gates)
     n, dt = x2.shape[0], xg.dtype
     w_t = xp.ascontiguousarray(w_hh.T)  # h @ w_t: OpenBLAS is 2x faster than h @ w_hh.T
-    out = xp.empty((n, hout), dtype=dt)
+    out = wave.out = xp.empty((n, hout), dtype=dt)
     h_prev = xp.empty((n, hout), dtype=dt)
     acts = xp.empty((n, gates), dtype=dt)
-    h_n = xp.empty((batch, hout), dtype=dt)
-    c_n = c_prev = tc_all = cell_h = hg_n = None
+    c_prev = tc_all = cell_h = hg_n = None
     if lstm:
-        c_n = xp.empty((batch, hidden), dtype=dt)
         c_prev = xp.empty((n, hidden), dtype=dt)
         tc_all = xp.empty((n, hidden), dtype=dt)
         if w_hr is not None:
             cell_h = xp.empty((n, hidden), dtype=dt)
     if gru:
         hg_n = xp.empty((n, hidden), dtype=dt)
-    else:
-        # bias_hh is outside the nonlinearity here: added to every step's input projection at
-        # once (the GRU's n block needs it inside, r * (h W_hn^T + b_hn)).
-        xb = x2 if b_hh is None else x2 + b_hh
-    order = range(steps - 1, -1, -1) if reverse else range(steps)
-    rows = bs[order[0]] if steps else batch
-    h = h0[:rows]
-    c = c0[:rows] if lstm else None
-    for t in order:
+    # Step t updates its batch's rows of the states; the other rows keep theirs: the final
+    # state of a sequence that has ended (forward in time), the initial one of one yet to start.
+    h, c = xp.array(h0), (xp.array(c0) if lstm else None)
+    for t in range(steps - 1, -1, -1) if reverse else range(steps):
         s, b = offsets[t], bs[t]
-        if b < rows:  # forward in time: sequences b..rows ended at the previous step
-            h_n[b:rows] = h[b:rows]
-            h = h[:b]
-            if lstm:
-                c_n[b:rows] = c[b:rows]
-                c = c[:b]
-        elif b > rows:  # backwards in time: sequences rows..b start here
-            h = xp.concatenate([h, h0[rows:b]])
-            if lstm:
-                c = xp.concatenate([c, c0[rows:b]])
-        rows = b
-        h_prev[s : s + b] = h
-        a = acts[s : s + b]
+        wave.before(t)
+        hb, a, x = h[:b], acts[s : s + b], x2[s : s + b]
+        h_prev[s : s + b] = hb
         if gru:
-            hg = h @ w_t
+            hg = hb @ w_t
             if b_hh is not None:
                 hg += b_hh
-            h = cells.gru_fwd(x2[s : s + b], hg, h, a, hg_n[s : s + b])
-            out[s : s + b] = h
-            continue
-        xp.matmul(h, w_t, out=a)  # the hidden projection, in place
-        if lstm:
-            c_prev[s : s + b] = c
-            h, c = cells.lstm_fwd(xb[s : s + b], a, c, tc_all[s : s + b])
-            if w_hr is not None:
-                cell_h[s : s + b] = h
-                h = h @ w_hr.T
+            hb = cells.gru_fwd(x, hg, hb, a, hg_n[s : s + b])
         else:
-            a += xb[s : s + b]
-            if mode == "RNN_TANH":
-                xp.tanh(a, out=a)
+            xp.matmul(hb, w_t, out=a)  # the hidden projection, in place
+            # bias_hh is outside the nonlinearity here (GRU's n block has it inside r * (...))
+            x = x if b_hh is None else x + b_hh
+            if lstm:
+                c_prev[s : s + b] = c[:b]
+                hb, c[:b] = cells.lstm_fwd(x, a, c[:b], tc_all[s : s + b])
+                if w_hr is not None:
+                    cell_h[s : s + b] = hb
+                    hb = hb @ w_hr.T
             else:
-                xp.maximum(a, 0, out=a)
-            h = a
-        out[s : s + b] = h
-    h_n[:rows] = h
-    if lstm:
-        c_n[:rows] = c
-    ctx.save(xg, h0, c0, w_hh, b_hh, w_hr)
+                a += x
+                hb = xp.tanh(a, out=a) if mode == "RNN_TANH" else xp.maximum(a, 0, out=a)
+        out[s : s + b] = h[:b] = hb
+        wave.after(t)
+    ctx.saved = (xg, h0, c0, w_hh, b_hh, w_hr)  # ctx: one layer's namespace (stack_forward)
     ctx.mode, ctx.sizes, ctx.reverse = mode, sizes, reverse
     ctx.fast = (h_prev, acts, c_prev, tc_all, cell_h, hg_n)  # Note [Cell activations]
-    out = out if packed else out.reshape(steps, batch, hout)
-    return (out, h_n, c_n) if lstm else (out, h_n)
+    out = out if sizes is not None else out.reshape(steps, batch, hout)
+    return (out, h, c) if lstm else (out, h)
 
 
-def layer_backward(ctx, cells, gout, gh_n, gc_n=None):
-    """RecurrentLayer's backward with the cell math of ``cells``."""
+def layer_backward(ctx, cells, gout, gh_n, gc_n=None, *, wave):
+    """One layer's backward with the cell math of ``cells``; ``wave`` may fill ``gout`` a block
+    at a time, walking back."""
     xg, h0, c0, w_hh, b_hh, w_hr = ctx.saved
     h_prev, acts, c_prev, tc_all, cell_h, hg_n = ctx.fast
     xp = ctx.xp
@@ -487,67 +433,220 @@ def layer_backward(ctx, cells, gout, gh_n, gc_n=None):
     lstm, gru = mode == "LSTM", mode == "GRU"
     batch, hout = h0.shape
     gates = w_hh.shape[0]
-    hidden = gates // _CHUNKS[mode]
     steps = len(sizes) if sizes is not None else xg.shape[0]
     offsets, bs = _layout(sizes, steps, batch)
     n, dt = acts.shape[0], acts.dtype
     g_out = gout.reshape(n, hout)
-    g_in = xp.empty((n, gates), dtype=dt)  # d/d input_gates
+    g_in = wave.out = xp.empty((n, gates), dtype=dt)  # d/d input_gates
     g_hid = xp.empty((n, gates), dtype=dt) if gru else g_in  # d/d hidden_gates
     g_hr = xp.empty((n, hout), dtype=dt) if cell_h is not None else None
-    gh0 = xp.empty((batch, hout), dtype=dt)
-    gc0 = xp.empty((batch, hidden), dtype=dt) if lstm else None
-    order = range(steps) if reverse else range(steps - 1, -1, -1)
-    rows = bs[order[0]] if steps else batch
-    gh = gh_n[:rows]
-    gc = xp.ascontiguousarray(gc_n[:rows]) if lstm else None
-    for t in order:
+    # As in the forward, the rows of the sequences a step does not have keep their gradients.
+    gh, gc = xp.array(gh_n, dtype=dt), (xp.array(gc_n, dtype=dt) if lstm else None)
+    for t in range(steps) if reverse else range(steps - 1, -1, -1):
         s, b = offsets[t], bs[t]
-        if b > rows:  # walking back in time, sequences rows..b end here: their final grads
-            gh = xp.concatenate([gh, gh_n[rows:b]])
-            if lstm:
-                gc = xp.concatenate([gc, gc_n[rows:b]])
-        elif b < rows:  # walking forward (a reverse layer): sequences b..rows started
-            gh0[b:rows] = gh[b:rows]
-            gh = gh[:b]
-            if lstm:
-                gc0[b:rows] = gc[b:rows]
-                gc = gc[:b]
-        rows = b
-        gh = gh + g_out[s : s + b]
-        a = acts[s : s + b]
-        gi = g_in[s : s + b]
+        wave.before(t)
+        ghb = gh[:b] + g_out[s : s + b]
+        a, gi = acts[s : s + b], g_in[s : s + b]
         if lstm:
             if g_hr is not None:
-                g_hr[s : s + b] = gh
-                gh = gh @ w_hr
-            gc = cells.lstm_bwd(gh, gc, a, c_prev[s : s + b], tc_all[s : s + b], gi)
-            gh = gi @ w_hh
+                g_hr[s : s + b] = ghb
+                ghb = ghb @ w_hr
+            gc[:b] = cells.lstm_bwd(ghb, gc[:b], a, c_prev[s : s + b], tc_all[s : s + b], gi)
+            gh[:b] = gi @ w_hh
         elif gru:
             gg = g_hid[s : s + b]
-            gh = cells.gru_bwd(gh, a, hg_n[s : s + b], h_prev[s : s + b], gi, gg)
-            gh += gg @ w_hh
+            gh[:b] = cells.gru_bwd(ghb, a, hg_n[s : s + b], h_prev[s : s + b], gi, gg)
+            gh[:b] += gg @ w_hh
         else:
-            if mode == "RNN_TANH":
-                xp.multiply(gh, 1 - a * a, out=gi)
-            else:
-                xp.multiply(gh, a > 0, out=gi)
-            gh = gi @ w_hh
-    gh0[:rows] = gh
-    if lstm:
-        gc0[:rows] = gc
+            xp.multiply(ghb, 1 - a * a if mode == "RNN_TANH" else a > 0, out=gi)
+            gh[:b] = gi @ w_hh
+        wave.after(t)
     need = ctx.needs_input_grad
     g_w = g_hid.T @ h_prev if need[3] else None  # every step's weight gradient: one GEMM
     g_b = g_hid.sum(axis=0) if b_hh is not None and need[4] else None
     g_whr = g_hr.T @ cell_h if g_hr is not None and need[5] else None
-    return (
-        g_in.reshape(xg.shape) if need[0] else None,
-        gh0 if need[1] else None,
-        gc0 if lstm and need[2] else None,
-        g_w,
-        g_b,
-        g_whr,
-    )
+    g_x = g_in.reshape(xg.shape) if need[0] else None
+    return g_x, gh if need[1] else None, gc if lstm and need[2] else None, g_w, g_b, g_whr
+
+
+def _groups(inputs):
+    """Each layer's ``(w_ih, b_ih, mask, h0, c0, w_hh, b_hh, w_hr)`` from RecurrentLayer's
+    inputs: item k of layer l is input ``8 * l - 2 + k`` (layer 0 has no first three)."""
+    return [(None, None, None, *inputs[1:6])] + [
+        inputs[k : k + 8] for k in range(6, len(inputs), 8)
+    ]
+
+
+_BLOCK = 4  # steps per block of a stack's wavefront (Note [Recurrent stack])
+_SPLIT_WORK = 1 << 18  # multiply-adds of a step's GEMM below which the layers run in series
+
+
+class _Front:
+    """One pass's handoffs, an event per (layer, block): a layer sets its block's event once
+    done with it, the layer that reads it waits. A failing layer sets every event, and every
+    waiter then raises its error, so no thread waits forever and the first error is raised."""
+
+    def __init__(self, xp, groups, sizes, steps):
+        layers, batch = len(groups), groups[0][3].shape[0]
+        offsets, bs = _layout(sizes, steps, batch)
+        # Split where a step's GEMM (batch * w_hh.size multiply-adds) outweighs a handoff;
+        # serially one block: an upper layer's input projection is one GEMM, as layer by layer.
+        split = xp.__name__ == "numpy" and batch * groups[0][5].size >= _SPLIT_WORK
+        self.parts = _intraop.parts(layers) if split else 1
+        self.steps, self.block = steps, _BLOCK if self.parts > 1 else max(steps, 1)
+        self.bounds = [offsets[j] for j in range(0, steps, self.block)] + [sum(bs)]
+        blocks = len(self.bounds) - 1
+        self.events = [[threading.Event() for _ in range(blocks)] for _ in range(layers)]
+        self.error = None
+
+    def wait(self, layer, j):
+        self.events[layer][j].wait()
+        if self.error is not None:
+            raise self.error
+
+    def run(self, fn):
+        try:
+            fn()
+        except BaseException as exc:
+            self.error = self.error or exc
+            [e.set() for events in self.events for e in events]
+            raise
+
+
+class _Wave:
+    """One layer's ``wave`` in a pass (:func:`layer_forward`, :func:`layer_backward`): before
+    the first step of a block (walking the pass's way) it waits for layer ``source``'s block
+    and ``fill(rows)`` writes the block's input rows; after the block's last step it sets the
+    block's event. ``out`` is what the layer publishes (its output, or its gate gradients)."""
+
+    def __init__(self, front, layer, source=None, fill=None, backward=False):
+        self.front, self.layer, self.source = front, layer, source
+        self.fill, self.backward = fill, backward
+
+    def _starts(self, t):
+        if self.backward:
+            return t == self.front.steps - 1 or (t + 1) % self.front.block == 0
+        return t % self.front.block == 0
+
+    def before(self, t):
+        if self.source is not None and self._starts(t):
+            self.front.wait(self.source, j := t // self.front.block)
+            self.fill(slice(self.front.bounds[j], self.front.bounds[j + 1]))
+
+    def after(self, t):
+        k = self.front.block
+        if t % k == 0 if self.backward else (self._starts(t + 1) or t + 1 == self.front.steps):
+            self.front.events[self.layer][t // k].set()
+
+
+def _split(front, work, layers, backward):
+    """``work(l)`` for every layer: in order, or in contiguous groups on two threads (Note
+    [Intra-op split]) that follow each other a block behind. Part 0 takes the group the others
+    wait on (the bottom forward, the top backward), so a part that runs late on the caller's
+    thread never waits for a later one."""
+    n = front.parts
+    groups = [range(p * layers // n, (p + 1) * layers // n) for p in range(n)]
+    if backward:
+        groups = [reversed(g) for g in reversed(groups)]
+    _intraop.run(lambda p: [front.run(lambda lay=lay: work(lay)) for lay in groups[p]], n)
+
+
+def stack_forward(ctx, cells, *inputs, mode, sizes, reverse):
+    """RecurrentLayer's forward with the cell math of ``cells`` (:class:`GenericCells` or a
+    backend's kernels): each layer's :func:`layer_forward`, an upper layer a block behind."""
+    xp, xg = ctx.xp, inputs[0]
+    groups = _groups(inputs)
+    layers, dt = len(groups), xg.dtype
+    steps = len(sizes) if sizes is not None else xg.shape[0]
+    front = _Front(xp, groups, sizes, steps)
+    subs = [types.SimpleNamespace(xp=xp) for _ in groups]
+    xgs = [xg] + [xp.empty((*xg.shape[:-1], g[5].shape[0]), dtype=dt) for g in groups[1:]]
+    layer_in = [None] * layers  # an upper layer's input: the output below (times the mask)
+    waves, results = [_Wave(front, 0)], [None] * layers
+
+    def filler(layer):  # (out_below * mask) @ w_ih.T + b_ih, a block of rows at a time
+        w_ih, b_ih, mask = groups[layer][:3]
+        below, x2, w_t = waves[layer - 1], xgs[layer].reshape(-1, w_ih.shape[0]), w_ih.T
+        if mask is not None:
+            mask = mask.reshape(x2.shape[0], -1)
+            layer_in[layer] = xp.empty(mask.shape, dtype=dt)
+
+        def fill(rows):
+            x = below.out[rows]
+            if mask is not None:
+                x = xp.multiply(x, mask[rows], out=layer_in[layer][rows])
+            xp.matmul(x, w_t, out=x2[rows])
+            if b_ih is not None:
+                x2[rows] += b_ih
+
+        return fill
+
+    for layer in range(1, layers):
+        waves.append(_Wave(front, layer, layer - 1))
+        waves[layer].fill = filler(layer)
+
+    def work(layer):
+        h0, c0, w_hh, b_hh, w_hr = groups[layer][3:]
+        results[layer] = layer_forward(
+            subs[layer], cells, xgs[layer], h0, c0, w_hh, b_hh, w_hr,
+            mode=mode, sizes=sizes, reverse=reverse, wave=waves[layer],
+        )  # fmt: skip
+
+    _split(front, work, layers, backward=False)
+    for layer in range(1, layers):
+        if layer_in[layer] is None:
+            layer_in[layer] = waves[layer - 1].out
+    ctx.save(*inputs)
+    ctx.mode, ctx.sizes, ctx.reverse = mode, sizes, reverse
+    ctx.layers = (subs, layer_in)  # Note [Cell activations]
+    return (results[-1][0], *(a for r in results for a in r[1:]))
+
+
+def stack_backward(ctx, cells, gout, *g_states):
+    """RecurrentLayer's backward with the cell math of ``cells``: each layer's
+    :func:`layer_backward`, the one below a block behind on its output's gradient
+    (``gates_grad @ w_ih`` of the layer above, times the mask)."""
+    xp, inputs, need = ctx.xp, ctx.saved, ctx.needs_input_grad
+    groups = _groups(inputs)
+    subs, layer_in = ctx.layers
+    layers, per = len(groups), 2 if ctx.mode == "LSTM" else 1
+    steps = len(ctx.sizes) if ctx.sizes is not None else inputs[0].shape[0]
+    front = _Front(xp, groups, ctx.sizes, steps)
+    n = subs[0].fast[0].shape[0]
+    gouts = [xp.empty((n, g[3].shape[1]), dtype=gout.dtype) for g in groups[1:]] + [gout]
+    waves = [_Wave(front, layer, backward=True) for layer in range(layers)]
+    grads = [None] * len(inputs)
+
+    def filler(layer):  # (gates_grad_above @ w_ih_above) * mask_above
+        w_ih, _, mask = groups[layer + 1][:3]
+        above, g = waves[layer + 1], gouts[layer]
+        mask = None if mask is None else mask.reshape(n, -1)
+
+        def fill(rows):
+            xp.matmul(above.out[rows], w_ih, out=g[rows])
+            if mask is not None:
+                g[rows] *= mask[rows]
+
+        return fill
+
+    for layer in range(layers - 1):
+        waves[layer].source, waves[layer].fill = layer + 1, filler(layer)
+
+    def work(layer):
+        k = 8 * layer - 2  # where the layer's inputs start (_groups)
+        subs[layer].needs_input_grad = (layer > 0 or need[0], *need[k + 3 : k + 8])
+        states = g_states[per * layer : per * layer + per]
+        got = layer_backward(subs[layer], cells, gouts[layer], *states, wave=waves[layer])
+        grads[k + 3 : k + 8] = got[1:]
+        if layer == 0:
+            grads[0] = got[0]
+        else:  # the input weights: one GEMM over all steps
+            g_in = waves[layer].out
+            grads[k] = g_in.T @ layer_in[layer] if need[k] else None
+            grads[k + 1] = g_in.sum(axis=0) if need[k + 1] else None
+
+    _split(front, work, layers, backward=True)
+    return tuple(grads)
 
 
 @register("recurrent_layer")
@@ -559,27 +658,18 @@ class RecurrentLayer:
     (``gates_grad.T @ h_prev``) instead of one small GEMM per step (measured 6x slower per
     FLOP at batch 20 with OpenBLAS) plus an accumulation each. The per-step arrays the
     backward reads (previous states, activations) are kept on ``ctx`` (Note [Cell
-    activations]); ``differentiable_backward`` differentiates :func:`reference_layer`."""
+    activations]); ``differentiable_backward`` differentiates :func:`reference_layer`.
+    Note [Recurrent stack] (docs/rnn.md): unidirectional stacked layers are one node too,
+    the layers a block of steps apart on two cores (:func:`_split`)."""
 
     @staticmethod
-    def forward(ctx, xg, h0, c0, w_hh, b_hh, w_hr, *, mode, sizes, reverse):
-        return layer_forward(
-            ctx,
-            GenericCells(ctx.xp),
-            xg,
-            h0,
-            c0,
-            w_hh,
-            b_hh,
-            w_hr,
-            mode=mode,
-            sizes=sizes,
-            reverse=reverse,
-        )
+    def forward(ctx, *inputs, mode, sizes, reverse):
+        cells = GenericCells(ctx.xp)
+        return stack_forward(ctx, cells, *inputs, mode=mode, sizes=sizes, reverse=reverse)
 
     @staticmethod
-    def backward(ctx, gout, gh_n, gc_n=None):
-        return layer_backward(ctx, GenericCells(ctx.xp), gout, gh_n, gc_n)
+    def backward(ctx, *grads):
+        return stack_backward(ctx, GenericCells(ctx.xp), *grads)
 
     differentiable_backward = staticmethod(_layer_backward_ops)
 
@@ -594,6 +684,7 @@ def recurrent_layer(
     mode: str,
     batch_sizes=None,
     reverse: bool = False,
+    upper=(),
 ):
     """One recurrent layer in one direction over a whole sequence, from its input projections:
     ``(output, h_n, c_n)`` for ``mode="LSTM"``, ``(output, h_n)`` for ``"GRU"``,
@@ -607,8 +698,16 @@ def recurrent_layer(
     ``i, f, g, o`` / ``r, z, n``); with ``batch_sizes`` each sequence's final state is the one at
     its own last step.
 
+    ``upper`` stacks more layers (not with ``reverse``), each ``(weight_ih, bias_ih, mask, h0,
+    c0, weight_hh, bias_hh, weight_hr)``: its input gates are ``(output_below * mask) @
+    weight_ih.T + bias_ih`` (``mask``, say dropout's, and ``bias_ih`` may be None; the mask is
+    not differentiated); ``output`` is then the top layer's, followed by every layer's states
+    (``h_n, c_n`` or ``h_n``). With two threads (``ferro._intraop``) the layers run a few
+    steps apart.
+
     Gradient: back through the steps, each step's as in ``lstm_cell``/``gru_cell``; the weight
-    gradients are one GEMM over all steps (gweight_hh = sum_t ggates_t^T h_{t-1}).
+    gradients are one GEMM over all steps (gweight_hh = sum_t ggates_t^T h_{t-1}); below an
+    upper layer, goutput = (ggates @ weight_ih) * mask.
 
     Example:
         >>> out, h = ferro.recurrent_layer(
@@ -619,69 +718,68 @@ def recurrent_layer(
     """
     if mode not in _CHUNKS:
         raise ArgumentError(f"recurrent_layer: mode must be one of {sorted(_CHUNKS)}, got {mode!r}")
-    lstm = mode == "LSTM"
-    shapes = {
-        "input_gates": input_gates,
-        "h0": h0,
-        "c0": c0,
-        "weight_hh": weight_hh,
-        "bias_hh": bias_hh,
-        "weight_hr": weight_hr,
-    }
-    described = ", ".join(
-        f"{k} {tuple(v.shape) if v is not None else None}" for k, v in shapes.items()
-    )
-    if weight_hh.ndim != 2 or h0.ndim != 2:
-        raise ShapeError(f"recurrent_layer: weight_hh and h0 must be 2-D; got {described}")
-    gates, hout = weight_hh.shape
-    hidden = gates // _CHUNKS[mode]
-    batch = h0.shape[0]
-    sizes = None
-    if batch_sizes is not None:
-        sizes = tuple(int(b) for b in batch_sizes)
-        if (
-            any(b <= 0 for b in sizes)
-            or any(a < b for a, b in zip(sizes, sizes[1:], strict=False))
-            or (sizes and sizes[0] != batch)
-        ):
-            raise ArgumentError(
-                f"recurrent_layer: batch_sizes must be positive, nonincreasing and start with "
-                f"the batch of h0 ({batch}); got {list(sizes)}"
+    upper = [tuple(g) for g in upper]
+    sizes = None if batch_sizes is None else tuple(int(b) for b in batch_sizes)
+    if sizes is not None and (min(sizes, default=1) <= 0 or list(sizes) != sorted(sizes)[::-1]):
+        raise ArgumentError(
+            f"recurrent_layer: batch_sizes must be positive, nonincreasing: {sizes}"
+        )
+    if any(len(g) != 8 for g in upper) or (upper and reverse):
+        raise ArgumentError("recurrent_layer: each upper layer is 8 arrays, and not reversed")
+    flat = (input_gates, h0, c0, weight_hh, bias_hh, weight_hr, *(a for g in upper for a in g))
+    lstm, chunks = mode == "LSTM", _CHUNKS[mode]
+    shape = lambda a: None if a is None else tuple(a.shape)  # noqa: E731
+    rows = (sum(sizes),) if sizes is not None else tuple(input_gates.shape[:-1])[:2]
+    below = None
+    for layer, (w_ih, b_ih, mask, h, c, w_hh, b_hh, w_hr) in enumerate(_groups(flat)):
+        g, hout = shape(w_hh) if w_hh is not None and w_hh.ndim == 2 else (0, 0)
+        hidden, batch = g // chunks, rows[-1] if sizes is None else (sizes or (0,))[0]
+        ok = g % chunks == 0 and shape(h) == (batch, hout) and shape(b_hh) in (None, (g,))
+        ok = ok and shape(c) == ((batch, hidden) if lstm else None)
+        want_hr = (hout, hidden) if lstm else None  # no projection: H_out == H
+        ok = ok and (shape(w_hr) == want_hr if w_hr is not None else not lstm or hout == hidden)
+        if layer == 0:
+            ok = ok and shape(input_gates) == (*rows, g) and len(rows) == (1 if sizes else 2)
+        else:
+            ok = ok and shape(w_ih) == (g, below) and shape(b_ih) in (None, (g,))
+            ok = ok and shape(mask) in (None, (*rows, below))
+        if not ok:
+            names = "weight_ih bias_ih mask h0 c0 weight_hh bias_hh weight_hr".split()
+            got = zip(names, (w_ih, b_ih, mask, h, c, w_hh, b_hh, w_hr), strict=True)
+            raise ShapeError(
+                f"recurrent_layer ({mode}): layer {layer}'s shapes do not fit: input_gates "
+                f"{shape(input_gates)}, {', '.join(f'{k} {shape(a)}' for k, a in got)} (expected "
+                f"input_gates (T, B, G) or (sum(batch_sizes), G), h0 (B, H_out), c0 (B, H) for "
+                f"LSTM, weight_hh (G, H_out) with G = {chunks} * H, bias_hh (G,), weight_hr "
+                "(H_out, H); above layer 0 weight_ih (G, H_out below), bias_ih (G,), mask "
+                "(T, B, H_out below))"
             )
-        want_x = (sum(sizes), gates)
-    else:
-        want_x = (input_gates.shape[0] if input_gates.ndim == 3 else -1, batch, gates)
-    ok = (
-        gates == _CHUNKS[mode] * hidden
-        and tuple(input_gates.shape) == want_x
-        and tuple(h0.shape) == (batch, hout)
-        and (not lstm or (c0 is not None and tuple(c0.shape) == (batch, hidden)))
-        and (lstm or c0 is None)
-        and (bias_hh is None or tuple(bias_hh.shape) == (gates,))
-        and (
-            (weight_hr is None and (not lstm or hout == hidden))
-            or (lstm and weight_hr is not None and tuple(weight_hr.shape) == (hout, hidden))
-        )
-    )
-    if not ok:
-        raise ShapeError(
-            f"recurrent_layer ({mode}): shapes do not fit: {described} (expected input_gates "
-            f"(T, B, G) or (sum(batch_sizes), G), h0 (B, H_out), c0 (B, H) for LSTM, "
-            f"weight_hh (G, H_out) with G = {_CHUNKS[mode]} * H, bias_hh (G,), weight_hr "
-            "(H_out, H))"
-        )
-    return apply(
-        RecurrentLayer,
-        input_gates,
-        h0,
-        c0,
-        weight_hh,
-        bias_hh,
-        weight_hr,
-        mode=mode,
-        sizes=sizes,
-        reverse=bool(reverse),
-    )
+        below = hout
+    return apply(RecurrentLayer, *flat, mode=mode, sizes=sizes, reverse=bool(reverse))
+
+
+def recurrent_layer_override(backend):
+    """recurrent_layer's overrides: :func:`stack_forward` and :func:`stack_backward` with the
+    backend's fused LSTM/GRU cell kernels (``lstm_fwd``, ``gru_fwd``, ``lstm_bwd``,
+    ``gru_bwd``) in place of :class:`GenericCells`. The forward leaves ``ctx`` as the generic
+    one does, so the entry is not paired: either backward may follow either forward. The plain
+    RNN modes stay generic (one tanh or max a step)."""
+    accepts = backend.accepts
+    have = backend.FUSED_KERNELS
+    fwd_modes = {m for m in ("LSTM", "GRU") if f"{m.lower()}_fwd" in have}
+    bwd_modes = {m for m in ("LSTM", "GRU") if f"{m.lower()}_bwd" in have}
+
+    def forward(ctx, *arrays, mode, sizes, reverse):
+        if mode not in fwd_modes or not accepts(tuple(a for a in arrays if a is not None)):
+            return NotImplemented
+        return stack_forward(ctx, backend, *arrays, mode=mode, sizes=sizes, reverse=reverse)
+
+    def backward(ctx, *grads):
+        if ctx.mode not in bwd_modes or not accepts(tuple(a for a in ctx.saved if a is not None)):
+            return NotImplemented
+        return stack_backward(ctx, backend, *grads)
+
+    return forward, backward
 
 
 # The family's public functions (ferro.ops exports their union): a new op's name goes here.

@@ -15,7 +15,8 @@ import ferro
 from ferro import nn
 from ferro.errors import ArgumentError, ArgumentTypeError, ShapeError
 from ferro.nn.utils import rnn as rnn_utils
-from ferro.ops.recurrent import GruCell, LstmCell, RecurrentLayer, _layer_backward_ops
+from ferro.ops.recurrent import GruCell, LstmCell
+from ferro.ops.registry import REGISTRY
 from ferro.testing import gradcheck
 
 
@@ -206,25 +207,40 @@ def test_backward_on_tensors_matches_backward_and_differentiates(op):
             assert gradcheck(on_tensors, tuple(args))
 
 
-def test_layer_differentiable_backward_matches_backward():
+def _op_call(name, tensors, kwargs):
+    """The op's outputs and its positional inputs for an opdb sample of recurrent_layer or
+    recurrent_layer_stacked (whose dropout masks ride in the sample's kwargs)."""
+    if name == "recurrent_layer":
+        return ferro.recurrent_layer(*tensors, **kwargs), tensors
+    from opdb.recurrent import _stacked_groups
+
+    masks = [None if m is None else ferro.tensor(m) for m in kwargs["masks"]]
+    upper = _stacked_groups(tensors, masks)
+    outs = ferro.recurrent_layer(*tensors[:6], kwargs["mode"], kwargs["batch_sizes"], upper=upper)
+    return outs, [*tensors[:6], *(a for g in upper for a in g)]
+
+
+@pytest.mark.parametrize("name", ["recurrent_layer", "recurrent_layer_stacked"])
+def test_layer_differentiable_backward_matches_backward(name):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ops"))
     from opdb import BY_NAME
 
     rng = np.random.default_rng(0)
-    for sample in BY_NAME["recurrent_layer"].samples(np.random.default_rng(0)):
+    op = REGISTRY["recurrent_layer"]
+    for sample in BY_NAME[name].samples(np.random.default_rng(0)):
         tensors = [None if a is None else ferro.tensor(a, requires_grad=True) for a in sample.args]
-        outs = ferro.recurrent_layer(*tensors, **sample.kwargs)
+        outs, inputs = _op_call(name, tensors, sample.kwargs)
         gys = [rng.normal(size=o.shape) for o in outs]
         node = outs[0].grad_fn
-        want = RecurrentLayer.backward(node, *gys)
+        want = op.backward(node, *gys)
         ctx = types.SimpleNamespace(
-            saved=tuple(tensors),
-            needs_input_grad=tuple(t is not None for t in tensors),
+            saved=tuple(inputs),
+            needs_input_grad=tuple(t is not None and t.requires_grad for t in inputs),
             mode=sample.kwargs["mode"],
             sizes=node.sizes,
-            reverse=sample.kwargs["reverse"],
+            reverse=sample.kwargs.get("reverse"),
         )
-        got = _layer_backward_ops(ctx, *(ferro.tensor(g) for g in gys))
+        got = op.differentiable_backward(ctx, *(ferro.tensor(g) for g in gys))
         for k, (w, g) in enumerate(zip(want, got, strict=True)):
             assert (w is None) == (g is None), (sample.label, k)
             if w is not None:
@@ -661,3 +677,148 @@ def test_layer_second_derivatives_match_numeric(label):
         return ferro.recurrent_layer(*args, **sample.kwargs)
 
     assert gradgradcheck(fn, tuple(tensors[k] for k in live))
+
+
+# -- stacked layers as a wavefront (Note [Recurrent stack]) ------------------------------------
+
+
+def _run_stack(module, x, leaf, threads):
+    from ferro import _intraop
+
+    before = _intraop.num_threads()
+    _intraop.set_num_threads(threads)
+    try:
+        for p in module.parameters():
+            p.grad = None
+        leaf.grad = None
+        ferro.manual_seed(5)  # the dropout masks
+        out, state = module(x)
+        data = out.data if isinstance(out, rnn_utils.PackedSequence) else out
+        states = state if isinstance(state, tuple) else (state,)
+        (data.sum() + sum((s * s).sum() for s in states)).backward()
+        got = [_np(data), *(_np(s) for s in states), _np(leaf.grad)]
+        return got + [_np(p.grad) for p in module.parameters()]
+    finally:
+        _intraop.set_num_threads(before)
+
+
+@pytest.mark.parametrize(
+    "mode,layers,kw,packed",
+    [
+        ("LSTM", 2, {}, False),
+        ("LSTM", 3, {"proj_size": 2, "dropout": 0.3}, True),
+        ("GRU", 3, {"dropout": 0.5, "bias": False}, True),
+        ("GRU", 2, {"batch_first": True}, False),
+        ("RNN", 2, {"nonlinearity": "relu"}, False),
+        ("RNN", 4, {"dropout": 0.2}, True),
+    ],
+)
+def test_stack_on_two_threads_equals_one_thread_and_the_layers(
+    monkeypatch, mode, layers, kw, packed
+):
+    from ferro import _intraop
+    from ferro.ops import recurrent
+
+    if _intraop._BLAS is None:
+        pytest.skip("the BLAS's threads cannot be controlled here: no split to test")
+    monkeypatch.setattr(recurrent, "_SPLIT_WORK", 0)  # split these small layers too
+    split, run = [], _intraop.run
+    monkeypatch.setattr(_intraop, "run", lambda fn, n: split.append(n) or run(fn, n))
+    rng = np.random.default_rng(7)
+    ferro.manual_seed(0)
+    module = getattr(nn, mode)(3, 5, num_layers=layers, **kw).double()
+    if packed:
+        seqs = [ferro.tensor(rng.normal(size=(n, 3))) for n in (9, 4, 7, 1)]
+        x = rnn_utils.pack_sequence(seqs, enforce_sorted=False)
+        x.data.requires_grad_(True)
+        leaf = x.data
+    else:
+        shape = (4, 9, 3) if kw.get("batch_first") else (9, 4, 3)
+        x = leaf = ferro.tensor(rng.normal(size=shape), requires_grad=True)
+    one = _run_stack(module, x, leaf, 1)
+    two = _run_stack(module, x, leaf, 2)
+    assert split == [1, 1, 2, 2]  # forward and backward, in series and then split
+    # Serially an upper layer's input projection is one GEMM, on two threads one per block
+    # of steps: OpenBLAS may round a row differently (by an ulp) with other rows around it.
+    for a, b in zip(one, two, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-15)
+    # The layer-by-layer path (one recurrent_layer node per layer) gives the same numbers.
+    module._stack = module._layers
+    by_layer = _run_stack(module, x, leaf, 2)
+    for a, b in zip(one, by_layer, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-15)
+
+
+@pytest.mark.parametrize("fail_layer", [0, 1, 2])
+@pytest.mark.parametrize("backward", [False, True])
+def test_stack_failure_in_one_layer_raises_without_hanging(monkeypatch, fail_layer, backward):
+    from ferro import _intraop
+    from ferro.ops import recurrent
+
+    name = "layer_backward" if backward else "layer_forward"
+    real = getattr(recurrent, name)
+
+    def failing(ctx, cells, *args, **kwargs):
+        if kwargs["wave"].layer == fail_layer:
+            raise MemoryError(f"layer {fail_layer} failed")
+        return real(ctx, cells, *args, **kwargs)
+
+    monkeypatch.setattr(recurrent, name, failing)
+    monkeypatch.setattr(recurrent, "_SPLIT_WORK", 0)
+    before = _intraop.num_threads()
+    _intraop.set_num_threads(2)
+    try:
+        lstm = nn.LSTM(3, 4, num_layers=3)
+        x = ferro.randn(9, 2, 3, requires_grad=True)
+        with pytest.raises(MemoryError, match=f"layer {fail_layer} failed"):
+            lstm(x)[0].sum().backward()
+        monkeypatch.setattr(recurrent, name, real)  # and the pool still works afterwards
+        lstm(x)[0].sum().backward()
+    finally:
+        _intraop.set_num_threads(before)
+
+
+def test_stack_runs_the_kernels_and_second_derivatives_match_numeric():
+    from ferro.testing import gradgradcheck
+
+    lstm = nn.LSTM(3, 4, num_layers=2)
+    out, _ = lstm(ferro.randn(5, 2, 3, requires_grad=True))
+    out.sum().backward()
+    node = out.grad_fn
+    assert node.op.name == "recurrent_layer" and node.fused_forward and node.fused_backward
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ops"))
+    from opdb import BY_NAME
+
+    (sample,) = [
+        s
+        for s in BY_NAME["recurrent_layer_stacked"].samples(np.random.default_rng(0))
+        if s.label == "GRU-2-packed-dropout"
+    ]
+    tensors = [None if a is None else ferro.tensor(a, requires_grad=True) for a in sample.args]
+    live = [k for k, t in enumerate(tensors) if t is not None]
+
+    def fn(*ts):
+        args = list(tensors)
+        for k, t in zip(live, ts, strict=True):
+            args[k] = t
+        return _op_call("recurrent_layer_stacked", args, sample.kwargs)[0]
+
+    assert gradgradcheck(fn, tuple(tensors[k] for k in live))
+
+
+def test_stack_bad_input_raises_typed_errors_naming_shapes():
+    z = ferro.zeros
+    layer0 = (z(3, 2, 8), z(2, 2), z(2, 2), z(8, 2), None, None)
+    upper = (z(8, 2), None, None, z(2, 2), z(2, 2), z(8, 2), None, None)
+    out, *states = ferro.recurrent_layer(*layer0, "LSTM", upper=[upper])
+    assert out.shape == (3, 2, 2) and len(states) == 4
+    bad = (z(8, 3), *upper[1:])
+    with pytest.raises(ShapeError, match=r"layer 1's shapes.*weight_ih \(8, 3\)"):
+        ferro.recurrent_layer(*layer0, "LSTM", upper=[bad])
+    with pytest.raises(ShapeError, match=r"layer 1's shapes.*mask \(3, 2, 5\)"):
+        ferro.recurrent_layer(*layer0, "LSTM", upper=[(*upper[:2], z(3, 2, 5), *upper[3:])])
+    with pytest.raises(ArgumentError, match="not reversed"):
+        ferro.recurrent_layer(*layer0, "LSTM", reverse=True, upper=[upper])
+    with pytest.raises(ArgumentError, match="8 arrays"):
+        ferro.recurrent_layer(*layer0, "LSTM", upper=[upper[:7]])

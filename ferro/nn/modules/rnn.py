@@ -7,7 +7,9 @@ uniform in ±1/sqrt(hidden_size)), so a PyTorch ``state_dict`` loads unchanged.
 How a layer runs: per layer and direction, the input projection of every step is one GEMM
 (``linear(x, weight_ih, bias_ih)`` over the whole sequence), and the recurrence is one node,
 :func:`ferro.recurrent_layer` (Note [Recurrent layer] in ``ferro/ops/recurrent.py``): a GEMM
-and PyTorch's cell per step, and one GEMM for each weight gradient over all steps. The cells
+and PyTorch's cell per step, and one GEMM for each weight gradient over all steps. A
+unidirectional module runs all its layers in one such node, a few steps apart on two cores
+(Note [Recurrent stack], docs/rnn.md). The cells
 (``RNNCell``, ``LSTMCell``, ``GRUCell``) use the fused single-step ops
 :func:`ferro.lstm_cell` and :func:`ferro.gru_cell`.
 """
@@ -18,14 +20,24 @@ import math
 import numbers
 
 from ferro._C.tensor import TensorBase
-from ferro.creation import empty, zeros
+from ferro.autograd import no_grad
+from ferro.creation import empty, ones, zeros
 from ferro.errors import ArgumentError, ArgumentTypeError, ShapeError
 from ferro.nn import functional as F
 from ferro.nn import init
 from ferro.nn.module import Module
 from ferro.nn.parameter import Parameter
 from ferro.nn.utils.rnn import PackedSequence
-from ferro.ops import cat, gru_cell, linear, lstm_cell, recurrent_layer, relu, stack, tanh
+from ferro.ops import (
+    cat,
+    gru_cell,
+    linear,
+    lstm_cell,
+    recurrent_layer,
+    relu,
+    stack,
+    tanh,
+)
 
 _CHUNKS = {"RNN_TANH": 1, "RNN_RELU": 1, "LSTM": 4, "GRU": 3}
 
@@ -152,6 +164,69 @@ class RNNBase(Module):
         params = self._parameters
         return tuple(params.get(n + suffix) for n in names)
 
+    def _layers(self, x, h0, c0, sizes):
+        """Layer by layer, one ``recurrent_layer`` node per layer and direction."""
+        lstm = self.mode == "LSTM"
+        directions = 2 if self.bidirectional else 1
+        h0s = h0.unbind(0)
+        c0s = c0.unbind(0) if lstm else None
+        h_n, c_n = [], []
+        for layer in range(self.num_layers):
+            outputs = []
+            for direction in range(directions):
+                k = layer * directions + direction
+                w_ih, w_hh, b_ih, b_hh, w_hr = self._layer_params(layer, direction)
+                # Every step's input projection as one GEMM: folded to 2-D, since NumPy's
+                # matmul runs a 3-D operand as one small GEMM per step.
+                xg = linear(x.reshape(-1, x.shape[-1]), w_ih, b_ih)
+                if sizes is None:
+                    xg = xg.reshape(x.shape[0], x.shape[1], w_ih.shape[0])
+                res = recurrent_layer(
+                    xg,
+                    h0s[k],
+                    c0s[k] if lstm else None,
+                    w_hh,
+                    b_hh,
+                    w_hr,
+                    self.mode,
+                    sizes,
+                    direction == 1,
+                )
+                out, h, c = res if lstm else (*res, None)
+                outputs.append(out)
+                h_n.append(h)
+                c_n.append(c)
+            x = outputs[0] if directions == 1 else cat(outputs, -1)
+            if self.dropout and self.training and layer + 1 < self.num_layers:
+                x = F.dropout(x, self.dropout, True)
+        return x, stack(h_n, 0), (stack(c_n, 0) if lstm else None)
+
+    def _stack(self, x, h0, c0, sizes):
+        """Unidirectional layers in one ``recurrent_layer`` node (Note [Recurrent stack]: the
+        layers run a few steps apart on two cores); the dropout between layers is a mask
+        drawn as ``F.dropout`` draws it, so a seed gives the same numbers as layer by layer."""
+        lstm, layers = self.mode == "LSTM", self.num_layers
+        masks = [None] * layers
+        if self.dropout and self.training and layers > 1:
+            with no_grad():
+                shape = (*x.shape[:-1], self.proj_size or self.hidden_size)
+                kept = ones(*shape, dtype=x.dtype, device=x.device)
+                masks = [None] + [F.dropout(kept, self.dropout, True) for _ in masks[1:]]
+        h0s, c0s = h0.unbind(0), (c0.unbind(0) if lstm else [None] * layers)
+        upper = []
+        for k in range(1, layers):
+            w_ih, w_hh, b_ih, b_hh, w_hr = self._layer_params(k, 0)
+            upper.append((w_ih, b_ih, masks[k], h0s[k], c0s[k], w_hh, b_hh, w_hr))
+        w_ih, w_hh, b_ih, b_hh, w_hr = self._layer_params(0, 0)
+        xg = linear(x.reshape(-1, x.shape[-1]), w_ih, b_ih)
+        if sizes is None:
+            xg = xg.reshape(x.shape[0], x.shape[1], w_ih.shape[0])
+        out, *states = recurrent_layer(
+            xg, h0s[0], c0s[0], w_hh, b_hh, w_hr, self.mode, sizes, False, upper
+        )
+        per = 2 if lstm else 1
+        return out, stack(states[::per], 0), (stack(states[1::per], 0) if lstm else None)
+
     def _check_state(self, state, expected: tuple, which: str, cls: str):
         if not isinstance(state, TensorBase):
             raise ArgumentTypeError(f"{cls}: {which} must be a tensor, got {type(state).__name__}")
@@ -228,39 +303,10 @@ class RNNBase(Module):
             if sorted_indices is not None:
                 h0 = h0.index_select(1, sorted_indices)
                 c0 = c0.index_select(1, sorted_indices) if lstm else None
-        h0s = h0.unbind(0)
-        c0s = c0.unbind(0) if lstm else None
-        h_n, c_n = [], []
-        for layer in range(self.num_layers):
-            outputs = []
-            for direction in range(directions):
-                k = layer * directions + direction
-                w_ih, w_hh, b_ih, b_hh, w_hr = self._layer_params(layer, direction)
-                # Every step's input projection as one GEMM: folded to 2-D, since NumPy's
-                # matmul runs a 3-D operand as one small GEMM per step.
-                xg = linear(x.reshape(-1, x.shape[-1]), w_ih, b_ih)
-                if sizes is None:
-                    xg = xg.reshape(x.shape[0], x.shape[1], w_ih.shape[0])
-                res = recurrent_layer(
-                    xg,
-                    h0s[k],
-                    c0s[k] if lstm else None,
-                    w_hh,
-                    b_hh,
-                    w_hr,
-                    self.mode,
-                    sizes,
-                    direction == 1,
-                )
-                out, h, c = res if lstm else (*res, None)
-                outputs.append(out)
-                h_n.append(h)
-                c_n.append(c)
-            x = outputs[0] if directions == 1 else cat(outputs, -1)
-            if self.dropout and self.training and layer + 1 < self.num_layers:
-                x = F.dropout(x, self.dropout, True)
-        h_n = stack(h_n, 0)
-        c_n = stack(c_n, 0) if lstm else None
+        if directions == 1:
+            x, h_n, c_n = self._stack(x, h0, c0, sizes)
+        else:
+            x, h_n, c_n = self._layers(x, h0, c0, sizes)
         if packed:
             output = PackedSequence(x, batch_sizes, sorted_indices, unsorted_indices)
             if unsorted_indices is not None:

@@ -151,3 +151,80 @@ ENTRIES.append(
         fwd_rtol32=2e-5,
     )
 )
+
+
+def _stacked_groups(args, masks):
+    """The layers' ``(w_ih, b_ih, mask, h0, c0, w_hh, b_hh, w_hr)`` from a stacked sample's
+    flat arguments (7 per upper layer; the masks ride in the kwargs, not differentiated)."""
+    upper = [args[k : k + 7] for k in range(6, len(args), 7)]
+    return [(*u[:2], m, *u[2:]) for u, m in zip(upper, masks[1:], strict=True)]
+
+
+def _stacked_ref(xg, h0, c0, w_hh, b_hh, w_hr, *upper, mode, batch_sizes=None, masks=()):
+    """Layer by layer with ``_layer_ref``: an upper layer's input gates are
+    ``(out_below * mask) @ weight_ih.T + bias_ih``."""
+    rows = xg.reshape(-1, xg.shape[-1]).shape[0]
+    layers = [(None, None, None, h0, c0, w_hh, b_hh, w_hr)]
+    layers += _stacked_groups((xg, h0, c0, w_hh, b_hh, w_hr, *upper), masks)
+    gates, parts = xg, []
+    for w_ih, b_ih, mask, h, c, w, b, wr in layers:
+        if w_ih is not None:
+            x = out if mask is None else out * mask.reshape(out.shape)  # noqa: F821
+            gates = (x @ w_ih.T + (0 if b_ih is None else b_ih)).reshape(*xg.shape[:-1], -1)
+        flat = _layer_ref(gates, h, c, w, b, wr, mode, batch_sizes)
+        out = flat[: rows * h.shape[1]].reshape(rows, -1)
+        parts.append(flat[rows * h.shape[1] :])  # h_n and c_n
+    return np.concatenate([out.reshape(-1), *parts])
+
+
+def _stacked_fn(*args, mode, batch_sizes=None, masks=()):
+    masks = [None if m is None else ferro.tensor(m, dtype=args[0].dtype) for m in masks]
+    upper = _stacked_groups(args, masks)
+    outs = ferro.recurrent_layer(*args[:6], mode, batch_sizes, upper=upper)
+    return ferro.cat([o.reshape(-1) for o in outs], 0)
+
+
+def _stacked_samples(rng):
+    out = []
+    hidden, steps, batch = 2, 3, 3
+    for mode, layers, proj, bias, sizes, dropout in [
+        ("LSTM", 2, False, True, None, False),
+        ("LSTM", 2, True, True, None, True),
+        ("LSTM", 3, True, False, [3, 2, 2, 1], True),
+        ("GRU", 2, False, True, [3, 3, 1], True),
+        ("GRU", 3, False, False, None, False),
+        ("RNN_TANH", 2, False, True, [3, 2, 1], False),
+        ("RNN_RELU", 4, False, True, None, True),
+    ]:
+        chunks = {"LSTM": 4, "GRU": 3}.get(mode, 1)
+        gates, hout = chunks * hidden, 1 if proj else hidden
+        rows = (sum(sizes),) if sizes else (steps, batch)
+        args, masks = [uniform(rng, (*rows, gates))], [None]
+        for layer in range(layers):
+            if layer:
+                args += [uniform(rng, (gates, hout)), uniform(rng, (gates,)) if bias else None]
+                masks.append((rng.random((*rows, hout)) > 0.3) / 0.7 if dropout else None)
+            args += [
+                uniform(rng, (batch, hout)),
+                uniform(rng, (batch, hidden)) if mode == "LSTM" else None,
+                uniform(rng, (gates, hout)),
+                uniform(rng, (gates,)) if bias else None,
+                uniform(rng, (hout, hidden)) if proj else None,
+            ]
+        kwargs = {"mode": mode, "batch_sizes": sizes, "masks": masks}
+        label = f"{mode}-{layers}{'-proj' if proj else ''}{'-packed' if sizes else ''}"
+        out.append(Sample(tuple(args), kwargs, label=label + ("-dropout" if dropout else "")))
+    out.append(Sample(out[0].args, out[0].kwargs, noncontig=True, label="LSTM-noncontig"))
+    return out
+
+
+ENTRIES.append(
+    OpInfo(
+        "recurrent_layer_stacked",
+        _stacked_fn,
+        _stacked_ref,
+        _stacked_samples,
+        func="recurrent_layer",
+        fwd_rtol32=2e-5,
+    )
+)

@@ -5,6 +5,7 @@
 from ferro.errors import LinAlgError
 from ferro.ops.decomp import (
     EighResult,
+    LstsqResult,
     QRResult,
     SlogdetResult,
     SVDResult,
@@ -12,6 +13,7 @@ from ferro.ops.decomp import (
     det,
     eigh,
     eigvalsh,
+    lstsq,
     matrix_norm,
     matrix_power,
     multi_dot,
@@ -33,6 +35,7 @@ from ferro.ops.linalg import matmul
 __all__ = [
     "EighResult",
     "LinAlgError",
+    "LstsqResult",
     "QRResult",
     "SVDResult",
     "SlogdetResult",
@@ -43,6 +46,7 @@ __all__ = [
     "eigh",
     "eigvalsh",
     "inv",
+    "lstsq",
     "matmul",
     "matrix_norm",
     "matrix_power",

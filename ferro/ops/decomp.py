@@ -503,6 +503,38 @@ def pinv(A, *, atol=None, rtol=None, hermitian=False):  # noqa: N803
     return matmul(vh.mT * sinv[..., None, :], u.mT)
 
 
+LstsqResult = namedtuple("LstsqResult", ["solution", "residuals", "rank", "singular_values"])
+
+
+def lstsq(A, B, rcond=None, *, driver=None):  # noqa: N803
+    """The least-squares solution X of ``A X ≈ B`` (minimum norm where A is rank-deficient),
+    as ``linalg.lstsq`` with the SVD driver 'gelsd' whatever ``driver`` names: ``(solution,
+    residuals, rank, singular_values)``, residuals the squared column norms of ``A X - B`` when
+    m > n and every matrix has full rank (else empty). ``B`` is (..., m, k); batch dims
+    broadcast.
+
+    Gradient: through ``pinv(A) @ B`` (PyTorch's): for A and B; rank and singular values carry
+    none.
+    """
+    _matrix("lstsq", A)
+    if not isinstance(B, TensorBase) or B.ndim < 2 or B.shape[-2] != A.shape[-2]:
+        raise ShapeError(
+            f"linalg.lstsq: B must be (..., m, k) with m = {A.shape[-2]} rows as A "
+            f"{tuple(A.shape)}, got {tuple(getattr(B, 'shape', ()))}"
+        )
+    m, n = A.shape[-2:]
+    sd = svdvals(A.detach())._data
+    xp = xp_of(sd)
+    if rcond is None:
+        rcond = np.finfo(sd.dtype).eps * max(m, n)
+    rank = (sd > rcond * (sd[..., :1] if n and m else sd)).sum(-1)
+    x = matmul(pinv(A, rtol=rcond), B)
+    residuals = wrap(xp.zeros(0, sd.dtype))
+    if m > n and bool((rank == n).all()):
+        residuals = _red.sum((matmul(A, x) - B) ** 2, -2)
+    return LstsqResult(x, residuals, wrap(rank.astype(xp.int64)), wrap(sd))
+
+
 def pinverse(input, rcond=1e-15):  # noqa: A002
     """``linalg.pinv`` with PyTorch's old ``rcond`` (relative cut-off).
 

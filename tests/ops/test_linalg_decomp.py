@@ -39,6 +39,11 @@ COMPOSITES = [
     ("pinv tall", LA.pinv, (RNG.normal(size=(4, 3)),)),
     ("pinv wide batched", LA.pinv, (RNG.normal(size=(2, 2, 3)),)),
     ("pinverse", ferro.pinverse, (RNG.normal(size=(3, 2)),)),
+    (
+        "lstsq",
+        lambda a, b: LA.lstsq(a, b).solution,
+        (RNG.normal(size=(2, 4, 3)), RNG.normal(size=(4, 1))),
+    ),
     ("svdvals", LA.svdvals, (RNG.normal(size=(3, 4)),)),
     ("eigvalsh", lambda a: LA.eigvalsh(a + a.mT, UPLO="U"), (RNG.normal(size=(2, 3, 3)),)),
     ("vector_norm 3", lambda x: LA.vector_norm(x, 3, dim=-1), (RNG.normal(size=(2, 4)),)),
@@ -169,6 +174,18 @@ ORACLE = [
         (RNG.normal(size=(4, 3)),),
     ),
     (
+        "lstsq",
+        lambda L, a, b: (lambda r: (r.solution, r.residuals.detach(), r.singular_values))(
+            L.linalg.lstsq(a, b, driver="gelsd")
+        ),
+        (RNG.normal(size=(2, 5, 3)), RNG.normal(size=(2, 5, 2))),
+    ),
+    (
+        "lstsq wide",
+        lambda L, a, b: L.linalg.lstsq(a, b, driver="gelsd").solution,
+        (RNG.normal(size=(2, 4)), RNG.normal(size=(2, 3))),
+    ),
+    (
         "methods",
         lambda L, a: (a.inverse(), a.det(), a.logdet(), a.matrix_power(2), a.pinverse()),
         (_wc(3, 3),),
@@ -240,6 +257,7 @@ def test_float32_stays_float32_and_empty_batches_work():
         lambda: LA.svd(_t(np.ones(3))),
         lambda: LA.matrix_power(_t(np.ones((2, 3))), 2),
         lambda: LA.norm(_t(np.ones((2, 2, 2))), 2),
+        lambda: LA.lstsq(_t(np.ones((3, 2))), _t(np.ones((2, 1)))),
     ],
 )
 def test_bad_shapes_raise_shape_error(call):

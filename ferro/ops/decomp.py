@@ -41,11 +41,26 @@ class _Arrays:
     def solve(self, a, b):
         return self.xp.linalg.solve(a, b)
 
+    def adj_t(self, a, d):
+        """The transposed adjugate ``det(A) A⁻ᵀ``; through the SVD where A is singular (there
+        ``det(U) det(Vh) U diag(prod of the other singular values) Vh``, PyTorch's way)."""
+        xp = self.xp
+        try:
+            return d[..., None, None] * self.mT(self.inv(a))
+        except np.linalg.LinAlgError:
+            u, s, vh = xp.linalg.svd(a)
+            others = xp.where(xp.eye(s.shape[-1], dtype=bool), 1, s[..., None, :]).prod(-1)
+            sign = xp.linalg.det(u) * xp.linalg.det(vh)
+            return sign[..., None, None] * (u * others[..., None, :]) @ vh
+
     def mT(self, a):  # noqa: N802 - PyTorch's name
         return self.xp.swapaxes(a, -1, -2)
 
     def tril(self, a, k=0):
         return self.xp.tril(a, k)
+
+    def diagonal(self, a):
+        return self.xp.diagonal(a, 0, -2, -1)
 
     def cat(self, parts):
         return self.xp.concatenate(parts, axis=-1)
@@ -54,11 +69,8 @@ class _Arrays:
         return self.xp.eye(n, dtype=like.dtype)
 
 
-class _Tensors(_Arrays):
+class _Tensors:
     """The same namespace over ferro ops on Tensors: the formulas become differentiable."""
-
-    def __init__(self):
-        pass
 
     def inv(self, a):
         return inverse(a)
@@ -66,11 +78,17 @@ class _Tensors(_Arrays):
     def solve(self, a, b):
         return apply(Solve, a, b)
 
+    def adj_t(self, a, d):  # at a singular matrix inverse raises LinAlgError
+        return d[..., None, None] * inverse(a).mT
+
     def mT(self, a):  # noqa: N802
         return a.mT
 
     def tril(self, a, k=0):
         return _sh.tril(a, k)
+
+    def diagonal(self, a):
+        return _sh.diagonal(a, 0, -2, -1)
 
     def cat(self, parts):
         return _sh.cat(parts, -1)
@@ -87,7 +105,7 @@ def _zeros_if_none(g, like):
 
 
 def _vec(v):
-    """``v`` (..., n) as a diagonal matrix's columns scale: ``v[..., None, :]``."""
+    """``v`` (..., n) as a row, to scale a matrix's columns: ``v[..., None, :]``."""
     return v[..., None, :]
 
 
@@ -166,9 +184,9 @@ def inverse(A):  # noqa: N803 - PyTorch's argument name
     return apply(Inv, A)
 
 
-def _det_grad(ns, ctx, gd, *_):
+def _det_grad(ns, ctx, gd):
     a, d = ctx.saved
-    return (gd * d)[..., None, None] * ns.mT(ns.inv(a))
+    return gd[..., None, None] * ns.adj_t(a, d)
 
 
 @register("det")
@@ -185,8 +203,8 @@ class Det:
 def det(A):  # noqa: N803
     """The determinant of each square matrix of ``A`` (..., n, n).
 
-    Gradient: gA = gy det(A) A⁻ᵀ (through the inverse: at an exactly singular matrix it raises
-    LinAlgError, where PyTorch goes through an SVD).
+    Gradient: gA = gy adj(A)ᵀ (= gy det(A) A⁻ᵀ; through the SVD at a singular matrix, as
+    PyTorch; the second derivative there raises LinAlgError).
     """
     _square("det", A)
     return apply(Det, A)
@@ -281,16 +299,10 @@ def solve(A, B, *, left=True):  # noqa: N803
 def _cholesky_grad(ns, ctx, gl):
     (low,) = ctx.saved
     p = ns.mT(low) @ ns.tril(gl)
-    p = ns.tril(p) - 0.5 * _diag(ns, _sh_diagonal(ns, p))
+    p = ns.tril(p) - 0.5 * _diag(ns, ns.diagonal(p))
     linv = ns.inv(low)
     ga = ns.mT(linv) @ p @ linv
     return 0.5 * (ga + ns.mT(ga))
-
-
-def _sh_diagonal(ns, a):
-    if isinstance(a, TensorBase):
-        return _sh.diagonal(a, 0, -2, -1)
-    return ns.xp.diagonal(a, 0, -2, -1)
 
 
 @register("cholesky")

@@ -294,6 +294,17 @@ def test_bad_arguments_raise_typed_errors():
         LA.multi_dot([a])
 
 
+def test_det_gradient_at_a_singular_matrix_is_the_adjugate():
+    """Where the inverse does not exist the gradient goes through the SVD; central differences
+    (det is a polynomial) agree, in a batch that mixes singular and regular matrices too."""
+    for a in (np.ones((2, 2)), np.array([[1.0, 2, 3], [2, 4, 6], [0, 1, 5]]), np.zeros((3, 3))):
+        assert gradcheck(LA.det, (_t(a),))
+    a = _t(np.stack([np.array([[1.0, 2], [2, 4]]), _wc(2, 2)]))
+    LA.det(a).sum().backward()
+    np.testing.assert_allclose(a.grad.numpy()[0], [[4, -2], [-2, 1]], atol=1e-12)
+    assert gradcheck(LA.det, (_t(a.detach().numpy()),))
+
+
 def test_qr_modes_without_a_gradient_say_so():
     for mode, shape in (("r", (3, 3)), ("complete", (4, 2))):
         a = _t(RNG.normal(size=shape))

@@ -20,7 +20,14 @@ import numpy as np
 
 from ferro._C.tensor import TensorBase, wrap
 from ferro.backend import xp_of
-from ferro.errors import ArgumentError, DtypeError, LinAlgError, NotSupportedError, ShapeError
+from ferro.errors import (
+    ArgumentError,
+    ArgumentTypeError,
+    DtypeError,
+    LinAlgError,
+    NotSupportedError,
+    ShapeError,
+)
 from ferro.ops import elementwise as _el
 from ferro.ops import reduction as _red
 from ferro.ops import shape as _sh
@@ -119,24 +126,21 @@ def _off_diag_inverse(ns, e):
     return (1 - eye) / (e + eye)
 
 
-def _square(op, a):
-    if not isinstance(a, TensorBase):
-        raise ArgumentError(f"linalg.{op}: A must be a Tensor, got {type(a).__name__}")
-    if a._data.dtype.kind != "f":
-        raise DtypeError(f"linalg.{op}: A must be float32 or float64, got {a.dtype}")
-    if a.ndim < 2 or a.shape[-1] != a.shape[-2]:
-        raise ShapeError(
-            f"linalg.{op}: A must be batches of square matrices, got shape {tuple(a.shape)}"
-        )
-
-
 def _matrix(op, a):
     if not isinstance(a, TensorBase):
-        raise ArgumentError(f"linalg.{op}: A must be a Tensor, got {type(a).__name__}")
+        raise ArgumentTypeError(f"linalg.{op}: A must be a Tensor, got {type(a).__name__}")
     if a._data.dtype.kind != "f":
         raise DtypeError(f"linalg.{op}: A must be float32 or float64, got {a.dtype}")
     if a.ndim < 2:
         raise ShapeError(f"linalg.{op}: A must have at least 2 dimensions, got {tuple(a.shape)}")
+
+
+def _square(op, a):
+    _matrix(op, a)
+    if a.shape[-1] != a.shape[-2]:
+        raise ShapeError(
+            f"linalg.{op}: A must be batches of square matrices, got shape {tuple(a.shape)}"
+        )
 
 
 def _lapack(op, fn, a, *args, what="singular"):

@@ -12,7 +12,14 @@ import numpy as np
 import pytest
 
 import ferro
-from ferro.errors import ArgumentError, DtypeError, FerroError, NotSupportedError, ShapeError
+from ferro.errors import (
+    ArgumentError,
+    ArgumentTypeError,
+    DtypeError,
+    FerroError,
+    NotSupportedError,
+    ShapeError,
+)
 from ferro.testing import gradcheck, gradgradcheck
 
 LA = ferro.linalg
@@ -282,6 +289,8 @@ def test_bad_arguments_raise_typed_errors():
     a = _t(_wc(3, 3))
     with pytest.raises(DtypeError, match="linalg.inv"):
         LA.inv(ferro.tensor(np.eye(3, dtype=np.int64)))
+    with pytest.raises(ArgumentTypeError, match="linalg.det: A must be a Tensor"):
+        LA.det(np.eye(2))
     with pytest.raises(ArgumentError, match="mode"):
         LA.qr(a, mode="full")
     with pytest.raises(ArgumentError, match="UPLO"):

@@ -484,11 +484,11 @@ def linalg_svd(A, full_matrices=True):  # noqa: N803
 
 def svd(input, some=True, compute_uv=True):  # noqa: A002 - PyTorch's names
     """``(U, S, V)`` in PyTorch's old ``torch.svd`` convention: V, not Vh; ``some=True`` the
-    reduced factors; ``compute_uv=False`` zero-filled U and V.
+    reduced factors; ``compute_uv=False`` zero-filled U (m, m) and V (n, n), as PyTorch.
 
     Gradient: as ``linalg.svd``.
     """
-    u, s, vh = linalg_svd(input, full_matrices=not some)
+    u, s, vh = linalg_svd(input, full_matrices=not (some and compute_uv))
     if not compute_uv:
         return OldSVDResult(_el.mul(u.detach(), 0), s, _el.mul(vh.detach().mT, 0))
     return OldSVDResult(u, s, vh.mT)
@@ -505,6 +505,8 @@ def svdvals(A):  # noqa: N803
 def pinv(A, *, atol=None, rtol=None, hermitian=False):  # noqa: N803
     """The Moore-Penrose pseudo-inverse from the SVD, singular values below
     ``max(atol, rtol * max(S))`` dropped (rtol defaults to ``eps * max(m, n)``, PyTorch's).
+
+    ``hermitian`` is accepted; the SVD serves either way.
 
     Gradient: through the SVD (a composite); unbounded where a kept singular value repeats.
     """

@@ -235,6 +235,7 @@ def test_result_types_are_named_tuples_as_pytorch():
     assert tuple(q.shape) == (4, 4) and tuple(r.shape) == (4, 2)
     u, s, v = ferro.svd(_t(RNG.normal(size=(4, 2))), compute_uv=False)
     assert float(abs(u).sum()) == 0 and tuple(s.shape) == (2,)
+    assert tuple(u.shape) == (4, 4) and tuple(v.shape) == (2, 2)  # PyTorch's shapes
 
 
 def test_float32_stays_float32_and_empty_batches_work():

@@ -43,17 +43,17 @@ class _Arrays:
         self.xp = xp
 
     def inv(self, a):
-        return self.xp.linalg.inv(a)
+        return _lapack("inv (in a backward)", self.xp.linalg.inv, a)
 
     def solve(self, a, b):
-        return self.xp.linalg.solve(a, b)
+        return _lapack("solve (in a backward)", self.xp.linalg.solve, a, b)
 
     def adj_t(self, a, d):
         """The transposed adjugate ``det(A) A⁻ᵀ``; through the SVD where A is singular (there
         ``det(U) det(Vh) U diag(prod of the other singular values) Vh``, PyTorch's way)."""
         xp = self.xp
         try:
-            return d[..., None, None] * self.mT(self.inv(a))
+            return d[..., None, None] * self.mT(self.xp.linalg.inv(a))
         except np.linalg.LinAlgError:
             u, s, vh = xp.linalg.svd(a)
             others = xp.where(xp.eye(s.shape[-1], dtype=bool), 1, s[..., None, :]).prod(-1)

@@ -281,8 +281,11 @@ def test_singular_and_indefinite_matrices_raise_linalg_error_naming_op_and_shape
     with pytest.raises(LA.LinAlgError, match=r"linalg\.cholesky: .*\(3, 3\).*positive-definite"):
         LA.cholesky(_t(-np.eye(3)))
     assert issubclass(LA.LinAlgError, FerroError) and issubclass(LA.LinAlgError, ValueError)
-    sign, log = LA.slogdet(_t(np.ones((2, 2))))
+    a = _t(np.ones((2, 2)))
+    sign, log = LA.slogdet(a)
     assert float(sign) == 0 and float(log) == -math.inf
+    with pytest.raises(LA.LinAlgError, match=r"linalg\.inv \(in a backward\): .*\(2, 2\)"):
+        log.backward()
     assert math.isnan(float(ferro.logdet(_t(np.diag([1.0, -1.0])))))
 
 

@@ -16,6 +16,7 @@ MODULES = [
     ("ferro.accelerator", "device-neutral accelerator queries, as PyTorch 2.6+ has them"),
     ("ferro.backend", "which array module and which device an array is on (one place)"),
     ("ferro.autograd", "backward, grad, Function, grad mode, anomaly detection"),
+    ("ferro.linalg", "torch.linalg: inverses, solves, decompositions, norms (linalg.md)"),
     ("ferro.autograd.graph", "saved-tensor hooks"),
     ("ferro.nn", "modules and layers"),
     ("ferro.nn.init", "initializers"),

@@ -23,6 +23,7 @@ FAMILIES = [
     ("Scans", "scan"),
     ("Shape and indexing", "shape"),
     ("Linear algebra", "linalg"),
+    ("Matrix functions and decompositions (also in ferro.linalg)", "decomp"),
     ("Losses", "loss"),
     ("Convolution", "conv"),
     ("Pooling and pixel shuffle", "pooling"),

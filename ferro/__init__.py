@@ -24,6 +24,7 @@ from ferro import (  # noqa: F401  (submodules)
     distributed,  # noqa: E402,F401  (no MPI import until a process group is made)
     distributions,
     errors,
+    linalg,
     nn,
     optim,
     profiler,

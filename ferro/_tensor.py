@@ -39,6 +39,7 @@ from ferro.errors import (
     ShapeError,
 )
 from ferro.ops import activation as _act
+from ferro.ops import decomp as _dec
 from ferro.ops import device as _dev
 from ferro.ops import elementwise as _ew
 from ferro.ops import inplace as _ip
@@ -447,6 +448,14 @@ class Tensor(TensorBase):
     count_nonzero, aminmax, quantile = _red.count_nonzero, _red.aminmax, _red.quantile
     bincount, isin = _red.bincount, _red.isin
     erfinv, lgamma, digamma = _sp.erfinv, _sp.lgamma, _sp.digamma
+    inverse, det, logdet, slogdet, matrix_power = (
+        _dec.inverse,
+        _dec.det,
+        _dec.logdet,
+        _dec.slogdet,
+        _dec.matrix_power,
+    )
+    cholesky, qr, svd, pinverse = _dec.cholesky, _dec.qr, _dec.svd, _dec.pinverse
 
     def polygamma(self, n: int) -> Tensor:
         """:func:`ferro.polygamma` of order ``n`` of this tensor (PyTorch's ``t.polygamma(n)``)."""

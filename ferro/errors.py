@@ -111,6 +111,11 @@ class DistributedTimeoutError(DistributedError, TimeoutError):
     """A collective or transfer that did not complete within the process group's timeout."""
 
 
+class LinAlgError(ArgumentError):
+    """A matrix that a linalg op cannot take: singular (inv, solve), not positive-definite
+    (cholesky), or LAPACK did not converge (PyTorch's ``torch.linalg.LinAlgError``)."""
+
+
 class MissingFeatureError(NotSupportedError, AttributeError):
     """A PyTorch name ferro does not have (``t.to_sparse``, ``ferro.jit``); the message names
     the ferro way, if there is one. An AttributeError too, so ``hasattr`` stays False."""
@@ -167,6 +172,7 @@ __all__ = [
     "NotSupportedError",
     "DistributedError",
     "DistributedTimeoutError",
+    "LinAlgError",
     "MissingFeatureError",
     "NondeterministicError",
     "ProcessException",

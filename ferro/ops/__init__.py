@@ -5,6 +5,7 @@ from importlib import import_module as _import_module
 from ferro.ops.activation import *  # noqa: F403
 from ferro.ops.attention import *  # noqa: F403
 from ferro.ops.conv import *  # noqa: F403
+from ferro.ops.decomp import *  # noqa: F403
 from ferro.ops.device import *  # noqa: F403
 from ferro.ops.dropout import *  # noqa: F403
 from ferro.ops.elementwise import *  # noqa: F403
@@ -26,6 +27,7 @@ FAMILIES = (
     "activation",
     "attention",
     "conv",
+    "decomp",
     "device",
     "dropout",
     "elementwise",
@@ -41,4 +43,8 @@ FAMILIES = (
     "shape",
     "special",
 )
+# ferro.linalg's ops that have no top-level PyTorch name: attributes of ferro.ops (the op
+# database finds an op's function here), not in its __all__ (nor at ferro's top level).
+from ferro.ops.decomp import eigh, linalg_svd, solve  # noqa: E402,F401
+
 __all__ = [name for fam in FAMILIES for name in _import_module(f"ferro.ops.{fam}").__all__]

@@ -40,9 +40,17 @@ pytestmark = pytest.mark.skipif(
 # gradient of strided convolutions, the 1x1 per-sample GEMM path with the forward's columns kept
 # for backward (10,859 measured; the Winograd paths already share one driver for 1-3 dims, and
 # `duplicates --change` over the round lists nothing in ferro/ops).
+#
+# Raised for ferro/ops from 10,900 to 11,420 for ferro.linalg (session 8): the matrix functions
+# and decompositions PyTorch users port (inv, det, slogdet, solve, cholesky, qr, eigh, svd as
+# ops; the norms, matrix_power, pinv, lstsq, multi_dot, vecdot as composites) in a new module
+# ferro/ops/decomp.py: 11,402 measured, of which decomp.py 531. Each gradient is written once,
+# against a small namespace (inv, solve, tril, ...), and serves both the first-order backward and
+# the differentiable one (no second copy of any formula); the norms reuse reduction.norm,
+# cross and diagonal reuse the existing ops.
 BUDGETS = {
     "ferro/_C": (6500, ("*.pyx", "*.pxd", "*.h", "*.py")),
-    "ferro/ops": (10900, ("*.py",)),
+    "ferro/ops": (11420, ("*.py",)),
 }
 
 

@@ -235,6 +235,7 @@ BASES = {
     "IndexOutOfRangeError": IndexError,
     "ReadOnlyError": ValueError,
     "NotSupportedError": NotImplementedError,
+    "LinAlgError": ValueError,
     "MissingFeatureError": AttributeError,
     "DistributedError": RuntimeError,
     "DistributedTimeoutError": TimeoutError,

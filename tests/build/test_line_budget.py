@@ -47,10 +47,14 @@ pytestmark = pytest.mark.skipif(
 # ferro/ops/decomp.py: 11,402 measured, of which decomp.py 531. Each gradient is written once,
 # against a small namespace (inv, solve, tril, ...), and serves both the first-order backward and
 # the differentiable one (no second copy of any formula); the norms reuse reduction.norm,
-# cross and diagonal reuse the existing ops.
+# cross and diagonal reuse the existing ops. Then to 11,470 when the session's branches met:
+# the other branches had added, net of their own trims, conv's two-core split of the batch
+# chunks (conv.py 993 -> 1,005), the stacked recurrent layers in one node for the two-thread
+# wavefront (recurrent.py 612 -> 664), the deterministic-algorithms alerts through one add_at
+# and range indexes (shape.py and resampling.py, +5): 11,451 measured after the merges.
 BUDGETS = {
     "ferro/_C": (6500, ("*.pyx", "*.pxd", "*.h", "*.py")),
-    "ferro/ops": (11420, ("*.py",)),
+    "ferro/ops": (11470, ("*.py",)),
 }
 
 

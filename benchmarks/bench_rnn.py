@@ -92,9 +92,9 @@ def main() -> None:
             with overrides(False):
                 step()
 
-        def in_series(step=step):
+        def wavefront(step=step):
             before = recurrent._SPLIT_WORK
-            recurrent._SPLIT_WORK = float("inf")  # no split: the layers one after the other
+            recurrent._SPLIT_WORK = 1 << 18  # the two-thread wavefront (off by default)
             try:
                 step()
             finally:
@@ -102,7 +102,7 @@ def main() -> None:
 
         cases = {
             "ferro": step,
-            "ferro (layers in series)": in_series,
+            "ferro (wavefront on 2 threads)": wavefront,
             "ferro (backward kernels)": _ferro_step_generic_forward(ferro, layer, x),
             "ferro (no kernels)": generic,
         }

@@ -478,7 +478,13 @@ def _groups(inputs):
 
 
 _BLOCK = 4  # steps per block of a stack's wavefront (Note [Recurrent stack])
-_SPLIT_WORK = 1 << 18  # multiply-adds of a step's GEMM below which the layers run in series
+# Multiply-adds of a step's GEMM from which the layers run as a two-thread wavefront: off (inf).
+# On the quiet 2-core machine the wavefront made the word-LM LSTM step slower, 33 ms against
+# 22 ms with the layers in series (GRU 22-26 against 18; blocks of 4 to 18 steps alike): both
+# threads stayed busy (25 ms CPU for a 13 ms forward) while OpenBLAS ran the steps' GEMMs
+# and the per-block projections on one thread each (docs/rnn.md). Kept, tested, and measured
+# by bench_rnn's "wavefront" case until the cause is found; 1 << 18 turns it on.
+_SPLIT_WORK = float("inf")
 
 
 class _Front:

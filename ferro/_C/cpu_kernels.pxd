@@ -1,8 +1,23 @@
 # Contract of ferro._C.cpu_kernels: nogil loops over float32/float64 NumPy arrays.
 
+cimport numpy as cnp
+
+# Note [Two-core elementwise ops] (cpu_kernels.pyx): the size from which binary() and sum_all()
+# run on both cores
+cdef enum:
+    BIG_MIN = 1 << 20
+
 cpdef bint supports(object arr)
 cpdef bint accepts(tuple arrays)
 cpdef bint accepts_grad(object gy, tuple arrays)
 cpdef int add_inplace(object dst, object src) except -1
 cpdef object sum_to_shape(object src, tuple shape)
 cpdef bint all_finite(object x)
+cpdef object binary(int op, object a, object b, object out, double alpha)
+cpdef object sum_all(object x)
+
+
+cdef inline bint big(object a, object b) noexcept:
+    # The callers' first test, inline: binary() can only apply when an operand is that large
+    return ((type(a) is cnp.ndarray and cnp.PyArray_SIZE(<cnp.ndarray>a) >= BIG_MIN)
+            or (type(b) is cnp.ndarray and cnp.PyArray_SIZE(<cnp.ndarray>b) >= BIG_MIN))

@@ -40,8 +40,16 @@ pytestmark = pytest.mark.skipif(
 # gradient of strided convolutions, the 1x1 per-sample GEMM path with the forward's columns kept
 # for backward (10,859 measured; the Winograd paths already share one driver for 1-3 dims, and
 # `duplicates --change` over the round lists nothing in ferro/ops).
+#
+# Raised for ferro/_C from 6,500 to 6,540 for issue 16's two-core elementwise ops (session 8):
+# one binary kernel (add/sub/mul/div and the alpha= forms, in place or not, with its accept
+# and overlap checks) and the deterministic blocked sum, which the engine's direct ops, the op
+# classes, the in-place ops and gradient accumulation share (Note [Two-core elementwise ops]):
+# 140 lines measured (6,535), after 16 came back from the accumulation's own parallel loop and
+# refusal messages (now the shared ones) and 26 from declaring the backward loops of one
+# signature by their common type.
 BUDGETS = {
-    "ferro/_C": (6500, ("*.pyx", "*.pxd", "*.h", "*.py")),
+    "ferro/_C": (6540, ("*.pyx", "*.pxd", "*.h", "*.py")),
     "ferro/ops": (10900, ("*.py",)),
 }
 

@@ -17,7 +17,15 @@ cpdef object binary(int op, object a, object b, object out, double alpha)
 cpdef object sum_all(object x)
 
 
+cdef inline bint _large(object x) noexcept:
+    if type(x) is not cnp.ndarray:
+        return False
+    cdef Py_ssize_t n = 1, d
+    for d in range(cnp.PyArray_NDIM(<cnp.ndarray>x)):  # not PyArray_SIZE: no call
+        n *= cnp.PyArray_DIMS(<cnp.ndarray>x)[d]
+    return n >= BIG_MIN
+
+
 cdef inline bint big(object a, object b) noexcept:
     # The callers' first test, inline: binary() can only apply when an operand is that large
-    return ((type(a) is cnp.ndarray and cnp.PyArray_SIZE(<cnp.ndarray>a) >= BIG_MIN)
-            or (type(b) is cnp.ndarray and cnp.PyArray_SIZE(<cnp.ndarray>b) >= BIG_MIN))
+    return _large(a) or _large(b)

@@ -22,6 +22,17 @@ def gelu_bwd(gy: np.ndarray, x: np.ndarray, approximate: str = "none") -> np.nda
 def silu_bwd(gy: np.ndarray, x: np.ndarray, s: np.ndarray) -> np.ndarray: ...
 def gelu_fwd(x: np.ndarray, approximate: str = "none") -> np.ndarray: ...
 def softmax_bwd(gy: np.ndarray, y: np.ndarray) -> np.ndarray: ...
+def cross_entropy_fwd(
+    logits: np.ndarray, target: np.ndarray, ignore_index: int = -100
+) -> tuple[np.ndarray, np.ndarray]: ...
+def cross_entropy_bwd(
+    logits: np.ndarray,
+    target: np.ndarray,
+    lse: np.ndarray,
+    gy: np.ndarray,
+    denom: object,
+    ignore_index: int = -100,
+) -> np.ndarray: ...
 def sgd_update(
     p: np.ndarray,
     g: np.ndarray,

@@ -325,7 +325,7 @@ cpdef object sum_to_shape(object src, tuple shape):
 # The fused kernels this backend implements (ferro.cuda.ops implements the same names).
 FUSED_KERNELS = frozenset({
     "tanh_bwd", "sigmoid_bwd", "relu_bwd", "leaky_relu_bwd", "gelu_bwd", "silu_bwd",
-    "gelu_fwd", "softmax_bwd",
+    "gelu_fwd", "softmax_bwd", "cross_entropy_fwd", "cross_entropy_bwd",
     "sgd_update", "adam_update", "rmsprop_update", "adagrad_update",
 })
 
@@ -365,6 +365,14 @@ cdef extern from "kernels.h" nogil:
                            double, double, double, double, double, int)
     void ferro_adagrad_f32(float*, const float*, float*, Py_ssize_t, double, double, double)
     void ferro_adagrad_f64(double*, const double*, double*, Py_ssize_t, double, double, double)
+    void ferro_ce_fwd_f32(const float*, const long long*, float*, float*, Py_ssize_t,
+                          Py_ssize_t, long long)
+    void ferro_ce_fwd_f64(const double*, const long long*, double*, double*, Py_ssize_t,
+                          Py_ssize_t, long long)
+    void ferro_ce_bwd_f32(const float*, const long long*, const float*, const float*,
+                          Py_ssize_t, float, float*, Py_ssize_t, Py_ssize_t, long long)
+    void ferro_ce_bwd_f64(const double*, const long long*, const double*, const double*,
+                          Py_ssize_t, double, double*, Py_ssize_t, Py_ssize_t, long long)
     int ferro_all_finite_f32(const float*, Py_ssize_t)
     int ferro_all_finite_f64(const double*, Py_ssize_t)
     void ferro_binary_f32(int, const float*, const float*, Py_ssize_t, float*, Py_ssize_t,
@@ -525,6 +533,66 @@ def softmax_bwd(object gy, object y_):
         with nogil:
             ferro_softmax_bwd_f64(<const double*>gp, gs, <const double*>cnp.PyArray_DATA(y),
                                   <double*>cnp.PyArray_DATA(out), r, c)
+    return out
+
+
+cdef tuple _ce_args(str who, object logits, object target):
+    # The logits (accepts, 2-d), their rows and classes, and the targets as C-contiguous int64
+    _accept(who, ("logits",), (logits,), 0)
+    cdef cnp.ndarray x = <cnp.ndarray>logits
+    if x.ndim != 2 or np.shape(target) != (x.shape[0],):
+        raise ShapeError(
+            f"{who}: logits {np.shape(x)} and target {np.shape(target)} are not (N, C), (N,)"
+        )
+    return x, x.shape[0], x.shape[1], np.ascontiguousarray(target, dtype=np.int64)
+
+
+def cross_entropy_fwd(object logits, object target, long long ignore_index=-100):
+    """Per-row loss ``logsumexp(x) - x[t]`` (0 where ignored) and ``logsumexp(x)``."""
+    cdef cnp.ndarray x, t, loss, lse
+    cdef Py_ssize_t r, c
+    x, r, c, t = _ce_args("cross_entropy_fwd", logits, target)
+    loss, lse = np.empty(r, x.dtype), np.empty(r, x.dtype)
+    cdef const long long *tp = <const long long*>cnp.PyArray_DATA(t)
+    with nogil:
+        if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT32:
+            ferro_ce_fwd_f32(<const float*>cnp.PyArray_DATA(x), tp, <float*>cnp.PyArray_DATA(loss),
+                             <float*>cnp.PyArray_DATA(lse), r, c, ignore_index)
+        else:
+            ferro_ce_fwd_f64(<const double*>cnp.PyArray_DATA(x), tp,
+                             <double*>cnp.PyArray_DATA(loss), <double*>cnp.PyArray_DATA(lse), r,
+                             c, ignore_index)
+    return loss, lse
+
+
+def cross_entropy_bwd(object logits, object target, object lse_, object gy_, object denom,
+                      long long ignore_index=-100):
+    """``(softmax(x) - onehot(t)) * gy / denom`` per row (0 where ignored). ``gy`` has one
+    entry per row or is one value; ``denom`` is one value."""
+    cdef cnp.ndarray x, t
+    cdef Py_ssize_t r, c
+    x, r, c, t = _ce_args("cross_entropy_bwd", logits, target)
+    cdef cnp.ndarray lse = np.ascontiguousarray(lse_, dtype=x.dtype)
+    cdef cnp.ndarray gy = np.ascontiguousarray(gy_, dtype=x.dtype)
+    cdef Py_ssize_t gs = np.ndim(gy_) == 1  # (ascontiguousarray makes a 0-d gy 1-d)
+    if np.shape(lse) != (r,) or (np.shape(gy) != (r,) if gs else gy.size != 1) or np.size(
+            denom) != 1:
+        raise ShapeError(f"cross_entropy_bwd: lse {np.shape(lse)}, gy {np.shape(gy)}, denom "
+                         f"{np.shape(denom)} for logits {np.shape(x)}")
+    cdef cnp.ndarray out = _empty_as(x)
+    cdef double den = float(np.asarray(denom).reshape(()))
+    cdef const long long *tp = <const long long*>cnp.PyArray_DATA(t)
+    with nogil:
+        if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT32:
+            ferro_ce_bwd_f32(<const float*>cnp.PyArray_DATA(x), tp,
+                             <const float*>cnp.PyArray_DATA(lse),
+                             <const float*>cnp.PyArray_DATA(gy), gs, <float>den,
+                             <float*>cnp.PyArray_DATA(out), r, c, ignore_index)
+        else:
+            ferro_ce_bwd_f64(<const double*>cnp.PyArray_DATA(x), tp,
+                             <const double*>cnp.PyArray_DATA(lse),
+                             <const double*>cnp.PyArray_DATA(gy), gs, den,
+                             <double*>cnp.PyArray_DATA(out), r, c, ignore_index)
     return out
 
 

@@ -354,6 +354,40 @@ FERRO_SUM(float, f32)
 #endif
 
 #include <stdint.h>
+/* Softmax cross-entropy over r rows of c logits with int64 class targets: the CPU side of
+ * ferro/cuda/kernels/cross_entropy.cu, with its meaning. Forward: lse = m + log(sum exp(x - m)),
+ * m the row's max, loss = lse - x[t] (0 where t is `ignore`, NaN for a target out of range).
+ * Backward: (softmax(x) - onehot(t)) scale, scale = gy[row or 0] / denom, from x and lse. Per
+ * ISA level (simd.h): exp is arithmetic, and the row sum runs 8 lanes at a time. */
+#define FERRO_CE(T, S, EXP, LOG)                                                     \
+    static FERRO_CLONES void ferro_ce_fwd_##S(const T *x, const int64_t *t, T *loss, T *lse, \
+                                              ptrdiff_t r, ptrdiff_t c, int64_t ignore) { \
+        ptrdiff_t i, j, k;                                                           \
+        for (i = 0; i < r; i++, x += c) {                                            \
+            T m = -INFINITY, acc[8] = {0, 0, 0, 0, 0, 0, 0, 0}, s;                   \
+            for (j = 0; j < c; j++) m = x[j] > m ? x[j] : m;                         \
+            for (j = 0; j + 8 <= c; j += 8)                                          \
+                for (k = 0; k < 8; k++) acc[k] += EXP(x[j + k] - m);                 \
+            s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])); \
+            for (; j < c; j++) s += EXP(x[j] - m);                                   \
+            lse[i] = m + LOG(s);                                                     \
+            loss[i] = t[i] == ignore ? 0 : (t[i] < 0 || t[i] >= c) ? (T)NAN : lse[i] - x[t[i]]; \
+        }                                                                            \
+    }                                                                                \
+    static FERRO_CLONES void ferro_ce_bwd_##S(const T *x, const int64_t *t, const T *lse, \
+                                              const T *gy, ptrdiff_t gs, T den, T *g, \
+                                              ptrdiff_t r, ptrdiff_t c, int64_t ignore) { \
+        ptrdiff_t i, j;                                                              \
+        for (i = 0; i < r; i++, x += c, g += c) {                                    \
+            const T scale = gy[i * gs] / den;                                        \
+            const int skip = t[i] == ignore, bad = t[i] < 0 || t[i] >= c;            \
+            for (j = 0; j < c; j++)                                                  \
+                g[j] = skip ? (T)0 : bad ? (T)NAN                                    \
+                     : ferro_cross_entropy_grad_##S(x[j], lse[i], j == t[i], scale); \
+        }                                                                            \
+    }
+FERRO_CE(float, f32, ferro_exp_f32, logf)
+FERRO_CE(double, f64, exp, log)
 FERRO_ALL_FINITE(ferro_all_finite_f32, float, uint32_t, 0x7F800000u)
 FERRO_ALL_FINITE(ferro_all_finite_f64, double, uint64_t, 0x7FF0000000000000ull)
 

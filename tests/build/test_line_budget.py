@@ -47,9 +47,11 @@ pytestmark = pytest.mark.skipif(
 # classes, the in-place ops and gradient accumulation share (Note [Two-core elementwise ops]):
 # 140 lines measured (6,535), after 16 came back from the accumulation's own parallel loop and
 # refusal messages (now the shared ones) and 26 from declaring the backward loops of one
-# signature by their common type.
+# signature by their common type. Then to 6,640 for the CPU cross-entropy kernels (the pair the
+# GPU has, same meaning; 96 lines measured at 6,631): the MLP step of bench_mlp spent 66 us of
+# CPU in cross_entropy fwd+bwd on (64, 10), 31 us with them (NumPy's hand-written 20 us).
 BUDGETS = {
-    "ferro/_C": (6540, ("*.pyx", "*.pxd", "*.h", "*.py")),
+    "ferro/_C": (6640, ("*.pyx", "*.pxd", "*.h", "*.py")),
     "ferro/ops": (10900, ("*.py",)),
 }
 

@@ -1,7 +1,7 @@
 """Data-parallel training over MPI: scaling and overlap (issue 18's goals; not tests).
 
     python benchmarks/bench_distributed.py [--steps 12] [--ranks 2] [--bucket-cap-mb 25 8]
-                                           [--timeline] [--cpu-clock]
+                                           [--timeline] [--cpu-clock] [--bucket-view]
 
 The MLP 784-2048-2048-10, float32, batch 256 per rank, SGD, one BLAS thread per rank. Each
 setting runs as its own ``mpiexec`` job (this script re-launches itself with ``--worker``):
@@ -27,6 +27,7 @@ step without reduction (wall - CPU time): a CPU-driven reduction can hide at mos
 the time a rank waits (step time less CPU time: on the link or on its peer) with the reduction
 after backward against the DDP step, which is what the overlap can remove apart from the
 reduction's own CPU work.
+``--bucket-view`` runs DDP with ``gradient_as_bucket_view=True``.
 ``--timeline`` prints, for one more overlapped step of rank 0, when each gradient came in and
 each bucket started and completed against the backward's start and end, and where the CPU time
 a DDP step adds goes (copies into the buckets, all-reduce starts, progress thread, final wait).
@@ -109,7 +110,9 @@ def _slow_link(bandwidth: float) -> None:
     C.all_reduce = all_reduce
 
 
-def worker(steps: int, link: float, cap: float, timeline: bool, cpu_clock: bool) -> None:
+def worker(
+    steps: int, link: float, cap: float, timeline: bool, cpu_clock: bool, view: bool
+) -> None:
     import numpy as np
 
     import ferro
@@ -127,7 +130,7 @@ def worker(steps: int, link: float, cap: float, timeline: bool, cpu_clock: bool)
     for a, b in zip(SIZES[:-1], SIZES[1:], strict=True):
         layers += [nn.Linear(a, b), nn.ReLU()]
     model = nn.Sequential(*layers[:-1])
-    ddp = DDP(model, bucket_cap_mb=cap) if n > 1 else model
+    ddp = DDP(model, bucket_cap_mb=cap, gradient_as_bucket_view=view) if n > 1 else model
     opt = ferro.optim.SGD(model.parameters(), lr=0.01)
     rng = np.random.default_rng(r)
     x = ferro.tensor(rng.standard_normal((BATCH, SIZES[0]), dtype=np.float32))
@@ -241,7 +244,13 @@ def _cpu_parts(ddp, step_overlap, step_local, steps: int, barrier) -> dict:
 
 
 def launch(
-    n: int, steps: int, link: float, cap: float = 25.0, timeline: bool = False, cpu: bool = False
+    n: int,
+    steps: int,
+    link: float,
+    cap: float = 25.0,
+    timeline: bool = False,
+    cpu: bool = False,
+    view: bool = False,
 ) -> dict:
     from ferro.distributed.run import command
 
@@ -249,6 +258,7 @@ def launch(
     args = [os.path.abspath(__file__), "--worker", "--steps", str(steps), "--link", str(link)]
     args += ["--bucket-cap-mb", str(cap)] + (["--timeline"] if timeline else [])
     args += ["--cpu-clock"] if cpu else []
+    args += ["--bucket-view"] if view else []
     out = subprocess.run(command(n, args), env=env, capture_output=True, text=True, check=True)
     for line in out.stdout.splitlines():
         if line.startswith("RESULT "):
@@ -268,15 +278,27 @@ def main() -> None:
         help="time steps by each rank's CPU time plus the simulated link's waits (a loaded "
         "machine's wall times count other processes' time)",
     )
+    ap.add_argument(
+        "--bucket-view", action="store_true", help="DDP with gradient_as_bucket_view=True"
+    )
     ap.add_argument("--link", type=float, default=0.0, help=argparse.SUPPRESS)
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
-        worker(args.steps, args.link, args.bucket_cap_mb[0], args.timeline, args.cpu_clock)
+        worker(
+            args.steps,
+            args.link,
+            args.bucket_cap_mb[0],
+            args.timeline,
+            args.cpu_clock,
+            args.bucket_view,
+        )
         return
     header("bench_distributed")
     if args.cpu_clock:
         print("# clock: each rank's CPU time plus the simulated link's waits (--cpu-clock)")
+    if args.bucket_view:
+        print("# DDP(gradient_as_bucket_view=True) (--bucket-view)")
     one = launch(1, args.steps, 0.0, cpu=args.cpu_clock)
     rows = []
     settings = [
@@ -286,7 +308,9 @@ def main() -> None:
     ]
     for link_label, link, cap in settings:
         label = f"{link_label}, {cap:g} MB buckets"
-        many = launch(args.ranks, args.steps, link, cap, args.timeline, args.cpu_clock)
+        many = launch(
+            args.ranks, args.steps, link, cap, args.timeline, args.cpu_clock, args.bucket_view
+        )
         if args.timeline:
             print(f"# {label}: buckets (parameters, MiB) {many['buckets']}")
             for event, bucket, ms in many["timeline"]:
@@ -325,6 +349,7 @@ def main() -> None:
             label,
             ranks=args.ranks,
             bucket_cap_mb=cap,
+            bucket_view=args.bucket_view,
             step_1rank_s=one["overlap"],
             step_overlap_s=many["overlap"],
             step_after_s=many["after"],

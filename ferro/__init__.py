@@ -40,6 +40,7 @@ from ferro._C import norm_kernels as _norm_kernels
 from ferro._C import pooling_kernels as _pooling_kernels
 from ferro._C import recurrent_kernels as _recurrent_kernels
 from ferro._C import resampling_kernels as _resampling_kernels
+from ferro._intraop import get_num_threads, set_num_threads
 from ferro._missing import module_attribute as __getattr__  # noqa: F401  (PEP 562 hints)
 from ferro._printing import get_printoptions, set_printoptions
 from ferro._tensor import Size, Tensor
@@ -52,7 +53,14 @@ from ferro.autograd import (
     no_grad,
     set_grad_enabled,
 )
-from ferro.backend import device, get_default_device, set_default_device
+from ferro.backend import (
+    are_deterministic_algorithms_enabled,
+    device,
+    get_default_device,
+    is_deterministic_algorithms_warn_only_enabled,
+    set_default_device,
+    use_deterministic_algorithms,
+)
 from ferro.backends import get_float32_matmul_precision, set_float32_matmul_precision
 from ferro.creation import (
     arange,
@@ -130,21 +138,6 @@ from ferro.utils.checkpoint import checkpoint, checkpoint_sequential
 # ferro.ops.fused lists (so ops never import cuda), and the GPU kernels become the engine's
 # accumulation and sum-to-shape on CuPy arrays. Neither imports CuPy: that waits for a kernel.
 _fused.install(
-    "cpu", _cpu_kernels, _conv_kernels, _norm_kernels, _pooling_kernels, _recurrent_kernels
-)
-_fused.install(
-    "cpu",
-    _cpu_kernels,
-    _conv_kernels,
-    _norm_kernels,
-    _pooling_kernels,
-    _recurrent_kernels,
-    _resampling_kernels,
-)
-_fused.install(
-    "cuda", _cuda_kernels, _cuda_conv, _cuda_norm, _cuda_pooling, _cuda_recurrent, _cuda_resampling
-)
-_fused.install(
     "cpu",
     _cpu_kernels,
     _conv_kernels,
@@ -198,6 +191,11 @@ __all__ = [
     "as_tensor",
     "from_numpy",
     "get_float32_matmul_precision",
+    "get_num_threads",
+    "set_num_threads",
+    "use_deterministic_algorithms",
+    "are_deterministic_algorithms_enabled",
+    "is_deterministic_algorithms_warn_only_enabled",
     "set_float32_matmul_precision",
     "from_dlpack",
     "zeros",

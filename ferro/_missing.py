@@ -106,8 +106,6 @@ MODULE = {
     "fft": ("ferro has no FFT ops", "", "what-is-missing"),
     "special": ("ferro has no torch.special namespace", "", "what-is-missing"),
     "hub": ("ferro has no model hub (nothing is downloaded)", "", "what-is-missing"),
-    "mps": ("ferro runs on the CPU (NumPy) and NVIDIA GPUs (CuPy) only", "", "devices"),
-    "xpu": ("ferro runs on the CPU (NumPy) and NVIDIA GPUs (CuPy) only", "", "devices"),
     "vmap": (
         "ferro has no vmap",
         "batch the computation along a leading dimension",
@@ -118,6 +116,27 @@ MODULE = {
         "use ferro.autograd.functional (jacobian, hessian, vjp, jvp, hvp)",
         "what-is-missing",
     ),
+}
+
+
+_NO_DEVICE_ENTRY = ("ferro runs on the CPU (NumPy) and NVIDIA GPUs (CuPy) only", "", "devices")
+
+# nn.Module method -> (why, the ferro way or "", section of docs/pytorch.md).
+NN_MODULE = {
+    "share_memory": (
+        "ferro has no shared-memory tensors",
+        "ferro.multiprocessing sends tensors as copies; use ferro.distributed for data-parallel "
+        "training",
+        "what-is-missing",
+    ),
+    "compile": (
+        "ferro has no compiler (torch.compile)",
+        "call the module as it is",
+        "what-is-missing",
+    ),
+    "xpu": _NO_DEVICE_ENTRY,
+    "ipu": _NO_DEVICE_ENTRY,
+    "mtia": _NO_DEVICE_ENTRY,
 }
 
 
@@ -137,8 +156,47 @@ def tensor_attribute(name: str):
     raise MissingFeatureError(_message("Tensor.", name, entry))
 
 
+_NO_DEVICE = _NO_DEVICE_ENTRY
+
+
+class AbsentDevice:
+    """``ferro.xpu`` and ``ferro.mps``: device families ferro does not run on. Programs probe
+    them (pytorch/examples check ``torch.xpu.is_available()`` before choosing a device), so
+    ``is_available()`` is False and ``device_count()`` 0; anything else is the
+    MissingFeatureError of the device."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def is_available(self) -> bool:
+        return False
+
+    def device_count(self) -> int:
+        return 0
+
+    def __getattr__(self, attr: str):
+        raise MissingFeatureError(_message(f"{self._name}.", attr, _NO_DEVICE))
+
+    def __repr__(self) -> str:
+        return f"<ferro.{self._name}: not available in ferro>"
+
+
+DEVICES = {"xpu": AbsentDevice("xpu"), "mps": AbsentDevice("mps")}
+
+
+def nn_module_attribute(owner: str, name: str):
+    """Raise the error for a missing attribute ``name`` of a Module of class ``owner``."""
+    entry = NN_MODULE.get(name)
+    if entry is None:
+        raise AttributeError(f"{owner} has no attribute {name!r}")
+    raise MissingFeatureError(_message("Module.", name, entry))
+
+
 def module_attribute(name: str):
-    """Raise the error for a missing ``ferro.<name>`` (AttributeError either way)."""
+    """``ferro.xpu``/``ferro.mps`` (:class:`AbsentDevice`), or raise the error for a missing
+    ``ferro.<name>`` (AttributeError either way)."""
+    if name in DEVICES:
+        return DEVICES[name]
     entry = MODULE.get(name)
     if entry is None:
         raise AttributeError(f"module 'ferro' has no attribute {name!r}")

@@ -6,7 +6,9 @@ these functions instead of looking at an array's module itself:
 
 - :func:`xp_of` (the array module), :func:`is_array`, :func:`is_device_array`;
 - :func:`device_of` (a :class:`device`), :func:`parse_device`, :func:`move`;
-- :func:`set_default_device` / :func:`get_default_device`, read by the factories.
+- :func:`set_default_device` / :func:`get_default_device`, read by the factories;
+- :func:`use_deterministic_algorithms` and :func:`add_at`, the one scatter-add, which knows
+  that CuPy's is not deterministic.
 
 CuPy is imported only when a CuPy array or a CUDA device is really used, so ``import ferro``
 never imports it. The compiled core keeps its own compiled check on the per-op hot path
@@ -16,10 +18,11 @@ never imports it. The compiled core keeps its own compiled check on the per-op h
 from __future__ import annotations
 
 import re
+import warnings
 
 import numpy as np
 
-from ferro.errors import ArgumentError, ArgumentTypeError, DeviceError
+from ferro.errors import ArgumentError, ArgumentTypeError, DeviceError, NondeterministicError
 
 _SPEC = re.compile(r"(cpu|cuda)(?::(0|[1-9][0-9]*))?")
 _FORM = "use 'cpu', 'cuda' or 'cuda:N'"
@@ -281,7 +284,68 @@ def default_device_or_none() -> device | None:
     return _default_device
 
 
+# Note [Deterministic algorithms]: every CPU op of ferro gives the same bits for the same inputs
+# (fixed summation orders, also when split over threads). On a GPU, scatter-adds are atomic
+# adds, whose order, and so whose float rounding, varies from run to run: CuPy's add.at (the
+# backward of indexing, embedding, gather and index_select, scatter_add, fold) and ferro's
+# grid_sample, deformable-convolution and resampling backward kernels. Under
+# use_deterministic_algorithms(True) those raise NondeterministicError (or warn, with
+# warn_only=True), as PyTorch's alert does; nothing else changes.
+_deterministic = False
+_warn_only = False
+
+
+def use_deterministic_algorithms(mode: bool, *, warn_only: bool = False) -> None:
+    """PyTorch's ``torch.use_deterministic_algorithms``: with ``mode`` True, an op that has no
+    deterministic implementation on its device raises NondeterministicError (a RuntimeError),
+    or warns with ``warn_only=True``. ferro's CPU ops are all deterministic; on CUDA the
+    scatter-adds are not (Note [Deterministic algorithms] in ferro/backend.py)."""
+    global _deterministic, _warn_only
+    if not isinstance(mode, (bool, np.bool_)):
+        raise ArgumentTypeError(
+            f"use_deterministic_algorithms: mode must be a bool, got {type(mode).__name__}"
+        )
+    _deterministic, _warn_only = bool(mode), bool(warn_only)
+
+
+def are_deterministic_algorithms_enabled() -> bool:
+    """Whether :func:`use_deterministic_algorithms` is on."""
+    return _deterministic
+
+
+def is_deterministic_algorithms_warn_only_enabled() -> bool:
+    """Whether :func:`use_deterministic_algorithms` is on with ``warn_only=True``."""
+    return _deterministic and _warn_only
+
+
+def alert_nondeterministic(op: str) -> None:
+    """Called by an op about to run a nondeterministic device kernel: raise or warn under
+    :func:`use_deterministic_algorithms`, else nothing."""
+    if not _deterministic:
+        return
+    msg = (
+        f"{op} does not have a deterministic implementation on CUDA (atomic adds), but "
+        "ferro.use_deterministic_algorithms(True) is set; run it on the CPU, or pass "
+        "warn_only=True to be warned instead"
+    )
+    if _warn_only:
+        warnings.warn(msg, UserWarning, stacklevel=3)
+    else:
+        raise NondeterministicError(msg)
+
+
+def add_at(xp, out, index, values, op: str) -> None:
+    """``xp.add.at(out, index, values)``, repeated indices adding up: ferro's one scatter-add
+    (on CuPy, atomics: :func:`alert_nondeterministic` first)."""
+    if xp is not np:
+        alert_nondeterministic(op)
+    xp.add.at(out, index, values)
+
+
 __all__ = [
+    "use_deterministic_algorithms",
+    "are_deterministic_algorithms_enabled",
+    "is_deterministic_algorithms_warn_only_enabled",
     "device",
     "parse_device",
     "is_device_array",

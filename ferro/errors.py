@@ -32,6 +32,12 @@ builtin a Python user would expect, so ``except ValueError`` keeps working:
   the collective and the ranks that did not arrive.
 - :class:`MissingFeatureError` (``NotSupportedError`` and ``AttributeError``): a PyTorch name
   ferro does not have; the message says what to do instead.
+- :class:`NondeterministicError` (``RuntimeError``): an op with no deterministic implementation
+  on its device (a CUDA scatter-add by atomics) ran under
+  ``ferro.use_deterministic_algorithms(True)``.
+- :class:`ProcessException` (``RuntimeError``): a process of ``ferro.multiprocessing.spawn``
+  failed: :class:`ProcessRaisedException` (it raised; the message holds its traceback) or
+  :class:`ProcessExitedException` (it exited with a nonzero code or was killed by a signal).
 
 Messages name the op, what was expected and what was received.
 """
@@ -110,6 +116,39 @@ class MissingFeatureError(NotSupportedError, AttributeError):
     the ferro way, if there is one. An AttributeError too, so ``hasattr`` stays False."""
 
 
+class NondeterministicError(FerroError, RuntimeError):
+    """An op without a deterministic implementation on its device ran while
+    ``ferro.use_deterministic_algorithms(True)`` was set."""
+
+
+class ProcessException(FerroError, RuntimeError):
+    """A process that ``ferro.multiprocessing.spawn`` started failed; ``error_index`` is its
+    index, ``pid`` its process id."""
+
+    def __init__(self, msg: str, error_index: int, error_pid: int) -> None:
+        super().__init__(msg)
+        self.msg, self.error_index, self.pid = msg, error_index, error_pid
+
+    def __reduce__(self):
+        return type(self), (self.msg, self.error_index, self.pid)
+
+
+class ProcessRaisedException(ProcessException):
+    """A spawned process raised; the message is its traceback."""
+
+
+class ProcessExitedException(ProcessException):
+    """A spawned process exited with a nonzero code (``exit_code``) or by a signal
+    (``signal_name``)."""
+
+    def __init__(self, msg, error_index, error_pid, exit_code, signal_name=None) -> None:
+        super().__init__(msg, error_index, error_pid)
+        self.exit_code, self.signal_name = exit_code, signal_name
+
+    def __reduce__(self):
+        return type(self), (self.msg, self.error_index, self.pid, self.exit_code, self.signal_name)
+
+
 __all__ = [
     "FerroError",
     "ShapeError",
@@ -129,4 +168,8 @@ __all__ = [
     "DistributedError",
     "DistributedTimeoutError",
     "MissingFeatureError",
+    "NondeterministicError",
+    "ProcessException",
+    "ProcessRaisedException",
+    "ProcessExitedException",
 ]

@@ -335,7 +335,18 @@ static void ferro_bn_bwd_##S(const T *g, const T *x, const T *w, const T *mean, 
         ferro_bn_bwd_span_##S(g, x, w, mean, rstd, gx, gw, gb, N, C, L, c, c + 1);              \
 }
 
+/* GCC may reassociate the float arithmetic of these loops, as omp simd already lets it for the
+ * sums: their horizontal sums then become vector shuffles instead of omp simd's scalar add per
+ * lane from the stack (about a third of forward on rows of 768: perf, L2-resident rows, 1
+ * thread, forward 0.27 -> 0.22 ns per value, backward 0.335 -> 0.29). */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC push_options
+#pragma GCC optimize("associative-math", "no-signed-zeros", "no-trapping-math")
+#endif
 FERRO_NORM_ROWS(float, f32)
 FERRO_NORM_ROWS(double, f64)
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC pop_options
+#endif
 
 #endif

@@ -19,6 +19,7 @@ from ferro.autograd.grad_mode import (
     set_grad_enabled,
 )
 from ferro.autograd.parallel import get_num_threads, parallel, set_num_threads
+from ferro.autograd.variable import Variable
 from ferro.errors import ArgumentError, ArgumentTypeError
 
 
@@ -166,4 +167,5 @@ __all__ = [
     "inference_mode",
     "is_grad_enabled",
     "is_inference_mode_enabled",
+    "Variable",
 ]

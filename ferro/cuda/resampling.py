@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ferro.backend import alert_nondeterministic
 from ferro.cuda.loader import ctype, grid_for, kernel
 from ferro.errors import ArgumentError, DtypeError, ShapeError
 
@@ -118,6 +119,7 @@ def deform_col2im(
     m = x if mask is None else mask
     gx = goff = gmask = None
     if need_x:
+        alert_nondeterministic("deform_conv2d backward")  # atomics into gx
         gx = cupy.zeros(x.shape, dtype=x.dtype)
         grid, block = grid_for(gcols.size)
         args = (offset, m, gcols, gx, dgeom, has_mask)
@@ -233,6 +235,8 @@ def grid_sample_bwd(gy, x, grid, mode, padding_mode, align_corners, need_x=True,
             f"{who}: gy must be C-contiguous of shape {want_shape} and dtype {x.dtype}, got "
             f"{gy.shape} ({gy.dtype})"
         )
+    if need_x:
+        alert_nondeterministic("grid_sample backward")  # atomics into gx
     gx = cupy.zeros(x.shape, dtype=x.dtype) if need_x else None
     ggrid = cupy.empty(grid.shape, dtype=x.dtype) if need_grid else None
     n = int(args[0] * args[2])

@@ -39,6 +39,8 @@ DEFAULT_TIMEOUT = datetime.timedelta(minutes=30)
 SPIN_S = 0.2
 # Tags on a group's private notes communicator.
 _NOTE_TAG = 1
+# Arrival notes posted between two readings of the notes queue (_Notes.post).
+_NOTE_BATCH = 8
 
 
 def _mpi():
@@ -98,8 +100,13 @@ class _Notes:
         note = np.array([seq, signature], dtype=np.int64)
         for r in self.seen:
             self._sends.append((self.comm.Isend([note, MPI.INT64_T], dest=r, tag=_NOTE_TAG), note))
-        self._sends = [(req, n) for req, n in self._sends if not req.Test()]
-        self.drain(MPI)
+        # Completed sends are released and the peers' notes read every _NOTE_BATCH posts, not
+        # at each: both bound the queues all the same, and a collective started during
+        # backward (DDP's buckets) makes four MPI calls fewer, each of which may wait for the
+        # MPI lock that the progress thread holds while it moves a bucket (Note [DDP progress]).
+        if len(self._sends) >= _NOTE_BATCH * len(self.seen):
+            self._sends = [(req, n) for req, n in self._sends if not req.Test()]
+            self.drain(MPI)
 
     def drain(self, MPI) -> None:
         status = MPI.Status()
@@ -205,7 +212,9 @@ def init_process_group(
     Rank and world size come from MPI; ``world_size``/``rank``, when given, must agree with
     them. ``timeout`` bounds every collective of the group (default 30 minutes, as PyTorch's).
     ``init_method``, ``store``, ``group_name``, ``pg_options`` and ``device_id`` are accepted
-    for PyTorch compatibility and have no effect under MPI.
+    for PyTorch compatibility and have no effect under MPI. Sets torchrun's ``RANK``,
+    ``WORLD_SIZE``, ``LOCAL_RANK`` and ``LOCAL_WORLD_SIZE`` environment variables from MPI's
+    ranks (``LOCAL_*`` among the ranks on this machine), for scripts that read them.
     """
     if backend not in (None, "mpi"):
         raise ArgumentError(
@@ -226,6 +235,16 @@ def init_process_group(
     world = ProcessGroup(comm, list(range(size)), timeout or DEFAULT_TIMEOUT)
     GroupMember.WORLD = group.WORLD = world
     _groups.append(world)
+    # torchrun's variables, which scripts read (``int(os.environ["LOCAL_RANK"])``): the ranks
+    # MPI gave, LOCAL_* among the processes of this machine.
+    local = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    os.environ.update(
+        RANK=str(me),
+        WORLD_SIZE=str(size),
+        LOCAL_RANK=str(local.Get_rank()),
+        LOCAL_WORLD_SIZE=str(local.Get_size()),
+    )
+    local.Free()
 
 
 def destroy_process_group(group=None) -> None:  # noqa: A002 - PyTorch's name
@@ -388,12 +407,22 @@ class Work:
         return f"Work({self._name}, completed={self._done})"
 
 
+# (name, (dtype, shape) of each array) -> the checksum _begin posts with the arrival note.
+_signatures: dict = {}
+
+
 def _begin(g: ProcessGroup, name: str, arrays=()) -> int:
     """Count a collective on ``g`` and post this rank's arrival note; returns its number."""
     MPI = _mpi()
     g.seq += 1
-    parts = [name] + [f"{a.dtype}{tuple(a.shape)}" for a in arrays]
-    sig = zlib.crc32("|".join(parts).encode())
+    key = (name, *[(a.dtype, a.shape) for a in arrays])
+    sig = _signatures.get(key)
+    if sig is None:  # the checksum of the arguments, computed once per kind of call
+        parts = [name] + [f"{a.dtype}{tuple(a.shape)}" for a in arrays]
+        sig = zlib.crc32("|".join(parts).encode())
+        if len(_signatures) > 1024:
+            _signatures.clear()
+        _signatures[key] = sig
     if len(g.signatures) > 256:
         g.signatures.clear()
     g.signatures[g.seq] = sig

@@ -21,7 +21,7 @@ class _State:
 
 
 def _run_hooks(state, grad_input):
-    for hook in state.module._backward_hooks:
+    for hook, _ in state.module._backward_hooks:
         r = hook(state.module, grad_input, state.grad_output)
         if r is not None:
             grad_input = tuple(r)
@@ -53,6 +53,10 @@ class _HookOut(Function):
 
     @staticmethod
     def backward(ctx, *gs):
+        for hook, _ in ctx.state.module._backward_pre_hooks:
+            r = hook(ctx.state.module, gs)
+            if r is not None:
+                gs = tuple(r) if isinstance(r, (tuple, list)) else (r,)
         ctx.state.grad_output = gs
         if not ctx.inputs_need_grad:
             _run_hooks(ctx.state, (None,) * ctx.state.n_in)

@@ -23,22 +23,31 @@ from ferro.nn.parameter import Parameter
 
 
 class _Hooks:
-    """An ordered registry whose entries are removed through RemovableHandle."""
+    """An ordered registry whose entries are removed through RemovableHandle. Iterating gives
+    ``(hook, options)``: the registration's keyword options (``with_kwargs``, ...)."""
 
     def __init__(self) -> None:
         self.fns: dict = {}
+        self.options: dict = {}
 
-    def add(self, fn) -> RemovableHandle:
+    def add(self, fn, prepend: bool = False, **options) -> RemovableHandle:
         if not callable(fn):
             raise ArgumentTypeError(
                 f"register hook: the hook must be callable, got {type(fn).__name__}"
             )
         h = RemovableHandle(self.fns)
         self.fns[h.id] = fn
+        if prepend:  # dicts keep insertion order: rebuild with the new hook first
+            rest = [(k, v) for k, v in self.fns.items() if k != h.id]
+            self.fns.clear()
+            self.fns.update([(h.id, fn), *rest])
+        self.options = {k: v for k, v in self.options.items() if k in self.fns}
+        if any(options.values()):
+            self.options[h.id] = options
         return h
 
     def __iter__(self):
-        return iter(list(self.fns.values()))
+        return iter([(fn, self.options.get(k, {})) for k, fn in list(self.fns.items())])
 
     def __bool__(self) -> bool:
         return bool(self.fns)
@@ -150,6 +159,7 @@ class Module:
         object.__setattr__(self, "_forward_pre_hooks", _Hooks())
         object.__setattr__(self, "_forward_hooks", _Hooks())
         object.__setattr__(self, "_backward_hooks", _Hooks())
+        object.__setattr__(self, "_backward_pre_hooks", _Hooks())
 
     # Registration -----------------------------------------------------------------------------
 
@@ -203,7 +213,9 @@ class Module:
         for store in ("_parameters", "_buffers", "_modules"):
             if store in d and name in d[store]:
                 return d[store][name]
-        raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
+        from ferro._missing import nn_module_attribute  # PyTorch names ferro lacks, explained
+
+        nn_module_attribute(type(self).__name__, name)
 
     def __delattr__(self, name: str) -> None:
         for store in (self._parameters, self._buffers, self._modules):
@@ -353,6 +365,26 @@ class Module:
                 raise AttributeError(f"`{item}` is not an nn.Module")
         return mod
 
+    def set_submodule(self, target: str, module: Module, strict: bool = False) -> None:
+        """Put ``module`` at dotted path ``target`` (``"encoder.0"``), replacing what is there;
+        with ``strict``, the attribute must exist already.
+
+        Raises:
+            AttributeError: the path's parent is missing, or (``strict``) its last name.
+            ArgumentTypeError: ``module`` is not a Module.
+        """
+        if not isinstance(module, Module):
+            raise ArgumentTypeError(
+                f"set_submodule: expected an nn.Module, got {type(module).__name__}"
+            )
+        if not target:
+            raise ArgumentError("set_submodule: cannot set the module itself (target is '')")
+        path, _, name = target.rpartition(".")
+        owner = self.get_submodule(path)
+        if strict and not hasattr(owner, name):
+            raise AttributeError(f"{type(owner).__name__} has no attribute `{name}`")
+        setattr(owner, name, module)
+
     def _owner_of(self, target: str) -> tuple[Module, str]:
         """The submodule that holds the attribute at dotted path ``target``, and its name."""
         path, _, name = target.rpartition(".")
@@ -488,6 +520,26 @@ class Module:
 
         return self._apply(convert)
 
+    def type(self, dst_type) -> Module:
+        """Convert EVERY parameter and buffer (integer ones too, as in PyTorch) to
+        ``dst_type``: a dtype, or a type name or class as ``Tensor.type`` takes them
+        (``"ferro.DoubleTensor"``, ``ferro.FloatTensor``)."""
+        return self._apply(lambda arr: wrap(arr).type(dst_type)._data)
+
+    def to_empty(self, *, device, recurse: bool = True) -> Module:
+        """Give every parameter and buffer an uninitialized array of its shape and dtype on
+        ``device`` (PyTorch's way out of its meta device; here it just allocates)."""
+        from ferro.backend import device as as_device
+
+        target = as_device(device)
+
+        def empty(arr):
+            return move(np.empty(arr.shape, dtype=arr.dtype), target)
+
+        if not recurse:
+            raise NotSupportedError("to_empty: recurse=False is not supported; use recurse=True")
+        return self._apply(empty)
+
     def float(self) -> Module:
         """Convert floating point parameters and buffers to float32."""
         return self.to(np.float32)
@@ -535,35 +587,81 @@ class Module:
         raise NotImplementedError(f"{type(self).__name__} does not define forward()")
 
     def __call__(self, *args, **kwargs):
-        for hook in self._forward_pre_hooks:
-            r = hook(self, args)
-            if r is not None:
-                args = r if isinstance(r, tuple) else (r,)
-        if self._backward_hooks:
-            from ferro.nn._backward_hooks import wrap_call
+        for hook, opt in self._forward_pre_hooks:
+            if opt.get("with_kwargs"):
+                r = hook(self, args, kwargs)
+                if r is not None:
+                    if not (isinstance(r, tuple) and len(r) == 2):
+                        raise ArgumentTypeError(
+                            "forward pre-hook with_kwargs=True must return None or a tuple "
+                            f"(args, kwargs), got {type(r).__name__}"
+                        )
+                    args, kwargs = r
+                    args = args if isinstance(args, tuple) else (args,)
+            else:
+                r = hook(self, args)
+                if r is not None:
+                    args = r if isinstance(r, tuple) else (r,)
+        try:
+            if self._backward_hooks or self._backward_pre_hooks:
+                from ferro.nn._backward_hooks import wrap_call
 
-            out = wrap_call(self, args, kwargs)
-        else:
-            out = self.forward(*args, **kwargs)
-        for hook in self._forward_hooks:
-            r = hook(self, args, out)
+                out = wrap_call(self, args, kwargs)
+            else:
+                out = self.forward(*args, **kwargs)
+        except BaseException:
+            for hook, opt in self._forward_hooks:  # always_call hooks see the failure as None
+                if opt.get("always_call"):
+                    try:
+                        if opt.get("with_kwargs"):
+                            hook(self, args, kwargs, None)
+                        else:
+                            hook(self, args, None)
+                    except Exception:  # noqa: BLE001, S110 - the forward's error is the one raised
+                        pass
+            raise
+        for hook, opt in self._forward_hooks:
+            if opt.get("with_kwargs"):
+                r = hook(self, args, kwargs, out)
+            else:
+                r = hook(self, args, out)
             if r is not None:
                 out = r
         return out
 
-    def register_forward_pre_hook(self, hook):
-        """``hook(module, args) -> new args | None`` runs before ``forward``."""
-        return self._forward_pre_hooks.add(hook)
+    def register_forward_pre_hook(self, hook, *, prepend: bool = False, with_kwargs: bool = False):
+        """``hook(module, args) -> new args | None`` runs before ``forward``; with
+        ``with_kwargs=True``, ``hook(module, args, kwargs) -> (new args, new kwargs) | None``;
+        ``prepend=True`` runs it before the hooks registered so far."""
+        return self._forward_pre_hooks.add(hook, prepend, with_kwargs=with_kwargs)
 
-    def register_forward_hook(self, hook):
-        """``hook(module, args, output) -> new output | None`` runs after ``forward``."""
-        return self._forward_hooks.add(hook)
+    def register_forward_hook(
+        self,
+        hook,
+        *,
+        prepend: bool = False,
+        with_kwargs: bool = False,
+        always_call: bool = False,
+    ):
+        """``hook(module, args, output) -> new output | None`` runs after ``forward``; with
+        ``with_kwargs=True``, ``hook(module, args, kwargs, output)``; ``prepend=True`` runs it
+        before the hooks registered so far; ``always_call=True`` runs it (with output None)
+        also when ``forward`` raises, before the error propagates."""
+        return self._forward_hooks.add(
+            hook, prepend, with_kwargs=with_kwargs, always_call=always_call
+        )
 
-    def register_full_backward_hook(self, hook):
+    def register_full_backward_hook(self, hook, prepend: bool = False):
         """``hook(module, grad_input, grad_output) -> new grad_input | None`` runs once per
         backward through this module, after the gradients w.r.t. its tensor inputs are known
         (``grad_input`` entries are None for inputs that need no gradient)."""
-        return self._backward_hooks.add(hook)
+        return self._backward_hooks.add(hook, prepend)
+
+    def register_full_backward_pre_hook(self, hook, prepend: bool = False):
+        """``hook(module, grad_output) -> new grad_output | None`` runs once per backward
+        through this module, when the gradients w.r.t. its outputs are known and before those
+        w.r.t. its inputs are computed from them."""
+        return self._backward_pre_hooks.add(hook, prepend)
 
     # State ------------------------------------------------------------------------------------
 

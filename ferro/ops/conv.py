@@ -18,7 +18,8 @@ A transposed convolution *is* a convolution's input gradient (and its gradients 
 convolution and a weight gradient), so ``ConvTranspose`` calls the same three functions with
 the roles exchanged, and ``unfold``/``fold`` are im2col/col2im as ops. The batch goes through in
 chunks so the column matrix stays within :data:`WORKSPACE_BYTES` (on the CPU within
-:data:`CACHE_BYTES`, so that the GEMMs run from cache). On the CPU the ops' paired overrides pass
+:data:`CACHE_BYTES`, so that the GEMMs run from cache, and run as parts on several cores:
+:func:`_in_parts`, docs/conv.md "Two cores"). On the CPU the ops' paired overrides pass
 the backend's nogil column loops (``kernels``), and a stride-1 3x3 convolution with enough
 channels runs Winograd F(2x2, 3x3) instead of im2col (docs/conv.md); a 1x1 convolution with stride
 1 and no padding needs no copy at all (one GEMM per sample on the input as it lies, forward and
@@ -41,9 +42,12 @@ import functools
 import itertools
 import math
 import numbers
+import operator
+import threading
 
 import numpy as np
 
+from ferro import _intraop
 from ferro.errors import ArgumentError, ArgumentTypeError, DtypeError, ShapeError
 from ferro.ops.registry import apply, register
 
@@ -102,9 +106,55 @@ def _interior(size, pads):
 
 def _chunk(xp, n, row_bytes):
     """How many batch elements a chunk takes (at least one): as many as fit in the workspace on
-    a GPU, as many as fit in :data:`CACHE_BYTES` on the CPU."""
-    limit = WORKSPACE_BYTES if xp is not np else min(WORKSPACE_BYTES, CACHE_BYTES)
-    return max(1, min(n, limit // max(row_bytes, 1)))
+    a GPU, as many as fit in :data:`CACHE_BYTES` on the CPU, where a batch of several chunks is
+    cut into a multiple of :data:`LANES` chunks of equal size, so that parts get equal work."""
+    if xp is not np:
+        return max(1, min(n, WORKSPACE_BYTES // max(row_bytes, 1)))
+    chunks = -(-n // max(1, min(WORKSPACE_BYTES, CACHE_BYTES) // max(row_bytes, 1)))
+    return -(-n // min(n, -(-chunks // LANES) * LANES)) if chunks > 1 else max(n, 1)
+
+
+#: A weight gradient sums its batch chunks' products in at most this many lanes (contiguous
+#: runs of chunks, each summed in order, then the lanes added in order) whatever the number of
+#: threads: the parts run whole lanes, so the result is the same with one thread or several.
+LANES = 4
+
+
+def _in_parts(xp, n, step, body, lanes=None):
+    """``body(chunks)`` on each of :func:`ferro._intraop.parts` parts (one on a GPU) of the
+    batch's chunks ``[n0, n0 + step)`` (Note [Intra-op split]), ``chunks`` yielding ``(run,
+    n0)``: the chunks are cut into ``lanes`` contiguous runs (by default one a chunk), and each
+    part takes the next whole run as it comes free, so a part that starts late (a busy core)
+    takes less. With ``lanes``, ``body`` returns ``{run: its partial sum}`` and this the sum of
+    the runs' sums in run order (None for an empty batch)."""
+    starts = range(0, n, step)
+    nr = min(len(starts), lanes or len(starts))
+    runs = [starts[i * len(starts) // nr : (i + 1) * len(starts) // nr] for i in range(nr)]
+    lock, todo = threading.Lock(), iter(range(nr))
+
+    def chunks():
+        while (j := _locked_next(lock, todo)) is not None:
+            yield from ((j, n0) for n0 in runs[j])
+
+    parts = _intraop.run(lambda i: body(chunks()), _intraop.parts(nr) if xp is np else 1)
+    if lanes and n:
+        sums = {j: a for part in parts for j, a in part.items()}
+        return functools.reduce(operator.iadd, (sums[j] for j in range(1, nr)), sums[0])
+
+
+def _locked_next(lock, it):
+    with lock:
+        return next(it, None)
+
+
+def _add_product(xp, sums, run, a, b, prod):
+    """Add ``a @ b`` to ``sums[run]`` (or start it); returns the reused product buffer."""
+    if run not in sums:
+        sums[run] = xp.matmul(a, b)
+        return prod
+    prod = xp.matmul(a, b, out=prod)
+    sums[run] += prod
+    return prod
 
 
 def _im2col(xp, x, kernel, stride, pads, dilation, out, buf=None):
@@ -210,36 +260,38 @@ def _columns_pass(xp, x, w, gy, stride, pads, dilation, groups, kernel, out, ker
     n, c = x.shape[:2]
     cg = c // groups
     kp, ell = math.prod(kernel), math.prod(out)
-    y = gwt = part = None
+    y = gwt = None
     if w is not None:
         o = w.shape[0]
         wr = w.reshape(groups, o // groups, cg * kp)
         y = xp.empty((n, o) + tuple(out), dtype=x.dtype)
-    if gy is not None:
-        # Accumulated transposed: columns @ gyᵀ, whose long dimension (n * L) is the columns'
-        # contiguous one, measured 1.3x faster in OpenBLAS than gy @ columnsᵀ.
-        gwt = xp.zeros((groups, cg * kp, gy.shape[1] // groups), dtype=x.dtype)
     step = _chunk(xp, n, c * kp * ell * x.itemsize)
     kept = None if cache is None else cache.pop("columns", None)
-    if kept is None:
-        cols = _Columns(xp, kernels, c, kernel, step, out, x.dtype)
-    for n0 in range(0, n, step):
-        xc = x[n0 : n0 + step]
-        nb = xc.shape[0]
-        col = kept if kept is not None else cols.of(xc, stride, pads, dilation)
-        col = col.reshape(groups, cg * kp, nb * ell)
-        if cache is not None and gy is None and step >= n and col.nbytes <= CACHE_BYTES:
-            cache["columns"] = col
-        if w is not None and nb == 1:  # the sample's output is the product: no transposing copy
-            xp.matmul(wr, col, out=y[n0].reshape(groups, o // groups, ell))
-        elif w is not None:
-            yc = xp.matmul(wr, col)
-            y[n0 : n0 + nb] = xp.moveaxis(yc.reshape((o, nb) + tuple(out)), 0, 1)
-        if gy is not None:
-            gc = _channel_major(xp, gy[n0 : n0 + nb], groups)
-            part = xp.matmul(col, gc.transpose(0, 2, 1), out=part)
-            gwt += part
+
+    def part(chunks):  # each part its own column buffer; y's slices are disjoint
+        cols = _Columns(xp, kernels, c, kernel, step, out, x.dtype) if kept is None else None
+        sums, prod = {}, None
+        for run, n0 in chunks:
+            xc = x[n0 : n0 + step]
+            nb = xc.shape[0]
+            col = kept if kept is not None else cols.of(xc, stride, pads, dilation)
+            col = col.reshape(groups, cg * kp, nb * ell)
+            if cache is not None and gy is None and step >= n and col.nbytes <= CACHE_BYTES:
+                cache["columns"] = col
+            if w is not None and nb == 1:  # the sample's output is the product: no copy
+                xp.matmul(wr, col, out=y[n0].reshape(groups, o // groups, ell))
+            elif w is not None:
+                yc = xp.matmul(wr, col)
+                y[n0 : n0 + nb] = xp.moveaxis(yc.reshape((o, nb) + tuple(out)), 0, 1)
+            if gy is not None:  # summed transposed: columns @ gyᵀ, whose long dimension
+                # (n * L) is the columns' contiguous one, 1.3x faster than gy @ columnsᵀ
+                gc = _channel_major(xp, gy[n0 : n0 + nb], groups).transpose(0, 2, 1)
+                prod = _add_product(xp, sums, run, col, gc, prod)
+        return sums
+
+    gwt = _in_parts(xp, n, step, part, LANES if gy is not None else None)
     if gy is not None:
+        gwt = xp.zeros((groups, cg * kp, gy.shape[1] // groups), x.dtype) if gwt is None else gwt
         gwt = xp.ascontiguousarray(gwt.transpose(0, 2, 1))
         gwt = gwt.reshape((gy.shape[1], cg) + tuple(kernel))
     return y, gwt
@@ -289,8 +341,8 @@ _WINOGRAD_G = ((1, 0, 0), (0.5, 0.5, 0.5), (0.5, -0.5, 0.5), (0, 0, 1))
 
 
 def _winograd_scheme(xp, kernels, x, o, k, out):
-    """A Winograd pass's ``G``, batch step, tiles a sample, two reused buffers and the
-    backend's ``(input(x, pads, v), output(m, y), output_grad(gy, m))`` transforms."""
+    """A Winograd pass's ``G``, batch step, tiles a sample and the backend's
+    ``(input(x, pads, v), output(m, y), output_grad(gy, m))`` transforms."""
     # The step is a quarter of the im2col chunk: the 16 GEMMs over (C_in, tiles) ran at 82
     # GFLOPS on one core for one 32x32 sample of 64 channels (1 MB of tiles) and at 68 for four.
     n, c, nd = x.shape[0], x.shape[1], x.ndim - 2
@@ -307,8 +359,7 @@ def _winograd_scheme(xp, kernels, x, o, k, out):
         )
     p = len(g) ** nd
     step = _chunk(xp, n, 4 * p * max(c, o) * tiles * x.itemsize)
-    v, m = (xp.empty(p * ch * step * tiles, dtype=x.dtype) for ch in (c, o))
-    return xp.asarray(g, dtype=x.dtype), step, tiles, v, m, fns
+    return xp.asarray(g, dtype=x.dtype), step, tiles, fns
 
 
 def _winograd_forward(xp, kernels, x, w, pads, out, y):
@@ -317,18 +368,24 @@ def _winograd_forward(xp, kernels, x, w, pads, out, y):
     products summed over the input channels as 16 GEMMs ``(C_out, C_in) @ (C_in, tiles)``;
     the backend's transforms (:func:`_winograd_scheme`); 64 products in 3-d, k + 3 in 1-d."""
     (n, c), o = x.shape[:2], w.shape[0]
-    g, step, tiles, v, m, (inp, outp, _) = _winograd_scheme(xp, kernels, x, o, w.shape[2], out)
+    g, step, tiles, (inp, outp, _) = _winograd_scheme(xp, kernels, x, o, w.shape[2], out)
     u, p = w, len(g) ** (x.ndim - 2)
     for _ in range(x.ndim - 2):  # G along the last kernel dim, to the front (tensordots: an
         u = xp.tensordot(g, u, axes=(1, u.ndim - 1))  # einsum's path search cost 1 ms a call)
     if x.ndim == 5:  # the transforms' order of the products: height, width, then depth
         u = u.transpose(1, 2, 0, 3, 4)
     u = xp.ascontiguousarray(u.reshape(p, o, c))
-    for n0 in range(0, n, step):
-        xc = x[n0 : n0 + step]
-        t = xc.shape[0] * tiles
-        vc = inp(xc, pads, v[: p * c * t].reshape(p, c, t))
-        outp(xp.matmul(u, vc, out=m[: p * o * t].reshape(p, o, t)), y[n0 : n0 + xc.shape[0]])
+
+    def part(chunks):  # each part its own buffers; the chunks write disjoint slices of y
+        v, m = (xp.empty(p * ch * step * tiles, dtype=x.dtype) for ch in (c, o))
+        for _, n0 in chunks:
+            xc = x[n0 : n0 + step]
+            t = xc.shape[0] * tiles
+            vc = inp(xc, pads, v[: p * c * t].reshape(p, c, t))
+            mc = xp.matmul(u, vc, out=m[: p * o * t].reshape(p, o, t))
+            outp(mc, y[n0 : n0 + xc.shape[0]])
+
+    _in_parts(xp, n, step, part)
     return y
 
 
@@ -363,17 +420,21 @@ def _conv_input_grad(xp, gy, w, stride, pads, dilation, groups, size, kernels=No
     wt = w.reshape(groups, o // groups, cg * kp).transpose(0, 2, 1)
     gx = xp.empty((n, c) + tuple(size), dtype=gy.dtype)
     step = _chunk(xp, n, c * kp * ell * gy.itemsize)
-    for n0 in range(0, n, step):
-        gc = _channel_major(xp, gy[n0 : n0 + step], groups)
-        nb = min(step, n - n0)
-        gcol = xp.matmul(wt, gc).reshape((c, *kernel, nb, *out))
-        if kernels is not None:
-            kernels.col2im(gcol, stride, pads, dilation, gx[n0 : n0 + nb])
-            continue
-        # col2im in the columns' own (C, n) order, whose slices are contiguous runs, then one
-        # transposing copy into gx.
-        gcol = xp.moveaxis(gcol, 1 + len(kernel), 1)
-        gx[n0 : n0 + nb] = xp.moveaxis(_col2im(xp, gcol, size, stride, pads, dilation), 0, 1)
+
+    def part(chunks):  # the chunks write disjoint slices of gx
+        for _, n0 in chunks:
+            gc = _channel_major(xp, gy[n0 : n0 + step], groups)
+            nb = min(step, n - n0)
+            gcol = xp.matmul(wt, gc).reshape((c, *kernel, nb, *out))
+            if kernels is not None:
+                kernels.col2im(gcol, stride, pads, dilation, gx[n0 : n0 + nb])
+                continue
+            # col2im in the columns' own (C, n) order, whose slices are contiguous runs, then
+            # one transposing copy into gx.
+            gcol = xp.moveaxis(gcol, 1 + len(kernel), 1)
+            gx[n0 : n0 + nb] = xp.moveaxis(_col2im(xp, gcol, size, stride, pads, dilation), 0, 1)
+
+    _in_parts(xp, n, step, part)
     return gx
 
 
@@ -414,15 +475,22 @@ def _subpixel_input_grad(xp, gy, w, phases, size, kernels):
     wp = xp.ascontiguousarray(wp.transpose(perm)).reshape(-1, o * math.prod(taps))
     gx = xp.empty((n, c) + tuple(size), dtype=gy.dtype)
     step = _chunk(xp, n, o * math.prod(taps) * math.prod(pos) * gy.itemsize)
-    cols, ones = _Columns(xp, kernels, o, taps, step, pos, gy.dtype), (1,) * nd
-    for n0 in range(0, n, step):
-        gc = gy[n0 : n0 + step]
-        col = cols.of(gc, ones, tuple((d[2], d[1] + d[6]) for d in phases), ones)
-        r = xp.matmul(wp, col.reshape(wp.shape[1], -1)).reshape(strides + (c, len(gc)) + pos)
-        for ph in itertools.product(*(range(s) for s in strides)):
-            src = tuple(slice(d[4][q], d[4][q] + d[5][q]) for d, q in zip(phases, ph, strict=True))
-            dst = tuple(slice(q, None, s) for q, s in zip(ph, strides, strict=True))
-            gx[n0 : n0 + len(gc), :, *dst] = xp.moveaxis(r[ph][..., *src], 0, 1)
+    ones, lo = (1,) * nd, tuple((d[2], d[1] + d[6]) for d in phases)
+
+    def part(chunks):  # each part its own column buffer; the chunks write disjoint slices of gx
+        cols = _Columns(xp, kernels, o, taps, step, pos, gy.dtype)
+        for _, n0 in chunks:
+            gc = gy[n0 : n0 + step]
+            col = cols.of(gc, ones, lo, ones)
+            r = xp.matmul(wp, col.reshape(wp.shape[1], -1)).reshape(strides + (c, len(gc)) + pos)
+            for ph in itertools.product(*(range(s) for s in strides)):
+                src = tuple(
+                    slice(d[4][q], d[4][q] + d[5][q]) for d, q in zip(phases, ph, strict=True)
+                )
+                dst = tuple(slice(q, None, s) for q, s in zip(ph, strides, strict=True))
+                gx[n0 : n0 + len(gc), :, *dst] = xp.moveaxis(r[ph][..., *src], 0, 1)
+
+    _in_parts(xp, n, step, part)
     return gx
 
 
@@ -456,18 +524,22 @@ def _winograd_weight_grad(xp, kernels, x, gy, pads):
     16 GEMMs ``(C_out, tiles) @ (tiles, C_in)`` over the batch chunks; 3-d and 1-d alike."""
     (n, c), o, nd = x.shape[:2], gy.shape[1], x.ndim - 2
     k = x.shape[2] + sum(pads[0]) - gy.shape[2] + 1
-    g, step, tiles, v, m, (inp, _, outgrad) = _winograd_scheme(xp, kernels, x, o, k, gy.shape[2:])
+    g, step, tiles, (inp, _, outgrad) = _winograd_scheme(xp, kernels, x, o, k, gy.shape[2:])
     p = len(g) ** nd
-    gu = xp.zeros((p, o, c), dtype=x.dtype)
-    part = None
-    for n0 in range(0, n, step):
-        xc = x[n0 : n0 + step]
-        t = xc.shape[0] * tiles
-        vc = inp(xc, pads, v[: p * c * t].reshape(-1, c, t))
-        mc = outgrad(gy[n0 : n0 + step], m[: p * o * t].reshape(-1, o, t))
-        part = xp.matmul(mc, vc.transpose(0, 2, 1), out=part)
-        gu += part
-    gu = gu.reshape((len(g),) * nd + (o, c))
+
+    def part(chunks):  # each part its own buffers, one partial sum a run of chunks (LANES)
+        v, m = (xp.empty(p * ch * step * tiles, dtype=x.dtype) for ch in (c, o))
+        sums, prod = {}, None
+        for run, n0 in chunks:
+            xc = x[n0 : n0 + step]
+            t = xc.shape[0] * tiles
+            vc = inp(xc, pads, v[: p * c * t].reshape(-1, c, t))
+            mc = outgrad(gy[n0 : n0 + step], m[: p * o * t].reshape(-1, o, t))
+            prod = _add_product(xp, sums, run, mc, vc.transpose(0, 2, 1), prod)
+        return sums
+
+    gu = _in_parts(xp, n, step, part, LANES)
+    gu = (xp.zeros((p, o, c), x.dtype) if gu is None else gu).reshape((len(g),) * nd + (o, c))
     if nd == 3:  # the adjoint of the forward's weight transform, depth first
         gu = gu.transpose(2, 0, 1, 3, 4)
     for _ in range(nd):
@@ -572,17 +644,8 @@ def _weight_grad_as_conv(x, gy, stride, pads, dilation, groups, kernel):
     inp = inp.reshape((cg, groups * n) + tuple(x.shape[2:]))
     ker = gy.reshape((n, groups, og) + tuple(gy.shape[2:])).permute((1, 2, 0) + sp)
     ker = ker.reshape((groups * og, n) + tuple(gy.shape[2:]))
-    r = apply(
-        Conv,
-        inp,
-        ker,
-        None,
-        stride=dilation,
-        pads=pads,
-        dilation=stride,
-        groups=groups,
-        size=tuple(kernel),
-    )
+    geom = {"stride": dilation, "pads": pads, "dilation": stride, "groups": groups}
+    r = apply(Conv, inp, ker, None, **geom, size=tuple(kernel))
     return r.permute((1, 0) + tuple(range(2, 2 + nd)))
 
 
@@ -601,17 +664,9 @@ def _differentiable_backward_of(transposed: bool):
         stride, pads, dilation, groups = ctx.geom
         gx = gw = gb = None
         if need_x:
-            gx = apply(
-                Conv if transposed else ConvTranspose,
-                gy,
-                w,
-                None,
-                stride=stride,
-                pads=pads,
-                dilation=dilation,
-                groups=groups,
-                size=tuple(ctx.in_size),
-            )
+            geom = {"stride": stride, "pads": pads, "dilation": dilation, "groups": groups}
+            op = Conv if transposed else ConvTranspose
+            gx = apply(op, gy, w, None, **geom, size=tuple(ctx.in_size))
         if need_w:
             a, b = (gy, x) if transposed else (x, gy)
             gw = _weight_grad_as_conv(a, b, stride, pads, dilation, groups, ctx.kernel)
@@ -623,34 +678,13 @@ def _differentiable_backward_of(transposed: bool):
 
 
 def _unfold_differentiable_backward(ctx, gy):
-    stride, pads, dilation = ctx.geom
-    return (
-        apply(
-            Fold,
-            gy,
-            kernel=ctx.kernel,
-            stride=stride,
-            pads=pads,
-            dilation=dilation,
-            out=ctx.out,
-            size=tuple(ctx.size),
-        ),
-    )
+    geom = dict(zip(("stride", "pads", "dilation"), ctx.geom, strict=True))
+    return (apply(Fold, gy, kernel=ctx.kernel, **geom, out=ctx.out, size=tuple(ctx.size)),)
 
 
 def _fold_differentiable_backward(ctx, gy):
-    stride, pads, dilation = ctx.geom
-    return (
-        apply(
-            Unfold,
-            gy,
-            kernel=ctx.kernel,
-            stride=stride,
-            pads=pads,
-            dilation=dilation,
-            out=ctx.out,
-        ),
-    )
+    geom = dict(zip(("stride", "pads", "dilation"), ctx.geom, strict=True))
+    return (apply(Unfold, gy, kernel=ctx.kernel, **geom, out=ctx.out),)
 
 
 def _pointwise(kernel, stride, pads, groups):

@@ -22,7 +22,7 @@ import types
 
 import numpy as np
 
-from ferro.backend import device_of, move, xp_of
+from ferro.backend import add_at, device_of, move, xp_of
 from ferro.errors import (
     ArgumentError,
     ArgumentTypeError,
@@ -517,11 +517,11 @@ def _gather(xp, x, lin):
     return xp.take(x.reshape(-1), _flat_index(xp, lin, b, c, s))
 
 
-def _scatter(xp, shape, lin, values):
+def _scatter(xp, shape, lin, values, op):
     """Zeros of ``shape`` (B, C, S) with ``values`` (B, C, P) added at the points ``lin``."""
     b, c, s = shape
     out = xp.zeros(b * c * s, dtype=values.dtype)
-    xp.add.at(out, _flat_index(xp, lin, b, c, s).reshape(-1), values.reshape(-1))
+    add_at(xp, out, _flat_index(xp, lin, b, c, s).reshape(-1), values.reshape(-1), op)
     return out.reshape(shape)
 
 
@@ -681,7 +681,8 @@ class GridSample:
         if ctx.mode == "nearest":
             if need_x:
                 lin, valid = _nearest_points(xp, coords, sizes)
-                gx = _scatter(xp, shape, lin, gyf * valid[:, None, :]).reshape(x.shape)
+                gx = _scatter(xp, shape, lin, gyf * valid[:, None, :], "grid_sample backward")
+                gx = gx.reshape(x.shape)
             if need_grid:
                 ggrid = xp.zeros_like(grid)
             return gx, ggrid
@@ -689,7 +690,7 @@ class GridSample:
         if need_x:
             gx = 0
             for lin, w, _ in corners:
-                gx = gx + _scatter(xp, shape, lin, gyf * w[:, None, :])
+                gx = gx + _scatter(xp, shape, lin, gyf * w[:, None, :], "grid_sample backward")
             gx = gx.reshape(x.shape)
         if need_grid:
             xf = x.reshape(n, c, -1)
@@ -914,7 +915,9 @@ def _deform_col2im(xp, x, offset, mask, gcols, geom, need):
     if need[0]:
         gx = 0
         for lin, wgt, _ in corners:
-            gx = gx + _scatter(xp, (nb * og, cg, h * w), lin, gcols * wgt[:, None, :])
+            gx = gx + _scatter(
+                xp, (nb * og, cg, h * w), lin, gcols * wgt[:, None, :], "deform_conv2d backward"
+            )
         gx = gx.reshape(x.shape)
     if need[1]:
         xf = x.reshape(nb * og, cg, h * w)

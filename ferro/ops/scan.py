@@ -53,7 +53,9 @@ class Cummax:
         from ferro.ops.shape import _grid, _scatter_add_into_zeros
 
         (idx,) = ctx.saved
-        return _scatter_add_into_zeros(ctx.xp, ctx.shape, _grid(ctx.xp, idx, ctx.axis), gy)
+        return _scatter_add_into_zeros(
+            ctx.xp, ctx.shape, _grid(ctx.xp, idx, ctx.axis), gy, "cummax/cummin"
+        )
 
 
 #: What ``cummax``/``cummin`` return, as PyTorch's ``torch.return_types``.

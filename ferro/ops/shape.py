@@ -17,7 +17,7 @@ import operator
 import numpy as np
 
 from ferro._C.tensor import TensorBase
-from ferro.backend import device_of, is_array, move, xp_of
+from ferro.backend import add_at, device_of, is_array, move, xp_of
 from ferro.errors import (
     ArgumentError,
     ArgumentTypeError,
@@ -76,11 +76,11 @@ def _unstack(xp, y, axis):
     return tuple([moved[i, ...] for i in range(moved.shape[0])])
 
 
-def _scatter_add_into_zeros(xp, shape, where, gy):
+def _scatter_add_into_zeros(xp, shape, where, gy, op):
     """Zeros of ``shape`` with ``gy`` added at ``where``: the backward of every gathering op
-    (``add.at`` adds repeated indices up, where assignment would keep only the last)."""
+    ``op`` (``add.at`` adds repeated indices up, where assignment would keep only the last)."""
     gx = xp.zeros(shape, dtype=gy.dtype)
-    xp.add.at(gx, where, gy)
+    add_at(xp, gx, where, gy, f"{op} backward")
     return gx
 
 
@@ -106,14 +106,14 @@ def _index_operand(index, like, op, kinds="iu"):
     elif is_array(index):
         arr = _on_device_of(index, like)
         operand = arr = index.copy() if arr is index else arr
-    elif isinstance(index, (list, tuple, numbers.Integral)) and not isinstance(index, bool):
+    elif isinstance(index, (list, tuple, range, numbers.Integral)) and not isinstance(index, bool):
         arr = np.asarray(index)
         if arr.size == 0 and arr.dtype.kind == "f":
             arr = arr.astype(np.int64)  # [] is an empty index, not a float array
         operand = arr = _on_device_of(arr, like)
     else:
         raise ArgumentTypeError(
-            f"{op}: the index must be a Tensor, an array or a list of ints, got "
+            f"{op}: the index must be a Tensor, an array, a range or a list of ints, got "
             f"{type(index).__name__}"
         )
     if arr.dtype.kind not in kinds:
@@ -486,7 +486,7 @@ def _index_items(index, like, op="getitem"):
             pass
         elif type(it) is slice:
             it = slice(_bound(it.start, op), _bound(it.stop, op), _bound(it.step, op))
-        elif isinstance(it, (TensorBase, list)) or is_array(it):
+        elif isinstance(it, (TensorBase, list, range)) or is_array(it):
             it = _index_operand(it, like, op, kinds="iub")[0]
             advanced = True
         elif isinstance(it, numbers.Integral):  # NumPy integers, bools
@@ -527,7 +527,9 @@ class GetitemAdvanced:
     @staticmethod
     def backward(ctx, gy):
         index = ctx.saved
-        return (_scatter_add_into_zeros(ctx.xp, ctx.shape, index, gy),) + (None,) * len(index)
+        return (_scatter_add_into_zeros(ctx.xp, ctx.shape, index, gy, "getitem"),) + (None,) * len(
+            index
+        )
 
 
 def getitem(x, index):
@@ -565,7 +567,7 @@ class IndexPut:
     def forward(ctx, x, value, *index, accumulate):
         out = x.copy()
         if accumulate:
-            ctx.xp.add.at(out, index, value)
+            add_at(ctx.xp, out, index, value, "index_put_ (accumulate=True)")
         else:
             out[index] = value
         # The whole index is saved (ints and slices as they are), as getitem_advanced does.
@@ -781,7 +783,7 @@ class IndexSelect:
     def backward(ctx, gy):
         (index,) = ctx.saved
         where = (slice(None),) * ctx.axis + (index,)
-        return _scatter_add_into_zeros(ctx.xp, ctx.shape, where, gy), None
+        return _scatter_add_into_zeros(ctx.xp, ctx.shape, where, gy, "index_select"), None
 
 
 def index_select(x, dim: int, index):
@@ -809,7 +811,7 @@ class Gather:
     def backward(ctx, gy):
         (index,) = ctx.saved
         where = _grid(ctx.xp, index, ctx.axis)
-        return _scatter_add_into_zeros(ctx.xp, ctx.shape, where, gy), None
+        return _scatter_add_into_zeros(ctx.xp, ctx.shape, where, gy, "gather"), None
 
 
 def gather(x, dim: int, index):
@@ -837,7 +839,7 @@ class Scatter:
         if not hasattr(src, "shape"):
             src = xp.full(index.shape, src, dtype=x.dtype)
         if add:
-            xp.add.at(out, grid, src)
+            add_at(xp, out, grid, src, "scatter_add")
         else:
             out[grid] = src
         ctx.save(index)
@@ -964,7 +966,7 @@ class Pad:
             src = _pad_source_index(xp, n, lo, hi, ctx.mode)
             shape = g.shape[:d] + (n,) + g.shape[d + 1 :]
             folded = xp.zeros(shape, dtype=g.dtype)
-            xp.add.at(folded, (slice(None),) * d + (src,), g)
+            add_at(xp, folded, (slice(None),) * d + (src,), g, "pad backward")
             g = folded
         return g
 
@@ -1155,7 +1157,7 @@ def _embedding_grad(xp, shape, indices, gy):
     2,000 lookups up. CuPy's ``add.at`` is an atomic-add kernel and stays.
     """
     if xp.__name__ != "numpy" or indices.size < 64:
-        return _scatter_add_into_zeros(xp, shape, indices, gy)
+        return _scatter_add_into_zeros(xp, shape, indices, gy, "embedding")
     flat = indices.reshape(-1)
     rows = gy.reshape(flat.size, shape[1])
     order = xp.argsort(flat, kind="stable")

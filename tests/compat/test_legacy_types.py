@@ -110,3 +110,25 @@ def test_against_pytorch(name):
         if args and not isinstance(args[0], int):
             assert ours.tolist() == theirs.tolist()
     assert ferro.ones(2).type(getattr(ferro, name)).type() == "ferro." + name
+
+
+def test_variable_is_a_detached_alias_with_requires_grad_as_given():
+    import warnings
+
+    from ferro.autograd import Variable
+
+    t = ferro.ones(2)
+    v = Variable(t, requires_grad=True)
+    assert type(v) is ferro.Tensor and v.is_leaf and v.requires_grad
+    assert isinstance(t, Variable) and isinstance(v, Variable) and not isinstance([1.0], Variable)
+    v.data[0] = 5.0  # shares t's memory
+    assert t[0].item() == 5.0
+    w = ferro.ones(2, requires_grad=True) * 2
+    u = Variable(w)
+    assert not u.requires_grad and u.grad_fn is None and u is not w
+    with pytest.raises(TypeError, match="Variable: data has to be a tensor, but got list"):
+        Variable([1.0])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        Variable(t, volatile=True)
+    assert any("volatile was removed" in str(c.message) for c in caught)

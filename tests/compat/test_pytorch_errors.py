@@ -45,9 +45,18 @@ def test_every_message_points_at_a_section_of_the_migration_page():
         for line in DOC.splitlines()
         if line.startswith("## ")
     }
-    for table in (_missing.TENSOR, _missing.MODULE):
+    for table in (_missing.TENSOR, _missing.MODULE, _missing.NN_MODULE, {"d": _missing._NO_DEVICE}):
         for _why, _instead, section in table.values():
             assert section in anchors, section
+
+
+@pytest.mark.parametrize("name", ["xpu", "mps"])
+def test_absent_device_families_answer_probes_and_explain_the_rest(name):
+    # pytorch/examples choose their device with `torch.xpu.is_available()` and friends.
+    family = getattr(ferro, name)
+    assert family.is_available() is False and family.device_count() == 0
+    with pytest.raises(MissingFeatureError, match=f"ferro has no {name}.'synchronize'"):
+        family.synchronize()
 
 
 def test_half_and_cuda_without_a_gpu_say_why():

@@ -470,3 +470,22 @@ def _check_through_the_engine(name, device):
             assert got is None
         else:
             np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+
+
+def test_grid_sample_input_gradient_alerts_under_deterministic_algorithms(xp):
+    # Note [Deterministic algorithms]: the input gradient adds by atomics.
+    rng = np.random.default_rng(0)
+    x, g = rng.standard_normal((1, 2, 4, 4)), rng.uniform(-1, 1, (1, 3, 3, 2))
+    args = (xp.asarray(rng.standard_normal((1, 2, 3, 3))), xp.asarray(x), xp.asarray(g))
+    args += ("bilinear", "zeros", False)
+    ferro.use_deterministic_algorithms(True)
+    try:
+        with pytest.raises(ferro.errors.NondeterministicError, match="grid_sample backward"):
+            K.grid_sample_bwd(*args)
+        gx, gg = K.grid_sample_bwd(*args, False, True)  # the grid's gradient: no atomics
+        assert gx is None and gg.shape == (1, 3, 3, 2)
+        ferro.use_deterministic_algorithms(True, warn_only=True)
+        with pytest.warns(UserWarning, match="deterministic"):
+            K.grid_sample_bwd(*args)
+    finally:
+        ferro.use_deterministic_algorithms(False)

@@ -44,6 +44,21 @@ def per_rank(r, shape=(3, 2), dtype=np.float64):
 
 
 @case
+def torchrun_environment():
+    # init_process_group sets torchrun's variables from MPI (every rank on this one machine).
+    import os
+
+    r, n = rank_world()
+    env = {k: os.environ.get(k) for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")}
+    assert env == {
+        "RANK": str(r),
+        "WORLD_SIZE": str(n),
+        "LOCAL_RANK": str(r),
+        "LOCAL_WORLD_SIZE": str(n),
+    }, env
+
+
+@case
 def all_reduce_ops():
     r, n = rank_world()
     every = [per_rank(k) for k in range(n)]
@@ -326,31 +341,151 @@ def ddp_bucket_view_and_checkpoint():
 
 
 @case
+def ddp_bucket_view_no_sync_zero_grad_and_adam():
+    # gradient_as_bucket_view=True through a training loop's moves: a no_sync accumulation then
+    # a synchronised backward (the accumulated sums reduced), zero_grad(set_to_none=True),
+    # (set_to_none=False) or new zero .grad tensors between steps, and Adam's fused update
+    # reading .grad: every .grad is its bucket's memory after each synchronised backward and
+    # equals the whole batch's gradient, and the parameters follow a one-process Adam run on
+    # the whole batches.
+    r, n = rank_world()
+    model = make_model(seed=12)
+    ref_model = copy.deepcopy(model)
+    ddp = DDP(model, gradient_as_bucket_view=True, bucket_cap_mb=0.0005)
+    ref_model.load_state_dict(model.state_dict())  # rank 0's weights (DDP broadcast them)
+    opt = ferro.optim.Adam(ddp.parameters(), lr=0.01)
+    ref_opt = ferro.optim.Adam(ref_model.parameters(), lr=0.01)
+
+    def loss_of(m, xb, yb):
+        return ((m(ferro.tensor(xb)) - ferro.tensor(yb)) ** 2).mean() / 2
+
+    for step in range(5):
+        x, y = global_batch(8 * n, seed=20 + step)
+        mine = [
+            (x[8 * r + 4 * h : 8 * r + 4 * h + 4], y[8 * r + 4 * h : 8 * r + 4 * h + 4])
+            for h in (0, 1)
+        ]
+        with ddp.no_sync():
+            loss_of(ddp, *mine[0]).backward()
+        loss_of(ddp, *mine[1]).backward()
+        ref_opt.zero_grad()
+        for h in (0, 1):  # the whole batch in the same two halves, each rank's in turn
+            xs = np.concatenate([x[8 * k + 4 * h : 8 * k + 4 * h + 4] for k in range(n)])
+            ys = np.concatenate([y[8 * k + 4 * h : 8 * k + 4 * h + 4] for k in range(n)])
+            loss_of(ref_model, xs, ys).backward()
+        for b in ddp._buckets:
+            for p in b.params:
+                assert np.shares_memory(p.grad.numpy(), b.flat), ddp._names[id(p)]
+        for p, q in zip(model.parameters(), ref_model.parameters(), strict=True):
+            close(p.grad.numpy(), q.grad.numpy())
+        opt.step()
+        ref_opt.step()
+        for p, q in zip(model.parameters(), ref_model.parameters(), strict=True):
+            close(p.detach().numpy(), q.detach().numpy())
+        if step % 3 == 2:  # code that replaces .grad: the next backward gives back the view
+            for p in model.parameters():
+                p.grad = ferro.zeros_like(p.grad)
+        else:
+            opt.zero_grad(set_to_none=step % 3 == 0)
+
+
+@case
+def ddp_accumulated_grads_set_aside_and_restored():
+    # A .grad that exists when its gradient comes in (no_sync accumulation, zero_grad with
+    # set_to_none=False) is set aside during the walk, so that the engine stores the new
+    # gradient instead of adding it into a .grad the reduction then replaces; it is the same
+    # tensor, holding the average, after backward. A backward that raises gives them back as
+    # they were, at the next forward (which reports the unreduced iteration).
+    r, n = rank_world()
+    model = make_model(seed=15)
+    ddp = DDP(model)
+    x, y = global_batch(2 * n, seed=16)
+    xs, ys = ferro.tensor(x[2 * r : 2 * r + 2]), ferro.tensor(y[2 * r : 2 * r + 2])
+    ref = full_batch_grads(model, x, y)
+    with ddp.no_sync():
+        ((ddp(xs) - ys) ** 2).mean().backward()
+    before = [p.grad for p in model.parameters()]
+    seen = []
+    hook = model[4].weight.register_hook(lambda g: seen.append(model[4].weight.grad))
+    ((ddp(xs) - ys) ** 2).mean().backward()
+    hook.remove()
+    assert seen == [None], seen  # set aside while the walk ran
+    for p, g, want in zip(model.parameters(), before, ref, strict=True):
+        assert p.grad is g
+        close(g.numpy(), 2 * want)
+    values = [g.numpy().copy() for g in before]
+
+    def fail(g):
+        raise RuntimeError("a hook fails")
+
+    hook = model[0].weight.register_hook(fail)  # runs after DDP's, the last leaf
+    try:
+        ((ddp(xs) - ys) ** 2).mean().backward()
+    except RuntimeError:
+        pass
+    else:
+        raise AssertionError("the hook should have raised")
+    hook.remove()
+    try:
+        ddp(xs)
+    except ferro.errors.DistributedError:
+        pass
+    else:
+        raise AssertionError("an unreduced iteration must be reported at the next forward")
+    for p, g, v in zip(model.parameters(), before, values, strict=True):
+        assert p.grad is g
+        assert np.array_equal(g.numpy(), v)
+
+
+@case
+def ddp_state_dict():
+    # The wrapper's keys carry the "module." prefix (as PyTorch's); the module's own do not,
+    # and load into a plain model on any rank with rank 0's values.
+    r, n = rank_world()
+    model = make_model(seed=13)
+    ddp = DDP(model)
+    keys = list(model.state_dict())
+    assert list(ddp.state_dict()) == ["module." + k for k in keys], list(ddp.state_dict())
+    plain = make_model(seed=14)
+    plain.load_state_dict(ddp.module.state_dict())
+    gathered = gather_strings(
+        json.dumps([float(v.numpy().sum()) for v in plain.state_dict().values()])
+    )
+    assert all(g == gathered[0] for g in gathered), gathered
+    ddp.load_state_dict(ddp.state_dict())
+
+
+@case
 def ddp_buckets_start_during_the_walk():
     # The overlap: a bucket whose gradients are complete starts while backward is still walking
     # the earlier layers (tensor hooks), not after every .grad is written (post-accumulate
-    # hooks run only after the walk). The events are ordered, not timed.
+    # hooks run only after the walk). The events are ordered, not timed. The same with
+    # gradient_as_bucket_view=True, whose .grad (the bucket) exists from the second step on.
     r, n = rank_world()
-    model = make_model(seed=7)
-    ddp = DDP(model, bucket_cap_mb=0.0005)  # about one parameter per bucket
-    assert len(ddp._buckets) > 2, ddp._buckets
-    object.__setattr__(ddp, "_timeline", [])
-    x, y = global_batch(3 * n, seed=9)
-    ref = full_batch_grads(model, x, y)
-    seen = []
-    model[0].weight.register_hook(lambda g: seen.append(len(ddp._timeline)))  # the last leaf
-    xs, ys = x[3 * r : 3 * r + 3], y[3 * r : 3 * r + 3]
-    ((ddp(ferro.tensor(xs)) - ferro.tensor(ys)) ** 2).mean().backward()
-    events = [e for e, _, _ in ddp._timeline]
-    first = events.index("start")
-    assert seen and first < seen[0], (
-        first,
-        seen,
-        events,
-    )  # started before the walk reached 0.weight
-    assert events.count("start") == len(ddp._buckets) and events[-1] == "end", events
-    for p, g in zip(model.parameters(), ref, strict=True):
-        close(p.grad.numpy(), g)
+    for view in (False, True):
+        model = make_model(seed=7)
+        ddp = DDP(model, bucket_cap_mb=0.0005, gradient_as_bucket_view=view)  # ~a parameter each
+        assert len(ddp._buckets) > 2, ddp._buckets
+        x, y = global_batch(3 * n, seed=9)
+        ref = full_batch_grads(model, x, y)
+        seen = []
+        model[0].weight.register_hook(lambda g, s=seen, d=ddp: s.append(len(d._timeline)))
+        xs, ys = x[3 * r : 3 * r + 3], y[3 * r : 3 * r + 3]
+        for step in range(2):
+            model.zero_grad(set_to_none=False)
+            object.__setattr__(ddp, "_timeline", [])
+            seen.clear()
+            ((ddp(ferro.tensor(xs)) - ferro.tensor(ys)) ** 2).mean().backward()
+            events = [e for e, _, _ in ddp._timeline]
+            first = events.index("start")
+            assert seen and first < seen[0], (view, step, first, seen, events)  # before 0.weight
+            assert events.count("start") == len(ddp._buckets) and events[-1] == "end", events
+            for p, g in zip(model.parameters(), ref, strict=True):
+                close(p.grad.numpy(), g)
+        if view:
+            for b in ddp._buckets:
+                for p in b.params:
+                    assert np.shares_memory(p.grad.numpy(), b.flat)
 
 
 @case

@@ -290,3 +290,73 @@ def test_clip_grad_norm_and_value():
     )
     nn.utils.clip_grad_value_([a, b], 0.1)
     assert np.abs(np.concatenate([a.grad.numpy(), b.grad.numpy()])).max() <= 0.1
+
+
+@pytest.mark.parametrize("lib_name", ["ferro", "torch"])
+def test_hook_options_match_pytorch(lib_name):
+    # with_kwargs, prepend and always_call of the forward hooks; the full backward pre-hook.
+    lib = pytest.importorskip(lib_name)
+
+    class Scale(lib.nn.Module):
+        def forward(self, x, *, factor=1.0):
+            if factor == 0:
+                raise ValueError("factor 0")
+            return x * factor
+
+    m, calls = Scale(), []
+    m.register_forward_hook(lambda mod, a, k, o: calls.append(("kw", dict(k))), with_kwargs=True)
+    m.register_forward_hook(lambda mod, a, o: calls.append("first"), prepend=True)
+    m.register_forward_pre_hook(
+        lambda mod, a, k: ((a[0] * 2,), {**k, "factor": 3.0}), with_kwargs=True
+    )
+    m.register_forward_hook(lambda mod, a, o: calls.append(("always", o)), always_call=True)
+    x = lib.ones(2, requires_grad=True)
+    y = m(x, factor=1.0)
+    assert y.tolist() == [6.0, 6.0]
+    assert calls[:2] == ["first", ("kw", {"factor": 3.0})] and calls[2][0] == "always"
+    calls.clear()
+    with pytest.raises(ValueError, match="factor 0"):
+        m.register_forward_pre_hook(lambda mod, a, k: (a, {"factor": 0}), with_kwargs=True)
+        m(x)
+    assert calls == [("always", None)]
+
+    n, seen = Scale(), []
+    n.register_full_backward_pre_hook(lambda mod, go: (go[0] * 10,))
+    n.register_full_backward_hook(lambda mod, gi, go: seen.append((gi[0].tolist(), go[0].tolist())))
+    n.register_full_backward_pre_hook(lambda mod, go: seen.append(go[0].tolist()), prepend=True)
+    x = lib.ones(2, requires_grad=True)
+    n(x, factor=2.0).sum().backward()
+    assert seen == [[1.0, 1.0], ([20.0, 20.0], [10.0, 10.0])]
+    assert x.grad.tolist() == [20.0, 20.0]
+
+
+def test_set_submodule_type_to_empty_and_missing_module_methods():
+    from ferro.errors import ArgumentTypeError, MissingFeatureError
+
+    net = ferro.nn.Sequential(ferro.nn.Linear(2, 3), ferro.nn.ReLU())
+    net.set_submodule("1", ferro.nn.Tanh())
+    assert isinstance(net[1], ferro.nn.Tanh)
+    net.set_submodule("0.extra", ferro.nn.Identity())
+    with pytest.raises(AttributeError):
+        net.set_submodule("0.other", ferro.nn.Identity(), strict=True)
+    with pytest.raises(AttributeError):
+        net.set_submodule("5.x", ferro.nn.Identity())
+    with pytest.raises(ArgumentTypeError, match="set_submodule"):
+        net.set_submodule("1", lambda x: x)
+
+    bn = ferro.nn.BatchNorm1d(3)  # num_batches_tracked is an int64 buffer
+    bn.type(ferro.float64)
+    assert bn.weight.dtype == ferro.float64 and bn.num_batches_tracked.dtype == ferro.float64
+    bn.type("ferro.FloatTensor")
+    assert bn.running_mean.dtype == ferro.float32
+
+    w = net[0].weight
+    net.to_empty(device="cpu")
+    assert net[0].weight is w and w.shape == (3, 2) and w.dtype == ferro.float32
+
+    for name in ("share_memory", "compile", "xpu"):
+        with pytest.raises(MissingFeatureError, match=f"ferro has no Module.'{name}'"):
+            getattr(net, name)
+    with pytest.raises(AttributeError) as info:
+        net.no_such_method  # noqa: B018
+    assert type(info.value) is AttributeError

@@ -238,6 +238,10 @@ BASES = {
     "MissingFeatureError": AttributeError,
     "DistributedError": RuntimeError,
     "DistributedTimeoutError": TimeoutError,
+    "NondeterministicError": RuntimeError,
+    "ProcessException": RuntimeError,
+    "ProcessRaisedException": errors.ProcessException,
+    "ProcessExitedException": errors.ProcessException,
 }
 
 

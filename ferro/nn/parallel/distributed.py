@@ -33,9 +33,18 @@ Note [DDP buckets] (docs/distributed.md, "How gradients are reduced"):
   next backward fills another buffer: the bucket keeps those it handed out and reuses one once
   no array holds it any more (after ``zero_grad``, or once the next step's gradients replaced
   it), so a step touches no freshly allocated memory; an array a user kept is never written.
-- With ``gradient_as_bucket_view=True`` a parameter's ``.grad`` is its slot of the bucket,
-  which the engine writes only after the walk: its buckets start from the post-accumulate-grad
-  hooks, after the walk, and overlap nothing (the option trades the overlap for memory).
+- A ``.grad`` that exists when its gradient comes in (``no_sync`` accumulation, or
+  ``zero_grad(set_to_none=False)``) is added into the bucket slot by the hook and then set
+  aside (``.grad`` is None until the hand-over gives the same tensor back, holding the
+  average): otherwise the engine would add the gradient into ``.grad`` after the walk, a pass
+  over every gradient whose result the hand-over replaces (2-2.5 ms of CPU per step for the
+  benchmark's MLP). A backward that raises leaves them set aside; the next forward, which
+  reports the unreduced iteration, gives them back unchanged.
+- With ``gradient_as_bucket_view=True`` a parameter's ``.grad`` is its slot of the bucket
+  (one buffer per bucket, kept across steps). The hooks are those above: a slot ``.grad`` is
+  added into in place and set aside, so the engine's write after the walk cannot touch the
+  bucket while MPI reduces it, and the buckets overlap backward as without the option. (A
+  backward that raises then leaves those ``.grad`` modified: they are the bucket.)
 - ``find_unused_parameters=True`` walks the graph from the forward's outputs and counts the
   parameters it does not reach as ready (zero gradient) so their buckets are not waited for
   forever; without it, a parameter that gets no gradient leaves its bucket incomplete, which
@@ -183,9 +192,10 @@ class DistributedDataParallel(Module):
         bucket_cap_mb: bucket size in megabytes (25, as PyTorch).
         find_unused_parameters: walk the graph after each forward to find parameters that will
             get no gradient (costs a graph walk per iteration).
-        gradient_as_bucket_view: after the reduction, ``.grad`` of each parameter is a view
-            into its bucket's buffer instead of a copy (saves one copy and the memory of the
-            gradients; the next backward accumulates into the bucket).
+        gradient_as_bucket_view: ``.grad`` of each parameter is a view into its bucket's
+            buffer, one per bucket kept across steps (without it a bucket hands its buffer to
+            the gradients and may fill another while a user holds those); a backward that
+            raises leaves such gradients modified.
         static_graph: accepted for PyTorch compatibility (no effect).
 
     ``state_dict()`` keys carry the ``module.`` prefix, as in PyTorch; save
@@ -240,6 +250,7 @@ class DistributedDataParallel(Module):
         object.__setattr__(self, "_launched", 0)
         object.__setattr__(self, "_expect_reduction", False)
         object.__setattr__(self, "_ready_marks", {})
+        object.__setattr__(self, "_set_aside", {})  # (bucket, slot) -> a .grad set aside
         object.__setattr__(self, "_state", None)
         # A list to record (event, bucket, perf_counter) of each synchronised backward into:
         # "gradient <name> in", "start" (bucket complete and copied, all-reduce started),
@@ -307,6 +318,7 @@ class DistributedDataParallel(Module):
 
     def forward(self, *inputs, **kwargs):
         if self._expect_reduction:
+            self._restore_set_aside()  # the gradients as they were before that backward
             missing = [
                 self._names[id(p)]
                 for i, b in enumerate(self._buckets)
@@ -340,6 +352,7 @@ class DistributedDataParallel(Module):
             b.ready, b.work = 0, None
             b.done.clear()
         object.__setattr__(self, "_ready_marks", {})
+        object.__setattr__(self, "_set_aside", {})
         object.__setattr__(self, "_state", _Backward(self._timeline))
         object.__setattr__(self, "_expect_reduction", True)
         if self.find_unused_parameters and out is not None:
@@ -353,7 +366,7 @@ class DistributedDataParallel(Module):
     def _grad_hook(self, p, grad) -> None:
         """Tensor hook: ``p``'s gradient of this backward is complete (the walk goes on). Its
         bucket slot gets (``.grad`` + grad) / world size now, and a complete bucket starts."""
-        if not (self._require_sync and self._expect_reduction) or self.gradient_as_bucket_view:
+        if not (self._require_sync and self._expect_reduction):
             return
         i, k = self._where[id(p)]
         with self._lock:  # the parallel walk may run leaf hooks on several threads
@@ -368,14 +381,7 @@ class DistributedDataParallel(Module):
         if not (self._require_sync and self._expect_reduction):
             return
         with self._lock:
-            if self.gradient_as_bucket_view:
-                # .grad is its bucket's memory, and the engine writes .grad only after the walk
-                # (Note [Atomic backward]): the bucket can start only now (no overlap).
-                i, k = self._where[id(p)]
-                if (i, k) not in self._ready_marks:
-                    self._copy_in(i, k, None)
-            else:
-                object.__setattr__(self, "_uncommitted", self._uncommitted - 1)
+            object.__setattr__(self, "_uncommitted", self._uncommitted - 1)
             if self._launched == len(self._buckets) and self._uncommitted <= 0:
                 self._finalize()
 
@@ -409,6 +415,11 @@ class DistributedDataParallel(Module):
         else:
             xp.add(old.reshape(-1), grad.reshape(-1), out=view)
             view *= scale
+            # The engine would add this backward's gradient into .grad after the walk, a pass
+            # over the gradients whose result _finalize replaces: set .grad aside until then,
+            # so that the engine stores the gradient as it is (Note [DDP buckets]).
+            self._set_aside[(i, k)] = p.grad
+            p.grad = None
         b.ready += 1
         while self._launched < len(self._buckets):
             nb = self._buckets[self._launched]
@@ -444,8 +455,11 @@ class DistributedDataParallel(Module):
                 if state.timeline is not None:
                     state.timeline.append(("waited", i, time.perf_counter()))
             b.work = None
-            for p, off in zip(b.params, b.offsets, strict=True):
+            for k, (p, off) in enumerate(zip(b.params, b.offsets, strict=True)):
                 view = b.flat[off : off + p._data.size].reshape(p._data.shape)
+                aside = self._set_aside.pop((i, k), None)
+                if aside is not None:
+                    p.grad = aside  # the same .grad tensor as before backward
                 if self.gradient_as_bucket_view:
                     if p.grad is None or not _shares(p.grad._data, view):
                         p.grad = _tensor(view)
@@ -464,6 +478,13 @@ class DistributedDataParallel(Module):
         if state.timeline is not None:
             state.timeline.append(("end", -1, time.perf_counter()))
         object.__setattr__(self, "_expect_reduction", False)
+
+    def _restore_set_aside(self) -> None:
+        """Give back the ``.grad`` tensors set aside by a backward that did not finish its
+        reduction (it raised, or a parameter got no gradient), as they were before it."""
+        for (i, k), g in self._set_aside.items():
+            self._buckets[i].params[k].grad = g
+        self._set_aside.clear()
 
     def _reduce_after_backward(self) -> None:
         """Benchmark baseline (benchmarks/bench_distributed.py): after a backward under

@@ -1,0 +1,204 @@
+"""Intra-op splits: a CPU op runs independent parts of its own work on several cores.
+
+Note [Intra-op split]: NumPy's matmul runs OpenBLAS, which splits each GEMM over its own
+threads; for the small GEMMs that convolution chunks and recurrent steps make, that split gains
+little. On the 2-core development machine 160 stacked (64x64) @ (64x256) float32 products took
+61 ms at one BLAS thread, 46 ms at two (1.33x), and 31 ms as two threads each running half of
+the products with ONE BLAS thread (1.95x; matmul releases the GIL). With two BLAS threads,
+two such callers gained nothing (46 ms). So an op whose work falls into independent parts
+(a convolution's batch chunks, say) can :func:`run` them here: the parts run on a small pool
+of threads (the caller's thread takes part 0) while OpenBLAS runs one thread per GEMM, and
+ferro's OpenMP kernels called inside a part run one thread too. The BLAS thread count is
+process-wide (OpenBLAS has no per-thread setting: even ``openblas_set_num_threads_local`` sets
+the global count), so it is set to one while any split runs and given back when the last one
+ends; another thread's GEMM in that window runs on one thread, with the same result.
+
+:func:`parts` says how many parts to cut: 1 (run serially, as before) where the BLAS's
+thread count cannot be controlled (a BLAS other than OpenBLAS), where it is one
+(``OPENBLAS_NUM_THREADS=1``, one core, or a process per core as in ferro.distributed), inside a
+part (no nesting), or for too little work. Ops must make their results independent of how many
+parts run, or state where they are not (a sum of partial results in a different order).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy  # noqa: F401  (loaded first: its BLAS is what _load_functions looks for)
+
+
+def _load_functions():
+    """OpenBLAS's ``(get, set)`` thread-count functions and libgomp's ``(get, set)``: ``None``
+    for either library that is not loaded (or not Linux, where /proc/self/maps is missing)."""
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = {line.split()[-1] for line in maps if "/" in line}
+    except OSError:
+        return None, None
+
+    def functions(match, names):
+        for path in sorted(p for p in paths if match(os.path.basename(p))):
+            try:
+                lib = ctypes.CDLL(path)
+            except OSError:
+                continue
+            for get, put in names:
+                if hasattr(lib, get) and hasattr(lib, put):
+                    get_fn, set_fn = getattr(lib, get), getattr(lib, put)
+                    get_fn.restype, get_fn.argtypes = ctypes.c_int, []
+                    set_fn.restype, set_fn.argtypes = None, [ctypes.c_int]
+                    return get_fn, set_fn
+        return None
+
+    blas = functions(
+        lambda name: "openblas" in name,
+        [
+            ("scipy_openblas_get_num_threads64_", "scipy_openblas_set_num_threads64_"),
+            ("openblas_get_num_threads64_", "openblas_set_num_threads64_"),
+            ("openblas_get_num_threads", "openblas_set_num_threads"),
+        ],
+    )
+    # ferro's kernels link the system libgomp (soname libgomp.so.1); a vendored copy under
+    # another name (PyTorch's, scikit-learn's) is another runtime and not ferro's.
+    gomp = functions(
+        lambda name: name == "libgomp.so.1" or name.startswith("libgomp.so.1."),
+        [("omp_get_max_threads", "omp_set_num_threads")],
+    )
+    return blas, gomp
+
+
+_BLAS, _GOMP = _load_functions()
+
+
+class _State:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.pool: ThreadPoolExecutor | None = None
+        self.active = 0  # splits running
+        self.blas_threads = 0  # the BLAS's count before the first of them
+        self.local = threading.local()  # .inside: this thread runs a part
+        self.threads = (_BLAS or _GOMP or (lambda: 1,))[0]()
+
+
+_state = _State()
+
+
+def _after_fork() -> None:
+    # A forked child has none of the pool's threads and may inherit a lock held mid-split.
+    global _state
+    threads = _state.threads
+    _state = _State()
+    _state.threads = threads
+
+
+os.register_at_fork(after_in_child=_after_fork)
+
+
+def num_threads() -> int:
+    """How many threads one CPU op may use (``ferro.get_num_threads``)."""
+    return _state.threads
+
+
+get_num_threads = num_threads
+
+
+def set_num_threads(n: int) -> None:
+    """PyTorch's ``torch.set_num_threads``: one CPU op uses at most ``n`` threads (1: every
+    op on the calling thread, as with one core). Sets three things: how many parts an intra-op
+    split runs (Note [Intra-op split]), OpenBLAS's thread count (process-wide) and the OpenMP
+    thread count of ferro's kernels in the calling thread (libgomp keeps it per thread: other
+    threads you start keep libgomp's default, ``OMP_NUM_THREADS`` or the cores). Results do not
+    change, only speed. At import the count is OpenBLAS's (``OPENBLAS_NUM_THREADS``,
+    ``OMP_NUM_THREADS`` or the cores), or OpenMP's where the BLAS cannot be controlled.
+
+    Example:
+        >>> before = ferro.get_num_threads()
+        >>> ferro.set_num_threads(1)
+        >>> ferro.get_num_threads()
+        1
+        >>> ferro.set_num_threads(before)
+    """
+    from ferro.errors import ArgumentError, ArgumentTypeError
+
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise ArgumentTypeError(f"set_num_threads: expected an int, got {type(n).__name__}")
+    if n < 1:
+        raise ArgumentError(f"set_num_threads: the number of threads must be >= 1, got {n}")
+    state = _state
+    with state.lock:
+        state.threads = n
+        if _BLAS is not None:
+            if state.active:  # a split runs: the count it gives back at its end
+                state.blas_threads = n
+            else:
+                _BLAS[1](n)
+    if _GOMP is not None:
+        _GOMP[1](n)
+
+
+def parts(work: int, minimum: int = 1) -> int:
+    """How many parts to cut ``work`` units into, each of at least ``minimum`` units: at most
+    :func:`num_threads`, and 1 where a split cannot help (module docstring)."""
+    n = min(_state.threads, work // max(minimum, 1))
+    if n < 2 or _BLAS is None or getattr(_state.local, "inside", False):
+        return 1
+    return n
+
+
+def _part(fn, i):
+    local = _state.local
+    local.inside = True
+    omp = _GOMP[0]() if _GOMP is not None else 1
+    if omp != 1:
+        _GOMP[1](1)
+    try:
+        return fn(i)
+    finally:
+        if omp != 1:
+            _GOMP[1](omp)
+        local.inside = False
+
+
+def run(fn, n: int) -> list:
+    """``[fn(0), ..., fn(n - 1)]`` with the calls on ``n`` threads (``fn(0)`` on the caller's),
+    OpenBLAS and ferro's OpenMP at one thread each meanwhile; ``n`` from :func:`parts`. A part
+    that no pool thread has started by the time the caller's part ends (the pool busy with
+    another split) runs on the caller's thread. Every call finishes before this returns; the
+    first exception (by part) is raised then."""
+    if n <= 1:
+        return [fn(i) for i in range(n)]
+    state = _state
+    with state.lock:
+        if state.active == 0:
+            state.blas_threads = _BLAS[0]()
+            if state.blas_threads != 1:
+                _BLAS[1](1)
+        state.active += 1
+        if state.pool is None or state.pool._max_workers < n - 1:
+            if state.pool is not None:
+                state.pool.shutdown(wait=False)
+            state.pool = ThreadPoolExecutor(n - 1, thread_name_prefix="ferro-intraop")
+        pool = state.pool
+    try:
+        futures = [pool.submit(_part, fn, i) for i in range(1, n)]
+        results, error = [None] * n, None
+        try:
+            results[0] = _part(fn, 0)
+        except BaseException as exc:  # noqa: BLE001 - re-raised below, after the others end
+            error = exc
+        for i, future in enumerate(futures, 1):
+            try:  # a part no pool thread has started (another split holds it) runs here
+                results[i] = _part(fn, i) if future.cancel() else future.result()
+            except BaseException as exc:  # noqa: BLE001
+                error = error or exc
+        if error is not None:
+            raise error
+        return results
+    finally:
+        with state.lock:
+            state.active -= 1
+            if state.active == 0 and state.blas_threads != 1:
+                _BLAS[1](state.blas_threads)

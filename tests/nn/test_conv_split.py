@@ -1,0 +1,163 @@
+"""Convolution's batch chunks run as parts of ferro._intraop (Note [Intra-op split]): the same
+bits with one thread or several, a float64 check of the split, and an error inside a part."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import ferro
+from ferro import _intraop
+from ferro._C import conv_kernels as K
+from ferro.nn import functional as F
+from ferro.ops import conv as conv_ops
+
+needs_blas = pytest.mark.skipif(
+    _intraop._BLAS is None, reason="NumPy's BLAS is not an OpenBLAS ferro can control"
+)
+
+# (function, input shape, weight shape, keyword arguments, the path the chunks take)
+CASES = [
+    (F.conv2d, (9, 16, 10, 10), (16, 16, 3, 3), {"padding": 1}, "winograd 2-d"),
+    (F.conv3d, (5, 16, 8, 8, 8), (16, 16, 3, 3, 3), {"padding": 1}, "winograd 3-d"),
+    (F.conv1d, (7, 16, 20), (16, 16, 5), {"padding": 2}, "winograd 1-d"),
+    (F.conv2d, (9, 3, 9, 8), (6, 3, 3, 2), {"stride": 2, "padding": 1}, "columns, sub-pixel"),
+    (F.conv2d, (6, 2, 7, 7), (5, 2, 3, 3), {"dilation": 2, "padding": 1}, "columns, col2im"),
+    (F.conv2d, (6, 4, 7, 7), (6, 2, 3, 3), {"groups": 2}, "columns, groups"),
+    (F.conv_transpose2d, (9, 4, 5, 6), (4, 3, 4, 4), {"stride": 2, "padding": 1}, "transposed"),
+]
+
+
+def _run(fn, x, w, kw, threads):
+    _intraop.set_num_threads(threads)
+    tx, tw = ferro.tensor(x, requires_grad=True), ferro.tensor(w, requires_grad=True)
+    y = fn(tx, tw, **kw)
+    (y * y).sum().backward()
+    return y.data, tx.grad.data, tw.grad.data
+
+
+@pytest.fixture
+def one_sample_chunks(monkeypatch):
+    # One sample a chunk, so that every batch above is several chunks and several lanes; the
+    # small shapes take Winograd too.
+    monkeypatch.setattr(conv_ops, "CACHE_BYTES", 1)
+    monkeypatch.setattr(conv_ops, "WINOGRAD_MIN_SIZE", 1)
+    old = _intraop.num_threads()
+    yield
+    _intraop.set_num_threads(old)
+
+
+@needs_blas
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("case", CASES, ids=[c[-1] for c in CASES])
+def test_a_split_gives_the_bits_of_one_part(case, dtype, one_sample_chunks, monkeypatch):
+    fn, xs, ws, kw, _ = case
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=xs).astype(dtype)
+    w = (rng.normal(size=ws) / np.sqrt(np.prod(ws[1:]))).astype(dtype)
+    counts = []
+    run = _intraop.run
+    monkeypatch.setattr(_intraop, "run", lambda f, n: counts.append(n) or run(f, n))
+    one = _run(fn, x, w, kw, 1)
+    assert set(counts) == {1}
+    for threads in (2, 3):
+        counts.clear()
+        got = _run(fn, x, w, kw, threads)
+        assert max(counts) == threads  # the chunks did run as parts
+        for a, b in zip(got, one, strict=True):
+            np.testing.assert_array_equal(a, b)
+
+
+@needs_blas
+@pytest.mark.parametrize("case", CASES, ids=[c[-1] for c in CASES])
+def test_a_split_float32_matches_float64(case, one_sample_chunks):
+    fn, xs, ws, kw, _ = case
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=xs)
+    w = rng.normal(size=ws) / np.sqrt(np.prod(ws[1:]))
+    want = _run(fn, x, w, kw, 1)
+    got = _run(fn, x.astype(np.float32), w.astype(np.float32), kw, 2)
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-4 * np.abs(b).max())
+
+
+@needs_blas
+@pytest.mark.parametrize("where", ["forward", "backward"])
+def test_an_error_inside_a_part_leaves_no_output_and_the_next_call_works(
+    where, one_sample_chunks, monkeypatch
+):
+    rng = np.random.default_rng(7)
+    x = rng.normal(size=(6, 16, 8, 8)).astype(np.float32)
+    w = rng.normal(size=(16, 16, 3, 3)).astype(np.float32)
+    want = _run(F.conv2d, x, w, {"padding": 1}, 1)
+    _intraop.set_num_threads(2)
+    blas_threads = _intraop._BLAS[0]()
+    calls = []
+    real = K.winograd_output_grad if where == "backward" else K.winograd_output
+
+    def failing(*args):  # the fourth chunk fails, in whichever part runs it
+        calls.append(1)
+        if len(calls) == 4:
+            raise RuntimeError("a part failed")
+        return real(*args)
+
+    monkeypatch.setattr(K, real.__name__, failing)
+    tx, tw = ferro.tensor(x, requires_grad=True), ferro.tensor(w, requires_grad=True)
+    with pytest.raises(RuntimeError, match="a part failed"):
+        y = F.conv2d(tx, tw, padding=1)
+        (y * y).sum().backward()
+    assert tx.grad is None and tw.grad is None
+    monkeypatch.setattr(K, real.__name__, real)
+    assert _intraop._BLAS[0]() == blas_threads and not _intraop._state.active  # given back
+    for a, b in zip(_run(F.conv2d, x, w, {"padding": 1}, 2), want, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[-1] for c in CASES])
+def test_an_empty_batch_has_empty_gradients(case):
+    fn, xs, ws, kw, _ = case
+    x = ferro.zeros(0, *xs[1:], requires_grad=True)
+    w = ferro.ones(*ws, requires_grad=True)
+    y = fn(x, w, **kw)
+    y.sum().backward()
+    assert y.shape[0] == 0 and x.grad.shape == x.shape
+    np.testing.assert_array_equal(w.grad.data, np.zeros(ws))
+
+
+def test_chunks_are_a_multiple_of_the_lanes_and_equal(monkeypatch):
+    monkeypatch.setattr(conv_ops, "CACHE_BYTES", 1000)
+    assert conv_ops._chunk(np, 16, 60) == 16  # one chunk: the whole batch
+    assert conv_ops._chunk(np, 16, 70) == 4  # two chunks of 14 and 2 -> four of 4
+    assert conv_ops._chunk(np, 3, 700) == 1  # no more chunks than samples
+    assert conv_ops._chunk(np, 0, 70) == 1
+    assert conv_ops._chunk(np, 32, 2000) == 1
+
+
+@needs_blas
+def test_two_threads_splitting_at_once_get_the_bits_of_one_part(one_sample_chunks):
+    fn, xs, ws, kw, _ = CASES[0]
+    rng = np.random.default_rng(9)
+    inputs = [(rng.normal(size=xs), rng.normal(size=ws) / 12) for _ in range(2)]
+    inputs = [(x.astype(np.float32), w.astype(np.float32)) for x, w in inputs]
+    want = [_run(fn, x, w, kw, 1) for x, w in inputs]
+    _intraop.set_num_threads(2)
+    got, errors = [None, None], []
+
+    def work(i):
+        try:
+            for _ in range(5):  # the two threads' splits overlap and share the one pool thread
+                got[i] = _run(fn, *inputs[i], kw, 2)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    for g, w in zip(got, want, strict=True):
+        for a, b in zip(g, w, strict=True):
+            np.testing.assert_array_equal(a, b)

@@ -49,8 +49,8 @@ _ARITH = (operator.add, operator.sub, operator.mul, operator.truediv)
 
 
 def _arith(op, a, b):
-    """``a + b``, ``a - b``, ``a * b`` or ``a / b`` (``op`` 0-3) of two arrays or an array and
-    a number: on both cores where Note [Two-core elementwise ops] applies, else the operator."""
+    # a + b, a - b, a * b or a / b (op 0-3) of two arrays or an array and a number: on both
+    # cores where Note [Two-core elementwise ops] applies, else the operator
     r = _binary(op, a, b, None, 1.0)
     return _ARITH[op](a, b) if r is NotImplemented else r
 

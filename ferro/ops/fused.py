@@ -302,11 +302,8 @@ OVERRIDES: dict[str, Fused] = {
     "silu": Fused(backward="silu_bwd", saved=2, saves="x"),
     "softmax": Fused(forward="softmax_fwd", backward="softmax_bwd", rows=True),
     "log_softmax": Fused(forward="log_softmax_fwd", backward="log_softmax_bwd", rows=True),
-    "cross_entropy": Fused(
-        forward="cross_entropy_fwd",
-        backward="cross_entropy_bwd",
-        adapter=_cross_entropy,
-        only=(("smoothing", 0.0),),  # and no weight: the adapter checks both
+    "cross_entropy": Fused(  # only: and no weight (the adapter checks both)
+        "cross_entropy_bwd", "cross_entropy_fwd", only=(("smoothing", 0.0),), adapter=_cross_entropy
     ),
     "conv": Fused(forward="depthwise2d_fwd", backward="depthwise2d_bwd", adapter=_conv),
     "conv_transpose": Fused(forward="im2col", backward="col2im", adapter=_conv_transpose),

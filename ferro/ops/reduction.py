@@ -123,10 +123,9 @@ class Sum:
         ctx.axes = axes
         ctx.keepdims = keepdims
         if type(x) is np.ndarray:  # ndarray.sum's Python layer (_methods._sum) calls this
-            if axes is None and not keepdims:  # Note [Two-core elementwise ops]
-                y = sum_all(x)
-                if y is not NotImplemented:
-                    return y
+            y = sum_all(x) if axes is None and not keepdims else NotImplemented
+            if y is not NotImplemented:  # Note [Two-core elementwise ops]
+                return y
             return np.add.reduce(x, axes, None, None, keepdims)
         return x.sum(axis=axes, keepdims=keepdims)
 

@@ -16,7 +16,8 @@ is importable, so each one checks its arguments itself before it touches memory
 """
 
 cimport numpy as cnp
-from cython.parallel cimport prange
+from libc.float cimport FLT_MAX
+from libc.math cimport fabs, isfinite
 
 from ferro._C.typedefs cimport floating_t
 
@@ -32,10 +33,6 @@ from ferro.errors import (
 
 cnp.import_array()
 
-# Below this many elements a parallel region costs more than it saves: waking a sleeping OpenMP
-# team takes tens of microseconds, so a memory-bound loop (accumulation) needs about a million
-# elements (kernels.h has the same thresholds for the fused loops).
-cdef Py_ssize_t PARALLEL_MIN = 1 << 20
 cdef int MAX_DIMS = 64
 
 
@@ -175,12 +172,8 @@ cdef Py_ssize_t NOGIL_MIN = 500
 
 cdef void _add_contig(floating_t* dst, const floating_t* src, Py_ssize_t n) noexcept nogil:
     cdef Py_ssize_t i
-    if n >= PARALLEL_MIN:
-        for i in prange(n, schedule="static"):
-            dst[i] += src[i]
-    else:
-        for i in range(n):
-            dst[i] += src[i]
+    for i in range(n):
+        dst[i] += src[i]
 
 
 cpdef int add_inplace(object dst, object src) except -1:
@@ -196,15 +189,16 @@ cpdef int add_inplace(object dst, object src) except -1:
             or not _is_float(<cnp.ndarray>dst)
             or cnp.PyArray_TYPE(<cnp.ndarray>src) != cnp.PyArray_TYPE(<cnp.ndarray>dst)
             or not cnp.PyArray_SAMESHAPE(<cnp.ndarray>src, <cnp.ndarray>dst)):
-        raise _add_refusal(dst, src)
+        raise _refusal("add_inplace", ("dst", "src"), (dst, src), 0b1)
     cdef cnp.ndarray d = <cnp.ndarray>dst, s = <cnp.ndarray>src
     cdef Py_ssize_t n = cnp.PyArray_SIZE(d)
     cdef Py_ssize_t nbytes = n * cnp.PyArray_ITEMSIZE(d)
     cdef char *dp = <char*>cnp.PyArray_DATA(d)
     cdef char *sp = <char*>cnp.PyArray_DATA(s)
-    if (not cnp.PyArray_ISCARRAY(d) or not cnp.PyArray_ISCARRAY_RO(s)
+    if (n >= BIG_MIN or not cnp.PyArray_ISCARRAY(d) or not cnp.PyArray_ISCARRAY_RO(s)
             or (sp != dp and sp < dp + nbytes and dp < sp + nbytes)):
-        np.add(d, s, out=d)
+        if binary(0, d, s, d, 1.0) is NotImplemented:  # on both cores where it can
+            np.add(d, s, out=d)
     elif n <= NOGIL_MIN:
         if cnp.PyArray_TYPE(d) == cnp.NPY_FLOAT32:
             _add_contig(<float*>dp, <const float*>sp, n)
@@ -217,25 +211,6 @@ cpdef int add_inplace(object dst, object src) except -1:
         with nogil:
             _add_contig(<double*>dp, <const double*>sp, n)
     return 0
-
-
-cdef object _add_refusal(object dst, object src):
-    for name, a in (("dst", dst), ("src", src)):
-        if type(a) is not np.ndarray:
-            return ArgumentTypeError(
-                f"add_inplace: {name} must be a numpy.ndarray, got {type(a).__module__}."
-                f"{type(a).__qualname__}"
-            )
-    if not dst.flags.writeable:
-        return ReadOnlyError(
-            f"add_inplace: dst ({dst.dtype}, shape {dst.shape}) is read-only, and it is added to "
-            "in place"
-        )
-    if dst.dtype.type is not np.float32 and dst.dtype.type is not np.float64:
-        return DtypeError(f"add_inplace: dst must be float32 or float64, got {dst.dtype}")
-    if src.dtype.type is not dst.dtype.type:
-        return DtypeError(f"add_inplace: src has dtype {src.dtype} but dst has {dst.dtype}")
-    return ShapeError(f"add_inplace: src has shape {src.shape} but dst has {dst.shape}")
 
 
 cdef void _sum_to(const floating_t* src, floating_t* dst, int ndim, const Py_ssize_t* shape,
@@ -350,41 +325,26 @@ cpdef object sum_to_shape(object src, tuple shape):
 # The fused kernels this backend implements (ferro.cuda.ops implements the same names).
 FUSED_KERNELS = frozenset({
     "tanh_bwd", "sigmoid_bwd", "relu_bwd", "leaky_relu_bwd", "gelu_bwd", "silu_bwd",
-    "gelu_fwd", "softmax_bwd",
+    "gelu_fwd", "softmax_bwd", "cross_entropy_fwd", "cross_entropy_bwd",
     "sgd_update", "adam_update", "rmsprop_update", "adagrad_update",
 })
 
+ctypedef void (*grad_f32)(const float*, Py_ssize_t, const float*, const float*, float*,
+                          Py_ssize_t, double) noexcept nogil
+ctypedef void (*grad_f64)(const double*, Py_ssize_t, const double*, const double*, double*,
+                          Py_ssize_t, double) noexcept nogil
+
+
 cdef extern from "kernels.h" nogil:
-    void ferro_tanh_bwd_f32(const float*, Py_ssize_t, const float*, const float*, float*,
-                            Py_ssize_t, double)
-    void ferro_tanh_bwd_f64(const double*, Py_ssize_t, const double*, const double*, double*,
-                            Py_ssize_t, double)
-    void ferro_sigmoid_bwd_f32(const float*, Py_ssize_t, const float*, const float*, float*,
-                               Py_ssize_t, double)
-    void ferro_sigmoid_bwd_f64(const double*, Py_ssize_t, const double*, const double*, double*,
-                               Py_ssize_t, double)
-    void ferro_relu_bwd_f32(const float*, Py_ssize_t, const float*, const float*, float*,
-                            Py_ssize_t, double)
-    void ferro_relu_bwd_f64(const double*, Py_ssize_t, const double*, const double*, double*,
-                            Py_ssize_t, double)
-    void ferro_leaky_relu_bwd_f32(const float*, Py_ssize_t, const float*, const float*, float*,
-                                  Py_ssize_t, double)
-    void ferro_leaky_relu_bwd_f64(const double*, Py_ssize_t, const double*, const double*,
-                                  double*, Py_ssize_t, double)
-    void ferro_gelu_bwd_f32(const float*, Py_ssize_t, const float*, const float*, float*,
-                            Py_ssize_t, double)
-    void ferro_gelu_bwd_f64(const double*, Py_ssize_t, const double*, const double*, double*,
-                            Py_ssize_t, double)
-    void ferro_silu_bwd_f32(const float*, Py_ssize_t, const float*, const float*, float*,
-                            Py_ssize_t, double)
-    void ferro_silu_bwd_f64(const double*, Py_ssize_t, const double*, const double*, double*,
-                            Py_ssize_t, double)
+    # the elementwise backward loops, all of one signature (FERRO_GRAD_LOOP)
+    grad_f32 ferro_tanh_bwd_f32, ferro_sigmoid_bwd_f32, ferro_relu_bwd_f32
+    grad_f32 ferro_leaky_relu_bwd_f32, ferro_gelu_bwd_f32, ferro_silu_bwd_f32
+    grad_f32 ferro_gelu_tanh_bwd_f32
+    grad_f64 ferro_tanh_bwd_f64, ferro_sigmoid_bwd_f64, ferro_relu_bwd_f64
+    grad_f64 ferro_leaky_relu_bwd_f64, ferro_gelu_bwd_f64, ferro_silu_bwd_f64
+    grad_f64 ferro_gelu_tanh_bwd_f64
     void ferro_gelu_fwd_f32(const float*, float*, Py_ssize_t)
     void ferro_gelu_fwd_f64(const double*, double*, Py_ssize_t)
-    void ferro_gelu_tanh_bwd_f32(const float*, Py_ssize_t, const float*, const float*, float*,
-                                 Py_ssize_t, double)
-    void ferro_gelu_tanh_bwd_f64(const double*, Py_ssize_t, const double*, const double*,
-                                 double*, Py_ssize_t, double)
     void ferro_gelu_tanh_fwd_f32(const float*, float*, Py_ssize_t)
     void ferro_gelu_tanh_fwd_f64(const double*, double*, Py_ssize_t)
     void ferro_softmax_bwd_f32(const float*, Py_ssize_t, const float*, float*, Py_ssize_t,
@@ -405,13 +365,23 @@ cdef extern from "kernels.h" nogil:
                            double, double, double, double, double, int)
     void ferro_adagrad_f32(float*, const float*, float*, Py_ssize_t, double, double, double)
     void ferro_adagrad_f64(double*, const double*, double*, Py_ssize_t, double, double, double)
+    void ferro_ce_fwd_f32(const float*, const long long*, float*, float*, Py_ssize_t,
+                          Py_ssize_t, long long)
+    void ferro_ce_fwd_f64(const double*, const long long*, double*, double*, Py_ssize_t,
+                          Py_ssize_t, long long)
+    void ferro_ce_bwd_f32(const float*, const long long*, const float*, const float*,
+                          Py_ssize_t, float, float*, Py_ssize_t, Py_ssize_t, long long)
+    void ferro_ce_bwd_f64(const double*, const long long*, const double*, const double*,
+                          Py_ssize_t, double, double*, Py_ssize_t, Py_ssize_t, long long)
     int ferro_all_finite_f32(const float*, Py_ssize_t)
     int ferro_all_finite_f64(const double*, Py_ssize_t)
-
-ctypedef void (*grad_f32)(const float*, Py_ssize_t, const float*, const float*, float*,
-                          Py_ssize_t, double) noexcept nogil
-ctypedef void (*grad_f64)(const double*, Py_ssize_t, const double*, const double*, double*,
-                          Py_ssize_t, double) noexcept nogil
+    void ferro_binary_f32(int, const float*, const float*, Py_ssize_t, float*, Py_ssize_t,
+                          double)
+    void ferro_binary_f64(int, const double*, const double*, Py_ssize_t, double*, Py_ssize_t,
+                          double)
+    enum: SUM_BLOCK "FERRO_SUM_BLOCK"
+    void ferro_sum_all_f32(const float*, Py_ssize_t, double*, float*)
+    void ferro_sum_all_f64(const double*, Py_ssize_t, double*, double*)
 
 
 cdef object _grad_refusal(str who, tuple names, object gy, tuple saved):
@@ -566,6 +536,66 @@ def softmax_bwd(object gy, object y_):
     return out
 
 
+cdef tuple _ce_args(str who, object logits, object target):
+    # The logits (accepts, 2-d), their rows and classes, and the targets as C-contiguous int64
+    _accept(who, ("logits",), (logits,), 0)
+    cdef cnp.ndarray x = <cnp.ndarray>logits
+    if x.ndim != 2 or np.shape(target) != (x.shape[0],):
+        raise ShapeError(
+            f"{who}: logits {np.shape(x)} and target {np.shape(target)} are not (N, C), (N,)"
+        )
+    return x, x.shape[0], x.shape[1], np.ascontiguousarray(target, dtype=np.int64)
+
+
+def cross_entropy_fwd(object logits, object target, long long ignore_index=-100):
+    """Per-row loss ``logsumexp(x) - x[t]`` (0 where ignored) and ``logsumexp(x)``."""
+    cdef cnp.ndarray x, t, loss, lse
+    cdef Py_ssize_t r, c
+    x, r, c, t = _ce_args("cross_entropy_fwd", logits, target)
+    loss, lse = np.empty(r, x.dtype), np.empty(r, x.dtype)
+    cdef const long long *tp = <const long long*>cnp.PyArray_DATA(t)
+    with nogil:
+        if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT32:
+            ferro_ce_fwd_f32(<const float*>cnp.PyArray_DATA(x), tp, <float*>cnp.PyArray_DATA(loss),
+                             <float*>cnp.PyArray_DATA(lse), r, c, ignore_index)
+        else:
+            ferro_ce_fwd_f64(<const double*>cnp.PyArray_DATA(x), tp,
+                             <double*>cnp.PyArray_DATA(loss), <double*>cnp.PyArray_DATA(lse), r,
+                             c, ignore_index)
+    return loss, lse
+
+
+def cross_entropy_bwd(object logits, object target, object lse_, object gy_, object denom,
+                      long long ignore_index=-100):
+    """``(softmax(x) - onehot(t)) * gy / denom`` per row (0 where ignored). ``gy`` has one
+    entry per row or is one value; ``denom`` is one value."""
+    cdef cnp.ndarray x, t
+    cdef Py_ssize_t r, c
+    x, r, c, t = _ce_args("cross_entropy_bwd", logits, target)
+    cdef cnp.ndarray lse = np.ascontiguousarray(lse_, dtype=x.dtype)
+    cdef cnp.ndarray gy = np.ascontiguousarray(gy_, dtype=x.dtype)
+    cdef Py_ssize_t gs = np.ndim(gy_) == 1  # (ascontiguousarray makes a 0-d gy 1-d)
+    if np.shape(lse) != (r,) or (np.shape(gy) != (r,) if gs else gy.size != 1) or np.size(
+            denom) != 1:
+        raise ShapeError(f"cross_entropy_bwd: lse {np.shape(lse)}, gy {np.shape(gy)}, denom "
+                         f"{np.shape(denom)} for logits {np.shape(x)}")
+    cdef cnp.ndarray out = _empty_as(x)
+    cdef double den = float(np.asarray(denom).reshape(()))
+    cdef const long long *tp = <const long long*>cnp.PyArray_DATA(t)
+    with nogil:
+        if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT32:
+            ferro_ce_bwd_f32(<const float*>cnp.PyArray_DATA(x), tp,
+                             <const float*>cnp.PyArray_DATA(lse),
+                             <const float*>cnp.PyArray_DATA(gy), gs, <float>den,
+                             <float*>cnp.PyArray_DATA(out), r, c, ignore_index)
+        else:
+            ferro_ce_bwd_f64(<const double*>cnp.PyArray_DATA(x), tp,
+                             <const double*>cnp.PyArray_DATA(lse),
+                             <const double*>cnp.PyArray_DATA(gy), gs, den,
+                             <double*>cnp.PyArray_DATA(out), r, c, ignore_index)
+    return out
+
+
 cpdef bint all_finite(object x):
     """True if the float array (``accepts``) holds no NaN or Inf (one pass, no temporary).
 
@@ -675,3 +705,119 @@ def adagrad_update(object p_, object g_, object acc_, double clr, double eps,
         with nogil:
             ferro_adagrad_f64(<double*>pp, <const double*>gp, <double*>ap, n, clr, eps,
                               weight_decay)
+
+
+# ---------------------------------------------------------------------------------------------
+# Large-array arithmetic on two cores. Note [Two-core elementwise ops]: from BIG_MIN elements
+# (cpu_kernels.pxd) add, sub, mul and div, their in-place forms and the gradients of mul, and
+# the sum of all elements, run as OpenMP loops (kernels.h) instead of NumPy's single-threaded
+# ufuncs. ``binary`` is the one place that decides: the engine's direct ops, the op classes in
+# ferro.ops.elementwise and the in-place ops all ask it first, and it answers NotImplemented
+# wherever NumPy must run (small, another dtype or layout, broadcasting other than one value,
+# out overlapping an input other than exactly). Its results are NumPy's bit for bit (the same
+# IEEE operations in the same precision); it leaves the floating-point status alone, so it
+# warns for nothing, as ferro's ops do not (Note [Floating-point warnings] in ferro/__init__.py).
+# ---------------------------------------------------------------------------------------------
+
+TWO_CORE_MIN = BIG_MIN  # the size from which binary() and sum_all() apply, for Python
+
+
+cdef int _operand(object x, cnp.ndarray like, double *v) except -2:
+    # How ``binary`` reads x next to ``like`` (the array that gives the shape and dtype): 1 for a
+    # C-contiguous array of like's shape, 0 for one value in memory (like's shape with every
+    # stride 0: the gradient of .sum()), 2 for a Python number (into v), -1 refused.
+    if type(x) is cnp.ndarray:
+        return _grad_stride(x, like)  # the same test as a backward kernel's upstream gradient
+    if type(x) is float or (type(x) is int and -(1 << 53) <= x <= (1 << 53)):
+        v[0] = <double>x  # an int exact in double, so rounded to T once
+    else:
+        return -1
+    # a finite number beyond float32's range: left to NumPy's own conversion
+    return -1 if cnp.PyArray_TYPE(like) == cnp.NPY_FLOAT32 and fabs(v[0]) > FLT_MAX and isfinite(
+        v[0]) else 2
+
+
+cdef inline bint _overlaps(char *o, Py_ssize_t nbytes, object x, int cls) noexcept:
+    # True if writing out (at o) could change x before it is read: any overlap but in place
+    if cls == 2:
+        return False
+    cdef char *p = <char*>cnp.PyArray_DATA(<cnp.ndarray>x)
+    return not (cls == 1 and p == o) and p < o + nbytes and o < p + (
+        nbytes if cls == 1 else cnp.PyArray_ITEMSIZE(<cnp.ndarray>x))
+
+
+cpdef object binary(int op, object a, object b, object out, double alpha):
+    """``a + alpha b``, ``a - alpha b``, ``a * b`` or ``a / b`` (``op`` 0-3) on both cores, of
+    float32/float64 arrays and numbers, into ``out`` (may be ``a``) or a fresh array when None.
+    NotImplemented where NumPy must run (Note [Two-core elementwise ops])."""
+    cdef cnp.ndarray like, o
+    cdef double va = 0.0, vb = 0.0
+    cdef float fb
+    cdef int ca, cb
+    if type(a) is cnp.ndarray and (type(b) is not cnp.ndarray or cnp.PyArray_NDIM(
+            <cnp.ndarray>a) >= cnp.PyArray_NDIM(<cnp.ndarray>b)):
+        like = <cnp.ndarray>a
+    elif type(b) is cnp.ndarray:
+        like = <cnp.ndarray>b
+    else:
+        return NotImplemented
+    cdef Py_ssize_t n = cnp.PyArray_SIZE(like)
+    if n < BIG_MIN or op < 0 or op > 3 or not _is_float(like):
+        return NotImplemented
+    ca = _operand(a, like, &va)
+    cb = _operand(b, like, &vb)
+    if ca != 1 and (op & 1) == 0 and alpha == 1.0:  # x + y is y + x, bit for bit (* too)
+        a, b, ca, cb, va, vb = b, a, cb, ca, vb, va
+    if ca != 1 or cb < 0 or (alpha != 1.0 and (op > 1 or cb == 2)):
+        return NotImplemented
+    cdef Py_ssize_t nbytes = n * cnp.PyArray_ITEMSIZE(like)
+    if out is None:
+        o = _empty_as(like)
+    elif type(out) is not cnp.ndarray:
+        return NotImplemented
+    else:
+        o = <cnp.ndarray>out
+        if (cnp.PyArray_TYPE(o) != cnp.PyArray_TYPE(like) or not cnp.PyArray_ISCARRAY(o)
+                or not cnp.PyArray_ISNOTSWAPPED(o) or not cnp.PyArray_SAMESHAPE(o, like)
+                or _overlaps(<char*>cnp.PyArray_DATA(o), nbytes, a, ca)
+                or _overlaps(<char*>cnp.PyArray_DATA(o), nbytes, b, cb)):
+            return NotImplemented
+    op += 4 if alpha != 1.0 else 0
+    cdef const void *ap = cnp.PyArray_DATA(<cnp.ndarray>a)
+    cdef const void *bp = &vb if cb == 2 else cnp.PyArray_DATA(<cnp.ndarray>b)
+    if cnp.PyArray_TYPE(like) == cnp.NPY_FLOAT32:
+        fb = <float>vb
+        bp = &fb if cb == 2 else bp
+        with nogil:
+            ferro_binary_f32(op, <const float*>ap, <const float*>bp, cb == 1,
+                             <float*>cnp.PyArray_DATA(o), n, alpha)
+    else:
+        with nogil:
+            ferro_binary_f64(op, <const double*>ap, <const double*>bp, cb == 1,
+                             <double*>cnp.PyArray_DATA(o), n, alpha)
+    return o
+
+
+cpdef object sum_all(object x):
+    """The sum of every element of a C-contiguous float array of at least BIG_MIN elements, on
+    both cores, as a 0-d array (kernels.h: fixed blocks, pairwise in double, so the same result
+    on any number of threads); NotImplemented for anything else (NumPy's add.reduce runs)."""
+    if type(x) is not cnp.ndarray:
+        return NotImplemented
+    cdef cnp.ndarray a = <cnp.ndarray>x
+    cdef Py_ssize_t n = cnp.PyArray_SIZE(a)
+    if n < BIG_MIN or not _is_float(a) or not cnp.PyArray_ISCARRAY_RO(a) or not (
+            cnp.PyArray_ISNOTSWAPPED(a)):
+        return NotImplemented
+    cdef cnp.ndarray out = <cnp.ndarray>cnp.PyArray_EMPTY(0, NULL, cnp.PyArray_TYPE(a), 0)
+    cdef cnp.npy_intp nb = (n + SUM_BLOCK - 1) // SUM_BLOCK
+    cdef cnp.ndarray parts = <cnp.ndarray>cnp.PyArray_EMPTY(1, &nb, cnp.NPY_FLOAT64, 0)
+    cdef double *part = <double*>cnp.PyArray_DATA(parts)
+    with nogil:
+        if cnp.PyArray_TYPE(a) == cnp.NPY_FLOAT32:
+            ferro_sum_all_f32(<const float*>cnp.PyArray_DATA(a), n, part,
+                              <float*>cnp.PyArray_DATA(out))
+        else:
+            ferro_sum_all_f64(<const double*>cnp.PyArray_DATA(a), n, part,
+                              <double*>cnp.PyArray_DATA(out))
+    return out

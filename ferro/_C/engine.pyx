@@ -42,6 +42,7 @@ from ferro._C.graph cimport (
     DIRECT_ADD,
     DIRECT_MUL,
     DIRECT_SUB,
+    DIRECT_TANH,
     FUSED_BACKWARD,
     FUSED_FORWARD,
     Node,
@@ -417,20 +418,24 @@ cdef object _apply(OpDef op, tuple args, dict params):
 # its time in those frames.
 cdef object _direct_forward(int kind, Node node, object xp, tuple call):
     a = call[1]
+    if kind == DIRECT_TANH:
+        y = xp.tanh(a)
+        if node is not None:
+            node_save(node, (y,))
+        return y
+    b = call[2]
+    if kind == DIRECT_MUL and node is not None:  # save only what backward reads
+        node_save(node, (a if node._next[1] is not None else None,
+                         b if node._next[0] is not None else None))
+    if cpu_kernels.big(a, b):  # Note [Two-core elementwise ops]
+        y = cpu_kernels.binary(kind - DIRECT_ADD, a, b, None, 1.0)
+        if y is not NotImplemented:
+            return y
     if kind == DIRECT_ADD:
-        return a + call[2]
+        return a + b
     if kind == DIRECT_SUB:
-        return a - call[2]
-    if kind == DIRECT_MUL:
-        b = call[2]
-        if node is not None:  # save only what backward reads: gb needs a, ga needs b
-            node_save(node, (a if node._next[1] is not None else None,
-                             b if node._next[0] is not None else None))
-        return a * b
-    y = xp.tanh(a)
-    if node is not None:
-        node_save(node, (y,))
-    return y
+        return a - b
+    return a * b
 
 
 cdef tuple _direct_backward(int kind, Node node, object gy):
@@ -440,10 +445,18 @@ cdef tuple _direct_backward(int kind, Node node, object gy):
         return (gy, -gy if node._next[1] is not None else None)
     if kind == DIRECT_MUL:
         a, b = <tuple>node._saved
-        return (gy * b if node._next[0] is not None else None,
-                gy * a if node._next[1] is not None else None)
+        return (_mul(gy, b) if node._next[0] is not None else None,
+                _mul(gy, a) if node._next[1] is not None else None)
     (y,) = <tuple>node._saved
     return (gy * (1 - y * y),)
+
+
+cdef inline object _mul(object g, object v):
+    if cpu_kernels.big(g, v):  # Note [Two-core elementwise ops]
+        r = cpu_kernels.binary(2, g, v, None, 1.0)
+        if r is not NotImplemented:
+            return r
+    return g * v
 
 
 cdef tuple _last_shape = ()

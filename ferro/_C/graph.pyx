@@ -10,6 +10,7 @@ creates nodes, links their edges and walks them. The array helpers every core mo
 cimport cython
 cimport numpy as cnp
 
+from ferro._C cimport cpu_kernels
 from ferro._C.state cimport MODE_GRAD, Flags, flags, grad_mode, saved_hooks
 from ferro._C.tensor cimport TensorBase, VersionCounter, new_tensor, version_counter
 
@@ -606,14 +607,24 @@ cdef object _inplace_direct(TensorBase t, object other, int op, object alpha):
         o = other
     else:
         return None
-    if not (type(alpha) is int and <object>alpha == 1):
-        if type(alpha) is not int and type(alpha) is not float:
-            return None
-        o = o * alpha
-    if nd:
-        (<object>_NP_INPLACE[op])(data, o, data)
+    cdef bint unit = type(alpha) is int and <object>alpha == 1
+    if not unit and type(alpha) is not int and type(alpha) is not float:
+        return None
+    if not unit and (type(o) is float or type(o) is int):
+        o = o * alpha  # a number: scaled here, as before
+        unit = True
+    if nd and cpu_kernels.big(data, o) and (
+        cpu_kernels.binary(op, data, o, data, 1.0 if unit else <double>alpha)
+        is not NotImplemented
+    ):  # Note [Two-core elementwise ops]: t -= alpha * other in one pass
+        pass
     else:
-        getattr(_xp_of(data), _INPLACE_UFUNCS[op])(data, o, out=data)
+        if not unit:
+            o = o * alpha
+        if nd:
+            (<object>_NP_INPLACE[op])(data, o, data)
+        else:
+            getattr(_xp_of(data), _INPLACE_UFUNCS[op])(data, o, out=data)
     cdef VersionCounter vc = version_counter(t)
     vc.value += 1
     return t

@@ -283,7 +283,111 @@ static void ferro_adagrad_##SFX(T *p, const T *g, T *sum, ptrdiff_t n, double cl
 FERRO_OPTIM(float, f32, sqrtf)
 FERRO_OPTIM(double, f64, sqrt)
 
+/* Binary arithmetic for large arrays, the two-core path of ferro's add/sub/mul/div
+ * (cpu_kernels.pyx: binary): out[i] = x OP y, x = a[i], y = b[i] (bs 1) or b[0] (bs 0: a
+ * number or one broadcast value). Ops 0-3: + - * /; 4 and 5: x + s y and x - s y (PyTorch's
+ * alpha=, s y rounded to T first, as NumPy's two ufuncs give). Plain IEEE ops in T with no FMA
+ * contraction (the pragma), so every result is NumPy's bit for bit. out may be a (in place):
+ * gcc's runtime alias check lets the same address through to the vector loop. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC push_options
+#pragma GCC optimize("fp-contract=off")
+#endif
+#define FERRO_BIN(T, EXPR)                                                           \
+    if (bs) { for (i = 0; i < n; i++) { const T x = a[i], y = b[i]; out[i] = (EXPR); } } \
+    else { const T y = b[0]; for (i = 0; i < n; i++) { const T x = a[i]; out[i] = (EXPR); } } \
+    break;
+#define FERRO_BINARY(T, S)                                                           \
+    static void ferro_binary_span_##S(int op, const T *a, const T *b, ptrdiff_t bs, T *out, \
+                                      ptrdiff_t n, T s) {                            \
+        ptrdiff_t i;                                                                 \
+        switch (op) {                                                                \
+        case 0: FERRO_BIN(T, x + y)                                                  \
+        case 1: FERRO_BIN(T, x - y)                                                  \
+        case 2: FERRO_BIN(T, x * y)                                                  \
+        case 3: FERRO_BIN(T, x / y)                                                  \
+        case 4: FERRO_BIN(T, x + s * y)                                              \
+        default: FERRO_BIN(T, x - s * y)                                             \
+        }                                                                            \
+    }                                                                                \
+    static void ferro_binary_##S(int op, const T *a, const T *b, ptrdiff_t bs, T *out, \
+                                 ptrdiff_t n, double s) {                            \
+        ptrdiff_t i;                                                                 \
+        _Pragma("omp parallel for schedule(static)")                                 \
+        for (i = 0; i < n; i += FERRO_CHUNK)                                         \
+            ferro_binary_span_##S(op, a + i, b + i * bs, bs, out + i,                \
+                                  n - i < FERRO_CHUNK ? n - i : FERRO_CHUNK, (T)s);  \
+    }
+FERRO_BINARY(float, f32)
+FERRO_BINARY(double, f64)
+
+/* The sum of n elements (n > 0) for large arrays: a fixed partition into FERRO_SUM_BLOCK-element
+ * blocks (independent of the number of threads), each summed pairwise into part[k], then the
+ * block sums pairwise, so the result does not depend on how many threads ran. Pairwise as
+ * NumPy's add.reduce is (8 accumulators up to 128 elements, halves above) but in double for
+ * float32 too (NumPy accumulates float32 in float32), so it is at least as accurate. */
+#define FERRO_SUM_BLOCK 65536
+#define FERRO_SUM(T, S)                                                              \
+    static double ferro_pairwise_##S(const T *a, ptrdiff_t n) {                      \
+        ptrdiff_t i, j, h = n / 2 - (n / 2) % 8;                                     \
+        if (n > 128) return ferro_pairwise_##S(a, h) + ferro_pairwise_##S(a + h, n - h); \
+        double r[8] = {0, 0, 0, 0, 0, 0, 0, 0}, res;                                 \
+        for (i = 0; i + 8 <= n; i += 8)                                              \
+            for (j = 0; j < 8; j++) r[j] += a[i + j];                                \
+        res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));     \
+        for (; i < n; i++) res += a[i];                                              \
+        return res;                                                                  \
+    }                                                                                \
+    static void ferro_sum_all_##S(const T *a, ptrdiff_t n, double *part, T *res) {   \
+        const ptrdiff_t nb = (n + FERRO_SUM_BLOCK - 1) / FERRO_SUM_BLOCK;            \
+        ptrdiff_t k;                                                                 \
+        _Pragma("omp parallel for schedule(static)")                                 \
+        for (k = 0; k < nb; k++)                                                     \
+            part[k] = ferro_pairwise_##S(a + k * FERRO_SUM_BLOCK,                    \
+                                         k + 1 < nb ? FERRO_SUM_BLOCK : n - k * FERRO_SUM_BLOCK); \
+        *res = (T)ferro_pairwise_f64(part, nb);                                      \
+    }
+FERRO_SUM(double, f64)
+FERRO_SUM(float, f32)
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC pop_options
+#endif
+
 #include <stdint.h>
+/* Softmax cross-entropy over r rows of c logits with int64 class targets: the CPU side of
+ * ferro/cuda/kernels/cross_entropy.cu, with its meaning. Forward: lse = m + log(sum exp(x - m)),
+ * m the row's max, loss = lse - x[t] (0 where t is `ignore`, NaN for a target out of range).
+ * Backward: (softmax(x) - onehot(t)) scale, scale = gy[row or 0] / denom, from x and lse. Per
+ * ISA level (simd.h): exp is arithmetic, and the row sum runs 8 lanes at a time. */
+#define FERRO_CE(T, S, EXP, LOG)                                                     \
+    static FERRO_CLONES void ferro_ce_fwd_##S(const T *x, const int64_t *t, T *loss, T *lse, \
+                                              ptrdiff_t r, ptrdiff_t c, int64_t ignore) { \
+        ptrdiff_t i, j, k;                                                           \
+        for (i = 0; i < r; i++, x += c) {                                            \
+            T m = -INFINITY, acc[8] = {0, 0, 0, 0, 0, 0, 0, 0}, s;                   \
+            for (j = 0; j < c; j++) m = x[j] > m ? x[j] : m;                         \
+            for (j = 0; j + 8 <= c; j += 8)                                          \
+                for (k = 0; k < 8; k++) acc[k] += EXP(x[j + k] - m);                 \
+            s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])); \
+            for (; j < c; j++) s += EXP(x[j] - m);                                   \
+            lse[i] = m + LOG(s);                                                     \
+            loss[i] = t[i] == ignore ? 0 : (t[i] < 0 || t[i] >= c) ? (T)NAN : lse[i] - x[t[i]]; \
+        }                                                                            \
+    }                                                                                \
+    static FERRO_CLONES void ferro_ce_bwd_##S(const T *x, const int64_t *t, const T *lse, \
+                                              const T *gy, ptrdiff_t gs, T den, T *g, \
+                                              ptrdiff_t r, ptrdiff_t c, int64_t ignore) { \
+        ptrdiff_t i, j;                                                              \
+        for (i = 0; i < r; i++, x += c, g += c) {                                    \
+            const T scale = gy[i * gs] / den;                                        \
+            const int skip = t[i] == ignore, bad = t[i] < 0 || t[i] >= c;            \
+            for (j = 0; j < c; j++)                                                  \
+                g[j] = skip ? (T)0 : bad ? (T)NAN                                    \
+                     : ferro_cross_entropy_grad_##S(x[j], lse[i], j == t[i], scale); \
+        }                                                                            \
+    }
+FERRO_CE(float, f32, ferro_exp_f32, logf)
+FERRO_CE(double, f64, exp, log)
 FERRO_ALL_FINITE(ferro_all_finite_f32, float, uint32_t, 0x7F800000u)
 FERRO_ALL_FINITE(ferro_all_finite_f64, double, uint64_t, 0x7FF0000000000000ull)
 

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import math
 import numbers
+import operator
 
+from ferro._C.cpu_kernels import binary as _binary
 from ferro._C.engine import unary
 from ferro._C.tensor import TensorBase
 from ferro.dtypes import as_dtype, default_float
@@ -43,11 +45,21 @@ def _split_ties(xp, gy, a_wins, tie):
     return ga, gb
 
 
+_ARITH = (operator.add, operator.sub, operator.mul, operator.truediv)
+
+
+def _arith(op, a, b):
+    # a + b, a - b, a * b or a / b (op 0-3) of two arrays or an array and a number: on both
+    # cores where Note [Two-core elementwise ops] applies, else the operator
+    r = _binary(op, a, b, None, 1.0)
+    return _ARITH[op](a, b) if r is NotImplemented else r
+
+
 @register("add", broadcasts=True, direct="add")
 class Add:
     @staticmethod
     def forward(ctx, a, b):
-        return a + b
+        return _arith(0, a, b)
 
     @staticmethod
     def backward(ctx, gy):
@@ -90,7 +102,7 @@ def add(a, b, *, alpha=1):
 class Sub:
     @staticmethod
     def forward(ctx, a, b):
-        return a - b
+        return _arith(1, a, b)
 
     @staticmethod
     def backward(ctx, gy):
@@ -116,13 +128,13 @@ class Mul:
         need_a, need_b = ctx.needs_input_grad
         # Save only what backward reads: gb needs a, ga needs b.
         ctx.save(a if need_b else None, b if need_a else None)
-        return a * b
+        return _arith(2, a, b)
 
     @staticmethod
     def backward(ctx, gy):
         a, b = ctx.saved
         need_a, need_b = ctx.needs_input_grad
-        return (gy * b if need_a else None), (gy * a if need_b else None)
+        return (_arith(2, gy, b) if need_a else None), (_arith(2, gy, a) if need_b else None)
 
 
 def mul(a, b):
@@ -139,7 +151,7 @@ def mul(a, b):
 class Div:
     @staticmethod
     def forward(ctx, a, b):
-        y = a / b
+        y = _arith(3, a, b)
         need_b = ctx.needs_input_grad[1]
         ctx.save(b, y if need_b else None)
         return y
@@ -148,7 +160,7 @@ class Div:
     def backward(ctx, gy):
         b, y = ctx.saved
         need_a, need_b = ctx.needs_input_grad
-        ga = gy / b if need_a else None
+        ga = _arith(3, gy, b) if need_a else None
         gb = -gy * y / b if need_b else None
         return ga, gb
 

@@ -110,6 +110,7 @@ def _cross_entropy(backend):
         per_row, lse = fwd_kernel(logits, target, ignore_index)
         ctx.save(logits)
         ctx.target, ctx.ignore, ctx.lse, ctx.reduction = target, ignore_index, lse, reduction
+        ctx.smoothing = smoothing  # 0: what the entry's `only` names
         if reduction == "mean":
             # Rows not ignored, counted where the arrays live: nothing waits for a device.
             ctx.denom = denom = (target != ignore_index).sum().astype(logits.dtype)
@@ -273,8 +274,8 @@ OVERRIDES: dict[str, Fused] = {
     "silu": Fused(backward="silu_bwd", saved=2, saves="x"),
     "softmax": Fused(forward="softmax_fwd", backward="softmax_bwd", rows=True),
     "log_softmax": Fused(forward="log_softmax_fwd", backward="log_softmax_bwd", rows=True),
-    "cross_entropy": Fused(
-        forward="cross_entropy_fwd", backward="cross_entropy_bwd", adapter=_cross_entropy
+    "cross_entropy": Fused(  # only: and no weight (the adapter checks both)
+        "cross_entropy_bwd", "cross_entropy_fwd", only=(("smoothing", 0.0),), adapter=_cross_entropy
     ),
     "conv": Fused(forward="depthwise2d_fwd", backward="depthwise2d_bwd", adapter=_conv),
     "conv_transpose": Fused(forward="im2col", backward="col2im", adapter=_conv_transpose),

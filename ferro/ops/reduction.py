@@ -13,6 +13,7 @@ from collections import namedtuple
 
 import numpy as np
 
+from ferro._C.cpu_kernels import sum_all
 from ferro.backend import xp_of
 from ferro.errors import ArgumentError, ArgumentTypeError, IndexOutOfRangeError, ShapeError
 from ferro.ops._args import aliases
@@ -122,6 +123,9 @@ class Sum:
         ctx.axes = axes
         ctx.keepdims = keepdims
         if type(x) is np.ndarray:  # ndarray.sum's Python layer (_methods._sum) calls this
+            y = sum_all(x) if axes is None and not keepdims else NotImplemented
+            if y is not NotImplemented:  # Note [Two-core elementwise ops]
+                return y
             return np.add.reduce(x, axes, None, None, keepdims)
         return x.sum(axis=axes, keepdims=keepdims)
 

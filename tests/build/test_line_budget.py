@@ -52,8 +52,18 @@ pytestmark = pytest.mark.skipif(
 # chunks (conv.py 993 -> 1,005), the stacked recurrent layers in one node for the two-thread
 # wavefront (recurrent.py 612 -> 664), the deterministic-algorithms alerts through one add_at
 # and range indexes (shape.py and resampling.py, +5): 11,451 measured after the merges.
+#
+# Raised for ferro/_C from 6,500 to 6,540 for issue 16's two-core elementwise ops (session 8):
+# one binary kernel (add/sub/mul/div and the alpha= forms, in place or not, with its accept
+# and overlap checks) and the deterministic blocked sum, which the engine's direct ops, the op
+# classes, the in-place ops and gradient accumulation share (Note [Two-core elementwise ops]):
+# 140 lines measured (6,535), after 16 came back from the accumulation's own parallel loop and
+# refusal messages (now the shared ones) and 26 from declaring the backward loops of one
+# signature by their common type. Then to 6,640 for the CPU cross-entropy kernels (the pair the
+# GPU has, same meaning; 96 lines measured at 6,631): the MLP step of bench_mlp spent 66 us of
+# CPU in cross_entropy fwd+bwd on (64, 10), 31 us with them (NumPy's hand-written 20 us).
 BUDGETS = {
-    "ferro/_C": (6500, ("*.pyx", "*.pxd", "*.h", "*.py")),
+    "ferro/_C": (6640, ("*.pyx", "*.pxd", "*.h", "*.py")),
     "ferro/ops": (11470, ("*.py",)),
 }
 

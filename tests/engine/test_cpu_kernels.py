@@ -234,3 +234,46 @@ def test_accepts_grad_takes_contiguous_or_one_broadcast_value_only():
     assert not cpu_kernels.accepts_grad(np.ones((4, 3)), (y,))
     assert not cpu_kernels.accepts_grad(np.ones((3, 4)), (np.ones((4, 3)).T,))
     assert not cpu_kernels.accepts_grad([[1.0] * 4] * 3, (y,))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("per_row", [False, True])
+def test_cross_entropy_kernels_match_the_generic_op(dtype, per_row):
+    import ferro
+    from ferro._C.engine import set_overrides_enabled
+
+    rng = np.random.default_rng(0)
+    x = (rng.normal(size=(7, 37)) * 3).astype(dtype)  # 37: the 8-lane sums and a remainder
+    t = rng.integers(0, 37, 7)
+    t[3] = -100
+    loss, lse = cpu_kernels.cross_entropy_fwd(x, t)
+    prev = set_overrides_enabled(False)
+    try:
+        xt = ferro.tensor(x, requires_grad=True)
+        ref = ferro.cross_entropy(xt, ferro.tensor(t), reduction="none")
+        gy = (rng.normal(size=7) if per_row else np.array(0.5)).astype(dtype)
+        ref.backward(ferro.tensor(gy * np.ones(7, dtype)))
+    finally:
+        set_overrides_enabled(prev)
+    tol = dict(rtol=2e-6, atol=2e-6) if dtype == np.float32 else dict(rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(loss, ref.detach().numpy(), **tol)
+    assert loss.dtype == lse.dtype == dtype and loss[3] == 0
+    grad = cpu_kernels.cross_entropy_bwd(x, t, lse, gy, np.array([2.0]))
+    assert grad.dtype == dtype and not grad[3].any()
+    np.testing.assert_allclose(grad * 2, xt.grad.numpy(), **tol)
+
+
+def test_cross_entropy_kernels_nan_for_a_target_out_of_range_and_checks():
+    x = np.zeros((2, 4), np.float32)
+    loss, lse = cpu_kernels.cross_entropy_fwd(x, np.array([1, 7]))
+    assert np.isfinite(loss[0]) and np.isnan(loss[1])
+    grad = cpu_kernels.cross_entropy_bwd(x, np.array([1, 7]), lse, np.ones(()), np.ones(1))
+    assert np.isfinite(grad[0]).all() and np.isnan(grad[1]).all()
+    with pytest.raises(ArgumentError):  # the kernels index rows of C-contiguous logits
+        cpu_kernels.cross_entropy_fwd(np.zeros((4, 2), np.float32).T, np.array([1, 1]))
+    with pytest.raises(ShapeError):
+        cpu_kernels.cross_entropy_fwd(x, np.array([1, 1, 1]))
+    with pytest.raises(ShapeError):
+        cpu_kernels.cross_entropy_bwd(x, np.array([1, 1]), lse, np.ones(3, np.float32), 1.0)
+    with pytest.raises(ShapeError):
+        cpu_kernels.cross_entropy_bwd(x, np.array([1, 1]), lse[:1], np.ones(()), 1.0)

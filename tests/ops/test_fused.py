@@ -287,8 +287,6 @@ def test_every_table_kernel_is_implemented_with_one_meaning():
         "softmax_fwd",
         "log_softmax_fwd",
         "log_softmax_bwd",
-        "cross_entropy_fwd",
-        "cross_entropy_bwd",
         "unfold_cols",
         "fold_cols",
         "avg_pool_fwd",

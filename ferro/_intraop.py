@@ -77,6 +77,7 @@ class _State:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.pool: ThreadPoolExecutor | None = None
+        self.workers = 0  # the pool's size
         self.active = 0  # splits running
         self.blas_threads = 0  # the BLAS's count before the first of them
         self.local = threading.local()  # .inside: this thread runs a part
@@ -177,10 +178,11 @@ def run(fn, n: int) -> list:
             if state.blas_threads != 1:
                 _BLAS[1](1)
         state.active += 1
-        if state.pool is None or state.pool._max_workers < n - 1:
+        if state.workers < n - 1:
             if state.pool is not None:
                 state.pool.shutdown(wait=False)
             state.pool = ThreadPoolExecutor(n - 1, thread_name_prefix="ferro-intraop")
+            state.workers = n - 1
         pool = state.pool
     try:
         futures = [pool.submit(_part, fn, i) for i in range(1, n)]

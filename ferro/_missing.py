@@ -119,7 +119,7 @@ MODULE = {
 }
 
 
-_NO_DEVICE_ENTRY = ("ferro runs on the CPU (NumPy) and NVIDIA GPUs (CuPy) only", "", "devices")
+_NO_DEVICE = ("ferro runs on the CPU (NumPy) and NVIDIA GPUs (CuPy) only", "", "devices")
 
 # nn.Module method -> (why, the ferro way or "", section of docs/pytorch.md).
 NN_MODULE = {
@@ -134,9 +134,9 @@ NN_MODULE = {
         "call the module as it is",
         "what-is-missing",
     ),
-    "xpu": _NO_DEVICE_ENTRY,
-    "ipu": _NO_DEVICE_ENTRY,
-    "mtia": _NO_DEVICE_ENTRY,
+    "xpu": _NO_DEVICE,
+    "ipu": _NO_DEVICE,
+    "mtia": _NO_DEVICE,
 }
 
 
@@ -154,9 +154,6 @@ def tensor_attribute(name: str):
     if entry is None:
         raise AttributeError(f"'Tensor' object has no attribute {name!r}")
     raise MissingFeatureError(_message("Tensor.", name, entry))
-
-
-_NO_DEVICE = _NO_DEVICE_ENTRY
 
 
 class AbsentDevice:

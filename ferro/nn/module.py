@@ -613,21 +613,18 @@ class Module:
             for hook, opt in self._forward_hooks:  # always_call hooks see the failure as None
                 if opt.get("always_call"):
                     try:
-                        if opt.get("with_kwargs"):
-                            hook(self, args, kwargs, None)
-                        else:
-                            hook(self, args, None)
+                        self._forward_hook(hook, opt, args, kwargs, None)
                     except Exception:  # noqa: BLE001, S110 - the forward's error is the one raised
                         pass
             raise
         for hook, opt in self._forward_hooks:
-            if opt.get("with_kwargs"):
-                r = hook(self, args, kwargs, out)
-            else:
-                r = hook(self, args, out)
+            r = self._forward_hook(hook, opt, args, kwargs, out)
             if r is not None:
                 out = r
         return out
+
+    def _forward_hook(self, hook, opt, args, kwargs, out):
+        return hook(self, args, kwargs, out) if opt.get("with_kwargs") else hook(self, args, out)
 
     def register_forward_pre_hook(self, hook, *, prepend: bool = False, with_kwargs: bool = False):
         """``hook(module, args) -> new args | None`` runs before ``forward``; with

@@ -68,11 +68,26 @@ class _SpectralNorm:
         setattr(module, self.name, self.compute(module, module.training))
 
 
-def _find(module, kind, name, who):
+def _hook_key(module, kind, name):
+    """The handle key of ``module``'s ``kind`` hook on ``name``, or None."""
     for key, hook in module._forward_pre_hooks.fns.items():
         if isinstance(hook, kind) and hook.name == name:
-            return key, hook
-    raise ArgumentError(f"{who}: {name!r} of {type(module).__name__} has no such reparametrization")
+            return key
+    return None
+
+
+def _find(module, kind, name, who):
+    key = _hook_key(module, kind, name)
+    if key is None:
+        raise ArgumentError(
+            f"{who}: {name!r} of {type(module).__name__} has no such reparametrization"
+        )
+    return key, module._forward_pre_hooks.fns[key]
+
+
+def _refuse_second(module, kind, name, who):
+    if _hook_key(module, kind, name) is not None:
+        raise ArgumentError(f"{who}: {name!r} already has a {who} hook")
 
 
 def weight_norm(module, name: str = "weight", dim: int | None = 0):
@@ -81,9 +96,7 @@ def weight_norm(module, name: str = "weight", dim: int | None = 0):
     ``<name>_v``; returns ``module``."""
     from ferro.autograd import no_grad
 
-    for hook, _ in module._forward_pre_hooks:
-        if isinstance(hook, _WeightNorm) and hook.name == name:
-            raise ArgumentError(f"weight_norm: {name!r} already has a weight_norm hook")
+    _refuse_second(module, _WeightNorm, name, "weight_norm")
     fn = _WeightNorm(name, -1 if dim is None else dim)
     weight = getattr(module, name)
     with no_grad():
@@ -125,9 +138,7 @@ def spectral_norm(
         )
     if dim is None:
         dim = 1 if isinstance(module, _ConvTranspose) else 0
-    for hook, _ in module._forward_pre_hooks:
-        if isinstance(hook, _SpectralNorm) and hook.name == name:
-            raise ArgumentError(f"spectral_norm: {name!r} already has a spectral_norm hook")
+    _refuse_second(module, _SpectralNorm, name, "spectral_norm")
     fn = _SpectralNorm(name, int(n_power_iterations), dim, eps)
     weight = getattr(module, name)
     with no_grad():

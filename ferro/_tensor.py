@@ -487,6 +487,39 @@ class Tensor(TensorBase):
 
     t = _sh.t
 
+    def _reshape_in_place(self, view, op: str):
+        # PyTorch's in-place shape methods: self takes the shape of ``view``, a view of its own
+        # memory. A tensor with history would need its node's output to change shape, which
+        # ferro's graph does not do: those are refused, naming the out-of-place form.
+        if self.grad_fn is not None:
+            raise GraphError(
+                f"{op}: ferro cannot change the shape of a tensor with history (grad_fn) in "
+                f"place; use t = t.{op[:-1]}(...) instead"
+            )
+        if self.requires_grad and _engine.is_grad_enabled():
+            raise GraphError(
+                f"{op}: a leaf tensor that requires grad cannot be modified in place; wrap it "
+                "in ferro.no_grad()"
+            )
+        self.data = view
+        return self
+
+    def unsqueeze_(self, dim: int) -> Tensor:
+        """``unsqueeze`` in place (a tensor without history; returns ``self``)."""
+        return self._reshape_in_place(_sh.unsqueeze(self.detach(), dim), "unsqueeze_")
+
+    def squeeze_(self, dim=None) -> Tensor:
+        """``squeeze`` in place (a tensor without history; returns ``self``)."""
+        return self._reshape_in_place(_sh.squeeze(self.detach(), dim), "squeeze_")
+
+    def t_(self) -> Tensor:
+        """``t`` in place (a tensor without history; returns ``self``)."""
+        return self._reshape_in_place(_sh.t(self.detach()), "t_")
+
+    def transpose_(self, dim0: int, dim1: int) -> Tensor:
+        """``transpose`` in place (a tensor without history; returns ``self``)."""
+        return self._reshape_in_place(_sh.transpose(self.detach(), dim0, dim1), "transpose_")
+
     def mm(self, mat2) -> Tensor:
         """The matrix product of two 2-D tensors (``ferro.mm``)."""
         return _la.mm(self, mat2)

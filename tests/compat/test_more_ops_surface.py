@@ -167,3 +167,44 @@ def test_isclose_allclose_equal():
     assert ferro.allclose(a, b, atol=1.0, equal_nan=True) is True
     assert ferro.equal(ferro.tensor([1, 2]), ferro.tensor([1, 2])) is True
     assert not ferro.equal(ferro.ones(2), ferro.ones(3)) and ferro.ones(2).allclose(ferro.ones(2))
+
+
+# The char-RNN generation tutorial's ``target_line_tensor.unsqueeze_(-1)`` (a gap found by the
+# ports): the in-place shape methods, for tensors without history.
+def test_in_place_shape_methods_reshape_the_tensor_itself():
+    from ferro.errors import GraphError
+
+    x = ferro.tensor([1, 2, 3])
+    view = x[:]
+    assert x.unsqueeze_(-1) is x and x.shape == (3, 1) and view.shape == (3,)
+    x[0, 0] = 7  # still the same memory
+    assert view.tolist() == [7, 2, 3]
+    assert x.t_().shape == (1, 3) and x.squeeze_(0).shape == (3,)
+    assert ferro.zeros(2, 3, 4).transpose_(0, 2).shape == (4, 3, 2)
+    assert ferro.zeros(1, 2, 1).squeeze_().shape == (2,)
+    w = ferro.ones(2, requires_grad=True)
+    with pytest.raises(GraphError, match="unsqueeze_: a leaf tensor that requires grad"):
+        w.unsqueeze_(0)
+    with pytest.raises(GraphError, match=r"use t = t.unsqueeze\(...\) instead"):
+        (w * 2).unsqueeze_(0)
+    with ferro.no_grad():
+        assert w.unsqueeze_(0).shape == (1, 2) and w.requires_grad
+    (w.sum() * 2).backward()
+    assert w.grad.shape == (1, 2)
+
+
+@pytest.mark.torch
+def test_in_place_shape_methods_match_torch():
+    torch = pytest.importorskip("torch")
+    a = np.arange(24.0).reshape(2, 1, 3, 4)
+    for name, args in (
+        ("unsqueeze_", (1,)),
+        ("squeeze_", (1,)),
+        ("squeeze_", ()),
+        ("transpose_", (0, 3)),
+    ):
+        ours, theirs = getattr(ferro.tensor(a), name)(*args), getattr(torch.tensor(a), name)(*args)
+        np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
+    np.testing.assert_array_equal(
+        ferro.tensor(a[0, 0]).t_().numpy(), torch.tensor(a[0, 0]).t_().numpy()
+    )

@@ -309,7 +309,9 @@ def mm(input, mat2):  # noqa: A002 - PyTorch's argument names
 
 def spmm(input, mat2):  # noqa: A002
     """``mm`` under PyTorch's sparse-times-dense name (GCN code calls it): ferro's tensors are
-    dense, so it is ``mm``."""
+    dense, so it is ``mm``.
+
+    Gradient: mm's, ginput = gy @ mat2.T, gmat2 = input.T @ gy."""
     return mm(input, mat2)
 
 

@@ -504,6 +504,27 @@ class Tensor(TensorBase):
         self.data = view
         return self
 
+    def share_memory_(self) -> Tensor:
+        """Move this CPU tensor's data into shared memory (no-op if it is there) and return it:
+        processes this tensor is then sent to (multiprocessing arguments, queues, pipes) or
+        forked into see and make the same changes (Note [Shared-memory tensors] in
+        ferro/_shared.py). Views taken before keep the old memory."""
+        from ferro import _shared
+
+        if not isinstance(self._data, np.ndarray):
+            raise DeviceError(
+                f"share_memory_: only CPU tensors can be moved into shared memory, got one on "
+                f"{self.device}"
+            )
+        self.data = _shared.share(self._data)
+        return self
+
+    def is_shared(self) -> bool:
+        """Whether the data is in shared memory (after :meth:`share_memory_`)."""
+        from ferro import _shared
+
+        return isinstance(self._data, np.ndarray) and _shared.block_of(self._data) is not None
+
     def unsqueeze_(self, dim: int) -> Tensor:
         """``unsqueeze`` in place (a tensor without history; returns ``self``)."""
         return self._reshape_in_place(_sh.unsqueeze(self.detach(), dim), "unsqueeze_")

@@ -308,9 +308,7 @@ def mm(input, mat2):  # noqa: A002 - PyTorch's argument names
 
 
 def spmm(input, mat2):  # noqa: A002
-    """``mm`` under PyTorch's sparse-times-dense name (GCN code calls it): ferro's tensors are
-    dense, so it is ``mm``.
-
+    """``mm`` under PyTorch's sparse-times-dense name (ferro's tensors are dense).
     Gradient: mm's, ginput = gy @ mat2.T, gmat2 = input.T @ gy."""
     return mm(input, mat2)
 

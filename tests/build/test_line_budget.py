@@ -52,6 +52,10 @@ pytestmark = pytest.mark.skipif(
 # chunks (conv.py 993 -> 1,005), the stacked recurrent layers in one node for the two-thread
 # wavefront (recurrent.py 612 -> 664), the deterministic-algorithms alerts through one add_at
 # and range indexes (shape.py and resampling.py, +5): 11,451 measured after the merges.
+# Then to 11,480 for gaps the session 9 ports met (helper port9): dropout2d reading every rank
+# as PyTorch 2.13 does (mnist_rnn's Dropout2d on (N, 64); 3-D as (N, C, L)), +9, and spmm, the
+# sparse-times-dense name GCN code calls (mm on dense tensors), +5: 11,476 measured, from
+# main's 11,462.
 #
 # Raised for ferro/_C from 6,500 to 6,540 for issue 16's two-core elementwise ops (session 8):
 # one binary kernel (add/sub/mul/div and the alpha= forms, in place or not, with its accept
@@ -64,7 +68,7 @@ pytestmark = pytest.mark.skipif(
 # CPU in cross_entropy fwd+bwd on (64, 10), 31 us with them (NumPy's hand-written 20 us).
 BUDGETS = {
     "ferro/_C": (6640, ("*.pyx", "*.pxd", "*.h", "*.py")),
-    "ferro/ops": (11470, ("*.py",)),
+    "ferro/ops": (11480, ("*.py",)),
 }
 
 

@@ -208,3 +208,26 @@ def test_in_place_shape_methods_match_torch():
     np.testing.assert_array_equal(
         ferro.tensor(a[0, 0]).t_().numpy(), torch.tensor(a[0, 0]).t_().numpy()
     )
+
+
+# pytorch/examples mnist_rnn applies nn.Dropout2d to the LSTM's (N, 64) output: PyTorch reads
+# every rank as (N, C, ...) with a warning (a 3-D input as (N, C, L)); ferro raised ShapeError
+# on 2-D and read 3-D as (C, H, W) (gaps found by the ports).
+@pytest.mark.parametrize("shape", [(40, 50), (20, 30, 6), (10, 12, 2, 2, 2)])
+def test_dropout2d_draws_per_sample_and_channel_at_every_rank(shape):
+    def granularity(y):
+        zero = np.asarray(y).reshape(shape[0], shape[1], -1) == 0
+        whole = (zero.all(-1) == zero.any(-1)).all()  # each (n, c) slice all kept or all dropped
+        return whole, 0.3 < zero[..., 0].mean() < 0.7, len({tuple(r) for r in zero[..., 0]}) > 1
+
+    ferro.manual_seed(0)
+    with pytest.warns(UserWarning, match=f"dropout2d: a {len(shape)}-D input is read as"):
+        y = ferro.nn.Dropout2d(0.5)(ferro.ones(*shape))
+    assert granularity(y.numpy()) == (True, True, True)
+    try:
+        import torch
+    except ImportError:
+        return
+    with pytest.warns(UserWarning):
+        expected = granularity(torch.nn.Dropout2d(0.5)(torch.ones(*shape)).numpy())
+    assert expected == (True, True, True)

@@ -104,7 +104,7 @@ def dropout2d(input, p: float = 0.5, training: bool = True):  # noqa: A002
     Gradient: gx = gy * mask (the same per-channel mask, scaled).
     """
     if input.ndim >= 2 and input.ndim != 4:
-        why = "one draw per (N, C) entry, as PyTorch does; dropout1d or dropout say so"
+        why = "one draw per (N, C) entry, as PyTorch does (dropout1d/dropout say it plainly)"
         warnings.warn(
             f"dropout2d: a {input.ndim}-D input is read as (N, C, ...), {why}", stacklevel=3
         )

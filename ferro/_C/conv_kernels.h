@@ -28,7 +28,7 @@ FERRO_INLINE void ferro_wino_pairs(ptrdiff_t wd, ptrdiff_t pw, ptrdiff_t n, ptrd
 
 #define FERRO_WINO(T, S)                                                                        \
 /* Bᵀ over 4 rows of n: d0 - d2, d1 + d2, d2 - d1, d1 - d3 (the depth's too, rows = planes). */ \
-FERRO_INLINE void ferro_wino_rows_in_##S(const T *restrict d, T *restrict r, ptrdiff_t n) {      \
+FERRO_INLINE void ferro_wino_rows_in_##S(const T *restrict d, T *restrict r, ptrdiff_t n) {     \
     ptrdiff_t k;                                                                                \
     _Pragma("omp simd")                                                                         \
     for (k = 0; k < n; k++) {                                                                   \
@@ -68,124 +68,131 @@ FERRO_INLINE void ferro_wino_rows_out_##S(const T *restrict d, T *restrict y0, T
         for (k = 0; k < n; k++) y1[k] = d[n + k] - d[2 * n + k] - d[3 * n + k];                 \
     }                                                                                           \
 }                                                                                               \
-/* Bᵀ d B of the tiles of the plane src (h, wd) zero-padded by ph, pw; d: 16 (tw + 1). */       \
+/* Bᵀ d B of the tiles of the plane src (h, wd) zero-padded by ph, pw. B along each padded   \
+ * row first (its tw windows of 4 columns, 2 apart, from the row's even and odd columns), into \
+ * the 4 column terms' planes of even rows E_j and of odd rows O_j (th + 1 rows of tw each);   \
+ * then Bᵀ across the rows over whole planes of tiles: tile row ty's 4 rows are E[ty], O[ty],  \
+ * E[ty + 1], O[ty + 1], a row (tw) apart, so each loop runs over all th tw tiles.             \
+ * d: 8 (th + 1) tw + 2 (tw + 1). */                                                            \
 FERRO_INLINE void ferro_wino_in_plane_##S(const T *restrict src, T *restrict out,               \
                                           T *restrict d, ptrdiff_t h, ptrdiff_t wd,             \
                                           ptrdiff_t ph, ptrdiff_t pw, ptrdiff_t th,             \
                                           ptrdiff_t tw, ptrdiff_t ps) {                         \
-    ptrdiff_t n = tw + 1, ty, tx, i, k, ka, kb;                                                 \
-    T *e = d, *o = d + 4 * n, *re = d + 8 * n, *ro = d + 12 * n;                                \
+    ptrdiff_t n = tw + 1, sz = (th + 1) * tw, nt = th * tw, y, k, t, j, ka, kb;                 \
+    T *le = d + 8 * sz, *lo = le + n;                                                           \
     ferro_wino_pairs(wd, pw, n, &ka, &kb);                                                      \
-    for (ty = 0; ty < th; ty++) {                                                               \
-        for (i = 0; i < 4; i++) { /* the 4 input rows' even and odd columns, zero-padded */     \
-            ptrdiff_t iy = 2 * ty - ph + i;                                                     \
-            T *er = e + i * n, *orw = o + i * n;                                                \
-            const T *row = src + iy * wd;                                                       \
-            if (iy < 0 || iy >= h) {                                                            \
-                for (k = 0; k < n; k++) er[k] = orw[k] = 0;                                     \
-                continue;                                                                       \
-            }                                                                                   \
-            for (k = 0; k < ka; k++) {                                                          \
-                er[k] = 2 * k - pw >= 0 && 2 * k - pw < wd ? row[2 * k - pw] : 0;               \
-                orw[k] = 2 * k + 1 - pw >= 0 && 2 * k + 1 - pw < wd ? row[2 * k + 1 - pw] : 0;  \
-            }                                                                                   \
-            _Pragma("omp simd")                                                                 \
-            for (k = ka; k < kb; k++) {                                                         \
-                er[k] = row[2 * k - pw];                                                        \
-                orw[k] = row[2 * k + 1 - pw];                                                   \
-            }                                                                                   \
-            for (k = kb; k < n; k++) {                                                          \
-                er[k] = 2 * k - pw >= 0 && 2 * k - pw < wd ? row[2 * k - pw] : 0;               \
-                orw[k] = 2 * k + 1 - pw >= 0 && 2 * k + 1 - pw < wd ? row[2 * k + 1 - pw] : 0;  \
-            }                                                                                   \
+    for (y = 0; y < 2 * th + 2; y++) {                                                          \
+        ptrdiff_t iy = y - ph;                                                                  \
+        T *c = d + (y & 1) * 4 * sz + (y >> 1) * tw;                                            \
+        const T *row = src + iy * wd;                                                           \
+        if (iy < 0 || iy >= h) {                                                                \
+            for (j = 0; j < 4; j++)                                                             \
+                for (k = 0; k < tw; k++) c[j * sz + k] = 0;                                     \
+            continue;                                                                           \
         }                                                                                       \
-        ferro_wino_rows_in_##S(e, re, n); /* Bᵀ over the rows, even and odd columns alike */ \
-        ferro_wino_rows_in_##S(o, ro, n);                                                       \
-        for (i = 0; i < 4; i++) { /* B along each row: E[t] - E[t+1], O[t] + E[t+1], ... */    \
-            const T *E = re + i * n, *O = ro + i * n;                                           \
-            T *o0 = out + 4 * i * ps + ty * tw, *o1 = o0 + ps, *o2 = o1 + ps, *o3 = o2 + ps;    \
-            _Pragma("omp simd")                                                                 \
-            for (tx = 0; tx < tw; tx++) {                                                       \
-                o0[tx] = E[tx] - E[tx + 1];                                                     \
-                o1[tx] = O[tx] + E[tx + 1];                                                     \
-                o2[tx] = E[tx + 1] - O[tx];                                                     \
-                o3[tx] = O[tx] - O[tx + 1];                                                     \
-            }                                                                                   \
+        for (k = 0; k < ka; k++) {                                                              \
+            le[k] = 2 * k - pw >= 0 && 2 * k - pw < wd ? row[2 * k - pw] : 0;                   \
+            lo[k] = 2 * k + 1 - pw >= 0 && 2 * k + 1 - pw < wd ? row[2 * k + 1 - pw] : 0;       \
+        }                                                                                       \
+        _Pragma("omp simd")                                                                     \
+        for (k = ka; k < kb; k++) {                                                             \
+            le[k] = row[2 * k - pw];                                                            \
+            lo[k] = row[2 * k + 1 - pw];                                                        \
+        }                                                                                       \
+        for (k = kb; k < n; k++) {                                                              \
+            le[k] = 2 * k - pw >= 0 && 2 * k - pw < wd ? row[2 * k - pw] : 0;                   \
+            lo[k] = 2 * k + 1 - pw >= 0 && 2 * k + 1 - pw < wd ? row[2 * k + 1 - pw] : 0;       \
+        }                                                                                       \
+        _Pragma("omp simd")                                                                     \
+        for (k = 0; k < tw; k++) { /* B: c0 - c2, c1 + c2, c2 - c1, c1 - c3 */                  \
+            c[k] = le[k] - le[k + 1];                                                           \
+            c[sz + k] = lo[k] + le[k + 1];                                                      \
+            c[2 * sz + k] = le[k + 1] - lo[k];                                                  \
+            c[3 * sz + k] = lo[k] - lo[k + 1];                                                  \
+        }                                                                                       \
+    }                                                                                           \
+    for (j = 0; j < 4; j++) { /* Bᵀ: value 4i + j */                                            \
+        const T *E = d + j * sz, *O = d + (4 + j) * sz;                                         \
+        T *o0 = out + j * ps, *o1 = o0 + 4 * ps, *o2 = o1 + 4 * ps, *o3 = o2 + 4 * ps;          \
+        _Pragma("omp simd")                                                                     \
+        for (t = 0; t < nt; t++) {                                                              \
+            o0[t] = E[t] - E[t + tw];                                                           \
+            o1[t] = O[t] + E[t + tw];                                                           \
+            o2[t] = E[t + tw] - O[t];                                                           \
+            o3[t] = O[t] - O[t + tw];                                                           \
         }                                                                                       \
     }                                                                                           \
 }                                                                                               \
                                                                                                 \
-/* The plane y (oh, ow) = Aᵀ m A of the tiles of m, cropped; t: 8 tw. */                        \
+/* The plane y (oh, ow) = Aᵀ m A of the tiles of m, cropped: Aᵀ across the rows over whole     \
+ * planes of tiles first (tile row i = 0, 1 of column term j at t + (4i + j) th tw), then A    \
+ * along each output row. t: 8 th tw. */                                                        \
 FERRO_INLINE void ferro_wino_out_plane_##S(const T *restrict m, T *restrict y, T *restrict t,   \
                                            ptrdiff_t oh, ptrdiff_t ow, ptrdiff_t th,            \
                                            ptrdiff_t tw, ptrdiff_t ps) {                        \
-    ptrdiff_t ty, tx, i, k, full = ow / 2;                                                      \
-    for (ty = 0; ty < th; ty++) {                                                               \
-        const T *mp = m + ty * tw;                                                              \
-        for (k = 0; k < 4; k++) { /* Aᵀ over the tile's rows */                                 \
-            const T *a = mp + k * ps, *b = mp + (4 + k) * ps, *c = mp + (8 + k) * ps;           \
-            const T *f = mp + (12 + k) * ps;                                                    \
-            T *s0 = t + k * tw, *s1 = t + (4 + k) * tw;                                         \
-            _Pragma("omp simd")                                                                 \
-            for (tx = 0; tx < tw; tx++) {                                                       \
-                s0[tx] = a[tx] + b[tx] + c[tx];                                                 \
-                s1[tx] = b[tx] - c[tx] - f[tx];                                                 \
-            }                                                                                   \
+    ptrdiff_t nt = th * tw, full = ow / 2, j, k, yy;                                            \
+    for (j = 0; j < 4; j++) {                                                                   \
+        const T *a = m + j * ps, *b = a + 4 * ps, *c = b + 4 * ps, *f = c + 4 * ps;             \
+        T *s0 = t + j * nt, *s1 = t + (4 + j) * nt;                                             \
+        _Pragma("omp simd")                                                                     \
+        for (k = 0; k < nt; k++) {                                                              \
+            s0[k] = a[k] + b[k] + c[k];                                                         \
+            s1[k] = b[k] - c[k] - f[k];                                                         \
         }                                                                                       \
-        for (i = 0; i < 2 && 2 * ty + i < oh; i++) { /* then A along each output row */         \
-            const T *s = t + 4 * i * tw;                                                        \
-            T *yrow = y + (2 * ty + i) * ow;                                                    \
-            _Pragma("omp simd")                                                                 \
-            for (tx = 0; tx < full; tx++) {                                                     \
-                yrow[2 * tx] = s[tx] + s[tw + tx] + s[2 * tw + tx];                             \
-                yrow[2 * tx + 1] = s[tw + tx] - s[2 * tw + tx] - s[3 * tw + tx];                \
-            }                                                                                   \
-            if (full < tw) yrow[2 * full] = s[full] + s[tw + full] + s[2 * tw + full];          \
+    }                                                                                           \
+    for (yy = 0; yy < oh; yy++) {                                                               \
+        const T *s = t + (yy & 1) * 4 * nt + (yy >> 1) * tw;                                    \
+        T *yrow = y + yy * ow;                                                                  \
+        _Pragma("omp simd")                                                                     \
+        for (k = 0; k < full; k++) {                                                            \
+            yrow[2 * k] = s[k] + s[nt + k] + s[2 * nt + k];                                     \
+            yrow[2 * k + 1] = s[nt + k] - s[2 * nt + k] - s[3 * nt + k];                        \
         }                                                                                       \
+        if (full < tw) yrow[2 * full] = s[full] + s[nt + full] + s[2 * nt + full];              \
     }                                                                                           \
 }                                                                                               \
                                                                                                 \
 /* A g Aᵀ of the 2x2 tiles of the plane src (oh, ow), zero past the crop: the adjoint of       \
- * out_plane (A = [[1, 0], [1, 1], [1, -1], [0, -1]]); t: 12 tw. */                            \
+ * out_plane (A = [[1, 0], [1, 1], [1, -1], [0, -1]]). Along each row first (its even and odd  \
+ * columns E, O give E, E + O, E - O, -O), into the even rows' and odd rows' planes, then A    \
+ * across the rows over whole planes of tiles. t: 8 th tw. */                                   \
 FERRO_INLINE void ferro_wino_out_grad_plane_##S(const T *restrict src, T *restrict out,         \
                                                 T *restrict t, ptrdiff_t oh, ptrdiff_t ow,      \
                                                 ptrdiff_t th, ptrdiff_t tw, ptrdiff_t ps) {     \
-    ptrdiff_t ty, tx, i, k, full = ow / 2;                                                      \
-    T *g = t, *r = t + 4 * tw; /* the rows' even and odd columns; A over the rows */            \
-    for (ty = 0; ty < th; ty++) {                                                               \
-        for (i = 0; i < 2; i++) {                                                               \
-            T *ge = g + 2 * i * tw, *go = ge + tw;                                              \
-            const T *row = src + (2 * ty + i) * ow;                                             \
-            if (2 * ty + i >= oh) {                                                             \
-                for (k = 0; k < tw; k++) ge[k] = go[k] = 0;                                     \
-                continue;                                                                       \
-            }                                                                                   \
-            _Pragma("omp simd")                                                                 \
-            for (k = 0; k < full; k++) {                                                        \
-                ge[k] = row[2 * k];                                                             \
-                go[k] = row[2 * k + 1];                                                         \
-            }                                                                                   \
-            for (k = full; k < tw; k++) {                                                       \
-                ge[k] = 2 * k < ow ? row[2 * k] : 0;                                            \
-                go[k] = 0;                                                                      \
-            }                                                                                   \
+    ptrdiff_t nt = th * tw, full = ow / 2, j, k, yy;                                            \
+    for (yy = 0; yy < 2 * th; yy++) {                                                           \
+        T *c = t + (yy & 1) * 4 * nt + (yy >> 1) * tw;                                          \
+        const T *row = src + yy * ow;                                                           \
+        if (yy >= oh) {                                                                         \
+            for (j = 0; j < 4; j++)                                                             \
+                for (k = 0; k < tw; k++) c[j * nt + k] = 0;                                     \
+            continue;                                                                           \
         }                                                                                       \
-        ferro_wino_rows_grad_##S(g, 1, r, 2 * tw); /* rows g0, g0 + g1, g0 - g1, -g1 */        \
-        for (i = 0; i < 4; i++) {                                                               \
-            const T *E = r + 2 * i * tw, *O = E + tw;                                           \
-            T *o0 = out + 4 * i * ps + ty * tw, *o1 = o0 + ps, *o2 = o1 + ps, *o3 = o2 + ps;    \
-            _Pragma("omp simd")                                                                 \
-            for (tx = 0; tx < tw; tx++) {                                                       \
-                o0[tx] = E[tx];                                                                 \
-                o1[tx] = E[tx] + O[tx];                                                         \
-                o2[tx] = E[tx] - O[tx];                                                         \
-                o3[tx] = -O[tx];                                                                \
-            }                                                                                   \
+        _Pragma("omp simd")                                                                     \
+        for (k = 0; k < full; k++) {                                                            \
+            T e = row[2 * k], o = row[2 * k + 1];                                               \
+            c[k] = e;                                                                           \
+            c[nt + k] = e + o;                                                                  \
+            c[2 * nt + k] = e - o;                                                              \
+            c[3 * nt + k] = -o;                                                                 \
+        }                                                                                       \
+        if (full < tw) c[full] = c[nt + full] = c[2 * nt + full] = row[2 * full];               \
+        if (full < tw) c[3 * nt + full] = 0;                                                    \
+    }                                                                                           \
+    for (j = 0; j < 4; j++) { /* A: value 4i + j from g0 (even rows) and g1 (odd rows) */       \
+        const T *g0 = t + j * nt, *g1 = t + (4 + j) * nt;                                       \
+        T *o0 = out + j * ps, *o1 = o0 + 4 * ps, *o2 = o1 + 4 * ps, *o3 = o2 + 4 * ps;          \
+        _Pragma("omp simd")                                                                     \
+        for (k = 0; k < nt; k++) {                                                              \
+            o0[k] = g0[k];                                                                      \
+            o1[k] = g0[k] + g1[k];                                                              \
+            o2[k] = g0[k] - g1[k];                                                              \
+            o3[k] = -g1[k];                                                                     \
         }                                                                                       \
     }                                                                                           \
 }                                                                                               \
                                                                                                 \
-/* 2-d: one plane each (scratch 16 (tw + 1)). */                                                \
+/* 2-d: one plane each (scratch: 8 (th + 1) tw + 2 (tw + 1)). */                                \
 static FERRO_CLONES void ferro_wino_in2_##S(const T *src, T *out, T *d, ptrdiff_t h,            \
                                             ptrdiff_t wd, ptrdiff_t ph, ptrdiff_t pw,           \
                                             ptrdiff_t th, ptrdiff_t tw, ptrdiff_t ps) {         \

@@ -465,7 +465,7 @@ def col2im(col_, tuple stride, tuple pads, tuple dilation, gx_):
     return gx
 
 
-# --- Winograd F(2x2, 3x3) and F(2x2x2, 3x3x3) transforms (stride-1, undilated 3x3 convolutions)
+# --- Winograd F(2x2, 3x3) and F(2x2x2, 3x3x3) transforms (stride 1, undilated, 3x3(x3)) ---
 # y = Aᵀ [(G w Gᵀ) ⊙ (Bᵀ d B)] A per 2x2 output tile, d the tile's 4x4 input window (G, on the
 # weight, is applied in NumPy). The 16 products per tile are 16 GEMMs over the channels, 2.25x
 # fewer multiplies than im2col's 36. In 3-d (64 products per 2x2x2 tile) the transforms are
@@ -612,7 +612,9 @@ def _winograd(str who, int which, src_, dst_, tuple pads, object depth):
     cdef Py_ssize_t ph = pads[nd - 2][0] if which == 0 else 0
     cdef Py_ssize_t pw = pads[nd - 1][0] if which == 0 else 0
     cdef Py_ssize_t th = tiles[nd - 2], tw = tiles[nd - 1], a0 = t0, a1 = blk
-    cdef Py_ssize_t per = 16 * (tw + 1) + (8 * max(h * wd, oh * ow) if nd == 3 else 0)
+    cdef Py_ssize_t per = 8 * (th + 1) * tw + 2 * (tw + 1)
+    if nd == 3:  # the depth's 8 planes
+        per += 8 * max(h * wd, oh * ow)
     cdef int nt = _team(c * blk * nb * th * tw << 2 * nd)
     cdef cnp.ndarray rows = np.empty(nt * per, dtype=src_.dtype)
     if cnp.PyArray_TYPE(src) == cnp.NPY_FLOAT32:

@@ -255,4 +255,82 @@ static FERRO_CLONES void ferro_wino_out_grad3_##S(const T *g, int two, T *out, p
 FERRO_WINO(float, f32)
 FERRO_WINO(double, f64)
 
+/* 1-d Winograd F(m, r): a dense (small) matrix, given in float64, times strided windows. */
+#define FERRO_WINO1_MAX 16 /* the most rows and columns such a matrix may have */
+
+#define FERRO_WINO1(T, S)                                                                       \
+/* o[t] = sum_e a[e] src[at[e] + t], t < n, the terms added in order to 0: blocks of 64 tiles \
+ * summed in a local array (one vectorized pass per term; o and src may not alias it). */     \
+FERRO_INLINE void ferro_wino1_axpys_##S(T *o, const T *src, const ptrdiff_t *at, const T *a,    \
+                                        ptrdiff_t nz, ptrdiff_t n) {                            \
+    T acc[64];                                                                                  \
+    ptrdiff_t e, t, t0, nb;                                                                     \
+    for (t0 = 0; t0 < n; t0 += 64) {                                                            \
+        nb = n - t0 < 64 ? n - t0 : 64;                                                         \
+        for (t = 0; t < 64; t++) acc[t] = 0;                                                    \
+        for (e = 0; e < nz; e++) {                                                              \
+            const T *r = src + at[e] + t0;                                                      \
+            T ae = a[e];                                                                        \
+            if (nb == 64) { /* a whole block: a constant trip count, acc held in registers */   \
+                _Pragma("omp simd")                                                             \
+                for (t = 0; t < 64; t++) acc[t] += ae * r[t];                                   \
+            } else {                                                                            \
+                _Pragma("omp simd")                                                             \
+                for (t = 0; t < nb; t++) acc[t] += ae * r[t];                                   \
+            }                                                                                   \
+        }                                                                                       \
+        _Pragma("omp simd")                                                                     \
+        for (t = 0; t < nb; t++) o[t0 + t] = acc[t];                                            \
+    }                                                                                           \
+}                                                                                               \
+/* The rows i < p of one (channel, sample) of v: out[i ps + t] = sum_j mat[i q + j]             \
+ * x[m t - lo + j] (zero outside [0, n)), t < tiles. The row is first split into its m phases  \
+ * (d: m rows of w = tiles + (q - 1) / m), so that window element j over the tiles is one      \
+ * contiguous run (phase j % m from j / m on), and each output row is one pass over the tiles  \
+ * per nonzero entry of mat. */                                                                 \
+static FERRO_CLONES void ferro_wino1_gather_##S(const T *src, ptrdiff_t n, const double *mat,   \
+                                                ptrdiff_t p, ptrdiff_t q, ptrdiff_t m,          \
+                                                ptrdiff_t lo, ptrdiff_t tiles, T *out,          \
+                                                ptrdiff_t ps, T *d) {                           \
+    ptrdiff_t w = tiles + (q - 1) / m, i, j, k, nz, at[FERRO_WINO1_MAX];                  \
+    T a[FERRO_WINO1_MAX];                                                                       \
+    for (i = 0; i < m; i++) {                                                                   \
+        ptrdiff_t k0 = i >= lo ? 0 : (lo - i + m - 1) / m;                                      \
+        ptrdiff_t k1 = n - 1 + lo - i < 0 ? 0 : (n - 1 + lo - i) / m + 1;                       \
+        T *di = d + i * w;                                                                      \
+        const T *si = src + i - lo;                                                             \
+        k0 = k0 < w ? k0 : w;                                                                   \
+        k1 = k1 < w ? (k1 > k0 ? k1 : k0) : w;                                                  \
+        for (k = 0; k < k0; k++) di[k] = 0;                                                     \
+        for (k = k0; k < k1; k++) di[k] = si[m * k];                                            \
+        for (k = k1; k < w; k++) di[k] = 0;                                                     \
+    }                                                                                           \
+    for (i = 0; i < p; i++) {                                                                   \
+        T *o = out + i * ps;                                                                    \
+        for (j = nz = 0; j < q; j++)                                                            \
+            if (mat[i * q + j] != 0) at[nz] = (j % m) * w + j / m, a[nz++] = (T)mat[i * q + j]; \
+        ferro_wino1_axpys_##S(o, d, at, a, nz, tiles);                                          \
+    }                                                                                           \
+}                                                                                               \
+/* One (channel, sample) row y (n) = mat (m x p) times each tile's p values src[k ps + t]:     \
+ * tile t's m outputs at m t + i, cropped at n (s: m rows of tiles). */                        \
+static FERRO_CLONES void ferro_wino1_scatter_##S(const T *src, ptrdiff_t ps, const double *mat, \
+                                                 ptrdiff_t m, ptrdiff_t p, ptrdiff_t tiles,     \
+                                                 T *y, ptrdiff_t n, T *s) {                     \
+    ptrdiff_t i, k, t, nz, at[FERRO_WINO1_MAX];                                              \
+    T a[FERRO_WINO1_MAX];                                                                       \
+    for (i = 0; i < m; i++) {                                                                   \
+        T *si = s + i * tiles;                                                                  \
+        for (k = nz = 0; k < p; k++)                                                            \
+            if (mat[i * p + k] != 0) at[nz] = k * ps, a[nz++] = (T)mat[i * p + k];              \
+        ferro_wino1_axpys_##S(si, src, at, a, nz, tiles);                                       \
+    }                                                                                           \
+    for (t = 0; t < tiles && m * t + m <= n; t++)                                               \
+        for (i = 0; i < m; i++) y[m * t + i] = s[i * tiles + t];                                \
+    for (i = 0; t < tiles && m * t + i < n; i++) y[m * t + i] = s[i * tiles + t];               \
+}
+
+FERRO_WINO1(float, f32)
+FERRO_WINO1(double, f64)
+
 #endif

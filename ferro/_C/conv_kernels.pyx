@@ -669,74 +669,51 @@ def winograd_output_grad(gy_, dm_, depth=None):
 
 # --- 1-d Winograd F(m, r) transforms: dense (small) matrices, given by the caller --------------
 
+cdef extern from "conv_kernels.h" nogil:
+    int FERRO_WINO1_MAX
+    void ferro_wino1_gather_f32(const float*, Py_ssize_t, const double*, Py_ssize_t, Py_ssize_t,
+                                Py_ssize_t, Py_ssize_t, Py_ssize_t, float*, Py_ssize_t, float*)
+    void ferro_wino1_gather_f64(const double*, Py_ssize_t, const double*, Py_ssize_t, Py_ssize_t,
+                                Py_ssize_t, Py_ssize_t, Py_ssize_t, double*, Py_ssize_t, double*)
+    void ferro_wino1_scatter_f32(const float*, Py_ssize_t, const double*, Py_ssize_t, Py_ssize_t,
+                                 Py_ssize_t, float*, Py_ssize_t, float*)
+    void ferro_wino1_scatter_f64(const double*, Py_ssize_t, const double*, Py_ssize_t,
+                                 Py_ssize_t, Py_ssize_t, double*, Py_ssize_t, double*)
 
-@cython.boundscheck(False)
-@cython.wraparound(False)
+
 @cython.cdivision(True)
 cdef void _wino1_gather(const floating_t* x, const double* mat, floating_t* v, floating_t* rows,
                         Py_ssize_t nb, Py_ssize_t c, Py_ssize_t n, Py_ssize_t p, Py_ssize_t q,
                         Py_ssize_t m, Py_ssize_t lo, Py_ssize_t tiles, int nt) noexcept nogil:
     # v (p, c, nb*tiles) = mat (p x q) times each window x[m*t - lo + j], j < q, of the rows of
-    # x (nb, c, n), zero outside. Each row is first split into its m phases (``rows``: m rows
-    # of ``w`` per thread), so that window element j over the tiles is one contiguous run,
-    # phase j % m from j // m on, and mat's entries are axpys along the tiles.
-    cdef Py_ssize_t cb, ci, b, i, j, k, t, w = tiles + (q - 1) // m, plane = c * nb * tiles
-    cdef floating_t* d
-    cdef floating_t* out
-    cdef const floating_t* src
-    cdef const floating_t* run
-    cdef floating_t a
+    # x (nb, c, n), zero outside, one (channel, sample) at a time (``rows``: m rows of
+    # tiles + (q - 1) // m per thread).
+    cdef Py_ssize_t cb, w = m * (tiles + (q - 1) // m), plane = c * nb * tiles
     for cb in prange(c * nb, schedule="static", num_threads=nt):
-        ci = cb // nb
-        b = cb % nb
-        d = rows + threadid() * m * w
-        src = x + (b * c + ci) * n
-        for k in range(w):
-            for i in range(m):
-                j = m * k + i - lo
-                d[i * w + k] = src[j] if 0 <= j < n else 0
-        out = v + (ci * nb + b) * tiles
-        for i in range(p):
-            for t in range(tiles):
-                out[i * plane + t] = 0
-            for j in range(q):
-                a = <floating_t>mat[i * q + j]
-                if a != 0:
-                    run = d + (j % m) * w + j // m
-                    for t in range(tiles):
-                        out[i * plane + t] += a * run[t]
+        if floating_t is float:
+            ferro_wino1_gather_f32(x + ((cb % nb) * c + cb // nb) * n, n, mat, p, q, m, lo, tiles,
+                                   v + cb * tiles, plane, rows + threadid() * w)
+        else:
+            ferro_wino1_gather_f64(x + ((cb % nb) * c + cb // nb) * n, n, mat, p, q, m, lo, tiles,
+                                   v + cb * tiles, plane, rows + threadid() * w)
 
 
-@cython.boundscheck(False)
-@cython.wraparound(False)
 @cython.cdivision(True)
 cdef void _wino1_scatter(const floating_t* mm, const double* mat, floating_t* y, floating_t* rows,
                          Py_ssize_t nb, Py_ssize_t o, Py_ssize_t n, Py_ssize_t p, Py_ssize_t m,
                          Py_ssize_t tiles, int nt) noexcept nogil:
     # y (nb, o, n) = mat (m x p) times each tile's p values of mm (p, o, nb*tiles): tile t's m
     # outputs at m*t + i, cropped at n (``rows``: m rows of ``tiles`` per thread).
-    cdef Py_ssize_t cb, co, b, i, k, t, plane = o * nb * tiles
-    cdef floating_t* s
-    cdef floating_t* yrow
-    cdef const floating_t* src
-    cdef floating_t a
+    cdef Py_ssize_t cb, plane = o * nb * tiles
     for cb in prange(o * nb, schedule="static", num_threads=nt):
-        co = cb // nb
-        b = cb % nb
-        s = rows + threadid() * m * tiles
-        src = mm + (co * nb + b) * tiles
-        for i in range(m):
-            for t in range(tiles):
-                s[i * tiles + t] = 0
-            for k in range(p):
-                a = <floating_t>mat[i * p + k]
-                if a != 0:
-                    for t in range(tiles):
-                        s[i * tiles + t] += a * src[k * plane + t]
-        yrow = y + (b * o + co) * n
-        for t in range(tiles):
-            for i in range(min(m, n - m * t)):
-                yrow[m * t + i] = s[i * tiles + t]
+        if floating_t is float:
+            ferro_wino1_scatter_f32(mm + cb * tiles, plane, mat, m, p, tiles,
+                                    y + ((cb % nb) * o + cb // nb) * n, n,
+                                    rows + threadid() * m * tiles)
+        else:
+            ferro_wino1_scatter_f64(mm + cb * tiles, plane, mat, m, p, tiles,
+                                    y + ((cb % nb) * o + cb // nb) * n, n,
+                                    rows + threadid() * m * tiles)
 
 
 def winograd1d_gather(x_, mat_, Py_ssize_t m, Py_ssize_t lo, v_):
@@ -748,10 +725,11 @@ def winograd1d_gather(x_, mat_, Py_ssize_t m, Py_ssize_t lo, v_):
     cdef cnp.ndarray x = <cnp.ndarray>x_, v = <cnp.ndarray>v_
     cdef cnp.ndarray mat = np.ascontiguousarray(mat_, dtype=np.float64)
     if (x.ndim != 3 or v.ndim != 3 or mat.ndim != 2 or m < 1 or v.shape[0] != mat.shape[0]
-            or v.shape[1] != x.shape[1] or x.shape[0] < 1 or v.shape[2] % x.shape[0]):
+            or v.shape[1] != x.shape[1] or x.shape[0] < 1 or v.shape[2] % x.shape[0]
+            or mat.shape[1] > FERRO_WINO1_MAX):
         raise ShapeError(
-            f"winograd1d_gather: expected x (N, C, L), mat (P, Q), v (P, C, N*T) and m >= 1, "
-            f"got {_shape(x)}, {_shape(mat)}, {_shape(v)}, m={m}"
+            f"winograd1d_gather: expected x (N, C, L), mat (P, Q), v (P, C, N*T), m >= 1 and "
+            f"Q <= {FERRO_WINO1_MAX}, got {_shape(x)}, {_shape(mat)}, {_shape(v)}, m={m}"
         )
     cdef Py_ssize_t nb = x.shape[0], c = x.shape[1], n = x.shape[2], p = mat.shape[0]
     cdef Py_ssize_t q = mat.shape[1], tiles = v.shape[2] // nb
@@ -777,11 +755,12 @@ def winograd1d_scatter(m_, mat_, y_):
     cdef cnp.ndarray mm = <cnp.ndarray>m_, y = <cnp.ndarray>y_
     cdef cnp.ndarray mat = np.ascontiguousarray(mat_, dtype=np.float64)
     if (y.ndim != 3 or mm.ndim != 3 or mat.ndim != 2 or mat.shape[0] < 1
+            or mat.shape[1] > FERRO_WINO1_MAX
             or mm.shape[0] != mat.shape[1] or mm.shape[1] != y.shape[1]
             or mm.shape[2] != y.shape[0] * ((y.shape[2] + mat.shape[0] - 1) // mat.shape[0])):
         raise ShapeError(
             f"winograd1d_scatter: expected m (P, C, N*T), mat (m, P), y (N, C, L), T = "
-            f"ceil(L / m), got {_shape(mm)}, {_shape(mat)}, {_shape(y)}"
+            f"ceil(L / m), P <= {FERRO_WINO1_MAX}, got {_shape(mm)}, {_shape(mat)}, {_shape(y)}"
         )
     cdef Py_ssize_t nb = y.shape[0], o = y.shape[1], n = y.shape[2], p = mat.shape[1]
     cdef Py_ssize_t k = mat.shape[0], tiles = (n + k - 1) // k

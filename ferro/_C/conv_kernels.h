@@ -333,4 +333,59 @@ static FERRO_CLONES void ferro_wino1_scatter_##S(const T *src, ptrdiff_t ps, con
 FERRO_WINO1(float, f32)
 FERRO_WINO1(double, f64)
 
+/* im2col / col2im of the GEMM path, one channel: the columns (k0, k1, k2, nb, o0, o1, o2) of
+ * channel ci of img (nb, c, s0, s1, s2) zero-padded by lo before each dim (add = 0: written
+ * into col, img only read), or their adjoint (add = 1: col added into img). Every input index
+ * is checked against the bounds: rows of the padding are zeros (or skipped), never read. g:
+ * size[3], k[3], out[3], stride[3], lo[3], dilation[3]. */
+#define FERRO_COLS(T, S)                                                                        \
+static FERRO_CLONES void ferro_im2col_##S(T *img, T *col, ptrdiff_t nb, ptrdiff_t c,            \
+                                          ptrdiff_t ci, const ptrdiff_t *g, int add) {          \
+    const ptrdiff_t *size = g, *k = g + 3, *out = g + 6, *st = g + 9, *lo = g + 12;             \
+    const ptrdiff_t *dl = g + 15, s2 = st[2], n2 = out[2];                                      \
+    ptrdiff_t k0, k1, k2, b, o0, o1, i0, i1, off, a, e, ox;                                     \
+    T *dst = col;                                                                               \
+    for (k0 = 0; k0 < k[0]; k0++)                                                               \
+        for (k1 = 0; k1 < k[1]; k1++)                                                           \
+            for (k2 = 0; k2 < k[2]; k2++) {                                                     \
+                /* the outputs ox in [a, e) read inside the row: 0 <= ox s2 - off < size */     \
+                off = lo[2] - k2 * dl[2];                                                       \
+                a = off <= 0 ? 0 : (off + s2 - 1) / s2;                                         \
+                e = size[2] - 1 + off < 0 ? 0 : (size[2] - 1 + off) / s2 + 1;                   \
+                a = a < n2 ? a : n2;                                                            \
+                e = e < n2 ? (e > a ? e : a) : n2;                                              \
+                for (b = 0; b < nb; b++)                                                        \
+                    for (o0 = 0; o0 < out[0]; o0++) {                                           \
+                        i0 = o0 * st[0] - lo[0] + k0 * dl[0];                                   \
+                        for (o1 = 0; o1 < out[1]; o1++, dst += n2) {                            \
+                            T *row;                                                             \
+                            i1 = o1 * st[1] - lo[1] + k1 * dl[1];                               \
+                            if (i0 < 0 || i0 >= size[0] || i1 < 0 || i1 >= size[1]) {          \
+                                if (!add) memset(dst, 0, n2 * sizeof(T));                       \
+                                continue;                                                       \
+                            }                                                                   \
+                            row = img + (((b * c + ci) * size[0] + i0) * size[1] + i1) * size[2];\
+                            if (add && s2 == 1) {                                               \
+                                _Pragma("omp simd")                                             \
+                                for (ox = a; ox < e; ox++) row[ox - off] += dst[ox];            \
+                            } else if (add) {                                                   \
+                                for (ox = a; ox < e; ox++) row[ox * s2 - off] += dst[ox];       \
+                            } else {                                                            \
+                                for (ox = 0; ox < a; ox++) dst[ox] = 0;                         \
+                                if (s2 == 1) {                                                  \
+                                    memcpy(dst + a, row + a - off, (e - a) * sizeof(T));        \
+                                } else {                                                        \
+                                    _Pragma("omp simd")                                         \
+                                    for (ox = a; ox < e; ox++) dst[ox] = row[ox * s2 - off];    \
+                                }                                                               \
+                                for (ox = e; ox < n2; ox++) dst[ox] = 0;                        \
+                            }                                                                   \
+                        }                                                                       \
+                    }                                                                           \
+            }                                                                                   \
+}
+
+FERRO_COLS(float, f32)
+FERRO_COLS(double, f64)
+
 #endif

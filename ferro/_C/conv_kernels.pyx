@@ -320,63 +320,26 @@ def depthwise2d_bwd(object gy_, object x_, object w_, tuple stride, tuple pads, 
 # --- im2col / col2im of the GEMM path (1 to 3 spatial dims, as 3) ----------------------------
 
 
-@cython.boundscheck(False)
-@cython.wraparound(False)
-@cython.cdivision(True)
+cdef extern from "conv_kernels.h" nogil:
+    void ferro_im2col_f32(float*, float*, Py_ssize_t, Py_ssize_t, Py_ssize_t, const Py_ssize_t*,
+                          int)
+    void ferro_im2col_f64(double*, double*, Py_ssize_t, Py_ssize_t, Py_ssize_t,
+                          const Py_ssize_t*, int)
+
+
 cdef void _im2col(floating_t* img, floating_t* col, Py_ssize_t nb, Py_ssize_t c,
-                  const Py_ssize_t* size, const Py_ssize_t* k, const Py_ssize_t* out,
-                  const Py_ssize_t* st, const Py_ssize_t* lo, const Py_ssize_t* dl,
-                  bint add, int nt) noexcept nogil:
+                  const Py_ssize_t* g, bint add, int nt) noexcept nogil:
     # The columns (C, k0, k1, k2, nb, o0, o1, o2) of img (nb, C, s0, s1, s2) zero-padded by lo
     # before each dim (add=False: col written, img only read), or their adjoint (add=True: col
-    # added into img, which the caller zeroed). Every input index is checked against the
-    # bounds: rows of the padding are zeros (or skipped), never read. Split over the channels
-    # (each writes its own columns and its own image planes).
-    cdef Py_ssize_t ci, k0, k1, k2, b, o0, o1, i0, i1, off, a, e, ox
-    cdef floating_t* dst
-    cdef floating_t* row
-    cdef Py_ssize_t s2 = st[2], n2 = out[2]
-    cdef Py_ssize_t per = k[0] * k[1] * k[2] * nb * out[0] * out[1] * n2
+    # added into img, which the caller zeroed); g as _columns_geometry fills it. Split over
+    # the channels (each writes its own columns and its own image planes; the loops are C,
+    # conv_kernels.h).
+    cdef Py_ssize_t ci, per = g[3] * g[4] * g[5] * nb * g[6] * g[7] * g[8]
     for ci in prange(c, schedule="static", num_threads=nt):
-        dst = col + ci * per
-        for k0 in range(k[0]):
-            for k1 in range(k[1]):
-                for k2 in range(k[2]):
-                    off = lo[2] - k2 * dl[2]
-                    a = min(_first(off, s2), n2)
-                    e = max(_stop(off, size[2], s2, n2), a)
-                    for b in range(nb):
-                        for o0 in range(out[0]):
-                            i0 = o0 * st[0] - lo[0] + k0 * dl[0]
-                            for o1 in range(out[1]):
-                                i1 = o1 * st[1] - lo[1] + k1 * dl[1]
-                                if i0 < 0 or i0 >= size[0] or i1 < 0 or i1 >= size[1]:
-                                    if not add:
-                                        for ox in range(n2):
-                                            dst[ox] = 0
-                                    dst = dst + n2
-                                    continue
-                                row = img + (
-                                    ((b * c + ci) * size[0] + i0) * size[1] + i1) * size[2]
-                                if add:
-                                    if s2 == 1:
-                                        for ox in range(a, e):
-                                            row[ox - off] += dst[ox]
-                                    else:
-                                        for ox in range(a, e):
-                                            row[ox * s2 - off] += dst[ox]
-                                else:
-                                    for ox in range(a):
-                                        dst[ox] = 0
-                                    if s2 == 1:
-                                        for ox in range(a, e):
-                                            dst[ox] = row[ox - off]
-                                    else:
-                                        for ox in range(a, e):
-                                            dst[ox] = row[ox * s2 - off]
-                                    for ox in range(e, n2):
-                                        dst[ox] = 0
-                                dst = dst + n2
+        if floating_t is float:
+            ferro_im2col_f32(img, col + ci * per, nb, c, ci, g, add)
+        else:
+            ferro_im2col_f64(img, col + ci * per, nb, c, ci, g, add)
 
 
 cdef int _columns_geometry(str who, cnp.ndarray x, cnp.ndarray col, tuple stride, tuple pads,
@@ -424,24 +387,30 @@ cdef int _check_io(str who, tuple names, object src, object dst) except -1:
     return 0
 
 
+cdef object _columns_call(str who, cnp.ndarray img, cnp.ndarray col, tuple stride, tuple pads,
+                          tuple dilation, bint add):
+    cdef Py_ssize_t g[20]
+    _columns_geometry(who, img, col, stride, pads, dilation, g)
+    cdef int nt = _team(col.size)
+    if add:
+        img.fill(0)
+    if cnp.PyArray_TYPE(img) == cnp.NPY_FLOAT32:
+        with nogil:
+            _im2col(<float*>cnp.PyArray_DATA(img), <float*>cnp.PyArray_DATA(col), g[18], g[19],
+                    g, add, nt)
+    else:
+        with nogil:
+            _im2col(<double*>cnp.PyArray_DATA(img), <double*>cnp.PyArray_DATA(col), g[18],
+                    g[19], g, add, nt)
+    return img if add else col
+
+
 def im2col(x_, tuple stride, tuple pads, tuple dilation, col_):
     """Write the columns of ``x`` ``(N, C, *size)`` (1 to 3 spatial dims), zero-padded by each
     ``pads[i][0]`` before dim ``i``, into ``col`` ``(C, *kernel, N, *out)``: ``col[c, k, n, o]``
     is ``x[n, c, o*stride - lo + k*dilation]`` (0 in the padding). Returns ``col``."""
     _check_io("im2col", ("x", "col"), x_, col_)
-    cdef cnp.ndarray x = <cnp.ndarray>x_, col = <cnp.ndarray>col_
-    cdef Py_ssize_t g[20]
-    _columns_geometry("im2col", x, col, stride, pads, dilation, g)
-    cdef int nt = _team(col.size)
-    if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT32:
-        with nogil:
-            _im2col(<float*>cnp.PyArray_DATA(x), <float*>cnp.PyArray_DATA(col), g[18], g[19], g,
-                    g + 3, g + 6, g + 9, g + 12, g + 15, False, nt)
-    else:
-        with nogil:
-            _im2col(<double*>cnp.PyArray_DATA(x), <double*>cnp.PyArray_DATA(col), g[18], g[19],
-                    g, g + 3, g + 6, g + 9, g + 12, g + 15, False, nt)
-    return col
+    return _columns_call("im2col", x_, col_, stride, pads, dilation, False)
 
 
 def col2im(col_, tuple stride, tuple pads, tuple dilation, gx_):
@@ -449,20 +418,7 @@ def col2im(col_, tuple stride, tuple pads, tuple dilation, gx_):
     ``col`` ``(C, *kernel, N, *out)`` entries at the input positions they were read from.
     Returns ``gx``."""
     _check_io("col2im", ("col", "gx"), col_, gx_)
-    cdef cnp.ndarray gx = <cnp.ndarray>gx_, col = <cnp.ndarray>col_
-    cdef Py_ssize_t g[20]
-    _columns_geometry("col2im", gx, col, stride, pads, dilation, g)
-    cdef int nt = _team(col.size)
-    gx_.fill(0)
-    if cnp.PyArray_TYPE(gx) == cnp.NPY_FLOAT32:
-        with nogil:
-            _im2col(<float*>cnp.PyArray_DATA(gx), <float*>cnp.PyArray_DATA(col), g[18], g[19],
-                    g, g + 3, g + 6, g + 9, g + 12, g + 15, True, nt)
-    else:
-        with nogil:
-            _im2col(<double*>cnp.PyArray_DATA(gx), <double*>cnp.PyArray_DATA(col), g[18], g[19],
-                    g, g + 3, g + 6, g + 9, g + 12, g + 15, True, nt)
-    return gx
+    return _columns_call("col2im", gx_, col_, stride, pads, dilation, True)
 
 
 # --- Winograd F(2x2, 3x3) and F(2x2x2, 3x3x3) transforms (stride 1, undilated, 3x3(x3)) ---

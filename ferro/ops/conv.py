@@ -341,10 +341,9 @@ _WINOGRAD_G = ((1, 0, 0), (0.5, 0.5, 0.5), (0.5, -0.5, 0.5), (0, 0, 1))
 
 
 def _winograd_scheme(xp, kernels, x, o, k, out):
-    """A Winograd pass's ``G``, batch step, the blocks of a chunk's tiles with the tiles a
-    sample has in each, and the backend's ``(input(x, pads, v, block), output(m, y, block),
-    output_grad(gy, m, block))`` transforms. A block is one ``None`` (every tile) in 1-d and
-    2-d, and a range of depth tiles in 3-d (:data:`WINOGRAD_BLOCK_BYTES`)."""
+    """A Winograd pass's ``G``, batch step, blocks (``(block, tiles a sample has in it)``; a
+    block is ``None``, every tile, or in 3-d a range of depth tiles: WINOGRAD_BLOCK_BYTES) and
+    the backend's ``input(x, pads, v, block)``, ``output(m, y, block)``, ``output_grad``."""
     # The step is a quarter of the im2col chunk: the 16 GEMMs over (C_in, tiles) ran at 82
     # GFLOPS on one core for one 32x32 sample of 64 channels (1 MB of tiles) and at 68 for four.
     n, c, nd = x.shape[0], x.shape[1], x.ndim - 2
@@ -361,20 +360,21 @@ def _winograd_scheme(xp, kernels, x, o, k, out):
         )
     p = len(g) ** nd
     step = _chunk(xp, n, 4 * p * max(c, o) * tiles * x.itemsize)
-    blocks = [(None, tiles)]
-    if nd == 3:
-        td = (out[0] + 1) // 2
-        per = tiles // td  # a depth tile's
-        b = max(1, WINOGRAD_BLOCK_BYTES // (p * (c + o) * per * step * x.itemsize))
-        blocks = [((t, min(t + b, td)), per * (min(t + b, td) - t)) for t in range(0, td, b)]
+    td = (out[0] + 1) // 2 if nd == 3 else 1  # depth tiles, blocks of b
+    b = max(1, WINOGRAD_BLOCK_BYTES * td // (p * (c + o) * tiles * step * x.itemsize))
+    ranges = [(t, min(t + b, td)) for t in range(0, td, b)]
+    blocks = [((t0, t1) if nd == 3 else None, tiles // td * (t1 - t0)) for t0, t1 in ranges]
     return xp.asarray(g, dtype=x.dtype), step, blocks, fns
 
 
 #: A 3-d Winograd pass transforms, multiplies and transforms back a chunk's tiles a block of
 #: depth tiles at a time, the block's transformed input and products within this many bytes,
-#: so that they stay in the core's L2 (2 MiB here) from one step to the next instead of
-#: streaming through memory (a sample of the benchmark's conv3d makes 2 + 4 MB of them).
-WINOGRAD_BLOCK_BYTES = 1 << 20
+#: so that a large volume's stay in cache from the transform to the GEMM (a 32^3 sample of
+#: 16 -> 32 channels makes 50 MB of them). Not smaller: the weight gradient's GEMMs sum over
+#: a block's tiles, and at one depth tile a block (64 tiles, 0.8 MB on the benchmark's conv3d)
+#: a sample's weight gradient took 1.03 ms against 0.79 at four and 0.74 at eight (the
+#: forward: the same at all three; single-thread CPU time).
+WINOGRAD_BLOCK_BYTES = 4 << 20
 
 
 def _winograd_forward(xp, kernels, x, w, pads, out, y):

@@ -68,11 +68,11 @@ FERRO_INLINE void ferro_wino_rows_out_##S(const T *restrict d, T *restrict y0, T
         for (k = 0; k < n; k++) y1[k] = d[n + k] - d[2 * n + k] - d[3 * n + k];                 \
     }                                                                                           \
 }                                                                                               \
-/* Bᵀ d B of the tiles of the plane src (h, wd) zero-padded by ph, pw. B along each padded   \
- * row first (its tw windows of 4 columns, 2 apart, from the row's even and odd columns), into \
- * the 4 column terms' planes of even rows E_j and of odd rows O_j (th + 1 rows of tw each);   \
- * then Bᵀ across the rows over whole planes of tiles: tile row ty's 4 rows are E[ty], O[ty],  \
- * E[ty + 1], O[ty + 1], a row (tw) apart, so each loop runs over all th tw tiles.             \
+/* Bᵀ d B of the tiles of the plane src (h, wd) zero-padded by ph, pw. B along each padded      \
+ * row first (its tw windows of 4 columns, 2 apart, from the row's even and odd columns), into  \
+ * the 4 column terms' planes of even rows E_j and of odd rows O_j (th + 1 rows of tw each);    \
+ * then Bᵀ across the rows over whole planes of tiles: tile row ty's 4 rows are E[ty], O[ty],   \
+ * E[ty + 1], O[ty + 1], a row (tw) apart, so each loop runs over all th tw tiles.              \
  * d: 8 (th + 1) tw + 2 (tw + 1). */                                                            \
 FERRO_INLINE void ferro_wino_in_plane_##S(const T *restrict src, T *restrict out,               \
                                           T *restrict d, ptrdiff_t h, ptrdiff_t wd,             \
@@ -124,8 +124,8 @@ FERRO_INLINE void ferro_wino_in_plane_##S(const T *restrict src, T *restrict out
     }                                                                                           \
 }                                                                                               \
                                                                                                 \
-/* The plane y (oh, ow) = Aᵀ m A of the tiles of m, cropped: Aᵀ across the rows over whole     \
- * planes of tiles first (tile row i = 0, 1 of column term j at t + (4i + j) th tw), then A    \
+/* The plane y (oh, ow) = Aᵀ m A of the tiles of m, cropped: Aᵀ across the rows over whole      \
+ * planes of tiles first (tile row i = 0, 1 of column term j at t + (4i + j) th tw), then A     \
  * along each output row. t: 8 th tw. */                                                        \
 FERRO_INLINE void ferro_wino_out_plane_##S(const T *restrict m, T *restrict y, T *restrict t,   \
                                            ptrdiff_t oh, ptrdiff_t ow, ptrdiff_t th,            \
@@ -152,9 +152,9 @@ FERRO_INLINE void ferro_wino_out_plane_##S(const T *restrict m, T *restrict y, T
     }                                                                                           \
 }                                                                                               \
                                                                                                 \
-/* A g Aᵀ of the 2x2 tiles of the plane src (oh, ow), zero past the crop: the adjoint of       \
- * out_plane (A = [[1, 0], [1, 1], [1, -1], [0, -1]]). Along each row first (its even and odd  \
- * columns E, O give E, E + O, E - O, -O), into the even rows' and odd rows' planes, then A    \
+/* A g Aᵀ of the 2x2 tiles of the plane src (oh, ow), zero past the crop: the adjoint of        \
+ * out_plane (A = [[1, 0], [1, 1], [1, -1], [0, -1]]). Along each row first (its even and odd   \
+ * columns E, O give E, E + O, E - O, -O), into the even rows' and odd rows' planes, then A     \
  * across the rows over whole planes of tiles. t: 8 th tw. */                                   \
 FERRO_INLINE void ferro_wino_out_grad_plane_##S(const T *restrict src, T *restrict out,         \
                                                 T *restrict t, ptrdiff_t oh, ptrdiff_t ow,      \
@@ -209,10 +209,10 @@ static FERRO_CLONES void ferro_wino_out_grad2_##S(const T *src, T *out, T *t, pt
     ferro_wino_out_grad_plane_##S(src, out, t, oh, ow, th, tw, ps);                             \
 }                                                                                               \
                                                                                                 \
-/* 3-d, one depth tile of one channel: the depth's transform on whole planes (z: 8 planes of   \
- * h wd, then the plane scratch), then the plane functions on its 4 planes, whose values are   \
- * plane apart (the 2-d ones 4 plane apart). x: the channel's (dd, h, wd) volume, z0 the first \
- * of the tile's 4 input planes (2 tz - pd; outside [0, dd): zeros). */                        \
+/* 3-d, one depth tile of one channel: the depth's transform on whole planes (z: 8 planes of    \
+ * h wd, then the plane scratch), then the plane functions on its 4 planes, whose values are    \
+ * plane apart (the 2-d ones 4 plane apart). x: the channel's (dd, h, wd) volume, z0 the first  \
+ * of the tile's 4 input planes (2 tz - pd; outside [0, dd): zeros). */                         \
 static FERRO_CLONES void ferro_wino_in3_##S(const T *x, ptrdiff_t dd, ptrdiff_t z0, T *out,     \
                                             ptrdiff_t plane, T *z, ptrdiff_t h, ptrdiff_t wd,   \
                                             ptrdiff_t ph, ptrdiff_t pw, ptrdiff_t th,           \
@@ -231,7 +231,7 @@ static FERRO_CLONES void ferro_wino_in3_##S(const T *x, ptrdiff_t dd, ptrdiff_t 
         ferro_wino_in_plane_##S(z + k * hw, out + k * plane, z + 8 * hw, h, wd, ph, pw, th, tw, \
                                 4 * plane);                                                     \
 }                                                                                               \
-/* y0: the output's plane 2 tz of the channel (and the next one where two). */                 \
+/* y0: the output's plane 2 tz of the channel (and the next one where two). */                  \
 static FERRO_CLONES void ferro_wino_out3_##S(const T *m, ptrdiff_t plane, T *y0, int two, T *z, \
                                              ptrdiff_t oh, ptrdiff_t ow, ptrdiff_t th,          \
                                              ptrdiff_t tw) {                                    \
@@ -241,7 +241,7 @@ static FERRO_CLONES void ferro_wino_out3_##S(const T *m, ptrdiff_t plane, T *y0,
                                  4 * plane);                                                    \
     ferro_wino_rows_out_##S(z, y0, y0 + hw, two, hw); /* Aᵀ along the depth */                  \
 }                                                                                               \
-/* g: gy's plane 2 tz of the channel (and the next one where two, else zeros). */              \
+/* g: gy's plane 2 tz of the channel (and the next one where two, else zeros). */               \
 static FERRO_CLONES void ferro_wino_out_grad3_##S(const T *g, int two, T *out, ptrdiff_t plane, \
                                                   T *z, ptrdiff_t oh, ptrdiff_t ow,             \
                                                   ptrdiff_t th, ptrdiff_t tw) {                 \
@@ -259,8 +259,8 @@ FERRO_WINO(double, f64)
 #define FERRO_WINO1_MAX 16 /* the most rows and columns such a matrix may have */
 
 #define FERRO_WINO1(T, S)                                                                       \
-/* o[t] = sum_e a[e] src[at[e] + t], t < n, the terms added in order to 0: blocks of 64 tiles \
- * summed in a local array (one vectorized pass per term; o and src may not alias it). */     \
+/* o[t] = sum_e a[e] src[at[e] + t], t < n, the terms added in order to 0: blocks of 64 tiles   \
+ * summed in a local array (one vectorized pass per term; o and src may not alias it). */       \
 FERRO_INLINE void ferro_wino1_axpys_##S(T *o, const T *src, const ptrdiff_t *at, const T *a,    \
                                         ptrdiff_t nz, ptrdiff_t n) {                            \
     T acc[64];                                                                                  \
@@ -284,26 +284,31 @@ FERRO_INLINE void ferro_wino1_axpys_##S(T *o, const T *src, const ptrdiff_t *at,
     }                                                                                           \
 }                                                                                               \
 /* The rows i < p of one (channel, sample) of v: out[i ps + t] = sum_j mat[i q + j]             \
- * x[m t - lo + j] (zero outside [0, n)), t < tiles. The row is first split into its m phases  \
- * (d: m rows of w = tiles + (q - 1) / m), so that window element j over the tiles is one      \
- * contiguous run (phase j % m from j / m on), and each output row is one pass over the tiles  \
+ * x[m t - lo + j] (zero outside [0, n)), t < tiles. The row is first split into its m phases   \
+ * (d: m rows of w = tiles + (q - 1) / m), so that window element j over the tiles is one       \
+ * contiguous run (phase j % m from j / m on), and each output row is one pass over the tiles   \
  * per nonzero entry of mat. */                                                                 \
 static FERRO_CLONES void ferro_wino1_gather_##S(const T *src, ptrdiff_t n, const double *mat,   \
                                                 ptrdiff_t p, ptrdiff_t q, ptrdiff_t m,          \
                                                 ptrdiff_t lo, ptrdiff_t tiles, T *out,          \
                                                 ptrdiff_t ps, T *d) {                           \
-    ptrdiff_t w = tiles + (q - 1) / m, i, j, k, nz, at[FERRO_WINO1_MAX];                  \
+    ptrdiff_t w = tiles + (q - 1) / m, i, j, k, nz, at[FERRO_WINO1_MAX];                        \
     T a[FERRO_WINO1_MAX];                                                                       \
-    for (i = 0; i < m; i++) {                                                                   \
-        ptrdiff_t k0 = i >= lo ? 0 : (lo - i + m - 1) / m;                                      \
-        ptrdiff_t k1 = n - 1 + lo - i < 0 ? 0 : (n - 1 + lo - i) / m + 1;                       \
-        T *di = d + i * w;                                                                      \
-        const T *si = src + i - lo;                                                             \
-        k0 = k0 < w ? k0 : w;                                                                   \
-        k1 = k1 < w ? (k1 > k0 ? k1 : k0) : w;                                                  \
-        for (k = 0; k < k0; k++) di[k] = 0;                                                     \
-        for (k = k0; k < k1; k++) di[k] = si[m * k];                                            \
-        for (k = k1; k < w; k++) di[k] = 0;                                                     \
+    /* [ka, kb): the k whose m phases all lie in [0, n), split in one contiguous pass */        \
+    ptrdiff_t ka = lo <= 0 ? 0 : (lo + m - 1) / m, kb = n + lo - m < 0 ? 0 : (n + lo - m) / m + 1; \
+    ka = ka < w ? ka : w;                                                                       \
+    kb = m != 4 ? ka : kb < w ? (kb > ka ? kb : ka) : w; /* (only F(4, k) takes it) */          \
+    for (k = ka ? 0 : kb; k < w; k = k + 1 == ka ? kb : k + 1) /* the rest, zero-padded */      \
+        for (i = 0; i < m; i++)                                                                 \
+            d[i * w + k] = m * k + i - lo >= 0 && m * k + i - lo < n ? src[m * k + i - lo] : 0; \
+    if (m == 4 && kb > ka) { /* F(4, k): 4 contiguous values at a time (vector loads) */        \
+        T *restrict d0 = d + ka, *restrict d1 = d0 + w, *restrict d2 = d0 + 2 * w;              \
+        T *restrict d3 = d0 + 3 * w;                                                            \
+        const T *restrict s4 = src + 4 * ka - lo;                                               \
+        for (k = 0; k < kb - ka; k++) {                                                         \
+            d0[k] = s4[4 * k], d1[k] = s4[4 * k + 1], d2[k] = s4[4 * k + 2];                    \
+            d3[k] = s4[4 * k + 3];                                                              \
+        }                                                                                       \
     }                                                                                           \
     for (i = 0; i < p; i++) {                                                                   \
         T *o = out + i * ps;                                                                    \
@@ -312,12 +317,12 @@ static FERRO_CLONES void ferro_wino1_gather_##S(const T *src, ptrdiff_t n, const
         ferro_wino1_axpys_##S(o, d, at, a, nz, tiles);                                          \
     }                                                                                           \
 }                                                                                               \
-/* One (channel, sample) row y (n) = mat (m x p) times each tile's p values src[k ps + t]:     \
- * tile t's m outputs at m t + i, cropped at n (s: m rows of tiles). */                        \
+/* One (channel, sample) row y (n) = mat (m x p) times each tile's p values src[k ps + t]:      \
+ * tile t's m outputs at m t + i, cropped at n (s: m rows of tiles). */                         \
 static FERRO_CLONES void ferro_wino1_scatter_##S(const T *src, ptrdiff_t ps, const double *mat, \
                                                  ptrdiff_t m, ptrdiff_t p, ptrdiff_t tiles,     \
                                                  T *y, ptrdiff_t n, T *s) {                     \
-    ptrdiff_t i, k, t, nz, at[FERRO_WINO1_MAX];                                              \
+    ptrdiff_t i, k, t, nz, at[FERRO_WINO1_MAX];                                                 \
     T a[FERRO_WINO1_MAX];                                                                       \
     for (i = 0; i < m; i++) {                                                                   \
         T *si = s + i * tiles;                                                                  \
@@ -360,7 +365,7 @@ static FERRO_CLONES void ferro_im2col_##S(T *img, T *col, ptrdiff_t nb, ptrdiff_
                         for (o1 = 0; o1 < out[1]; o1++, dst += n2) {                            \
                             T *row;                                                             \
                             i1 = o1 * st[1] - lo[1] + k1 * dl[1];                               \
-                            if (i0 < 0 || i0 >= size[0] || i1 < 0 || i1 >= size[1]) {          \
+                            if (i0 < 0 || i0 >= size[0] || i1 < 0 || i1 >= size[1]) {           \
                                 if (!add) memset(dst, 0, n2 * sizeof(T));                       \
                                 continue;                                                       \
                             }                                                                   \

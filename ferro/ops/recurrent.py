@@ -19,6 +19,7 @@ activations from the saved inputs, which keeps second derivatives exact.
 
 from __future__ import annotations
 
+import ctypes
 import math
 import threading
 import types
@@ -391,7 +392,22 @@ def layer_forward(ctx, cells, xg, h0, c0, w_hh, b_hh, w_hr, *, mode, sizes, reve
     # Step t updates its batch's rows of the states; the other rows keep theirs: the final
     # state of a sequence that has ended (forward in time), the initial one of one yet to start.
     h, c = xp.array(h0), (xp.array(c0) if lstm else None)
-    for t in range(steps - 1, -1, -1) if reverse else range(steps):
+    loop = _step_loop(cells, mode, batch, hout, hidden)
+    if loop is not None:  # Note [Compiled step loop]
+        xb = xp.empty_like(x2) if lstm and b_hh is not None else x2  # x + b_hh, once a row
+        b2 = None if b_hh is None or not gru else xp.ascontiguousarray(b_hh).reshape(1, -1)
+        w_p, table = None if w_hr is None else xp.ascontiguousarray(w_hr), _table(offsets, bs)
+        for first, count, d in _blocks(wave.front.block, steps, reverse):
+            wave.before(first)
+            if xb is not x2:
+                lo, hi = _span(offsets, bs, first, count, d)
+                xp.add(x2[lo:hi], b_hh, out=xb[lo:hi])
+            loop.layer_fwd(
+                gru, xb, h, c, w_t, b2, w_p, out,
+                h_prev, acts, c_prev, tc_all, cell_h, hg_n, *table, first, count, d,
+            )  # fmt: skip
+            wave.after(first + (count - 1) * d)
+    for t in () if loop is not None else range(steps - 1, -1, -1) if reverse else range(steps):
         s, b = offsets[t], bs[t]
         wave.before(t)
         hb, a, x = h[:b], acts[s : s + b], x2[s : s + b]
@@ -442,7 +458,18 @@ def layer_backward(ctx, cells, gout, gh_n, gc_n=None, *, wave):
     g_hr = xp.empty((n, hout), dtype=dt) if cell_h is not None else None
     # As in the forward, the rows of the sequences a step does not have keep their gradients.
     gh, gc = xp.array(gh_n, dtype=dt), (xp.array(gc_n, dtype=dt) if lstm else None)
-    for t in range(steps) if reverse else range(steps - 1, -1, -1):
+    loop = _step_loop(cells, mode, batch, hout, gates // _CHUNKS[mode])
+    if loop is not None:  # Note [Compiled step loop]
+        go, w, w_p = (None if a is None else xp.ascontiguousarray(a) for a in (g_out, w_hh, w_hr))
+        table = _table(offsets, bs)
+        for first, count, d in _blocks(wave.front.block, steps, not reverse):
+            wave.before(first)
+            loop.layer_bwd(
+                gru, go, gh, gc, w, w_p, h_prev, acts, c_prev, tc_all, hg_n, g_in,
+                g_hid if gru else None, g_hr, *table, first, count, d,
+            )  # fmt: skip
+            wave.after(first + (count - 1) * d)
+    for t in () if loop is not None else range(steps) if reverse else range(steps - 1, -1, -1):
         s, b = offsets[t], bs[t]
         wave.before(t)
         ghb = gh[:b] + g_out[s : s + b]
@@ -467,6 +494,56 @@ def layer_backward(ctx, cells, gout, gh_n, gc_n=None, *, wave):
     g_whr = g_hr.T @ cell_h if g_hr is not None and need[5] else None
     g_x = g_in.reshape(xg.shape) if need[0] else None
     return g_x, gh if need[1] else None, gc if lstm and need[2] else None, g_w, g_b, g_whr
+
+
+# Note [Compiled step loop]: a backend with ``layer_fwd``/``layer_bwd`` (ferro._C.
+# recurrent_kernels) runs a LSTM or GRU layer's steps in one nogil call per block (the whole
+# sequence serially): each step's GEMMs through the CBLAS of NumPy's own OpenBLAS (found with
+# ctypes, _find_blas), called as NumPy's matmul calls it for the same operands, and the cell
+# kernels, with no Python per step. LSTM's ``bias_hh`` is added to the input projection once a
+# row (the same float adds as per step). The results equal the Python loop's bit for bit
+# (tests/nn/test_rnn.py). Where no CBLAS symbol is found, or with ``_C_LOOP = False``, the
+# Python loop below runs.
+_C_LOOP = True
+_BLAS_NAMES = (("scipy_cblas_", "64_", True), ("cblas_", "64_", True), ("cblas_", "", False))
+
+
+def _find_blas(backend) -> bool:
+    """Give ``backend`` (``set_blas``) the CBLAS gemm and gemv of the OpenBLAS NumPy uses, if
+    it has them: the first of _BLAS_NAMES's (prefix, suffix, 64-bit ints) that it exports."""
+    lib = _intraop.blas_library()
+    for pre, suf, wide in _BLAS_NAMES if lib is not None else ():
+        names = [f"{pre}{f}{suf}" for f in ("sgemm", "dgemm", "sgemv", "dgemv")]
+        if all(hasattr(lib, name) for name in names):
+            fns = (ctypes.cast(getattr(lib, name), ctypes.c_void_p).value for name in names)
+            backend.set_blas(*fns, wide)
+            return True
+    return False
+
+
+def _step_loop(cells, mode, batch, hout, hidden):
+    """``cells`` if its compiled step loop serves this layer, else None (the Python loop)."""
+    ok = _C_LOOP and mode in ("LSTM", "GRU") and min(batch, hout - 1, hidden - 1) > 0
+    return cells if ok and hasattr(cells, "layer_fwd") and cells.have_blas() else None
+
+
+def _table(offsets, bs):
+    import numpy as np
+
+    return np.asarray(offsets, dtype=np.intp), np.asarray(bs, dtype=np.intp)
+
+
+def _blocks(block, steps, down):
+    """``(first, count, direction)`` of each block of ``block`` steps, walking up or down."""
+    starts = range(0, steps, max(block, 1))
+    if not down:
+        return [(t, min(block, steps - t), 1) for t in starts]
+    return [(min(t + block, steps) - 1, min(block, steps - t), -1) for t in reversed(starts)]
+
+
+def _span(offsets, bs, first, count, d):
+    lo, hi = sorted((first, first + (count - 1) * d))
+    return offsets[lo], offsets[hi] + bs[hi]
 
 
 def _groups(inputs):
@@ -772,6 +849,8 @@ def recurrent_layer_override(backend):
     RNN modes stay generic (one tanh or max a step)."""
     accepts = backend.accepts
     have = backend.FUSED_KERNELS
+    if hasattr(backend, "set_blas") and not backend.have_blas():
+        _find_blas(backend)  # Note [Compiled step loop]
     fwd_modes = {m for m in ("LSTM", "GRU") if f"{m.lower()}_fwd" in have}
     bwd_modes = {m for m in ("LSTM", "GRU") if f"{m.lower()}_bwd" in have}
 

@@ -209,11 +209,13 @@ FERRO_CBLAS_TYPES(double, f64)
  * (batch, H_out) and c (batch, H) are the running states. Writes out, h_prev, acts, and c_prev,
  * tc (LSTM), cell_h (LSTM with weight_hr, else NULL), hgn (GRU); hg is a (batch, 3H) scratch. */
 #define FERRO_LAYER_FWD(SUF, T)                                                              \
-    static void ferro_layer_fwd_##SUF(                                                       \
-        const ferro_blas *bl, int gru, const T *x, T *h, T *c, const T *w_t, const T *b_hh,  \
-        const T *w_hr, T *out, T *h_prev, T *acts, T *c_prev, T *tc, T *cell_h, T *hgn,      \
-        T *hg, const ptrdiff_t *offs, const ptrdiff_t *bs, ptrdiff_t first, ptrdiff_t count, \
-        ptrdiff_t dir, ptrdiff_t hout, ptrdiff_t hidden) {                                   \
+    static void ferro_layer_fwd_##SUF(const ferro_blas *bl, int gru, void *const *p,         \
+                                      const ptrdiff_t *offs, const ptrdiff_t *bs,            \
+                                      ptrdiff_t first, ptrdiff_t count, ptrdiff_t dir,       \
+                                      ptrdiff_t hout, ptrdiff_t hidden) {                    \
+        const T *x = p[0], *w_t = p[3], *b_hh = p[4], *w_hr = p[5];                          \
+        T *h = p[1], *c = p[2], *out = p[6], *h_prev = p[7], *acts = p[8], *c_prev = p[9];   \
+        T *tc = p[10], *cell_h = p[11], *hgn = p[12], *hg = p[13];                           \
         const ptrdiff_t G = (gru ? 3 : 4) * hidden;                                          \
         ptrdiff_t k, r, j;                                                                   \
         for (k = 0; k < count; k++) {                                                        \
@@ -243,12 +245,14 @@ FERRO_CBLAS_TYPES(double, f64)
  * H_out) the output's. Writes g_in (N, G) (and g_hid, GRU; g_hr (N, H_out), LSTM with
  * weight_hr). s1 (batch, max(G, H_out)), s2 (batch, max(H, H_out)): scratch. */
 #define FERRO_LAYER_BWD(SUF, T)                                                              \
-    static void ferro_layer_bwd_##SUF(                                                       \
-        const ferro_blas *bl, int gru, const T *gout, T *gh, T *gc, const T *w_hh,           \
-        const T *w_hr, const T *h_prev, const T *acts, const T *c_prev, const T *tc,         \
-        const T *hgn, T *g_in, T *g_hid, T *g_hr, T *s1, T *s2, const ptrdiff_t *offs,       \
-        const ptrdiff_t *bs, ptrdiff_t first, ptrdiff_t count, ptrdiff_t dir, ptrdiff_t hout, \
-        ptrdiff_t hidden) {                                                                  \
+    static void ferro_layer_bwd_##SUF(const ferro_blas *bl, int gru, void *const *p,         \
+                                      const ptrdiff_t *offs, const ptrdiff_t *bs,            \
+                                      ptrdiff_t first, ptrdiff_t count, ptrdiff_t dir,       \
+                                      ptrdiff_t hout, ptrdiff_t hidden) {                    \
+        const T *gout = p[0], *w_hh = p[3], *w_hr = p[4], *h_prev = p[5], *acts = p[6];      \
+        const T *c_prev = p[7], *tc = p[8], *hgn = p[9];                                     \
+        T *gh = p[1], *gc = p[2], *g_in = p[10], *g_hid = p[11], *g_hr = p[12], *s1 = p[13]; \
+        T *s2 = p[14];                                                                       \
         const ptrdiff_t G = (gru ? 3 : 4) * hidden;                                          \
         ptrdiff_t k, j;                                                                      \
         for (k = 0; k < count; k++) {                                                        \
@@ -278,6 +282,21 @@ FERRO_LAYER_FWD(f32, float)
 FERRO_LAYER_FWD(f64, double)
 FERRO_LAYER_BWD(f32, float)
 FERRO_LAYER_BWD(f64, double)
+
+/* The arrays (p: pointers in the wrappers' order) of one float type, `f64` or not. */
+static void ferro_layer_steps(int backward, int f64, const ferro_blas *bl, int gru,
+                              void *const *p, const ptrdiff_t *offs, const ptrdiff_t *bs,
+                              ptrdiff_t first, ptrdiff_t count, ptrdiff_t dir, ptrdiff_t hout,
+                              ptrdiff_t hidden) {
+    if (backward && f64)
+        ferro_layer_bwd_f64(bl, gru, p, offs, bs, first, count, dir, hout, hidden);
+    else if (backward)
+        ferro_layer_bwd_f32(bl, gru, p, offs, bs, first, count, dir, hout, hidden);
+    else if (f64)
+        ferro_layer_fwd_f64(bl, gru, p, offs, bs, first, count, dir, hout, hidden);
+    else
+        ferro_layer_fwd_f32(bl, gru, p, offs, bs, first, count, dir, hout, hidden);
+}
 
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC pop_options

@@ -265,25 +265,9 @@ cdef extern from "recurrent_kernels.h" nogil:
         void *gemm
         void *gemv
         int wide
-    void ferro_layer_fwd_f32(const ferro_blas*, int, const float*, float*, float*, const float*,
-                             const float*, const float*, float*, float*, float*, float*, float*,
-                             float*, float*, float*, const Py_ssize_t*, const Py_ssize_t*,
-                             Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t)
-    void ferro_layer_fwd_f64(const ferro_blas*, int, const double*, double*, double*,
-                             const double*, const double*, const double*, double*, double*,
-                             double*, double*, double*, double*, double*, double*,
-                             const Py_ssize_t*, const Py_ssize_t*, Py_ssize_t, Py_ssize_t,
-                             Py_ssize_t, Py_ssize_t, Py_ssize_t)
-    void ferro_layer_bwd_f32(const ferro_blas*, int, const float*, float*, float*, const float*,
-                             const float*, const float*, const float*, const float*,
-                             const float*, const float*, float*, float*, float*, float*, float*,
-                             const Py_ssize_t*, const Py_ssize_t*, Py_ssize_t, Py_ssize_t,
-                             Py_ssize_t, Py_ssize_t, Py_ssize_t)
-    void ferro_layer_bwd_f64(const ferro_blas*, int, const double*, double*, double*,
-                             const double*, const double*, const double*, const double*,
-                             const double*, const double*, const double*, double*, double*,
-                             double*, double*, double*, const Py_ssize_t*, const Py_ssize_t*,
-                             Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t)
+    void ferro_layer_steps(int, int, const ferro_blas*, int, void* const*, const Py_ssize_t*,
+                           const Py_ssize_t*, Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t,
+                           Py_ssize_t)
 
 cdef ferro_blas _blas[2]  # float32, float64: set by set_blas
 
@@ -341,8 +325,18 @@ cdef tuple _present(tuple names, tuple arrays, tuple shapes, unsigned int writes
             tuple(shapes[k] for k in kept), w)
 
 
-cdef inline void* _opt(object a):
-    return NULL if a is None else cnp.PyArray_DATA(<cnp.ndarray>a)
+cdef int _run(bint backward, tuple arrays, bint gru, Py_ssize_t offs, Py_ssize_t bs,
+              Py_ssize_t first, Py_ssize_t count, Py_ssize_t direction, Py_ssize_t hout,
+              Py_ssize_t hidden) except -1:
+    # The loop on the checked arrays (None: NULL), without the GIL.
+    cdef void *p[16]
+    for k, a in enumerate(arrays):
+        p[k] = NULL if a is None else cnp.PyArray_DATA(<cnp.ndarray>a)
+    cdef int f64 = cnp.PyArray_TYPE(<cnp.ndarray>arrays[1]) == cnp.NPY_FLOAT64
+    with nogil:
+        ferro_layer_steps(backward, f64, &_blas[f64], gru, p, <const Py_ssize_t*>offs,
+                          <const Py_ssize_t*>bs, first, count, direction, hout, hidden)
+    return 0
 
 
 def layer_fwd(bint gru, x, h, c, w_t, b_hh, w_hr, out, h_prev, acts, c_prev, tc, cell_h, hgn,
@@ -374,25 +368,8 @@ def layer_fwd(bint gru, x, h, c, w_t, b_hh, w_hr, out, h_prev, acts, c_prev, tc,
          (rows, hidden)), 0b1111111000110)
     _check("layer_fwd", names, arrays, shapes, writes)
     _check_disjoint("layer_fwd", names, arrays, writes)
-    cdef const Py_ssize_t *po = <const Py_ssize_t*><Py_ssize_t>p_off
-    cdef const Py_ssize_t *pb = <const Py_ssize_t*><Py_ssize_t>p_bs
-    cdef void *p[14]
-    for k, a in enumerate(eff + (np.empty((batch, g), dtype=h.dtype),)):
-        p[k] = _opt(a)
-    if cnp.PyArray_TYPE(<cnp.ndarray>h) == cnp.NPY_FLOAT32:
-        with nogil:
-            ferro_layer_fwd_f32(&_blas[0], gru, <float*>p[0], <float*>p[1], <float*>p[2],
-                                <float*>p[3], <float*>p[4], <float*>p[5], <float*>p[6],
-                                <float*>p[7], <float*>p[8], <float*>p[9], <float*>p[10],
-                                <float*>p[11], <float*>p[12], <float*>p[13], po, pb, first,
-                                count, direction, hout, hidden)
-    else:
-        with nogil:
-            ferro_layer_fwd_f64(&_blas[1], gru, <double*>p[0], <double*>p[1], <double*>p[2],
-                                <double*>p[3], <double*>p[4], <double*>p[5], <double*>p[6],
-                                <double*>p[7], <double*>p[8], <double*>p[9], <double*>p[10],
-                                <double*>p[11], <double*>p[12], <double*>p[13], po, pb, first,
-                                count, direction, hout, hidden)
+    _run(False, eff + (np.empty((batch, g), dtype=h.dtype),), gru, p_off, p_bs, first, count,
+         direction, hout, hidden)
 
 
 def layer_bwd(bint gru, gout, gh, gc, w_hh, w_hr, h_prev, acts, c_prev, tc, hgn, g_in, g_hid,
@@ -426,24 +403,6 @@ def layer_bwd(bint gru, gout, gh, gc, w_hh, w_hr, h_prev, acts, c_prev, tc, hgn,
          (rows, hout)), 0b1110000000110)
     _check("layer_bwd", names, arrays, shapes, writes)
     _check_disjoint("layer_bwd", names, arrays, writes)
-    cdef const Py_ssize_t *po = <const Py_ssize_t*><Py_ssize_t>p_off
-    cdef const Py_ssize_t *pb = <const Py_ssize_t*><Py_ssize_t>p_bs
-    cdef void *p[15]
     scratch = (np.empty(batch * (hout + hidden), dtype=gh.dtype),
                np.empty(batch * max(hout, hidden), dtype=gh.dtype))
-    for k, a in enumerate(eff + scratch):
-        p[k] = _opt(a)
-    if cnp.PyArray_TYPE(<cnp.ndarray>gh) == cnp.NPY_FLOAT32:
-        with nogil:
-            ferro_layer_bwd_f32(&_blas[0], gru, <float*>p[0], <float*>p[1], <float*>p[2],
-                                <float*>p[3], <float*>p[4], <float*>p[5], <float*>p[6],
-                                <float*>p[7], <float*>p[8], <float*>p[9], <float*>p[10],
-                                <float*>p[11], <float*>p[12], <float*>p[13], <float*>p[14], po,
-                                pb, first, count, direction, hout, hidden)
-    else:
-        with nogil:
-            ferro_layer_bwd_f64(&_blas[1], gru, <double*>p[0], <double*>p[1], <double*>p[2],
-                                <double*>p[3], <double*>p[4], <double*>p[5], <double*>p[6],
-                                <double*>p[7], <double*>p[8], <double*>p[9], <double*>p[10],
-                                <double*>p[11], <double*>p[12], <double*>p[13], <double*>p[14],
-                                po, pb, first, count, direction, hout, hidden)
+    _run(True, eff + scratch, gru, p_off, p_bs, first, count, direction, hout, hidden)

@@ -599,12 +599,13 @@ class _Front:
 class _Wave:
     """One layer's ``wave`` in a pass (:func:`layer_forward`, :func:`layer_backward`): before
     the first step of a block (walking the pass's way) it waits for layer ``source``'s block
-    and ``fill(rows)`` writes the block's input rows; after the block's last step it sets the
-    block's event. ``out`` is what the layer publishes (its output, or its gate gradients)."""
+    and ``fill(rows)`` writes the block's input rows; after the block's last step
+    ``publish(rows)`` (if any) writes the rows another layer reads and it sets the block's
+    event. ``out`` is what the layer publishes (its output, or its gate gradients)."""
 
     def __init__(self, front, layer, source=None, fill=None, backward=False):
         self.front, self.layer, self.source = front, layer, source
-        self.fill, self.backward = fill, backward
+        self.fill, self.backward, self.publish = fill, backward, None
 
     def _starts(self, t):
         if self.backward:
@@ -614,11 +615,15 @@ class _Wave:
     def before(self, t):
         if self.source is not None and self._starts(t):
             self.front.wait(self.source, j := t // self.front.block)
-            self.fill(slice(self.front.bounds[j], self.front.bounds[j + 1]))
+            if self.fill is not None:
+                self.fill(j, slice(self.front.bounds[j], self.front.bounds[j + 1]))
 
     def after(self, t):
         k = self.front.block
         if t % k == 0 if self.backward else (self._starts(t + 1) or t + 1 == self.front.steps):
+            if self.publish is not None:
+                j = t // k
+                self.publish(j, slice(self.front.bounds[j], self.front.bounds[j + 1]))
             self.front.events[self.layer][t // k].set()
 
 
@@ -664,9 +669,11 @@ def stack_forward(ctx, cells, *inputs, mode, sizes, reverse):
 
         return fill
 
-    for layer in range(1, layers):
-        waves.append(_Wave(front, layer, layer - 1))
-        waves[layer].fill = filler(layer)
+    for layer in range(1, layers):  # even blocks projected by the layer below, odd ones by
+        waves.append(_Wave(front, layer, layer - 1))  # the layer above: a balanced load
+        fill = filler(layer)
+        waves[layer - 1].publish = lambda j, rows, fill=fill: j % 2 or fill(rows)
+        waves[layer].fill = lambda j, rows, fill=fill: j % 2 and fill(rows)
 
     def work(layer):
         h0, c0, w_hh, b_hh, w_hr = groups[layer][3:]
@@ -713,7 +720,8 @@ def stack_backward(ctx, cells, gout, *g_states):
         return fill
 
     for layer in range(layers - 1):
-        waves[layer].source, waves[layer].fill = layer + 1, filler(layer)
+        fill = filler(layer)
+        waves[layer].source, waves[layer].fill = layer + 1, lambda j, rows, fill=fill: fill(rows)
 
     def work(layer):
         k = 8 * layer - 2  # where the layer's inputs start (_groups)

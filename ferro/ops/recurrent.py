@@ -505,16 +505,25 @@ def layer_backward(ctx, cells, gout, gh_n, gc_n=None, *, wave):
 # (tests/nn/test_rnn.py). Where no CBLAS symbol is found, or with ``_C_LOOP = False``, the
 # Python loop below runs.
 _C_LOOP = True
-_BLAS_NAMES = (("scipy_cblas_", "64_", True), ("cblas_", "64_", True), ("cblas_", "", False))
+_BLAS_NAMES = (  # the CBLAS names' prefix and suffix, and the library's config function
+    ("scipy_cblas_", "64_", "scipy_openblas_get_config64_"),
+    ("cblas_", "64_", "openblas_get_config64_"),
+    ("cblas_", "", "openblas_get_config"),
+)
 
 
 def _find_blas(backend) -> bool:
     """Give ``backend`` (``set_blas``) the CBLAS gemm and gemv of the OpenBLAS NumPy uses, if
-    it has them: the first of _BLAS_NAMES's (prefix, suffix, 64-bit ints) that it exports."""
+    it has them: the first of _BLAS_NAMES's that it exports. Their ints are 64-bit where the
+    library's config says USE64BITINT (an ILP64 build), else where the names end in 64_."""
     lib = _intraop.blas_library()
-    for pre, suf, wide in _BLAS_NAMES if lib is not None else ():
+    for pre, suf, config in _BLAS_NAMES if lib is not None else ():
         names = [f"{pre}{f}{suf}" for f in ("sgemm", "dgemm", "sgemv", "dgemv")]
         if all(hasattr(lib, name) for name in names):
+            wide = suf == "64_"
+            if hasattr(lib, config):
+                getattr(lib, config).restype = ctypes.c_char_p
+                wide = b"USE64BITINT" in (getattr(lib, config)() or b"")
             fns = (ctypes.cast(getattr(lib, name), ctypes.c_void_p).value for name in names)
             backend.set_blas(*fns, wide)
             return True

@@ -977,3 +977,26 @@ def test_compiled_step_loop_refuses_bad_arrays():
         K.layer_bwd(False, *{**bwd, "g_in": bwd["acts"]}.values(), *table, 1, 2, -1)
     with pytest.raises(ShapeError, match=r"gc has shape \(3, 5\)"):
         K.layer_bwd(False, *{**bwd, "gc": z((3, 5))}.values(), *table, 1, 2, -1)
+
+
+def test_compiled_step_loop_takes_the_int_width_from_the_library(monkeypatch):
+    from ferro import _intraop
+    from ferro.ops import recurrent
+
+    lib = _intraop.blas_library()
+    if lib is None or not hasattr(lib, "scipy_cblas_sgemm64_"):
+        pytest.skip("NumPy's BLAS here is not scipy-openblas64")
+    got = []
+    backend = types.SimpleNamespace(set_blas=lambda *a: got.append(a))
+    real = {f: getattr(lib, f"scipy_cblas_{f}64_") for f in ("sgemm", "dgemm", "sgemv", "dgemv")}
+    # unsuffixed names from an ILP64 build: the config says so, and the ints are 64-bit
+    fake = types.SimpleNamespace(**{f"cblas_{f}": fn for f, fn in real.items()})
+    fake.openblas_get_config = lib.scipy_openblas_get_config64_
+    monkeypatch.setattr(_intraop, "blas_library", lambda: fake)
+    assert recurrent._find_blas(backend) and got[-1][-1] is True
+    del fake.openblas_get_config  # no config: the names decide (no 64_ suffix: 32-bit)
+    assert recurrent._find_blas(backend) and got[-1][-1] is False
+    del fake.cblas_dgemv  # an incomplete set is no set
+    assert not recurrent._find_blas(backend) and len(got) == 2
+    monkeypatch.setattr(_intraop, "blas_library", lambda: None)
+    assert not recurrent._find_blas(backend)

@@ -396,7 +396,8 @@ def layer_forward(ctx, cells, xg, h0, c0, w_hh, b_hh, w_hr, *, mode, sizes, reve
     if loop is not None:  # Note [Compiled step loop]
         xb = xp.empty_like(x2) if lstm and b_hh is not None else x2  # x + b_hh, once a row
         b2 = None if b_hh is None or not gru else xp.ascontiguousarray(b_hh).reshape(1, -1)
-        w_p, table = None if w_hr is None else xp.ascontiguousarray(w_hr), _table(offsets, bs)
+        w_p = None if w_hr is None else xp.ascontiguousarray(w_hr)
+        table = [xp.asarray(a, dtype=xp.intp) for a in (offsets, bs)]
         for first, count, d in _blocks(wave.front.block, steps, reverse):
             wave.before(first)
             if xb is not x2:
@@ -461,7 +462,7 @@ def layer_backward(ctx, cells, gout, gh_n, gc_n=None, *, wave):
     loop = _step_loop(cells, mode, batch, hout, gates // _CHUNKS[mode])
     if loop is not None:  # Note [Compiled step loop]
         go, w, w_p = (None if a is None else xp.ascontiguousarray(a) for a in (g_out, w_hh, w_hr))
-        table = _table(offsets, bs)
+        table = [xp.asarray(a, dtype=xp.intp) for a in (offsets, bs)]
         for first, count, d in _blocks(wave.front.block, steps, not reverse):
             wave.before(first)
             loop.layer_bwd(
@@ -534,12 +535,6 @@ def _step_loop(cells, mode, batch, hout, hidden):
     """``cells`` if its compiled step loop serves this layer, else None (the Python loop)."""
     ok = _C_LOOP and mode in ("LSTM", "GRU") and min(batch, hout - 1, hidden - 1) > 0
     return cells if ok and hasattr(cells, "layer_fwd") and cells.have_blas() else None
-
-
-def _table(offsets, bs):
-    import numpy as np
-
-    return np.asarray(offsets, dtype=np.intp), np.asarray(bs, dtype=np.intp)
 
 
 def _blocks(block, steps, down):

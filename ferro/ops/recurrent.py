@@ -561,10 +561,10 @@ def _groups(inputs):
 _BLOCK = 4  # steps per block of a stack's wavefront (Note [Recurrent stack])
 # Multiply-adds of a step's GEMM from which the layers run as a two-thread wavefront: off (inf).
 # On the quiet 2-core machine it made the word-LM LSTM step slower, 33 ms against 22 in series
-# (session 8); in a near-quiet run of session 9, with the steps compiled (no GIL per step), 33
-# ms against 22 still: the parts' CPU is what the work needs, OpenBLAS's worker, which a split
-# holds idle, spins on a core, and shutting it down did not help either (docs/rnn.md). Kept,
-# tested, and measured by bench_rnn's "wavefront" case; 1 << 18 turns it on.
+# (session 8). The cause (session 9, docs/rnn.md): OpenBLAS's worker, which a split holds
+# idle, spins on a core; shut down inside the split it gains (21.3 against 22.1 ms, min), but
+# that is not safe beside another thread's GEMM. Kept, tested, and measured by bench_rnn's
+# "wavefront" case; 1 << 18 turns it on.
 _SPLIT_WORK = float("inf")
 
 

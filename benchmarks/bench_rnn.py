@@ -6,10 +6,10 @@ sequence 35, batch 20, float32). Issue 15's goal: <= 1.3x PyTorch for both.
 
 ferro runs with its fused overrides on (the cell kernels, where a backend has them), on for the
 backward only, and off (the generic cell ops written against NumPy), so the table shows what
-the forward and backward kernels buy; and once with its layers in series (no intra-op split,
-OpenBLAS's threads as they are), which shows what running the two layers a few steps apart on
-two cores buys (Note [Recurrent stack] in docs/rnn.md). The
-script checks that ferro and PyTorch give the same output and input gradient from the same
+the forward and backward kernels buy; with the steps in a Python loop instead of one compiled
+call per layer (Note [Compiled step loop] in ferro/ops/recurrent.py); and with the two layers a
+few steps apart on two cores (Note [Recurrent stack] in docs/rnn.md), which is off by default.
+The script checks that ferro and PyTorch give the same output and input gradient from the same
 weights before timing anything.
 """
 
@@ -92,17 +92,23 @@ def main() -> None:
             with overrides(False):
                 step()
 
-        def wavefront(step=step):
-            before = recurrent._SPLIT_WORK
-            recurrent._SPLIT_WORK = 1 << 18  # the two-thread wavefront (off by default)
-            try:
-                step()
-            finally:
-                recurrent._SPLIT_WORK = before
+        def switched(name, value, step=step):  # step() with recurrent.<name> = value
+            def run():
+                before = getattr(recurrent, name)
+                setattr(recurrent, name, value)
+                try:
+                    step()
+                finally:
+                    setattr(recurrent, name, before)
+
+            return run
 
         cases = {
             "ferro": step,
-            "ferro (wavefront on 2 threads)": wavefront,
+            # the two-thread wavefront (off by default: Note [Recurrent stack])
+            "ferro (wavefront on 2 threads)": switched("_SPLIT_WORK", 1 << 18),
+            # the steps in Python, not in one compiled call (Note [Compiled step loop])
+            "ferro (Python step loop)": switched("_C_LOOP", False),
             "ferro (backward kernels)": _ferro_step_generic_forward(ferro, layer, x),
             "ferro (no kernels)": generic,
         }

@@ -31,7 +31,7 @@ import numpy  # noqa: F401  (loaded first: its BLAS is what _load_functions look
 
 
 def _load_functions():
-    """OpenBLAS's ``(get, set)`` thread-count functions and libgomp's ``(get, set)``: ``None``
+    """OpenBLAS's ``(get, set, library)`` thread-count functions and libgomp's: ``None``
     for either library that is not loaded (or not Linux, where /proc/self/maps is missing)."""
     try:
         with open("/proc/self/maps") as maps:
@@ -50,7 +50,7 @@ def _load_functions():
                     get_fn, set_fn = getattr(lib, get), getattr(lib, put)
                     get_fn.restype, get_fn.argtypes = ctypes.c_int, []
                     set_fn.restype, set_fn.argtypes = None, [ctypes.c_int]
-                    return get_fn, set_fn
+                    return get_fn, set_fn, lib
         return None
 
     blas = functions(
@@ -71,6 +71,12 @@ def _load_functions():
 
 
 _BLAS, _GOMP = _load_functions()
+
+
+def blas_library():
+    """The OpenBLAS whose thread count this module controls (a ``ctypes.CDLL``; ``None`` where
+    there is none): NumPy's. Ops that call its CBLAS directly look their symbols up here."""
+    return None if _BLAS is None else _BLAS[2]
 
 
 class _State:

@@ -258,3 +258,151 @@ def gru_bwd(object gh, object acts, object hg_n, object h_prev, object g_in, obj
                               <const double*>p3, <double*>p4, <double*>p5, <double*>p6, rows,
                               hidden)
     return ghz
+
+
+cdef extern from "recurrent_kernels.h" nogil:
+    ctypedef struct ferro_blas:
+        void *gemm
+        void *gemv
+        int wide
+    void ferro_layer_steps(int, int, const ferro_blas*, int, void* const*, const Py_ssize_t*,
+                           const Py_ssize_t*, Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t,
+                           Py_ssize_t)
+
+cdef ferro_blas _blas[2]  # float32, float64: set by set_blas
+
+
+def set_blas(size_t sgemm, size_t dgemm, size_t sgemv, size_t dgemv, bint wide):
+    """The CBLAS functions the step loops call (addresses of ``cblas_?gemm``/``cblas_?gemv``
+    of the BLAS NumPy uses; ``wide``: they take 64-bit ints); zeros unset them."""
+    _blas[0].gemm, _blas[0].gemv = <void*>sgemm, <void*>sgemv
+    _blas[1].gemm, _blas[1].gemv = <void*>dgemm, <void*>dgemv
+    _blas[0].wide = _blas[1].wide = wide
+
+
+def have_blas():
+    """Whether :func:`set_blas` gave the step loops their BLAS."""
+    return all(_blas[k].gemm != NULL and _blas[k].gemv != NULL for k in range(2))
+
+
+cdef tuple _steps(str who, object offsets, object sizes, Py_ssize_t first, Py_ssize_t count,
+                  Py_ssize_t direction, Py_ssize_t batch, Py_ssize_t rows, Py_ssize_t hout,
+                  Py_ssize_t hidden):
+    # The step table and range, and the layer's sizes, checked before the loop runs nogil.
+    for name, a in (("offsets", offsets), ("sizes", sizes)):
+        if (type(a) is not cnp.ndarray or a.dtype != np.intp or a.ndim != 1
+                or not a.flags.c_contiguous or a.shape[0] != offsets.shape[0]):
+            raise ArgumentError(f"{who}: {name} must be a 1-D contiguous intp array per step")
+    cdef Py_ssize_t steps = offsets.shape[0], last = first + (count - 1) * direction
+    if (direction != 1 and direction != -1) or count < 0 or (count and not (
+            0 <= first < steps and 0 <= last < steps)):
+        raise ArgumentError(f"{who}: steps {first} + {direction} * range({count}) not in "
+                            f"range({steps})")
+    lo, hi = (first, last + 1) if direction == 1 else (last, first + 1)
+    o, b = offsets[lo:hi], sizes[lo:hi]
+    if count and (b.min() < 1 or b.max() > batch or o.min() < 0 or (o + b).max() > rows):
+        raise ShapeError(f"{who}: a step's rows fall outside the batch ({batch}) or the "
+                         f"sequence's {rows} rows")
+    if hout < 2 or hidden < 2 or (not _blas[0].wide and 4 * hidden * rows >= 2 ** 31):
+        raise ArgumentError(f"{who}: sizes the BLAS calls do not cover (hidden {hidden}, "
+                            f"output {hout}, {rows} rows)")
+    if not have_blas():
+        raise ArgumentError(f"{who}: no BLAS (set_blas)")
+    return <Py_ssize_t>cnp.PyArray_DATA(<cnp.ndarray>offsets), \
+        <Py_ssize_t>cnp.PyArray_DATA(<cnp.ndarray>sizes)
+
+
+cdef tuple _present(tuple names, tuple arrays, tuple shapes, unsigned int writes):
+    # The arguments that are not None, and their write bits.
+    cdef unsigned int w = 0, bit = 0
+    kept = []
+    for k in range(len(arrays)):
+        if arrays[k] is not None:
+            kept.append(k)
+            w |= (writes >> k & 1) << bit
+            bit += 1
+    return (tuple(names[k] for k in kept), tuple(arrays[k] for k in kept),
+            tuple(shapes[k] for k in kept), w)
+
+
+cdef int _run(bint backward, tuple arrays, bint gru, Py_ssize_t offs, Py_ssize_t bs,
+              Py_ssize_t first, Py_ssize_t count, Py_ssize_t direction, Py_ssize_t hout,
+              Py_ssize_t hidden) except -1:
+    # The loop on the checked arrays (None: NULL), without the GIL.
+    cdef void *p[16]
+    for k, a in enumerate(arrays):
+        p[k] = NULL if a is None else cnp.PyArray_DATA(<cnp.ndarray>a)
+    cdef int f64 = cnp.PyArray_TYPE(<cnp.ndarray>arrays[1]) == cnp.NPY_FLOAT64
+    with nogil:
+        ferro_layer_steps(backward, f64, &_blas[f64], gru, p, <const Py_ssize_t*>offs,
+                          <const Py_ssize_t*>bs, first, count, direction, hout, hidden)
+    return 0
+
+
+def layer_fwd(bint gru, x, h, c, w_t, b_hh, w_hr, out, h_prev, acts, c_prev, tc, cell_h, hgn,
+              offsets, sizes, Py_ssize_t first, Py_ssize_t count, Py_ssize_t direction):
+    """``count`` steps of a LSTM (or GRU) layer's forward from step ``first`` (``direction``
+    +1 or -1), the step GEMMs through the BLAS and the cells as :func:`lstm_fwd`/:func:`gru_fwd`;
+    the arrays as ``layer_forward`` (ferro/ops/recurrent.py) keeps them, ``b_hh`` (1, G) (GRU
+    only: a LSTM's ``x`` has it), ``offsets``/``sizes`` each step's first row and row count."""
+    if type(h) is not cnp.ndarray or h.ndim != 2 or type(w_t) is not cnp.ndarray or w_t.ndim != 2:
+        raise ShapeError("layer_fwd: h and w_t must be 2-D numpy.ndarrays")
+    cdef Py_ssize_t batch = h.shape[0], hout = h.shape[1], g = w_t.shape[1]
+    cdef Py_ssize_t hidden = g // (3 if gru else 4), rows = out.shape[0] if out is not None else 0
+    p_off, p_bs = _steps("layer_fwd", offsets, sizes, first, count, direction, batch, rows, hout,
+                         hidden)
+    lstm = not gru
+    eff = (x, h, c if lstm else None, w_t, b_hh if gru else None, w_hr if lstm else None, out,
+           h_prev, acts, c_prev if lstm else None, tc if lstm else None,
+           cell_h if lstm and w_hr is not None else None, hgn if gru else None)
+    if g % (3 if gru else 4) or (gru and hout != hidden) or (lstm and (
+            c is None or c_prev is None or tc is None or (w_hr is None and hout != hidden)
+            or (w_hr is not None and cell_h is None))) or (gru and hgn is None):
+        raise ShapeError(f"layer_fwd: arrays missing or sizes inconsistent: gates {g}, "
+                         f"output {hout}")
+    names, arrays, shapes, writes = _present(
+        ("x", "h", "c", "w_t", "b_hh", "w_hr", "out", "h_prev", "acts", "c_prev", "tc",
+         "cell_h", "hgn"), eff,
+        ((rows, g), (batch, hout), (batch, hidden), (hout, g), (1, g), (hout, hidden),
+         (rows, hout), (rows, hout), (rows, g), (rows, hidden), (rows, hidden), (rows, hidden),
+         (rows, hidden)), 0b1111111000110)
+    _check("layer_fwd", names, arrays, shapes, writes)
+    _check_disjoint("layer_fwd", names, arrays, writes)
+    _run(False, eff + (np.empty((batch, g), dtype=h.dtype),), gru, p_off, p_bs, first, count,
+         direction, hout, hidden)
+
+
+def layer_bwd(bint gru, gout, gh, gc, w_hh, w_hr, h_prev, acts, c_prev, tc, hgn, g_in, g_hid,
+              g_hr, offsets, sizes, Py_ssize_t first, Py_ssize_t count, Py_ssize_t direction):
+    """``count`` steps of a LSTM (or GRU) layer's backward from step ``first``, walking
+    ``direction``; the step GEMMs through the BLAS and the cells as :func:`lstm_bwd`/
+    :func:`gru_bwd`; the arrays as ``layer_backward`` keeps them (``gout`` (N, H_out), the
+    output's gradient; ``gh``, ``gc`` the running state gradients)."""
+    if type(gh) is not cnp.ndarray or gh.ndim != 2 or type(w_hh) is not cnp.ndarray or \
+            w_hh.ndim != 2:
+        raise ShapeError("layer_bwd: gh and w_hh must be 2-D numpy.ndarrays")
+    cdef Py_ssize_t batch = gh.shape[0], hout = gh.shape[1], g = w_hh.shape[0]
+    cdef Py_ssize_t hidden = g // (3 if gru else 4), rows = g_in.shape[0] if g_in is not None else 0
+    p_off, p_bs = _steps("layer_bwd", offsets, sizes, first, count, direction, batch, rows, hout,
+                         hidden)
+    lstm = not gru
+    proj = lstm and w_hr is not None
+    eff = (gout, gh, gc if lstm else None, w_hh, w_hr if lstm else None, h_prev, acts,
+           c_prev if lstm else None, tc if lstm else None, hgn if gru else None, g_in,
+           g_hid if gru else None, g_hr if proj else None)
+    if g % (3 if gru else 4) or (gru and (hout != hidden or hgn is None or g_hid is None)) or (
+            lstm and (gc is None or c_prev is None or tc is None or (proj and g_hr is None)
+                      or (not proj and hout != hidden))):
+        raise ShapeError(f"layer_bwd: arrays missing or sizes inconsistent: gates {g}, "
+                         f"output {hout}")
+    names, arrays, shapes, writes = _present(
+        ("gout", "gh", "gc", "w_hh", "w_hr", "h_prev", "acts", "c_prev", "tc", "hgn", "g_in",
+         "g_hid", "g_hr"), eff,
+        ((rows, hout), (batch, hout), (batch, hidden), (g, hout), (hout, hidden), (rows, hout),
+         (rows, g), (rows, hidden), (rows, hidden), (rows, hidden), (rows, g), (rows, g),
+         (rows, hout)), 0b1110000000110)
+    _check("layer_bwd", names, arrays, shapes, writes)
+    _check_disjoint("layer_bwd", names, arrays, writes)
+    scratch = (np.empty(batch * (hout + hidden), dtype=gh.dtype),
+               np.empty(batch * max(hout, hidden), dtype=gh.dtype))
+    _run(True, eff + scratch, gru, p_off, p_bs, first, count, direction, hout, hidden)

@@ -19,6 +19,7 @@ activations from the saved inputs, which keeps second derivatives exact.
 
 from __future__ import annotations
 
+import ctypes
 import math
 import threading
 import types
@@ -391,7 +392,23 @@ def layer_forward(ctx, cells, xg, h0, c0, w_hh, b_hh, w_hr, *, mode, sizes, reve
     # Step t updates its batch's rows of the states; the other rows keep theirs: the final
     # state of a sequence that has ended (forward in time), the initial one of one yet to start.
     h, c = xp.array(h0), (xp.array(c0) if lstm else None)
-    for t in range(steps - 1, -1, -1) if reverse else range(steps):
+    loop = _step_loop(cells, mode, batch, hout, hidden)
+    if loop is not None:  # Note [Compiled step loop]
+        xb = xp.empty_like(x2) if lstm and b_hh is not None else x2  # x + b_hh, once a row
+        b2 = None if b_hh is None or not gru else xp.ascontiguousarray(b_hh).reshape(1, -1)
+        w_p = None if w_hr is None else xp.ascontiguousarray(w_hr)
+        table = [xp.asarray(a, dtype=xp.intp) for a in (offsets, bs)]
+        for first, count, d in _blocks(wave.front.block, steps, reverse):
+            wave.before(first)
+            if xb is not x2:
+                lo, hi = _span(offsets, bs, first, count, d)
+                xp.add(x2[lo:hi], b_hh, out=xb[lo:hi])
+            loop.layer_fwd(
+                gru, xb, h, c, w_t, b2, w_p, out,
+                h_prev, acts, c_prev, tc_all, cell_h, hg_n, *table, first, count, d,
+            )  # fmt: skip
+            wave.after(first + (count - 1) * d)
+    for t in () if loop is not None else range(steps - 1, -1, -1) if reverse else range(steps):
         s, b = offsets[t], bs[t]
         wave.before(t)
         hb, a, x = h[:b], acts[s : s + b], x2[s : s + b]
@@ -442,7 +459,18 @@ def layer_backward(ctx, cells, gout, gh_n, gc_n=None, *, wave):
     g_hr = xp.empty((n, hout), dtype=dt) if cell_h is not None else None
     # As in the forward, the rows of the sequences a step does not have keep their gradients.
     gh, gc = xp.array(gh_n, dtype=dt), (xp.array(gc_n, dtype=dt) if lstm else None)
-    for t in range(steps) if reverse else range(steps - 1, -1, -1):
+    loop = _step_loop(cells, mode, batch, hout, gates // _CHUNKS[mode])
+    if loop is not None:  # Note [Compiled step loop]
+        go, w, w_p = (None if a is None else xp.ascontiguousarray(a) for a in (g_out, w_hh, w_hr))
+        table = [xp.asarray(a, dtype=xp.intp) for a in (offsets, bs)]
+        for first, count, d in _blocks(wave.front.block, steps, not reverse):
+            wave.before(first)
+            loop.layer_bwd(
+                gru, go, gh, gc, w, w_p, h_prev, acts, c_prev, tc_all, hg_n, g_in,
+                g_hid if gru else None, g_hr, *table, first, count, d,
+            )  # fmt: skip
+            wave.after(first + (count - 1) * d)
+    for t in () if loop is not None else range(steps) if reverse else range(steps - 1, -1, -1):
         s, b = offsets[t], bs[t]
         wave.before(t)
         ghb = gh[:b] + g_out[s : s + b]
@@ -469,6 +497,59 @@ def layer_backward(ctx, cells, gout, gh_n, gc_n=None, *, wave):
     return g_x, gh if need[1] else None, gc if lstm and need[2] else None, g_w, g_b, g_whr
 
 
+# Note [Compiled step loop]: a backend with ``layer_fwd``/``layer_bwd`` (ferro._C.
+# recurrent_kernels) runs a LSTM or GRU layer's steps in one nogil call per block (the whole
+# sequence serially): each step's GEMMs through the CBLAS of NumPy's own OpenBLAS (found with
+# ctypes, _find_blas), called as NumPy's matmul calls it for the same operands, and the cell
+# kernels, with no Python per step. LSTM's ``bias_hh`` is added to the input projection once a
+# row (the same float adds as per step). The results equal the Python loop's bit for bit
+# (tests/nn/test_rnn.py). Where no CBLAS symbol is found, or with ``_C_LOOP = False``, the
+# Python loop below runs.
+_C_LOOP = True
+_BLAS_NAMES = (  # the CBLAS names' prefix and suffix, and the library's config function
+    ("scipy_cblas_", "64_", "scipy_openblas_get_config64_"),
+    ("cblas_", "64_", "openblas_get_config64_"),
+    ("cblas_", "", "openblas_get_config"),
+)
+
+
+def _find_blas(backend) -> bool:
+    """Give ``backend`` (``set_blas``) the CBLAS gemm and gemv of the OpenBLAS NumPy uses, if
+    it has them: the first of _BLAS_NAMES's that it exports. Their ints are 64-bit where the
+    library's config says USE64BITINT (an ILP64 build), else where the names end in 64_."""
+    lib = _intraop.blas_library()
+    for pre, suf, config in _BLAS_NAMES if lib is not None else ():
+        names = [f"{pre}{f}{suf}" for f in ("sgemm", "dgemm", "sgemv", "dgemv")]
+        if all(hasattr(lib, name) for name in names):
+            wide = suf == "64_"
+            if hasattr(lib, config):
+                getattr(lib, config).restype = ctypes.c_char_p
+                wide = b"USE64BITINT" in (getattr(lib, config)() or b"")
+            fns = (ctypes.cast(getattr(lib, name), ctypes.c_void_p).value for name in names)
+            backend.set_blas(*fns, wide)
+            return True
+    return False
+
+
+def _step_loop(cells, mode, batch, hout, hidden):
+    """``cells`` if its compiled step loop serves this layer, else None (the Python loop)."""
+    ok = _C_LOOP and mode in ("LSTM", "GRU") and min(batch, hout - 1, hidden - 1) > 0
+    return cells if ok and hasattr(cells, "layer_fwd") and cells.have_blas() else None
+
+
+def _blocks(block, steps, down):
+    """``(first, count, direction)`` of each block of ``block`` steps, walking up or down."""
+    starts = range(0, steps, max(block, 1))
+    if not down:
+        return [(t, min(block, steps - t), 1) for t in starts]
+    return [(min(t + block, steps) - 1, min(block, steps - t), -1) for t in reversed(starts)]
+
+
+def _span(offsets, bs, first, count, d):
+    lo, hi = sorted((first, first + (count - 1) * d))
+    return offsets[lo], offsets[hi] + bs[hi]
+
+
 def _groups(inputs):
     """Each layer's ``(w_ih, b_ih, mask, h0, c0, w_hh, b_hh, w_hr)`` from RecurrentLayer's
     inputs: item k of layer l is input ``8 * l - 2 + k`` (layer 0 has no first three)."""
@@ -479,11 +560,11 @@ def _groups(inputs):
 
 _BLOCK = 4  # steps per block of a stack's wavefront (Note [Recurrent stack])
 # Multiply-adds of a step's GEMM from which the layers run as a two-thread wavefront: off (inf).
-# On the quiet 2-core machine the wavefront made the word-LM LSTM step slower, 33 ms against
-# 22 ms with the layers in series (GRU 22-26 against 18; blocks of 4 to 18 steps alike): both
-# threads stayed busy (25 ms CPU for a 13 ms forward) while OpenBLAS ran the steps' GEMMs
-# and the per-block projections on one thread each (docs/rnn.md). Kept, tested, and measured
-# by bench_rnn's "wavefront" case until the cause is found; 1 << 18 turns it on.
+# On the quiet 2-core machine it made the word-LM LSTM step slower, 33 ms against 22 in series
+# (session 8). The cause (session 9, docs/rnn.md): OpenBLAS's worker, which a split holds
+# idle, spins on a core; shut down inside the split it gains (21.3 against 22.1 ms, min), but
+# that is not safe beside another thread's GEMM. Kept, tested, and measured by bench_rnn's
+# "wavefront" case; 1 << 18 turns it on.
 _SPLIT_WORK = float("inf")
 
 
@@ -522,12 +603,13 @@ class _Front:
 class _Wave:
     """One layer's ``wave`` in a pass (:func:`layer_forward`, :func:`layer_backward`): before
     the first step of a block (walking the pass's way) it waits for layer ``source``'s block
-    and ``fill(rows)`` writes the block's input rows; after the block's last step it sets the
-    block's event. ``out`` is what the layer publishes (its output, or its gate gradients)."""
+    and ``fill(rows)`` writes the block's input rows; after the block's last step
+    ``publish(rows)`` (if any) writes the rows another layer reads and it sets the block's
+    event. ``out`` is what the layer publishes (its output, or its gate gradients)."""
 
     def __init__(self, front, layer, source=None, fill=None, backward=False):
         self.front, self.layer, self.source = front, layer, source
-        self.fill, self.backward = fill, backward
+        self.fill, self.backward, self.publish = fill, backward, None
 
     def _starts(self, t):
         if self.backward:
@@ -537,11 +619,15 @@ class _Wave:
     def before(self, t):
         if self.source is not None and self._starts(t):
             self.front.wait(self.source, j := t // self.front.block)
-            self.fill(slice(self.front.bounds[j], self.front.bounds[j + 1]))
+            if self.fill is not None:
+                self.fill(j, slice(self.front.bounds[j], self.front.bounds[j + 1]))
 
     def after(self, t):
         k = self.front.block
         if t % k == 0 if self.backward else (self._starts(t + 1) or t + 1 == self.front.steps):
+            if self.publish is not None:
+                j = t // k
+                self.publish(j, slice(self.front.bounds[j], self.front.bounds[j + 1]))
             self.front.events[self.layer][t // k].set()
 
 
@@ -587,9 +673,11 @@ def stack_forward(ctx, cells, *inputs, mode, sizes, reverse):
 
         return fill
 
-    for layer in range(1, layers):
-        waves.append(_Wave(front, layer, layer - 1))
-        waves[layer].fill = filler(layer)
+    for layer in range(1, layers):  # even blocks projected by the layer below, odd ones by
+        waves.append(_Wave(front, layer, layer - 1))  # the layer above: a balanced load
+        fill = filler(layer)
+        waves[layer - 1].publish = lambda j, rows, fill=fill: j % 2 or fill(rows)
+        waves[layer].fill = lambda j, rows, fill=fill: j % 2 and fill(rows)
 
     def work(layer):
         h0, c0, w_hh, b_hh, w_hr = groups[layer][3:]
@@ -636,7 +724,8 @@ def stack_backward(ctx, cells, gout, *g_states):
         return fill
 
     for layer in range(layers - 1):
-        waves[layer].source, waves[layer].fill = layer + 1, filler(layer)
+        fill = filler(layer)
+        waves[layer].source, waves[layer].fill = layer + 1, lambda j, rows, fill=fill: fill(rows)
 
     def work(layer):
         k = 8 * layer - 2  # where the layer's inputs start (_groups)
@@ -772,6 +861,8 @@ def recurrent_layer_override(backend):
     RNN modes stay generic (one tanh or max a step)."""
     accepts = backend.accepts
     have = backend.FUSED_KERNELS
+    if hasattr(backend, "set_blas") and not backend.have_blas():
+        _find_blas(backend)  # Note [Compiled step loop]
     fwd_modes = {m for m in ("LSTM", "GRU") if f"{m.lower()}_fwd" in have}
     bwd_modes = {m for m in ("LSTM", "GRU") if f"{m.lower()}_bwd" in have}
 

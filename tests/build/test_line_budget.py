@@ -72,9 +72,19 @@ pytestmark = pytest.mark.skipif(
 # NumPy into them, by blocks of depth tiles: 164 lines measured (6,802; conv_kernels.pyx 775 ->
 # 608, conv_kernels.h 331). Single-thread CPU time of issue 14's benchmarks: conv3d 19.6-20.5
 # -> 13.4 ms, conv1d 34.3 -> 30.7, conv_transpose2d 13.0 -> 12.5, conv2d 65.4-68.1 -> 54.1.
+#
+# Raised for ferro/_C from 6,810 to 7,055 and for ferro/ops from 11,480 to 11,545 for issue 15's
+# compiled recurrent step loop (session 9, Note [Compiled step loop]): a LSTM/GRU layer's steps
+# in one nogil call (the CBLAS typedefs and a matmul that calls the BLAS as NumPy's matmul does,
+# forward and backward loops over the existing cell kernels, their array and step-table checks;
+# 243 lines measured, after taking the arrays as one pointer table with one C entry for both
+# float types and passes; 6,881 measured) and its BLAS lookup and block walk in recurrent.py
+# (73; 11,535 measured). The Python loop stays beside it: it is the path where NumPy's BLAS has
+# no CBLAS symbols, the RNN modes', and the reference the tests hold the compiled loop to, bit
+# for bit.
 BUDGETS = {
-    "ferro/_C": (6810, ("*.pyx", "*.pxd", "*.h", "*.py")),
-    "ferro/ops": (11480, ("*.py",)),
+    "ferro/_C": (7055, ("*.pyx", "*.pxd", "*.h", "*.py")),
+    "ferro/ops": (11545, ("*.py",)),
 }
 
 

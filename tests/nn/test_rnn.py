@@ -822,3 +822,181 @@ def test_stack_bad_input_raises_typed_errors_naming_shapes():
         ferro.recurrent_layer(*layer0, "LSTM", reverse=True, upper=[upper])
     with pytest.raises(ArgumentError, match="8 arrays"):
         ferro.recurrent_layer(*layer0, "LSTM", upper=[upper[:7]])
+
+
+# -- the compiled step loop (Note [Compiled step loop]) ---------------------------------------
+
+
+def _loop_calls(monkeypatch):
+    from ferro._C import recurrent_kernels as K
+
+    calls = []
+    for name in ("layer_fwd", "layer_bwd"):
+        real = getattr(K, name)
+        monkeypatch.setattr(
+            K, name, lambda *a, real=real, name=name: calls.append(name) or real(*a)
+        )
+    return calls
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(
+    "mode,layers,kw,packed,split",
+    [
+        ("LSTM", 2, {}, False, False),
+        ("LSTM", 2, {"proj_size": 3, "bidirectional": True}, True, False),
+        ("LSTM", 3, {"proj_size": 2, "dropout": 0.3}, True, True),
+        ("GRU", 2, {"bidirectional": True, "bias": False}, True, False),
+        ("GRU", 3, {"dropout": 0.5}, False, True),
+        ("LSTM", 1, {"bias": False}, False, False),
+    ],
+)
+def test_compiled_step_loop_equals_the_python_loop(
+    monkeypatch, dtype, mode, layers, kw, packed, split
+):
+    """Same GEMMs in the same order, the same cell kernels: bit-identical outputs, states and
+    gradients, forward and reversed, packed (steps of one row: gemv) or not, with proj_size,
+    dropout, and on two threads (the wavefront, a block at a time)."""
+    from ferro import _intraop
+    from ferro._C import recurrent_kernels as K
+    from ferro.ops import recurrent
+
+    if not K.have_blas():
+        pytest.skip("no CBLAS found in NumPy's BLAS: the Python loop is the only path")
+    if split and _intraop._BLAS is None:
+        pytest.skip("the BLAS's threads cannot be controlled here: no split to test")
+    monkeypatch.setattr(recurrent, "_SPLIT_WORK", 0 if split else float("inf"))
+    calls = _loop_calls(monkeypatch)
+    rng = np.random.default_rng(3)
+    ferro.manual_seed(0)
+    module = getattr(nn, mode)(3, 5, num_layers=layers, **kw).to(dtype)
+    if packed:
+        seqs = [ferro.tensor(rng.normal(size=(n, 3)).astype(dtype)) for n in (9, 4, 7, 1)]
+        x = rnn_utils.pack_sequence(seqs, enforce_sorted=False)
+        x.data.requires_grad_(True)
+        leaf = x.data
+    else:
+        x = leaf = ferro.tensor(rng.normal(size=(9, 4, 3)).astype(dtype), requires_grad=True)
+    got = {}
+    for compiled in (True, False):
+        monkeypatch.setattr(recurrent, "_C_LOOP", compiled)
+        del calls[:]
+        got[compiled] = _run_stack(module, x, leaf, 2 if split else 1)
+        directions = 2 if kw.get("bidirectional") else 1
+        want = layers * directions if compiled else 0
+        # one call per layer and direction, or per block of steps on two threads
+        fwd, bwd = calls.count("layer_fwd"), calls.count("layer_bwd")
+        assert fwd == bwd == (want * 3 if split and compiled else want), calls
+    for a, b in zip(got[True], got[False], strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_compiled_step_loop_falls_back_without_a_blas(monkeypatch):
+    from ferro._C import recurrent_kernels as K
+    from ferro.ops import recurrent
+
+    calls = _loop_calls(monkeypatch)
+    monkeypatch.setattr(K, "have_blas", lambda: False)
+    lstm = nn.LSTM(3, 4, num_layers=2)
+    x = ferro.randn(5, 2, 3, requires_grad=True)
+    lstm(x)[0].sum().backward()
+    assert calls == [] and x.grad is not None
+    # and sizes the BLAS calls do not cover (a hidden size of one) run the Python loop too
+    monkeypatch.undo()
+    calls = _loop_calls(monkeypatch)
+    nn.GRU(3, 1)(x)[0].sum().backward()
+    assert calls == [] and recurrent._C_LOOP
+
+
+def _loop_arrays(dtype=np.float64, rows=6, batch=3, hout=4, hidden=4, proj=False):
+    z = lambda *s: np.zeros(s, dtype=dtype)  # noqa: E731
+    g = 4 * hidden
+    fwd = dict(
+        x=z(rows, g), h=z(batch, hout), c=z(batch, hidden), w_t=z(hout, g), b_hh=None,
+        w_hr=z(hout, hidden) if proj else None, out=z(rows, hout), h_prev=z(rows, hout),
+        acts=z(rows, g), c_prev=z(rows, hidden), tc=z(rows, hidden),
+        cell_h=z(rows, hidden) if proj else None, hgn=None,
+    )  # fmt: skip
+    table = (np.array([0, 3], dtype=np.intp), np.array([3, 3], dtype=np.intp))
+    return fwd, table
+
+
+def test_compiled_step_loop_refuses_bad_arrays():
+    from ferro._C import recurrent_kernels as K
+    from ferro.errors import DtypeError, ReadOnlyError
+
+    if not K.have_blas():
+        pytest.skip("no CBLAS found in NumPy's BLAS")
+    fwd, table = _loop_arrays()
+
+    def call(table=table, first=0, count=2, d=1, **over):
+        a = {**fwd, **over}
+        return K.layer_fwd(False, *a.values(), *table, first, count, d)
+
+    call()  # the good arrays run
+    with pytest.raises(ShapeError, match=r"acts has shape \(6, 12\), expected \(6, 16\)"):
+        call(acts=np.zeros((6, 12)))
+    with pytest.raises(DtypeError, match="tc is float32"):
+        call(tc=np.zeros((6, 4), dtype=np.float32))
+    with pytest.raises(ShapeError, match="C-contiguous"):
+        call(h_prev=np.zeros((4, 6)).T)
+    ro = np.zeros((6, 4))
+    ro.flags.writeable = False
+    with pytest.raises(ReadOnlyError, match="out is read-only"):
+        call(out=ro)
+    with pytest.raises(ArgumentError, match="out overlaps h_prev"):
+        shared = np.zeros((6, 4))
+        call(out=shared, h_prev=shared)
+    with pytest.raises(ArgumentTypeError):
+        call(c=[[0.0]])
+    # the step table: every step's rows inside the batch and the sequence, the range inside it
+    with pytest.raises(ShapeError, match="outside the batch"):
+        call(table=(table[0], np.array([3, 4], dtype=np.intp)))
+    with pytest.raises(ShapeError, match="outside the batch"):
+        call(table=(np.array([0, 4], dtype=np.intp), table[1]))
+    with pytest.raises(ArgumentError, match="not in range"):
+        call(first=1, count=2)
+    with pytest.raises(ArgumentError, match="not in range"):
+        call(d=2)
+    with pytest.raises(ArgumentError, match="intp"):
+        call(table=(table[0].astype(np.int32), table[1]))
+    with pytest.raises(ShapeError, match="missing"):
+        call(c=None)
+    small, t1 = _loop_arrays(hout=1, hidden=1)
+    with pytest.raises(ArgumentError, match="do not cover"):
+        K.layer_fwd(False, *small.values(), *t1, 0, 2, 1)
+    # the backward's checks are the same helpers; one of each kind
+    z = np.zeros
+    bwd = dict(
+        gout=z((6, 4)), gh=z((3, 4)), gc=z((3, 4)), w_hh=z((16, 4)), w_hr=None,
+        h_prev=z((6, 4)), acts=z((6, 16)), c_prev=z((6, 4)), tc=z((6, 4)), hgn=None,
+        g_in=z((6, 16)), g_hid=None, g_hr=None,
+    )  # fmt: skip
+    K.layer_bwd(False, *bwd.values(), *table, 1, 2, -1)
+    with pytest.raises(ArgumentError, match="g_in overlaps acts"):
+        K.layer_bwd(False, *{**bwd, "g_in": bwd["acts"]}.values(), *table, 1, 2, -1)
+    with pytest.raises(ShapeError, match=r"gc has shape \(3, 5\)"):
+        K.layer_bwd(False, *{**bwd, "gc": z((3, 5))}.values(), *table, 1, 2, -1)
+
+
+def test_compiled_step_loop_takes_the_int_width_from_the_library(monkeypatch):
+    from ferro import _intraop
+    from ferro.ops import recurrent
+
+    lib = _intraop.blas_library()
+    if lib is None or not hasattr(lib, "scipy_cblas_sgemm64_"):
+        pytest.skip("NumPy's BLAS here is not scipy-openblas64")
+    got = []
+    backend = types.SimpleNamespace(set_blas=lambda *a: got.append(a))
+    real = {f: getattr(lib, f"scipy_cblas_{f}64_") for f in ("sgemm", "dgemm", "sgemv", "dgemv")}
+    # unsuffixed names from an ILP64 build: the config says so, and the ints are 64-bit
+    fake = types.SimpleNamespace(**{f"cblas_{f}": fn for f, fn in real.items()})
+    fake.openblas_get_config = lib.scipy_openblas_get_config64_
+    monkeypatch.setattr(_intraop, "blas_library", lambda: fake)
+    assert recurrent._find_blas(backend) and got[-1][-1] is True
+    del fake.openblas_get_config  # no config: the names decide (no 64_ suffix: 32-bit)
+    assert recurrent._find_blas(backend) and got[-1][-1] is False
+    del fake.cblas_dgemv  # an incomplete set is no set
+    assert not recurrent._find_blas(backend) and len(got) == 2
+    monkeypatch.setattr(_intraop, "blas_library", lambda: None)
+    assert not recurrent._find_blas(backend)

@@ -104,14 +104,27 @@ def _interior(size, pads):
     return tuple(slice(lo, lo + s) for s, (lo, _) in zip(size, pads, strict=True))
 
 
-def _chunk(xp, n, row_bytes):
+def _chunk(xp, n, row_bytes, work=0):
     """How many batch elements a chunk takes (at least one): as many as fit in the workspace on
     a GPU, as many as fit in :data:`CACHE_BYTES` on the CPU, where a batch of several chunks is
-    cut into a multiple of :data:`LANES` chunks of equal size, so that parts get equal work."""
+    cut into a multiple of :data:`LANES` chunks of equal size, so that parts get equal work. A
+    batch that fits one chunk is still cut into 2 or :data:`LANES` when each piece keeps at
+    least :data:`PART_MIN_WORK` of the sample's ``work`` (its GEMMs' multiply-adds), whatever
+    the number of threads (the same chunks, so the same bits, with one thread or several)."""
     if xp is not np:
         return max(1, min(n, WORKSPACE_BYTES // max(row_bytes, 1)))
     chunks = -(-n // max(1, min(WORKSPACE_BYTES, CACHE_BYTES) // max(row_bytes, 1)))
-    return -(-n // min(n, -(-chunks // LANES) * LANES)) if chunks > 1 else max(n, 1)
+    if chunks <= 1:
+        chunks = next((k for k in (LANES, 2) if n * work >= k * PART_MIN_WORK and n >= k), 1)
+        return -(-n // chunks) if n else 1
+    return -(-n // min(n, -(-chunks // LANES) * LANES))
+
+
+#: The least work (multiply-adds) worth a part of its own (:func:`_chunk`): the handoff to the
+#: pool's thread costs ~15 us, and the digits CNN's 16 -> 32 convolution on 4x4 maps (4.7M
+#: multiply-adds forward, with its im2col 0.35 ms of one core) splits in 2, its 1 -> 16 layer
+#: (0.6M) does not.
+PART_MIN_WORK = 1 << 21
 
 
 #: A weight gradient sums its batch chunks' products in at most this many lanes (contiguous
@@ -253,31 +266,36 @@ def _columns_pass(xp, x, w, gy, stride, pads, dilation, groups, kernel, out, ker
     ``w`` is), and ``gw``, the weight gradient of a convolution of ``x`` with output gradient
     ``gy`` (None if ``gy`` is).
 
-    ``cache``, a dict (a forward's ``ctx.columns``): where the whole batch is one chunk within
-    :data:`CACHE_BYTES`, the forward leaves its columns there and the weight gradient takes
+    ``cache``, a dict (a forward's ``ctx.columns``): where the whole batch's columns fit in
+    :data:`CACHE_BYTES`, the forward leaves each chunk's there and the weight gradient takes
     them instead of building them again (on the digits CNN's training step, a third of each
     convolution's backward)."""
     n, c = x.shape[:2]
     cg = c // groups
     kp, ell = math.prod(kernel), math.prod(out)
+    o = w.shape[0] if w is not None else gy.shape[1]
     y = gwt = None
     if w is not None:
-        o = w.shape[0]
         wr = w.reshape(groups, o // groups, cg * kp)
         y = xp.empty((n, o) + tuple(out), dtype=x.dtype)
-    step = _chunk(xp, n, c * kp * ell * x.itemsize)
+    step = _chunk(xp, n, c * kp * ell * x.itemsize, o * cg * kp * ell)
     kept = None if cache is None else cache.pop("columns", None)
+    keep = cache is not None and gy is None and n * c * kp * ell * x.itemsize <= CACHE_BYTES
 
     def part(chunks):  # each part its own column buffer; y's slices are disjoint
-        cols = _Columns(xp, kernels, c, kernel, step, out, x.dtype) if kept is None else None
+        cols = None
         sums, prod = {}, None
         for run, n0 in chunks:
             xc = x[n0 : n0 + step]
             nb = xc.shape[0]
-            col = kept if kept is not None else cols.of(xc, stride, pads, dilation)
+            col = None if kept is None else kept.get(n0)
+            if col is None:
+                if cols is None or keep:  # kept columns each need their own buffer
+                    cols = _Columns(xp, kernels, c, kernel, step, out, x.dtype)
+                col = cols.of(xc, stride, pads, dilation)
             col = col.reshape(groups, cg * kp, nb * ell)
-            if cache is not None and gy is None and step >= n and col.nbytes <= CACHE_BYTES:
-                cache["columns"] = col
+            if keep:
+                cache.setdefault("columns", {})[n0] = col
             if w is not None and nb == 1:  # the sample's output is the product: no copy
                 xp.matmul(wr, col, out=y[n0].reshape(groups, o // groups, ell))
             elif w is not None:
@@ -419,7 +437,7 @@ def _conv_input_grad(xp, gy, w, stride, pads, dilation, groups, size, kernels=No
     kp, ell = math.prod(kernel), math.prod(out)
     wt = w.reshape(groups, o // groups, cg * kp).transpose(0, 2, 1)
     gx = xp.empty((n, c) + tuple(size), dtype=gy.dtype)
-    step = _chunk(xp, n, c * kp * ell * gy.itemsize)
+    step = _chunk(xp, n, c * kp * ell * gy.itemsize, o * cg * kp * ell)
 
     def part(chunks):  # the chunks write disjoint slices of gx
         for _, n0 in chunks:

@@ -147,7 +147,10 @@ def _in_parts(xp, n, step, body, lanes=None):
         while (j := _locked_next(lock, todo)) is not None:
             yield from ((j, n0) for n0 in runs[j])
 
-    parts = _intraop.run(lambda i: body(chunks()), _intraop.parts(nr) if xp is np else 1)
+    if (k := _intraop.parts(nr) if xp is np else 1) == 1:  # no lock, no pool
+        parts = [body((j, n0) for j in range(nr) for n0 in runs[j])]
+    else:
+        parts = _intraop.run(lambda i: body(chunks()), k)
     if lanes and n:
         sums = {j: a for part in parts for j, a in part.items()}
         return functools.reduce(operator.iadd, (sums[j] for j in range(1, nr)), sums[0])
@@ -926,7 +929,11 @@ def columns_override(op):
 
 def _tuple(value, n, what, op, minimum):
     """``value`` (an int or a sequence of ``n`` ints) as an ``n``-tuple of ints >= minimum."""
-    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+    if type(value) is int:  # the common cases first: the numbers ABC's isinstance is slow
+        value = (value,) * n
+    elif type(value) is tuple and len(value) == n and all(type(v) is int for v in value):
+        pass
+    elif isinstance(value, numbers.Integral) and not isinstance(value, bool):
         value = (int(value),) * n
     elif isinstance(value, (tuple, list)) and all(
         isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in value
@@ -946,7 +953,9 @@ def _tuple(value, n, what, op, minimum):
 
 
 def _groups(groups, op):
-    if not isinstance(groups, numbers.Integral) or isinstance(groups, bool):
+    if type(groups) is not int and (  # (the numbers ABC's isinstance is slow)
+        not isinstance(groups, numbers.Integral) or isinstance(groups, bool)
+    ):
         raise ArgumentTypeError(f"{op}: groups must be an int, got {groups!r}")
     if groups < 1:
         raise ArgumentError(f"{op}: groups must be positive, got {groups}")

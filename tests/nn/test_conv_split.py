@@ -71,7 +71,7 @@ def test_a_split_gives_the_bits_of_one_part(case, dtype, one_sample_chunks, monk
     run = _intraop.run
     monkeypatch.setattr(_intraop, "run", lambda f, n: counts.append(n) or run(f, n))
     one = _run(fn, x, w, kw, 1)
-    assert set(counts) == {1}
+    assert set(counts) <= {1}  # one thread: no split (one part runs without the pool)
     for threads in (2, 3):
         counts.clear()
         got = _run(fn, x, w, kw, threads)

@@ -754,8 +754,7 @@ def _pointwise_weight_grad(xp, x, gy):
             sums[run] = sums.get(run, 0) + prod.sum(axis=0)
         return sums
 
-    acc = _in_parts(xp, n, step, part, LANES)
-    acc = xp.zeros((c, o), dtype=x.dtype) if acc is None else acc
+    acc = _in_parts(xp, n, step, part, LANES) if n else xp.zeros((c, o), dtype=x.dtype)
     return acc.T.reshape(gy.shape[1:2] + x.shape[1:2] + (1,) * (x.ndim - 2))
 
 
@@ -953,9 +952,8 @@ def _tuple(value, n, what, op, minimum):
 
 
 def _groups(groups, op):
-    if type(groups) is not int and (  # (the numbers ABC's isinstance is slow)
-        not isinstance(groups, numbers.Integral) or isinstance(groups, bool)
-    ):
+    slow = type(groups) is not int  # (the numbers ABC's isinstance is slow)
+    if slow and (isinstance(groups, bool) or not isinstance(groups, numbers.Integral)):
         raise ArgumentTypeError(f"{op}: groups must be an int, got {groups!r}")
     if groups < 1:
         raise ArgumentError(f"{op}: groups must be positive, got {groups}")

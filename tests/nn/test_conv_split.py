@@ -115,6 +115,22 @@ def test_a_one_chunk_batch_cut_by_its_work_gives_the_same_bits(
         np.testing.assert_allclose(a, b, rtol=tol, atol=tol * np.abs(b).max())
 
 
+@pytest.mark.parametrize("batch", [1, 3, 8])
+def test_the_weight_gradient_takes_each_chunks_kept_columns(batch, work_split_chunks, monkeypatch):
+    # The digits CNN's layer 3 cut by its work: the forward's im2col runs once a chunk and the
+    # weight gradient builds none (the input gradient is col2im's: C_out > C_in).
+    calls = []
+    im2col = K.im2col
+    monkeypatch.setattr(K, "im2col", lambda *a: calls.append(1) or im2col(*a))
+    x = np.random.default_rng(6).normal(size=(batch, 16, 4, 4)).astype(np.float32)
+    w = np.random.default_rng(7).normal(size=(32, 16, 3, 3)).astype(np.float32)
+    got = _run(F.conv2d, x, w, {"padding": 1}, 2)
+    assert len(calls) == -(-batch // conv_ops._chunk(np, batch, 1, 32 * 16 * 9 * 16))
+    monkeypatch.setattr(conv_ops, "PART_MIN_WORK", 1 << 60)
+    for a, b in zip(got, _run(F.conv2d, x, w, {"padding": 1}, 2), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5 * np.abs(b).max())
+
+
 @needs_blas
 @pytest.mark.parametrize("case", CASES, ids=[c[-1] for c in CASES])
 def test_a_split_float32_matches_float64(case, one_sample_chunks):

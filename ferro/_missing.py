@@ -35,11 +35,6 @@ TENSOR = {
     "untyped_storage": (_STORAGE, "", "tensors-and-data"),
     "set_": (_STORAGE, "assign t.data = other instead", "tensors-and-data"),
     "resize_": (_STORAGE, "make a new tensor (ferro.empty(shape))", "tensors-and-data"),
-    "share_memory_": (
-        "ferro has no shared-memory tensors",
-        "DataLoader workers send batches back through pipes",
-        "what-is-missing",
-    ),
     "names": (_NAMED, "", "what-is-missing"),
     "refine_names": (_NAMED, "", "what-is-missing"),
     "rename": (_NAMED, "", "what-is-missing"),
@@ -123,12 +118,6 @@ _NO_DEVICE = ("ferro runs on the CPU (NumPy) and NVIDIA GPUs (CuPy) only", "", "
 
 # nn.Module method -> (why, the ferro way or "", section of docs/pytorch.md).
 NN_MODULE = {
-    "share_memory": (
-        "ferro has no shared-memory tensors",
-        "ferro.multiprocessing sends tensors as copies; use ferro.distributed for data-parallel "
-        "training",
-        "what-is-missing",
-    ),
     "compile": (
         "ferro has no compiler (torch.compile)",
         "call the module as it is",

@@ -487,6 +487,60 @@ class Tensor(TensorBase):
 
     t = _sh.t
 
+    def _reshape_in_place(self, view, op: str):
+        # PyTorch's in-place shape methods: self takes the shape of ``view``, a view of its own
+        # memory. A tensor with history would need its node's output to change shape, which
+        # ferro's graph does not do: those are refused, naming the out-of-place form.
+        if self.grad_fn is not None:
+            raise GraphError(
+                f"{op}: ferro cannot change the shape of a tensor with history (grad_fn) in "
+                f"place; use t = t.{op[:-1]}(...) instead"
+            )
+        if self.requires_grad and _engine.is_grad_enabled():
+            raise GraphError(
+                f"{op}: a leaf tensor that requires grad cannot be modified in place; wrap it "
+                "in ferro.no_grad()"
+            )
+        self.data = view
+        return self
+
+    def share_memory_(self) -> Tensor:
+        """Move this CPU tensor's data into shared memory (no-op if it is there) and return it:
+        processes this tensor is then sent to (multiprocessing arguments, queues, pipes) or
+        forked into see and make the same changes (Note [Shared-memory tensors] in
+        ferro/_shared.py). Views taken before keep the old memory."""
+        from ferro import _shared
+
+        if not isinstance(self._data, np.ndarray):
+            raise DeviceError(
+                f"share_memory_: only CPU tensors can be moved into shared memory, got one on "
+                f"{self.device}"
+            )
+        self.data = _shared.share(self._data)
+        return self
+
+    def is_shared(self) -> bool:
+        """Whether the data is in shared memory (after :meth:`share_memory_`)."""
+        from ferro import _shared
+
+        return isinstance(self._data, np.ndarray) and _shared.block_of(self._data) is not None
+
+    def unsqueeze_(self, dim: int) -> Tensor:
+        """``unsqueeze`` in place (a tensor without history; returns ``self``)."""
+        return self._reshape_in_place(_sh.unsqueeze(self.detach(), dim), "unsqueeze_")
+
+    def squeeze_(self, dim=None) -> Tensor:
+        """``squeeze`` in place (a tensor without history; returns ``self``)."""
+        return self._reshape_in_place(_sh.squeeze(self.detach(), dim), "squeeze_")
+
+    def t_(self) -> Tensor:
+        """``t`` in place (a tensor without history; returns ``self``)."""
+        return self._reshape_in_place(_sh.t(self.detach()), "t_")
+
+    def transpose_(self, dim0: int, dim1: int) -> Tensor:
+        """``transpose`` in place (a tensor without history; returns ``self``)."""
+        return self._reshape_in_place(_sh.transpose(self.detach(), dim0, dim1), "transpose_")
+
     def mm(self, mat2) -> Tensor:
         """The matrix product of two 2-D tensors (``ferro.mm``)."""
         return _la.mm(self, mat2)

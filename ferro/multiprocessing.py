@@ -3,10 +3,12 @@ it run: Python's :mod:`multiprocessing` (every public name of it is here) and
 :func:`spawn`/:func:`start_processes`, which run ``fn(i, *args)`` in ``nprocs`` new processes
 and raise in the parent when one of them fails.
 
-What differs from PyTorch: ferro tensors have no shared memory (no ``share_memory_``), so a
-tensor sent through a queue or as an argument is pickled, i.e. copied, and a change a child
-makes to it is not seen by the parent; the sharing-strategy functions exist for the names only.
-For data-parallel training across processes use ``ferro.distributed`` launched by ``mpiexec``
+What differs from PyTorch: only tensors moved into shared memory (``t.share_memory_()``,
+``module.share_memory()``, CPU only) are sent as memory, by file descriptor (Note
+[Shared-memory tensors] in ferro/_shared.py): a child's in-place changes to them (Hogwild
+training) are seen by the parent. Any other tensor sent through a queue or as an argument is
+pickled, i.e. copied; the sharing-strategy functions exist for the names only. For
+data-parallel training across processes use ``ferro.distributed`` launched by ``mpiexec``
 (docs/distributed.md): processes started here are not MPI ranks.
 
 Example:
@@ -35,7 +37,7 @@ _strategy = "file_descriptor"
 
 
 def get_all_sharing_strategies() -> set:
-    """PyTorch's tensor-sharing strategies (kept for the names: ferro tensors are copied)."""
+    """PyTorch's tensor-sharing strategies (kept for the names: ferro shares by file descriptor)."""
     return set(_STRATEGIES)
 
 
@@ -45,7 +47,7 @@ def get_sharing_strategy() -> str:
 
 
 def set_sharing_strategy(new_strategy: str) -> None:
-    """Kept for PyTorch programs; ferro tensors cross processes by pickling either way."""
+    """Kept for PyTorch programs; shared tensors cross processes by file descriptor either way."""
     global _strategy
     if new_strategy not in _STRATEGIES:
         raise ArgumentError(

@@ -320,77 +320,26 @@ def depthwise2d_bwd(object gy_, object x_, object w_, tuple stride, tuple pads, 
 # --- im2col / col2im of the GEMM path (1 to 3 spatial dims, as 3) ----------------------------
 
 
-@cython.boundscheck(False)
-@cython.wraparound(False)
-@cython.cdivision(True)
+cdef extern from "conv_kernels.h" nogil:
+    void ferro_im2col_f32(float*, float*, Py_ssize_t, Py_ssize_t, Py_ssize_t, const Py_ssize_t*,
+                          int)
+    void ferro_im2col_f64(double*, double*, Py_ssize_t, Py_ssize_t, Py_ssize_t,
+                          const Py_ssize_t*, int)
+
+
 cdef void _im2col(floating_t* img, floating_t* col, Py_ssize_t nb, Py_ssize_t c,
-                  const Py_ssize_t* size, const Py_ssize_t* k, const Py_ssize_t* out,
-                  const Py_ssize_t* st, const Py_ssize_t* lo, const Py_ssize_t* dl,
-                  bint add, int nt) noexcept nogil:
+                  const Py_ssize_t* g, bint add, int nt) noexcept nogil:
     # The columns (C, k0, k1, k2, nb, o0, o1, o2) of img (nb, C, s0, s1, s2) zero-padded by lo
     # before each dim (add=False: col written, img only read), or their adjoint (add=True: col
-    # added into img, which the caller zeroed). Every input index is checked against the
-    # bounds: rows of the padding are zeros (or skipped), never read. Split over the channels
-    # (each writes its own columns and its own image planes). The valid output ranges [a, e) of
-    # each dim are found once per kernel offset, not per row (the digits CNN's 4x4 maps: rows of
-    # 4 elements, where the per-row index checks cost as much as the copies).
-    cdef Py_ssize_t ci, k0, k1, k2, b, o0, o1, off, a, e, ox, a0, e0, a1, e1, off0, off1
-    cdef floating_t* dst
-    cdef floating_t* row
-    cdef floating_t* plane
-    cdef Py_ssize_t s2 = st[2], n2 = out[2], rows = out[1] * out[2], sz = size[1] * size[2]
-    cdef Py_ssize_t per = k[0] * k[1] * k[2] * nb * out[0] * out[1] * n2
+    # added into img, which the caller zeroed); g as _columns_geometry fills it. Split over
+    # the channels (each writes its own columns and its own image planes; the loops are C,
+    # conv_kernels.h).
+    cdef Py_ssize_t ci, per = g[3] * g[4] * g[5] * nb * g[6] * g[7] * g[8]
     for ci in prange(c, schedule="static", num_threads=nt):
-        dst = col + ci * per
-        for k0 in range(k[0]):
-            off0 = lo[0] - k0 * dl[0]
-            a0 = min(_first(off0, st[0]), out[0])
-            e0 = max(_stop(off0, size[0], st[0], out[0]), a0)
-            for k1 in range(k[1]):
-                off1 = lo[1] - k1 * dl[1]
-                a1 = min(_first(off1, st[1]), out[1])
-                e1 = max(_stop(off1, size[1], st[1], out[1]), a1)
-                for k2 in range(k[2]):
-                    off = lo[2] - k2 * dl[2]
-                    a = min(_first(off, s2), n2)
-                    e = max(_stop(off, size[2], s2, n2), a)
-                    for b in range(nb):
-                        plane = img + (b * c + ci) * size[0] * sz
-                        for o0 in range(out[0]):
-                            if o0 < a0 or o0 >= e0:
-                                if not add:
-                                    for ox in range(rows):
-                                        dst[ox] = 0
-                                dst = dst + rows
-                                continue
-                            for o1 in range(out[1]):
-                                if o1 < a1 or o1 >= e1:
-                                    if not add:
-                                        for ox in range(n2):
-                                            dst[ox] = 0
-                                    dst = dst + n2
-                                    continue
-                                row = plane + (o0 * st[0] - off0) * sz + (
-                                    o1 * st[1] - off1) * size[2]
-                                if add:
-                                    if s2 == 1:
-                                        for ox in range(a, e):
-                                            row[ox - off] += dst[ox]
-                                    else:
-                                        for ox in range(a, e):
-                                            row[ox * s2 - off] += dst[ox]
-                                else:
-                                    for ox in range(a):
-                                        dst[ox] = 0
-                                    if s2 == 1:
-                                        for ox in range(a, e):
-                                            dst[ox] = row[ox - off]
-                                    else:
-                                        for ox in range(a, e):
-                                            dst[ox] = row[ox * s2 - off]
-                                    for ox in range(e, n2):
-                                        dst[ox] = 0
-                                dst = dst + n2
+        if floating_t is float:
+            ferro_im2col_f32(img, col + ci * per, nb, c, ci, g, add)
+        else:
+            ferro_im2col_f64(img, col + ci * per, nb, c, ci, g, add)
 
 
 cdef int _columns_geometry(str who, cnp.ndarray x, cnp.ndarray col, tuple stride, tuple pads,
@@ -438,6 +387,24 @@ cdef int _check_io(str who, tuple names, object src, object dst) except -1:
     return 0
 
 
+cdef object _columns_call(str who, cnp.ndarray img, cnp.ndarray col, tuple stride, tuple pads,
+                          tuple dilation, bint add):
+    cdef Py_ssize_t g[20]
+    _columns_geometry(who, img, col, stride, pads, dilation, g)
+    cdef int nt = _team(col.size)
+    if add:
+        img.fill(0)
+    if cnp.PyArray_TYPE(img) == cnp.NPY_FLOAT32:
+        with nogil:
+            _im2col(<float*>cnp.PyArray_DATA(img), <float*>cnp.PyArray_DATA(col), g[18], g[19],
+                    g, add, nt)
+    else:
+        with nogil:
+            _im2col(<double*>cnp.PyArray_DATA(img), <double*>cnp.PyArray_DATA(col), g[18],
+                    g[19], g, add, nt)
+    return img if add else col
+
+
 def im2col(x_, tuple stride, tuple pads, tuple dilation, col_):
     """Write the columns of ``x`` ``(N, C, *size)`` (1 to 3 spatial dims), zero-padded by each
     ``pads[i][0]`` before dim ``i``, into ``col`` ``(C, *kernel, N, *out)``: ``col[c, k, n, o]``
@@ -454,412 +421,255 @@ def col2im(col_, tuple stride, tuple pads, tuple dilation, gx_):
     return _columns_call("col2im", gx_, col_, stride, pads, dilation, True)
 
 
-cdef object _columns_call(str who, object x_, object col_, tuple stride, tuple pads,
-                          tuple dilation, bint add):
-    # im2col (add=False: x read, col written, returned) or col2im (x zeroed, then the columns
-    # added into it; x returned), on arrays _check_io accepted.
-    cdef cnp.ndarray x = <cnp.ndarray>x_, col = <cnp.ndarray>col_
-    cdef Py_ssize_t g[20]
-    _columns_geometry(who, x, col, stride, pads, dilation, g)
-    cdef int nt = _team(col.size)
-    if add:
-        x_.fill(0)
-    if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT32:
+# --- Winograd F(2x2, 3x3) and F(2x2x2, 3x3x3) transforms (stride 1, undilated, 3x3(x3)) ---
+# y = Aᵀ [(G w Gᵀ) ⊙ (Bᵀ d B)] A per 2x2 output tile, d the tile's 4x4 input window (G, on the
+# weight, is applied in NumPy). The 16 products per tile are 16 GEMMs over the channels, 2.25x
+# fewer multiplies than im2col's 36. In 3-d (64 products per 2x2x2 tile) the transforms are
+# separable: per (channel, sample, depth tile) the depth's 1-d transform runs on whole planes,
+# and the 2-d one on each of the 4 resulting planes. The 64 products are ordered (i, j, a): the
+# 2-d transform's 16 (height, width), then the depth's 4; the tiles (tD, N, tH, tW), of depth
+# tiles [t0, t0 + nd) only (a block: docs/conv.md). The loops are C (conv_kernels.h); these
+# split them over channels x batch (x depth tiles), each thread with its own scratch.
+
+cdef extern from "conv_kernels.h" nogil:
+    void ferro_wino_in2_f32(const float*, float*, float*, Py_ssize_t, Py_ssize_t, Py_ssize_t,
+                            Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t)
+    void ferro_wino_in2_f64(const double*, double*, double*, Py_ssize_t, Py_ssize_t, Py_ssize_t,
+                            Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t)
+    void ferro_wino_out2_f32(const float*, float*, float*, Py_ssize_t, Py_ssize_t, Py_ssize_t,
+                             Py_ssize_t, Py_ssize_t)
+    void ferro_wino_out2_f64(const double*, double*, double*, Py_ssize_t, Py_ssize_t,
+                             Py_ssize_t, Py_ssize_t, Py_ssize_t)
+    void ferro_wino_out_grad2_f32(const float*, float*, float*, Py_ssize_t, Py_ssize_t,
+                                  Py_ssize_t, Py_ssize_t, Py_ssize_t)
+    void ferro_wino_out_grad2_f64(const double*, double*, double*, Py_ssize_t, Py_ssize_t,
+                                  Py_ssize_t, Py_ssize_t, Py_ssize_t)
+    void ferro_wino_in3_f32(const float*, Py_ssize_t, Py_ssize_t, float*, Py_ssize_t, float*,
+                            Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t,
+                            Py_ssize_t)
+    void ferro_wino_in3_f64(const double*, Py_ssize_t, Py_ssize_t, double*, Py_ssize_t, double*,
+                            Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t,
+                            Py_ssize_t)
+    void ferro_wino_out3_f32(const float*, Py_ssize_t, float*, int, float*, Py_ssize_t,
+                             Py_ssize_t, Py_ssize_t, Py_ssize_t)
+    void ferro_wino_out3_f64(const double*, Py_ssize_t, double*, int, double*, Py_ssize_t,
+                             Py_ssize_t, Py_ssize_t, Py_ssize_t)
+    void ferro_wino_out_grad3_f32(const float*, int, float*, Py_ssize_t, float*, Py_ssize_t,
+                                  Py_ssize_t, Py_ssize_t, Py_ssize_t)
+    void ferro_wino_out_grad3_f64(const double*, int, double*, Py_ssize_t, double*, Py_ssize_t,
+                                  Py_ssize_t, Py_ssize_t, Py_ssize_t)
+
+
+@cython.cdivision(True)
+cdef void _wino2(int which, const floating_t* src, floating_t* dst, floating_t* rows,
+                 Py_ssize_t nb, Py_ssize_t c, Py_ssize_t h, Py_ssize_t wd, Py_ssize_t ph,
+                 Py_ssize_t pw, Py_ssize_t th, Py_ssize_t tw, Py_ssize_t scratch,
+                 int nt) noexcept nogil:
+    # The 2-d transforms over channels x batch: 0 input (src x (nb, c, h, wd), dst v), 1 output
+    # (src m, dst y (nb, c, h, wd)), 2 output gradient (src gy (nb, c, h, wd), dst dm); the
+    # tiles of (channel ci, sample b) at (ci * nb + b) * th * tw of each of the 16 planes.
+    cdef Py_ssize_t cb, img, tile, plane = c * nb * th * tw
+    cdef floating_t* t
+    for cb in prange(c * nb, schedule="static", num_threads=nt):
+        t = rows + threadid() * scratch
+        img = ((cb % nb) * c + cb // nb) * h * wd
+        tile = cb * th * tw
+        if floating_t is float:
+            if which == 0:
+                ferro_wino_in2_f32(src + img, dst + tile, t, h, wd, ph, pw, th, tw, plane)
+            elif which == 1:
+                ferro_wino_out2_f32(src + tile, dst + img, t, h, wd, th, tw, plane)
+            else:
+                ferro_wino_out_grad2_f32(src + img, dst + tile, t, h, wd, th, tw, plane)
+        else:
+            if which == 0:
+                ferro_wino_in2_f64(src + img, dst + tile, t, h, wd, ph, pw, th, tw, plane)
+            elif which == 1:
+                ferro_wino_out2_f64(src + tile, dst + img, t, h, wd, th, tw, plane)
+            else:
+                ferro_wino_out_grad2_f64(src + img, dst + tile, t, h, wd, th, tw, plane)
+
+
+@cython.cdivision(True)
+cdef void _wino3(int which, const floating_t* src, floating_t* dst, floating_t* rows,
+                 Py_ssize_t nb, Py_ssize_t c, Py_ssize_t dd, Py_ssize_t h, Py_ssize_t wd,
+                 Py_ssize_t pd, Py_ssize_t ph, Py_ssize_t pw, Py_ssize_t od, Py_ssize_t th,
+                 Py_ssize_t tw, Py_ssize_t t0, Py_ssize_t nd, Py_ssize_t scratch,
+                 int nt) noexcept nogil:
+    # The 3-d transforms over channels x depth tiles x batch (which as for _wino2; the image
+    # (nb, c, dd, h, wd) has dd = od planes for the output and its gradient).
+    cdef Py_ssize_t it, ci, tz, b, img, tile, tiles = th * tw, plane = c * nd * nb * th * tw
+    cdef floating_t* t
+    for it in prange(c * nd * nb, schedule="static", num_threads=nt):
+        ci = it // (nd * nb)
+        tz = (it // nb) % nd
+        b = it % nb
+        t = rows + threadid() * scratch
+        img = (b * c + ci) * dd * h * wd
+        tile = (ci * nd * nb + tz * nb + b) * tiles
+        if floating_t is float:
+            if which == 0:
+                ferro_wino_in3_f32(src + img, dd, 2 * (t0 + tz) - pd, dst + tile, plane, t, h,
+                                   wd, ph, pw, th, tw)
+            elif which == 1:
+                ferro_wino_out3_f32(src + tile, plane, dst + img + 2 * (t0 + tz) * h * wd,
+                                    2 * (t0 + tz) + 1 < od, t, h, wd, th, tw)
+            else:
+                ferro_wino_out_grad3_f32(src + img + 2 * (t0 + tz) * h * wd,
+                                         2 * (t0 + tz) + 1 < od, dst + tile, plane, t, h, wd,
+                                         th, tw)
+        else:
+            if which == 0:
+                ferro_wino_in3_f64(src + img, dd, 2 * (t0 + tz) - pd, dst + tile, plane, t, h,
+                                   wd, ph, pw, th, tw)
+            elif which == 1:
+                ferro_wino_out3_f64(src + tile, plane, dst + img + 2 * (t0 + tz) * h * wd,
+                                    2 * (t0 + tz) + 1 < od, t, h, wd, th, tw)
+            else:
+                ferro_wino_out_grad3_f64(src + img + 2 * (t0 + tz) * h * wd,
+                                         2 * (t0 + tz) + 1 < od, dst + tile, plane, t, h, wd,
+                                         th, tw)
+
+
+cdef tuple _depth_block(str who, object depth, Py_ssize_t td):
+    # The depth tiles [t0, t1) of a 3-d transform (all td by default).
+    t0, t1 = (0, td) if depth is None else depth
+    if not 0 <= t0 < t1 <= td:
+        raise ArgumentError(f"{who}: depth tiles {depth} not within [0, {td})")
+    return t0, t1 - t0
+
+
+def _winograd(str who, int which, src_, dst_, tuple pads, object depth):
+    # A 2-d or 3-d transform (which: 0 input, 1 output, 2 output gradient) between an image
+    # (N, C, *size) and its tiles (4**nd, C, tiles); _check_io has checked both arrays.
+    cdef cnp.ndarray src = <cnp.ndarray>src_, dst = <cnp.ndarray>dst_
+    img, buf = (dst_, src_) if which == 1 else (src_, dst_)
+    cdef int nd = img.ndim - 2
+    if nd not in (2, 3) or buf.ndim != 3 or buf.shape[:2] != (1 << 2 * nd, img.shape[1]):
+        raise ShapeError(
+            f"{who}: expected an image (N, C, H, W) or (N, C, D, H, W) and its tiles (16 or 64, "
+            f"C, tiles), got {img.shape} and {buf.shape}"
+        )
+    size = img.shape[2:]
+    if which == 0 and (len(pads) != nd or min(p for pair in pads for p in pair) < 0):
+        raise ShapeError(f"{who}: pads {pads} are not {nd} non-negative (lo, hi) pairs")
+    out = tuple(s + lo + hi - 2 for s, (lo, hi) in zip(size, pads)) if which == 0 else size
+    tiles = [(s + 1) // 2 for s in out]
+    t0, blk = _depth_block(who, depth, tiles[0]) if nd == 3 else (0, 1)
+    if min(out) < 1 or buf.shape[2] != blk * img.shape[0] * tiles[nd - 2] * tiles[nd - 1]:
+        raise ShapeError(
+            f"{who}: {buf.shape} does not hold the tiles of {img.shape} (pads {pads}, depth "
+            f"tiles {depth})"
+        )
+    cdef Py_ssize_t nb = img.shape[0], c = img.shape[1], dd = size[0] if nd == 3 else 1
+    cdef Py_ssize_t h = size[nd - 2], wd = size[nd - 1], oh = out[nd - 2], ow = out[nd - 1]
+    cdef Py_ssize_t od = out[0]
+    cdef Py_ssize_t pd = pads[0][0] if which == 0 and nd == 3 else 0
+    cdef Py_ssize_t ph = pads[nd - 2][0] if which == 0 else 0
+    cdef Py_ssize_t pw = pads[nd - 1][0] if which == 0 else 0
+    cdef Py_ssize_t th = tiles[nd - 2], tw = tiles[nd - 1], a0 = t0, a1 = blk
+    cdef Py_ssize_t per = 8 * (th + 1) * tw + 2 * (tw + 1)
+    if nd == 3:  # the depth's 8 planes
+        per += 8 * max(h * wd, oh * ow)
+    cdef int nt = _team(c * blk * nb * th * tw << 2 * nd)
+    cdef cnp.ndarray rows = np.empty(nt * per, dtype=src_.dtype)
+    if cnp.PyArray_TYPE(src) == cnp.NPY_FLOAT32:
         with nogil:
-            _im2col(<float*>cnp.PyArray_DATA(x), <float*>cnp.PyArray_DATA(col), g[18], g[19], g,
-                    g + 3, g + 6, g + 9, g + 12, g + 15, add, nt)
+            if nd == 2:
+                _wino2(which, <const float*>cnp.PyArray_DATA(src), <float*>cnp.PyArray_DATA(dst),
+                       <float*>cnp.PyArray_DATA(rows), nb, c, h, wd, ph, pw, th, tw, per, nt)
+            else:
+                _wino3(which, <const float*>cnp.PyArray_DATA(src), <float*>cnp.PyArray_DATA(dst),
+                       <float*>cnp.PyArray_DATA(rows), nb, c, dd, h, wd, pd, ph, pw, od, th, tw,
+                       a0, a1, per, nt)
     else:
         with nogil:
-            _im2col(<double*>cnp.PyArray_DATA(x), <double*>cnp.PyArray_DATA(col), g[18], g[19],
-                    g, g + 3, g + 6, g + 9, g + 12, g + 15, add, nt)
-    return x_ if add else col_
+            if nd == 2:
+                _wino2(which, <const double*>cnp.PyArray_DATA(src),
+                       <double*>cnp.PyArray_DATA(dst), <double*>cnp.PyArray_DATA(rows), nb, c, h,
+                       wd, ph, pw, th, tw, per, nt)
+            else:
+                _wino3(which, <const double*>cnp.PyArray_DATA(src),
+                       <double*>cnp.PyArray_DATA(dst), <double*>cnp.PyArray_DATA(rows), nb, c,
+                       dd, h, wd, pd, ph, pw, od, th, tw, a0, a1, per, nt)
+    return dst_
 
 
-# --- Winograd F(2x2, 3x3) transforms (stride-1, undilated 3x3 convolutions) -------------------
-# y = Aᵀ [(G w Gᵀ) ⊙ (Bᵀ d B)] A per 2x2 output tile, d the tile's 4x4 input window:
-# Bᵀ = [[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], Aᵀ = [[1, 1, 1, 0],
-# [0, 1, -1, -1]] (G, on the weight, is applied in NumPy). The 16 products per tile are 16
-# GEMMs over the channels, 2.25x fewer multiplies than im2col's 36.
-
-
-@cython.boundscheck(False)
-@cython.wraparound(False)
-@cython.cdivision(True)
-cdef void _wino_in(const floating_t* x, floating_t* v, floating_t* rows, Py_ssize_t nb,
-                   Py_ssize_t c, Py_ssize_t h, Py_ssize_t wd, Py_ssize_t ph, Py_ssize_t pw,
-                   Py_ssize_t th, Py_ssize_t tw, int nt) noexcept nogil:
-    # v (16, c, nb*th*tw) = Bᵀ d B of each tile of x (nb, c, h, wd) padded by ph, pw. One row
-    # of tiles at a time: its 4 input rows, zero-padded, into ``rows`` (8 rows of 2*tw + 2),
-    # the row transform Bᵀ over whole rows, then the column transform tile by tile; every loop
-    # runs along a row (the compiler vectorizes them).
-    cdef Py_ssize_t cb, ci, b, ty, tx, i, j, iy, n = 2 * tw + 2, plane = c * nb * th * tw
-    cdef Py_ssize_t j0 = min(pw, n), j1 = max(j0, min(n, wd + pw))
-    cdef floating_t* d
-    cdef floating_t* r
-    cdef floating_t* ri
-    cdef floating_t* out
-    cdef const floating_t* src
-    for cb in prange(c * nb, schedule="static", num_threads=nt):
-        ci = cb // nb
-        b = cb % nb
-        d = rows + threadid() * 8 * n
-        r = d + 4 * n
-        src = x + (b * c + ci) * h * wd
-        for ty in range(th):
-            for i in range(4):
-                iy = 2 * ty - ph + i
-                if iy < 0 or iy >= h:
-                    for j in range(n):
-                        d[i * n + j] = 0
-                    continue
-                for j in range(j0):
-                    d[i * n + j] = 0
-                for j in range(j0, j1):
-                    d[i * n + j] = src[iy * wd + j - pw]
-                for j in range(j1, n):
-                    d[i * n + j] = 0
-            for j in range(n):
-                r[j] = d[j] - d[2 * n + j]
-                r[n + j] = d[n + j] + d[2 * n + j]
-                r[2 * n + j] = d[2 * n + j] - d[n + j]
-                r[3 * n + j] = d[n + j] - d[3 * n + j]
-            out = v + (ci * nb + b) * th * tw + ty * tw
-            for i in range(4):
-                ri = r + i * n
-                for tx in range(tw):
-                    out[4 * i * plane + tx] = ri[2 * tx] - ri[2 * tx + 2]
-                for tx in range(tw):
-                    out[(4 * i + 1) * plane + tx] = ri[2 * tx + 1] + ri[2 * tx + 2]
-                for tx in range(tw):
-                    out[(4 * i + 2) * plane + tx] = ri[2 * tx + 2] - ri[2 * tx + 1]
-                for tx in range(tw):
-                    out[(4 * i + 3) * plane + tx] = ri[2 * tx + 1] - ri[2 * tx + 3]
-
-
-@cython.boundscheck(False)
-@cython.wraparound(False)
-@cython.cdivision(True)
-cdef void _wino_out(const floating_t* m, floating_t* y, floating_t* rows, Py_ssize_t nb,
-                    Py_ssize_t o, Py_ssize_t oh, Py_ssize_t ow, Py_ssize_t th,
-                    Py_ssize_t tw, int nt) noexcept nogil:
-    # y (nb, o, oh, ow) = Aᵀ m A of each tile of m (16, o, nb*th*tw), cropped to oh x ow; one
-    # row of tiles at a time (``rows``: 8 rows of tw per thread, Aᵀ applied over the 16 planes'
-    # rows).
-    cdef Py_ssize_t cb, co, b, ty, tx, i, k, yy, plane = o * nb * th * tw
-    cdef const floating_t* mp
-    cdef floating_t* yrow
-    cdef floating_t* s
-    cdef floating_t* t
-    cdef Py_ssize_t full = ow // 2
-    for cb in prange(o * nb, schedule="static", num_threads=nt):
-        co = cb // nb
-        b = cb % nb
-        t = rows + threadid() * 8 * tw
-        for ty in range(th):
-            mp = m + (co * nb + b) * th * tw + ty * tw
-            for k in range(4):
-                s = t + k * tw
-                for tx in range(tw):
-                    s[tx] = mp[k * plane + tx] + mp[(4 + k) * plane + tx] + mp[
-                        (8 + k) * plane + tx]
-                s = t + (4 + k) * tw
-                for tx in range(tw):
-                    s[tx] = mp[(4 + k) * plane + tx] - mp[(8 + k) * plane + tx] - mp[
-                        (12 + k) * plane + tx]
-            for i in range(2):
-                yy = 2 * ty + i
-                if yy >= oh:
-                    break
-                s = t + 4 * i * tw
-                yrow = y + ((b * o + co) * oh + yy) * ow
-                for tx in range(full):
-                    yrow[2 * tx] = s[tx] + s[tw + tx] + s[2 * tw + tx]
-                    yrow[2 * tx + 1] = s[tw + tx] - s[2 * tw + tx] - s[3 * tw + tx]
-                if full < tw:
-                    yrow[2 * full] = s[full] + s[tw + full] + s[2 * tw + full]
-
-
-@cython.boundscheck(False)
-@cython.wraparound(False)
-@cython.cdivision(True)
-cdef void _wino_out_grad(const floating_t* gy, floating_t* dm, floating_t* rows, Py_ssize_t nb,
-                         Py_ssize_t o, Py_ssize_t oh, Py_ssize_t ow, Py_ssize_t th,
-                         Py_ssize_t tw, int nt) noexcept nogil:
-    # dm (16, o, nb*th*tw) = A g Aᵀ of each 2x2 tile g of gy (nb, o, oh, ow) (zero past the
-    # crop): the adjoint of _wino_out. A = [[1, 0], [1, 1], [1, -1], [0, -1]]; ``rows`` (4
-    # rows of 2*tw per thread) holds the tile row's two gy rows, zero-padded, then their row
-    # transform.
-    cdef Py_ssize_t cb, co, b, ty, tx, i, j, n = 2 * tw, plane = o * nb * th * tw
-    cdef floating_t* t
-    cdef floating_t* g0
-    cdef floating_t* g1
-    cdef floating_t* ri
-    cdef floating_t* out
-    cdef const floating_t* src
-    for cb in prange(o * nb, schedule="static", num_threads=nt):
-        co = cb // nb
-        b = cb % nb
-        t = rows + threadid() * 4 * n
-        g0 = t
-        g1 = t + n
-        src = gy + (b * o + co) * oh * ow
-        for ty in range(th):
-            for i in range(2):
-                if 2 * ty + i >= oh:
-                    for j in range(n):
-                        t[i * n + j] = 0
-                    continue
-                for j in range(ow):
-                    t[i * n + j] = src[(2 * ty + i) * ow + j]
-                for j in range(ow, n):
-                    t[i * n + j] = 0
-            # The row transform A g: rows g0, g0 + g1, g0 - g1, -g1 (the last two in place).
-            for j in range(n):
-                t[2 * n + j] = g0[j] + g1[j]
-                t[3 * n + j] = g0[j] - g1[j]
-                g1[j] = -g1[j]
-            out = dm + (co * nb + b) * th * tw + ty * tw
-            for i in range(4):
-                ri = t + (i + 1 if 0 < i < 3 else i // 3) * n  # g0, +, -, -g1
-                for tx in range(tw):
-                    out[4 * i * plane + tx] = ri[2 * tx]
-                for tx in range(tw):
-                    out[(4 * i + 1) * plane + tx] = ri[2 * tx] + ri[2 * tx + 1]
-                for tx in range(tw):
-                    out[(4 * i + 2) * plane + tx] = ri[2 * tx] - ri[2 * tx + 1]
-                for tx in range(tw):
-                    out[(4 * i + 3) * plane + tx] = -ri[2 * tx + 1]
-
-
-# F(2x2x2, 3x3x3) (3-d, 64 products per 2x2x2 output tile): the transforms are separable, so
-# the depth's 1-d transform runs first on the input (and on gy) and last on the output, as NumPy
-# adds of whole planes of pixels (16x smaller than the products), and the 2-d transforms take
-# the depth's 4 transformed planes of each tile as channels. The 64 products are ordered
-# (i, j, a): the 2-d transform's 16 (height, width), then the depth's 4; the tiles (tD, N, tH,
-# tW). Bᵀ's rows along the depth as (j, k, sign): row a = d_j + sign * d_k.
-_BT = ((0, 2, -1), (1, 2, 1), (2, 1, -1), (1, 3, -1))
-
-
-def _depth_tiles(str who, tuple shape, object buf, Py_ssize_t c):
-    # tD and N * (the 2-d tiles) of an output (N, C, D, H, W) of ``shape``, after checking that
-    # ``buf`` is (64, c, N * tD * tiles).
-    td = (shape[2] + 1) // 2
-    t2 = ((shape[3] + 1) // 2) * ((shape[4] + 1) // 2)
-    if (buf.ndim != 3 or buf.shape[0] != 64 or buf.shape[1] != c
-            or buf.shape[2] != shape[0] * td * t2):
-        raise ShapeError(f"{who}: {buf.shape} is not (64, {c}, N * tiles) for {shape}")
-    return td, shape[0] * t2
-
-
-def _winograd_input3(x, tuple pads, v):
-    n, c, d, h, wd = x.shape
-    (lo, hi), pads2 = pads[0], pads[1:]
-    out = (n, c, d + lo + hi - 2) + tuple(s + p[0] + p[1] - 2 for s, p in zip((h, wd), pads2))
-    td, ell = _depth_tiles("winograd_input", out, v, c)
-    xpad = np.zeros((n, c, 2 * td + 2, h, wd), dtype=x.dtype)  # >= d + lo + hi planes
-    xpad[:, :, lo : lo + d] = x
-    xz = np.empty((n, 4, c, td, h, wd), dtype=x.dtype)  # Bᵀ along the depth
-    for a, (j, k, sign) in enumerate(_BT):
-        op = np.add if sign > 0 else np.subtract
-        op(xpad[:, :, j : j + 2 * td : 2], xpad[:, :, k : k + 2 * td : 2], out=xz[:, a])
-    winograd_input(xz.reshape(n, 4 * c * td, h, wd), pads2, v.reshape(16, 4 * c * td, ell))
-    return v
-
-
-def _winograd_output3(m, y):
-    n, o, d, h, wd = y.shape
-    td, ell = _depth_tiles("winograd_output", y.shape, m, o)
-    yz = np.empty((n, 4, o, td, h, wd), dtype=y.dtype)
-    winograd_output(m.reshape(16, 4 * o * td, ell), yz.reshape(n, 4 * o * td, h, wd))
-    ev, od = y[:, :, 0::2], y[:, :, 1::2]  # Aᵀ along the depth, the last tile cropped
-    np.add(np.add(yz[:, 0], yz[:, 1], out=ev), yz[:, 2], out=ev)
-    e = d // 2
-    np.subtract(np.subtract(yz[:, 1, :, :e], yz[:, 2, :, :e], out=od), yz[:, 3, :, :e], out=od)
-    return y
-
-
-def _winograd_output_grad3(gy, dm):
-    n, o, d, h, wd = gy.shape
-    td, ell = _depth_tiles("winograd_output_grad", gy.shape, dm, o)
-    if d != 2 * td:
-        gy = np.concatenate((gy, np.zeros((n, o, 1, h, wd), dtype=gy.dtype)), axis=2)
-    g0, g1 = gy[:, :, 0::2], gy[:, :, 1::2]
-    gz = np.empty((n, 4, o, td, h, wd), dtype=gy.dtype)  # A = [[1, 0], [1, 1], [1, -1], [0, -1]]
-    gz[:, 0] = g0
-    np.add(g0, g1, out=gz[:, 1])
-    np.subtract(g0, g1, out=gz[:, 2])
-    np.negative(g1, out=gz[:, 3])
-    winograd_output_grad(gz.reshape(n, 4 * o * td, h, wd), dm.reshape(16, 4 * o * td, ell))
-    return dm
-
-
-def winograd_input(x_, tuple pads, v_):
+def winograd_input(x_, tuple pads, v_, depth=None):
     """Write ``Bᵀ d B`` of each 4x4 input window ``d`` of the 2x2 output tiles of ``x``
     ``(N, C, H, W)``, zero-padded by ``pads[i][0]`` before each dim, into ``v``
     ``(16, C, N * tH * tW)``; for ``x`` ``(N, C, D, H, W)``, the 4x4x4 windows' transforms into
-    ``v`` ``(64, C, tD * N * tH * tW)``. Returns ``v``."""
+    ``v`` ``(64, C, tD * N * tH * tW)``, or only those of the depth tiles ``depth = (t0, t1)``
+    (``tD = t1 - t0``). Returns ``v``."""
     _check_io("winograd_input", ("x", "v"), x_, v_)
-    if x_.ndim == 5 and len(pads) == 3:
-        return _winograd_input3(x_, pads, v_)
-    cdef cnp.ndarray x = <cnp.ndarray>x_, v = <cnp.ndarray>v_
-    if x.ndim != 4 or v.ndim != 3 or v.shape[0] != 16 or v.shape[1] != x.shape[1]:
-        raise ShapeError(
-            f"winograd_input: expected x (N, C, H, W) and v (16, C, N*tiles), got "
-            f"{_shape(x)} and {_shape(v)}"
-        )
-    cdef Py_ssize_t nb = x.shape[0], c = x.shape[1], h = x.shape[2], wd = x.shape[3]
-    cdef Py_ssize_t ph = pads[0][0], pw = pads[1][0]
-    cdef Py_ssize_t th = (h + ph + pads[0][1] - 1) // 2, tw = (wd + pw + pads[1][1] - 1) // 2
-    if min(ph, pw, pads[0][1], pads[1][1]) < 0 or th < 0 or tw < 0 or v.shape[2] != nb * th * tw:
-        raise ShapeError(
-            f"winograd_input: v {_shape(v)} does not hold the tiles of x {_shape(x)} padded "
-            f"by {pads}"
-        )
-    cdef int nt = _team(c * nb * th * tw * 16)
-    cdef cnp.ndarray rows = np.empty(nt * 8 * (2 * tw + 2), dtype=x_.dtype)
-    if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT32:
-        with nogil:
-            _wino_in(<const float*>cnp.PyArray_DATA(x), <float*>cnp.PyArray_DATA(v),
-                     <float*>cnp.PyArray_DATA(rows), nb, c, h, wd, ph, pw, th, tw, nt)
-    else:
-        with nogil:
-            _wino_in(<const double*>cnp.PyArray_DATA(x), <double*>cnp.PyArray_DATA(v),
-                     <double*>cnp.PyArray_DATA(rows), nb, c, h, wd, ph, pw, th, tw, nt)
-    return v
+    return _winograd("winograd_input", 0, x_, v_, pads, depth)
 
 
-def winograd_output(m_, y_):
+def winograd_output(m_, y_, depth=None):
     """Write ``Aᵀ m A`` of each tile of ``m`` ``(16, C_out, N * tH * tW)`` into ``y``
     ``(N, C_out, H_out, W_out)`` (``tH = ceil(H_out / 2)``, the last tiles cropped). Returns
-    ``y``; ``y`` ``(N, C_out, D_out, H_out, W_out)`` from ``m`` ``(64, C_out, tiles)``."""
+    ``y``; ``y`` ``(N, C_out, D_out, H_out, W_out)`` from ``m`` ``(64, C_out, tiles)``, of the
+    depth tiles ``depth`` as :func:`winograd_input` takes them."""
     _check_io("winograd_output", ("m", "y"), m_, y_)
-    if y_.ndim == 5:
-        return _winograd_output3(m_, y_)
-    cdef cnp.ndarray m = <cnp.ndarray>m_, y = <cnp.ndarray>y_
-    if y.ndim != 4 or m.ndim != 3 or m.shape[0] != 16 or m.shape[1] != y.shape[1]:
-        raise ShapeError(
-            f"winograd_output: expected m (16, C, N*tiles) and y (N, C, H, W), got "
-            f"{_shape(m)} and {_shape(y)}"
-        )
-    cdef Py_ssize_t nb = y.shape[0], o = y.shape[1], oh = y.shape[2], ow = y.shape[3]
-    cdef Py_ssize_t th = (oh + 1) // 2, tw = (ow + 1) // 2
-    if m.shape[2] != nb * th * tw:
-        raise ShapeError(f"winograd_output: m {_shape(m)} does not hold the tiles of y {_shape(y)}")
-    cdef int nt = _team(o * nb * th * tw * 16)
-    cdef cnp.ndarray rows = np.empty(nt * 8 * tw, dtype=y_.dtype)
-    if cnp.PyArray_TYPE(y) == cnp.NPY_FLOAT32:
-        with nogil:
-            _wino_out(<const float*>cnp.PyArray_DATA(m), <float*>cnp.PyArray_DATA(y),
-                      <float*>cnp.PyArray_DATA(rows), nb, o, oh, ow, th, tw, nt)
-    else:
-        with nogil:
-            _wino_out(<const double*>cnp.PyArray_DATA(m), <double*>cnp.PyArray_DATA(y),
-                      <double*>cnp.PyArray_DATA(rows), nb, o, oh, ow, th, tw, nt)
-    return y
+    return _winograd("winograd_output", 1, m_, y_, (), depth)
 
 
-def winograd_output_grad(gy_, dm_):
+def winograd_output_grad(gy_, dm_, depth=None):
     """The adjoint of :func:`winograd_output`: write ``A g Aᵀ`` of each 2x2 tile ``g`` of
     ``gy`` ``(N, C_out, H_out, W_out)`` (zero past the last row or column) into ``dm``
-    ``(16, C_out, N * tH * tW)`` (for a 5-d ``gy``, ``(64, C_out, tiles)``). Returns ``dm``."""
+    ``(16, C_out, N * tH * tW)`` (for a 5-d ``gy``, ``(64, C_out, tiles)`` of the depth tiles
+    ``depth``). Returns ``dm``."""
     _check_io("winograd_output_grad", ("gy", "dm"), gy_, dm_)
-    if gy_.ndim == 5:
-        return _winograd_output_grad3(gy_, dm_)
-    cdef cnp.ndarray gy = <cnp.ndarray>gy_, dm = <cnp.ndarray>dm_
-    if gy.ndim != 4 or dm.ndim != 3 or dm.shape[0] != 16 or dm.shape[1] != gy.shape[1]:
-        raise ShapeError(
-            f"winograd_output_grad: expected gy (N, C, H, W) and dm (16, C, N*tiles), got "
-            f"{_shape(gy)} and {_shape(dm)}"
-        )
-    cdef Py_ssize_t nb = gy.shape[0], o = gy.shape[1], oh = gy.shape[2], ow = gy.shape[3]
-    cdef Py_ssize_t th = (oh + 1) // 2, tw = (ow + 1) // 2
-    if dm.shape[2] != nb * th * tw:
-        raise ShapeError(
-            f"winograd_output_grad: dm {_shape(dm)} does not hold the tiles of gy {_shape(gy)}"
-        )
-    cdef int nt = _team(o * nb * th * tw * 16)
-    cdef cnp.ndarray rows = np.empty(nt * 8 * tw, dtype=gy_.dtype)
-    if cnp.PyArray_TYPE(gy) == cnp.NPY_FLOAT32:
-        with nogil:
-            _wino_out_grad(<const float*>cnp.PyArray_DATA(gy), <float*>cnp.PyArray_DATA(dm),
-                           <float*>cnp.PyArray_DATA(rows), nb, o, oh, ow, th, tw, nt)
-    else:
-        with nogil:
-            _wino_out_grad(<const double*>cnp.PyArray_DATA(gy), <double*>cnp.PyArray_DATA(dm),
-                           <double*>cnp.PyArray_DATA(rows), nb, o, oh, ow, th, tw, nt)
-    return dm
+    return _winograd("winograd_output_grad", 2, gy_, dm_, (), depth)
 
 
 # --- 1-d Winograd F(m, r) transforms: dense (small) matrices, given by the caller --------------
 
+cdef extern from "conv_kernels.h" nogil:
+    int FERRO_WINO1_MAX
+    void ferro_wino1_gather_f32(const float*, Py_ssize_t, const double*, Py_ssize_t, Py_ssize_t,
+                                Py_ssize_t, Py_ssize_t, Py_ssize_t, float*, Py_ssize_t, float*)
+    void ferro_wino1_gather_f64(const double*, Py_ssize_t, const double*, Py_ssize_t, Py_ssize_t,
+                                Py_ssize_t, Py_ssize_t, Py_ssize_t, double*, Py_ssize_t, double*)
+    void ferro_wino1_scatter_f32(const float*, Py_ssize_t, const double*, Py_ssize_t, Py_ssize_t,
+                                 Py_ssize_t, float*, Py_ssize_t, float*)
+    void ferro_wino1_scatter_f64(const double*, Py_ssize_t, const double*, Py_ssize_t,
+                                 Py_ssize_t, Py_ssize_t, double*, Py_ssize_t, double*)
 
-@cython.boundscheck(False)
-@cython.wraparound(False)
+
 @cython.cdivision(True)
 cdef void _wino1_gather(const floating_t* x, const double* mat, floating_t* v, floating_t* rows,
                         Py_ssize_t nb, Py_ssize_t c, Py_ssize_t n, Py_ssize_t p, Py_ssize_t q,
                         Py_ssize_t m, Py_ssize_t lo, Py_ssize_t tiles, int nt) noexcept nogil:
     # v (p, c, nb*tiles) = mat (p x q) times each window x[m*t - lo + j], j < q, of the rows of
-    # x (nb, c, n), zero outside. Each row is first split into its m phases (``rows``: m rows
-    # of ``w`` per thread), so that window element j over the tiles is one contiguous run,
-    # phase j % m from j // m on, and mat's entries are axpys along the tiles.
-    cdef Py_ssize_t cb, ci, b, i, j, k, t, w = tiles + (q - 1) // m, plane = c * nb * tiles
-    cdef floating_t* d
-    cdef floating_t* out
-    cdef const floating_t* src
-    cdef const floating_t* run
-    cdef floating_t a
+    # x (nb, c, n), zero outside, one (channel, sample) at a time (``rows``: m rows of
+    # tiles + (q - 1) // m per thread).
+    cdef Py_ssize_t cb, w = m * (tiles + (q - 1) // m), plane = c * nb * tiles
     for cb in prange(c * nb, schedule="static", num_threads=nt):
-        ci = cb // nb
-        b = cb % nb
-        d = rows + threadid() * m * w
-        src = x + (b * c + ci) * n
-        for k in range(w):
-            for i in range(m):
-                j = m * k + i - lo
-                d[i * w + k] = src[j] if 0 <= j < n else 0
-        out = v + (ci * nb + b) * tiles
-        for i in range(p):
-            for t in range(tiles):
-                out[i * plane + t] = 0
-            for j in range(q):
-                a = <floating_t>mat[i * q + j]
-                if a != 0:
-                    run = d + (j % m) * w + j // m
-                    for t in range(tiles):
-                        out[i * plane + t] += a * run[t]
+        if floating_t is float:
+            ferro_wino1_gather_f32(x + ((cb % nb) * c + cb // nb) * n, n, mat, p, q, m, lo, tiles,
+                                   v + cb * tiles, plane, rows + threadid() * w)
+        else:
+            ferro_wino1_gather_f64(x + ((cb % nb) * c + cb // nb) * n, n, mat, p, q, m, lo, tiles,
+                                   v + cb * tiles, plane, rows + threadid() * w)
 
 
-@cython.boundscheck(False)
-@cython.wraparound(False)
 @cython.cdivision(True)
 cdef void _wino1_scatter(const floating_t* mm, const double* mat, floating_t* y, floating_t* rows,
                          Py_ssize_t nb, Py_ssize_t o, Py_ssize_t n, Py_ssize_t p, Py_ssize_t m,
                          Py_ssize_t tiles, int nt) noexcept nogil:
     # y (nb, o, n) = mat (m x p) times each tile's p values of mm (p, o, nb*tiles): tile t's m
     # outputs at m*t + i, cropped at n (``rows``: m rows of ``tiles`` per thread).
-    cdef Py_ssize_t cb, co, b, i, k, t, plane = o * nb * tiles
-    cdef floating_t* s
-    cdef floating_t* yrow
-    cdef const floating_t* src
-    cdef floating_t a
+    cdef Py_ssize_t cb, plane = o * nb * tiles
     for cb in prange(o * nb, schedule="static", num_threads=nt):
-        co = cb // nb
-        b = cb % nb
-        s = rows + threadid() * m * tiles
-        src = mm + (co * nb + b) * tiles
-        for i in range(m):
-            for t in range(tiles):
-                s[i * tiles + t] = 0
-            for k in range(p):
-                a = <floating_t>mat[i * p + k]
-                if a != 0:
-                    for t in range(tiles):
-                        s[i * tiles + t] += a * src[k * plane + t]
-        yrow = y + (b * o + co) * n
-        for t in range(tiles):
-            for i in range(min(m, n - m * t)):
-                yrow[m * t + i] = s[i * tiles + t]
+        if floating_t is float:
+            ferro_wino1_scatter_f32(mm + cb * tiles, plane, mat, m, p, tiles,
+                                    y + ((cb % nb) * o + cb // nb) * n, n,
+                                    rows + threadid() * m * tiles)
+        else:
+            ferro_wino1_scatter_f64(mm + cb * tiles, plane, mat, m, p, tiles,
+                                    y + ((cb % nb) * o + cb // nb) * n, n,
+                                    rows + threadid() * m * tiles)
 
 
 def winograd1d_gather(x_, mat_, Py_ssize_t m, Py_ssize_t lo, v_):
@@ -871,10 +681,11 @@ def winograd1d_gather(x_, mat_, Py_ssize_t m, Py_ssize_t lo, v_):
     cdef cnp.ndarray x = <cnp.ndarray>x_, v = <cnp.ndarray>v_
     cdef cnp.ndarray mat = np.ascontiguousarray(mat_, dtype=np.float64)
     if (x.ndim != 3 or v.ndim != 3 or mat.ndim != 2 or m < 1 or v.shape[0] != mat.shape[0]
-            or v.shape[1] != x.shape[1] or x.shape[0] < 1 or v.shape[2] % x.shape[0]):
+            or v.shape[1] != x.shape[1] or x.shape[0] < 1 or v.shape[2] % x.shape[0]
+            or mat.shape[1] > FERRO_WINO1_MAX):
         raise ShapeError(
-            f"winograd1d_gather: expected x (N, C, L), mat (P, Q), v (P, C, N*T) and m >= 1, "
-            f"got {_shape(x)}, {_shape(mat)}, {_shape(v)}, m={m}"
+            f"winograd1d_gather: expected x (N, C, L), mat (P, Q), v (P, C, N*T), m >= 1 and "
+            f"Q <= {FERRO_WINO1_MAX}, got {_shape(x)}, {_shape(mat)}, {_shape(v)}, m={m}"
         )
     cdef Py_ssize_t nb = x.shape[0], c = x.shape[1], n = x.shape[2], p = mat.shape[0]
     cdef Py_ssize_t q = mat.shape[1], tiles = v.shape[2] // nb
@@ -900,11 +711,12 @@ def winograd1d_scatter(m_, mat_, y_):
     cdef cnp.ndarray mm = <cnp.ndarray>m_, y = <cnp.ndarray>y_
     cdef cnp.ndarray mat = np.ascontiguousarray(mat_, dtype=np.float64)
     if (y.ndim != 3 or mm.ndim != 3 or mat.ndim != 2 or mat.shape[0] < 1
+            or mat.shape[1] > FERRO_WINO1_MAX
             or mm.shape[0] != mat.shape[1] or mm.shape[1] != y.shape[1]
             or mm.shape[2] != y.shape[0] * ((y.shape[2] + mat.shape[0] - 1) // mat.shape[0])):
         raise ShapeError(
             f"winograd1d_scatter: expected m (P, C, N*T), mat (m, P), y (N, C, L), T = "
-            f"ceil(L / m), got {_shape(mm)}, {_shape(mat)}, {_shape(y)}"
+            f"ceil(L / m), P <= {FERRO_WINO1_MAX}, got {_shape(mm)}, {_shape(mat)}, {_shape(y)}"
         )
     cdef Py_ssize_t nb = y.shape[0], o = y.shape[1], n = y.shape[2], p = mat.shape[1]
     cdef Py_ssize_t k = mat.shape[0], tiles = (n + k - 1) // k

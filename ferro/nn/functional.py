@@ -18,7 +18,7 @@ from ferro.ops import *  # noqa: F403
 from ferro.ops import __all__ as _all
 from ferro.ops import abs as _abs
 from ferro.ops import activation as _act
-from ferro.ops import clamp, logsigmoid, minimum, norm, softplus, where
+from ferro.ops import clamp, embedding, logsigmoid, minimum, norm, softplus, where
 from ferro.ops import inplace as _inplace
 from ferro.ops.dropout import alpha_dropout as _alpha_dropout
 from ferro.ops.dropout import dropout as _dropout
@@ -88,6 +88,134 @@ def pairwise_distance(x1, x2, p: float = 2.0, eps: float = 1e-6, keepdim: bool =
     p = _p_arg(p, "pairwise_distance")
     eps = real_arg(eps, "eps", "pairwise_distance")
     return _pnorm(x1 - x2 + eps, p, -1, bool(keepdim))
+
+
+def _bag_index(x, like, name: str):
+    """``x`` (a Tensor, array or list of integers) as a 1-D-or-more integer array on the device
+    of ``like``."""
+    from ferro._C.tensor import TensorBase
+    from ferro.backend import is_array, move
+    from ferro.errors import DtypeError
+
+    arr = x._data if isinstance(x, TensorBase) else x if is_array(x) else np.asarray(x)
+    if arr.dtype.kind not in "iu" and not (arr.size == 0 and arr.dtype.kind == "f"):
+        raise DtypeError(f"embedding_bag: {name} must be integer, got {arr.dtype}")
+    return move(arr.astype(np.int64, copy=False), like.device)
+
+
+def embedding_bag(
+    input,  # noqa: A002
+    weight,
+    offsets=None,
+    max_norm=None,
+    norm_type: float = 2.0,
+    scale_grad_by_freq: bool = False,
+    mode: str = "mean",
+    sparse: bool = False,
+    per_sample_weights=None,
+    include_last_offset: bool = False,
+    padding_idx=None,
+):
+    """The sums, means or maxima (``mode``) of bags of ``weight``'s rows (PyTorch's
+    ``F.embedding_bag``).
+
+    ``input`` is 2-D (one bag per row) or 1-D with ``offsets``, the start of each bag (the first
+    0, non-decreasing; with ``include_last_offset`` one more, the input's length). An
+    empty bag gives zeros; entries equal to ``padding_idx`` are left out (and not counted by
+    ``mean``). ``per_sample_weights`` (``input``'s shape, ``mode="sum"`` only) scales each row.
+    A composition of ``embedding``, ``index_add`` and ``max`` (PyTorch fuses them), so its
+    gradients are theirs: ``max`` sends a bag's gradient to its largest row per column.
+    """
+    from ferro._C.tensor import TensorBase
+    from ferro.backend import xp_of
+    from ferro.creation import as_tensor
+    from ferro.errors import IndexOutOfRangeError, NotSupportedError, ShapeError
+
+    for name, value, default in (
+        ("max_norm", max_norm, None),
+        ("scale_grad_by_freq", scale_grad_by_freq, False),
+        ("sparse", sparse, False),
+    ):
+        if value != default:
+            raise NotSupportedError(f"embedding_bag: {name}={value!r} is not supported by ferro")
+    if mode not in ("sum", "mean", "max"):
+        raise ArgumentError(f"embedding_bag: mode must be 'sum', 'mean' or 'max', got {mode!r}")
+    if per_sample_weights is not None and mode != "sum":
+        raise NotSupportedError(
+            f"embedding_bag: per_sample_weights is only supported for mode='sum' (got {mode!r})"
+        )
+    if not isinstance(input, TensorBase) or not isinstance(weight, TensorBase):
+        raise ArgumentTypeError("embedding_bag: input and weight must be Tensors")
+    if weight.ndim != 2:
+        raise ShapeError(f"embedding_bag: weight must be 2-D, got shape {tuple(weight.shape)}")
+    idx = _bag_index(input, weight, "input")
+    xp = xp_of(idx)
+    if input.ndim == 2:
+        if offsets is not None:
+            raise ArgumentError(
+                "embedding_bag: offsets must be None when input is 2-D (each row is a bag), "
+                f"got shape {tuple(input.shape)} with offsets"
+            )
+        bags, length = input.shape
+        starts = xp.arange(bags, dtype=np.int64) * length
+        idx = idx.reshape(-1)
+    elif input.ndim == 1:
+        if offsets is None:
+            raise ArgumentError("embedding_bag: a 1-D input needs offsets (the start of each bag)")
+        off = _bag_index(offsets, weight, "offsets")
+        if off.ndim != 1 or (include_last_offset and off.size == 0):
+            raise ShapeError(
+                f"embedding_bag: offsets must be 1-D (and not empty with include_last_offset), "
+                f"got shape {tuple(off.shape)}"
+            )
+        starts = off[:-1] if include_last_offset else off
+        if include_last_offset and int(off[-1]) != idx.size:
+            raise ArgumentError(
+                f"embedding_bag: with include_last_offset the last offset must be the input's "
+                f"length {idx.size}, got {int(off[-1])}"
+            )
+        if starts.size and int(starts[0]) != 0:
+            raise ArgumentError(
+                f"embedding_bag: offsets[0] must be 0 (the first bag starts the input), got "
+                f"{int(starts[0])}"
+            )
+        if bool((starts[1:] < starts[:-1]).any()) or (starts.size and int(starts[-1]) > idx.size):
+            raise IndexOutOfRangeError(
+                f"embedding_bag: offsets must be non-decreasing and at most the input's length "
+                f"{idx.size}, got {off.tolist()}"
+            )
+        bags = starts.size
+    else:
+        raise ShapeError(f"embedding_bag: input must be 1-D or 2-D, got shape {tuple(input.shape)}")
+    bag = xp.searchsorted(starts, xp.arange(idx.size), side="right") - 1
+    kept = xp.arange(idx.size)
+    if padding_idx is not None:
+        n = weight.shape[0]
+        if not -n <= int(padding_idx) < n:
+            raise IndexOutOfRangeError(
+                f"embedding_bag: padding_idx {padding_idx} is out of range for {n} embeddings"
+            )
+        kept = xp.flatnonzero(idx != int(padding_idx) % n)
+    rows = embedding(idx[kept], weight)
+    bag = bag[kept]
+    if per_sample_weights is not None:
+        if tuple(per_sample_weights.shape) != tuple(input.shape):
+            raise ShapeError(
+                f"embedding_bag: per_sample_weights has shape "
+                f"{tuple(per_sample_weights.shape)}, expected input's {tuple(input.shape)}"
+            )
+        rows = rows * per_sample_weights.reshape(-1)[kept].unsqueeze(1)
+    counts = xp.bincount(bag, minlength=bags)
+    if mode != "max":
+        out = weight.new_zeros((bags, weight.shape[1])).index_add(0, bag, rows)
+        if mode == "sum":
+            return out
+        return out / as_tensor(xp.maximum(counts, 1).astype(weight.dtype)[:, None])
+    first = xp.searchsorted(bag, bag, side="left")
+    longest = int(counts.max() if bags else 0) or 1  # a max over no rows raises
+    table = weight.new_full((bags, longest, weight.shape[1]), -math.inf)
+    table[bag, xp.arange(bag.size) - first] = rows
+    return table.max(1).values.masked_fill(as_tensor(counts[:, None] == 0), 0.0)
 
 
 def _broadcast_shape(a, b, fn: str) -> tuple:
@@ -392,6 +520,7 @@ __all__ = [
     *_INPLACE_FORMS,
     "cosine_embedding_loss",
     "cosine_similarity",
+    "embedding_bag",
     "gaussian_nll_loss",
     "hinge_embedding_loss",
     "margin_ranking_loss",

@@ -7,6 +7,7 @@ Each fills its tensor in place (under ``no_grad``) and returns it.
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 
@@ -144,6 +145,78 @@ def orthogonal_(t, gain: float = 1.0, generator=None):
     return _fill(t, (gain * q).reshape(t.shape))
 
 
+def eye_(t):
+    """Fill a 2-D tensor with the identity (ones on the diagonal, zeros elsewhere; not square
+    is fine), as PyTorch's ``eye_``: a Linear starts as a copy of its input."""
+    if t.ndim != 2:
+        raise ShapeError(f"eye_: only 2-D tensors are supported, got shape {tuple(t.shape)}")
+    return _fill(t, np.eye(*t.shape))
+
+
+def dirac_(t, groups: int = 1):
+    """Fill a 3-, 4- or 5-D convolution weight with the Dirac delta: each of the first
+    ``min(out_channels / groups, in_channels)`` output channels of each group copies its input
+    channel through the kernel's centre, so the convolution starts as the identity."""
+    if t.ndim not in (3, 4, 5):
+        raise ShapeError(f"dirac_: only 3-, 4- and 5-D tensors are supported, got {tuple(t.shape)}")
+    if groups < 1 or t.shape[0] % groups:
+        raise ArgumentError(
+            f"dirac_: the first dimension ({t.shape[0]}) must be divisible by groups ({groups})"
+        )
+    per_group = t.shape[0] // groups
+    out = np.zeros(t.shape)
+    centre = tuple(k // 2 for k in t.shape[2:])
+    for g in range(groups):
+        for d in range(min(per_group, t.shape[1])):
+            out[(g * per_group + d, d, *centre)] = 1
+    return _fill(t, out)
+
+
+def sparse_(t, sparsity: float, std: float = 0.01, generator=None):
+    """Fill a 2-D tensor with N(0, std^2) and zero ``ceil(sparsity * rows)`` random rows of each
+    column (PyTorch's ``sparse_``, after Martens 2010)."""
+    if t.ndim != 2:
+        raise ShapeError(f"sparse_: only 2-D tensors are supported, got shape {tuple(t.shape)}")
+    rows, cols = t.shape
+    rng = numpy_generator(generator, "sparse_")
+    out = rng.normal(0.0, std, (rows, cols))
+    zeros = int(math.ceil(sparsity * rows))
+    for c in range(cols):
+        out[rng.permutation(rows)[:zeros], c] = 0
+    return _fill(t, out)
+
+
+def _deprecated(fill):
+    """PyTorch's old spelling of an initializer, without the trailing underscore: it warns
+    (FutureWarning, as PyTorch's does) and calls ``fill``."""
+    old, new = fill.__name__[:-1], fill.__name__
+
+    def deprecated_init(*args, **kwargs):
+        warnings.warn(
+            f"`nn.init.{old}` is now deprecated in favor of `nn.init.{new}`.",
+            FutureWarning,
+            stacklevel=2,
+        )
+        return fill(*args, **kwargs)
+
+    deprecated_init.__name__ = deprecated_init.__qualname__ = old
+    deprecated_init.__doc__ = f"Deprecated: use :func:`{new}`."
+    return deprecated_init
+
+
+uniform = _deprecated(uniform_)
+normal = _deprecated(normal_)
+constant = _deprecated(constant_)
+eye = _deprecated(eye_)
+dirac = _deprecated(dirac_)
+xavier_uniform = _deprecated(xavier_uniform_)
+xavier_normal = _deprecated(xavier_normal_)
+kaiming_uniform = _deprecated(kaiming_uniform_)
+kaiming_normal = _deprecated(kaiming_normal_)
+orthogonal = _deprecated(orthogonal_)
+sparse = _deprecated(sparse_)
+
+
 __all__ = [
     "calculate_gain",
     "trunc_normal_",
@@ -154,6 +227,20 @@ __all__ = [
     "ones_",
     "constant_",
     "xavier_uniform_",
+    "eye_",
+    "dirac_",
+    "sparse_",
+    "uniform",
+    "normal",
+    "constant",
+    "eye",
+    "dirac",
+    "xavier_uniform",
+    "xavier_normal",
+    "kaiming_uniform",
+    "kaiming_normal",
+    "orthogonal",
+    "sparse",
     "xavier_normal_",
     "kaiming_uniform_",
     "kaiming_normal_",

@@ -494,6 +494,16 @@ class Module:
                 mod._buffers[k] = new
         return self
 
+    def share_memory(self) -> Module:
+        """Move every parameter, gradient and buffer into shared memory
+        (:meth:`ferro.Tensor.share_memory_`, CPU only) and return ``self``: processes the module
+        is then sent to train the same weights (Hogwild), as in PyTorch."""
+        params = list(self.parameters())
+        grads = [p.grad for p in params if p.grad is not None]
+        for t in (*params, *grads, *self.buffers()):
+            t.share_memory_()
+        return self
+
     def to(self, *args, **kwargs) -> Module:
         """Move and/or convert every parameter, gradient and buffer; returns ``self``.
 

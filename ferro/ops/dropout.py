@@ -3,6 +3,8 @@ checkpointing can replay it)."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from ferro._C.tensor import wrap
@@ -95,11 +97,19 @@ def dropout1d(input, p: float = 0.5, training: bool = True):  # noqa: A002
 
 
 def dropout2d(input, p: float = 0.5, training: bool = True):  # noqa: A002
-    """Channel dropout of an ``(N, C, H, W)`` (or ``(C, H, W)``) input, as ``F.dropout2d``.
+    """Channel dropout of an ``(N, C, H, W)`` input, as ``F.dropout2d``. Other ranks of at least
+    2 are read as PyTorch 2.13 reads them, with a warning: ``(N, C, ...)``, one draw per (N, C)
+    entry, so a 3-D input is ``(N, C, L)`` (not ``(C, H, W)``) and a 2-D one plain dropout.
 
     Gradient: gx = gy * mask (the same per-channel mask, scaled).
     """
-    return _channel_dropout(input, p, training, "dropout2d", 2)
+    if input.ndim >= 2 and input.ndim != 4:
+        why = "one draw per (N, C) entry, as PyTorch does (dropout1d/dropout say it plainly)"
+        warnings.warn(
+            f"dropout2d: a {input.ndim}-D input is read as (N, C, ...), {why}", stacklevel=3
+        )
+    spatial = input.ndim - 2 if input.ndim >= 2 else 2
+    return _channel_dropout(input, p, training, "dropout2d", spatial)
 
 
 def dropout3d(input, p: float = 0.5, training: bool = True):  # noqa: A002

@@ -307,6 +307,12 @@ def mm(input, mat2):  # noqa: A002 - PyTorch's argument names
     return matmul(input, mat2)
 
 
+def spmm(input, mat2):  # noqa: A002
+    """``mm`` under PyTorch's sparse-times-dense name (ferro's tensors are dense).
+    Gradient: mm's, ginput = gy @ mat2.T, gmat2 = input.T @ gy."""
+    return mm(input, mat2)
+
+
 def bmm(input, mat2):  # noqa: A002
     """Batched matrix product ``(b, n, m) @ (b, m, p) -> (b, n, p)``, the same batch size on
     both sides (``bmm`` does not broadcast; ``matmul`` does).
@@ -528,6 +534,7 @@ __all__ = [
     "linear",
     "matmul",
     "mm",
+    "spmm",
     "mv",
     "outer",
 ]

@@ -50,3 +50,58 @@ def test_calculate_gain_matches_torch():
         ("selu",),
     ]:
         assert init.calculate_gain(*args) == pytest.approx(torch.nn.init.calculate_gain(*args))
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize(
+    ("shape", "groups"), [((4, 2, 3), 1), ((4, 2, 3), 2), ((6, 3, 3, 5), 3), ((2, 5, 3, 3, 3), 1)]
+)
+def test_dirac_and_eye_match_torch(shape, groups):
+    torch = pytest.importorskip("torch")
+    ours = ferro.nn.init.dirac_(ferro.empty(*shape), groups=groups)
+    theirs = torch.nn.init.dirac_(torch.empty(*shape), groups=groups)
+    np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
+    for rows, cols in ((3, 5), (5, 3)):
+        expected = torch.nn.init.eye_(torch.empty(rows, cols)).numpy()
+        np.testing.assert_array_equal(ferro.nn.init.eye_(ferro.empty(rows, cols)).numpy(), expected)
+
+
+def test_sparse_zeros_that_many_rows_of_each_column_and_is_seeded():
+    w = ferro.nn.init.sparse_(ferro.empty(10, 6), 0.25, std=0.5)
+    assert ((w.numpy() == 0).sum(0) == 3).all()  # ceil(0.25 * 10)
+    assert 0.2 < w.numpy()[w.numpy() != 0].std() < 1.0
+    again = ferro.nn.init.sparse_(
+        ferro.empty(10, 6), 0.25, generator=ferro.Generator().manual_seed(1)
+    )
+    same = ferro.nn.init.sparse_(
+        ferro.empty(10, 6), 0.25, generator=ferro.Generator().manual_seed(1)
+    )
+    assert ferro.equal(again, same)
+
+
+def test_init_shape_errors():
+    from ferro.errors import ArgumentError, ShapeError
+
+    with pytest.raises(ShapeError, match="eye_: only 2-D"):
+        ferro.nn.init.eye_(ferro.empty(2, 2, 2))
+    with pytest.raises(ShapeError, match="dirac_: only 3-, 4- and 5-D"):
+        ferro.nn.init.dirac_(ferro.empty(2, 2))
+    with pytest.raises(ArgumentError, match="divisible by groups"):
+        ferro.nn.init.dirac_(ferro.empty(3, 2, 3), groups=2)
+    with pytest.raises(ShapeError, match="sparse_: only 2-D"):
+        ferro.nn.init.sparse_(ferro.empty(2), 0.5)
+
+
+# The super-resolution example's model.py (older revisions) initializes with
+# ``init.orthogonal(w, init.calculate_gain('relu'))``: PyTorch keeps the names without the
+# underscore as deprecated aliases that warn.
+@pytest.mark.parametrize(
+    "name", ["uniform", "normal", "xavier_uniform", "kaiming_normal", "orthogonal"]
+)
+def test_deprecated_spellings_warn_and_fill(name):
+    w = ferro.zeros(3, 4)
+    with pytest.warns(
+        FutureWarning, match=f"`nn.init.{name}` is now deprecated in favor of `nn.init.{name}_`"
+    ):
+        assert getattr(ferro.nn.init, name)(w) is w
+    assert (w.numpy() != 0).any()

@@ -167,3 +167,67 @@ def test_isclose_allclose_equal():
     assert ferro.allclose(a, b, atol=1.0, equal_nan=True) is True
     assert ferro.equal(ferro.tensor([1, 2]), ferro.tensor([1, 2])) is True
     assert not ferro.equal(ferro.ones(2), ferro.ones(3)) and ferro.ones(2).allclose(ferro.ones(2))
+
+
+# The char-RNN generation tutorial's ``target_line_tensor.unsqueeze_(-1)`` (a gap found by the
+# ports): the in-place shape methods, for tensors without history.
+def test_in_place_shape_methods_reshape_the_tensor_itself():
+    from ferro.errors import GraphError
+
+    x = ferro.tensor([1, 2, 3])
+    view = x[:]
+    assert x.unsqueeze_(-1) is x and x.shape == (3, 1) and view.shape == (3,)
+    x[0, 0] = 7  # still the same memory
+    assert view.tolist() == [7, 2, 3]
+    assert x.t_().shape == (1, 3) and x.squeeze_(0).shape == (3,)
+    assert ferro.zeros(2, 3, 4).transpose_(0, 2).shape == (4, 3, 2)
+    assert ferro.zeros(1, 2, 1).squeeze_().shape == (2,)
+    w = ferro.ones(2, requires_grad=True)
+    with pytest.raises(GraphError, match="unsqueeze_: a leaf tensor that requires grad"):
+        w.unsqueeze_(0)
+    with pytest.raises(GraphError, match=r"use t = t.unsqueeze\(...\) instead"):
+        (w * 2).unsqueeze_(0)
+    with ferro.no_grad():
+        assert w.unsqueeze_(0).shape == (1, 2) and w.requires_grad
+    (w.sum() * 2).backward()
+    assert w.grad.shape == (1, 2)
+
+
+@pytest.mark.torch
+def test_in_place_shape_methods_match_torch():
+    torch = pytest.importorskip("torch")
+    a = np.arange(24.0).reshape(2, 1, 3, 4)
+    for name, args in (
+        ("unsqueeze_", (1,)),
+        ("squeeze_", (1,)),
+        ("squeeze_", ()),
+        ("transpose_", (0, 3)),
+    ):
+        ours, theirs = getattr(ferro.tensor(a), name)(*args), getattr(torch.tensor(a), name)(*args)
+        np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
+    np.testing.assert_array_equal(
+        ferro.tensor(a[0, 0]).t_().numpy(), torch.tensor(a[0, 0]).t_().numpy()
+    )
+
+
+# pytorch/examples mnist_rnn applies nn.Dropout2d to the LSTM's (N, 64) output: PyTorch reads
+# every rank as (N, C, ...) with a warning (a 3-D input as (N, C, L)); ferro raised ShapeError
+# on 2-D and read 3-D as (C, H, W) (gaps found by the ports).
+@pytest.mark.parametrize("shape", [(40, 50), (20, 30, 6), (10, 12, 2, 2, 2)])
+def test_dropout2d_draws_per_sample_and_channel_at_every_rank(shape):
+    def granularity(y):
+        zero = np.asarray(y).reshape(shape[0], shape[1], -1) == 0
+        whole = (zero.all(-1) == zero.any(-1)).all()  # each (n, c) slice all kept or all dropped
+        return whole, 0.3 < zero[..., 0].mean() < 0.7, len({tuple(r) for r in zero[..., 0]}) > 1
+
+    ferro.manual_seed(0)
+    with pytest.warns(UserWarning, match=f"dropout2d: a {len(shape)}-D input is read as"):
+        y = ferro.nn.Dropout2d(0.5)(ferro.ones(*shape))
+    assert granularity(y.numpy()) == (True, True, True)
+    try:
+        import torch
+    except ImportError:
+        return
+    with pytest.warns(UserWarning):
+        expected = granularity(torch.nn.Dropout2d(0.5)(torch.ones(*shape)).numpy())
+    assert expected == (True, True, True)

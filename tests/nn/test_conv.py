@@ -485,7 +485,8 @@ def test_winograd_forward_and_weight_grad_match_the_im2col_gemm(dtype, shape, pa
     "shape, pads",
     [((2, 16, 6, 7, 5), ((1, 1),) * 3), ((3, 17, 5, 6, 8), ((2, 0), (1, 2), (0, 1)))],
 )
-def test_winograd_3d_matches_the_im2col_gemm(dtype, shape, pads, monkeypatch):
+@pytest.mark.parametrize("blocks", [1, 1 << 20])
+def test_winograd_3d_matches_the_im2col_gemm(dtype, shape, pads, blocks, monkeypatch):
     # F(2x2x2, 3x3x3): forward, input gradient (the flipped convolution of gy, also Winograd)
     # and weight gradient, odd sizes (cropped tiles) and uneven padding included.
     from ferro._C import conv_kernels as K
@@ -497,6 +498,7 @@ def test_winograd_3d_matches_the_im2col_gemm(dtype, shape, pads, monkeypatch):
     geom = ((1, 1, 1), pads, (1, 1, 1), 1)
     assert conv_ops._winograd(K, (3, 3, 3), shape[1], 20, (8, 8, 8), (1, 1, 1), (1, 1, 1), 1)
     monkeypatch.setattr(conv_ops, "WINOGRAD_MIN_SIZE", 1)
+    monkeypatch.setattr(conv_ops, "WINOGRAD_BLOCK_BYTES", blocks)  # 1: a depth tile a block
     tol = dict(rtol=1e-5, atol=1e-5) if dtype == np.float32 else dict(rtol=1e-12, atol=1e-12)
     want = conv_ops._conv_forward(np, x, w, *geom, out)
     np.testing.assert_allclose(conv_ops._conv_forward(np, x, w, *geom, out, K), want, **tol)
@@ -645,13 +647,47 @@ def test_winograd_3d_kernels_refuse_what_they_cannot_hold():
     from ferro._C import conv_kernels as K
 
     x = np.zeros((1, 2, 4, 4, 4))
-    with pytest.raises(ShapeError, match="is not"):
+    with pytest.raises(ShapeError, match="expected"):
         K.winograd_input(x, ((1, 1),) * 3, np.empty((16, 2, 8)))
-    with pytest.raises(ShapeError, match="is not"):
+    with pytest.raises(ShapeError, match="does not hold"):
         K.winograd_output(np.empty((64, 2, 7)), np.empty((1, 2, 4, 4, 4)))
-    with pytest.raises(ShapeError, match="is not"):
+    with pytest.raises(ShapeError, match="expected"):
         K.winograd_output_grad(np.empty((1, 2, 4, 4, 4)), np.empty((64, 3, 8)))
+    with pytest.raises(ShapeError, match="non-negative"):
+        K.winograd_input(x, ((1, 1), (1, -1), (1, 1)), np.empty((64, 2, 8)))
+    for depth in ((0, 3), (1, 1), (-1, 1)):  # 2 depth tiles
+        with pytest.raises(ArgumentError, match="depth tiles"):
+            K.winograd_input(x, ((1, 1),) * 3, np.empty((64, 2, 8)), depth)
+    with pytest.raises(ShapeError, match="does not hold"):  # one depth tile holds 4 tiles
+        K.winograd_input(x, ((1, 1),) * 3, np.empty((64, 2, 8)), (1, 2))
     assert K.winograd_input(x, ((1, 1),) * 3, np.empty((64, 2, 8))).shape == (64, 2, 8)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_winograd_3d_kernels_by_depth_blocks_give_the_whole_transforms(dtype):
+    # A block of depth tiles (t0, t1) gives the whole transform's tiles of those depth tiles,
+    # the same bits, and the output writes exactly the block's output planes (7 planes: the
+    # last tile cropped).
+    from ferro._C import conv_kernels as K
+
+    rng = np.random.default_rng(15)
+    x = rng.normal(size=(2, 3, 6, 5, 7)).astype(dtype)
+    pads = ((2, 1), (1, 1), (0, 1))  # output (7, 5, 6): 4 x 3 x 3 tiles a sample
+    whole = K.winograd_input(x, pads, np.empty((64, 3, 4 * 2 * 9), dtype))
+    gy = rng.normal(size=(2, 3, 7, 5, 6)).astype(dtype)
+    dm = K.winograd_output_grad(gy, np.empty_like(whole))
+    y = K.winograd_output(whole, np.zeros((2, 3, 7, 5, 6), dtype))
+    for t0, t1 in ((0, 1), (1, 3), (3, 4)):
+        cut = slice(t0 * 18, t1 * 18)
+        v = K.winograd_input(x, pads, np.empty((64, 3, (t1 - t0) * 18), dtype), (t0, t1))
+        np.testing.assert_array_equal(v, whole[:, :, cut])
+        g = K.winograd_output_grad(gy, np.empty_like(v), (t0, t1))
+        np.testing.assert_array_equal(g, dm[:, :, cut])
+        yb = np.full_like(y, np.nan)
+        K.winograd_output(np.ascontiguousarray(whole[:, :, cut]), yb, (t0, t1))
+        planes = slice(2 * t0, min(2 * t1, 7))
+        np.testing.assert_array_equal(yb[:, :, planes], y[:, :, planes])
+        assert np.isnan(np.delete(yb, np.arange(7)[planes], axis=2)).all()
 
 
 @pytest.mark.torch

@@ -354,7 +354,7 @@ def test_set_submodule_type_to_empty_and_missing_module_methods():
     net.to_empty(device="cpu")
     assert net[0].weight is w and w.shape == (3, 2) and w.dtype == ferro.float32
 
-    for name in ("share_memory", "compile", "xpu"):
+    for name in ("compile", "xpu"):
         with pytest.raises(MissingFeatureError, match=f"ferro has no Module.'{name}'"):
             getattr(net, name)
     with pytest.raises(AttributeError) as info:

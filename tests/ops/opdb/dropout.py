@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 import ferro
@@ -30,6 +32,12 @@ def _channel_fn(name):
         return getattr(ferro, name)(x, p)
 
     return fn
+
+
+def _dropout2d_fn(x, p):
+    with warnings.catch_warnings():  # its 2-D and 3-D samples warn, as in PyTorch
+        warnings.filterwarnings("ignore", "dropout2d: a [23]-D input is read as")
+        return _channel_fn("dropout2d")(x, p)
 
 
 def _channel_ref(spatial):
@@ -73,7 +81,16 @@ ENTRIES = [
         ],
     ),
     OpInfo("dropout1d", _channel_fn("dropout1d"), _channel_ref(1), _channel_samples(1)),
-    OpInfo("dropout2d", _channel_fn("dropout2d"), _channel_ref(2), _channel_samples(2)),
+    OpInfo(
+        "dropout2d",
+        _dropout2d_fn,
+        lambda x, p: _channel_ref(x.ndim - 2)(x, p),  # PyTorch: (N, C, ...) at every rank
+        lambda rng: [
+            Sample((uniform(rng, (3, 4, 2, 2)), 0.5), label="batched"),
+            Sample((uniform(rng, (4, 3, 3)), 0.3), label="3-D as (N, C, L)"),
+            Sample((uniform(rng, (5, 6)), 0.4), label="2-D as (N, C)"),
+        ],
+    ),
     OpInfo("dropout3d", _channel_fn("dropout3d"), _channel_ref(3), _channel_samples(3)),
     OpInfo(
         "alpha_dropout",

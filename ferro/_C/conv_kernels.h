@@ -1,0 +1,396 @@
+/* Winograd F(2x2, 3x3) and F(2x2x2, 3x3x3) transforms, float32 and float64 (included by
+ * conv_kernels.pyx, which checks every array first and splits the work over channels x batch
+ * (x depth tiles) with OpenMP; each function here transforms one plane or one depth tile).
+ *
+ * Bᵀ = [[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], Aᵀ = [[1, 1, 1, 0],
+ * [0, 1, -1, -1]]. A plane's tiles hold their 16 values ps apart (value 4i + j at
+ * (4i + j) * ps + ty * tw + tx). Rows are split into their even and odd columns as they are
+ * read, so that every loop over a row of tiles runs over contiguous values; the loops are
+ * compiled per ISA level (FERRO_CLONES, simd.h): in SSE2 alone, the transforms took 57% of the
+ * conv3d benchmark's time.
+ */
+#ifndef FERRO_CONV_KERNELS_H
+#define FERRO_CONV_KERNELS_H
+
+#include <stddef.h>
+#include <string.h>
+
+#include "simd.h"
+
+/* ka, kb: the pairs k whose columns 2k - pw and 2k + 1 - pw both lie in [0, wd) are [ka, kb). */
+FERRO_INLINE void ferro_wino_pairs(ptrdiff_t wd, ptrdiff_t pw, ptrdiff_t n, ptrdiff_t *ka,
+                                   ptrdiff_t *kb) {
+    ptrdiff_t a = (pw + 1) / 2, b = wd + pw - 2 < 0 ? 0 : (wd + pw - 2) / 2 + 1;
+    *ka = a < n ? a : n;
+    b = b < n ? b : n;
+    *kb = b > *ka ? b : *ka;
+}
+
+#define FERRO_WINO(T, S)                                                                        \
+/* Bᵀ over 4 rows of n: d0 - d2, d1 + d2, d2 - d1, d1 - d3 (the depth's too, rows = planes). */ \
+FERRO_INLINE void ferro_wino_rows_in_##S(const T *restrict d, T *restrict r, ptrdiff_t n) {     \
+    ptrdiff_t k;                                                                                \
+    _Pragma("omp simd")                                                                         \
+    for (k = 0; k < n; k++) {                                                                   \
+        T a = d[k], b = d[n + k], c = d[2 * n + k], f = d[3 * n + k];                           \
+        r[k] = a - c;                                                                           \
+        r[n + k] = b + c;                                                                       \
+        r[2 * n + k] = c - b;                                                                   \
+        r[3 * n + k] = b - f;                                                                   \
+    }                                                                                           \
+}                                                                                               \
+/* A over 2 rows of n (the second zero unless two): g0, g0 + g1, g0 - g1, -g1. */               \
+FERRO_INLINE void ferro_wino_rows_grad_##S(const T *restrict g, int two, T *restrict r,         \
+                                           ptrdiff_t n) {                                       \
+    ptrdiff_t k;                                                                                \
+    if (two) {                                                                                  \
+        _Pragma("omp simd")                                                                     \
+        for (k = 0; k < n; k++) {                                                               \
+            T a = g[k], b = g[n + k];                                                           \
+            r[k] = a;                                                                           \
+            r[n + k] = a + b;                                                                   \
+            r[2 * n + k] = a - b;                                                               \
+            r[3 * n + k] = -b;                                                                  \
+        }                                                                                       \
+    } else {                                                                                    \
+        _Pragma("omp simd")                                                                     \
+        for (k = 0; k < n; k++) r[k] = r[n + k] = r[2 * n + k] = g[k], r[3 * n + k] = 0;        \
+    }                                                                                           \
+}                                                                                               \
+/* Aᵀ over 4 rows of n into y0 (and y1 where two): d0 + d1 + d2, d1 - d2 - d3. */               \
+FERRO_INLINE void ferro_wino_rows_out_##S(const T *restrict d, T *restrict y0, T *restrict y1,  \
+                                          int two, ptrdiff_t n) {                               \
+    ptrdiff_t k;                                                                                \
+    _Pragma("omp simd")                                                                         \
+    for (k = 0; k < n; k++) y0[k] = d[k] + d[n + k] + d[2 * n + k];                             \
+    if (two) {                                                                                  \
+        _Pragma("omp simd")                                                                     \
+        for (k = 0; k < n; k++) y1[k] = d[n + k] - d[2 * n + k] - d[3 * n + k];                 \
+    }                                                                                           \
+}                                                                                               \
+/* Bᵀ d B of the tiles of the plane src (h, wd) zero-padded by ph, pw. B along each padded      \
+ * row first (its tw windows of 4 columns, 2 apart, from the row's even and odd columns), into  \
+ * the 4 column terms' planes of even rows E_j and of odd rows O_j (th + 1 rows of tw each);    \
+ * then Bᵀ across the rows over whole planes of tiles: tile row ty's 4 rows are E[ty], O[ty],   \
+ * E[ty + 1], O[ty + 1], a row (tw) apart, so each loop runs over all th tw tiles.              \
+ * d: 8 (th + 1) tw + 2 (tw + 1). */                                                            \
+FERRO_INLINE void ferro_wino_in_plane_##S(const T *restrict src, T *restrict out,               \
+                                          T *restrict d, ptrdiff_t h, ptrdiff_t wd,             \
+                                          ptrdiff_t ph, ptrdiff_t pw, ptrdiff_t th,             \
+                                          ptrdiff_t tw, ptrdiff_t ps) {                         \
+    ptrdiff_t n = tw + 1, sz = (th + 1) * tw, nt = th * tw, y, k, t, j, ka, kb;                 \
+    T *le = d + 8 * sz, *lo = le + n;                                                           \
+    ferro_wino_pairs(wd, pw, n, &ka, &kb);                                                      \
+    for (y = 0; y < 2 * th + 2; y++) {                                                          \
+        ptrdiff_t iy = y - ph;                                                                  \
+        T *c = d + (y & 1) * 4 * sz + (y >> 1) * tw;                                            \
+        const T *row = src + iy * wd;                                                           \
+        if (iy < 0 || iy >= h) {                                                                \
+            for (j = 0; j < 4; j++)                                                             \
+                for (k = 0; k < tw; k++) c[j * sz + k] = 0;                                     \
+            continue;                                                                           \
+        }                                                                                       \
+        for (k = 0; k < ka; k++) {                                                              \
+            le[k] = 2 * k - pw >= 0 && 2 * k - pw < wd ? row[2 * k - pw] : 0;                   \
+            lo[k] = 2 * k + 1 - pw >= 0 && 2 * k + 1 - pw < wd ? row[2 * k + 1 - pw] : 0;       \
+        }                                                                                       \
+        _Pragma("omp simd")                                                                     \
+        for (k = ka; k < kb; k++) {                                                             \
+            le[k] = row[2 * k - pw];                                                            \
+            lo[k] = row[2 * k + 1 - pw];                                                        \
+        }                                                                                       \
+        for (k = kb; k < n; k++) {                                                              \
+            le[k] = 2 * k - pw >= 0 && 2 * k - pw < wd ? row[2 * k - pw] : 0;                   \
+            lo[k] = 2 * k + 1 - pw >= 0 && 2 * k + 1 - pw < wd ? row[2 * k + 1 - pw] : 0;       \
+        }                                                                                       \
+        _Pragma("omp simd")                                                                     \
+        for (k = 0; k < tw; k++) { /* B: c0 - c2, c1 + c2, c2 - c1, c1 - c3 */                  \
+            c[k] = le[k] - le[k + 1];                                                           \
+            c[sz + k] = lo[k] + le[k + 1];                                                      \
+            c[2 * sz + k] = le[k + 1] - lo[k];                                                  \
+            c[3 * sz + k] = lo[k] - lo[k + 1];                                                  \
+        }                                                                                       \
+    }                                                                                           \
+    for (j = 0; j < 4; j++) { /* Bᵀ: value 4i + j */                                            \
+        const T *E = d + j * sz, *O = d + (4 + j) * sz;                                         \
+        T *o0 = out + j * ps, *o1 = o0 + 4 * ps, *o2 = o1 + 4 * ps, *o3 = o2 + 4 * ps;          \
+        _Pragma("omp simd")                                                                     \
+        for (t = 0; t < nt; t++) {                                                              \
+            o0[t] = E[t] - E[t + tw];                                                           \
+            o1[t] = O[t] + E[t + tw];                                                           \
+            o2[t] = E[t + tw] - O[t];                                                           \
+            o3[t] = O[t] - O[t + tw];                                                           \
+        }                                                                                       \
+    }                                                                                           \
+}                                                                                               \
+                                                                                                \
+/* The plane y (oh, ow) = Aᵀ m A of the tiles of m, cropped: Aᵀ across the rows over whole      \
+ * planes of tiles first (tile row i = 0, 1 of column term j at t + (4i + j) th tw), then A     \
+ * along each output row. t: 8 th tw. */                                                        \
+FERRO_INLINE void ferro_wino_out_plane_##S(const T *restrict m, T *restrict y, T *restrict t,   \
+                                           ptrdiff_t oh, ptrdiff_t ow, ptrdiff_t th,            \
+                                           ptrdiff_t tw, ptrdiff_t ps) {                        \
+    ptrdiff_t nt = th * tw, full = ow / 2, j, k, yy;                                            \
+    for (j = 0; j < 4; j++) {                                                                   \
+        const T *a = m + j * ps, *b = a + 4 * ps, *c = b + 4 * ps, *f = c + 4 * ps;             \
+        T *s0 = t + j * nt, *s1 = t + (4 + j) * nt;                                             \
+        _Pragma("omp simd")                                                                     \
+        for (k = 0; k < nt; k++) {                                                              \
+            s0[k] = a[k] + b[k] + c[k];                                                         \
+            s1[k] = b[k] - c[k] - f[k];                                                         \
+        }                                                                                       \
+    }                                                                                           \
+    for (yy = 0; yy < oh; yy++) {                                                               \
+        const T *s = t + (yy & 1) * 4 * nt + (yy >> 1) * tw;                                    \
+        T *yrow = y + yy * ow;                                                                  \
+        _Pragma("omp simd")                                                                     \
+        for (k = 0; k < full; k++) {                                                            \
+            yrow[2 * k] = s[k] + s[nt + k] + s[2 * nt + k];                                     \
+            yrow[2 * k + 1] = s[nt + k] - s[2 * nt + k] - s[3 * nt + k];                        \
+        }                                                                                       \
+        if (full < tw) yrow[2 * full] = s[full] + s[nt + full] + s[2 * nt + full];              \
+    }                                                                                           \
+}                                                                                               \
+                                                                                                \
+/* A g Aᵀ of the 2x2 tiles of the plane src (oh, ow), zero past the crop: the adjoint of        \
+ * out_plane (A = [[1, 0], [1, 1], [1, -1], [0, -1]]). Along each row first (its even and odd   \
+ * columns E, O give E, E + O, E - O, -O), into the even rows' and odd rows' planes, then A     \
+ * across the rows over whole planes of tiles. t: 8 th tw. */                                   \
+FERRO_INLINE void ferro_wino_out_grad_plane_##S(const T *restrict src, T *restrict out,         \
+                                                T *restrict t, ptrdiff_t oh, ptrdiff_t ow,      \
+                                                ptrdiff_t th, ptrdiff_t tw, ptrdiff_t ps) {     \
+    ptrdiff_t nt = th * tw, full = ow / 2, j, k, yy;                                            \
+    for (yy = 0; yy < 2 * th; yy++) {                                                           \
+        T *c = t + (yy & 1) * 4 * nt + (yy >> 1) * tw;                                          \
+        const T *row = src + yy * ow;                                                           \
+        if (yy >= oh) {                                                                         \
+            for (j = 0; j < 4; j++)                                                             \
+                for (k = 0; k < tw; k++) c[j * nt + k] = 0;                                     \
+            continue;                                                                           \
+        }                                                                                       \
+        _Pragma("omp simd")                                                                     \
+        for (k = 0; k < full; k++) {                                                            \
+            T e = row[2 * k], o = row[2 * k + 1];                                               \
+            c[k] = e;                                                                           \
+            c[nt + k] = e + o;                                                                  \
+            c[2 * nt + k] = e - o;                                                              \
+            c[3 * nt + k] = -o;                                                                 \
+        }                                                                                       \
+        if (full < tw) c[full] = c[nt + full] = c[2 * nt + full] = row[2 * full];               \
+        if (full < tw) c[3 * nt + full] = 0;                                                    \
+    }                                                                                           \
+    for (j = 0; j < 4; j++) { /* A: value 4i + j from g0 (even rows) and g1 (odd rows) */       \
+        const T *g0 = t + j * nt, *g1 = t + (4 + j) * nt;                                       \
+        T *o0 = out + j * ps, *o1 = o0 + 4 * ps, *o2 = o1 + 4 * ps, *o3 = o2 + 4 * ps;          \
+        _Pragma("omp simd")                                                                     \
+        for (k = 0; k < nt; k++) {                                                              \
+            o0[k] = g0[k];                                                                      \
+            o1[k] = g0[k] + g1[k];                                                              \
+            o2[k] = g0[k] - g1[k];                                                              \
+            o3[k] = -g1[k];                                                                     \
+        }                                                                                       \
+    }                                                                                           \
+}                                                                                               \
+                                                                                                \
+/* 2-d: one plane each (scratch: 8 (th + 1) tw + 2 (tw + 1)). */                                \
+static FERRO_CLONES void ferro_wino_in2_##S(const T *src, T *out, T *d, ptrdiff_t h,            \
+                                            ptrdiff_t wd, ptrdiff_t ph, ptrdiff_t pw,           \
+                                            ptrdiff_t th, ptrdiff_t tw, ptrdiff_t ps) {         \
+    ferro_wino_in_plane_##S(src, out, d, h, wd, ph, pw, th, tw, ps);                            \
+}                                                                                               \
+static FERRO_CLONES void ferro_wino_out2_##S(const T *m, T *y, T *t, ptrdiff_t oh,              \
+                                             ptrdiff_t ow, ptrdiff_t th, ptrdiff_t tw,          \
+                                             ptrdiff_t ps) {                                    \
+    ferro_wino_out_plane_##S(m, y, t, oh, ow, th, tw, ps);                                      \
+}                                                                                               \
+static FERRO_CLONES void ferro_wino_out_grad2_##S(const T *src, T *out, T *t, ptrdiff_t oh,     \
+                                                  ptrdiff_t ow, ptrdiff_t th, ptrdiff_t tw,     \
+                                                  ptrdiff_t ps) {                               \
+    ferro_wino_out_grad_plane_##S(src, out, t, oh, ow, th, tw, ps);                             \
+}                                                                                               \
+                                                                                                \
+/* 3-d, one depth tile of one channel: the depth's transform on whole planes (z: 8 planes of    \
+ * h wd, then the plane scratch), then the plane functions on its 4 planes, whose values are    \
+ * plane apart (the 2-d ones 4 plane apart). x: the channel's (dd, h, wd) volume, z0 the first  \
+ * of the tile's 4 input planes (2 tz - pd; outside [0, dd): zeros). */                         \
+static FERRO_CLONES void ferro_wino_in3_##S(const T *x, ptrdiff_t dd, ptrdiff_t z0, T *out,     \
+                                            ptrdiff_t plane, T *z, ptrdiff_t h, ptrdiff_t wd,   \
+                                            ptrdiff_t ph, ptrdiff_t pw, ptrdiff_t th,           \
+                                            ptrdiff_t tw) {                                     \
+    ptrdiff_t hw = h * wd, k;                                                                   \
+    const T *d = x + z0 * hw; /* the 4 planes, consecutive, or a zero-padded copy of them */    \
+    if (z0 < 0 || z0 + 4 > dd) {                                                                \
+        for (k = 0; k < 4; k++) {                                                               \
+            if (z0 + k < 0 || z0 + k >= dd) memset(z + (4 + k) * hw, 0, hw * sizeof(T));        \
+            else memcpy(z + (4 + k) * hw, x + (z0 + k) * hw, hw * sizeof(T));                   \
+        }                                                                                       \
+        d = z + 4 * hw;                                                                         \
+    }                                                                                           \
+    ferro_wino_rows_in_##S(d, z, hw);                                                           \
+    for (k = 0; k < 4; k++)                                                                     \
+        ferro_wino_in_plane_##S(z + k * hw, out + k * plane, z + 8 * hw, h, wd, ph, pw, th, tw, \
+                                4 * plane);                                                     \
+}                                                                                               \
+/* y0: the output's plane 2 tz of the channel (and the next one where two). */                  \
+static FERRO_CLONES void ferro_wino_out3_##S(const T *m, ptrdiff_t plane, T *y0, int two, T *z, \
+                                             ptrdiff_t oh, ptrdiff_t ow, ptrdiff_t th,          \
+                                             ptrdiff_t tw) {                                    \
+    ptrdiff_t hw = oh * ow, k;                                                                  \
+    for (k = 0; k < 4; k++)                                                                     \
+        ferro_wino_out_plane_##S(m + k * plane, z + k * hw, z + 8 * hw, oh, ow, th, tw,         \
+                                 4 * plane);                                                    \
+    ferro_wino_rows_out_##S(z, y0, y0 + hw, two, hw); /* Aᵀ along the depth */                  \
+}                                                                                               \
+/* g: gy's plane 2 tz of the channel (and the next one where two, else zeros). */               \
+static FERRO_CLONES void ferro_wino_out_grad3_##S(const T *g, int two, T *out, ptrdiff_t plane, \
+                                                  T *z, ptrdiff_t oh, ptrdiff_t ow,             \
+                                                  ptrdiff_t th, ptrdiff_t tw) {                 \
+    ptrdiff_t hw = oh * ow, k;                                                                  \
+    ferro_wino_rows_grad_##S(g, two, z, hw); /* A along the depth */                            \
+    for (k = 0; k < 4; k++)                                                                     \
+        ferro_wino_out_grad_plane_##S(z + k * hw, out + k * plane, z + 8 * hw, oh, ow, th, tw,  \
+                                      4 * plane);                                               \
+}
+
+FERRO_WINO(float, f32)
+FERRO_WINO(double, f64)
+
+/* 1-d Winograd F(m, r): a dense (small) matrix, given in float64, times strided windows. */
+#define FERRO_WINO1_MAX 16 /* the most rows and columns such a matrix may have */
+
+#define FERRO_WINO1(T, S)                                                                       \
+/* o[t] = sum_e a[e] src[at[e] + t], t < n, the terms added in order to 0: blocks of 64 tiles   \
+ * summed in a local array (one vectorized pass per term; o and src may not alias it). */       \
+FERRO_INLINE void ferro_wino1_axpys_##S(T *o, const T *src, const ptrdiff_t *at, const T *a,    \
+                                        ptrdiff_t nz, ptrdiff_t n) {                            \
+    T acc[64];                                                                                  \
+    ptrdiff_t e, t, t0, nb;                                                                     \
+    for (t0 = 0; t0 < n; t0 += 64) {                                                            \
+        nb = n - t0 < 64 ? n - t0 : 64;                                                         \
+        for (t = 0; t < 64; t++) acc[t] = 0;                                                    \
+        for (e = 0; e < nz; e++) {                                                              \
+            const T *r = src + at[e] + t0;                                                      \
+            T ae = a[e];                                                                        \
+            if (nb == 64) { /* a whole block: a constant trip count, acc held in registers */   \
+                _Pragma("omp simd")                                                             \
+                for (t = 0; t < 64; t++) acc[t] += ae * r[t];                                   \
+            } else {                                                                            \
+                _Pragma("omp simd")                                                             \
+                for (t = 0; t < nb; t++) acc[t] += ae * r[t];                                   \
+            }                                                                                   \
+        }                                                                                       \
+        _Pragma("omp simd")                                                                     \
+        for (t = 0; t < nb; t++) o[t0 + t] = acc[t];                                            \
+    }                                                                                           \
+}                                                                                               \
+/* The rows i < p of one (channel, sample) of v: out[i ps + t] = sum_j mat[i q + j]             \
+ * x[m t - lo + j] (zero outside [0, n)), t < tiles. The row is first split into its m phases   \
+ * (d: m rows of w = tiles + (q - 1) / m), so that window element j over the tiles is one       \
+ * contiguous run (phase j % m from j / m on), and each output row is one pass over the tiles   \
+ * per nonzero entry of mat. */                                                                 \
+static FERRO_CLONES void ferro_wino1_gather_##S(const T *src, ptrdiff_t n, const double *mat,   \
+                                                ptrdiff_t p, ptrdiff_t q, ptrdiff_t m,          \
+                                                ptrdiff_t lo, ptrdiff_t tiles, T *out,          \
+                                                ptrdiff_t ps, T *d) {                           \
+    ptrdiff_t w = tiles + (q - 1) / m, i, j, k, nz, at[FERRO_WINO1_MAX];                        \
+    T a[FERRO_WINO1_MAX];                                                                       \
+    /* [ka, kb): the k whose m phases all lie in [0, n), split in one contiguous pass */        \
+    ptrdiff_t ka = lo <= 0 ? 0 : (lo + m - 1) / m, kb = n + lo - m < 0 ? 0 : (n + lo - m) / m + 1; \
+    ka = ka < w ? ka : w;                                                                       \
+    kb = m != 4 ? ka : kb < w ? (kb > ka ? kb : ka) : w; /* (only F(4, k) takes it) */          \
+    for (k = ka ? 0 : kb; k < w; k = k + 1 == ka ? kb : k + 1) /* the rest, zero-padded */      \
+        for (i = 0; i < m; i++)                                                                 \
+            d[i * w + k] = m * k + i - lo >= 0 && m * k + i - lo < n ? src[m * k + i - lo] : 0; \
+    if (m == 4 && kb > ka) { /* F(4, k): 4 contiguous values at a time (vector loads) */        \
+        T *restrict d0 = d + ka, *restrict d1 = d0 + w, *restrict d2 = d0 + 2 * w;              \
+        T *restrict d3 = d0 + 3 * w;                                                            \
+        const T *restrict s4 = src + 4 * ka - lo;                                               \
+        for (k = 0; k < kb - ka; k++) {                                                         \
+            d0[k] = s4[4 * k], d1[k] = s4[4 * k + 1], d2[k] = s4[4 * k + 2];                    \
+            d3[k] = s4[4 * k + 3];                                                              \
+        }                                                                                       \
+    }                                                                                           \
+    for (i = 0; i < p; i++) {                                                                   \
+        T *o = out + i * ps;                                                                    \
+        for (j = nz = 0; j < q; j++)                                                            \
+            if (mat[i * q + j] != 0) at[nz] = (j % m) * w + j / m, a[nz++] = (T)mat[i * q + j]; \
+        ferro_wino1_axpys_##S(o, d, at, a, nz, tiles);                                          \
+    }                                                                                           \
+}                                                                                               \
+/* One (channel, sample) row y (n) = mat (m x p) times each tile's p values src[k ps + t]:      \
+ * tile t's m outputs at m t + i, cropped at n (s: m rows of tiles). */                         \
+static FERRO_CLONES void ferro_wino1_scatter_##S(const T *src, ptrdiff_t ps, const double *mat, \
+                                                 ptrdiff_t m, ptrdiff_t p, ptrdiff_t tiles,     \
+                                                 T *y, ptrdiff_t n, T *s) {                     \
+    ptrdiff_t i, k, t, nz, at[FERRO_WINO1_MAX];                                                 \
+    T a[FERRO_WINO1_MAX];                                                                       \
+    for (i = 0; i < m; i++) {                                                                   \
+        T *si = s + i * tiles;                                                                  \
+        for (k = nz = 0; k < p; k++)                                                            \
+            if (mat[i * p + k] != 0) at[nz] = k * ps, a[nz++] = (T)mat[i * p + k];              \
+        ferro_wino1_axpys_##S(si, src, at, a, nz, tiles);                                       \
+    }                                                                                           \
+    for (t = 0; t < tiles && m * t + m <= n; t++)                                               \
+        for (i = 0; i < m; i++) y[m * t + i] = s[i * tiles + t];                                \
+    for (i = 0; t < tiles && m * t + i < n; i++) y[m * t + i] = s[i * tiles + t];               \
+}
+
+FERRO_WINO1(float, f32)
+FERRO_WINO1(double, f64)
+
+/* im2col / col2im of the GEMM path, one channel: the columns (k0, k1, k2, nb, o0, o1, o2) of
+ * channel ci of img (nb, c, s0, s1, s2) zero-padded by lo before each dim (add = 0: written
+ * into col, img only read), or their adjoint (add = 1: col added into img). Every input index
+ * is checked against the bounds: rows of the padding are zeros (or skipped), never read. g:
+ * size[3], k[3], out[3], stride[3], lo[3], dilation[3]. */
+#define FERRO_COLS(T, S)                                                                        \
+static FERRO_CLONES void ferro_im2col_##S(T *img, T *col, ptrdiff_t nb, ptrdiff_t c,            \
+                                          ptrdiff_t ci, const ptrdiff_t *g, int add) {          \
+    const ptrdiff_t *size = g, *k = g + 3, *out = g + 6, *st = g + 9, *lo = g + 12;             \
+    const ptrdiff_t *dl = g + 15, s2 = st[2], n2 = out[2];                                      \
+    ptrdiff_t k0, k1, k2, b, o0, o1, i0, i1, off, a, e, ox;                                     \
+    T *dst = col;                                                                               \
+    for (k0 = 0; k0 < k[0]; k0++)                                                               \
+        for (k1 = 0; k1 < k[1]; k1++)                                                           \
+            for (k2 = 0; k2 < k[2]; k2++) {                                                     \
+                /* the outputs ox in [a, e) read inside the row: 0 <= ox s2 - off < size */     \
+                off = lo[2] - k2 * dl[2];                                                       \
+                a = off <= 0 ? 0 : (off + s2 - 1) / s2;                                         \
+                e = size[2] - 1 + off < 0 ? 0 : (size[2] - 1 + off) / s2 + 1;                   \
+                a = a < n2 ? a : n2;                                                            \
+                e = e < n2 ? (e > a ? e : a) : n2;                                              \
+                for (b = 0; b < nb; b++)                                                        \
+                    for (o0 = 0; o0 < out[0]; o0++) {                                           \
+                        i0 = o0 * st[0] - lo[0] + k0 * dl[0];                                   \
+                        for (o1 = 0; o1 < out[1]; o1++, dst += n2) {                            \
+                            T *row;                                                             \
+                            i1 = o1 * st[1] - lo[1] + k1 * dl[1];                               \
+                            if (i0 < 0 || i0 >= size[0] || i1 < 0 || i1 >= size[1]) {           \
+                                if (!add) memset(dst, 0, n2 * sizeof(T));                       \
+                                continue;                                                       \
+                            }                                                                   \
+                            row = img + (((b * c + ci) * size[0] + i0) * size[1] + i1) * size[2];\
+                            if (add && s2 == 1) {                                               \
+                                _Pragma("omp simd")                                             \
+                                for (ox = a; ox < e; ox++) row[ox - off] += dst[ox];            \
+                            } else if (add) {                                                   \
+                                for (ox = a; ox < e; ox++) row[ox * s2 - off] += dst[ox];       \
+                            } else {                                                            \
+                                for (ox = 0; ox < a; ox++) dst[ox] = 0;                         \
+                                if (s2 == 1) {                                                  \
+                                    memcpy(dst + a, row + a - off, (e - a) * sizeof(T));        \
+                                } else {                                                        \
+                                    _Pragma("omp simd")                                         \
+                                    for (ox = a; ox < e; ox++) dst[ox] = row[ox * s2 - off];    \
+                                }                                                               \
+                                for (ox = e; ox < n2; ox++) dst[ox] = 0;                        \
+                            }                                                                   \
+                        }                                                                       \
+                    }                                                                           \
+            }                                                                                   \
+}
+
+FERRO_COLS(float, f32)
+FERRO_COLS(double, f64)
+
+#endif

@@ -104,14 +104,25 @@ def _interior(size, pads):
     return tuple(slice(lo, lo + s) for s, (lo, _) in zip(size, pads, strict=True))
 
 
-def _chunk(xp, n, row_bytes):
+def _chunk(xp, n, row_bytes, work=0):
     """How many batch elements a chunk takes (at least one): as many as fit in the workspace on
     a GPU, as many as fit in :data:`CACHE_BYTES` on the CPU, where a batch of several chunks is
-    cut into a multiple of :data:`LANES` chunks of equal size, so that parts get equal work."""
+    cut into a multiple of :data:`LANES` chunks of equal size, so that parts get equal work; a
+    one-chunk batch into 2 or LANES if each keeps :data:`PART_MIN_WORK` of ``work`` a sample."""
     if xp is not np:
         return max(1, min(n, WORKSPACE_BYTES // max(row_bytes, 1)))
     chunks = -(-n // max(1, min(WORKSPACE_BYTES, CACHE_BYTES) // max(row_bytes, 1)))
-    return -(-n // min(n, -(-chunks // LANES) * LANES)) if chunks > 1 else max(n, 1)
+    if chunks <= 1:
+        chunks = next((k for k in (LANES, 2) if n * work >= k * PART_MIN_WORK and n >= k), 1)
+        return -(-n // chunks) if n else 1
+    return -(-n // min(n, -(-chunks // LANES) * LANES))
+
+
+#: The least work (multiply-adds) worth a part of its own (:func:`_chunk`): the handoff to the
+#: pool's thread costs ~15 us, and the digits CNN's 16 -> 32 convolution on 4x4 maps (4.7M
+#: multiply-adds forward, with its im2col 0.35 ms of one core) splits in 2, its 1 -> 16 layer
+#: (0.6M) does not.
+PART_MIN_WORK = 1 << 21
 
 
 #: A weight gradient sums its batch chunks' products in at most this many lanes (contiguous
@@ -136,7 +147,10 @@ def _in_parts(xp, n, step, body, lanes=None):
         while (j := _locked_next(lock, todo)) is not None:
             yield from ((j, n0) for n0 in runs[j])
 
-    parts = _intraop.run(lambda i: body(chunks()), _intraop.parts(nr) if xp is np else 1)
+    if (k := _intraop.parts(nr) if xp is np else 1) == 1:  # no lock, no pool
+        parts = [body((j, n0) for j in range(nr) for n0 in runs[j])]
+    else:
+        parts = _intraop.run(lambda i: body(chunks()), k)
     if lanes and n:
         sums = {j: a for part in parts for j, a in part.items()}
         return functools.reduce(operator.iadd, (sums[j] for j in range(1, nr)), sums[0])
@@ -195,7 +209,7 @@ def _columns(xp, x, kernel, stride, dilation, out):
 def _channel_major(xp, a, groups):
     """``(n, C, *s)`` -> ``(groups, C/groups, n * prod(s))``, contiguous."""
     n, c = a.shape[:2]
-    t = xp.ascontiguousarray(xp.moveaxis(a, 0, 1))
+    t = xp.ascontiguousarray(a.swapaxes(0, 1))
     return t.reshape(groups, c // groups, n * math.prod(a.shape[2:]))
 
 
@@ -253,36 +267,40 @@ def _columns_pass(xp, x, w, gy, stride, pads, dilation, groups, kernel, out, ker
     ``w`` is), and ``gw``, the weight gradient of a convolution of ``x`` with output gradient
     ``gy`` (None if ``gy`` is).
 
-    ``cache``, a dict (a forward's ``ctx.columns``): where the whole batch is one chunk within
-    :data:`CACHE_BYTES`, the forward leaves its columns there and the weight gradient takes
+    ``cache``, a dict (a forward's ``ctx.columns``): where the whole batch's columns fit in
+    :data:`CACHE_BYTES`, the forward leaves each chunk's there and the weight gradient takes
     them instead of building them again (on the digits CNN's training step, a third of each
     convolution's backward)."""
     n, c = x.shape[:2]
     cg = c // groups
     kp, ell = math.prod(kernel), math.prod(out)
+    o = w.shape[0] if w is not None else gy.shape[1]
     y = gwt = None
     if w is not None:
-        o = w.shape[0]
         wr = w.reshape(groups, o // groups, cg * kp)
         y = xp.empty((n, o) + tuple(out), dtype=x.dtype)
-    step = _chunk(xp, n, c * kp * ell * x.itemsize)
-    kept = None if cache is None else cache.pop("columns", None)
+    step = _chunk(xp, n, c * kp * ell * x.itemsize, o * cg * kp * ell)
+    kept = {} if cache is None else cache.pop("columns", {})
+    keep = cache is not None and gy is None and n * c * kp * ell * x.itemsize <= CACHE_BYTES
 
     def part(chunks):  # each part its own column buffer; y's slices are disjoint
-        cols = _Columns(xp, kernels, c, kernel, step, out, x.dtype) if kept is None else None
+        cols = None
         sums, prod = {}, None
         for run, n0 in chunks:
             xc = x[n0 : n0 + step]
             nb = xc.shape[0]
-            col = kept if kept is not None else cols.of(xc, stride, pads, dilation)
+            if (col := kept.get(n0)) is None:
+                if cols is None or keep:  # kept columns each need their own buffer
+                    cols = _Columns(xp, kernels, c, kernel, step, out, x.dtype)
+                col = cols.of(xc, stride, pads, dilation)
             col = col.reshape(groups, cg * kp, nb * ell)
-            if cache is not None and gy is None and step >= n and col.nbytes <= CACHE_BYTES:
-                cache["columns"] = col
+            if keep:
+                cache.setdefault("columns", {})[n0] = col
             if w is not None and nb == 1:  # the sample's output is the product: no copy
                 xp.matmul(wr, col, out=y[n0].reshape(groups, o // groups, ell))
             elif w is not None:
                 yc = xp.matmul(wr, col)
-                y[n0 : n0 + nb] = xp.moveaxis(yc.reshape((o, nb) + tuple(out)), 0, 1)
+                y[n0 : n0 + nb] = yc.reshape((o, nb) + tuple(out)).swapaxes(0, 1)
             if gy is not None:  # summed transposed: columns @ gyᵀ, whose long dimension
                 # (n * L) is the columns' contiguous one, 1.3x faster than gy @ columnsᵀ
                 gc = _channel_major(xp, gy[n0 : n0 + nb], groups).transpose(0, 2, 1)
@@ -435,7 +453,7 @@ def _conv_input_grad(xp, gy, w, stride, pads, dilation, groups, size, kernels=No
     kp, ell = math.prod(kernel), math.prod(out)
     wt = w.reshape(groups, o // groups, cg * kp).transpose(0, 2, 1)
     gx = xp.empty((n, c) + tuple(size), dtype=gy.dtype)
-    step = _chunk(xp, n, c * kp * ell * gy.itemsize)
+    step = _chunk(xp, n, c * kp * ell * gy.itemsize, o * cg * kp * ell)
 
     def part(chunks):  # the chunks write disjoint slices of gx
         for _, n0 in chunks:
@@ -721,21 +739,39 @@ def _per_sample(a):
     return a.reshape(a.shape[0], a.shape[1], math.prod(a.shape[2:]))
 
 
+def _pointwise_products(xp, m, a, shape):
+    """``m @ a[i]`` for every sample ``a[i]`` ``(K, *s)`` of ``a``, ``shape`` ``(n, M, *s)``:
+    a pointwise convolution's forward and input gradient, the batch's chunks as parts."""
+    (n, k, ell), y = _per_sample(a).shape, xp.empty(shape, dtype=a.dtype)
+    a, r, step = _per_sample(a), _per_sample(y), _chunk(xp, n, 0, m.shape[0] * k * ell)
+
+    def part(chunks):  # the chunks write disjoint slices of r
+        for _, n0 in chunks:
+            xp.matmul(m, a[n0 : n0 + step], out=r[n0 : n0 + step])
+
+    _in_parts(xp, n, step, part)
+    return y
+
+
 def _pointwise_weight_grad(xp, x, gy):
     """``gw`` of a pointwise convolution: the sum over samples of ``x[n] @ gy[n]ᵀ`` (then
     transposed: that product's long dimension is both operands' contiguous one, 1.3x faster
     than ``gy[n] @ x[n]ᵀ``), batch chunks of stacked GEMMs whose products stay within
-    :data:`CACHE_BYTES`."""
+    :data:`CACHE_BYTES`, run as parts, each run of chunks (:data:`LANES`) summed in order."""
     n, c, o = x.shape[0], x.shape[1], gy.shape[1]
     xs, gs = _per_sample(x), _per_sample(gy)
-    step = max(1, min(n, CACHE_BYTES // max(c * o * x.itemsize, 1)))
-    acc = xp.zeros((c, o), dtype=x.dtype)
-    part = None
-    for n0 in range(0, n, step):
-        xc, gc = xs[n0 : n0 + step], gs[n0 : n0 + step]
-        fits = part is not None and part.shape[0] == xc.shape[0]
-        part = xp.matmul(xc, gc.transpose(0, 2, 1), out=part if fits else None)
-        acc += part.sum(axis=0)
+    step = _chunk(xp, n, c * o * x.itemsize, c * o * xs.shape[2])
+
+    def part(chunks):  # each part its own product buffer
+        sums, prod = {}, None
+        for run, n0 in chunks:
+            xc, gc = xs[n0 : n0 + step], gs[n0 : n0 + step]
+            fits = prod is not None and prod.shape[0] == xc.shape[0]
+            prod = xp.matmul(xc, gc.transpose(0, 2, 1), out=prod if fits else None)
+            sums[run] = sums.get(run, 0) + prod.sum(axis=0)
+        return sums
+
+    acc = _in_parts(xp, n, step, part, LANES) if n else xp.zeros((c, o), dtype=x.dtype)
     return acc.T.reshape(gy.shape[1:2] + x.shape[1:2] + (1,) * (x.ndim - 2))
 
 
@@ -755,7 +791,7 @@ def conv_forward(transposed, kernels, ctx, x, w, b, stride, pads, dilation, grou
         ctx.columns = cache = {} if need_w else None
         if _pointwise(w.shape[2:], stride, pads, groups):
             wm = w.reshape(w.shape[0], w.shape[1])
-            y = ctx.xp.matmul(wm, _per_sample(x)).reshape((x.shape[0], w.shape[0]) + size)
+            y = _pointwise_products(ctx.xp, wm, x, x.shape[:1] + w.shape[:1] + size)
         else:
             y = _conv_forward(ctx.xp, x, w, *geom, cache=cache)
     return y if b is None else _add_bias(y, b)
@@ -771,7 +807,7 @@ def conv_backward(transposed, kernels, ctx, gy):
     if not transposed and _pointwise(ctx.kernel, stride, pads, groups):
         if need_x:
             wt = w.reshape(w.shape[0], w.shape[1]).T
-            gx = xp.matmul(wt, _per_sample(gy)).reshape(gy.shape[:1] + w.shape[1:2] + ctx.in_size)
+            gx = _pointwise_products(xp, wt, gy, gy.shape[:1] + w.shape[1:2] + ctx.in_size)
         gw = _pointwise_weight_grad(xp, x, gy) if need_w else None
         return gx, gw, _bias_grad(gy) if need_b else None
     if need_x and transposed:  # gx and gw from gy's columns
@@ -909,7 +945,11 @@ def columns_override(op):
 
 def _tuple(value, n, what, op, minimum):
     """``value`` (an int or a sequence of ``n`` ints) as an ``n``-tuple of ints >= minimum."""
-    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+    if type(value) is int:  # the common cases first: the numbers ABC's isinstance is slow
+        value = (value,) * n
+    elif type(value) is tuple and len(value) == n and all(type(v) is int for v in value):
+        pass
+    elif isinstance(value, numbers.Integral) and not isinstance(value, bool):
         value = (int(value),) * n
     elif isinstance(value, (tuple, list)) and all(
         isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in value
@@ -929,7 +969,8 @@ def _tuple(value, n, what, op, minimum):
 
 
 def _groups(groups, op):
-    if not isinstance(groups, numbers.Integral) or isinstance(groups, bool):
+    slow = type(groups) is not int  # (the numbers ABC's isinstance is slow)
+    if slow and (isinstance(groups, bool) or not isinstance(groups, numbers.Integral)):
         raise ArgumentTypeError(f"{op}: groups must be an int, got {groups!r}")
     if groups < 1:
         raise ArgumentError(f"{op}: groups must be positive, got {groups}")

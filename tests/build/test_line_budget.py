@@ -72,6 +72,11 @@ pytestmark = pytest.mark.skipif(
 # NumPy into them, by blocks of depth tiles: 164 lines measured (6,802; conv_kernels.pyx 775 ->
 # 608, conv_kernels.h 331). Single-thread CPU time of issue 14's benchmarks: conv3d 19.6-20.5
 # -> 13.4 ms, conv1d 34.3 -> 30.7, conv_transpose2d 13.0 -> 12.5, conv2d 65.4-68.1 -> 54.1.
+# Raised for ferro/ops from 11,480 to 11,515 for issue 14's two-core digits CNN and 1x1
+# convolution (session 9, conv.py): a one-chunk batch is cut by its work into parts
+# (PART_MIN_WORK), the 1x1 path's chunks run as parts with per-run partial sums of its weight
+# gradient, and a call skips the numbers ABC and the pool where it needs neither (a 4x4 conv's
+# fixed cost 123 -> 99 us): +29 lines, 11,513 measured after merging main at 687e898.
 #
 # Raised for ferro/_C from 6,810 to 7,055 and for ferro/ops from 11,480 to 11,545 for issue 15's
 # compiled recurrent step loop (session 9, Note [Compiled step loop]): a LSTM/GRU layer's steps
@@ -81,10 +86,12 @@ pytestmark = pytest.mark.skipif(
 # float types and passes; 6,881 measured) and its BLAS lookup and block walk in recurrent.py
 # (73; 11,535 measured). The Python loop stays beside it: it is the path where NumPy's BLAS has
 # no CBLAS symbols, the RNN modes', and the reference the tests hold the compiled loop to, bit
-# for bit.
+# for bit. When the session's four branches met (ports, conv kernels, conv splits, recurrent
+# loop) the sums measured ferro/_C 7,045 and ferro/ops 11,586 (each branch had counted against
+# an older main): ferro/ops to 11,590.
 BUDGETS = {
     "ferro/_C": (7055, ("*.pyx", "*.pxd", "*.h", "*.py")),
-    "ferro/ops": (11545, ("*.py",)),
+    "ferro/ops": (11590, ("*.py",)),
 }
 
 

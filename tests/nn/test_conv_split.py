@@ -27,6 +27,16 @@ CASES = [
     (F.conv2d, (6, 2, 7, 7), (5, 2, 3, 3), {"dilation": 2, "padding": 1}, "columns, col2im"),
     (F.conv2d, (6, 4, 7, 7), (6, 2, 3, 3), {"groups": 2}, "columns, groups"),
     (F.conv_transpose2d, (9, 4, 5, 6), (4, 3, 4, 4), {"stride": 2, "padding": 1}, "transposed"),
+    (F.conv2d, (9, 8, 5, 5), (6, 8, 1, 1), {}, "pointwise"),
+]
+
+# Batches that are one cache-sized chunk, cut by their work (_chunk's PART_MIN_WORK): the
+# digits CNN's 16 -> 32 layer on 4x4 maps (columns kept per chunk, col2im input gradient), the
+# other column paths and the pointwise one.
+SMALL_BATCH_CASES = [
+    (F.conv2d, (8, 16, 4, 4), (32, 16, 3, 3), {"padding": 1}, "digits cnn layer 3"),
+    (F.conv2d, (7, 16, 4, 4), (8, 16, 3, 3), {"padding": 1}, "columns, flipped input grad"),
+    *(c for c in CASES if c[-1].startswith(("columns", "pointwise", "transposed"))),
 ]
 
 
@@ -61,13 +71,64 @@ def test_a_split_gives_the_bits_of_one_part(case, dtype, one_sample_chunks, monk
     run = _intraop.run
     monkeypatch.setattr(_intraop, "run", lambda f, n: counts.append(n) or run(f, n))
     one = _run(fn, x, w, kw, 1)
-    assert set(counts) == {1}
+    assert set(counts) <= {1}  # one thread: no split (one part runs without the pool)
     for threads in (2, 3):
         counts.clear()
         got = _run(fn, x, w, kw, threads)
         assert max(counts) == threads  # the chunks did run as parts
         for a, b in zip(got, one, strict=True):
             np.testing.assert_array_equal(a, b)
+
+
+@pytest.fixture
+def work_split_chunks(monkeypatch):
+    # Any work is worth a part: a one-chunk batch is cut into 2 or LANES chunks.
+    monkeypatch.setattr(conv_ops, "PART_MIN_WORK", 1)
+    old = _intraop.num_threads()
+    yield
+    _intraop.set_num_threads(old)
+
+
+@needs_blas
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("case", SMALL_BATCH_CASES, ids=[c[-1] for c in SMALL_BATCH_CASES])
+def test_a_one_chunk_batch_cut_by_its_work_gives_the_same_bits(
+    case, dtype, work_split_chunks, monkeypatch
+):
+    fn, xs, ws, kw, _ = case
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=xs).astype(dtype)
+    w = (rng.normal(size=ws) / np.sqrt(np.prod(ws[1:]))).astype(dtype)
+    counts = []
+    run = _intraop.run
+    monkeypatch.setattr(_intraop, "run", lambda f, n: counts.append(n) or run(f, n))
+    one = _run(fn, x, w, kw, 1)
+    for threads in (2, 3):
+        counts.clear()
+        got = _run(fn, x, w, kw, threads)
+        assert max(counts) == threads  # the batch's pieces did run as parts
+        for a, b in zip(got, one, strict=True):
+            np.testing.assert_array_equal(a, b)
+    monkeypatch.setattr(conv_ops, "PART_MIN_WORK", 1 << 60)  # one chunk, as before the cut
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    for a, b in zip(_run(fn, x, w, kw, 2), one, strict=True):
+        np.testing.assert_allclose(a, b, rtol=tol, atol=tol * np.abs(b).max())
+
+
+@pytest.mark.parametrize("batch", [1, 3, 8])
+def test_the_weight_gradient_takes_each_chunks_kept_columns(batch, work_split_chunks, monkeypatch):
+    # The digits CNN's layer 3 cut by its work: the forward's im2col runs once a chunk and the
+    # weight gradient builds none (the input gradient is col2im's: C_out > C_in).
+    calls = []
+    im2col = K.im2col
+    monkeypatch.setattr(K, "im2col", lambda *a: calls.append(1) or im2col(*a))
+    x = np.random.default_rng(6).normal(size=(batch, 16, 4, 4)).astype(np.float32)
+    w = np.random.default_rng(7).normal(size=(32, 16, 3, 3)).astype(np.float32)
+    got = _run(F.conv2d, x, w, {"padding": 1}, 2)
+    assert len(calls) == -(-batch // conv_ops._chunk(np, batch, 1, 32 * 16 * 9 * 16))
+    monkeypatch.setattr(conv_ops, "PART_MIN_WORK", 1 << 60)
+    for a, b in zip(got, _run(F.conv2d, x, w, {"padding": 1}, 2), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5 * np.abs(b).max())
 
 
 @needs_blas
@@ -133,6 +194,18 @@ def test_chunks_are_a_multiple_of_the_lanes_and_equal(monkeypatch):
     assert conv_ops._chunk(np, 3, 700) == 1  # no more chunks than samples
     assert conv_ops._chunk(np, 0, 70) == 1
     assert conv_ops._chunk(np, 32, 2000) == 1
+
+
+def test_a_one_chunk_batch_is_cut_in_two_or_the_lanes_by_its_work():
+    least = conv_ops.PART_MIN_WORK
+    assert conv_ops._chunk(np, 64, 100) == 64  # no work given: one chunk
+    assert conv_ops._chunk(np, 64, 100, 2 * least // 64 - 1) == 64  # too little for two
+    assert conv_ops._chunk(np, 64, 100, 2 * least // 64) == 32
+    assert conv_ops._chunk(np, 64, 100, 4 * least // 64) == 16  # LANES pieces
+    assert conv_ops._chunk(np, 63, 100, least) == 16  # equal but the last
+    assert conv_ops._chunk(np, 3, 100, least) == 2  # no more pieces than samples
+    assert conv_ops._chunk(np, 1, 100, 8 * least) == 1
+    assert conv_ops._chunk(np, 0, 100, least) == 1
 
 
 @needs_blas

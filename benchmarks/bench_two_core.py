@@ -103,6 +103,17 @@ def main(argv=None) -> list[dict]:
         rows,
         ["n", "pass", "numpy min", "1 thr min", "2 thr min", "numpy med", "2 thr med", "2thr/np"],
     )
+    # The threshold to choose: the smallest size from which two threads beat NumPy in every
+    # pass at the median, at that size and every larger one.
+    wins = {}
+    for row in rows:
+        wins[row[0]] = wins.get(row[0], True) and row[-1] < 1.0
+    best = None
+    for n in sorted(wins, reverse=True):
+        if not wins[n]:
+            break
+        best = n
+    print(f"# two threads win from {best} elements (load {os.getloadavg()[0]:.2f} at the end)")
     return records
 
 

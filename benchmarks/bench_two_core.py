@@ -61,7 +61,7 @@ def main(argv=None) -> list[dict]:
     for n in args.sizes:
         p = rng.standard_normal(n).astype(args.dtype)
         g = rng.standard_normal(n).astype(args.dtype)
-        t = np.empty_like(p)
+        t = g * np.asarray(LR, p.dtype)  # lr * g: what the update subtracts
         for name, (numpy_fn, omp_fn) in passes(cpu_kernels.binary, p, g, t).items():
             times = {"numpy": [], "omp1": [], "omp2": []}
             for _ in range(5):  # warm up: first touch, the thread team

@@ -48,6 +48,8 @@ PLAN = {
     "bench_seq": (["--repeats", "7"], ["--repeats", "2", "--quick"]),
     "bench_higher": (["--repeats", "10"], ["--repeats", "3"]),
     "bench_distributed": (["--steps", "12"], ["--steps", "4"]),
+    # where cpu_kernels.TWO_CORE_MIN should be (Note [Two-core elementwise ops])
+    "bench_two_core": (["--repeats", "400"], ["--repeats", "60"]),
 }
 
 

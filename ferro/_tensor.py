@@ -863,6 +863,10 @@ class Tensor(TensorBase):
             num_threads: threads for this backward (None: ``ferro.autograd.parallel`` or
                 ``set_num_threads``; see docs/autograd.md).
         """
+        if gradient is retain_graph is inputs is num_threads is None and not create_graph:
+            # what autograd.backward calls for these arguments, without its Python frames
+            _engine.run_backward((self,), (None,), False, None, True, False, 0)
+            return
         _autograd.backward(
             (self,),
             None if gradient is None else (gradient,),

@@ -13,7 +13,8 @@ cpdef bint accepts_grad(object gy, tuple arrays)
 cpdef int add_inplace(object dst, object src) except -1
 cpdef object sum_to_shape(object src, tuple shape)
 cpdef bint all_finite(object x)
-cpdef object binary(int op, object a, object b, object out, double alpha)
+cpdef object binary(int op, object a, object b, object out, double alpha,
+                    Py_ssize_t least=*)
 cpdef object sum_all(object x)
 
 

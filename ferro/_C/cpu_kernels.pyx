@@ -746,10 +746,12 @@ cdef inline bint _overlaps(char *o, Py_ssize_t nbytes, object x, int cls) noexce
         nbytes if cls == 1 else cnp.PyArray_ITEMSIZE(<cnp.ndarray>x))
 
 
-cpdef object binary(int op, object a, object b, object out, double alpha):
+cpdef object binary(int op, object a, object b, object out, double alpha,
+                    Py_ssize_t least=BIG_MIN):
     """``a + alpha b``, ``a - alpha b``, ``a * b`` or ``a / b`` (``op`` 0-3) on both cores, of
     float32/float64 arrays and numbers, into ``out`` (may be ``a``) or a fresh array when None.
-    NotImplemented where NumPy must run (Note [Two-core elementwise ops])."""
+    NotImplemented where NumPy must run (Note [Two-core elementwise ops]). ``least``, the size
+    from which it applies, is lowered only by benchmarks/bench_two_core.py, which measures it."""
     cdef cnp.ndarray like, o
     cdef double va = 0.0, vb = 0.0
     cdef float fb
@@ -762,7 +764,7 @@ cpdef object binary(int op, object a, object b, object out, double alpha):
     else:
         return NotImplemented
     cdef Py_ssize_t n = cnp.PyArray_SIZE(like)
-    if n < BIG_MIN or op < 0 or op > 3 or not _is_float(like):
+    if n < least or op < 0 or op > 3 or not _is_float(like):
         return NotImplemented
     ca = _operand(a, like, &va)
     cb = _operand(b, like, &vb)

@@ -27,6 +27,11 @@ cimport numpy as cnp
 from cpython.ref cimport Py_INCREF
 from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 
+
+cdef extern from "Python.h":
+    object PyObject_GenericGetDict(object o, void *context)
+    int PyObject_GenericSetDict(object o, object value, void *context) except -1
+
 from ferro._C cimport cpu_kernels
 from ferro._C.accumulate cimport (
     _add_to,
@@ -40,8 +45,12 @@ from ferro._C.accumulate cimport (
 )
 from ferro._C.graph cimport (
     DIRECT_ADD,
+    DIRECT_MATMUL,
+    DIRECT_MEAN,
     DIRECT_MUL,
+    DIRECT_RELU,
     DIRECT_SUB,
+    DIRECT_SUM,
     DIRECT_TANH,
     FUSED_BACKWARD,
     FUSED_FORWARD,
@@ -134,7 +143,7 @@ from ferro.errors import (
 __all__ = [
     "apply",
     "arith",
-    "unary",
+    "compiled",
     "commit_inplace",
     "run_backward",
     "set_gpu_backend",
@@ -233,17 +242,36 @@ def arith(OpDef op, slow, bint reverse=False):
     return method
 
 
-def unary(OpDef op, slow):
-    """The compiled public function of the one-tensor op ``op`` (``ferro.tanh``):
-    ``apply(op, x)`` without the Python frame of ``slow``, the function it replaces (which does
-    only that, and gives its name and doc)."""
+# The params of a reduction of every element (Note [Direct ops]): the one dict compiled() passes
+cdef dict _ALL = {"axes": None, "keepdims": False}
 
-    def fn(x):
-        return _apply(op, (x,), None)
+
+def compiled(OpDef op, slow):
+    """The compiled public function (and ``Tensor`` method) of the direct op ``op``, without
+    the Python frames of ``slow``, the function it replaces (Note [Direct ops]): ``apply(op,
+    x)`` for a one-tensor op (``ferro.tanh``), ``apply(op, a, b)`` for two tensors of NumPy
+    matrices whose shapes align (``matmul``), ``apply(op, x, axes=None, keepdims=False)`` for
+    ``sum`` or ``mean`` of a floating tensor and no other argument; ``slow`` for the rest."""
+    cdef int kind = op.direct
+
+    def fn(x, *args, **kwargs):
+        if not kwargs and isinstance(x, TensorBase):
+            a = (<TensorBase>x)._data
+            if kind >= DIRECT_SUM:
+                if not args and _is_float_array(a):
+                    return _apply(op, (x,), _ALL)
+            elif kind == DIRECT_MATMUL:
+                if len(args) == 1 and isinstance(args[0], TensorBase) and _aligned(
+                        a, (<TensorBase>args[0])._data):
+                    return _apply(op, (x, args[0]), None)
+            elif not args:
+                return _apply(op, (x,), None)
+        return slow(x, *args, **kwargs)
 
     fn.__name__ = fn.__qualname__ = slow.__name__
     fn.__doc__ = slow.__doc__
     fn.__module__ = slow.__module__
+    fn.__wrapped__ = slow  # inspect.signature shows slow's
     return fn
 
 
@@ -339,8 +367,8 @@ cdef object _apply(OpDef op, tuple args, dict params):
             out = fwd(*call, **params) if params else fwd(*call)
             fused = out is not NotImplemented
         if not fused:
-            if op.direct and not params:
-                out = _direct_forward(op.direct, node, xp, call)
+            if op.direct and (not params or params is _ALL):
+                out = _direct_forward(op, node, xp, call)
             else:
                 out = op.forward(*call, **params) if params else op.forward(*call)
     except ValueError:
@@ -416,10 +444,20 @@ cdef object _apply(OpDef op, tuple args, dict params):
 # the array expressions of their classes in ferro.ops.elementwise (which stay the reference, and
 # run under create_graph), without a Python frame per op. A chain of small ops spent a fifth of
 # its time in those frames.
-cdef object _direct_forward(int kind, Node node, object xp, tuple call):
+cdef object _direct_forward(OpDef op, Node node, object xp, tuple call):
+    cdef int kind = op.direct
     a = call[1]
-    if kind == DIRECT_TANH:
-        y = xp.tanh(a)
+    if kind >= DIRECT_SUM:
+        return _reduce_forward(op, node, call)
+    if kind == DIRECT_MATMUL:
+        b = call[2]
+        if not _matrices(a, b):
+            return op.forward(*call)
+        if node is not None:
+            node_save(node, (a, b))
+        return _matmul(a, b)
+    if kind == DIRECT_TANH or kind == DIRECT_RELU:
+        y = xp.tanh(a) if kind == DIRECT_TANH else xp.maximum(a, 0)
         if node is not None:
             node_save(node, (y,))
         return y
@@ -438,6 +476,49 @@ cdef object _direct_forward(int kind, Node node, object xp, tuple call):
     return a * b
 
 
+cdef inline bint _matrices(object a, object b) noexcept:
+    return (type(a) is cnp.ndarray and type(b) is cnp.ndarray and cnp.PyArray_NDIM(
+        <cnp.ndarray>a) == 2 and cnp.PyArray_NDIM(<cnp.ndarray>b) == 2)
+
+
+cdef inline bint _aligned(object a, object b) noexcept:
+    return _matrices(a, b) and cnp.PyArray_DIMS(<cnp.ndarray>a)[1] == cnp.PyArray_DIMS(
+        <cnp.ndarray>b)[0]
+
+
+cdef object _matmul = np.matmul
+cdef object _add_reduce = np.add.reduce
+cdef object _intp = np.intp
+
+
+cdef object _reduce_forward(OpDef op, Node node, tuple call):
+    # Sum.forward / Mean.forward (ferro.ops.reduction) of every element of a NumPy array, with
+    # the same attributes on the node (their backward reads them); the class's forward for
+    # anything else (a CuPy array, an empty mean, float16).
+    cdef cnp.ndarray a
+    cdef Py_ssize_t n
+    if type(call[1]) is not cnp.ndarray:
+        return op.forward(*call, **_ALL)
+    a = <cnp.ndarray>call[1]
+    n = cnp.PyArray_SIZE(a)
+    if op.direct == DIRECT_SUM:
+        y = cpu_kernels.sum_all(a)
+        if y is NotImplemented:  # Note [Two-core elementwise ops]
+            y = _add_reduce(a, None, None, None, False)
+        if node is not None:
+            PyObject_GenericSetDict(node, {"shape": (<object>a).shape, "axes": None,
+                                           "keepdims": False}, NULL)
+        return y
+    if not n or cnp.PyArray_ITEMSIZE(a) < 4:
+        return op.forward(*call, **_ALL)
+    y = _add_reduce(a, None, None, None, False)  # a NumPy scalar: Mean.forward's division
+    y = y.dtype.type(y / _intp(n))
+    if node is not None:
+        PyObject_GenericSetDict(node, {"shape": (<object>a).shape, "axes": None,
+                                       "keepdims": False, "scale": 1.0 / n}, NULL)
+    return y
+
+
 cdef tuple _direct_backward(int kind, Node node, object gy):
     if kind == DIRECT_ADD:
         return (gy, gy)
@@ -447,8 +528,39 @@ cdef tuple _direct_backward(int kind, Node node, object gy):
         a, b = <tuple>node._saved
         return (_mul(gy, b) if node._next[0] is not None else None,
                 _mul(gy, a) if node._next[1] is not None else None)
+    if kind == DIRECT_MATMUL:  # Matmul.backward's common case
+        a, b = <tuple>node._saved
+        if not _matrices(a, b):
+            return node.op.backward(node, gy)
+        return (_matmul(gy, b.T) if node._next[0] is not None else None,
+                _matmul(a.T, gy) if node._next[1] is not None else None)
+    if kind >= DIRECT_SUM:
+        d = <dict>PyObject_GenericGetDict(node, NULL)
+        g = _as_array(gy * d["scale"]) if kind == DIRECT_MEAN else gy
+        if type(g) is cnp.ndarray and cnp.PyArray_NDIM(<cnp.ndarray>g) == 0 and (
+                cnp.PyArray_ISNOTSWAPPED(<cnp.ndarray>g)):
+            return (_broadcast_scalar(<cnp.ndarray>g, <tuple>d["shape"]),)
+        return (node.op.backward(node, gy),)
     (y,) = <tuple>node._saved
-    return (gy * (1 - y * y),)
+    if kind == DIRECT_TANH:
+        return (gy * (1 - y * y),)
+    return (gy * (y > 0),)
+
+
+cdef object _broadcast_scalar(cnp.ndarray g, tuple shape):
+    # reduction._expand_back of a 0-d gradient: a read-only view of its one value in ``shape``,
+    # every stride 0 (the upstream gradient that kernels and binary() take as it is)
+    cdef Py_ssize_t nd = len(shape), i
+    cdef cnp.npy_intp dims[64]  # NPY_MAXDIMS
+    cdef cnp.npy_intp strides[64]
+    for i in range(nd):
+        dims[i] = <cnp.npy_intp>shape[i]
+        strides[i] = 0
+    out = cnp.PyArray_New(cnp.ndarray, <int>nd, dims, cnp.PyArray_TYPE(g), strides,
+                          cnp.PyArray_DATA(g), 0, 0, None)
+    Py_INCREF(g)  # SetBaseObject steals it
+    cnp.PyArray_SetBaseObject(<cnp.ndarray>out, g)
+    return out
 
 
 cdef inline object _mul(object g, object v):
@@ -1203,6 +1315,14 @@ cdef inline tuple _call_backward(Node node, list gys, Py_ssize_t n_in):
     if _F.profiler is not None:
         t0 = clock_ns()
     res = NotImplemented
+    if (bwd is not None and cpu and op.cpu_direct_kernel is not None and node._unpack is None
+            and not node._stage and not node._released):
+        # Note [Direct ops]: what tanh's and relu's fused backward does, without its frame
+        bwd = None
+        y = (<tuple>node._saved)[0]
+        if cpu_kernels.accepts_grad(gys[0], (y,)):
+            res = op.cpu_direct_kernel(gys[0], y)
+            node._fused |= FUSED_BACKWARD
     if bwd is not None:
         res = bwd(node, gys[0]) if len(gys) == 1 else bwd(node, *gys)
         if res is not NotImplemented:

@@ -33,6 +33,9 @@ cdef class OpDef:
     # Note [Direct ops]: DIRECT_ADD... when the engine runs this op's forward and first-order
     # backward itself (no Python frame); 0 for every other op.
     cdef readonly int direct
+    # A direct one-input op's CPU backward kernel (``cpu_kernels.tanh_bwd``...): the one its
+    # fused backward override calls, which the engine then calls itself; None otherwise.
+    cdef readonly object cpu_direct_kernel
 
 
 cdef enum:
@@ -45,6 +48,10 @@ cdef enum:
     DIRECT_SUB = 2
     DIRECT_MUL = 3
     DIRECT_TANH = 4
+    DIRECT_RELU = 5
+    DIRECT_MATMUL = 6  # of two 2-D NumPy arrays (any other operands: the class's code)
+    DIRECT_SUM = 7     # of all elements (``x.sum()``, ``x.mean()``: no dim, no keepdim)
+    DIRECT_MEAN = 8
 
 
 cdef class _Packed:

@@ -19,6 +19,7 @@ class OpDef:
     gpu_backward: Callable[..., Any] | None
     gpu_paired: bool
     direct: int
+    cpu_direct_kernel: Callable[..., Any] | None
     def set_override(
         self,
         device: str,

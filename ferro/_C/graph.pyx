@@ -70,7 +70,9 @@ cdef object _scalar_to_array(object x):
 # Ops and nodes
 # ---------------------------------------------------------------------------------------------
 
-cdef dict _DIRECT = {"add": DIRECT_ADD, "sub": DIRECT_SUB, "mul": DIRECT_MUL, "tanh": DIRECT_TANH}
+cdef dict _DIRECT = {"add": DIRECT_ADD, "sub": DIRECT_SUB, "mul": DIRECT_MUL, "tanh": DIRECT_TANH,
+                     "relu": DIRECT_RELU, "sum": DIRECT_SUM, "mean": DIRECT_MEAN,
+                     "matmul": DIRECT_MATMUL}
 
 
 cdef class OpDef:
@@ -96,10 +98,10 @@ cdef class OpDef:
             this index on (say a weight's and a bias's) without the others' (through
             ``ctx.needs_input_grad``), so the engine may run it in two passes and hand those
             to their leaves' hooks before the second pass; 0: never staged.
-        direct: Note [Direct ops]: ``"add"``, ``"sub"``, ``"mul"`` or ``"tanh"`` for the op
-            whose ``forward`` and ``backward`` the engine also has compiled (the same array
-            expressions, so the same bits) and runs instead of them outside ``create_graph``;
-            None for every other op.
+        direct: Note [Direct ops]: ``"add"``, ``"sub"``, ``"mul"``, ``"tanh"``, ``"relu"``,
+            ``"matmul"``, ``"sum"`` or ``"mean"`` for the op whose ``forward`` and ``backward``
+            the engine also has compiled (the same array expressions, so the same bits) and runs
+            instead of them outside ``create_graph``; None for every other op.
     """
 
     def __init__(self, str name, forward, backward=None, *, bint broadcasts=False,
@@ -139,6 +141,10 @@ cdef class OpDef:
         """
         if device == "cpu":
             self.cpu_forward, self.cpu_backward, self.cpu_paired = forward, backward, paired
+            # Note [Direct ops]: the kernel ferro.ops.fused's backward calls (its ``kernel``)
+            self.cpu_direct_kernel = None
+            if self.direct in (DIRECT_TANH, DIRECT_RELU) and not paired:
+                self.cpu_direct_kernel = getattr(backward, "kernel", None)
         elif device == "cuda":
             self.gpu_forward, self.gpu_backward, self.gpu_paired = forward, backward, paired
         else:

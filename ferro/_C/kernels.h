@@ -288,7 +288,9 @@ FERRO_OPTIM(double, f64, sqrt)
  * number or one broadcast value). Ops 0-3: + - * /; 4 and 5: x + s y and x - s y (PyTorch's
  * alpha=, s y rounded to T first, as NumPy's two ufuncs give). Plain IEEE ops in T with no FMA
  * contraction (the pragma), so every result is NumPy's bit for bit. out may be a (in place):
- * gcc's runtime alias check lets the same address through to the vector loop. */
+ * gcc's runtime alias check lets the same address through to the vector loop. The span is
+ * cloned per ISA level (simd.h), as NumPy's own loops are: in SSE2 one thread took 56 us for
+ * 401,408 float32 products (lr * g) against NumPy's 36 us in AVX2. */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC push_options
 #pragma GCC optimize("fp-contract=off")
@@ -298,8 +300,8 @@ FERRO_OPTIM(double, f64, sqrt)
     else { const T y = b[0]; for (i = 0; i < n; i++) { const T x = a[i]; out[i] = (EXPR); } } \
     break;
 #define FERRO_BINARY(T, S)                                                           \
-    static void ferro_binary_span_##S(int op, const T *a, const T *b, ptrdiff_t bs, T *out, \
-                                      ptrdiff_t n, T s) {                            \
+    static FERRO_CLONES void ferro_binary_span_##S(int op, const T *a, const T *b,  \
+                                                   ptrdiff_t bs, T *out, ptrdiff_t n, T s) { \
         ptrdiff_t i;                                                                 \
         switch (op) {                                                                \
         case 0: FERRO_BIN(T, x + y)                                                  \

@@ -10,7 +10,7 @@ import numbers
 import operator
 
 from ferro._C.cpu_kernels import binary as _binary
-from ferro._C.engine import unary
+from ferro._C.engine import compiled
 from ferro._C.tensor import TensorBase
 from ferro.dtypes import as_dtype, default_float
 from ferro.errors import ArgumentError, ArgumentTypeError, DtypeError
@@ -410,7 +410,7 @@ def tanh(x):
     return apply(Tanh, x)
 
 
-tanh = unary(Tanh, tanh)  # the same function, compiled (no Python frame per call)
+tanh = compiled(Tanh, tanh)  # the same function, compiled (no Python frame per call)
 
 
 @register("cast", same_dtype=False)

@@ -360,6 +360,7 @@ def _bind_backward(entry: Fused, kernel, accepts_grad):
                 return kernel(gy, *arrays)
             return NotImplemented
 
+        backward.kernel = kernel  # what the engine calls itself for a direct op (tanh, relu)
         return backward
 
     params = entry.params

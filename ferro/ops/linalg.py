@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 
+from ferro._C.engine import compiled
 from ferro._C.tensor import TensorBase
 from ferro.errors import ArgumentError, ArgumentTypeError, ShapeError
 from ferro.ops.elementwise import add, mul
@@ -18,7 +19,7 @@ def _rows(a):
     return a if a.ndim == 2 else a.reshape(-1, a.shape[-1])
 
 
-@register("matmul", broadcasts=True, early=1)
+@register("matmul", broadcasts=True, early=1, direct="matmul")
 class Matmul:
     @staticmethod
     def forward(ctx, a, b):
@@ -76,6 +77,9 @@ def matmul(a, b):
     if ka != kb:
         raise ShapeError(f"matmul: shapes {sa} and {sb} do not align ({ka} != {kb})")
     return apply(Matmul, a, b)
+
+
+matmul = compiled(Matmul, matmul)  # compiled for two matrices (Note [Direct ops])
 
 
 @register("linear", broadcasts=False, early=1)

@@ -14,6 +14,7 @@ from collections import namedtuple
 import numpy as np
 
 from ferro._C.cpu_kernels import sum_all
+from ferro._C.engine import compiled
 from ferro.backend import xp_of
 from ferro.errors import ArgumentError, ArgumentTypeError, IndexOutOfRangeError, ShapeError
 from ferro.ops._args import aliases
@@ -115,7 +116,7 @@ def _nonempty(x, axes, op):
         )
 
 
-@register("sum")
+@register("sum", direct="sum")
 class Sum:
     @staticmethod
     def forward(ctx, x, *, axes, keepdims):
@@ -144,7 +145,10 @@ def sum(x, dim=None, keepdim: bool = False):  # noqa: A001 - mirrors torch.sum
     return apply(Sum, x, axes=axes, keepdims=bool(keepdim))
 
 
-@register("mean")
+sum = compiled(Sum, sum)  # noqa: A001 - compiled for ``x.sum()`` (Note [Direct ops])
+
+
+@register("mean", direct="mean")
 class Mean:
     @staticmethod
     def forward(ctx, x, *, axes, keepdims):
@@ -179,6 +183,9 @@ def mean(x, dim=None, keepdim: bool = False):
         raise DtypeError(f"mean: needs a floating tensor, got {x.dtype}")
     axes = None if dim is None else normalize_axes(dim, x.ndim, "mean")
     return apply(Mean, x, axes=axes, keepdims=bool(keepdim))
+
+
+mean = compiled(Mean, mean)  # compiled for ``x.mean()`` (Note [Direct ops])
 
 
 @register("var")

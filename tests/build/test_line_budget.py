@@ -66,10 +66,11 @@ pytestmark = pytest.mark.skipif(
 # signature by their common type. Then to 6,640 for the CPU cross-entropy kernels (the pair the
 # GPU has, same meaning; 96 lines measured at 6,631): the MLP step of bench_mlp spent 66 us of
 # CPU in cross_entropy fwd+bwd on (64, 10), 31 us with them (NumPy's hand-written 20 us).
-# Raised for ferro/_C by 120 for issue 16's direct relu, matmul (two matrices) and whole-tensor sum and mean
-# (session 9, Note [Direct ops]): their compiled forward and backward, and one ``compiled``
-# factory for the public functions that replaced ``unary`` (119 lines, 6,750 measured on its branch): the
-# micrograd MLP step of bench_engine went from 1,077,705 to 908,108 instructions (callgrind).
+# Raised for ferro/_C by 120 for issue 16's direct relu, matmul (two matrices) and whole-tensor
+# sum and mean (session 9, Note [Direct ops]): their compiled forward and backward, and one
+# ``compiled`` factory for the public functions that replaced ``unary`` (119 lines, 6,750 measured
+# on its branch): the micrograd MLP step of bench_engine went from 1,077,705 to 908,108
+# instructions (callgrind).
 # Raised for ferro/_C from 6,640 to 6,810 for the convolution kernels in C (session 9,
 # conv_kernels.h): the Winograd 1-d, 2-d and 3-d transforms and im2col/col2im compiled per ISA
 # level (FERRO_CLONES) in place of SSE2-only Cython loops, the 3-d depth transform moved from

@@ -131,8 +131,9 @@ PART_MIN_WORK = 1 << 21
 LANES = 4
 
 
-def _in_parts(xp, n, step, body, lanes=None):
-    """``body(chunks)`` on each of :func:`ferro._intraop.parts` parts (one on a GPU) of the
+def _in_parts(xp, n, step, body, lanes=None, split=True):
+    """``body(chunks)`` on each of :func:`ferro._intraop.parts` parts (one on a GPU or with
+    ``split=False``) of the
     batch's chunks ``[n0, n0 + step)`` (Note [Intra-op split]), ``chunks`` yielding ``(run,
     n0)``: the chunks are cut into ``lanes`` contiguous runs (by default one a chunk), and each
     part takes the next whole run as it comes free, so a part that starts late (a busy core)
@@ -147,7 +148,7 @@ def _in_parts(xp, n, step, body, lanes=None):
         while (j := _locked_next(lock, todo)) is not None:
             yield from ((j, n0) for n0 in runs[j])
 
-    if (k := _intraop.parts(nr) if xp is np else 1) == 1:  # no lock, no pool
+    if (k := _intraop.parts(nr) if xp is np and split else 1) == 1:  # no lock, no pool
         parts = [body((j, n0) for j in range(nr) for n0 in runs[j])]
     else:
         parts = _intraop.run(lambda i: body(chunks()), k)
@@ -739,9 +740,17 @@ def _per_sample(a):
     return a.reshape(a.shape[0], a.shape[1], math.prod(a.shape[2:]))
 
 
+#: Whether the 1x1 path's chunks run as parts of a split. Off: its per-sample GEMMs ((64, 256)
+#: @ (256, 256) in conv2d_1x1) are large enough for OpenBLAS's own 2-thread split, and as parts
+#: they share the second core with OpenBLAS's spinning worker (docs/conv.md, session 9: quiet
+#: medians 11.6-12.5 ms as parts against 7.1 in one part, same process). The chunks, and so the
+#: bits, do not depend on it.
+POINTWISE_PARTS = False
+
+
 def _pointwise_products(xp, m, a, shape):
     """``m @ a[i]`` for every sample ``a[i]`` ``(K, *s)`` of ``a``, ``shape`` ``(n, M, *s)``:
-    a pointwise convolution's forward and input gradient, the batch's chunks as parts."""
+    a pointwise convolution's forward and input gradient, in one part (:data:`POINTWISE_PARTS`)."""
     (n, k, ell), y = _per_sample(a).shape, xp.empty(shape, dtype=a.dtype)
     a, r, step = _per_sample(a), _per_sample(y), _chunk(xp, n, 0, m.shape[0] * k * ell)
 
@@ -749,7 +758,7 @@ def _pointwise_products(xp, m, a, shape):
         for _, n0 in chunks:
             xp.matmul(m, a[n0 : n0 + step], out=r[n0 : n0 + step])
 
-    _in_parts(xp, n, step, part)
+    _in_parts(xp, n, step, part, split=POINTWISE_PARTS)
     return y
 
 
@@ -771,7 +780,7 @@ def _pointwise_weight_grad(xp, x, gy):
             sums[run] = sums.get(run, 0) + prod.sum(axis=0)
         return sums
 
-    acc = _in_parts(xp, n, step, part, LANES) if n else xp.zeros((c, o), dtype=x.dtype)
+    acc = _in_parts(xp, n, step, part, LANES, POINTWISE_PARTS) if n else xp.zeros((c, o), x.dtype)
     return acc.T.reshape(gy.shape[1:2] + x.shape[1:2] + (1,) * (x.ndim - 2))
 
 

@@ -14,6 +14,14 @@ from ferro._C import conv_kernels as K
 from ferro.nn import functional as F
 from ferro.ops import conv as conv_ops
 
+
+@pytest.fixture(autouse=True)
+def pointwise_parts(monkeypatch):
+    # The 1x1 path's chunks run in one part by default (conv_ops.POINTWISE_PARTS, docs/conv.md);
+    # these tests hold its split, which the switch turns on, to the same bits.
+    monkeypatch.setattr(conv_ops, "POINTWISE_PARTS", True)
+
+
 needs_blas = pytest.mark.skipif(
     _intraop._BLAS is None, reason="NumPy's BLAS is not an OpenBLAS ferro can control"
 )
@@ -234,3 +242,23 @@ def test_two_threads_splitting_at_once_get_the_bits_of_one_part(one_sample_chunk
     for g, w in zip(got, want, strict=True):
         for a, b in zip(g, w, strict=True):
             np.testing.assert_array_equal(a, b)
+
+
+def test_the_pointwise_path_runs_in_one_part_by_default(monkeypatch):
+    monkeypatch.setattr(conv_ops, "POINTWISE_PARTS", False)
+    monkeypatch.setattr(conv_ops, "PART_MIN_WORK", 1)
+    counts = []
+    run = _intraop.run
+    monkeypatch.setattr(_intraop, "run", lambda f, n: counts.append(n) or run(f, n))
+    rng = np.random.default_rng(7)
+    x = rng.normal(size=(9, 8, 5, 5)).astype(np.float32)
+    w = rng.normal(size=(6, 8, 1, 1)).astype(np.float32)
+    old = _intraop.num_threads()
+    try:
+        got = _run(F.conv2d, x, w, {}, 2)
+        assert counts == []
+        monkeypatch.setattr(conv_ops, "POINTWISE_PARTS", True)
+        for a, b in zip(got, _run(F.conv2d, x, w, {}, 1), strict=True):
+            np.testing.assert_array_equal(a, b)
+    finally:
+        _intraop.set_num_threads(old)

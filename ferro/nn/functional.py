@@ -103,6 +103,25 @@ def _bag_index(x, like, name: str):
     return move(arr.astype(np.int64, copy=False), like.device)
 
 
+def _embedding_options(op: str, max_norm, scale_grad_by_freq, sparse, mode=None) -> None:
+    """Refuse the options of an embedding lookup that ferro lacks, and a bag ``mode`` other than
+    sum, mean or max (``op`` names the caller: the function or the module)."""
+    from ferro.errors import NotSupportedError
+
+    for name, value, default in (
+        ("max_norm", max_norm, None),
+        ("scale_grad_by_freq", scale_grad_by_freq, False),
+        ("sparse", sparse, False),
+    ):
+        if value != default:
+            raise NotSupportedError(
+                f"{op}: {name}={value!r} is not supported by ferro; renormalize or scale the "
+                "weight explicitly instead"
+            )
+    if mode is not None and mode not in ("sum", "mean", "max"):
+        raise ArgumentError(f"{op}: mode must be 'sum', 'mean' or 'max', got {mode!r}")
+
+
 def embedding_bag(
     input,  # noqa: A002
     weight,
@@ -131,15 +150,7 @@ def embedding_bag(
     from ferro.creation import as_tensor
     from ferro.errors import IndexOutOfRangeError, NotSupportedError, ShapeError
 
-    for name, value, default in (
-        ("max_norm", max_norm, None),
-        ("scale_grad_by_freq", scale_grad_by_freq, False),
-        ("sparse", sparse, False),
-    ):
-        if value != default:
-            raise NotSupportedError(f"embedding_bag: {name}={value!r} is not supported by ferro")
-    if mode not in ("sum", "mean", "max"):
-        raise ArgumentError(f"embedding_bag: mode must be 'sum', 'mean' or 'max', got {mode!r}")
+    _embedding_options("embedding_bag", max_norm, scale_grad_by_freq, sparse, mode)
     if per_sample_weights is not None and mode != "sum":
         raise NotSupportedError(
             f"embedding_bag: per_sample_weights is only supported for mode='sum' (got {mode!r})"

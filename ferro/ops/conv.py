@@ -766,7 +766,8 @@ def _pointwise_weight_grad(xp, x, gy):
     """``gw`` of a pointwise convolution: the sum over samples of ``x[n] @ gy[n]ᵀ`` (then
     transposed: that product's long dimension is both operands' contiguous one, 1.3x faster
     than ``gy[n] @ x[n]ᵀ``), batch chunks of stacked GEMMs whose products stay within
-    :data:`CACHE_BYTES`, run as parts, each run of chunks (:data:`LANES`) summed in order."""
+    :data:`CACHE_BYTES`, each run of chunks (:data:`LANES`) summed in order (as parts where
+    :data:`POINTWISE_PARTS`)."""
     n, c, o = x.shape[0], x.shape[1], gy.shape[1]
     xs, gs = _per_sample(x), _per_sample(gy)
     step = _chunk(xp, n, c * o * x.itemsize, c * o * xs.shape[2])
@@ -978,8 +979,9 @@ def _tuple(value, n, what, op, minimum):
 
 
 def _groups(groups, op):
-    slow = type(groups) is not int  # (the numbers ABC's isinstance is slow)
-    if slow and (isinstance(groups, bool) or not isinstance(groups, numbers.Integral)):
+    if type(groups) is not int and (  # an int first: the numbers ABC's isinstance is slow
+        isinstance(groups, bool) or not isinstance(groups, numbers.Integral)
+    ):
         raise ArgumentTypeError(f"{op}: groups must be an int, got {groups!r}")
     if groups < 1:
         raise ArgumentError(f"{op}: groups must be positive, got {groups}")

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from ferro.creation import empty
 from ferro.errors import (
-    ArgumentError,
     IndexOutOfRangeError,
-    NotSupportedError,
     ShapeError,
 )
 from ferro.nn import functional as F
@@ -31,16 +29,7 @@ def _table(
 ):
     """Set up the lookup table of an Embedding or EmbeddingBag: refuse the options ferro lacks,
     check ``padding_idx``, and make ``weight`` (drawn by ``reset_parameters``, or ``_weight``)."""
-    for name, value, default in (
-        ("max_norm", max_norm, None),
-        ("scale_grad_by_freq", scale_grad_by_freq, False),
-        ("sparse", sparse, False),
-    ):
-        if value != default:
-            raise NotSupportedError(
-                f"{kind}: {name}={value!r} is not supported by ferro; renormalize or scale the "
-                "weight explicitly instead"
-            )
+    F._embedding_options(kind, max_norm, scale_grad_by_freq, sparse)
     module.num_embeddings, module.embedding_dim = num_embeddings, embedding_dim
     if padding_idx is not None:
         if not -num_embeddings <= padding_idx < num_embeddings:
@@ -180,8 +169,7 @@ class EmbeddingBag(Module):
         dtype=None,
     ) -> None:
         super().__init__()
-        if mode not in ("sum", "mean", "max"):
-            raise ArgumentError(f"EmbeddingBag: mode must be 'sum', 'mean' or 'max', got {mode!r}")
+        F._embedding_options("EmbeddingBag", None, False, False, mode)
         self.mode, self.include_last_offset = mode, include_last_offset
         _table(
             self,

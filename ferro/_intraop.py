@@ -22,6 +22,7 @@ parts run, or state where they are not (a sum of partial results in a different 
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import threading
@@ -179,11 +180,7 @@ def run(fn, n: int) -> list:
         return [fn(i) for i in range(n)]
     state = _state
     with state.lock:
-        if state.active == 0:
-            state.blas_threads = _BLAS[0]()
-            if state.blas_threads != 1:
-                _BLAS[1](1)
-        state.active += 1
+        _hold(state)
         if state.workers < n - 1:
             if state.pool is not None:
                 state.pool.shutdown(wait=False)
@@ -206,7 +203,39 @@ def run(fn, n: int) -> list:
             raise error
         return results
     finally:
-        with state.lock:
-            state.active -= 1
-            if state.active == 0 and state.blas_threads != 1:
-                _BLAS[1](state.blas_threads)
+        _release(state)
+
+
+def _hold(state) -> None:
+    # Under state.lock: OpenBLAS to one thread for the first holder, its count kept to give back.
+    if state.active == 0:
+        state.blas_threads = _BLAS[0]()
+        if state.blas_threads != 1:
+            _BLAS[1](1)
+    state.active += 1
+
+
+def _release(state) -> None:
+    with state.lock:
+        state.active -= 1
+        if state.active == 0 and state.blas_threads != 1:
+            _BLAS[1](state.blas_threads)
+
+
+@contextlib.contextmanager
+def one_blas_thread():
+    """OpenBLAS at one thread for the code inside, as during a split (nestable and shared
+    across threads: the count is given back when the last holder leaves). The parallel backward
+    walk holds it while its threads run nodes side by side (Note [Parallel backward]): two
+    2-thread GEMMs from two threads would oversubscribe the cores, and OpenBLAS 0.3.31 can hang
+    when a threaded LAPACK LU runs beside another thread's GEMM (docs/autograd.md)."""
+    state = _state
+    if _BLAS is None:
+        yield
+        return
+    with state.lock:
+        _hold(state)
+    try:
+        yield
+    finally:
+        _release(state)

@@ -1779,30 +1779,34 @@ cdef int _walk_parallel(dict table, list ready, list ran, list commits, list res
     serial walk's current state; see the Note above."""
     import contextvars
     import threading
+
+    from ferro._intraop import one_blas_thread
     cdef _Walk w = _Walk.__new__(_Walk)
     w.table, w.ready, w.ran, w.commits, w.results = table, ready, ran, commits, results
     w.selective, w.accumulate = selective, accumulate
     w.width = _assign_ranks(table, ready, first_rank)
     w.cond = threading.Condition(threading.Lock())
     jobs = _pool(n_threads - 1)
-    context = contextvars.copy_context()
-    for _ in range(n_threads - 1):
-        jobs.put((context.copy(), w))
-    try:
-        _participate(w)
-    finally:
-        # Every worker leaves the walk before the caller goes on (to the commit, or to raise):
-        # none is running a node or touching the walk's state after this.
-        with w.cond:
-            w.finished = True
-            while w.active:
-                try:
-                    w.cond.wait()
-                except BaseException as exc:  # an interrupt while waiting: still wait
-                    if w.error is None:
-                        w.error = exc
-        # A join job still queued (every worker busy elsewhere) holds only this empty shell.
-        w.table = w.ready = w.ran = w.commits = w.results = None
+    # OpenBLAS at one thread while nodes run side by side (Note [Parallel backward]).
+    with one_blas_thread():
+        context = contextvars.copy_context()
+        for _ in range(n_threads - 1):
+            jobs.put((context.copy(), w))
+        try:
+            _participate(w)
+        finally:
+            # Every worker leaves the walk before the caller goes on (to the commit, or to raise):
+            # none is running a node or touching the walk's state after this.
+            with w.cond:
+                w.finished = True
+                while w.active:
+                    try:
+                        w.cond.wait()
+                    except BaseException as exc:  # an interrupt while waiting: still wait
+                        if w.error is None:
+                            w.error = exc
+            # A join job still queued (every worker busy elsewhere) holds only this empty shell.
+            w.table = w.ready = w.ran = w.commits = w.results = None
     if w.error is not None:
         error = w.error
         _note_node(error, w.failed)

@@ -404,13 +404,14 @@ def _winograd_forward(xp, kernels, x, w, pads, out, y):
     (n, c), o = x.shape[:2], w.shape[0]
     g, step, blocks, (inp, outp, _) = _winograd_scheme(xp, kernels, x, o, w.shape[2], out)
     u, p = w, len(g) ** (x.ndim - 2)
-    # G along the last kernel dim, to the front, as stacked small GEMMs (one per leading
-    # index), which OpenBLAS never splits over its threads: as one GEMM (a tensordot) conv1d's
+    # G along the last kernel dim, to the front, as one small GEMM per leading index (m*n*k
+    # far below 2^18, which OpenBLAS runs on one thread): as one GEMM (a tensordot) conv1d's
     # (8, 5) @ (5, 16384) ran on two BLAS threads, 10 ms against 0.07 on one at load 4, and
     # left OpenBLAS's worker spinning on the second core into the parts that followed (24 ms
     # of its CPU a conv1d step). einsum's path search cost 1 ms a call.
     for _ in range(x.ndim - 2):
-        u = xp.moveaxis(xp.matmul(u, g.T), -1, 0)
+        ug = xp.matmul(u.reshape(u.shape[0], -1, u.shape[-1]), g.T)
+        u = xp.moveaxis(ug.reshape(u.shape[:-1] + g.shape[:1]), -1, 0)
     if x.ndim == 5:  # the transforms' order of the products: height, width, then depth
         u = u.transpose(1, 2, 0, 3, 4)
     u = xp.ascontiguousarray(u.reshape(p, o, c))

@@ -396,6 +396,16 @@ def _winograd_scheme(xp, kernels, x, o, k, out):
 WINOGRAD_BLOCK_BYTES = 4 << 20
 
 
+def _small_products(xp, a, m):
+    """``a @ m`` along ``a``'s last dim (a weight transform), as one small GEMM per index of
+    ``a``'s first dim: m*n*k far below 2^18, which OpenBLAS runs on one thread. As one GEMM (a
+    tensordot) conv1d's (8, 5) @ (5, 16384) ran on two BLAS threads, 10 ms against 0.07 on one
+    at load 4, and left OpenBLAS's worker spinning on the second core into the parts that
+    followed (24 ms of its CPU a conv1d step). einsum's path search cost 1 ms a call."""
+    a = xp.ascontiguousarray(a)
+    return xp.matmul(a.reshape(a.shape[0], -1, a.shape[-1]), m).reshape(a.shape[:-1] + m.shape[1:])
+
+
 def _winograd_forward(xp, kernels, x, w, pads, out, y):
     """``y`` of a stride-1 3x3 convolution by Winograd F(2x2, 3x3): per 2x2 output tile,
     ``y = Aᵀ [(G w Gᵀ) ⊙ (Bᵀ d B)] A`` (``d`` the tile's 4x4 input window), the 16 elementwise
@@ -404,14 +414,8 @@ def _winograd_forward(xp, kernels, x, w, pads, out, y):
     (n, c), o = x.shape[:2], w.shape[0]
     g, step, blocks, (inp, outp, _) = _winograd_scheme(xp, kernels, x, o, w.shape[2], out)
     u, p = w, len(g) ** (x.ndim - 2)
-    # G along the last kernel dim, to the front, as one small GEMM per leading index (m*n*k
-    # far below 2^18, which OpenBLAS runs on one thread): as one GEMM (a tensordot) conv1d's
-    # (8, 5) @ (5, 16384) ran on two BLAS threads, 10 ms against 0.07 on one at load 4, and
-    # left OpenBLAS's worker spinning on the second core into the parts that followed (24 ms
-    # of its CPU a conv1d step). einsum's path search cost 1 ms a call.
-    for _ in range(x.ndim - 2):
-        ug = xp.matmul(u.reshape(u.shape[0], -1, u.shape[-1]), g.T)
-        u = xp.moveaxis(ug.reshape(u.shape[:-1] + g.shape[:1]), -1, 0)
+    for _ in range(x.ndim - 2):  # G along the last kernel dim, to the front
+        u = xp.moveaxis(_small_products(xp, u, g.T), -1, 0)
     if x.ndim == 5:  # the transforms' order of the products: height, width, then depth
         u = u.transpose(1, 2, 0, 3, 4)
     u = xp.ascontiguousarray(u.reshape(p, o, c))
@@ -585,7 +589,7 @@ def _winograd_weight_grad(xp, kernels, x, gy, pads):
     if nd == 3:  # the adjoint of the forward's weight transform, depth first
         gu = gu.transpose(2, 0, 1, 3, 4)
     for _ in range(nd):
-        gu = xp.tensordot(gu, g, axes=(0, 0))
+        gu = _small_products(xp, xp.moveaxis(gu, 0, -1), g)
     return xp.ascontiguousarray(gu)
 
 

@@ -360,9 +360,10 @@ _WINOGRAD_G = ((1, 0, 0), (0.5, 0.5, 0.5), (0.5, -0.5, 0.5), (0, 0, 1))
 
 
 def _winograd_scheme(xp, kernels, x, o, k, out):
-    """A Winograd pass's ``G``, batch step, blocks (``(block, tiles a sample has in it)``; a
-    block is ``None``, every tile, or in 3-d a range of depth tiles: WINOGRAD_BLOCK_BYTES) and
-    the backend's ``input(x, pads, v, block)``, ``output(m, y, block)``, ``output_grad``."""
+    """A Winograd pass's number of products ``P``, batch step, blocks (``(block, tiles a sample
+    has in it)``; a block is ``None``, every tile, or in 3-d a range of depth tiles:
+    WINOGRAD_BLOCK_BYTES) and the backend's ``input(x, pads, v, block)``, ``output(m, y,
+    block)``, ``output_grad``."""
     # The step is a quarter of the im2col chunk: the 16 GEMMs over (C_in, tiles) ran at 82
     # GFLOPS on one core for one 32x32 sample of 64 channels (1 MB of tiles) and at 68 for four.
     n, c, nd = x.shape[0], x.shape[1], x.ndim - 2
@@ -383,7 +384,7 @@ def _winograd_scheme(xp, kernels, x, o, k, out):
     b = max(1, WINOGRAD_BLOCK_BYTES * td // (p * (c + o) * tiles * step * x.itemsize))
     ranges = [(t, min(t + b, td)) for t in range(0, td, b)]
     blocks = [((t0, t1) if nd == 3 else None, tiles // td * (t1 - t0)) for t0, t1 in ranges]
-    return xp.asarray(g, dtype=x.dtype), step, blocks, fns
+    return p, step, blocks, fns
 
 
 #: A 3-d Winograd pass transforms, multiplies and transforms back a chunk's tiles a block of
@@ -396,14 +397,26 @@ def _winograd_scheme(xp, kernels, x, o, k, out):
 WINOGRAD_BLOCK_BYTES = 4 << 20
 
 
-def _small_products(xp, a, m):
-    """``a @ m`` along ``a``'s last dim (a weight transform), as one small GEMM per index of
-    ``a``'s first dim: m*n*k far below 2^18, which OpenBLAS runs on one thread. As one GEMM (a
+@functools.cache
+def _winograd_weight_matrix(k, nd):
+    """A Winograd pass's weight transform as one matrix ``(P, k**nd)`` in float64: ``G`` along
+    every kernel dim (Kronecker products), the products in the transforms' order (3-d: height,
+    width, then depth), the kernel's taps in its own order."""
+    g = np.asarray(_WINOGRAD_G) if nd > 1 else _winograd1d_matrices(k)[1]
+    if nd == 3:
+        return np.einsum("ah,bw,cd->abcdhw", g, g, g).reshape(len(g) ** 3, k**3)
+    return np.kron(g, g) if nd == 2 else g
+
+
+def _weight_products(xp, a, m):
+    """``a @ m`` for ``a`` ``(C_out, C_in, K)``: the weight transforms, as a stack of one small
+    GEMM per output channel (m*n*k under 2^18, which OpenBLAS runs on one thread, while
+    C_in * K * P stays under it: up to 150 input channels in 3-d, 1800 in 2-d). As one GEMM (a
     tensordot) conv1d's (8, 5) @ (5, 16384) ran on two BLAS threads, 10 ms against 0.07 on one
     at load 4, and left OpenBLAS's worker spinning on the second core into the parts that
-    followed (24 ms of its CPU a conv1d step). einsum's path search cost 1 ms a call."""
-    a = xp.ascontiguousarray(a)
-    return xp.matmul(a.reshape(a.shape[0], -1, a.shape[-1]), m).reshape(a.shape[:-1] + m.shape[1:])
+    followed (24 ms of its CPU a conv1d step). Here 0.06-0.12 ms a call on one thread, about
+    the tensordots' 0.06-0.08."""
+    return xp.matmul(xp.ascontiguousarray(a), xp.asarray(m, dtype=a.dtype))
 
 
 def _winograd_forward(xp, kernels, x, w, pads, out, y):
@@ -412,13 +425,9 @@ def _winograd_forward(xp, kernels, x, w, pads, out, y):
     products summed over the input channels as 16 GEMMs ``(C_out, C_in) @ (C_in, tiles)``;
     the backend's transforms (:func:`_winograd_scheme`); 64 products in 3-d, k + 3 in 1-d."""
     (n, c), o = x.shape[:2], w.shape[0]
-    g, step, blocks, (inp, outp, _) = _winograd_scheme(xp, kernels, x, o, w.shape[2], out)
-    u, p = w, len(g) ** (x.ndim - 2)
-    for _ in range(x.ndim - 2):  # G along the last kernel dim, to the front
-        u = xp.moveaxis(_small_products(xp, u, g.T), -1, 0)
-    if x.ndim == 5:  # the transforms' order of the products: height, width, then depth
-        u = u.transpose(1, 2, 0, 3, 4)
-    u = xp.ascontiguousarray(u.reshape(p, o, c))
+    p, step, blocks, (inp, outp, _) = _winograd_scheme(xp, kernels, x, o, w.shape[2], out)
+    u = _weight_products(xp, w.reshape(o, c, -1), _winograd_weight_matrix(w.shape[2], x.ndim - 2).T)
+    u = xp.ascontiguousarray(u.transpose(2, 0, 1))  # (P, C_out, C_in)
     size = step * max(t for _, t in blocks)
 
     def part(chunks):  # each part its own buffers; the chunks write disjoint slices of y
@@ -569,8 +578,8 @@ def _winograd_weight_grad(xp, kernels, x, gy, pads):
     16 GEMMs ``(C_out, tiles) @ (tiles, C_in)`` over the batch chunks; 3-d and 1-d alike."""
     (n, c), o, nd = x.shape[:2], gy.shape[1], x.ndim - 2
     k = x.shape[2] + sum(pads[0]) - gy.shape[2] + 1
-    g, step, blocks, (inp, _, outgrad) = _winograd_scheme(xp, kernels, x, o, k, gy.shape[2:])
-    p, size = len(g) ** nd, step * max(t for _, t in blocks)
+    p, step, blocks, (inp, _, outgrad) = _winograd_scheme(xp, kernels, x, o, k, gy.shape[2:])
+    size = step * max(t for _, t in blocks)
 
     def part(chunks):  # each part its own buffers, one partial sum a run of chunks (LANES)
         v, m = (xp.empty(p * ch * size, dtype=x.dtype) for ch in (c, o))
@@ -585,12 +594,10 @@ def _winograd_weight_grad(xp, kernels, x, gy, pads):
         return sums
 
     gu = _in_parts(xp, n, step, part, LANES)
-    gu = (xp.zeros((p, o, c), x.dtype) if gu is None else gu).reshape((len(g),) * nd + (o, c))
-    if nd == 3:  # the adjoint of the forward's weight transform, depth first
-        gu = gu.transpose(2, 0, 1, 3, 4)
-    for _ in range(nd):
-        gu = _small_products(xp, xp.moveaxis(gu, 0, -1), g)
-    return xp.ascontiguousarray(gu)
+    if gu is None:
+        return xp.zeros((o, c) + (k,) * nd, x.dtype)
+    gw = _weight_products(xp, gu.transpose(1, 2, 0), _winograd_weight_matrix(k, nd))
+    return gw.reshape((o, c) + (k,) * nd)  # the adjoint of the forward's weight transform
 
 
 # Depthwise (one input channel per group, C_out = multiplier * groups): a sum over the kernel

@@ -192,6 +192,47 @@ FERRO_INLINE void ferro_wino_out_grad_plane_##S(const T *restrict src, T *restri
     }                                                                                           \
 }                                                                                               \
                                                                                                 \
+/* The adjoint of in_plane: the plane g (h, wd) from the 16 values of each tile of src (value  \
+ * 4i + j at src + (4i + j) ps), every element written (zero where no window reads it). Bᵀ's   \
+ * adjoint across the rows first, into the even and odd rows' planes E_j, O_j, then B's along  \
+ * each row. d: as in_plane's. */                                                               \
+FERRO_INLINE void ferro_wino_in_grad_plane_##S(const T *restrict src, T *restrict g,            \
+                                               T *restrict d, ptrdiff_t h, ptrdiff_t wd,        \
+                                               ptrdiff_t ph, ptrdiff_t pw, ptrdiff_t th,        \
+                                               ptrdiff_t tw, ptrdiff_t ps) {                    \
+    ptrdiff_t n = tw + 1, sz = (th + 1) * tw, nt = th * tw, iy, y, k, t, j;                     \
+    T *le = d + 8 * sz, *lo = le + n;                                                           \
+    for (j = 0; j < 4; j++) { /* E[t] = g0[t] + (g1 + g2 - g0)[t - tw], O likewise */          \
+        const T *g0 = src + j * ps, *g1 = g0 + 4 * ps, *g2 = g1 + 4 * ps, *g3 = g2 + 4 * ps;    \
+        T *E = d + j * sz, *O = d + (4 + j) * sz;                                               \
+        _Pragma("omp simd")                                                                     \
+        for (t = 0; t < nt; t++) E[t] = g0[t], O[t] = g1[t] - g2[t] + g3[t];                    \
+        for (t = nt; t < sz; t++) E[t] = O[t] = 0;                                              \
+        _Pragma("omp simd")                                                                     \
+        for (t = 0; t < nt; t++) E[t + tw] += g1[t] + g2[t] - g0[t], O[t + tw] -= g3[t];        \
+    }                                                                                           \
+    for (iy = 0; iy < h; iy++) {                                                                \
+        T *row = g + iy * wd;                                                                   \
+        const T *c;                                                                             \
+        y = iy + ph;                                                                            \
+        if (y >= 2 * th + 2) { /* a row no window reads */                                      \
+            memset(row, 0, wd * sizeof(T));                                                     \
+            continue;                                                                           \
+        }                                                                                       \
+        c = d + (y & 1) * 4 * sz + (y >> 1) * tw;                                               \
+        le[0] = c[0], lo[0] = c[sz] - c[2 * sz] + c[3 * sz];                                    \
+        le[tw] = lo[tw] = 0;                                                                    \
+        _Pragma("omp simd")                                                                     \
+        for (k = 1; k < tw; k++)                                                                \
+            le[k] = c[k], lo[k] = c[sz + k] - c[2 * sz + k] + c[3 * sz + k];                    \
+        _Pragma("omp simd")                                                                     \
+        for (k = 0; k < tw; k++) /* B's adjoint: le[k + 1], lo[k + 1] from tile k too */        \
+            le[k + 1] += c[sz + k] + c[2 * sz + k] - c[k], lo[k + 1] -= c[3 * sz + k];          \
+        for (k = 0; k < wd; k++) /* column k + pw of the padded row: le or lo by its parity */  \
+            row[k] = (k + pw) / 2 < n ? ((k + pw) & 1 ? lo : le)[(k + pw) / 2] : 0;             \
+    }                                                                                           \
+}                                                                                               \
+                                                                                                \
 /* 2-d: one plane each (scratch: 8 (th + 1) tw + 2 (tw + 1)). */                                \
 static FERRO_CLONES void ferro_wino_in2_##S(const T *src, T *out, T *d, ptrdiff_t h,            \
                                             ptrdiff_t wd, ptrdiff_t ph, ptrdiff_t pw,           \
@@ -230,6 +271,31 @@ static FERRO_CLONES void ferro_wino_in3_##S(const T *x, ptrdiff_t dd, ptrdiff_t 
     for (k = 0; k < 4; k++)                                                                     \
         ferro_wino_in_plane_##S(z + k * hw, out + k * plane, z + 8 * hw, h, wd, ph, pw, th, tw, \
                                 4 * plane);                                                     \
+}                                                                                               \
+/* The adjoint of in3 for the depth tiles [t0, t1) of one channel, added into its volume gx    \
+ * (dd, h, wd) in order (tiles 2 planes apart overlap): per tile, the plane adjoints of its 4   \
+ * depth terms (tile tz's values at src + (tz - t0) step), then Bᵀ's adjoint along the depth.  \
+ * z: as in3's. */                                                                              \
+static FERRO_CLONES void ferro_wino_in_grad3_##S(const T *src, ptrdiff_t step, ptrdiff_t plane, \
+                                                 T *gx, ptrdiff_t dd, ptrdiff_t pd,             \
+                                                 ptrdiff_t t0, ptrdiff_t t1, T *z, ptrdiff_t h, \
+                                                 ptrdiff_t wd, ptrdiff_t ph, ptrdiff_t pw,      \
+                                                 ptrdiff_t th, ptrdiff_t tw) {                  \
+    ptrdiff_t hw = h * wd, tz, k, i;                                                            \
+    for (tz = t0; tz < t1; tz++) {                                                              \
+        const T *r0 = z, *r1 = z + hw, *r2 = z + 2 * hw, *r3 = z + 3 * hw;                      \
+        ptrdiff_t z0 = 2 * tz - pd;                                                             \
+        for (k = 0; k < 4; k++)                                                                 \
+            ferro_wino_in_grad_plane_##S(src + (tz - t0) * step + k * plane, z + k * hw,        \
+                                         z + 8 * hw, h, wd, ph, pw, th, tw, 4 * plane);         \
+        for (k = 0; k < 4; k++) { /* d0 = r0, d1 = r1 - r2 + r3, d2 = r1 + r2 - r0, d3 = -r3 */ \
+            T *o = gx + (z0 + k) * hw, a = k == 2 ? -1 : k == 0, b = k == 1 || k == 2;          \
+            T c = k == 1 ? -1 : k == 2, e = k == 1 ? 1 : -(k == 3);                             \
+            if (z0 + k < 0 || z0 + k >= dd) continue;                                           \
+            _Pragma("omp simd")                                                                 \
+            for (i = 0; i < hw; i++) o[i] += a * r0[i] + b * r1[i] + c * r2[i] + e * r3[i];     \
+        }                                                                                       \
+    }                                                                                           \
 }                                                                                               \
 /* y0: the output's plane 2 tz of the channel (and the next one where two). */                  \
 static FERRO_CLONES void ferro_wino_out3_##S(const T *m, ptrdiff_t plane, T *y0, int two, T *z, \

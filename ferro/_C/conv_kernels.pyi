@@ -42,6 +42,12 @@ def winograd_input(
     v: np.ndarray,
     depth: tuple[int, int] | None = None,
 ) -> np.ndarray: ...
+def winograd_input_grad(
+    v: np.ndarray,
+    pads: tuple[tuple[int, int], ...],
+    gx: np.ndarray,
+    depth: tuple[int, int] | None = None,
+) -> np.ndarray: ...
 def winograd_output(
     m: np.ndarray, y: np.ndarray, depth: tuple[int, int] | None = None
 ) -> np.ndarray: ...

@@ -45,6 +45,7 @@ FUSED_KERNELS = frozenset(
         "winograd_input",
         "winograd_output",
         "winograd_output_grad",
+        "winograd_input_grad",
         "winograd1d_gather",
         "winograd1d_scatter",
     }
@@ -458,6 +459,12 @@ cdef extern from "conv_kernels.h" nogil:
                                   Py_ssize_t, Py_ssize_t, Py_ssize_t)
     void ferro_wino_out_grad3_f64(const double*, int, double*, Py_ssize_t, double*, Py_ssize_t,
                                   Py_ssize_t, Py_ssize_t, Py_ssize_t)
+    void ferro_wino_in_grad3_f32(const float*, Py_ssize_t, Py_ssize_t, float*, Py_ssize_t,
+                                 Py_ssize_t, Py_ssize_t, Py_ssize_t, float*, Py_ssize_t,
+                                 Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t)
+    void ferro_wino_in_grad3_f64(const double*, Py_ssize_t, Py_ssize_t, double*, Py_ssize_t,
+                                 Py_ssize_t, Py_ssize_t, Py_ssize_t, double*, Py_ssize_t,
+                                 Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t)
 
 
 @cython.cdivision(True)
@@ -496,19 +503,24 @@ cdef void _wino3(int which, const floating_t* src, floating_t* dst, floating_t* 
                  Py_ssize_t pd, Py_ssize_t ph, Py_ssize_t pw, Py_ssize_t od, Py_ssize_t th,
                  Py_ssize_t tw, Py_ssize_t t0, Py_ssize_t nd, Py_ssize_t scratch,
                  int nt) noexcept nogil:
-    # The 3-d transforms over channels x depth tiles x batch (which as for _wino2; the image
-    # (nb, c, dd, h, wd) has dd = od planes for the output and its gradient).
+    # The 3-d transforms over channels x depth tiles x batch (which as for _wino2, 3 the input
+    # transform's adjoint, src v, dst gx; the image (nb, c, dd, h, wd) has dd = od planes for the
+    # output and its gradient). The adjoint's tiles overlap: one thread adds a volume's, in order.
     cdef Py_ssize_t it, ci, tz, b, img, tile, tiles = th * tw, plane = c * nd * nb * th * tw
+    cdef Py_ssize_t span = 1 if which == 3 else nd
     cdef floating_t* t
-    for it in prange(c * nd * nb, schedule="static", num_threads=nt):
-        ci = it // (nd * nb)
-        tz = (it // nb) % nd
+    for it in prange(c * span * nb, schedule="static", num_threads=nt):
+        ci = it // (span * nb)
+        tz = (it // nb) % span
         b = it % nb
         t = rows + threadid() * scratch
         img = (b * c + ci) * dd * h * wd
         tile = (ci * nd * nb + tz * nb + b) * tiles
         if floating_t is float:
-            if which == 0:
+            if which == 3:
+                ferro_wino_in_grad3_f32(src + tile, nb * tiles, plane, dst + img, dd, pd, t0,
+                                        t0 + nd, t, h, wd, ph, pw, th, tw)
+            elif which == 0:
                 ferro_wino_in3_f32(src + img, dd, 2 * (t0 + tz) - pd, dst + tile, plane, t, h,
                                    wd, ph, pw, th, tw)
             elif which == 1:
@@ -519,7 +531,10 @@ cdef void _wino3(int which, const floating_t* src, floating_t* dst, floating_t* 
                                          2 * (t0 + tz) + 1 < od, dst + tile, plane, t, h, wd,
                                          th, tw)
         else:
-            if which == 0:
+            if which == 3:
+                ferro_wino_in_grad3_f64(src + tile, nb * tiles, plane, dst + img, dd, pd, t0,
+                                        t0 + nd, t, h, wd, ph, pw, th, tw)
+            elif which == 0:
                 ferro_wino_in3_f64(src + img, dd, 2 * (t0 + tz) - pd, dst + tile, plane, t, h,
                                    wd, ph, pw, th, tw)
             elif which == 1:
@@ -540,20 +555,22 @@ cdef tuple _depth_block(str who, object depth, Py_ssize_t td):
 
 
 def _winograd(str who, int which, src_, dst_, tuple pads, object depth):
-    # A 2-d or 3-d transform (which: 0 input, 1 output, 2 output gradient) between an image
-    # (N, C, *size) and its tiles (4**nd, C, tiles); _check_io has checked both arrays.
+    # A 2-d or 3-d transform (which: 0 input, 1 output, 2 output gradient, 3 the input's
+    # adjoint, 3-d only) between an image (N, C, *size) and its tiles (4**nd, C, tiles);
+    # _check_io has checked both arrays.
     cdef cnp.ndarray src = <cnp.ndarray>src_, dst = <cnp.ndarray>dst_
-    img, buf = (dst_, src_) if which == 1 else (src_, dst_)
+    img, buf = (dst_, src_) if which in (1, 3) else (src_, dst_)
     cdef int nd = img.ndim - 2
-    if nd not in (2, 3) or buf.ndim != 3 or buf.shape[:2] != (1 << 2 * nd, img.shape[1]):
+    if (nd not in (2, 3) or buf.ndim != 3 or buf.shape[:2] != (1 << 2 * nd, img.shape[1])
+            or which == 3 and nd != 3):
         raise ShapeError(
             f"{who}: expected an image (N, C, H, W) or (N, C, D, H, W) and its tiles (16 or 64, "
             f"C, tiles), got {img.shape} and {buf.shape}"
         )
     size = img.shape[2:]
-    if which == 0 and (len(pads) != nd or min(p for pair in pads for p in pair) < 0):
+    if which in (0, 3) and (len(pads) != nd or min(p for pair in pads for p in pair) < 0):
         raise ShapeError(f"{who}: pads {pads} are not {nd} non-negative (lo, hi) pairs")
-    out = tuple(s + lo + hi - 2 for s, (lo, hi) in zip(size, pads)) if which == 0 else size
+    out = tuple(s + lo + hi - 2 for s, (lo, hi) in zip(size, pads)) if which in (0, 3) else size
     tiles = [(s + 1) // 2 for s in out]
     t0, blk = _depth_block(who, depth, tiles[0]) if nd == 3 else (0, 1)
     if min(out) < 1 or buf.shape[2] != blk * img.shape[0] * tiles[nd - 2] * tiles[nd - 1]:
@@ -564,9 +581,9 @@ def _winograd(str who, int which, src_, dst_, tuple pads, object depth):
     cdef Py_ssize_t nb = img.shape[0], c = img.shape[1], dd = size[0] if nd == 3 else 1
     cdef Py_ssize_t h = size[nd - 2], wd = size[nd - 1], oh = out[nd - 2], ow = out[nd - 1]
     cdef Py_ssize_t od = out[0]
-    cdef Py_ssize_t pd = pads[0][0] if which == 0 and nd == 3 else 0
-    cdef Py_ssize_t ph = pads[nd - 2][0] if which == 0 else 0
-    cdef Py_ssize_t pw = pads[nd - 1][0] if which == 0 else 0
+    cdef Py_ssize_t pd = pads[0][0] if which in (0, 3) and nd == 3 else 0
+    cdef Py_ssize_t ph = pads[nd - 2][0] if which in (0, 3) else 0
+    cdef Py_ssize_t pw = pads[nd - 1][0] if which in (0, 3) else 0
     cdef Py_ssize_t th = tiles[nd - 2], tw = tiles[nd - 1], a0 = t0, a1 = blk
     cdef Py_ssize_t per = 8 * (th + 1) * tw + 2 * (tw + 1)
     if nd == 3:  # the depth's 8 planes
@@ -603,6 +620,14 @@ def winograd_input(x_, tuple pads, v_, depth=None):
     (``tD = t1 - t0``). Returns ``v``."""
     _check_io("winograd_input", ("x", "v"), x_, v_)
     return _winograd("winograd_input", 0, x_, v_, pads, depth)
+
+
+def winograd_input_grad(v_, tuple pads, gx_, depth=None):
+    """The adjoint of :func:`winograd_input` for ``x`` ``(N, C, D, H, W)``: add ``B g Bᵀ`` of
+    each tile's 4x4x4 values ``g`` in ``v`` ``(64, C, tD * N * tH * tW)`` (the depth tiles
+    ``depth``) into the windows of ``gx`` (the padding's share dropped). Returns ``gx``."""
+    _check_io("winograd_input_grad", ("v", "gx"), v_, gx_)
+    return _winograd("winograd_input_grad", 3, v_, gx_, pads, depth)
 
 
 def winograd_output(m_, y_, depth=None):

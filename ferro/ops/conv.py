@@ -360,9 +360,9 @@ _WINOGRAD_G = ((1, 0, 0), (0.5, 0.5, 0.5), (0.5, -0.5, 0.5), (0, 0, 1))
 
 
 def _winograd_scheme(xp, kernels, x, o, k, out):
-    """A Winograd pass's ``G``, batch step, blocks (``(block, tiles a sample has in it)``; a
-    block is ``None``, every tile, or in 3-d a range of depth tiles: WINOGRAD_BLOCK_BYTES) and
-    the backend's ``input(x, pads, v, block)``, ``output(m, y, block)``, ``output_grad``."""
+    """A Winograd pass's products ``P``, batch step, blocks (``(block, tiles a sample has in
+    it)``; ``None``, every tile, or in 3-d a range of depth tiles: WINOGRAD_BLOCK_BYTES) and the
+    backend's ``input(x, pads, v, block)``, ``output(m, y, block)``, ``output_grad``."""
     # The step is a quarter of the im2col chunk: the 16 GEMMs over (C_in, tiles) ran at 82
     # GFLOPS on one core for one 32x32 sample of 64 channels (1 MB of tiles) and at 68 for four.
     n, c, nd = x.shape[0], x.shape[1], x.ndim - 2
@@ -383,7 +383,7 @@ def _winograd_scheme(xp, kernels, x, o, k, out):
     b = max(1, WINOGRAD_BLOCK_BYTES * td // (p * (c + o) * tiles * step * x.itemsize))
     ranges = [(t, min(t + b, td)) for t in range(0, td, b)]
     blocks = [((t0, t1) if nd == 3 else None, tiles // td * (t1 - t0)) for t0, t1 in ranges]
-    return xp.asarray(g, dtype=x.dtype), step, blocks, fns
+    return p, step, blocks, fns
 
 
 #: A 3-d Winograd pass transforms, multiplies and transforms back a chunk's tiles a block of
@@ -396,19 +396,38 @@ def _winograd_scheme(xp, kernels, x, o, k, out):
 WINOGRAD_BLOCK_BYTES = 4 << 20
 
 
+@functools.cache
+def _winograd_weight_matrix(k, nd):
+    """The weight transform ``(P, k**nd)`` in float64: ``G`` along every kernel dim, the
+    products in the transforms' order (3-d: height, width, then depth)."""
+    g = np.asarray(_WINOGRAD_G) if nd > 1 else _winograd1d_matrices(k)[1]
+    if nd == 3:
+        return np.einsum("ah,bw,cd->abcdhw", g, g, g).reshape(len(g) ** 3, k**3)
+    return np.kron(g, g) if nd == 2 else g
+
+
+# The weight transforms multiply by _winograd_weight_matrix as a stack of one small GEMM per output
+# channel (m*n*k under 2^18, which OpenBLAS runs on one thread, while C_in * K * P stays under
+# it: up to 150 input channels in 3-d, 1800 in 2-d). As one GEMM (a tensordot) conv1d's
+# (8, 5) @ (5, 16384) ran on two BLAS threads, 10 ms against 0.07 on one at load 4, and left
+# OpenBLAS's worker spinning on the second core into the parts that followed (24 ms of its CPU
+# a conv1d step). Here 0.06-0.12 ms a call on one thread, the tensordots' 0.06-0.08.
+def _winograd_weights(xp, w):
+    """``G w Gᵀ`` of the weight ``(C_out, C_in, *kernel)`` as ``(P, C_out, C_in)``."""
+    (o, c), k, nd = w.shape[:2], w.shape[2], w.ndim - 2
+    gm = xp.asarray(_winograd_weight_matrix(k, nd).T, dtype=w.dtype)
+    u = xp.matmul(xp.ascontiguousarray(w).reshape(o, c, -1), gm)
+    return xp.ascontiguousarray(u.transpose(2, 0, 1))
+
+
 def _winograd_forward(xp, kernels, x, w, pads, out, y):
     """``y`` of a stride-1 3x3 convolution by Winograd F(2x2, 3x3): per 2x2 output tile,
     ``y = Aᵀ [(G w Gᵀ) ⊙ (Bᵀ d B)] A`` (``d`` the tile's 4x4 input window), the 16 elementwise
     products summed over the input channels as 16 GEMMs ``(C_out, C_in) @ (C_in, tiles)``;
     the backend's transforms (:func:`_winograd_scheme`); 64 products in 3-d, k + 3 in 1-d."""
     (n, c), o = x.shape[:2], w.shape[0]
-    g, step, blocks, (inp, outp, _) = _winograd_scheme(xp, kernels, x, o, w.shape[2], out)
-    u, p = w, len(g) ** (x.ndim - 2)
-    for _ in range(x.ndim - 2):  # G along the last kernel dim, to the front (tensordots: an
-        u = xp.tensordot(g, u, axes=(1, u.ndim - 1))  # einsum's path search cost 1 ms a call)
-    if x.ndim == 5:  # the transforms' order of the products: height, width, then depth
-        u = u.transpose(1, 2, 0, 3, 4)
-    u = xp.ascontiguousarray(u.reshape(p, o, c))
+    p, step, blocks, (inp, outp, _) = _winograd_scheme(xp, kernels, x, o, w.shape[2], out)
+    u = _winograd_weights(xp, w)
     size = step * max(t for _, t in blocks)
 
     def part(chunks):  # each part its own buffers; the chunks write disjoint slices of y
@@ -553,14 +572,24 @@ def _conv_weight_grad(xp, x, gy, stride, pads, dilation, groups, kernel, kernels
     return _columns_pass(xp, x, None, gy, *args)[1]
 
 
-def _winograd_weight_grad(xp, kernels, x, gy, pads):
+def _winograd_adjoint(kernels, x, w, gy, stride, dilation, groups):
+    """Whether :func:`_winograd_weight_grad` gives both gradients (3-d Winograd)."""
+    c, o, out = x.shape[1], gy.shape[1], gy.shape[2:]
+    win = _winograd(kernels, w.shape[2:], c, o, out, stride, dilation, groups)
+    return win and x.ndim == 5 and "winograd_input_grad" in kernels.FUSED_KERNELS
+
+
+def _winograd_weight_grad(xp, kernels, x, gy, pads, w=None):
     """``gw`` of a stride-1 3x3 convolution by Winograd F(2x2, 3x3), the adjoint of
     :func:`_winograd_forward`: ``gw = Gᵀ [sum over tiles of (A g Aᵀ) (Bᵀ d B)ᵀ] G``, the sums
-    16 GEMMs ``(C_out, tiles) @ (tiles, C_in)`` over the batch chunks; 3-d and 1-d alike."""
+    16 GEMMs ``(C_out, tiles) @ (tiles, C_in)`` over the batch chunks; 3-d and 1-d alike.
+
+    With ``w`` (3-d), ``(gx, gw)``: ``gx`` the forward's adjoint, ``B [Uᵀ (A g Aᵀ)] Bᵀ`` added
+    over the tiles' windows, from the same transform of ``gy`` (docs/conv.md)."""
     (n, c), o, nd = x.shape[:2], gy.shape[1], x.ndim - 2
     k = x.shape[2] + sum(pads[0]) - gy.shape[2] + 1
-    g, step, blocks, (inp, _, outgrad) = _winograd_scheme(xp, kernels, x, o, k, gy.shape[2:])
-    p, size = len(g) ** nd, step * max(t for _, t in blocks)
+    p, step, blocks, (inp, _, outgrad) = _winograd_scheme(xp, kernels, x, o, k, gy.shape[2:])
+    size = step * max(t for _, t in blocks)
 
     def part(chunks):  # each part its own buffers, one partial sum a run of chunks (LANES)
         v, m = (xp.empty(p * ch * size, dtype=x.dtype) for ch in (c, o))
@@ -572,15 +601,18 @@ def _winograd_weight_grad(xp, kernels, x, gy, pads):
                 vc = inp(xc, pads, v[: p * c * t].reshape(p, c, t), block)
                 mc = outgrad(gc, m[: p * o * t].reshape(p, o, t), block)
                 prod = _add_product(xp, sums, run, mc, vc.transpose(0, 2, 1), prod)
+                if ut is not None:  # vc is free: Uᵀ (A g Aᵀ) there
+                    gv = xp.matmul(ut, mc, out=vc)
+                    kernels.winograd_input_grad(gv, pads, gx[n0 : n0 + step], block)
         return sums
 
+    ut = None if w is None else xp.ascontiguousarray(_winograd_weights(xp, w).transpose(0, 2, 1))
+    gx = None if w is None else xp.zeros(x.shape, x.dtype)
     gu = _in_parts(xp, n, step, part, LANES)
-    gu = (xp.zeros((p, o, c), x.dtype) if gu is None else gu).reshape((len(g),) * nd + (o, c))
-    if nd == 3:  # the adjoint of the forward's weight transform, depth first
-        gu = gu.transpose(2, 0, 1, 3, 4)
-    for _ in range(nd):
-        gu = xp.tensordot(gu, g, axes=(0, 0))
-    return xp.ascontiguousarray(gu)
+    gu = xp.zeros((p, o, c), x.dtype) if gu is None else gu  # the weight transform's adjoint:
+    gm = xp.asarray(_winograd_weight_matrix(k, nd), dtype=x.dtype)
+    gw = xp.matmul(xp.ascontiguousarray(gu.transpose(1, 2, 0)), gm).reshape((o, c) + (k,) * nd)
+    return gw if w is None else (gx, gw)
 
 
 # Depthwise (one input channel per group, C_out = multiplier * groups): a sum over the kernel
@@ -823,6 +855,8 @@ def conv_backward(transposed, kernels, ctx, gy):
     if need_x and transposed:  # gx and gw from gy's columns
         gx = _conv_forward(xp, gy, w, *ctx.geom, ctx.in_size, kernels, x if need_w else None)
         gx, gw = gx if need_w else (gx, None)
+    elif need_x and need_w and _winograd_adjoint(kernels, x, w, gy, stride, ctx.geom[2], groups):
+        gx, gw = _winograd_weight_grad(xp, kernels, x, gy, pads, w)
     elif need_x:
         gx = _conv_input_grad(xp, gy, w, *ctx.geom, ctx.in_size, kernels)
     if need_w and gw is None:

@@ -94,9 +94,17 @@ pytestmark = pytest.mark.skipif(
 # for bit. When the session's five branches met (ports, conv kernels, conv splits, recurrent
 # loop, direct ops) the sums measured ferro/_C 7,157 and ferro/ops 11,594 (each branch had
 # counted against an older main): ferro/_C to 7,165, ferro/ops to 11,600.
+# Raised for ferro/_C from 7,165 to 7,240 and for ferro/ops from 11,600 to 11,620 for issue 14's
+# conv3d goal (session 10, helper convb10): the 3-d Winograd's input gradient as the adjoint of
+# its forward, from the same pass as the weight gradient (winograd_input_grad: the input
+# transform's plane and depth adjoints, 70 lines; conv.py's fused pass and one Kronecker weight
+# transform that OpenBLAS never threads, +21): conv3d forward+backward 13.5-14.1 -> 11.7-11.8 ms
+# of one core (main and the branch in alternate processes, load 6), gy's input transform (a
+# quarter of the step's transform time) gone; 7,236 and 11,619 measured against main's 7,159
+# and 11,598.
 BUDGETS = {
-    "ferro/_C": (7165, ("*.pyx", "*.pxd", "*.h", "*.py")),
-    "ferro/ops": (11600, ("*.py",)),
+    "ferro/_C": (7240, ("*.pyx", "*.pxd", "*.h", "*.py")),
+    "ferro/ops": (11620, ("*.py",)),
 }
 
 

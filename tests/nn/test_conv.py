@@ -511,6 +511,49 @@ def test_winograd_3d_matches_the_im2col_gemm(dtype, shape, pads, blocks, monkeyp
     want = conv_ops._conv_input_grad(np, gy, w, *geom, shape[2:])
     got = conv_ops._conv_input_grad(np, gy, w, *geom, shape[2:], K)
     np.testing.assert_allclose(got, want, **tol)
+    # Both gradients from one pass: the input gradient as the forward's adjoint.
+    assert conv_ops._winograd_adjoint(K, x, w, gy, (1, 1, 1), (1, 1, 1), 1)
+    gx, gw = conv_ops._winograd_weight_grad(np, K, x, gy, pads, w)
+    np.testing.assert_allclose(gx, want, **tol)
+    want = conv_ops._conv_weight_grad(np, x, gy, *geom, (3, 3, 3))
+    np.testing.assert_allclose(gw, want, rtol=tol["rtol"], atol=tol["atol"] * scale)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(
+    "shape, pads, depth",
+    [
+        ((2, 3, 6, 7, 5), ((1, 1),) * 3, None),
+        ((2, 2, 5, 6, 9), ((0, 2), (2, 0), (1, 1)), None),
+        ((3, 2, 9, 3, 4), ((1, 1), (0, 0), (1, 0)), (2, 4)),  # a block of depth tiles
+        ((1, 1, 4, 4, 4), ((2, 2),) * 3, (0, 1)),  # windows mostly padding
+    ],
+)
+def test_winograd_input_grad_is_the_adjoint_of_the_input_transform(dtype, shape, pads, depth):
+    # <in(x), g> = <x, in_grad(g)> for random x and g, and in_grad adds into gx.
+    from ferro._C import conv_kernels as K
+
+    rng = np.random.default_rng(16)
+    x = rng.normal(size=shape)
+    tiles = [(s + lo + hi - 1) // 2 for s, (lo, hi) in zip(shape[2:], pads, strict=True)]
+    t0, t1 = depth or (0, tiles[0])
+    v = K.winograd_input(
+        x.astype(dtype),
+        pads,
+        np.empty((64, shape[1], (t1 - t0) * shape[0] * tiles[1] * tiles[2]), dtype),
+        depth,
+    )
+    g = rng.normal(size=v.shape)
+    base = rng.normal(size=shape)
+    gx = K.winograd_input_grad(g.astype(dtype), pads, base.astype(dtype), depth)
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    lhs, rhs = (v * g).sum(), ((gx - base.astype(dtype)) * x).sum()
+    assert abs(lhs - rhs) <= tol * np.abs(v * g).sum()
+    with pytest.raises(ShapeError, match="expected"):  # 3-d only
+        K.winograd_input_grad(np.empty((16, 2, 4)), ((1, 1),) * 2, np.zeros((1, 2, 3, 3)))
+    with pytest.raises(ArgumentError, match="read-only"):
+        gx.flags.writeable = False
+        K.winograd_input_grad(g.astype(dtype), pads, gx, depth)
 
 
 @pytest.mark.parametrize(

@@ -85,6 +85,8 @@ from ferro._C.state cimport (
 )
 from ferro._C.tensor cimport TensorBase, VersionCounter, new_tensor, version_counter
 
+import contextlib
+
 import numpy as np
 
 from ferro._C.accumulate import (
@@ -1772,6 +1774,16 @@ def _join(_Walk w):
             w.cond.notify_all()
 
 
+_side_by_side = contextlib.nullcontext
+
+
+def set_side_by_side(context_manager_factory):
+    """What a parallel walk enters while its nodes run side by side: ``ferro._intraop``'s
+    ``one_blas_thread`` (set by the composition root; the core imports nothing above it)."""
+    global _side_by_side
+    _side_by_side = context_manager_factory
+
+
 cdef int _walk_parallel(dict table, list ready, list ran, list commits, list results,
                         bint selective, bint accumulate, Py_ssize_t n_threads,
                         Py_ssize_t first_rank) except -1:
@@ -1779,8 +1791,6 @@ cdef int _walk_parallel(dict table, list ready, list ran, list commits, list res
     serial walk's current state; see the Note above."""
     import contextvars
     import threading
-
-    from ferro._intraop import one_blas_thread
     cdef _Walk w = _Walk.__new__(_Walk)
     w.table, w.ready, w.ran, w.commits, w.results = table, ready, ran, commits, results
     w.selective, w.accumulate = selective, accumulate
@@ -1788,7 +1798,7 @@ cdef int _walk_parallel(dict table, list ready, list ran, list commits, list res
     w.cond = threading.Condition(threading.Lock())
     jobs = _pool(n_threads - 1)
     # OpenBLAS at one thread while nodes run side by side (Note [Parallel backward]).
-    with one_blas_thread():
+    with _side_by_side():
         context = contextvars.copy_context()
         for _ in range(n_threads - 1):
             jobs.put((context.copy(), w))

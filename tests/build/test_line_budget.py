@@ -102,8 +102,10 @@ pytestmark = pytest.mark.skipif(
 # of one core (main and the branch in alternate processes, load 6), gy's input transform (a
 # quarter of the step's transform time) gone; 7,236 and 11,619 measured against main's 7,159
 # and 11,598.
+# Raised for ferro/_C from 7,240 to 7,250 for the parallel walk's BLAS hold (session 10, lead:
+# engine.set_side_by_side and the walk's `with`, 8 lines): 7,244 measured.
 BUDGETS = {
-    "ferro/_C": (7240, ("*.pyx", "*.pxd", "*.h", "*.py")),
+    "ferro/_C": (7250, ("*.pyx", "*.pxd", "*.h", "*.py")),
     "ferro/ops": (11620, ("*.py",)),
 }
 

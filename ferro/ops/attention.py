@@ -10,7 +10,11 @@ masking nodes. Two paths compute it, with the same results:
   recurrence: a running row maximum, a running sum and a rescaled accumulator), keeping only
   each row's logsumexp; the backward recomputes each block's weights from it. Peak extra memory
   is a few (L, block) tiles per head instead of (L, S) matrices; with ``is_causal`` the blocks a
-  query cannot see are skipped, and only the rows that can see a block are computed.
+  query cannot see are skipped, only the rows that can see a block are computed, and the
+  future is hidden in place on the first rows of a tile (no mask matrix). The heads run in
+  chunks whose tiles stay in a core's L2 cache, and on the CPU the chunks are split over the
+  intra-op threads (Note [Intra-op split]): each head's work is independent of the others', so
+  the results do not depend on the number of threads.
 
 Both backwards read buffers written in place, so the op also has a ``differentiable_backward``
 (the same gradients from public ferro ops) for double backward.
@@ -21,6 +25,9 @@ from __future__ import annotations
 import math
 import numbers
 
+import numpy as np
+
+from ferro import _intraop
 from ferro._C.engine import sum_to_shape
 from ferro._C.tensor import TensorBase, wrap
 from ferro.errors import ArgumentError, ArgumentTypeError, DtypeError, ShapeError
@@ -174,20 +181,19 @@ def _dense_backward(ctx, lay, gy, out, drop, need):
     return gq, gk, gv, gm
 
 
-def _block_bias(xp, bias, causal, r0, L, c0, c1, dtype):
-    """The bias of the tile rows [r0, L) x keys [c0, c1), or None."""
-    b = None
-    if bias is not None:
-        b = bias[..., r0:, c0:c1] if bias.shape[-2] != 1 else bias[..., c0:c1]
-    if causal:
-        n = max(0, min(c1 - 1, L) - r0)  # rows of the tile that miss some of its keys
-        if n:
-            keep = _causal_keep(xp, n, c1 - c0, r0, c0)
-            tri = xp.where(keep, xp.zeros((), dtype), xp.asarray(-math.inf, dtype))
-            rows_all = xp.zeros((L - r0 - n, c1 - c0), dtype)
-            tri = xp.concatenate([tri, rows_all], axis=0) if rows_all.shape[0] else tri
-            b = tri if b is None else b + tri
-    return b
+def _block_bias(bias, r0, c0, c1):
+    """The user's bias on the tile rows [r0, L) x keys [c0, c1), or None."""
+    if bias is None:
+        return None
+    return bias[..., r0:, c0:c1] if bias.shape[-2] != 1 else bias[..., c0:c1]
+
+
+def _hide_future(xp, s, r0, c0, c1, L):
+    # Causal: -inf where a tile row (query r0 + i) comes before its key (c0 + j); only the
+    # first rows of a tile on the diagonal miss keys, the others see the whole tile.
+    n = max(0, min(c1 - 1, L) - r0)
+    if n:
+        xp.copyto(s[..., :n, :], -math.inf, where=~_causal_keep(xp, n, c1 - c0, r0, c0))
 
 
 def _blocks(L, S, causal, block):
@@ -198,6 +204,53 @@ def _blocks(L, S, causal, block):
             yield r0, c0, min(c0 + block, S)
 
 
+#: The blockwise path splits the batch (all dimensions before the last two) into parts that run
+#: on the intra-op threads (Note [Intra-op split]) from this many multiply-adds of q @ k^T.
+PART_MIN_WORK = 1 << 22
+#: Within a part, heads run in chunks whose score tiles take about this many bytes, so a tile's
+#: passes (exp, sums, the backward's products) read it from the core's L2 cache, not from L3.
+CHUNK_BYTES = 1 << 19
+
+
+class _Slicer:
+    """Cuts the broadcast batch shape into chunks along its first axis longer than 1, and the
+    chunks into parts for the intra-op threads (one part on a GPU); ``take`` slices an array
+    whose batch dimensions broadcast to the batch (None stays None)."""
+
+    def __init__(self, xp, batch, L, S, itemsize, block):
+        self.ndim = len(batch)
+        self.axis = next((i for i, n in enumerate(batch) if n > 1), None)
+        if self.axis is None:
+            self.chunks, self.parts = [(0, 1)], 1
+            return
+        n = batch[self.axis]
+        inner = math.prod(batch[self.axis + 1 :])
+        tile = inner * L * min(block, S) * itemsize
+        step = max(1, min(n, CHUNK_BYTES // max(tile, 1)))
+        self.chunks = [(i, min(i + step, n)) for i in range(0, n, step)]
+        work = math.prod(batch) * L * S
+        parts = _intraop.parts(len(self.chunks)) if xp is np and work >= PART_MIN_WORK else 1
+        self.parts = parts
+
+    def take(self, a, chunk):
+        if a is None or self.axis is None:
+            return a
+        d = a.ndim - 2 - self.ndim + self.axis
+        if d < 0 or a.shape[d] == 1:
+            return a
+        return a[(slice(None),) * d + (slice(*chunk),)]
+
+    def run(self, fn):
+        """``fn(chunk)`` for every chunk, the chunks dealt to the parts in contiguous runs."""
+        chunks, n = self.chunks, self.parts
+        if n == 1:
+            for c in chunks:
+                fn(c)
+            return
+        runs = [chunks[i * len(chunks) // n : (i + 1) * len(chunks) // n] for i in range(n)]
+        _intraop.run(lambda i: [fn(c) for c in runs[i]], n)
+
+
 def _block_forward(ctx, lay, bias, scale, causal, block):
     xp = ctx.xp
     q, k, v = lay.q, lay.k, lay.v
@@ -205,22 +258,43 @@ def _block_forward(ctx, lay, bias, scale, causal, block):
     batch = xp.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     if bias is not None:
         batch = xp.broadcast_shapes(batch, bias.shape[:-2])
+    acc = xp.zeros(batch + (L, v.shape[-1]), q.dtype)
+    lse = xp.empty(batch + (L, 1), q.dtype)
+    sl = _Slicer(xp, batch, L, S, q.dtype.itemsize, block)
+    sl.run(
+        lambda c: _block_forward_chunk(
+            xp,
+            *(sl.take(a, c) for a in (q, k, v, bias, acc, lse)),
+            scale,
+            causal,
+            block,
+        )
+    )
+    ctx.lse = lse
+    return acc
+
+
+def _block_forward_chunk(xp, q, k, v, bias, acc, lse, scale, causal, block):
+    # acc (zeros) and lse: this chunk's slices of the output and of each row's logsumexp.
+    L, S = q.shape[-2], k.shape[-2]
     dtype = q.dtype
-    m = xp.full(batch + (L, 1), -math.inf, dtype)
-    total = xp.zeros(batch + (L, 1), dtype)
-    acc = xp.zeros(batch + (L, v.shape[-1]), dtype)
+    q = q * dtype.type(scale)
+    m = xp.full(lse.shape, -math.inf, dtype)
+    total = xp.zeros(lse.shape, dtype)
     for r0, c0, c1 in _blocks(L, S, causal, block):
         s = xp.matmul(q[..., r0:, :], _swap(k[..., c0:c1, :]))
-        s *= scale
-        b = _block_bias(xp, bias, causal, r0, L, c0, c1, dtype)
+        b = _block_bias(bias, r0, c0, c1)
         if b is not None:
             s = _add_bias(xp, s, b)
+        if causal:
+            _hide_future(xp, s, r0, c0, c1, L)
         m_old = m[..., r0:, :]
         m_new = xp.maximum(m_old, s.max(axis=-1, keepdims=True))
-        m_new = xp.where(xp.isneginf(m_new), xp.zeros((), dtype), m_new)
+        m_new[xp.isneginf(m_new)] = 0
         s -= m_new
         xp.exp(s, out=s)
-        alpha = xp.exp(m_old - m_new)
+        alpha = m_old - m_new
+        xp.exp(alpha, out=alpha)
         t = total[..., r0:, :]
         t *= alpha
         t += s.sum(axis=-1, keepdims=True)
@@ -232,33 +306,54 @@ def _block_forward(ctx, lay, bias, scale, causal, block):
     total[empty] = 1
     acc /= total
     # Each row's logsumexp; +inf for an empty row, so its recomputed weights are exp(-inf) = 0.
-    m = xp.where(xp.isneginf(m), xp.zeros((), dtype), m)
-    lse = m + xp.log(total)
+    m[xp.isneginf(m)] = 0
+    xp.log(total, out=lse)
+    lse += m
     lse[empty] = math.inf
-    ctx.lse = lse
-    return acc
 
 
 def _block_backward(ctx, lay, gy, out, need):
     xp = ctx.xp
     q, k, v, lse, scale = lay.q, lay.k, lay.v, ctx.lse, ctx.scale
-    bias, causal, block = ctx.bias, ctx.is_causal, ctx.block
     L, S = q.shape[-2], k.shape[-2]
     dtype = q.dtype
     batch = lse.shape[:-2]
-    delta = (gy * out).sum(axis=-1, keepdims=True)
     gq = xp.zeros(batch + (L, q.shape[-1]), dtype) if need[0] else None
     gk = xp.zeros(batch + (S, k.shape[-1]), dtype) if need[1] else None
     gv = xp.zeros(batch + (S, v.shape[-1]), dtype) if need[2] else None
     gm = xp.zeros(batch + (L, S), dtype) if need[3] else None
+    sl = _Slicer(xp, batch, L, S, dtype.itemsize, ctx.block)
+    sl.run(
+        lambda c: _block_backward_chunk(
+            xp,
+            *(sl.take(a, c) for a in (q, k, v, ctx.bias, lse, gy, out, gq, gk, gv, gm)),
+            scale,
+            ctx.is_causal,
+            ctx.block,
+        )
+    )
+    return (
+        None if gq is None else lay.grad_q(gq),
+        None if gk is None else lay.grad_kv(gk),
+        None if gv is None else lay.grad_kv(gv),
+        None if gm is None else lay.grad_mask(gm),
+    )
+
+
+def _block_backward_chunk(xp, q, k, v, bias, lse, gy, out, gq, gk, gv, gm, scale, causal, block):
+    # The gradients' slices (zeros) of this chunk are written in place.
+    L, S = q.shape[-2], k.shape[-2]
+    q = q * q.dtype.type(scale)  # scores as the forward made them; k's gradient is ds^T q scale
+    delta = (gy * out).sum(axis=-1, keepdims=True)
     for r0, c0, c1 in _blocks(L, S, causal, block):
         qr = q[..., r0:, :]
         kb = k[..., c0:c1, :]
         s = xp.matmul(qr, _swap(kb))
-        s *= scale
-        b = _block_bias(xp, bias, causal, r0, L, c0, c1, dtype)
+        b = _block_bias(bias, r0, c0, c1)
         if b is not None:
             s = _add_bias(xp, s, b)
+        if causal:
+            _hide_future(xp, s, r0, c0, c1, L)
         s -= lse[..., r0:, :]
         xp.exp(s, out=s)
         p = s
@@ -269,20 +364,15 @@ def _block_backward(ctx, lay, gy, out, need):
             continue
         ds = xp.matmul(g, _swap(v[..., c0:c1, :]))
         ds -= delta[..., r0:, :]
-        ds *= p
+        ds *= p  # the scores' gradient
         if gm is not None:
             gm[..., r0:, c0:c1] = ds
-        ds *= scale  # the scores' gradient times scale: what q and k receive
         if gq is not None:
             gq[..., r0:, :] += xp.matmul(ds, kb)
         if gk is not None:
             xp.matmul(_swap(ds), qr, out=gk[..., c0:c1, :])
-    return (
-        None if gq is None else lay.grad_q(gq),
-        None if gk is None else lay.grad_kv(gk),
-        None if gv is None else lay.grad_kv(gv),
-        None if gm is None else lay.grad_mask(gm),
-    )
+    if gq is not None:
+        gq *= scale
 
 
 def _differentiable_backward(ctx, gy):
@@ -365,13 +455,13 @@ class ScaledDotProductAttention:
         xp = ctx.xp
         mask = mask[0] if mask else None
         lay = _Layout(q, k, v, mask, groups)
-        bias = _bias(xp, lay.mask, is_causal, q.shape[-2], k.shape[-2], q.dtype)
+        # The blockwise path hides the future per tile: its bias is the user's mask only.
+        bias = _bias(xp, lay.mask, is_causal and not block, q.shape[-2], k.shape[-2], q.dtype)
         ctx.is_causal, ctx.scale, ctx.groups, ctx.block = is_causal, scale, groups, block
         ctx.dropout_p = dropout_p
         if block:
             out = _block_forward(ctx, lay, bias, scale, is_causal, block)
-            # The causal mask is made per tile; the saved bias is the user's mask only.
-            ctx.bias = _bias(xp, lay.mask, False, q.shape[-2], k.shape[-2], q.dtype)
+            ctx.bias = bias
             drop = None
         else:
             out, drop = _dense_forward(ctx, lay, bias, scale, dropout_p)

@@ -141,44 +141,85 @@ def _dropout_mask(xp, shape, p, dtype):
     return keep * dtype.type(0.0 if p >= 1.0 else 1.0 / (1.0 - p))
 
 
+def _batch(xp, q, k, v, bias):
+    # The broadcast batch shape (all dimensions before the last two).
+    batch = xp.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    return batch if bias is None else xp.broadcast_shapes(batch, bias.shape[:-2])
+
+
 def _dense_forward(ctx, lay, bias, scale, dropout_p):
     xp = ctx.xp
     q, k, v = lay.q, lay.k, lay.v
-    s = xp.matmul(q, _swap(k))
-    s *= scale
-    if bias is not None:
-        s = _add_bias(xp, s, bias)
-    s -= _safe_max(xp, s)
-    xp.exp(s, out=s)
-    total = s.sum(axis=-1, keepdims=True)
-    total[total == 0] = 1  # a row that sees no key: weights 0, output 0 (as PyTorch)
-    s /= total
-    p = s
+    L, S = q.shape[-2], k.shape[-2]
+    batch = _batch(xp, q, k, v, bias)
+    p = xp.empty(batch + (L, S), q.dtype)
+    out = xp.empty(batch + (L, v.shape[-1]), q.dtype)
     drop = _dropout_mask(xp, p.shape, dropout_p, p.dtype)
-    out = xp.matmul(p if drop is None else p * drop, v)
+    sl = _Slicer(xp, batch, L, S, q.shape[-1], q.dtype.itemsize, S)
+    sl.run(
+        lambda c: _dense_forward_chunk(
+            xp, *(sl.take(a, c) for a in (q, k, v, bias, drop, p, out)), scale
+        )
+    )
     ctx.p = p  # the fast backward's weights (never read by differentiable_backward)
     return out, drop
 
 
+def _dense_forward_chunk(xp, q, k, v, bias, drop, p, out, scale):
+    # p and out: this chunk's slices of the weights and of the output, written in place.
+    s = xp.matmul(q * q.dtype.type(scale), _swap(k))
+    if bias is not None:
+        s = _add_bias(xp, s, bias)
+    s -= _safe_max(xp, s)
+    xp.exp(s, out=p)
+    total = p.sum(axis=-1, keepdims=True)
+    total[total == 0] = 1  # a row that sees no key: weights 0, output 0 (as PyTorch)
+    p /= total
+    xp.matmul(p if drop is None else p * drop, v, out=out)
+
+
 def _dense_backward(ctx, lay, gy, out, drop, need):
     xp = ctx.xp
-    p, scale = ctx.p, ctx.scale
-    gq = gk = gv = gm = None
-    if need[2]:
-        gv = lay.grad_kv(xp.matmul(_swap(p if drop is None else p * drop), gy))
-    if need[0] or need[1] or need[3]:
-        dp = xp.matmul(gy, _swap(lay.v))
-        if drop is not None:
-            dp *= drop
-        dp -= (gy * out).sum(axis=-1, keepdims=True)
-        dp *= p  # dS, the gradient of the scores
-        if need[3]:
-            gm = lay.grad_mask(dp)
-        if need[0]:
-            gq = lay.grad_q(xp.matmul(dp, lay.k) * scale)
-        if need[1]:
-            gk = lay.grad_kv(xp.matmul(_swap(dp), lay.q) * scale)
-    return gq, gk, gv, gm
+    q, k, v, p = lay.q, lay.k, lay.v, ctx.p
+    L, S = p.shape[-2:]
+    batch, dtype = p.shape[:-2], p.dtype
+    gq = xp.empty(batch + (L, q.shape[-1]), dtype) if need[0] else None
+    gk = xp.empty(batch + (S, k.shape[-1]), dtype) if need[1] else None
+    gv = xp.empty(batch + (S, v.shape[-1]), dtype) if need[2] else None
+    gm = xp.empty(batch + (L, S), dtype) if need[3] else None
+    sl = _Slicer(xp, batch, L, S, q.shape[-1], dtype.itemsize, S)
+    sl.run(
+        lambda c: _dense_backward_chunk(
+            xp,
+            *(sl.take(a, c) for a in (q, k, v, gy, out, drop, p, gq, gk, gv, gm)),
+            ctx.scale,
+        )
+    )
+    return (
+        None if gq is None else lay.grad_q(gq),
+        None if gk is None else lay.grad_kv(gk),
+        None if gv is None else lay.grad_kv(gv),
+        None if gm is None else lay.grad_mask(gm),
+    )
+
+
+def _dense_backward_chunk(xp, q, k, v, gy, out, drop, p, gq, gk, gv, gm, scale):
+    # The gradients' slices of this chunk are written in place.
+    if gv is not None:
+        xp.matmul(_swap(p if drop is None else p * drop), gy, out=gv)
+    if gq is None and gk is None and gm is None:
+        return
+    ds = xp.matmul(gy, _swap(v), out=gm)  # dP, then dS in place
+    if drop is not None:
+        ds *= drop
+    ds -= (gy * out).sum(axis=-1, keepdims=True)
+    ds *= p  # dS, the gradient of the scores
+    if gq is not None:
+        xp.matmul(ds, k, out=gq)
+        gq *= scale
+    if gk is not None:
+        xp.matmul(_swap(ds), q, out=gk)
+        gk *= scale
 
 
 def _block_bias(bias, r0, c0, c1):
@@ -204,8 +245,8 @@ def _blocks(L, S, causal, block):
             yield r0, c0, min(c0 + block, S)
 
 
-#: The blockwise path splits the batch (all dimensions before the last two) into parts that run
-#: on the intra-op threads (Note [Intra-op split]) from this many multiply-adds of q @ k^T.
+#: Both paths split the batch (all dimensions before the last two) into parts that run on the
+#: intra-op threads (Note [Intra-op split]) from this many multiply-adds of q @ k^T.
 PART_MIN_WORK = 1 << 22
 #: Within a part, heads run in chunks whose score tiles take about this many bytes, so a tile's
 #: passes (exp, sums, the backward's products) read it from the core's L2 cache, not from L3.
@@ -217,7 +258,7 @@ class _Slicer:
     chunks into parts for the intra-op threads (one part on a GPU); ``take`` slices an array
     whose batch dimensions broadcast to the batch (None stays None)."""
 
-    def __init__(self, xp, batch, L, S, itemsize, block):
+    def __init__(self, xp, batch, L, S, E, itemsize, block):
         self.ndim = len(batch)
         self.axis = next((i for i, n in enumerate(batch) if n > 1), None)
         if self.axis is None:
@@ -226,9 +267,10 @@ class _Slicer:
         n = batch[self.axis]
         inner = math.prod(batch[self.axis + 1 :])
         tile = inner * L * min(block, S) * itemsize
-        step = max(1, min(n, CHUNK_BYTES // max(tile, 1)))
+        # On a GPU every launch covers the whole batch: one chunk.
+        step = max(1, min(n, CHUNK_BYTES // max(tile, 1))) if xp is np else n
         self.chunks = [(i, min(i + step, n)) for i in range(0, n, step)]
-        work = math.prod(batch) * L * S
+        work = math.prod(batch) * L * S * E
         parts = _intraop.parts(len(self.chunks)) if xp is np and work >= PART_MIN_WORK else 1
         self.parts = parts
 
@@ -255,12 +297,10 @@ def _block_forward(ctx, lay, bias, scale, causal, block):
     xp = ctx.xp
     q, k, v = lay.q, lay.k, lay.v
     L, S = q.shape[-2], k.shape[-2]
-    batch = xp.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
-    if bias is not None:
-        batch = xp.broadcast_shapes(batch, bias.shape[:-2])
+    batch = _batch(xp, q, k, v, bias)
     acc = xp.zeros(batch + (L, v.shape[-1]), q.dtype)
     lse = xp.empty(batch + (L, 1), q.dtype)
-    sl = _Slicer(xp, batch, L, S, q.dtype.itemsize, block)
+    sl = _Slicer(xp, batch, L, S, q.shape[-1], q.dtype.itemsize, block)
     sl.run(
         lambda c: _block_forward_chunk(
             xp,
@@ -322,7 +362,7 @@ def _block_backward(ctx, lay, gy, out, need):
     gk = xp.zeros(batch + (S, k.shape[-1]), dtype) if need[1] else None
     gv = xp.zeros(batch + (S, v.shape[-1]), dtype) if need[2] else None
     gm = xp.zeros(batch + (L, S), dtype) if need[3] else None
-    sl = _Slicer(xp, batch, L, S, dtype.itemsize, ctx.block)
+    sl = _Slicer(xp, batch, L, S, q.shape[-1], dtype.itemsize, ctx.block)
     sl.run(
         lambda c: _block_backward_chunk(
             xp,

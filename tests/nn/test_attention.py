@@ -92,8 +92,9 @@ def test_sdpa_matches_torch_values_and_grads(case, block, dtype):
         np.testing.assert_allclose(got, exp, rtol=10 * tol, atol=10 * tol)
 
 
+@pytest.mark.parametrize("block", [0, 4], ids=["dense", "blockwise"])
 @pytest.mark.parametrize("case", CASES, ids=[str(i) for i in range(len(CASES))])
-def test_sdpa_blockwise_chunks_and_parts_give_the_serial_results(case, monkeypatch):
+def test_sdpa_chunks_and_parts_give_the_serial_results(case, block, monkeypatch):
     # One head per chunk, the chunks split over the intra-op threads (when there are two): the
     # same values and gradients as one chunk on one thread, since each head is independent.
     rng = np.random.default_rng(5)
@@ -103,7 +104,7 @@ def test_sdpa_blockwise_chunks_and_parts_give_the_serial_results(case, monkeypat
     kw = {"is_causal": causal, "enable_gqa": gqa}
     monkeypatch.setattr(attention, "CHUNK_BYTES", 1 << 40)
     monkeypatch.setattr(attention, "PART_MIN_WORK", 1 << 62)
-    serial = _run(_path(4), q, k, v, m, g, **kw)
+    serial = _run(_path(block), q, k, v, m, g, **kw)
     chunks = []
     monkeypatch.setattr(attention, "CHUNK_BYTES", 1)
     monkeypatch.setattr(attention, "PART_MIN_WORK", 0)
@@ -111,7 +112,7 @@ def test_sdpa_blockwise_chunks_and_parts_give_the_serial_results(case, monkeypat
         before = ferro.get_num_threads()
         ferro.set_num_threads(threads)
         try:
-            chunks.append(_run(_path(4), q, k, v, m, g, **kw))
+            chunks.append(_run(_path(block), q, k, v, m, g, **kw))
         finally:
             ferro.set_num_threads(before)
     for out, grads in chunks:
@@ -122,11 +123,11 @@ def test_sdpa_blockwise_chunks_and_parts_give_the_serial_results(case, monkeypat
 
 def test_sdpa_slicer_cuts_the_first_long_batch_axis(monkeypatch):
     monkeypatch.setattr(attention, "CHUNK_BYTES", 2 * 16 * 4 * 4)  # two heads' tiles a chunk
-    sl = attention._Slicer(np, (1, 6), 16, 4, 4, 64)
+    sl = attention._Slicer(np, (1, 6), 16, 4, 8, 4, 64)
     assert sl.axis == 1 and sl.chunks == [(0, 2), (2, 4), (4, 6)]
     a, b = np.zeros((6, 16, 8)), np.zeros((1, 1, 16, 8))
     assert sl.take(a, (2, 4)).shape == (2, 16, 8) and sl.take(b, (2, 4)) is b
-    assert attention._Slicer(np, (1, 1), 16, 4, 4, 64).chunks == [(0, 1)]
+    assert attention._Slicer(np, (1, 1), 16, 4, 8, 4, 64).chunks == [(0, 1)]
 
 
 @pytest.mark.torch

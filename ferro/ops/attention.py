@@ -293,12 +293,19 @@ class _Slicer:
         _intraop.run(lambda i: [fn(c) for c in runs[i]], n)
 
 
+def _scaled_over(xp, q, scale, batch):
+    # q * scale over the whole batch (q may broadcast): every tile then has the batch's shape,
+    # which the tile's in-place updates and the outputs' slices need.
+    qs = xp.empty(batch + q.shape[-2:], q.dtype)
+    return xp.multiply(q, q.dtype.type(scale), out=qs)
+
+
 def _block_forward(ctx, lay, bias, scale, causal, block):
     xp = ctx.xp
     q, k, v = lay.q, lay.k, lay.v
     L, S = q.shape[-2], k.shape[-2]
     batch = _batch(xp, q, k, v, bias)
-    acc = xp.zeros(batch + (L, v.shape[-1]), q.dtype)
+    acc = xp.empty(batch + (L, v.shape[-1]), q.dtype)
     lse = xp.empty(batch + (L, 1), q.dtype)
     sl = _Slicer(xp, batch, L, S, q.shape[-1], q.dtype.itemsize, block)
     sl.run(
@@ -315,12 +322,15 @@ def _block_forward(ctx, lay, bias, scale, causal, block):
 
 
 def _block_forward_chunk(xp, q, k, v, bias, acc, lse, scale, causal, block):
-    # acc (zeros) and lse: this chunk's slices of the output and of each row's logsumexp.
+    # acc and lse: this chunk's slices of the output and of each row's logsumexp. The first
+    # tile (keys from 0) has every row: it sets acc, total and m instead of updating them.
     L, S = q.shape[-2], k.shape[-2]
     dtype = q.dtype
-    q = q * dtype.type(scale)
+    q = _scaled_over(xp, q, scale, lse.shape[:-2])
     m = xp.full(lse.shape, -math.inf, dtype)
     total = xp.zeros(lse.shape, dtype)
+    if S == 0:
+        acc[...] = 0
     for r0, c0, c1 in _blocks(L, S, causal, block):
         s = xp.matmul(q[..., r0:, :], _swap(k[..., c0:c1, :]))
         b = _block_bias(bias, r0, c0, c1)
@@ -329,10 +339,17 @@ def _block_forward_chunk(xp, q, k, v, bias, acc, lse, scale, causal, block):
         if causal:
             _hide_future(xp, s, r0, c0, c1, L)
         m_old = m[..., r0:, :]
-        m_new = xp.maximum(m_old, s.max(axis=-1, keepdims=True))
+        m_new = s.max(axis=-1, keepdims=True)
+        if c0:
+            xp.maximum(m_old, m_new, out=m_new)
         m_new[xp.isneginf(m_new)] = 0
         s -= m_new
         xp.exp(s, out=s)
+        if not c0:
+            s.sum(axis=-1, keepdims=True, out=total)
+            xp.matmul(s, v[..., c0:c1, :], out=acc)
+            m[...] = m_new
+            continue
         alpha = m_old - m_new
         xp.exp(alpha, out=alpha)
         t = total[..., r0:, :]
@@ -358,9 +375,9 @@ def _block_backward(ctx, lay, gy, out, need):
     L, S = q.shape[-2], k.shape[-2]
     dtype = q.dtype
     batch = lse.shape[:-2]
-    gq = xp.zeros(batch + (L, q.shape[-1]), dtype) if need[0] else None
-    gk = xp.zeros(batch + (S, k.shape[-1]), dtype) if need[1] else None
-    gv = xp.zeros(batch + (S, v.shape[-1]), dtype) if need[2] else None
+    gq = xp.empty(batch + (L, q.shape[-1]), dtype) if need[0] else None
+    gk = xp.empty(batch + (S, k.shape[-1]), dtype) if need[1] else None
+    gv = xp.empty(batch + (S, v.shape[-1]), dtype) if need[2] else None
     gm = xp.zeros(batch + (L, S), dtype) if need[3] else None
     sl = _Slicer(xp, batch, L, S, q.shape[-1], dtype.itemsize, ctx.block)
     sl.run(
@@ -381,11 +398,16 @@ def _block_backward(ctx, lay, gy, out, need):
 
 
 def _block_backward_chunk(xp, q, k, v, bias, lse, gy, out, gq, gk, gv, gm, scale, causal, block):
-    # The gradients' slices (zeros) of this chunk are written in place.
+    # The gradients' slices of this chunk are written in place: gq by the first tile (every
+    # row) and then added to, gk and gv per tile, the keys no query sees set to 0; gm (zeros)
+    # on the tiles.
     L, S = q.shape[-2], k.shape[-2]
-    q = q * q.dtype.type(scale)  # scores as the forward made them; k's gradient is ds^T q scale
+    # Scores as the forward made them; k's gradient is ds^T (q scale).
+    q = _scaled_over(xp, q, scale, lse.shape[:-2])
     delta = (gy * out).sum(axis=-1, keepdims=True)
+    seen = 0  # the keys [0, seen) are some query's
     for r0, c0, c1 in _blocks(L, S, causal, block):
+        seen = c1
         qr = q[..., r0:, :]
         kb = k[..., c0:c1, :]
         s = xp.matmul(qr, _swap(kb))
@@ -407,11 +429,18 @@ def _block_backward_chunk(xp, q, k, v, bias, lse, gy, out, gq, gk, gv, gm, scale
         ds *= p  # the scores' gradient
         if gm is not None:
             gm[..., r0:, c0:c1] = ds
-        if gq is not None:
+        if gq is not None and c0:
             gq[..., r0:, :] += xp.matmul(ds, kb)
+        elif gq is not None:
+            xp.matmul(ds, kb, out=gq)
         if gk is not None:
             xp.matmul(_swap(ds), qr, out=gk[..., c0:c1, :])
+    for g in (gk, gv):
+        if g is not None:
+            g[..., seen:, :] = 0
     if gq is not None:
+        if not seen:
+            gq[...] = 0
         gq *= scale
 
 

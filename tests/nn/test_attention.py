@@ -121,6 +121,38 @@ def test_sdpa_chunks_and_parts_give_the_serial_results(case, block, monkeypatch)
             np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-13)
 
 
+@pytest.mark.parametrize(
+    "shapes",
+    [
+        ((5, 4), (7, 4), (3, 7, 2)),
+        ((1, 5, 4), (2, 7, 4), (2, 1, 7, 2)),
+        ((2, 5, 4),) * 2 + ((2, 5, 3),),
+    ],
+    ids=["v-batch", "v-broadcast", "plain"],
+)
+@pytest.mark.parametrize("causal", [False, True])
+def test_sdpa_blockwise_matches_dense_when_value_has_the_longer_batch(shapes, causal):
+    # The batch is set by value alone here: the blockwise tiles must still take its shape.
+    rng = np.random.default_rng(6)
+    q, k, v = (rng.standard_normal(s) for s in shapes)
+    g = rng.standard_normal(
+        np.broadcast_shapes(*(a.shape[:-2] for a in (q, k, v))) + (5, v.shape[-1])
+    )
+    dense = _run(_path(0), q, k, v, None, g, is_causal=causal)
+    block = _run(_path(2), q, k, v, None, g, is_causal=causal)
+    np.testing.assert_allclose(block[0], dense[0], rtol=1e-12, atol=1e-12)
+    for got, want in zip(block[1], dense[1], strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_sdpa_no_keys_gives_zeros_on_both_paths():
+    rng = np.random.default_rng(7)
+    q, k, v = rng.standard_normal((2, 5, 4)), np.zeros((2, 0, 4)), np.zeros((2, 0, 3))
+    for block in (0, 2):
+        out, grads = _run(_path(block), q, k, v, None, np.ones((2, 5, 3)))
+        assert out.shape == (2, 5, 3) and not out.any() and not grads[0].any()
+
+
 def test_sdpa_slicer_cuts_the_first_long_batch_axis(monkeypatch):
     monkeypatch.setattr(attention, "CHUNK_BYTES", 2 * 16 * 4 * 4)  # two heads' tiles a chunk
     sl = attention._Slicer(np, (1, 6), 16, 4, 8, 4, 64)

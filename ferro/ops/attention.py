@@ -238,14 +238,24 @@ def _hide_future(xp, s, r0, c0, c1, L):
         s[..., :n, :] += _future_bias(xp, n, c1 - c0, r0 - c0, s.dtype)
 
 
-@functools.lru_cache(maxsize=32)
 def _future_bias(xp, rows, cols, shift, dtype):
     # 0 where key j <= query i + shift, else -inf: an add hides the future in one vectorized
     # pass (a masked fill of -inf cost NumPy's per-element masked transfer, 3% of the op).
-    keep = _causal_keep(xp, rows, cols, shift, 0)
-    bias = xp.where(keep, xp.zeros((), dtype), xp.asarray(-math.inf, dtype))
+    # Kept for the next tiles and calls on the CPU (a device array belongs to one device).
     if xp is np:
-        bias.flags.writeable = False
+        return _host_future_bias(rows, cols, shift, dtype)
+    return _future_tile(xp, rows, cols, shift, dtype)
+
+
+def _future_tile(xp, rows, cols, shift, dtype):
+    keep = _causal_keep(xp, rows, cols, shift, 0)
+    return xp.where(keep, xp.zeros((), dtype), xp.asarray(-math.inf, dtype))
+
+
+@functools.lru_cache(maxsize=32)
+def _host_future_bias(rows, cols, shift, dtype):
+    bias = _future_tile(np, rows, cols, shift, dtype)
+    bias.flags.writeable = False
     return bias
 
 

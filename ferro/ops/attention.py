@@ -7,11 +7,13 @@ masking nodes. Two paths compute it, with the same results:
 - **dense** (short key sequences, or dropout): the (L, S) weights ``P`` of every head are
   materialised once and kept for the backward;
 - **blockwise** (long key sequences): an online softmax over blocks of keys (FlashAttention's
-  recurrence: a running row maximum, a running sum and a rescaled accumulator), keeping only
-  each row's logsumexp; the backward recomputes each block's weights from it. Peak extra memory
-  is a few (L, block) tiles per head instead of (L, S) matrices; with ``is_causal`` the blocks a
-  query cannot see are skipped, only the rows that can see a block are computed, and the
-  future is hidden in place on the first rows of a tile (no mask matrix). The heads run in
+  recurrence: a running row maximum, a running sum and a rescaled accumulator), keeping each
+  row's logsumexp; the backward rescales the forward's tiles, kept while they take at most
+  ``KEEP_TILES_BYTES``, or recomputes each block's weights from the logsumexp. Beyond the kept
+  tiles, peak extra memory is a few (L, block) tiles per head instead of (L, S) matrices; with
+  ``is_causal`` the blocks a query cannot see are skipped, only the rows that can see a block
+  are computed, and the future is hidden in place on the first rows of a tile (no mask
+  matrix). The heads run in
   chunks whose tiles stay in a core's L2 cache, and on the CPU the chunks are split over the
   intra-op threads (Note [Intra-op split]): each head's work is independent of the others', so
   the results do not depend on the number of threads.
@@ -329,23 +331,47 @@ def _block_forward(ctx, lay, bias, scale, causal, block):
     batch = _batch(xp, q, k, v, bias)
     acc = xp.empty(batch + (L, v.shape[-1]), q.dtype)
     lse = xp.empty(batch + (L, 1), q.dtype)
+    tiles = _tiles_to_keep(xp, ctx, batch, L, S, causal, block, q.dtype)
     sl = _Slicer(xp, batch, L, S, q.shape[-1], q.dtype.itemsize, block)
     sl.run(
         lambda c: _block_forward_chunk(
             xp,
             *(sl.take(a, c) for a in (q, k, v, bias, acc, lse)),
+            tiles and [tuple(sl.take(a, c) for a in pair) for pair in tiles],
             scale,
             causal,
             block,
         )
     )
-    ctx.lse = lse
+    ctx.lse, ctx.tiles = lse, tiles
     return acc
 
 
-def _block_forward_chunk(xp, q, k, v, bias, acc, lse, scale, causal, block):
-    # acc and lse: this chunk's slices of the output and of each row's logsumexp. The first
-    # tile (keys from 0) has every row: it sets acc, total and m instead of updating them.
+#: The blockwise forward keeps its tiles' weights for the backward (which then skips
+#: recomputing q @ k^T and the exp) while they take at most this many bytes, about one (L, S)
+#: matrix per head of the benchmark's (8, 8, 256, 256) float32 (a causal one keeps 10 MiB of
+#: its 16); longer sequences recompute them from each row's logsumexp.
+KEEP_TILES_BYTES = 1 << 24
+
+
+def _tiles_to_keep(xp, ctx, batch, L, S, causal, block, dtype):
+    """Buffers for the forward's tiles (exp(s - m) and each row's m), or None."""
+    if not any(ctx.needs_input_grad):
+        return None
+    blocks = list(_blocks(L, S, causal, block))
+    size = math.prod(batch) * sum((L - r0) * (c1 - c0 + 1) for r0, c0, c1 in blocks)
+    if size * dtype.itemsize > KEEP_TILES_BYTES:
+        return None
+    return [
+        (xp.empty(batch + (L - r0, c1 - c0), dtype), xp.empty(batch + (L - r0, 1), dtype))
+        for r0, c0, c1 in blocks
+    ]
+
+
+def _block_forward_chunk(xp, q, k, v, bias, acc, lse, tiles, scale, causal, block):
+    # acc and lse: this chunk's slices of the output and of each row's logsumexp; tiles: None
+    # or, per tile, its buffers (exp(s - m), m). The first tile (keys from 0) has every row: it
+    # sets acc, total and m instead of updating them.
     L, S = q.shape[-2], k.shape[-2]
     dtype = q.dtype
     q = _scaled_over(xp, q, scale, lse.shape[:-2])
@@ -353,20 +379,23 @@ def _block_forward_chunk(xp, q, k, v, bias, acc, lse, scale, causal, block):
     total = xp.zeros(lse.shape, dtype)
     if S == 0:
         acc[...] = 0
-    for r0, c0, c1 in _blocks(L, S, causal, block):
-        s = xp.matmul(q[..., r0:, :], _swap(k[..., c0:c1, :]))
+    for i, (r0, c0, c1) in enumerate(_blocks(L, S, causal, block)):
+        keep = tiles[i] if tiles else (None, None)
+        s = xp.matmul(q[..., r0:, :], _swap(k[..., c0:c1, :]), out=keep[0])
         b = _block_bias(bias, r0, c0, c1)
         if b is not None:
             s = _add_bias(xp, s, b)
         if causal:
             _hide_future(xp, s, r0, c0, c1, L)
         m_old = m[..., r0:, :]
-        m_new = s.max(axis=-1, keepdims=True)
+        m_new = s.max(axis=-1, keepdims=True, out=keep[1])
         if c0:
             xp.maximum(m_old, m_new, out=m_new)
         m_new[xp.isneginf(m_new)] = 0
         s -= m_new
         xp.exp(s, out=s)
+        if keep[0] is not None and s is not keep[0]:  # a bias that did not add in place
+            keep[0][...] = s
         if not c0:
             s.sum(axis=-1, keepdims=True, out=total)
             xp.matmul(s, v[..., c0:c1, :], out=acc)
@@ -406,6 +435,7 @@ def _block_backward(ctx, lay, gy, out, need):
         lambda c: _block_backward_chunk(
             xp,
             *(sl.take(a, c) for a in (q, k, v, ctx.bias, lse, gy, out, gq, gk, gv, gm)),
+            ctx.tiles and [tuple(sl.take(a, c) for a in pair) for pair in ctx.tiles],
             scale,
             ctx.is_causal,
             ctx.block,
@@ -419,28 +449,34 @@ def _block_backward(ctx, lay, gy, out, need):
     )
 
 
-def _block_backward_chunk(xp, q, k, v, bias, lse, gy, out, gq, gk, gv, gm, scale, causal, block):
+def _block_backward_chunk(
+    xp, q, k, v, bias, lse, gy, out, gq, gk, gv, gm, tiles, scale, causal, block
+):
     # The gradients' slices of this chunk are written in place: gq by the first tile (every
     # row) and then added to, gk and gv per tile, the keys no query sees set to 0; gm (zeros)
-    # on the tiles.
+    # on the tiles. Each tile's weights are the forward's kept ones rescaled, exp(s - m) *
+    # exp(m - lse), or recomputed from q and k.
     L, S = q.shape[-2], k.shape[-2]
     # Scores as the forward made them; k's gradient is ds^T (q scale).
     q = _scaled_over(xp, q, scale, lse.shape[:-2])
     delta = (gy * out).sum(axis=-1, keepdims=True)
     seen = 0  # the keys [0, seen) are some query's
-    for r0, c0, c1 in _blocks(L, S, causal, block):
+    for i, (r0, c0, c1) in enumerate(_blocks(L, S, causal, block)):
         seen = c1
         qr = q[..., r0:, :]
         kb = k[..., c0:c1, :]
-        s = xp.matmul(qr, _swap(kb))
-        b = _block_bias(bias, r0, c0, c1)
-        if b is not None:
-            s = _add_bias(xp, s, b)
-        if causal:
-            _hide_future(xp, s, r0, c0, c1, L)
-        s -= lse[..., r0:, :]
-        xp.exp(s, out=s)
-        p = s
+        if tiles:
+            f = tiles[i][1] - lse[..., r0:, :]
+            p = xp.multiply(tiles[i][0], xp.exp(f, out=f))  # the kept tile stays as it is
+        else:
+            p = xp.matmul(qr, _swap(kb))
+            b = _block_bias(bias, r0, c0, c1)
+            if b is not None:
+                p = _add_bias(xp, p, b)
+            if causal:
+                _hide_future(xp, p, r0, c0, c1, L)
+            p -= lse[..., r0:, :]
+            xp.exp(p, out=p)
         g = gy[..., r0:, :]
         if gv is not None:
             xp.matmul(_swap(p), g, out=gv[..., c0:c1, :])

@@ -158,12 +158,7 @@ def _dense_forward(ctx, lay, bias, scale, dropout_p):
     p = xp.empty(batch + (L, S), q.dtype)
     out = xp.empty(batch + (L, v.shape[-1]), q.dtype)
     drop = _dropout_mask(xp, p.shape, dropout_p, p.dtype)
-    sl = _Slicer(xp, batch, L, S, q.shape[-1], q.dtype.itemsize, S)
-    sl.run(
-        lambda c: _dense_forward_chunk(
-            xp, *(sl.take(a, c) for a in (q, k, v, bias, drop, p, out)), scale
-        )
-    )
+    _in_chunks(xp, batch, q, S, S, _dense_forward_chunk, (q, k, v, bias, drop, p, out), scale)
     ctx.p = p  # the fast backward's weights (never read by differentiable_backward)
     return out, drop
 
@@ -183,31 +178,15 @@ def _dense_forward_chunk(xp, q, k, v, bias, drop, p, out, scale):
 
 def _dense_backward(ctx, lay, gy, out, drop, need):
     xp = ctx.xp
-    q, k, v, p = lay.q, lay.k, lay.v, ctx.p
-    L, S = p.shape[-2:]
-    batch, dtype = p.shape[:-2], p.dtype
-    gq = xp.empty(batch + (L, q.shape[-1]), dtype) if need[0] else None
-    gk = xp.empty(batch + (S, k.shape[-1]), dtype) if need[1] else None
-    gv = xp.empty(batch + (S, v.shape[-1]), dtype) if need[2] else None
-    gm = xp.empty(batch + (L, S), dtype) if need[3] else None
-    sl = _Slicer(xp, batch, L, S, q.shape[-1], dtype.itemsize, S)
-    sl.run(
-        lambda c: _dense_backward_chunk(
-            xp,
-            *(sl.take(a, c) for a in (q, k, v, gy, out, drop, p, gq, gk, gv, gm)),
-            ctx.scale,
-        )
-    )
-    return (
-        None if gq is None else lay.grad_q(gq),
-        None if gk is None else lay.grad_kv(gk),
-        None if gv is None else lay.grad_kv(gv),
-        None if gm is None else lay.grad_mask(gm),
-    )
+    p = ctx.p
+    grads = _grad_buffers(xp, p.shape[:-2], lay, need, xp.empty)
+    arrays = (lay.q, lay.k, lay.v, gy, out, drop, p, *grads)
+    _in_chunks(xp, p.shape[:-2], lay.q, p.shape[-1], p.shape[-1], _dense_backward_chunk, arrays)
+    return _merged(lay, grads, ctx.scale)
 
 
-def _dense_backward_chunk(xp, q, k, v, gy, out, drop, p, gq, gk, gv, gm, scale):
-    # The gradients' slices of this chunk are written in place.
+def _dense_backward_chunk(xp, q, k, v, gy, out, drop, p, gq, gk, gv, gm):
+    # The gradients' slices of this chunk are written in place (gq and gk before the scale).
     if gv is not None:
         xp.matmul(_swap(p if drop is None else p * drop), gy, out=gv)
     if gq is None and gk is None and gm is None:
@@ -219,10 +198,8 @@ def _dense_backward_chunk(xp, q, k, v, gy, out, drop, p, gq, gk, gv, gm, scale):
     ds *= p  # dS, the gradient of the scores
     if gq is not None:
         xp.matmul(ds, k, out=gq)
-        gq *= scale
     if gk is not None:
         xp.matmul(_swap(ds), q, out=gk)
-        gk *= scale
 
 
 def _block_bias(bias, r0, c0, c1):
@@ -237,26 +214,16 @@ def _hide_future(xp, s, r0, c0, c1, L):
     # first rows of a tile on the diagonal miss keys, the others see the whole tile.
     n = max(0, min(c1 - 1, L) - r0)
     if n:
-        s[..., :n, :] += _future_bias(xp, n, c1 - c0, r0 - c0, s.dtype)
-
-
-def _future_bias(xp, rows, cols, shift, dtype):
-    # 0 where key j <= query i + shift, else -inf: an add hides the future in one vectorized
-    # pass (a masked fill of -inf cost NumPy's per-element masked transfer, 3% of the op).
-    # Kept for the next tiles and calls on the CPU (a device array belongs to one device).
-    if xp is np:
-        return _host_future_bias(rows, cols, shift, dtype)
-    return _future_tile(xp, rows, cols, shift, dtype)
-
-
-def _future_tile(xp, rows, cols, shift, dtype):
-    keep = _causal_keep(xp, rows, cols, shift, 0)
-    return xp.where(keep, xp.zeros((), dtype), xp.asarray(-math.inf, dtype))
+        tri = _future_bias(n, c1 - c0, r0 - c0, s.dtype)
+        s[..., :n, :] += tri if xp is np else xp.asarray(tri)
 
 
 @functools.lru_cache(maxsize=32)
-def _host_future_bias(rows, cols, shift, dtype):
-    bias = _future_tile(np, rows, cols, shift, dtype)
+def _future_bias(rows, cols, shift, dtype):
+    # 0 where key j <= query i + shift, else -inf (kept read-only for the next tiles and calls):
+    # an add hides the future in one vectorized pass, where a masked fill of -inf ran NumPy's
+    # per-element masked transfer (3% of the op).
+    bias = np.where(_causal_keep(np, rows, cols, shift, 0), dtype.type(0), dtype.type(-math.inf))
     bias.flags.writeable = False
     return bias
 
@@ -275,6 +242,32 @@ PART_MIN_WORK = 1 << 22
 #: Within a part, heads run in chunks whose score tiles take about this many bytes, so a tile's
 #: passes (exp, sums, the backward's products) read it from the core's L2 cache, not from L3.
 CHUNK_BYTES = 1 << 19
+
+
+def _in_chunks(xp, batch, q, S, block, fn, arrays, *args):
+    """``fn(xp, *slices, *args)`` for each chunk of the batch (``_Slicer``), ``slices`` the
+    chunk's slices of ``arrays``."""
+    sl = _Slicer(xp, batch, q.shape[-2], S, q.shape[-1], q.dtype.itemsize, block)
+    sl.run(lambda c: fn(xp, *(sl.take(a, c) for a in arrays), *args))
+
+
+def _grad_buffers(xp, batch, lay, need, mask_alloc):
+    """The gradients' buffers (None where not needed) over the whole batch."""
+    L, S = lay.q.shape[-2], lay.k.shape[-2]
+    shapes = ((L, lay.q.shape[-1]), (S, lay.k.shape[-1]), (S, lay.v.shape[-1]), (L, S))
+    allocs = (xp.empty, xp.empty, xp.empty, mask_alloc)
+    grads = zip(allocs, shapes, need, strict=True)
+    return [a(batch + s, lay.q.dtype) if n else None for a, s, n in grads]
+
+
+def _merged(lay, grads, scale):
+    """The gradients in the inputs' layout, q's and k's times ``scale``."""
+    gq, gk, gv, gm = grads
+    for g in (gq, gk):
+        if g is not None:
+            g *= scale
+    merge = (lay.grad_q, lay.grad_kv, lay.grad_kv, lay.grad_mask)
+    return tuple(None if g is None else f(g) for f, g in zip(merge, grads, strict=True))
 
 
 class _Slicer:
@@ -299,6 +292,8 @@ class _Slicer:
         self.parts = parts
 
     def take(self, a, chunk):
+        if isinstance(a, list):  # the kept tiles: (weights, maxima) pairs
+            return [tuple(self.take(b, chunk) for b in pair) for pair in a]
         if a is None or self.axis is None:
             return a
         d = a.ndim - 2 - self.ndim + self.axis
@@ -332,17 +327,8 @@ def _block_forward(ctx, lay, bias, scale, causal, block):
     acc = xp.empty(batch + (L, v.shape[-1]), q.dtype)
     lse = xp.empty(batch + (L, 1), q.dtype)
     tiles = _tiles_to_keep(xp, ctx, batch, L, S, causal, block, q.dtype)
-    sl = _Slicer(xp, batch, L, S, q.shape[-1], q.dtype.itemsize, block)
-    sl.run(
-        lambda c: _block_forward_chunk(
-            xp,
-            *(sl.take(a, c) for a in (q, k, v, bias, acc, lse)),
-            tiles and [tuple(sl.take(a, c) for a in pair) for pair in tiles],
-            scale,
-            causal,
-            block,
-        )
-    )
+    arrays = (q, k, v, bias, acc, lse, tiles)
+    _in_chunks(xp, batch, q, S, block, _block_forward_chunk, arrays, scale, causal, block)
     ctx.lse, ctx.tiles = lse, tiles
     return acc
 
@@ -422,43 +408,23 @@ def _block_forward_chunk(xp, q, k, v, bias, acc, lse, tiles, scale, causal, bloc
 
 def _block_backward(ctx, lay, gy, out, need):
     xp = ctx.xp
-    q, k, v, lse, scale = lay.q, lay.k, lay.v, ctx.lse, ctx.scale
-    L, S = q.shape[-2], k.shape[-2]
-    dtype = q.dtype
-    batch = lse.shape[:-2]
-    gq = xp.empty(batch + (L, q.shape[-1]), dtype) if need[0] else None
-    gk = xp.empty(batch + (S, k.shape[-1]), dtype) if need[1] else None
-    gv = xp.empty(batch + (S, v.shape[-1]), dtype) if need[2] else None
-    gm = xp.zeros(batch + (L, S), dtype) if need[3] else None
-    sl = _Slicer(xp, batch, L, S, q.shape[-1], dtype.itemsize, ctx.block)
-    sl.run(
-        lambda c: _block_backward_chunk(
-            xp,
-            *(sl.take(a, c) for a in (q, k, v, ctx.bias, lse, gy, out, gq, gk, gv, gm)),
-            ctx.tiles and [tuple(sl.take(a, c) for a in pair) for pair in ctx.tiles],
-            scale,
-            ctx.is_causal,
-            ctx.block,
-        )
-    )
-    return (
-        None if gq is None else lay.grad_q(gq),
-        None if gk is None else lay.grad_kv(gk),
-        None if gv is None else lay.grad_kv(gv),
-        None if gm is None else lay.grad_mask(gm),
-    )
+    q, lse, block = lay.q, ctx.lse, ctx.block
+    grads = _grad_buffers(xp, lse.shape[:-2], lay, need, xp.zeros)
+    arrays = (q, lay.k, lay.v, ctx.bias, lse, gy, out, *grads, ctx.tiles)
+    args = (ctx.scale, ctx.is_causal, block)
+    _in_chunks(xp, lse.shape[:-2], q, lay.k.shape[-2], block, _block_backward_chunk, arrays, *args)
+    return _merged(lay, grads, ctx.scale)
 
 
 def _block_backward_chunk(
     xp, q, k, v, bias, lse, gy, out, gq, gk, gv, gm, tiles, scale, causal, block
 ):
-    # The gradients' slices of this chunk are written in place: gq by the first tile (every
-    # row) and then added to, gk and gv per tile, the keys no query sees set to 0; gm (zeros)
-    # on the tiles. Each tile's weights are the forward's kept ones rescaled, exp(s - m) *
-    # exp(m - lse), or recomputed from q and k.
+    # The gradients' slices of this chunk are written in place (gq and gk before the scale):
+    # gq by the first tile (every row) and then added to, gk and gv per tile, the keys no
+    # query sees set to 0; gm (zeros) on the tiles. Each tile's weights are the forward's kept
+    # ones rescaled, exp(s - m) * exp(m - lse), or recomputed from q and k.
     L, S = q.shape[-2], k.shape[-2]
-    # Scores as the forward made them; k's gradient is ds^T (q scale).
-    q = _scaled_over(xp, q, scale, lse.shape[:-2])
+    qs = None if tiles else _scaled_over(xp, q, scale, lse.shape[:-2])  # the forward's scores
     delta = (gy * out).sum(axis=-1, keepdims=True)
     seen = 0  # the keys [0, seen) are some query's
     for i, (r0, c0, c1) in enumerate(_blocks(L, S, causal, block)):
@@ -469,7 +435,7 @@ def _block_backward_chunk(
             f = tiles[i][1] - lse[..., r0:, :]
             p = xp.multiply(tiles[i][0], xp.exp(f, out=f))  # the kept tile stays as it is
         else:
-            p = xp.matmul(qr, _swap(kb))
+            p = xp.matmul(qs[..., r0:, :], _swap(kb))
             b = _block_bias(bias, r0, c0, c1)
             if b is not None:
                 p = _add_bias(xp, p, b)
@@ -496,10 +462,8 @@ def _block_backward_chunk(
     for g in (gk, gv):
         if g is not None:
             g[..., seen:, :] = 0
-    if gq is not None:
-        if not seen:
-            gq[...] = 0
-        gq *= scale
+    if gq is not None and not seen:
+        gq[...] = 0
 
 
 def _differentiable_backward(ctx, gy):

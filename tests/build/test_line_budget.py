@@ -94,9 +94,18 @@ pytestmark = pytest.mark.skipif(
 # for bit. When the session's five branches met (ports, conv kernels, conv splits, recurrent
 # loop, direct ops) the sums measured ferro/_C 7,157 and ferro/ops 11,594 (each branch had
 # counted against an older main): ferro/_C to 7,165, ferro/ops to 11,600.
+#
+# Raised for ferro/ops from 11,600 to 11,725 for issue 15's SDPA on two cores (session 10,
+# attention.py 490 -> 611 code lines): both paths run the heads in L2-sized chunks dealt to the
+# intra-op threads (one slicer and driver that the two paths' forwards and backwards share,
+# with one gradient allocation and merge), the blockwise forward keeps its tiles for the
+# backward within a byte budget (one GEMM and exp of five fewer), and the future is hidden per
+# diagonal tile; single-thread CPU time of the benchmark's causal (8, 8, 256, 64) 50 -> 39 ms,
+# PyTorch's 52. Its four drivers were first folded into one and the gradient buffers shared
+# (attention.py 648 -> 611): 11,719 measured.
 BUDGETS = {
     "ferro/_C": (7165, ("*.pyx", "*.pxd", "*.h", "*.py")),
-    "ferro/ops": (11600, ("*.py",)),
+    "ferro/ops": (11725, ("*.py",)),
 }
 
 

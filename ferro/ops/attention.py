@@ -13,10 +13,11 @@ masking nodes. Two paths compute it, with the same results:
   tiles, peak extra memory is a few (L, block) tiles per head instead of (L, S) matrices; with
   ``is_causal`` the blocks a query cannot see are skipped, only the rows that can see a block
   are computed, and the future is hidden in place on the first rows of a tile (no mask
-  matrix). The heads run in
-  chunks whose tiles stay in a core's L2 cache, and on the CPU the chunks are split over the
-  intra-op threads (Note [Intra-op split]): each head's work is independent of the others', so
-  the results do not depend on the number of threads.
+  matrix).
+
+Both paths run the heads in chunks whose tiles stay in a core's L2 cache, and on the CPU the
+chunks are split over the intra-op threads (Note [Intra-op split]): each head's work is
+independent of the others', so the results do not depend on the number of threads.
 
 Both backwards read buffers written in place, so the op also has a ``differentiable_backward``
 (the same gradients from public ferro ops) for double backward.

@@ -14,6 +14,16 @@ parameters, their gradients and the saved mean and rstd are under 0.2% of those 
 copy of 2.5 x-sized arrays (read once, written once). Both sides write warm memory: the floor a
 buffer it reuses, ferro fresh outputs that the caching allocator (Note [Caching allocator])
 serves from blocks freed by the previous step, without first-touch page faults.
+
+The floor is one thread's copy (glibc's memmove, which streams the 63 MB past the caches); the
+kernels split rows over ferro's threads. ``floor2`` is the same copy cut in two halves run on
+two threads (``ferro._intraop``), the traffic floor of a 2-thread kernel: ``x floor2`` says how
+far the kernels are from what both cores can move, ``x floor`` is the goal's ratio. On the
+loaded 2-core development machine (load 6-8) one thread of layer_norm took 1.95x the floor's
+CPU time (5.5 against 2.8 ms; PyTorch at one thread 6.5 ms): the plain stores of y and gx read
+each output line first (docs/normalization.md, Performance), 175 MB moved against the copy's
+126 MB. Two threads at that load gained nothing for either (a core busy with another process);
+the row splits are dynamic so such a core takes fewer rows (norm_kernels.h).
 """
 
 from __future__ import annotations
@@ -28,6 +38,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import ferro  # noqa: E402
 from benchmarks.common import emit, header, measure, optional_torch, table  # noqa: E402
+from ferro import _intraop  # noqa: E402
 from ferro.ops.fused import overrides  # noqa: E402
 
 
@@ -100,10 +111,13 @@ def main() -> None:
 
         src = np.empty(int(2.5 * xa.size), dtype=np.float32)
         dst = np.empty_like(src)
+        halves = [(dst[: src.size // 2], src[: src.size // 2])]
+        halves.append((dst[src.size // 2 :], src[src.size // 2 :]))
         cases = {
             "ferro": fused,
             "generic": generic,
             "floor": lambda dst=dst, src=src: np.copyto(dst, src),
+            "floor2": lambda h=halves: _intraop.run(lambda i: np.copyto(*h[i]), _intraop.parts(2)),
         }
         if torch is not None:
             tx, tw, tb = (torch.tensor(a, requires_grad=True) for a in (xa, wa, ba))
@@ -119,6 +133,7 @@ def main() -> None:
                 t.get("torch", float("nan")) * 1e3,
                 vs_torch,
                 t["ferro"] / t["floor"],
+                t["ferro"] / t["floor2"],
                 t["generic"] / t["ferro"],
             ]
         )
@@ -130,12 +145,24 @@ def main() -> None:
             generic_ms=t["generic"] * 1e3,
             torch_ms=t.get("torch", float("nan")) * 1e3,
             floor_ms=t["floor"] * 1e3,
+            floor2_ms=t["floor2"] * 1e3,
             ratio_torch=vs_torch,
             ratio_floor=t["ferro"] / t["floor"],
+            ratio_floor2=t["ferro"] / t["floor2"],
         )
     table(
         rows,
-        ["case", "shape", "ferro ms", "generic ms", "torch ms", "x torch", "x floor", "gain"],
+        [
+            "case",
+            "shape",
+            "ferro ms",
+            "generic ms",
+            "torch ms",
+            "x torch",
+            "x floor",
+            "x floor2",
+            "gain",
+        ],
     )
 
 

@@ -7,10 +7,17 @@ masking nodes. Two paths compute it, with the same results:
 - **dense** (short key sequences, or dropout): the (L, S) weights ``P`` of every head are
   materialised once and kept for the backward;
 - **blockwise** (long key sequences): an online softmax over blocks of keys (FlashAttention's
-  recurrence: a running row maximum, a running sum and a rescaled accumulator), keeping only
-  each row's logsumexp; the backward recomputes each block's weights from it. Peak extra memory
-  is a few (L, block) tiles per head instead of (L, S) matrices; with ``is_causal`` the blocks a
-  query cannot see are skipped, and only the rows that can see a block are computed.
+  recurrence: a running row maximum, a running sum and a rescaled accumulator), keeping each
+  row's logsumexp; the backward rescales the forward's tiles, kept while they take at most
+  ``KEEP_TILES_BYTES``, or recomputes each block's weights from the logsumexp. Beyond the kept
+  tiles, peak extra memory is a few (L, block) tiles per head instead of (L, S) matrices; with
+  ``is_causal`` the blocks a query cannot see are skipped, only the rows that can see a block
+  are computed, and the future is hidden in place on the first rows of a tile (no mask
+  matrix).
+
+Both paths run the heads in chunks whose tiles stay in a core's L2 cache, and on the CPU the
+chunks are split over the intra-op threads (Note [Intra-op split]): each head's work is
+independent of the others', so the results do not depend on the number of threads.
 
 Both backwards read buffers written in place, so the op also has a ``differentiable_backward``
 (the same gradients from public ferro ops) for double backward.
@@ -18,9 +25,13 @@ Both backwards read buffers written in place, so the op also has a ``differentia
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 
+import numpy as np
+
+from ferro import _intraop
 from ferro._C.engine import sum_to_shape
 from ferro._C.tensor import TensorBase, wrap
 from ferro.errors import ArgumentError, ArgumentTypeError, DtypeError, ShapeError
@@ -134,60 +145,88 @@ def _dropout_mask(xp, shape, p, dtype):
     return keep * dtype.type(0.0 if p >= 1.0 else 1.0 / (1.0 - p))
 
 
+def _batch(xp, q, k, v, bias):
+    # The broadcast batch shape (all dimensions before the last two).
+    batch = xp.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    return batch if bias is None else xp.broadcast_shapes(batch, bias.shape[:-2])
+
+
 def _dense_forward(ctx, lay, bias, scale, dropout_p):
     xp = ctx.xp
     q, k, v = lay.q, lay.k, lay.v
-    s = xp.matmul(q, _swap(k))
-    s *= scale
-    if bias is not None:
-        s = _add_bias(xp, s, bias)
-    s -= _safe_max(xp, s)
-    xp.exp(s, out=s)
-    total = s.sum(axis=-1, keepdims=True)
-    total[total == 0] = 1  # a row that sees no key: weights 0, output 0 (as PyTorch)
-    s /= total
-    p = s
+    L, S = q.shape[-2], k.shape[-2]
+    batch = _batch(xp, q, k, v, bias)
+    p = xp.empty(batch + (L, S), q.dtype)
+    out = xp.empty(batch + (L, v.shape[-1]), q.dtype)
     drop = _dropout_mask(xp, p.shape, dropout_p, p.dtype)
-    out = xp.matmul(p if drop is None else p * drop, v)
+    _in_chunks(xp, batch, q, S, S, _dense_forward_chunk, (q, k, v, bias, drop, p, out), scale)
     ctx.p = p  # the fast backward's weights (never read by differentiable_backward)
     return out, drop
 
 
+def _dense_forward_chunk(xp, q, k, v, bias, drop, p, out, scale):
+    # p and out: this chunk's slices of the weights and of the output, written in place.
+    s = xp.matmul(q * q.dtype.type(scale), _swap(k))
+    if bias is not None:
+        s = _add_bias(xp, s, bias)
+    s -= _safe_max(xp, s)
+    xp.exp(s, out=p)
+    total = p.sum(axis=-1, keepdims=True)
+    total[total == 0] = 1  # a row that sees no key: weights 0, output 0 (as PyTorch)
+    p /= total
+    xp.matmul(p if drop is None else p * drop, v, out=out)
+
+
 def _dense_backward(ctx, lay, gy, out, drop, need):
     xp = ctx.xp
-    p, scale = ctx.p, ctx.scale
-    gq = gk = gv = gm = None
-    if need[2]:
-        gv = lay.grad_kv(xp.matmul(_swap(p if drop is None else p * drop), gy))
-    if need[0] or need[1] or need[3]:
-        dp = xp.matmul(gy, _swap(lay.v))
-        if drop is not None:
-            dp *= drop
-        dp -= (gy * out).sum(axis=-1, keepdims=True)
-        dp *= p  # dS, the gradient of the scores
-        if need[3]:
-            gm = lay.grad_mask(dp)
-        if need[0]:
-            gq = lay.grad_q(xp.matmul(dp, lay.k) * scale)
-        if need[1]:
-            gk = lay.grad_kv(xp.matmul(_swap(dp), lay.q) * scale)
-    return gq, gk, gv, gm
+    p = ctx.p
+    grads = _grad_buffers(xp, p.shape[:-2], lay, need, xp.empty)
+    arrays = (lay.q, lay.k, lay.v, gy, out, drop, p, *grads)
+    _in_chunks(xp, p.shape[:-2], lay.q, p.shape[-1], p.shape[-1], _dense_backward_chunk, arrays)
+    return _merged(lay, grads, ctx.scale)
 
 
-def _block_bias(xp, bias, causal, r0, L, c0, c1, dtype):
-    """The bias of the tile rows [r0, L) x keys [c0, c1), or None."""
-    b = None
-    if bias is not None:
-        b = bias[..., r0:, c0:c1] if bias.shape[-2] != 1 else bias[..., c0:c1]
-    if causal:
-        n = max(0, min(c1 - 1, L) - r0)  # rows of the tile that miss some of its keys
-        if n:
-            keep = _causal_keep(xp, n, c1 - c0, r0, c0)
-            tri = xp.where(keep, xp.zeros((), dtype), xp.asarray(-math.inf, dtype))
-            rows_all = xp.zeros((L - r0 - n, c1 - c0), dtype)
-            tri = xp.concatenate([tri, rows_all], axis=0) if rows_all.shape[0] else tri
-            b = tri if b is None else b + tri
-    return b
+def _dense_backward_chunk(xp, q, k, v, gy, out, drop, p, gq, gk, gv, gm):
+    # The gradients' slices of this chunk are written in place (gq and gk before the scale).
+    if gv is not None:
+        xp.matmul(_swap(p if drop is None else p * drop), gy, out=gv)
+    if gq is None and gk is None and gm is None:
+        return
+    ds = xp.matmul(gy, _swap(v), out=gm)  # dP, then dS in place
+    if drop is not None:
+        ds *= drop
+    ds -= (gy * out).sum(axis=-1, keepdims=True)
+    ds *= p  # dS, the gradient of the scores
+    if gq is not None:
+        xp.matmul(ds, k, out=gq)
+    if gk is not None:
+        xp.matmul(_swap(ds), q, out=gk)
+
+
+def _block_bias(bias, r0, c0, c1):
+    """The user's bias on the tile rows [r0, L) x keys [c0, c1), or None."""
+    if bias is None:
+        return None
+    return bias[..., r0:, c0:c1] if bias.shape[-2] != 1 else bias[..., c0:c1]
+
+
+def _hide_future(xp, s, r0, c0, c1, L):
+    # Causal: -inf where a tile row (query r0 + i) comes before its key (c0 + j); only the
+    # first rows of a tile on the diagonal miss keys, the others see the whole tile.
+    n = max(0, min(c1 - 1, L) - r0)
+    if n:
+        tri = _future_bias(n, c1 - c0, r0 - c0, s.dtype)
+        s[..., :n, :] += tri if xp is np else xp.asarray(tri)
+
+
+@functools.lru_cache(maxsize=32)
+def _future_bias(rows, cols, shift, dtype):
+    # 0 where key j <= query i + shift, else -inf (kept read-only for the next tiles and calls):
+    # an add hides the future in one vectorized pass, where a masked fill of -inf ran NumPy's
+    # per-element masked transfer (3% of the op).
+    bias = np.where(_causal_keep(np, rows, cols, shift, 0), dtype.type(0), dtype.type(-math.inf))
+    bias.flags.writeable = False
+    return bias
 
 
 def _blocks(L, S, causal, block):
@@ -198,29 +237,159 @@ def _blocks(L, S, causal, block):
             yield r0, c0, min(c0 + block, S)
 
 
+#: Both paths split the batch (all dimensions before the last two) into parts that run on the
+#: intra-op threads (Note [Intra-op split]) from this many multiply-adds of q @ k^T.
+PART_MIN_WORK = 1 << 22
+#: Within a part, heads run in chunks whose score tiles take about this many bytes, so a tile's
+#: passes (exp, sums, the backward's products) read it from the core's L2 cache, not from L3.
+CHUNK_BYTES = 1 << 19
+
+
+def _in_chunks(xp, batch, q, S, block, fn, arrays, *args):
+    """``fn(xp, *slices, *args)`` for each chunk of the batch (``_Slicer``), ``slices`` the
+    chunk's slices of ``arrays``."""
+    sl = _Slicer(xp, batch, q.shape[-2], S, q.shape[-1], q.dtype.itemsize, block)
+    sl.run(lambda c: fn(xp, *(sl.take(a, c) for a in arrays), *args))
+
+
+def _grad_buffers(xp, batch, lay, need, mask_alloc):
+    """The gradients' buffers (None where not needed) over the whole batch."""
+    L, S = lay.q.shape[-2], lay.k.shape[-2]
+    shapes = ((L, lay.q.shape[-1]), (S, lay.k.shape[-1]), (S, lay.v.shape[-1]), (L, S))
+    allocs = (xp.empty, xp.empty, xp.empty, mask_alloc)
+    grads = zip(allocs, shapes, need, strict=True)
+    return [a(batch + s, lay.q.dtype) if n else None for a, s, n in grads]
+
+
+def _merged(lay, grads, scale):
+    """The gradients in the inputs' layout, q's and k's times ``scale``."""
+    gq, gk, gv, gm = grads
+    for g in (gq, gk):
+        if g is not None:
+            g *= scale
+    merge = (lay.grad_q, lay.grad_kv, lay.grad_kv, lay.grad_mask)
+    return tuple(None if g is None else f(g) for f, g in zip(merge, grads, strict=True))
+
+
+class _Slicer:
+    """Cuts the broadcast batch shape into chunks along its first axis longer than 1, and the
+    chunks into parts for the intra-op threads (one part on a GPU); ``take`` slices an array
+    whose batch dimensions broadcast to the batch (None stays None)."""
+
+    def __init__(self, xp, batch, L, S, E, itemsize, block):
+        self.ndim = len(batch)
+        self.axis = next((i for i, n in enumerate(batch) if n > 1), None)
+        if self.axis is None:
+            self.chunks, self.parts = [(0, 1)], 1
+            return
+        n = batch[self.axis]
+        inner = math.prod(batch[self.axis + 1 :])
+        tile = inner * L * min(block, S) * itemsize
+        # On a GPU every launch covers the whole batch: one chunk.
+        step = max(1, min(n, CHUNK_BYTES // max(tile, 1))) if xp is np else n
+        self.chunks = [(i, min(i + step, n)) for i in range(0, n, step)]
+        work = math.prod(batch) * L * S * E
+        parts = _intraop.parts(len(self.chunks)) if xp is np and work >= PART_MIN_WORK else 1
+        self.parts = parts
+
+    def take(self, a, chunk):
+        if isinstance(a, list):  # the kept tiles: (weights, maxima) pairs
+            return [tuple(self.take(b, chunk) for b in pair) for pair in a]
+        if a is None or self.axis is None:
+            return a
+        d = a.ndim - 2 - self.ndim + self.axis
+        if d < 0 or a.shape[d] == 1:
+            return a
+        return a[(slice(None),) * d + (slice(*chunk),)]
+
+    def run(self, fn):
+        """``fn(chunk)`` for every chunk, the chunks dealt to the parts in contiguous runs."""
+        chunks, n = self.chunks, self.parts
+        if n == 1:
+            for c in chunks:
+                fn(c)
+            return
+        runs = [chunks[i * len(chunks) // n : (i + 1) * len(chunks) // n] for i in range(n)]
+        _intraop.run(lambda i: [fn(c) for c in runs[i]], n)
+
+
+def _scaled_over(xp, q, scale, batch):
+    # q * scale over the whole batch (q may broadcast): every tile then has the batch's shape,
+    # which the tile's in-place updates and the outputs' slices need.
+    qs = xp.empty(batch + q.shape[-2:], q.dtype)
+    return xp.multiply(q, q.dtype.type(scale), out=qs)
+
+
 def _block_forward(ctx, lay, bias, scale, causal, block):
     xp = ctx.xp
     q, k, v = lay.q, lay.k, lay.v
     L, S = q.shape[-2], k.shape[-2]
-    batch = xp.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
-    if bias is not None:
-        batch = xp.broadcast_shapes(batch, bias.shape[:-2])
+    batch = _batch(xp, q, k, v, bias)
+    acc = xp.empty(batch + (L, v.shape[-1]), q.dtype)
+    lse = xp.empty(batch + (L, 1), q.dtype)
+    tiles = _tiles_to_keep(xp, ctx, batch, L, S, causal, block, q.dtype)
+    arrays = (q, k, v, bias, acc, lse, tiles)
+    _in_chunks(xp, batch, q, S, block, _block_forward_chunk, arrays, scale, causal, block)
+    ctx.lse, ctx.tiles = lse, tiles
+    return acc
+
+
+#: The blockwise forward keeps its tiles' weights for the backward (which then skips
+#: recomputing q @ k^T and the exp) while they take at most this many bytes, about one (L, S)
+#: matrix per head of the benchmark's (8, 8, 256, 256) float32 (a causal one keeps 10 MiB of
+#: its 16); longer sequences recompute them from each row's logsumexp.
+KEEP_TILES_BYTES = 1 << 24
+
+
+def _tiles_to_keep(xp, ctx, batch, L, S, causal, block, dtype):
+    """Buffers for the forward's tiles (exp(s - m) and each row's m), or None."""
+    if not any(ctx.needs_input_grad):
+        return None
+    blocks = list(_blocks(L, S, causal, block))
+    size = math.prod(batch) * sum((L - r0) * (c1 - c0 + 1) for r0, c0, c1 in blocks)
+    if size * dtype.itemsize > KEEP_TILES_BYTES:
+        return None
+    return [
+        (xp.empty(batch + (L - r0, c1 - c0), dtype), xp.empty(batch + (L - r0, 1), dtype))
+        for r0, c0, c1 in blocks
+    ]
+
+
+def _block_forward_chunk(xp, q, k, v, bias, acc, lse, tiles, scale, causal, block):
+    # acc and lse: this chunk's slices of the output and of each row's logsumexp; tiles: None
+    # or, per tile, its buffers (exp(s - m), m). The first tile (keys from 0) has every row: it
+    # sets acc, total and m instead of updating them.
+    L, S = q.shape[-2], k.shape[-2]
     dtype = q.dtype
-    m = xp.full(batch + (L, 1), -math.inf, dtype)
-    total = xp.zeros(batch + (L, 1), dtype)
-    acc = xp.zeros(batch + (L, v.shape[-1]), dtype)
-    for r0, c0, c1 in _blocks(L, S, causal, block):
-        s = xp.matmul(q[..., r0:, :], _swap(k[..., c0:c1, :]))
-        s *= scale
-        b = _block_bias(xp, bias, causal, r0, L, c0, c1, dtype)
+    q = _scaled_over(xp, q, scale, lse.shape[:-2])
+    m = xp.full(lse.shape, -math.inf, dtype)
+    total = xp.zeros(lse.shape, dtype)
+    if S == 0:
+        acc[...] = 0
+    for i, (r0, c0, c1) in enumerate(_blocks(L, S, causal, block)):
+        keep = tiles[i] if tiles else (None, None)
+        s = xp.matmul(q[..., r0:, :], _swap(k[..., c0:c1, :]), out=keep[0])
+        b = _block_bias(bias, r0, c0, c1)
         if b is not None:
             s = _add_bias(xp, s, b)
+        if causal:
+            _hide_future(xp, s, r0, c0, c1, L)
         m_old = m[..., r0:, :]
-        m_new = xp.maximum(m_old, s.max(axis=-1, keepdims=True))
-        m_new = xp.where(xp.isneginf(m_new), xp.zeros((), dtype), m_new)
+        m_new = s.max(axis=-1, keepdims=True, out=keep[1])
+        if c0:
+            xp.maximum(m_old, m_new, out=m_new)
+        m_new[xp.isneginf(m_new)] = 0
         s -= m_new
         xp.exp(s, out=s)
-        alpha = xp.exp(m_old - m_new)
+        if keep[0] is not None and s is not keep[0]:  # a bias that did not add in place
+            keep[0][...] = s
+        if not c0:
+            s.sum(axis=-1, keepdims=True, out=total)
+            xp.matmul(s, v[..., c0:c1, :], out=acc)
+            m[...] = m_new
+            continue
+        alpha = m_old - m_new
+        xp.exp(alpha, out=alpha)
         t = total[..., r0:, :]
         t *= alpha
         t += s.sum(axis=-1, keepdims=True)
@@ -232,36 +401,49 @@ def _block_forward(ctx, lay, bias, scale, causal, block):
     total[empty] = 1
     acc /= total
     # Each row's logsumexp; +inf for an empty row, so its recomputed weights are exp(-inf) = 0.
-    m = xp.where(xp.isneginf(m), xp.zeros((), dtype), m)
-    lse = m + xp.log(total)
+    m[xp.isneginf(m)] = 0
+    xp.log(total, out=lse)
+    lse += m
     lse[empty] = math.inf
-    ctx.lse = lse
-    return acc
 
 
 def _block_backward(ctx, lay, gy, out, need):
     xp = ctx.xp
-    q, k, v, lse, scale = lay.q, lay.k, lay.v, ctx.lse, ctx.scale
-    bias, causal, block = ctx.bias, ctx.is_causal, ctx.block
+    q, lse, block = lay.q, ctx.lse, ctx.block
+    grads = _grad_buffers(xp, lse.shape[:-2], lay, need, xp.zeros)
+    arrays = (q, lay.k, lay.v, ctx.bias, lse, gy, out, *grads, ctx.tiles)
+    args = (ctx.scale, ctx.is_causal, block)
+    _in_chunks(xp, lse.shape[:-2], q, lay.k.shape[-2], block, _block_backward_chunk, arrays, *args)
+    return _merged(lay, grads, ctx.scale)
+
+
+def _block_backward_chunk(
+    xp, q, k, v, bias, lse, gy, out, gq, gk, gv, gm, tiles, scale, causal, block
+):
+    # The gradients' slices of this chunk are written in place (gq and gk before the scale):
+    # gq by the first tile (every row) and then added to, gk and gv per tile, the keys no
+    # query sees set to 0; gm (zeros) on the tiles. Each tile's weights are the forward's kept
+    # ones rescaled, exp(s - m) * exp(m - lse), or recomputed from q and k.
     L, S = q.shape[-2], k.shape[-2]
-    dtype = q.dtype
-    batch = lse.shape[:-2]
+    qs = None if tiles else _scaled_over(xp, q, scale, lse.shape[:-2])  # the forward's scores
     delta = (gy * out).sum(axis=-1, keepdims=True)
-    gq = xp.zeros(batch + (L, q.shape[-1]), dtype) if need[0] else None
-    gk = xp.zeros(batch + (S, k.shape[-1]), dtype) if need[1] else None
-    gv = xp.zeros(batch + (S, v.shape[-1]), dtype) if need[2] else None
-    gm = xp.zeros(batch + (L, S), dtype) if need[3] else None
-    for r0, c0, c1 in _blocks(L, S, causal, block):
+    seen = 0  # the keys [0, seen) are some query's
+    for i, (r0, c0, c1) in enumerate(_blocks(L, S, causal, block)):
+        seen = c1
         qr = q[..., r0:, :]
         kb = k[..., c0:c1, :]
-        s = xp.matmul(qr, _swap(kb))
-        s *= scale
-        b = _block_bias(xp, bias, causal, r0, L, c0, c1, dtype)
-        if b is not None:
-            s = _add_bias(xp, s, b)
-        s -= lse[..., r0:, :]
-        xp.exp(s, out=s)
-        p = s
+        if tiles:
+            f = tiles[i][1] - lse[..., r0:, :]
+            p = xp.multiply(tiles[i][0], xp.exp(f, out=f))  # the kept tile stays as it is
+        else:
+            p = xp.matmul(qs[..., r0:, :], _swap(kb))
+            b = _block_bias(bias, r0, c0, c1)
+            if b is not None:
+                p = _add_bias(xp, p, b)
+            if causal:
+                _hide_future(xp, p, r0, c0, c1, L)
+            p -= lse[..., r0:, :]
+            xp.exp(p, out=p)
         g = gy[..., r0:, :]
         if gv is not None:
             xp.matmul(_swap(p), g, out=gv[..., c0:c1, :])
@@ -269,20 +451,20 @@ def _block_backward(ctx, lay, gy, out, need):
             continue
         ds = xp.matmul(g, _swap(v[..., c0:c1, :]))
         ds -= delta[..., r0:, :]
-        ds *= p
+        ds *= p  # the scores' gradient
         if gm is not None:
             gm[..., r0:, c0:c1] = ds
-        ds *= scale  # the scores' gradient times scale: what q and k receive
-        if gq is not None:
+        if gq is not None and c0:
             gq[..., r0:, :] += xp.matmul(ds, kb)
+        elif gq is not None:
+            xp.matmul(ds, kb, out=gq)
         if gk is not None:
             xp.matmul(_swap(ds), qr, out=gk[..., c0:c1, :])
-    return (
-        None if gq is None else lay.grad_q(gq),
-        None if gk is None else lay.grad_kv(gk),
-        None if gv is None else lay.grad_kv(gv),
-        None if gm is None else lay.grad_mask(gm),
-    )
+    for g in (gk, gv):
+        if g is not None:
+            g[..., seen:, :] = 0
+    if gq is not None and not seen:
+        gq[...] = 0
 
 
 def _differentiable_backward(ctx, gy):
@@ -365,13 +547,13 @@ class ScaledDotProductAttention:
         xp = ctx.xp
         mask = mask[0] if mask else None
         lay = _Layout(q, k, v, mask, groups)
-        bias = _bias(xp, lay.mask, is_causal, q.shape[-2], k.shape[-2], q.dtype)
+        # The blockwise path hides the future per tile: its bias is the user's mask only.
+        bias = _bias(xp, lay.mask, is_causal and not block, q.shape[-2], k.shape[-2], q.dtype)
         ctx.is_causal, ctx.scale, ctx.groups, ctx.block = is_causal, scale, groups, block
         ctx.dropout_p = dropout_p
         if block:
             out = _block_forward(ctx, lay, bias, scale, is_causal, block)
-            # The causal mask is made per tile; the saved bias is the user's mask only.
-            ctx.bias = _bias(xp, lay.mask, False, q.shape[-2], k.shape[-2], q.dtype)
+            ctx.bias = bias
             drop = None
         else:
             out, drop = _dense_forward(ctx, lay, bias, scale, dropout_p)

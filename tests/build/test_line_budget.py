@@ -104,9 +104,19 @@ pytestmark = pytest.mark.skipif(
 # and 11,598.
 # Raised for ferro/_C from 7,240 to 7,250 for the parallel walk's BLAS hold (session 10, lead:
 # engine.set_side_by_side and the walk's `with`, 8 lines): 7,244 measured.
+# Raised for ferro/ops from 11,600 to 11,725 for issue 15's SDPA on two cores (session 10,
+# attention.py 490 -> 611 code lines): both paths run the heads in L2-sized chunks dealt to the
+# intra-op threads (one slicer and driver that the two paths' forwards and backwards share,
+# with one gradient allocation and merge), the blockwise forward keeps its tiles for the
+# backward within a byte budget (one GEMM and exp of five fewer), and the future is hidden per
+# diagonal tile; single-thread CPU time of the benchmark's causal (8, 8, 256, 64) 50 -> 39 ms,
+# PyTorch's 52. Its four drivers were first folded into one and the gradient buffers shared
+# (attention.py 648 -> 611): 11,719 measured.
+# Merged (session 10, lead): both branches counted against older mains; ferro/ops to
+# 11,745 (11,740 measured after the merge), ferro/_C stays 7,250.
 BUDGETS = {
     "ferro/_C": (7250, ("*.pyx", "*.pxd", "*.h", "*.py")),
-    "ferro/ops": (11620, ("*.py",)),
+    "ferro/ops": (11745, ("*.py",)),
 }
 
 

@@ -94,8 +94,13 @@ pytestmark = pytest.mark.skipif(
 # for bit. When the session's five branches met (ports, conv kernels, conv splits, recurrent
 # loop, direct ops) the sums measured ferro/_C 7,157 and ferro/ops 11,594 (each branch had
 # counted against an older main): ferro/_C to 7,165, ferro/ops to 11,600.
+#
+# Raised for ferro/_C from 7,165 to 7,345 for issue 16's two-core GEMM (session 10, Note
+# [Two-core GEMM] in ferro/_C/gemm.pyx): the CBLAS typedefs of both int widths, the C loop over
+# a product's column or row blocks, the operand layout/dtype/alignment/overlap checks and the
+# OpenBLAS thread-count hold (182 lines measured: 7,339).
 BUDGETS = {
-    "ferro/_C": (7165, ("*.pyx", "*.pxd", "*.h", "*.py")),
+    "ferro/_C": (7345, ("*.pyx", "*.pxd", "*.h", "*.py")),
     "ferro/ops": (11600, ("*.py",)),
 }
 

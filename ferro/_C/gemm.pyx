@@ -93,9 +93,11 @@ cdef bint _wide = False
 cdef get_threads_t _get_threads = NULL
 cdef set_threads_t _set_threads = NULL
 cdef int _active = 0, _saved = 1  # products running; OpenBLAS's count before the first
-# The least m * n * k run here: below it NumPy's matmul (one BLAS thread then) is as fast.
-# Lowered only by tests, to run small products through the parts.
-cdef Py_ssize_t _least = 1 << 21
+# The least m * n * k run here, OpenBLAS's own threshold for a split (SMP_THRESHOLD_MIN *
+# GEMM_MULTITHREAD_THRESHOLD): below it NumPy's matmul runs one BLAS thread, which wakes no
+# worker. From _least to _split the product runs in one part on the caller's thread, OpenBLAS
+# held at one thread (its worker stays asleep); from _split in PARTS parts. Tests lower both.
+cdef Py_ssize_t _least = 1 << 18, _split = 1 << 21
 cdef int PARTS = 2
 
 
@@ -117,10 +119,11 @@ def have_blas():
     return _set_threads != NULL
 
 
-def set_least(Py_ssize_t least):
-    """The least ``m * n * k`` ``matmul`` runs (returns the previous one; tests lower it)."""
-    global _least
-    previous, _least = _least, least
+def set_least(Py_ssize_t least, Py_ssize_t split):
+    """The least ``m * n * k`` ``matmul`` runs, and runs in parts; returns the previous pair
+    (tests and benchmarks change them)."""
+    global _least, _split
+    previous, _least, _split = (_least, _split), least, split
     return previous
 
 
@@ -188,7 +191,7 @@ cpdef object matmul(object a, object b, object out=None):
     cdef int f64 = dtype == cnp.NPY_FLOAT64, threads = FERRO_GEMM_THREADS()
     # rows when op(a) is the larger operand: each part then reads half of it
     cdef int rows = m > n
-    cdef int parts = PARTS if (m if rows else n) >= 32 * PARTS else 1
+    cdef int parts = PARTS if m * n * k >= _split and (m if rows else n) >= 32 * PARTS else 1
     threads = 1 if threads < 1 or parts == 1 else min(threads, parts)
     _hold()
     with nogil:

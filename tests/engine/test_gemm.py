@@ -19,9 +19,9 @@ pytestmark = pytest.mark.skipif(not gemm.have_blas(), reason="no CBLAS found in 
 @pytest.fixture
 def small():
     """Products of any size through the parts (the work threshold lowered)."""
-    before = gemm.set_least(0)
+    before = gemm.set_least(0, 0)
     yield
-    gemm.set_least(before)
+    gemm.set_least(*before)
 
 
 @pytest.fixture
@@ -135,10 +135,21 @@ def test_refusals_go_to_numpy(small):
     assert gemm.matmul(square, square.copy(), square) is NotImplemented  # overlaps a
 
 
-def test_threshold():
+def test_threshold(threads):
+    """Too little work: NumPy's matmul; then one part (OpenBLAS held at one thread); then parts,
+    the product either way."""
+    ferro.set_num_threads(2)
     a = np.ones((8, 8))
-    assert gemm.matmul(a, a) is NotImplemented  # too little work: NumPy's matmul
-    assert gemm.matmul(np.ones((128, 128)), np.ones((128, 128))) is not NotImplemented
+    assert gemm.matmul(a, a) is NotImplemented
+    rng = np.random.default_rng(6)
+    a, b = rng.normal(size=(64, 512)), rng.normal(size=(512, 10))
+    one = gemm.matmul(a, b)  # 327,680: one part
+    before = gemm.set_least(0, 0)
+    try:
+        parts = gemm.matmul(a, b)
+    finally:
+        gemm.set_least(*before)
+    np.testing.assert_allclose(one, parts, rtol=1e-12)
 
 
 def test_fallback_without_blas(small):

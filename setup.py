@@ -28,6 +28,7 @@ PROFILE = os.environ.get("FERRO_CYTHON_PROFILE") == "1"
 # Modules whose loops use OpenMP when the compiler supports it.
 OPENMP_MODULES = {
     "ferro._C.cpu_kernels",
+    "ferro._C.gemm",
     "ferro._C.conv_kernels",
     "ferro._C.norm_kernels",
     "ferro._C.pooling_kernels",
@@ -40,6 +41,7 @@ MODULES = [
     "allocator",
     "engine",
     "cpu_kernels",
+    "gemm",
     "conv_kernels",
     "norm_kernels",
     "pooling_kernels",

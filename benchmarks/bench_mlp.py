@@ -4,7 +4,9 @@ for a NumPy-based library) and against PyTorch with the same thread count, in on
 
     python benchmarks/bench_mlp.py [--batch 64] [--repeats 30]
 
-Also times the ferro step under ``ferro.autograd.detect_anomaly()`` (creation sites recorded,
+Also times the ferro step with its GEMMs on OpenBLAS's own two-thread split (``ferro_blas``:
+ferro's two-core GEMM off, Note [Two-core GEMM] in ferro/_C/gemm.pyx), as a ratio to the plain
+step, and the ferro step under ``ferro.autograd.detect_anomaly()`` (creation sites recorded,
 every gradient checked for NaN/Inf) and under ``ferro.profiler.profile()``, as ratios to the
 plain step.
 
@@ -182,6 +184,18 @@ def main(argv=None) -> list[dict]:
             return pstep()
 
     cases["ferro_profiled"] = profiled_step
+    bstep, _ = make_ferro_step(ferro, init(), x, y)
+
+    def blas_split_step():
+        from ferro._C import gemm
+
+        before = gemm.set_least(1 << 62, 1 << 62)  # every product to NumPy's matmul
+        try:
+            return bstep()
+        finally:
+            gemm.set_least(*before)
+
+    cases["ferro_blas"] = blas_split_step
     med = measure(cases, args.repeats, warmup=3)
     t = med.get("torch")
     rec = emit(
@@ -195,6 +209,7 @@ def main(argv=None) -> list[dict]:
         anomaly_ms=med["ferro_anomaly"] * 1e3,
         anomaly_over_plain=med["ferro_anomaly"] / med["ferro"],
         profiled_over_plain=med["ferro_profiled"] / med["ferro"],
+        blas_split_over_plain=med["ferro_blas"] / med["ferro"],
     )
     print()
     table(
@@ -208,6 +223,7 @@ def main(argv=None) -> list[dict]:
                 med["ferro"] / t if t else "-",
                 med["ferro_anomaly"] / med["ferro"],
                 med["ferro_profiled"] / med["ferro"],
+                med["ferro_blas"] / med["ferro"],
             ]
         ],
         [
@@ -219,6 +235,7 @@ def main(argv=None) -> list[dict]:
             "ferro/torch",
             "anomaly/plain",
             "profiled/plain",
+            "blas split/plain",
         ],
     )
     return [rec]

@@ -80,6 +80,38 @@ def blas_library():
     return None if _BLAS is None else _BLAS[2]
 
 
+# The CBLAS names' prefix and suffix, and the library's config function, in the order tried.
+_CBLAS_NAMES = (
+    ("scipy_cblas_", "64_", "scipy_openblas_get_config64_"),
+    ("cblas_", "64_", "openblas_get_config64_"),
+    ("cblas_", "", "openblas_get_config"),
+)
+
+
+def cblas(*names):
+    """``(addresses, wide)`` of the CBLAS functions ``names`` (``"sgemm"``, ...) of
+    :func:`blas_library`, the first naming of _CBLAS_NAMES it exports them all under, or
+    ``None``. ``wide``: they take 64-bit ints, where the library's config says USE64BITINT (an
+    ILP64 build), else where the names end in 64_. For compiled code that calls NumPy's BLAS."""
+    lib = blas_library()
+    for pre, suf, config in _CBLAS_NAMES if lib is not None else ():
+        full = [f"{pre}{name}{suf}" for name in names]
+        if all(hasattr(lib, name) for name in full):
+            wide = suf == "64_"
+            if hasattr(lib, config):
+                getattr(lib, config).restype = ctypes.c_char_p
+                wide = b"USE64BITINT" in (getattr(lib, config)() or b"")
+            return tuple(ctypes.cast(getattr(lib, n), ctypes.c_void_p).value for n in full), wide
+    return None
+
+
+def blas_threads():
+    """The addresses of the BLAS's ``(get, set)`` thread-count functions, or ``None``."""
+    if _BLAS is None:
+        return None
+    return tuple(ctypes.cast(f, ctypes.c_void_p).value for f in _BLAS[:2])
+
+
 class _State:
     def __init__(self) -> None:
         self.lock = threading.Lock()

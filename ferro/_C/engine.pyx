@@ -32,7 +32,7 @@ cdef extern from "Python.h":
     object PyObject_GenericGetDict(object o, void *context)
     int PyObject_GenericSetDict(object o, object value, void *context) except -1
 
-from ferro._C cimport cpu_kernels
+from ferro._C cimport cpu_kernels, gemm
 from ferro._C.accumulate cimport (
     _add_to,
     _check_commit,
@@ -457,7 +457,7 @@ cdef object _direct_forward(OpDef op, Node node, object xp, tuple call):
             return op.forward(*call)
         if node is not None:
             node_save(node, (a, b))
-        return _matmul(a, b)
+        return gemm.mm(a, b, _matmul)  # Note [Two-core GEMM]
     if kind == DIRECT_TANH or kind == DIRECT_RELU:
         y = xp.tanh(a) if kind == DIRECT_TANH else xp.maximum(a, 0)
         if node is not None:
@@ -534,8 +534,8 @@ cdef tuple _direct_backward(int kind, Node node, object gy):
         a, b = <tuple>node._saved
         if not _matrices(a, b):
             return node.op.backward(node, gy)
-        return (_matmul(gy, b.T) if node._next[0] is not None else None,
-                _matmul(a.T, gy) if node._next[1] is not None else None)
+        return (gemm.mm(gy, b.T, _matmul) if node._next[0] is not None else None,
+                gemm.mm(a.T, gy, _matmul) if node._next[1] is not None else None)
     if kind >= DIRECT_SUM:
         d = <dict>PyObject_GenericGetDict(node, NULL)
         g = _as_array(gy * d["scale"]) if kind == DIRECT_MEAN else gy

@@ -6,12 +6,34 @@ import math
 
 import numpy as np
 
+from ferro import _intraop
+from ferro._C import gemm
 from ferro._C.engine import compiled
 from ferro._C.tensor import TensorBase
 from ferro.errors import ArgumentError, ArgumentTypeError, ShapeError
 from ferro.ops.elementwise import add, mul
 from ferro.ops.registry import apply, register
 from ferro.ops.shape import broadcast_to
+
+
+def find_blas() -> bool:
+    """Give ferro._C.gemm (Note [Two-core GEMM]) the CBLAS sgemm/dgemm and the thread-count
+    functions of the OpenBLAS NumPy uses, where they are found (at import; tests unset them and
+    call it again). Returns whether gemm has them."""
+    found, threads = _intraop.cblas("sgemm", "dgemm"), _intraop.blas_threads()
+    if found is not None and threads is not None:
+        gemm.set_blas(*found[0], found[1], *threads)
+    return gemm.have_blas()
+
+
+find_blas()
+
+
+def _mm(a, b):
+    """``a @ b`` of matrices: ferro's two-core GEMM where it applies (Note [Two-core GEMM] in
+    ferro/_C/gemm.pyx; NumPy arrays of enough work), else the array module's ``@``."""
+    y = gemm.matmul(a, b)
+    return a @ b if y is NotImplemented else y
 
 
 def _rows(a):
@@ -25,19 +47,19 @@ class Matmul:
     def forward(ctx, a, b):
         ctx.save(a, b)
         if a.ndim > 2 and b.ndim == 2:  # one GEMM over the folded rows (see Linear)
-            return (_rows(a) @ b).reshape(a.shape[:-1] + (b.shape[1],))
-        return a @ b
+            return _mm(_rows(a), b).reshape(a.shape[:-1] + (b.shape[1],))
+        return _mm(a, b) if a.ndim == 2 and b.ndim == 2 else a @ b
 
     @staticmethod
     def backward(ctx, gy):
         a, b = ctx.saved
         need_a, need_b = ctx.needs_input_grad
         if a.ndim == 2 and b.ndim == 2:  # the common case: .T, no swapaxes Python layers
-            return (gy @ b.T if need_a else None), (a.T @ gy if need_b else None)
+            return (_mm(gy, b.T) if need_a else None), (_mm(a.T, gy) if need_b else None)
         xp = ctx.xp
         if a.ndim > 2 and b.ndim == 2:
-            ga = (_rows(gy) @ b.T).reshape(a.shape) if need_a else None
-            gb = _rows(a).T @ _rows(gy) if need_b else None
+            ga = _mm(_rows(gy), b.T).reshape(a.shape) if need_a else None
+            gb = _mm(_rows(a).T, _rows(gy)) if need_b else None
             return ga, gb
         # Treat 1-D operands as matrices (a row, b a column), as matmul itself does.
         a2 = a[None, :] if a.ndim == 1 else a
@@ -90,7 +112,7 @@ class Linear:
         ctx.save(x if need_w else None, w if need_x else None)
         # Batch dimensions are folded into the rows: one GEMM, where x @ w.T on a 3-D x runs
         # one small GEMM per leading index (2-3x slower on a Transformer's (B, T, C)).
-        y = _rows(x) @ w.T
+        y = _mm(_rows(x), w.T)
         if b is not None:
             y += b
         return y.reshape(x.shape[:-1] + (w.shape[0],))
@@ -99,11 +121,11 @@ class Linear:
     def backward(ctx, gy):
         x, w = ctx.saved
         need_x, need_w, need_b = ctx.needs_input_grad
-        gx = (_rows(gy) @ w).reshape(gy.shape[:-1] + (w.shape[1],)) if need_x else None
+        gx = _mm(_rows(gy), w).reshape(gy.shape[:-1] + (w.shape[1],)) if need_x else None
         gw = gb = None
         if need_w:
             g2 = gy.reshape(-1, gy.shape[-1])
-            gw = g2.T @ x.reshape(-1, x.shape[-1])
+            gw = _mm(g2.T, x.reshape(-1, x.shape[-1]))
         if need_b:
             gb = gy.reshape(-1, gy.shape[-1]).sum(axis=0)
         return gx, gw, gb

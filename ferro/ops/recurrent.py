@@ -19,7 +19,6 @@ activations from the saved inputs, which keeps second derivatives exact.
 
 from __future__ import annotations
 
-import ctypes
 import math
 import threading
 import types
@@ -506,29 +505,15 @@ def layer_backward(ctx, cells, gout, gh_n, gc_n=None, *, wave):
 # (tests/nn/test_rnn.py). Where no CBLAS symbol is found, or with ``_C_LOOP = False``, the
 # Python loop below runs.
 _C_LOOP = True
-_BLAS_NAMES = (  # the CBLAS names' prefix and suffix, and the library's config function
-    ("scipy_cblas_", "64_", "scipy_openblas_get_config64_"),
-    ("cblas_", "64_", "openblas_get_config64_"),
-    ("cblas_", "", "openblas_get_config"),
-)
 
 
 def _find_blas(backend) -> bool:
     """Give ``backend`` (``set_blas``) the CBLAS gemm and gemv of the OpenBLAS NumPy uses, if
-    it has them: the first of _BLAS_NAMES's that it exports. Their ints are 64-bit where the
-    library's config says USE64BITINT (an ILP64 build), else where the names end in 64_."""
-    lib = _intraop.blas_library()
-    for pre, suf, config in _BLAS_NAMES if lib is not None else ():
-        names = [f"{pre}{f}{suf}" for f in ("sgemm", "dgemm", "sgemv", "dgemv")]
-        if all(hasattr(lib, name) for name in names):
-            wide = suf == "64_"
-            if hasattr(lib, config):
-                getattr(lib, config).restype = ctypes.c_char_p
-                wide = b"USE64BITINT" in (getattr(lib, config)() or b"")
-            fns = (ctypes.cast(getattr(lib, name), ctypes.c_void_p).value for name in names)
-            backend.set_blas(*fns, wide)
-            return True
-    return False
+    it has them (``ferro._intraop.cblas``)."""
+    found = _intraop.cblas("sgemm", "dgemm", "sgemv", "dgemv")
+    if found is not None:
+        backend.set_blas(*found[0], found[1])
+    return found is not None
 
 
 def _step_loop(cells, mode, batch, hout, hidden):

@@ -114,8 +114,13 @@ pytestmark = pytest.mark.skipif(
 # (attention.py 648 -> 611): 11,719 measured.
 # Merged (session 10, lead): both branches counted against older mains; ferro/ops to
 # 11,745 (11,740 measured after the merge), ferro/_C stays 7,250.
+# Raised for ferro/_C from 7,165 to 7,345 for issue 16's two-core GEMM (session 10, Note
+# [Two-core GEMM] in ferro/_C/gemm.pyx): the CBLAS typedefs of both int widths, the C loop over
+# a product's column or row blocks, the operand layout/dtype/alignment/overlap checks and the
+# OpenBLAS thread-count hold (182 lines measured: 7,339).
+# Merged (session 10, lead): ferro/_C to 7,430 (7,427 measured after the merge).
 BUDGETS = {
-    "ferro/_C": (7250, ("*.pyx", "*.pxd", "*.h", "*.py")),
+    "ferro/_C": (7430, ("*.pyx", "*.pxd", "*.h", "*.py")),
     "ferro/ops": (11745, ("*.py",)),
 }
 

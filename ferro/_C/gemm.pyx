@@ -1,0 +1,219 @@
+"""ferro's two-core GEMM: ``C = A @ B`` of float32/float64 matrices as a fixed number of
+independent parts (column or row blocks of C), run on ferro's OpenMP threads, each part one call
+of the CBLAS gemm of the OpenBLAS NumPy loaded, with OpenBLAS held at one thread meanwhile.
+
+Note [Two-core GEMM]: after each GEMM it splits over its own threads, OpenBLAS's worker spins
+for about 80 ms on the other core, so a step made of GEMMs and elementwise ops keeps the second
+core busy spinning while ferro's own two-thread loops and intra-op splits want it. Run as two
+parts on ferro's team (which sleeps, Note [OpenMP wait policy]), OpenBLAS's worker never runs.
+How many parts a product is cut into depends only on its shape, never on the thread count, so
+results are the same bits on one thread and two (each part runs the same call either way).
+``matmul`` answers NotImplemented where NumPy must run: no CBLAS found (``set_blas``), too little
+work, any operand that is not an exact aligned native-order 2-D float32/float64 ndarray with
+one axis contiguous, mixed dtypes, an ``out`` that is not a fresh-looking C-contiguous
+writeable array of the result's shape and dtype or that overlaps an operand.
+"""
+
+cimport numpy as cnp
+from ferro.errors import ArgumentError
+
+cnp.import_array()
+
+cdef extern from *:
+    """
+    #include <stdint.h>
+    #include <stddef.h>
+    #ifdef _OPENMP
+    #include <omp.h>
+    #define FERRO_GEMM_THREADS() omp_get_max_threads()
+    #else
+    #define FERRO_GEMM_THREADS() 1
+    #endif
+    typedef void (*ferro_gemm64_f32)(int, int, int, int64_t, int64_t, int64_t, float,
+                                     const float *, int64_t, const float *, int64_t, float,
+                                     float *, int64_t);
+    typedef void (*ferro_gemm64_f64)(int, int, int, int64_t, int64_t, int64_t, double,
+                                     const double *, int64_t, const double *, int64_t, double,
+                                     double *, int64_t);
+    typedef void (*ferro_gemm32_f32)(int, int, int, int, int, int, float, const float *, int,
+                                     const float *, int, float, float *, int);
+    typedef void (*ferro_gemm32_f64)(int, int, int, int, int, int, double, const double *, int,
+                                     const double *, int, double, double *, int);
+    /* c (m, n), row-major with leading dimension n, = op(a) @ op(b) in `parts` blocks: of
+     * columns (rows_split 0) or rows, block edges on multiples of 16 elements. op(a) is a
+     * row-major (m, k) with leading dimension lda, or with ta the transpose of one (k, m);
+     * likewise b. The blocks run on up to `threads` OpenMP threads, one CBLAS call each. */
+    static void ferro_gemm(void *fn, int wide, int f64, int ta, int tb, ptrdiff_t m,
+                           ptrdiff_t n, ptrdiff_t k, const char *a, ptrdiff_t lda,
+                           const char *b, ptrdiff_t ldb, char *c, int rows_split, int parts,
+                           int threads) {
+        const ptrdiff_t size = f64 ? 8 : 4, extent = rows_split ? m : n;
+        ptrdiff_t p;
+        #pragma omp parallel for num_threads(threads) schedule(static, 1) if (threads > 1)
+        for (p = 0; p < parts; p++) {
+            ptrdiff_t lo = (extent * p / parts) & ~(ptrdiff_t)15;
+            ptrdiff_t hi = p == parts - 1 ? extent : (extent * (p + 1) / parts) & ~(ptrdiff_t)15;
+            ptrdiff_t mm = rows_split ? hi - lo : m, nn = rows_split ? n : hi - lo;
+            const char *ap = a, *bp = b;
+            char *cp = c + (rows_split ? lo * n : lo) * size;
+            if (rows_split)
+                ap += (ta ? lo : lo * lda) * size;
+            else
+                bp += (tb ? lo * ldb : lo) * size;
+            if (mm <= 0 || nn <= 0)
+                continue;
+            const int oa = ta ? 112 : 111, ob = tb ? 112 : 111;
+            if (wide && f64)
+                ((ferro_gemm64_f64)fn)(101, oa, ob, mm, nn, k, 1.0, (const double *)ap, lda,
+                                       (const double *)bp, ldb, 0.0, (double *)cp, n);
+            else if (wide)
+                ((ferro_gemm64_f32)fn)(101, oa, ob, mm, nn, k, 1.0f, (const float *)ap, lda,
+                                       (const float *)bp, ldb, 0.0f, (float *)cp, n);
+            else if (f64)
+                ((ferro_gemm32_f64)fn)(101, oa, ob, (int)mm, (int)nn, (int)k, 1.0,
+                                       (const double *)ap, (int)lda, (const double *)bp,
+                                       (int)ldb, 0.0, (double *)cp, (int)n);
+            else
+                ((ferro_gemm32_f32)fn)(101, oa, ob, (int)mm, (int)nn, (int)k, 1.0f,
+                                       (const float *)ap, (int)lda, (const float *)bp,
+                                       (int)ldb, 0.0f, (float *)cp, (int)n);
+        }
+    }
+    """
+    int FERRO_GEMM_THREADS() nogil
+    void ferro_gemm(void*, int, int, int, int, Py_ssize_t, Py_ssize_t, Py_ssize_t, const char*,
+                    Py_ssize_t, const char*, Py_ssize_t, char*, int, int, int) nogil
+
+
+ctypedef int (*get_threads_t)() noexcept nogil
+ctypedef void (*set_threads_t)(int) noexcept nogil
+
+cdef void *_gemm[2]  # sgemm, dgemm: set_blas
+cdef bint _wide = False
+cdef get_threads_t _get_threads = NULL
+cdef set_threads_t _set_threads = NULL
+cdef int _active = 0, _saved = 1  # products running; OpenBLAS's count before the first
+# The least m * n * k run here, OpenBLAS's own threshold for a split (SMP_THRESHOLD_MIN *
+# GEMM_MULTITHREAD_THRESHOLD): below it NumPy's matmul runs one BLAS thread, which wakes no
+# worker. From _least to _split the product runs in one part on the caller's thread, OpenBLAS
+# held at one thread (its worker stays asleep); from _split in PARTS parts. Tests lower both.
+cdef Py_ssize_t _least = 1 << 18, _split = 1 << 21
+cdef int PARTS = 2
+
+
+def set_blas(size_t sgemm, size_t dgemm, bint wide, size_t get_threads, size_t set_threads):
+    """The CBLAS ``sgemm``/``dgemm`` of the BLAS NumPy uses (``wide``: 64-bit ints) and its
+    ``get/set_num_threads``, found by ``ferro.ops.linalg.find_blas`` when it is imported;
+    zeros unset them (``matmul`` then answers NotImplemented)."""
+    global _wide, _get_threads, _set_threads
+    if _active:
+        raise ArgumentError("gemm.set_blas: a product is running")
+    if not (sgemm and dgemm and get_threads and set_threads):
+        sgemm = dgemm = get_threads = set_threads = 0
+    _gemm[0], _gemm[1], _wide = <void*>sgemm, <void*>dgemm, wide
+    _get_threads, _set_threads = <get_threads_t>get_threads, <set_threads_t>set_threads
+
+
+def have_blas():
+    """Whether :func:`set_blas` gave this module its BLAS."""
+    return _set_threads != NULL
+
+
+def set_least(Py_ssize_t least, Py_ssize_t split):
+    """The least ``m * n * k`` ``matmul`` runs, and runs in parts; returns the previous pair
+    (tests and benchmarks change them)."""
+    global _least, _split
+    previous, _least, _split = (_least, _split), least, split
+    return previous
+
+
+cdef inline int _layout(cnp.ndarray x, int dtype, Py_ssize_t *ld) noexcept:
+    # 0: x is row-major with leading dimension ld, 1: the transpose of one, -1: neither (or not
+    # an aligned native-order array of dtype).
+    if (cnp.PyArray_TYPE(x) != dtype or not cnp.PyArray_ISNOTSWAPPED(x)
+            or not cnp.PyArray_ISALIGNED(x) or cnp.PyArray_NDIM(x) != 2):
+        return -1
+    cdef Py_ssize_t s0 = cnp.PyArray_STRIDES(x)[0], s1 = cnp.PyArray_STRIDES(x)[1]
+    cdef Py_ssize_t r = cnp.PyArray_DIMS(x)[0], c = cnp.PyArray_DIMS(x)[1]
+    cdef Py_ssize_t size = cnp.PyArray_ITEMSIZE(x)
+    if s1 == size and s0 > 0 and s0 % size == 0 and s0 // size >= c:
+        ld[0] = s0 // size
+        return 0
+    if s0 == size and s1 > 0 and s1 % size == 0 and s1 // size >= r:
+        ld[0] = s1 // size
+        return 1
+    return -1
+
+
+cdef inline bint _overlap(cnp.ndarray x, char *lo, char *hi) noexcept:
+    cdef char *p = <char*>cnp.PyArray_DATA(x)
+    cdef Py_ssize_t span = ((cnp.PyArray_DIMS(x)[0] - 1) * cnp.PyArray_STRIDES(x)[0]
+                            + (cnp.PyArray_DIMS(x)[1] - 1) * cnp.PyArray_STRIDES(x)[1]
+                            + cnp.PyArray_ITEMSIZE(x))
+    return p < hi and lo < p + span
+
+
+cpdef object matmul(object a, object b, object out=None):
+    """``a @ b`` of two matrices as Note [Two-core GEMM] says, into ``out`` or a fresh
+    C-contiguous array; NotImplemented where NumPy's matmul must run."""
+    if type(a) is not cnp.ndarray or type(b) is not cnp.ndarray or _set_threads == NULL:
+        return NotImplemented
+    cdef cnp.ndarray x = <cnp.ndarray>a, y = <cnp.ndarray>b, c
+    cdef char *lo
+    cdef char *hi
+    if cnp.PyArray_NDIM(x) != 2 or cnp.PyArray_NDIM(y) != 2:
+        return NotImplemented
+    cdef Py_ssize_t m = cnp.PyArray_DIMS(x)[0], k = cnp.PyArray_DIMS(x)[1]
+    cdef Py_ssize_t n = cnp.PyArray_DIMS(y)[1], lda = 0, ldb = 0
+    cdef int dtype = cnp.PyArray_TYPE(x)
+    if (cnp.PyArray_DIMS(y)[0] != k or m < 2 or n < 2 or k < 2 or m * n * k < _least
+            or (dtype != cnp.NPY_FLOAT32 and dtype != cnp.NPY_FLOAT64)):
+        return NotImplemented
+    cdef int ta = _layout(x, dtype, &lda), tb = _layout(y, dtype, &ldb)
+    if ta < 0 or tb < 0 or (not _wide and max(m, n, k, lda, ldb) >= 1 << 31):
+        return NotImplemented
+    cdef cnp.npy_intp dims[2]
+    if out is None:
+        dims[0], dims[1] = m, n
+        c = <cnp.ndarray>cnp.PyArray_EMPTY(2, dims, dtype, 0)
+    elif type(out) is not cnp.ndarray:
+        return NotImplemented
+    else:
+        c = <cnp.ndarray>out
+        if (cnp.PyArray_TYPE(c) != dtype or not cnp.PyArray_ISCARRAY(c)
+                or not cnp.PyArray_ISNOTSWAPPED(c) or cnp.PyArray_NDIM(c) != 2
+                or cnp.PyArray_DIMS(c)[0] != m or cnp.PyArray_DIMS(c)[1] != n):
+            return NotImplemented
+        lo = <char*>cnp.PyArray_DATA(c)
+        hi = lo + m * n * cnp.PyArray_ITEMSIZE(c)
+        if _overlap(x, lo, hi) or _overlap(y, lo, hi):
+            return NotImplemented
+    cdef int f64 = dtype == cnp.NPY_FLOAT64, threads = FERRO_GEMM_THREADS()
+    # rows when op(a) is the larger operand: each part then reads half of it
+    cdef int rows = m > n
+    cdef int parts = PARTS if m * n * k >= _split and (m if rows else n) >= 32 * PARTS else 1
+    threads = 1 if threads < 1 or parts == 1 else min(threads, parts)
+    _hold()
+    with nogil:
+        ferro_gemm(_gemm[f64], _wide, f64, ta, tb, m, n, k, <const char*>cnp.PyArray_DATA(x),
+                   lda, <const char*>cnp.PyArray_DATA(y), ldb, <char*>cnp.PyArray_DATA(c),
+                   rows, parts, threads)
+    _release()
+    return c
+
+
+cdef inline void _hold() noexcept:
+    # OpenBLAS at one thread while any product runs (with the GIL: the count is process-wide)
+    global _active, _saved
+    if _active == 0:
+        _saved = _get_threads()
+        if _saved != 1:
+            _set_threads(1)
+    _active += 1
+
+
+cdef inline void _release() noexcept:
+    global _active
+    _active -= 1
+    if _active == 0 and _saved != 1:
+        _set_threads(_saved)

@@ -30,6 +30,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy  # noqa: F401  (loaded first: its BLAS is what _load_functions looks for)
 
+from ferro._C import gemm as _gemm
+
 
 def _load_functions():
     """OpenBLAS's ``(get, set, library)`` thread-count functions and libgomp's: ``None``
@@ -118,7 +120,6 @@ class _State:
         self.pool: ThreadPoolExecutor | None = None
         self.workers = 0  # the pool's size
         self.active = 0  # splits running
-        self.blas_threads = 0  # the BLAS's count before the first of them
         self.local = threading.local()  # .inside: this thread runs a part
         self.threads = (_BLAS or _GOMP or (lambda: 1,))[0]()
 
@@ -170,11 +171,8 @@ def set_num_threads(n: int) -> None:
     state = _state
     with state.lock:
         state.threads = n
-        if _BLAS is not None:
-            if state.active:  # a split runs: the count it gives back at its end
-                state.blas_threads = n
-            else:
-                _BLAS[1](n)
+        if _BLAS is not None:  # during a hold, the count given back at its end
+            _gemm.give_back(n)
     if _GOMP is not None:
         _GOMP[1](n)
 
@@ -239,19 +237,16 @@ def run(fn, n: int) -> list:
 
 
 def _hold(state) -> None:
-    # Under state.lock: OpenBLAS to one thread for the first holder, its count kept to give back.
-    if state.active == 0:
-        state.blas_threads = _BLAS[0]()
-        if state.blas_threads != 1:
-            _BLAS[1](1)
+    # Under state.lock: OpenBLAS at one thread, through the one count that ferro._C.gemm's
+    # products share (the count before the first holder is given back by the last).
     state.active += 1
+    _gemm.hold()
 
 
 def _release(state) -> None:
     with state.lock:
         state.active -= 1
-        if state.active == 0 and state.blas_threads != 1:
-            _BLAS[1](state.blas_threads)
+        _gemm.release()
 
 
 @contextlib.contextmanager

@@ -108,15 +108,37 @@ def set_blas(size_t sgemm, size_t dgemm, bint wide, size_t get_threads, size_t s
     global _wide, _get_threads, _set_threads
     if _active:
         raise ArgumentError("gemm.set_blas: a product is running")
-    if not (sgemm and dgemm and get_threads and set_threads):
+    if not (get_threads and set_threads):
         sgemm = dgemm = get_threads = set_threads = 0
+    if not (sgemm and dgemm):  # the thread count alone: hold() still works
+        sgemm = dgemm = 0
     _gemm[0], _gemm[1], _wide = <void*>sgemm, <void*>dgemm, wide
     _get_threads, _set_threads = <get_threads_t>get_threads, <set_threads_t>set_threads
 
 
 def have_blas():
-    """Whether :func:`set_blas` gave this module its BLAS."""
-    return _set_threads != NULL
+    """Whether :func:`set_blas` gave this module its BLAS's GEMMs."""
+    return _gemm[0] != NULL
+
+
+def hold():
+    """OpenBLAS at one thread until the matching :func:`release`: the one count that products,
+    ferro._intraop's splits and the parallel backward walk share (each under the GIL), so that
+    the count given back at the last release is the one before the first hold."""
+    _hold()
+
+
+def release():
+    _release()
+
+
+def give_back(int n):
+    """OpenBLAS's count to ``n``: now when nothing holds it, else at the last release."""
+    global _saved
+    if _active:
+        _saved = n
+    elif _set_threads != NULL:
+        _set_threads(n)
 
 
 def set_least(Py_ssize_t least, Py_ssize_t split):
@@ -156,7 +178,7 @@ cdef inline bint _overlap(cnp.ndarray x, char *lo, char *hi) noexcept:
 cpdef object matmul(object a, object b, object out=None):
     """``a @ b`` of two matrices as Note [Two-core GEMM] says, into ``out`` or a fresh
     C-contiguous array; NotImplemented where NumPy's matmul must run."""
-    if type(a) is not cnp.ndarray or type(b) is not cnp.ndarray or _set_threads == NULL:
+    if type(a) is not cnp.ndarray or type(b) is not cnp.ndarray or _gemm[0] == NULL:
         return NotImplemented
     cdef cnp.ndarray x = <cnp.ndarray>a, y = <cnp.ndarray>b, c
     cdef char *lo
@@ -205,7 +227,7 @@ cpdef object matmul(object a, object b, object out=None):
 cdef inline void _hold() noexcept:
     # OpenBLAS at one thread while any product runs (with the GIL: the count is process-wide)
     global _active, _saved
-    if _active == 0:
+    if _active == 0 and _get_threads != NULL:
         _saved = _get_threads()
         if _saved != 1:
             _set_threads(1)
@@ -215,5 +237,5 @@ cdef inline void _hold() noexcept:
 cdef inline void _release() noexcept:
     global _active
     _active -= 1
-    if _active == 0 and _saved != 1:
+    if _active == 0 and _saved != 1 and _set_threads != NULL:
         _set_threads(_saved)

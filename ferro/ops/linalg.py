@@ -21,8 +21,8 @@ def find_blas() -> bool:
     functions of the OpenBLAS NumPy uses, where they are found (at import; tests unset them and
     call it again). Returns whether gemm has them."""
     found, threads = _intraop.cblas("sgemm", "dgemm"), _intraop.blas_threads()
-    if found is not None and threads is not None:
-        gemm.set_blas(*found[0], found[1], *threads)
+    if threads is not None:  # the thread count alone still serves _intraop's holds
+        gemm.set_blas(*(found or ((0, 0), False))[0], (found or (0, False))[1], *threads)
     return gemm.have_blas()
 
 

@@ -118,9 +118,11 @@ pytestmark = pytest.mark.skipif(
 # [Two-core GEMM] in ferro/_C/gemm.pyx): the CBLAS typedefs of both int widths, the C loop over
 # a product's column or row blocks, the operand layout/dtype/alignment/overlap checks and the
 # OpenBLAS thread-count hold (182 lines measured: 7,339).
-# Merged (session 10, lead): ferro/_C to 7,430 (7,427 measured after the merge).
+# Merged (session 10, lead): ferro/_C to 7,430 (7,427 measured after the merge). Raised to 7,450
+# for the one BLAS thread count that gemm's products, the splits and the parallel walk share
+# (gemm.hold/release/give_back, 16 lines): 7,443 measured.
 BUDGETS = {
-    "ferro/_C": (7430, ("*.pyx", "*.pxd", "*.h", "*.py")),
+    "ferro/_C": (7450, ("*.pyx", "*.pxd", "*.h", "*.py")),
     "ferro/ops": (11745, ("*.py",)),
 }
 

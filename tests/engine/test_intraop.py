@@ -154,3 +154,21 @@ def test_set_num_threads_during_a_split_is_what_the_split_gives_back(two_threads
     intraop.set_num_threads(3)
     assert intraop.run(part, 2)[1] == 1
     assert _blas_threads() == 2
+
+
+@needs_blas
+def test_products_splits_and_walks_share_one_count_whatever_order_they_end_in(two_threads):
+    # A product (ferro._C.gemm) that starts before a split and ends inside it must neither give
+    # the split two BLAS threads nor leave the count at one after both end.
+    from ferro._C import gemm
+
+    before = _blas_threads()
+    gemm.hold()
+    with intraop.one_blas_thread():
+        gemm.release()
+        assert _blas_threads() == 1
+    assert _blas_threads() == before
+    with intraop.one_blas_thread():
+        intraop.set_num_threads(3)  # given back at the last release
+        assert _blas_threads() == 1
+    assert _blas_threads() == 3

@@ -7,12 +7,12 @@ pack into a list index, a ``(tensor, lambda)`` tuple and a ``repr`` string broug
 ``save_on_cpu(pin_memory=True)`` inside a Module's ``forward`` and in a ``SaveToCpu`` wrapper in a
 ``Sequential``; saving to disk with ``torch.save``/``torch.load`` through a ``SelfDeletingTempFile``
 whose ``__del__`` removes the file once backward frees the saved value; the size-filtered
-``SaveToDisk`` module.
+``SaveToDisk`` module wrapped in ``nn.DataParallel`` (missing in ferro until this port; it runs
+the module on ferro's one device), which the test then calls.
 
 Left out: the ``y.grad_fn._saved_self``/``_saved_other``/``_saved_result`` prints (ferro's nodes
-do not name their saved values: a strict xfail in test_port_gaps.py), and the tutorial's
-closing ``nn.DataParallel(SaveToDisk(Model()))``, which the test runs separately. The printing
-hooks append to ``LOG`` as well.
+do not name their saved values: a strict xfail in test_port_gaps.py). The printing hooks append
+to ``LOG`` as well.
 """
 
 import numpy as np
@@ -205,10 +205,12 @@ class SaveToDisk(nn.Module):
         with torch.autograd.graph.saved_tensors_hooks(pack_hook, unpack_hook):
             return self.module(*args, **kwargs)
 
+net = nn.DataParallel(SaveToDisk(Model()))
+
 x = torch.randn(5)
-net = SaveToDisk(Model())
 net(x).sum().backward()
-SAVE_TO_DISK_GRAD = (net.module.w.grad.tolist(), x.tolist())
+SAVE_TO_DISK_GRAD = (net.module.module.w.grad.tolist(), x.tolist())
+STATE_KEYS = list(net.state_dict())
 """
 
 
@@ -228,7 +230,7 @@ def _check(env):
     # when backward frees it
     assert env["FILES"] == [1, 0] and env["DISK_GRAD"] == [2.0] * 5
     grad, x = env["SAVE_TO_DISK_GRAD"]
-    assert grad == x
+    assert grad == x and env["STATE_KEYS"] == ["module.module.w"]
     assert [g.shape for g in env["SAVE_TO_CPU_GRADS"]] == [
         (100, 10),
         (100,),

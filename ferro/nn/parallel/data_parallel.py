@@ -11,6 +11,7 @@ recommends over ``DataParallel``.
 from __future__ import annotations
 
 from ferro._C.tensor import TensorBase
+from ferro.backend import cuda_device_count, device
 from ferro.errors import ArgumentTypeError, NotSupportedError
 from ferro.nn.module import Module
 
@@ -31,8 +32,6 @@ def _to(obj, device):
 def _index(d) -> int:
     if isinstance(d, int):
         return d
-    from ferro import device
-
     return device(d).index or 0
 
 
@@ -60,11 +59,9 @@ class DataParallel(Module):
             raise ArgumentTypeError(
                 f"DataParallel: module must be a ferro.nn.Module, got {type(module).__name__}"
             )
-        from ferro import cuda
-
         self.module = module
         self.dim = int(dim)
-        if not cuda.is_available():
+        if cuda_device_count() == 0:
             self.device_ids, self.output_device = [], None
             return
         ids = [0] if device_ids is None else [_index(d) for d in device_ids]

@@ -718,6 +718,19 @@ class Tensor(TensorBase):
             size, fill_value, dtype=dtype, device=device, requires_grad=requires_grad
         )
 
+    def new(self, *args) -> Tensor:
+        """PyTorch's legacy ``t.new(...)``: the legacy constructor of ``t``'s type (ferro.legacy)
+        on ``t``'s device. ``t.new()`` is empty, ``t.new(2, 3)`` or ``t.new(size)``
+        uninitialized, ``t.new(data)`` a copy of a sequence or array in ``t``'s dtype, and
+        ``t.new(u)`` of a tensor of the same type shares it. Older programs write
+        ``weight.new(n, b, h).zero_()``; new code uses ``new_zeros``/``new_tensor``.
+        """
+        from ferro import legacy  # ferro.legacy imports this module
+
+        types = legacy.CUDA_TYPES if self.is_cuda else legacy.CPU_TYPES
+        name = _TYPE_NAMES.get(self._data.dtype.name, self._data.dtype.name) + "Tensor"
+        return types[name](*args, device=_backend.device_of(self._data))
+
     def _new_args(self, dtype, device):
         data = self._data
         return (

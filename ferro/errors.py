@@ -14,7 +14,8 @@ builtin a Python user would expect, so ``except ValueError`` keeps working:
 - :class:`CheckpointError` (``GraphError``): a checkpoint's recomputation did not match.
 - :class:`SerializationError` (``ValueError``): ``ferro.load`` of a file that is not a valid ferro
   state file (nothing is executed, nothing partially loaded).
-- :class:`GradcheckError` (``AssertionError``): ``ferro.testing.gradcheck`` found a wrong gradient.
+- :class:`GradcheckError` (``AssertionError``, and ``RuntimeError`` as PyTorch's): ``gradcheck``
+  found a wrong gradient.
 - :class:`ArgumentError` (``ValueError``): an argument's value is not allowed (a negative size,
   an unknown mode string, a size that overflows, ...).
 - :class:`ArgumentTypeError` (``TypeError``): an argument of a type the function does not take
@@ -79,7 +80,7 @@ class SerializationError(FerroError, ValueError):
     """``ferro.load`` got a file that is not a readable ferro state file."""
 
 
-class GradcheckError(FerroError, AssertionError):
+class GradcheckError(FerroError, AssertionError, RuntimeError):
     """``ferro.testing.gradcheck`` found analytical and numerical gradients that disagree."""
 
 

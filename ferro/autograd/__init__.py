@@ -141,6 +141,56 @@ def grad(
     return tuple(None if g is None else wrap(g) for g in res)
 
 
+def gradcheck(
+    func, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=True, fast_mode=False
+) -> bool:
+    """PyTorch's ``torch.autograd.gradcheck``: :func:`ferro.testing.gradcheck` under its names.
+
+    ``inputs`` is a Tensor or a tuple; the ones that require grad must be float64 (PyTorch only
+    warns). ``fast_mode`` is accepted and changes nothing: ferro always compares the full
+    Jacobians (PyTorch's slow mode), a check that implies the fast mode's projection of them.
+    A mismatch raises :class:`~ferro.errors.GradcheckError` (a RuntimeError, as PyTorch's, and an
+    AssertionError), or returns False when ``raise_exception`` is False.
+
+    Example:
+        >>> x = ferro.randn(3, dtype=ferro.float64, requires_grad=True)
+        >>> ferro.autograd.gradcheck(lambda t: t.exp(), x)
+        True
+    """
+    from ferro.testing.gradcheck import gradcheck as check
+
+    return check(func, inputs, eps=eps, atol=atol, rtol=rtol, raise_exception=raise_exception)
+
+
+def gradgradcheck(
+    func,
+    inputs,
+    grad_outputs=None,
+    *,
+    eps=1e-6,
+    atol=1e-5,
+    rtol=1e-3,
+    raise_exception=True,
+    fast_mode=False,
+) -> bool:
+    """PyTorch's ``torch.autograd.gradgradcheck``: :func:`ferro.testing.gradgradcheck`.
+
+    The second derivatives of ``func`` (its ``create_graph`` backward checked against central
+    differences, with respect to the inputs and to ``grad_outputs``, drawn when None), with
+    :func:`gradcheck`'s arguments and errors.
+
+    Example:
+        >>> x = ferro.randn(3, dtype=ferro.float64, requires_grad=True)
+        >>> ferro.autograd.gradgradcheck(lambda t: t * t * t, x)
+        True
+    """
+    from ferro.testing.gradcheck import gradgradcheck as check
+
+    return check(
+        func, inputs, grad_outputs, eps=eps, atol=atol, rtol=rtol, raise_exception=raise_exception
+    )
+
+
 def _threads(num_threads) -> int:
     if num_threads is None:
         return 0
@@ -157,6 +207,8 @@ __all__ = [
     "grad",
     "Function",
     "functional",
+    "gradcheck",
+    "gradgradcheck",
     "graph",
     "detect_anomaly",
     "set_detect_anomaly",

@@ -58,6 +58,7 @@ def _make_opdef(cls) -> OpDef:
 
     def forward(ctx, *args, _ferro_box=None, **kwargs):
         inputs = [wrap(a) if is_array(a) else a for a in args]
+        ctx._ferro_n_inputs = len(args)
         with no_grad():
             out = cls.forward(
                 FunctionCtx(ctx, _ferro_box if _ferro_box is not None else {}), *inputs, **kwargs
@@ -72,33 +73,28 @@ def _make_opdef(cls) -> OpDef:
             return tuple(o._data for o in outs)
         return out._data
 
-    def backward(ctx, *grad_outputs):
-        gys = [None if g is None else wrap(g) for g in grad_outputs]
-        with no_grad():
-            res = cls.backward(ctx, *gys)
-        res = res if isinstance(res, (tuple, list)) else (res,)
-        out = []
-        for k, g in enumerate(res):
-            if g is None or isinstance(g, TensorBase):
-                out.append(None if g is None else g._data)
-            else:
-                raise GradientError(
-                    f"{name}.backward returned a {type(g).__name__} as gradient {k}; expected a "
-                    "Tensor or None"
-                )
-        return tuple(out)
-
-    def differentiable_backward(ctx, *grad_outputs):
-        # create_graph: grad mode is on, the grads and ctx.saved_tensors have history.
-        res = cls.backward(ctx, *grad_outputs)
-        res = res if isinstance(res, (tuple, list)) else (res,)
+    def gradients(ctx, res) -> tuple:
+        res = tuple(res) if isinstance(res, (tuple, list)) else (res,)
         for k, g in enumerate(res):
             if g is not None and not isinstance(g, TensorBase):
                 raise GradientError(
                     f"{name}.backward returned a {type(g).__name__} as gradient {k}; expected a "
                     "Tensor or None"
                 )
-        return tuple(res)
+        # As in PyTorch, gradients past the inputs may be returned when they are None (a
+        # backward written for optional arguments the call left at their defaults).
+        n = ctx._ferro_n_inputs
+        return res[:n] if len(res) > n and all(g is None for g in res[n:]) else res
+
+    def backward(ctx, *grad_outputs):
+        gys = [None if g is None else wrap(g) for g in grad_outputs]
+        with no_grad():
+            res = gradients(ctx, cls.backward(ctx, *gys))
+        return tuple(None if g is None else g._data for g in res)
+
+    def differentiable_backward(ctx, *grad_outputs):
+        # create_graph: grad mode is on, the grads and ctx.saved_tensors have history.
+        return gradients(ctx, cls.backward(ctx, *grad_outputs))
 
     return OpDef(
         f"function:{cls.__module__}.{cls.__qualname__}",

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from ferro._C import engine as _engine
 from ferro.backend import device_of, is_device_array, move
-from ferro.errors import ArgumentTypeError
+from ferro.errors import ArgumentError, ArgumentTypeError
 
 
 class saved_tensors_hooks:
@@ -75,9 +75,20 @@ def _from_host(packed):
 
 class save_on_cpu(saved_tensors_hooks):
     """Keep saved GPU arrays in host memory until backward needs them (CPU arrays are kept as
-    they are, without a copy)."""
+    they are, without a copy).
 
-    def __init__(self) -> None:
+    ``pin_memory`` and ``device_type`` are PyTorch's arguments: ferro's host copies are
+    synchronous, so pinning changes nothing (as ``Tensor.pin_memory``), and CUDA is the one
+    device type with its own memory.
+    """
+
+    def __init__(self, pin_memory: bool = False, device_type: str = "cuda") -> None:
+        if device_type != "cuda":
+            raise ArgumentError(
+                f"save_on_cpu: device_type must be 'cuda' (ferro's one accelerator), got "
+                f"{device_type!r}"
+            )
+        self.pin_memory = bool(pin_memory)
         super().__init__(_to_host, _from_host)
 
 

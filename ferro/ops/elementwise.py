@@ -274,7 +274,9 @@ class Pow:
         y = _pow_fast(ctx.xp, a, b) if _fast_pow_args(a, b) else None
         if y is None:
             y = a**b
-        ctx.save(a, b, y)
+        # y serves only the exponent's gradient: a Python exponent has none, and then only a is
+        # kept (as PyTorch does; the output stays unreferenced by the graph).
+        ctx.save(a, b, None if isinstance(b, (int, float)) else y)
         return y
 
     @staticmethod

@@ -60,11 +60,13 @@ class Optimizer:
                 raise ArgumentTypeError(
                     f"{type(self).__name__}: parameters must be tensors, got {type(p).__name__}"
                 )
-            if not p.requires_grad or not p.is_leaf:
+            # A leaf that does not require grad is accepted, as in PyTorch: it gets no
+            # gradient, and a step leaves it (the autograd tutorial freezes a model's body and
+            # still hands every parameter to SGD); requires_grad may also be turned on later.
+            if not p.is_leaf:
                 raise ArgumentError(
-                    f"{type(self).__name__}: can only optimize leaf tensors that require grad, "
-                    f"got a {'non-leaf' if not p.is_leaf else 'leaf'} tensor of shape "
-                    f"{tuple(p.shape)} with requires_grad={p.requires_grad}"
+                    f"{type(self).__name__}: can only optimize leaf tensors, got a non-leaf "
+                    f"tensor of shape {tuple(p.shape)}"
                 )
         seen = {id(p) for g in self.param_groups for p in g["params"]}
         if any(id(p) in seen for p in params):

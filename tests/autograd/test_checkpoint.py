@@ -7,7 +7,7 @@ import pytest
 
 import ferro
 from ferro.autograd.graph import disable_saved_tensors_hooks, save_on_cpu, saved_tensors_hooks
-from ferro.errors import CheckpointError
+from ferro.errors import ArgumentError, CheckpointError
 from ferro.utils.checkpoint import checkpoint, checkpoint_sequential
 
 
@@ -179,3 +179,10 @@ def test_disable_saved_tensors_hooks_and_save_on_cpu():
         z = (x * 3.0).tanh()
     (y.sum() + z.sum()).backward()
     assert x.grad.shape == (2,)
+    # PyTorch's arguments (the saved-tensors-hooks tutorial passes pin_memory=True)
+    with save_on_cpu(pin_memory=True, device_type="cuda"):
+        w = (x * x).sum()
+    w.backward()
+    assert x.grad.shape == (2,)
+    with pytest.raises(ArgumentError, match="device_type must be 'cuda'"):
+        save_on_cpu(device_type="xpu")

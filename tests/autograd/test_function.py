@@ -131,6 +131,36 @@ def test_wrong_gradient_count_shape_dtype_name_the_function():
     assert x.grad is None
 
 
+def test_function_backward_may_return_extra_none_gradients():
+    # PyTorch accepts gradients past the inputs when they are None (the conv/batch-norm fusion
+    # tutorial's backward returns seven for two inputs); an extra one that is not None is an
+    # error, once and twice differentiable.
+    class Extra(Function):
+        @staticmethod
+        def forward(ctx, x, scale=2.0):
+            ctx.scale = scale
+            return x * scale
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * ctx.scale, None, None
+
+    class ExtraNotNone(Extra):
+        @staticmethod
+        def backward(ctx, g):
+            return g * ctx.scale, g
+
+    x = ferro.ones(3, requires_grad=True)
+    Extra.apply(x).sum().backward()
+    assert x.grad.tolist() == [2.0, 2.0, 2.0]
+    (g,) = ferro.autograd.grad(Extra.apply(x, 3.0).sum(), x, create_graph=True)
+    assert g.tolist() == [3.0, 3.0, 3.0]
+    with pytest.raises(GradientError, match="NoneBackward returned 2 gradients; expected 1"):
+        ExtraNotNone.apply(x).sum().backward()
+    with pytest.raises(GradientError, match="returned 2 gradients; expected 1"):
+        ferro.autograd.grad(ExtraNotNone.apply(x).sum(), x, create_graph=True)
+
+
 def test_saved_tensor_modified_in_place_is_detected():
     x = ferro.tensor([1.0, 2.0], requires_grad=True)
     h = x * 1.0

@@ -132,3 +132,35 @@ def test_variable_is_a_detached_alias_with_requires_grad_as_given():
         warnings.simplefilter("always")
         Variable(t, volatile=True)
     assert any("volatile was removed" in str(c.message) for c in caught)
+
+
+def test_tensor_new_is_the_legacy_constructor_of_its_type():
+    # Older pytorch/examples word_language_model: weight.new(nlayers, bsz, nhid).zero_()
+    weight = ferro.randn(3, 4, requires_grad=True)
+    h = weight.new(2, 5, 7).zero_()
+    assert h.shape == (2, 5, 7) and h.dtype == ferro.float32 and not h.requires_grad
+    assert h.abs().sum().item() == 0.0
+    assert weight.new().shape == (0,) and weight.new(ferro.Size([2, 1])).shape == (2, 1)
+    assert weight.new([1, 2]).dtype == ferro.float32
+    ids = ferro.tensor([1, 2])
+    assert ids.new([3.7]).tolist() == [3] and ids.new(np.array([4, 5])).dtype == ferro.int64
+    detached = weight.detach()
+    assert weight.new(detached) is not detached and np.shares_memory(
+        weight.new(detached).numpy(), detached.numpy()
+    )
+    with pytest.raises(DtypeError, match="expected a tensor of type ferro.FloatTensor"):
+        weight.new(ids)
+    with pytest.raises(ArgumentTypeError, match="expected sizes"):
+        weight.new("ab")
+
+
+@pytest.mark.torch
+def test_tensor_new_matches_torch():
+    torch = pytest.importorskip("torch")
+    for ours, theirs in ((ferro.zeros(2), torch.zeros(2)), (ferro.tensor([1]), torch.tensor([1]))):
+        for args in ((3, 2), ([1, 2],), ()):
+            a, b = ours.new(*args), theirs.new(*args)
+            assert (
+                tuple(a.shape) == tuple(b.shape)
+                and a.type().split(".")[-1] == b.type().split(".")[-1]
+            )

@@ -137,3 +137,33 @@ def test_hub_tqdm_as_in_the_vision_transformer_example():
     from ferro.hub import tqdm
 
     assert list(tqdm(range(2))) == [0, 1]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="ferro's graph nodes do not name their saved values: the saved-tensors-hooks "
+    "tutorial prints y.grad_fn._saved_self / _saved_other / _saved_result (the ops save "
+    "positional arrays, ctx.saved; test_saved_tensors_hooks_port.py leaves those lines out)",
+)
+def test_grad_fn_saved_attributes_as_in_the_saved_tensors_hooks_tutorial():
+    a = torch.randn(5, requires_grad=True)
+    b = torch.ones(5, requires_grad=True)
+    y = a * b
+    assert y.grad_fn._saved_self is a and y.grad_fn._saved_other is b
+    assert torch.exp(a).grad_fn._saved_result.equal(torch.exp(a))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="ferro has no forward-mode AD with dual tensors: the forward-mode AD tutorial's "
+    "torch.autograd.forward_ad (dual_level, make_dual, unpack_dual) is missing; "
+    "ferro.autograd.functional.jvp computes the same products by double backward, and an "
+    "autograd.Function's jvp runs through Function.apply_jvp",
+)
+def test_forward_ad_dual_numbers_as_in_the_forward_ad_tutorial():
+    import ferro.autograd.forward_ad as fwAD
+
+    primal, tangent = torch.randn(3), torch.ones(3)
+    with fwAD.dual_level():
+        out = fwAD.make_dual(primal, tangent).sin()
+        assert torch.allclose(fwAD.unpack_dual(out).tangent, primal.cos())

@@ -424,3 +424,39 @@ def test_lbfgs_matches_pytorch(torch64, kw):
     np.testing.assert_allclose(got[0], expect[0], rtol=1e-6, atol=1e-9)
     np.testing.assert_allclose(got[1], expect[1], rtol=1e-9)
     assert got[2:] == expect[2:]  # the same evaluations and iterations
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda ps: ferro.optim.SGD(ps, lr=0.1, momentum=0.9),
+        lambda ps: ferro.optim.Adam(ps, lr=0.1),
+        lambda ps: ferro.optim.AdamW(ps, lr=0.1, amsgrad=True),
+        lambda ps: ferro.optim.RMSprop(ps, lr=0.1),
+        lambda ps: ferro.optim.Adagrad(ps, lr=0.1),
+        lambda ps: ferro.optim.Adadelta(ps),
+        lambda ps: ferro.optim.Adamax(ps),
+        lambda ps: ferro.optim.NAdam(ps),
+        lambda ps: ferro.optim.RAdam(ps),
+    ],
+)
+def test_frozen_leaves_are_accepted_and_left_alone(make):
+    # The autograd tutorial freezes a model's body (requires_grad = False) and still hands
+    # model.parameters() to SGD, as PyTorch allows; unfreezing later makes them train.
+    model = ferro.nn.Sequential(ferro.nn.Linear(3, 4), ferro.nn.Linear(4, 2))
+    for p in model[0].parameters():
+        p.requires_grad = False
+    frozen = [p.detach().clone() for p in model[0].parameters()]
+    head = model[1].weight.detach().clone()
+    opt = make(model.parameters())
+    model(ferro.ones(5, 3)).sum().backward()
+    opt.step()
+    assert all(ferro.equal(p, q) for p, q in zip(model[0].parameters(), frozen, strict=True))
+    assert not ferro.equal(model[1].weight, head)
+    model[0].weight.requires_grad_(True)
+    opt.zero_grad()
+    model(ferro.ones(5, 3)).sum().backward()
+    opt.step()
+    assert not ferro.equal(model[0].weight, frozen[0])
+    with pytest.raises(ArgumentError, match="can only optimize leaf tensors, got a non-leaf"):
+        make([model[1].weight * 2])

@@ -22,6 +22,7 @@ parts run, or state where they are not (a sum of partial results in a different 
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import threading
@@ -177,13 +178,8 @@ def run(fn, n: int) -> list:
     first exception (by part) is raised then."""
     if n <= 1:
         return [fn(i) for i in range(n)]
-    state = _state
+    state = _hold()
     with state.lock:
-        if state.active == 0:
-            state.blas_threads = _BLAS[0]()
-            if state.blas_threads != 1:
-                _BLAS[1](1)
-        state.active += 1
         if state.workers < n - 1:
             if state.pool is not None:
                 state.pool.shutdown(wait=False)
@@ -206,7 +202,36 @@ def run(fn, n: int) -> list:
             raise error
         return results
     finally:
-        with state.lock:
-            state.active -= 1
-            if state.active == 0 and state.blas_threads != 1:
-                _BLAS[1](state.blas_threads)
+        _release(state)
+
+
+def _hold():
+    # OpenBLAS at one thread while any split (or hold) runs; the count before the first back
+    # at the end of the last.
+    state = _state
+    with state.lock:
+        if state.active == 0:
+            state.blas_threads = _BLAS[0]()
+            if state.blas_threads != 1:
+                _BLAS[1](1)
+        state.active += 1
+    return state
+
+
+def _release(state):
+    with state.lock:
+        state.active -= 1
+        if state.active == 0 and state.blas_threads != 1:
+            _BLAS[1](state.blas_threads)
+
+
+@contextlib.contextmanager
+def one_blas_thread():
+    """OpenBLAS at one thread meanwhile, as during :func:`run`: for compiled code that runs
+    its own threads and calls the BLAS from each (ferro/ops/recurrent.py's LSTM steps). Only
+    where :func:`parts` gave more than one part (OpenBLAS's count is controllable there)."""
+    state = _hold()
+    try:
+        yield
+    finally:
+        _release(state)

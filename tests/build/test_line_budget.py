@@ -94,9 +94,18 @@ pytestmark = pytest.mark.skipif(
 # for bit. When the session's five branches met (ports, conv kernels, conv splits, recurrent
 # loop, direct ops) the sums measured ferro/_C 7,157 and ferro/ops 11,594 (each branch had
 # counted against an older main): ferro/_C to 7,165, ferro/ops to 11,600.
+#
+# Raised for ferro/_C from 7,165 to 7,280 and for ferro/ops from 11,600 to 11,680 for issue 15's
+# LSTM on two cores (session 10, Note [Hidden-unit split]): the step loop's chunks of hidden
+# units on an OpenMP team with a spin-then-futex barrier, leading dimensions in the BLAS call,
+# the chunk and thread checks (+119 in ferro/_C after the single-step LSTM kernels became the
+# chunk kernels on all units: 48 lines of duplicate cell math gone; 7,276 measured), and in
+# recurrent.py the chunk order of the gate columns, the big GEMMs in row blocks (_mm), OpenBLAS
+# held at one thread for the pass, and layer 0's input projection in the node (input_weights,
+# its checks and gradients, the reference's: +80, 11,674 measured).
 BUDGETS = {
-    "ferro/_C": (7165, ("*.pyx", "*.pxd", "*.h", "*.py")),
-    "ferro/ops": (11600, ("*.py",)),
+    "ferro/_C": (7280, ("*.pyx", "*.pxd", "*.h", "*.py")),
+    "ferro/ops": (11680, ("*.py",)),
 }
 
 

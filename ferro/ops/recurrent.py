@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import math
 import threading
 import types
@@ -410,7 +411,7 @@ def layer_forward(ctx, cells, xg, h0, c0, w_hh, b_hh, w_hr, *, mode, sizes, reve
         table = [xp.asarray(a, dtype=xp.intp) for a in (offsets, bs)]
         chunks = wave.front.chunks if lstm and w_hr is None else 1  # Note [Hidden-unit split]
         if chunks > 1:
-            w_t = xp.ascontiguousarray(w_hh[_unit_order(hidden, chunks)].T)
+            w_t = xp.ascontiguousarray(w_hh[list(_unit_order(hidden, chunks))].T)
         for first, count, d in _blocks(wave.front.block, steps, reverse):
             wave.before(first)
             if xb is not x2:
@@ -592,12 +593,13 @@ _UNIT_CHUNKS = 2
 _UNIT_SPLIT_WORK = 1 << 20
 
 
+@functools.lru_cache(maxsize=16)
 def _unit_order(hidden, chunks):
     """The gate columns (blocks i, f, g, o of ``hidden``) in chunk order: each chunk's units'
     four blocks together, as recurrent_kernels.h's ferro_unit bounds them."""
     bounds = [hidden * c // chunks for c in range(chunks + 1)]
-    return [k * hidden + u for c in range(chunks) for k in range(4)
-            for u in range(bounds[c], bounds[c + 1])]  # fmt: skip
+    return tuple(k * hidden + u for c in range(chunks) for k in range(4)
+                 for u in range(bounds[c], bounds[c + 1]))  # fmt: skip
 
 
 def _mm(xp, a, b, chunks, out=None):
@@ -614,6 +616,12 @@ def _mm(xp, a, b, chunks, out=None):
 
     _intraop.run(part, n)
     return out
+
+
+def _bias_grad(mode, g_in, g_bias_hh):
+    """bias_ih's gradient: g_in summed over the rows, which for a LSTM is bias_hh's (if that
+    was computed: a copy of it, so that the two leaves never share an array)."""
+    return g_bias_hh.copy() if mode == "LSTM" and g_bias_hh is not None else g_in.sum(axis=0)
 
 
 def _held(front):
@@ -815,7 +823,7 @@ def stack_backward(ctx, cells, gout, *g_states):
         else:  # the input weights: one GEMM over all steps
             g_in = waves[layer].out
             grads[k] = _mm(xp, g_in.T, layer_in[layer], front.chunks) if need[k] else None
-            grads[k + 1] = g_in.sum(axis=0) if need[k + 1] else None
+            grads[k + 1] = _bias_grad(ctx.mode, g_in, grads[k + 6]) if need[k + 1] else None
 
     with _held(front):
         _split(front, work, layers, backward=True)
@@ -823,7 +831,9 @@ def stack_backward(ctx, cells, gout, *g_states):
             x, (w_ih, b_ih), g_in = inputs[0], inputs[-2:], waves[0].out
             grads[0] = _mm(xp, g_in, w_ih, front.chunks).reshape(x.shape) if need[0] else None
             grads[-2] = _mm(xp, g_in.T, x.reshape(n, -1), front.chunks) if need[-2] else None
-            grads[-1] = g_in.sum(axis=0) if b_ih is not None and need[-1] else None
+            grads[-1] = (
+                _bias_grad(ctx.mode, g_in, grads[4]) if b_ih is not None and need[-1] else None
+            )
     return tuple(grads)
 
 

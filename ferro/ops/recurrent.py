@@ -420,7 +420,7 @@ def layer_forward(ctx, cells, xg, h0, c0, w_hh, b_hh, w_hr, *, mode, sizes, reve
             loop.layer_fwd(
                 gru, xb, h, c, w_t, b2, w_p, out,
                 h_prev, acts, c_prev, tc_all, cell_h, hg_n, *table, first, count, d, chunks,
-                min(chunks, wave.front.threads),
+                _intraop.parts(chunks),
             )  # fmt: skip
             wave.after(first + (count - 1) * d)
     for t in () if loop is not None else range(steps - 1, -1, -1) if reverse else range(steps):
@@ -484,7 +484,7 @@ def layer_backward(ctx, cells, gout, gh_n, gc_n=None, *, wave):
             loop.layer_bwd(
                 gru, go, gh, gc, w, w_p, h_prev, acts, c_prev, tc_all, hg_n, g_in,
                 g_hid if gru else None, g_hr, *table, first, count, d, chunks,
-                min(chunks, wave.front.threads),
+                _intraop.parts(chunks),
             )  # fmt: skip
             wave.after(first + (count - 1) * d)
     for t in () if loop is not None else range(steps) if reverse else range(steps - 1, -1, -1):
@@ -619,13 +619,11 @@ def _mm(xp, a, b, chunks, out=None):
 
 
 def _bias_grad(mode, g_in, g_bias_hh):
-    """bias_ih's gradient: g_in summed over the rows, which for a LSTM is bias_hh's (if that
-    was computed: a copy of it, so that the two leaves never share an array)."""
+    """bias_ih's gradient, g_in's row sum: a LSTM's bias_hh's, copied (leaves share no array)."""
     return g_bias_hh.copy() if mode == "LSTM" and g_bias_hh is not None else g_in.sum(axis=0)
 
 
-def _held(front):
-    """OpenBLAS at one thread for a split pass (Note [Hidden-unit split])."""
+def _held(front):  # OpenBLAS at one thread for a split pass (Note [Hidden-unit split])
     return _intraop.one_blas_thread() if front.threads > 1 else contextlib.nullcontext()
 
 

@@ -120,15 +120,16 @@ typedef struct {
 /* LSTM step, on hidden units [u0, u0 + n) (all of them: u0 = 0, n = hidden; a chunk of a split
  * step: Note [Hidden-unit split] in ferro/ops/recurrent.py); the pointers start at unit u0. x
  * (the input projection with both biases) and acts are rows of 4 * hidden (gate blocks i, f, g,
- * o, `hidden` apart), hp (h @ W_hh^T) rows of 4 * n (blocks n apart); c, cp, tc, hn and hs rows
+ * o, `hidden` apart), hp (h @ W_hh^T) rows of 4 * n (blocks n apart); c, cp, tc and hn rows
  * of `hidden`. Writes the activated gates into acts, the previous cell state into cp, the new
- * one into c, tanh of it into tc and the new hidden state into hn and hs (where not NULL). */
+ * one into c, tanh of it into tc and the new hidden state into hn. (No branch in the loop:
+ * gcc then leaves it scalar, five libm-free tanh calls a unit, 2x slower.) */
 #define FERRO_LSTM_FWD_PART(NAME, T, TANH)                                                  \
     static FERRO_CLONES void NAME(const T *FERRO_RESTRICT x, const T *FERRO_RESTRICT hp,   \
                                   T *FERRO_RESTRICT acts, T *FERRO_RESTRICT c,              \
                                   T *FERRO_RESTRICT cp, T *FERRO_RESTRICT tc,               \
-                                  T *FERRO_RESTRICT hn, T *FERRO_RESTRICT hs, ptrdiff_t rows, \
-                                  ptrdiff_t n, ptrdiff_t hidden) {                          \
+                                  T *FERRO_RESTRICT hn, ptrdiff_t rows, ptrdiff_t n,        \
+                                  ptrdiff_t hidden) {                                       \
         ptrdiff_t r, j;                                                                     \
         for (r = 0; r < rows; r++) {                                                        \
             const T *xr = x + r * 4 * hidden, *pr = hp + r * 4 * n;                         \
@@ -149,18 +150,17 @@ typedef struct {
                 c[o + j] = cy;                                                              \
                 tc[o + j] = t;                                                              \
                 hn[o + j] = o_ * t;                                                         \
-                if (hs) hs[o + j] = o_ * t;                                                 \
             }                                                                               \
         }                                                                                   \
     }
 
-/* LSTM step back, on hidden units [u0, u0 + n) as the forward: gh (plus gout where not NULL)
- * the new hidden state's gradient, gc the new cell state's (updated to the previous one's);
+/* LSTM step back, on hidden units [u0, u0 + n) as the forward: gh the new hidden state's
+ * gradient, gc the new cell state's (updated to the previous one's);
  * acts the activated gates and gi the gate pre-activation gradients (written), rows of
  * 4 * hidden; cp the previous cell state and tc tanh of the new one. */
 #define FERRO_LSTM_BWD_PART(NAME, T)                                                        \
-    static FERRO_CLONES void NAME(const T *FERRO_RESTRICT gh, const T *FERRO_RESTRICT gout, \
-                                  T *FERRO_RESTRICT gc, const T *FERRO_RESTRICT acts,       \
+    static FERRO_CLONES void NAME(const T *FERRO_RESTRICT gh, T *FERRO_RESTRICT gc,        \
+                                  const T *FERRO_RESTRICT acts,                             \
                                   const T *FERRO_RESTRICT cp, const T *FERRO_RESTRICT tc,   \
                                   T *FERRO_RESTRICT gi, ptrdiff_t rows, ptrdiff_t n,        \
                                   ptrdiff_t hidden) {                                       \
@@ -172,7 +172,7 @@ typedef struct {
             for (j = 0; j < n; j++) {                                                       \
                 const T i_ = ar[j], f_ = ar[hidden + j], g_ = ar[2 * hidden + j];           \
                 const T o_ = ar[3 * hidden + j], t = tc[o + j];                             \
-                const T dh = gout ? gh[o + j] + gout[o + j] : gh[o + j];                    \
+                const T dh = gh[o + j];                                                     \
                 const T dc = gc[o + j] + dh * o_ * (1 - t * t);                             \
                 gr[j] = dc * g_ * i_ * (1 - i_);                                            \
                 gr[hidden + j] = dc * cp[o + j] * f_ * (1 - f_);                            \
@@ -292,7 +292,8 @@ static ptrdiff_t ferro_unit(ptrdiff_t ch, ptrdiff_t chunks, ptrdiff_t hidden) {
         T *tc = p[10], *cell_h = p[11], *hgn = p[12], *hg = p[13];                           \
         const ptrdiff_t G = (gru ? 3 : 4) * hidden;                                          \
         ptrdiff_t k, r, j, ch, rows = 0; /* rows: the most a step has (hg's chunk stride) */ \
-        for (k = 0; k < count; k++) rows = bs[first + k * dir] > rows ? bs[first + k * dir] : rows; \
+        for (k = 0; k < count; k++)                                                          \
+            rows = bs[first + k * dir] > rows ? bs[first + k * dir] : rows;                  \
         for (k = 0; k < count; k++) {                                                        \
             const ptrdiff_t t = first + k * dir, s = offs[t], b = bs[t];                     \
             T *o = out + s * hout, *a = acts + s * G;                                        \
@@ -312,15 +313,16 @@ static ptrdiff_t ferro_unit(ptrdiff_t ch, ptrdiff_t chunks, ptrdiff_t hidden) {
                 T *hp = hg + 4 * u * rows, *hn = w_hr ? cell_h + s * hidden : o;         \
                 ferro_mm_##SUF(bl, h_prev + s * hout, w_t + 4 * u, G, 0, hp, 4 * n, b, 4 * n, \
                                hout);                                                        \
+                const ptrdiff_t v = w_hr ? 0 : u, m = w_hr ? hout : n; /* its h columns */   \
                 ferro_lstm_fwd_part_##SUF(x + s * G + u, hp, a + u, c + u,                   \
                                           c_prev + s * hidden + u, tc + s * hidden + u,      \
-                                          hn + u, w_hr ? NULL : h + u, b, n, hidden);         \
-                if (w_hr) { /* one chunk: the projection, then the state */                  \
+                                          hn + u, b, n, hidden);                             \
+                if (w_hr) /* one chunk: the projection */                                    \
                     ferro_mm_##SUF(bl, hn, w_hr, hidden, 1, o, hout, b, hout, hidden);       \
-                    memcpy(h, o, (size_t)(b * hout) * sizeof(T));                            \
-                }                                                                            \
+                for (r = 0; r < b; r++) /* the state */                                      \
+                    memcpy(h + r * hout + v, o + r * hout + v, (size_t)m * sizeof(T));       \
                 if (k + 1 < count) { /* the next step's h_prev: this chunk's columns */      \
-                    const ptrdiff_t t2 = t + dir, v = w_hr ? 0 : u, m = w_hr ? hout : n;     \
+                    const ptrdiff_t t2 = t + dir;                                            \
                     for (r = 0; r < bs[t2]; r++)                                             \
                         memcpy(h_prev + (offs[t2] + r) * hout + v, h + r * hout + v,         \
                                (size_t)m * sizeof(T));                                       \
@@ -347,7 +349,7 @@ static ptrdiff_t ferro_unit(ptrdiff_t ch, ptrdiff_t chunks, ptrdiff_t hidden) {
         T *gh = p[1], *gc = p[2], *g_in = p[10], *g_hid = p[11], *g_hr = p[12], *s1 = p[13]; \
         T *s2 = p[14];                                                                       \
         const ptrdiff_t G = (gru ? 3 : 4) * hidden;                                          \
-        ptrdiff_t k, j, ch;                                                                  \
+        ptrdiff_t k, r, j, ch;                                                               \
         for (k = 0; k < count; k++) {                                                        \
             const ptrdiff_t t = first + k * dir, s = offs[t], b = bs[t];                     \
             T *gi = g_in + s * G;                                                            \
@@ -366,10 +368,13 @@ static ptrdiff_t ferro_unit(ptrdiff_t ch, ptrdiff_t chunks, ptrdiff_t hidden) {
                     T *ghb = g_hr + s * hout;                                                \
                     for (j = 0; j < b * hout; j++) ghb[j] = gh[j] + gout[s * hout + j];      \
                     ferro_mm_##SUF(bl, ghb, w_hr, hidden, 0, s2, hidden, b, hidden, hout);   \
-                }                                                                            \
-                ferro_lstm_bwd_part_##SUF(w_hr ? s2 : gh + u, w_hr ? NULL : gout + s * hout + u, \
-                                          gc + u, acts + s * G + u, c_prev + s * hidden + u, \
-                                          tc + s * hidden + u, gi + u, b, n, hidden);        \
+                } else /* hout == hidden: the chunk's columns of gh + gout into s2 */        \
+                    for (r = 0; r < b; r++)                                                  \
+                        for (j = u; j < u + n; j++)                                          \
+                            s2[r * hidden + j] = gh[r * hout + j] + gout[(s + r) * hout + j]; \
+                ferro_lstm_bwd_part_##SUF(s2 + u, gc + u, acts + s * G + u,                  \
+                                          c_prev + s * hidden + u, tc + s * hidden + u,      \
+                                          gi + u, b, n, hidden);                             \
             }                                                                                \
             ferro_barrier_wait(bar, nt);                                                     \
             for (ch = tid; ch < chunks; ch += nt) {                                          \

@@ -32,19 +32,17 @@ FUSED_KERNELS = frozenset({"lstm_fwd", "lstm_bwd", "gru_fwd", "gru_bwd"})
 
 cdef extern from "recurrent_kernels.h" nogil:
     void ferro_lstm_fwd_part_f32(const float*, const float*, float*, float*, float*, float*,
-                                 float*, float*, Py_ssize_t, Py_ssize_t, Py_ssize_t)
+                                 float*, Py_ssize_t, Py_ssize_t, Py_ssize_t)
     void ferro_lstm_fwd_part_f64(const double*, const double*, double*, double*, double*,
-                                 double*, double*, double*, Py_ssize_t, Py_ssize_t, Py_ssize_t)
+                                 double*, double*, Py_ssize_t, Py_ssize_t, Py_ssize_t)
     void ferro_gru_fwd_f32(const float*, const float*, const float*, float*, float*, float*,
                            Py_ssize_t, Py_ssize_t)
     void ferro_gru_fwd_f64(const double*, const double*, const double*, double*, double*,
                            double*, Py_ssize_t, Py_ssize_t)
-    void ferro_lstm_bwd_part_f32(const float*, const float*, float*, const float*,
-                                 const float*, const float*, float*, Py_ssize_t, Py_ssize_t,
-                                 Py_ssize_t)
-    void ferro_lstm_bwd_part_f64(const double*, const double*, double*, const double*,
-                                 const double*, const double*, double*, Py_ssize_t, Py_ssize_t,
-                                 Py_ssize_t)
+    void ferro_lstm_bwd_part_f32(const float*, float*, const float*, const float*,
+                                 const float*, float*, Py_ssize_t, Py_ssize_t, Py_ssize_t)
+    void ferro_lstm_bwd_part_f64(const double*, double*, const double*, const double*,
+                                 const double*, double*, Py_ssize_t, Py_ssize_t, Py_ssize_t)
     void ferro_gru_bwd_f32(const float*, const float*, const float*, const float*, float*,
                            float*, float*, Py_ssize_t, Py_ssize_t)
     void ferro_gru_bwd_f64(const double*, const double*, const double*, const double*,
@@ -161,13 +159,12 @@ def lstm_fwd(object x, object acts, object c, object tc):
     if cnp.PyArray_TYPE(<cnp.ndarray>c) == cnp.NPY_FLOAT32:
         with nogil:
             ferro_lstm_fwd_part_f32(<const float*>p0, <const float*>p1, <float*>p2, <float*>p3,
-                                    <float*>p4, <float*>p5, <float*>p6, NULL, rows, hidden,
-                                    hidden)
+                                    <float*>p4, <float*>p5, <float*>p6, rows, hidden, hidden)
     else:
         with nogil:
             ferro_lstm_fwd_part_f64(<const double*>p0, <const double*>p1, <double*>p2,
-                                    <double*>p3, <double*>p4, <double*>p5, <double*>p6, NULL,
-                                    rows, hidden, hidden)
+                                    <double*>p3, <double*>p4, <double*>p5, <double*>p6, rows,
+                                    hidden, hidden)
     return h, cn
 
 
@@ -223,12 +220,12 @@ def lstm_bwd(object gh, object gc, object acts, object c_prev, object tc, object
     cdef void *p5 = _data(g_gates)
     if cnp.PyArray_TYPE(<cnp.ndarray>gh) == cnp.NPY_FLOAT32:
         with nogil:
-            ferro_lstm_bwd_part_f32(<const float*>p0, NULL, <float*>p1, <const float*>p2,
+            ferro_lstm_bwd_part_f32(<const float*>p0, <float*>p1, <const float*>p2,
                                     <const float*>p3, <const float*>p4, <float*>p5, rows,
                                     hidden, hidden)
     else:
         with nogil:
-            ferro_lstm_bwd_part_f64(<const double*>p0, NULL, <double*>p1, <const double*>p2,
+            ferro_lstm_bwd_part_f64(<const double*>p0, <double*>p1, <const double*>p2,
                                     <const double*>p3, <const double*>p4, <double*>p5, rows,
                                     hidden, hidden)
     return gcp

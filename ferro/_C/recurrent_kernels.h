@@ -195,9 +195,11 @@ typedef struct {
     int arrived, gen, sleepers;
 } ferro_barrier;
 
-/* How long a thread spins, in TSC ticks (about 20 us at 2.6 GHz): longer than the two halves of
- * a balanced step drift apart, short beside a step (about 50 us at the word-LM size). */
-#define FERRO_SPIN_TICKS 50000
+/* How long a thread spins, in TSC ticks (about 80 us at 2.6 GHz): longer than waking a sleeping
+ * thread takes. With 20 us every barrier slept: the woken thread came late to the next one,
+ * whose partner then slept too (the word-LM forward loop, 35 steps: 4.1 ms on two threads
+ * against 3.8 on one; with 80 us 2.0 against 3.7, SCHED_FIFO on the loaded machine). */
+#define FERRO_SPIN_TICKS 200000
 
 static void ferro_barrier_wait(ferro_barrier *bar, int n) {
     const int gen = __atomic_load_n(&bar->gen, __ATOMIC_ACQUIRE);

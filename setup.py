@@ -32,6 +32,7 @@ OPENMP_MODULES = {
     "ferro._C.conv_kernels",
     "ferro._C.norm_kernels",
     "ferro._C.pooling_kernels",
+    "ferro._C.recurrent_kernels",  # the LSTM step split (Note [Hidden-unit split])
 }
 MODULES = [
     "tensor",

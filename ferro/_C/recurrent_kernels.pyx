@@ -31,18 +31,18 @@ cnp.import_array()
 FUSED_KERNELS = frozenset({"lstm_fwd", "lstm_bwd", "gru_fwd", "gru_bwd"})
 
 cdef extern from "recurrent_kernels.h" nogil:
-    void ferro_lstm_fwd_f32(const float*, float*, const float*, float*, float*, float*,
-                            Py_ssize_t, Py_ssize_t)
-    void ferro_lstm_fwd_f64(const double*, double*, const double*, double*, double*, double*,
-                            Py_ssize_t, Py_ssize_t)
+    void ferro_lstm_fwd_part_f32(const float*, const float*, float*, float*, float*, float*,
+                                 float*, Py_ssize_t, Py_ssize_t, Py_ssize_t)
+    void ferro_lstm_fwd_part_f64(const double*, const double*, double*, double*, double*,
+                                 double*, double*, Py_ssize_t, Py_ssize_t, Py_ssize_t)
     void ferro_gru_fwd_f32(const float*, const float*, const float*, float*, float*, float*,
                            Py_ssize_t, Py_ssize_t)
     void ferro_gru_fwd_f64(const double*, const double*, const double*, double*, double*,
                            double*, Py_ssize_t, Py_ssize_t)
-    void ferro_lstm_bwd_f32(const float*, const float*, const float*, const float*,
-                            const float*, float*, float*, Py_ssize_t, Py_ssize_t)
-    void ferro_lstm_bwd_f64(const double*, const double*, const double*, const double*,
-                            const double*, double*, double*, Py_ssize_t, Py_ssize_t)
+    void ferro_lstm_bwd_part_f32(const float*, float*, const float*, const float*,
+                                 const float*, float*, Py_ssize_t, Py_ssize_t, Py_ssize_t)
+    void ferro_lstm_bwd_part_f64(const double*, double*, const double*, const double*,
+                                 const double*, double*, Py_ssize_t, Py_ssize_t, Py_ssize_t)
     void ferro_gru_bwd_f32(const float*, const float*, const float*, const float*, float*,
                            float*, float*, Py_ssize_t, Py_ssize_t)
     void ferro_gru_bwd_f64(const double*, const double*, const double*, const double*,
@@ -146,21 +146,25 @@ def lstm_fwd(object x, object acts, object c, object tc):
            ((rows, 4 * hidden), (rows, 4 * hidden), (rows, hidden), (rows, hidden)), 0b1010)
     _check_disjoint("lstm_fwd", ("x", "acts", "c", "tc"), (x, acts, c, tc), 0b1010)
     cdef cnp.ndarray h = np.empty((rows, hidden), dtype=c.dtype)
-    cdef cnp.ndarray cn = np.empty((rows, hidden), dtype=c.dtype)
-    cdef void *px = _data(x)
-    cdef void *pa = _data(acts)
-    cdef void *pc = _data(c)
-    cdef void *pt = _data(tc)
-    cdef void *pn = _data(cn)
-    cdef void *ph = _data(h)
+    cdef cnp.ndarray cn = np.array(c)  # the kernel updates the state in place
+    cdef cnp.ndarray hp = np.array(acts)  # the kernel reads h @ w_hh.T apart from acts
+    cdef cnp.ndarray cp = np.empty((rows, hidden), dtype=c.dtype)
+    cdef void *p0 = _data(x)
+    cdef void *p1 = _data(hp)
+    cdef void *p2 = _data(acts)
+    cdef void *p3 = _data(cn)
+    cdef void *p4 = _data(cp)
+    cdef void *p5 = _data(tc)
+    cdef void *p6 = _data(h)
     if cnp.PyArray_TYPE(<cnp.ndarray>c) == cnp.NPY_FLOAT32:
         with nogil:
-            ferro_lstm_fwd_f32(<const float*>px, <float*>pa, <const float*>pc, <float*>pt,
-                               <float*>pn, <float*>ph, rows, hidden)
+            ferro_lstm_fwd_part_f32(<const float*>p0, <const float*>p1, <float*>p2, <float*>p3,
+                                    <float*>p4, <float*>p5, <float*>p6, rows, hidden, hidden)
     else:
         with nogil:
-            ferro_lstm_fwd_f64(<const double*>px, <double*>pa, <const double*>pc, <double*>pt,
-                               <double*>pn, <double*>ph, rows, hidden)
+            ferro_lstm_fwd_part_f64(<const double*>p0, <const double*>p1, <double*>p2,
+                                    <double*>p3, <double*>p4, <double*>p5, <double*>p6, rows,
+                                    hidden, hidden)
     return h, cn
 
 
@@ -207,24 +211,23 @@ def lstm_bwd(object gh, object gc, object acts, object c_prev, object tc, object
            ((rows, hidden), (rows, hidden), (rows, 4 * hidden), (rows, hidden), (rows, hidden),
             (rows, 4 * hidden)), 0b100000)
     _check_disjoint("lstm_bwd", names, arrays, 0b100000)
-    cdef cnp.ndarray gcp = np.empty((rows, hidden), dtype=gh.dtype)
+    cdef cnp.ndarray gcp = np.array(gc)  # the kernel updates it in place
     cdef void *p0 = _data(gh)
-    cdef void *p1 = _data(gc)
+    cdef void *p1 = _data(gcp)
     cdef void *p2 = _data(acts)
     cdef void *p3 = _data(c_prev)
     cdef void *p4 = _data(tc)
     cdef void *p5 = _data(g_gates)
-    cdef void *p6 = _data(gcp)
     if cnp.PyArray_TYPE(<cnp.ndarray>gh) == cnp.NPY_FLOAT32:
         with nogil:
-            ferro_lstm_bwd_f32(<const float*>p0, <const float*>p1, <const float*>p2,
-                               <const float*>p3, <const float*>p4, <float*>p5, <float*>p6,
-                               rows, hidden)
+            ferro_lstm_bwd_part_f32(<const float*>p0, <float*>p1, <const float*>p2,
+                                    <const float*>p3, <const float*>p4, <float*>p5, rows,
+                                    hidden, hidden)
     else:
         with nogil:
-            ferro_lstm_bwd_f64(<const double*>p0, <const double*>p1, <const double*>p2,
-                               <const double*>p3, <const double*>p4, <double*>p5, <double*>p6,
-                               rows, hidden)
+            ferro_lstm_bwd_part_f64(<const double*>p0, <double*>p1, <const double*>p2,
+                                    <const double*>p3, <const double*>p4, <double*>p5, rows,
+                                    hidden, hidden)
     return gcp
 
 
@@ -267,7 +270,7 @@ cdef extern from "recurrent_kernels.h" nogil:
         int wide
     void ferro_layer_steps(int, int, const ferro_blas*, int, void* const*, const Py_ssize_t*,
                            const Py_ssize_t*, Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t,
-                           Py_ssize_t)
+                           Py_ssize_t, Py_ssize_t, int)
 
 cdef ferro_blas _blas[2]  # float32, float64: set by set_blas
 
@@ -327,24 +330,32 @@ cdef tuple _present(tuple names, tuple arrays, tuple shapes, unsigned int writes
 
 cdef int _run(bint backward, tuple arrays, bint gru, Py_ssize_t offs, Py_ssize_t bs,
               Py_ssize_t first, Py_ssize_t count, Py_ssize_t direction, Py_ssize_t hout,
-              Py_ssize_t hidden) except -1:
+              Py_ssize_t hidden, Py_ssize_t chunks, int threads) except -1:
     # The loop on the checked arrays (None: NULL), without the GIL.
+    if chunks < 1 or chunks > hidden or threads < 1 or (chunks > 1 and (gru or hout != hidden)):
+        raise ArgumentError(f"layer steps: {chunks} chunks of {hidden} hidden units on "
+                            f"{threads} threads (more than one chunk: LSTM without weight_hr)")
     cdef void *p[16]
     for k, a in enumerate(arrays):
         p[k] = NULL if a is None else cnp.PyArray_DATA(<cnp.ndarray>a)
     cdef int f64 = cnp.PyArray_TYPE(<cnp.ndarray>arrays[1]) == cnp.NPY_FLOAT64
     with nogil:
         ferro_layer_steps(backward, f64, &_blas[f64], gru, p, <const Py_ssize_t*>offs,
-                          <const Py_ssize_t*>bs, first, count, direction, hout, hidden)
+                          <const Py_ssize_t*>bs, first, count, direction, hout, hidden, chunks,
+                          threads)
     return 0
 
 
 def layer_fwd(bint gru, x, h, c, w_t, b_hh, w_hr, out, h_prev, acts, c_prev, tc, cell_h, hgn,
-              offsets, sizes, Py_ssize_t first, Py_ssize_t count, Py_ssize_t direction):
+              offsets, sizes, Py_ssize_t first, Py_ssize_t count, Py_ssize_t direction,
+              Py_ssize_t chunks=1, int threads=1):
     """``count`` steps of a LSTM (or GRU) layer's forward from step ``first`` (``direction``
     +1 or -1), the step GEMMs through the BLAS and the cells as :func:`lstm_fwd`/:func:`gru_fwd`;
     the arrays as ``layer_forward`` (ferro/ops/recurrent.py) keeps them, ``b_hh`` (1, G) (GRU
-    only: a LSTM's ``x`` has it), ``offsets``/``sizes`` each step's first row and row count."""
+    only: a LSTM's ``x`` has it), ``offsets``/``sizes`` each step's first row and row count.
+    A LSTM without ``w_hr`` may run each step in ``chunks`` chunks of hidden units on
+    ``threads`` threads (Note [Hidden-unit split]: ``w_t``'s columns then in chunk order; the
+    BLAS must run one thread a call meanwhile)."""
     if type(h) is not cnp.ndarray or h.ndim != 2 or type(w_t) is not cnp.ndarray or w_t.ndim != 2:
         raise ShapeError("layer_fwd: h and w_t must be 2-D numpy.ndarrays")
     cdef Py_ssize_t batch = h.shape[0], hout = h.shape[1], g = w_t.shape[1]
@@ -369,15 +380,17 @@ def layer_fwd(bint gru, x, h, c, w_t, b_hh, w_hr, out, h_prev, acts, c_prev, tc,
     _check("layer_fwd", names, arrays, shapes, writes)
     _check_disjoint("layer_fwd", names, arrays, writes)
     _run(False, eff + (np.empty((batch, g), dtype=h.dtype),), gru, p_off, p_bs, first, count,
-         direction, hout, hidden)
+         direction, hout, hidden, chunks, threads)
 
 
 def layer_bwd(bint gru, gout, gh, gc, w_hh, w_hr, h_prev, acts, c_prev, tc, hgn, g_in, g_hid,
-              g_hr, offsets, sizes, Py_ssize_t first, Py_ssize_t count, Py_ssize_t direction):
+              g_hr, offsets, sizes, Py_ssize_t first, Py_ssize_t count, Py_ssize_t direction,
+              Py_ssize_t chunks=1, int threads=1):
     """``count`` steps of a LSTM (or GRU) layer's backward from step ``first``, walking
     ``direction``; the step GEMMs through the BLAS and the cells as :func:`lstm_bwd`/
     :func:`gru_bwd`; the arrays as ``layer_backward`` keeps them (``gout`` (N, H_out), the
-    output's gradient; ``gh``, ``gc`` the running state gradients)."""
+    output's gradient; ``gh``, ``gc`` the running state gradients); ``chunks`` and ``threads``
+    as :func:`layer_fwd`'s."""
     if type(gh) is not cnp.ndarray or gh.ndim != 2 or type(w_hh) is not cnp.ndarray or \
             w_hh.ndim != 2:
         raise ShapeError("layer_bwd: gh and w_hh must be 2-D numpy.ndarrays")
@@ -405,4 +418,5 @@ def layer_bwd(bint gru, gout, gh, gc, w_hh, w_hr, h_prev, acts, c_prev, tc, hgn,
     _check_disjoint("layer_bwd", names, arrays, writes)
     scratch = (np.empty(batch * (hout + hidden), dtype=gh.dtype),
                np.empty(batch * max(hout, hidden), dtype=gh.dtype))
-    _run(True, eff + scratch, gru, p_off, p_bs, first, count, direction, hout, hidden)
+    _run(True, eff + scratch, gru, p_off, p_bs, first, count, direction, hout, hidden, chunks,
+         threads)

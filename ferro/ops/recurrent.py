@@ -19,6 +19,8 @@ activations from the saved inputs, which keeps second derivatives exact.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import math
 import threading
 import types
@@ -210,13 +212,20 @@ def _layout(sizes, steps: int, batch: int):
     return offsets, list(sizes)
 
 
-def reference_layer(input_gates, h0, c0, weight_hh, bias_hh, weight_hr, mode, sizes, reverse, *up):
-    """:func:`recurrent_layer` (``up``: the upper layers' inputs, flat) as a chain of per-step
-    ops (``linear`` + the fused cell), which its ``differentiable_backward`` and the tests
-    differentiate; the outputs in the op's order."""
+def reference_layer(
+    input_gates, h0, c0, weight_hh, bias_hh, weight_hr, mode, sizes, reverse, *up, project=False
+):
+    """:func:`recurrent_layer` (``up``: the upper layers' inputs, flat, then layer 0's
+    ``weight_ih, bias_ih`` with ``project``) as a chain of per-step ops (``linear`` + the fused
+    cell), which its ``differentiable_backward`` and the tests differentiate; the outputs in the
+    op's order."""
     from ferro.ops.linalg import linear
 
     outs, gates = [], input_gates
+    if project:  # input_gates is layer 0's input
+        *up, w_ih, b_ih = up
+        gates = linear(gates.reshape(-1, gates.shape[-1]), w_ih, b_ih)
+        gates = gates.reshape(*input_gates.shape[:-1], w_ih.shape[0])
     for w_ih, b_ih, mask, *layer in _groups((None, h0, c0, weight_hh, bias_hh, weight_hr, *up)):
         if w_ih is not None:
             x = out if mask is None else out * mask  # noqa: F821 - the layer below's
@@ -265,7 +274,9 @@ def _layer_backward_ops(ctx, *grads):
         if not inputs[k].requires_grad:
             inputs[k] = inputs[k].detach().requires_grad_(True)
     with enable_grad():
-        outs = reference_layer(*inputs[:6], ctx.mode, ctx.sizes, ctx.reverse, *inputs[6:])
+        outs = reference_layer(
+            *inputs[:6], ctx.mode, ctx.sizes, ctx.reverse, *inputs[6:], project=ctx.project
+        )
     pairs = [(o, g) for o, g in zip(outs, grads, strict=False) if o is not None]
     got = grad(
         [o for o, _ in pairs],
@@ -397,6 +408,9 @@ def layer_forward(ctx, cells, xg, h0, c0, w_hh, b_hh, w_hr, *, mode, sizes, reve
         b2 = None if b_hh is None or not gru else xp.ascontiguousarray(b_hh).reshape(1, -1)
         w_p = None if w_hr is None else xp.ascontiguousarray(w_hr)
         table = [xp.asarray(a, dtype=xp.intp) for a in (offsets, bs)]
+        chunks = wave.front.chunks if lstm and w_hr is None else 1  # Note [Hidden-unit split]
+        if chunks > 1:
+            w_t = xp.ascontiguousarray(w_hh[list(_unit_order(hidden, chunks))].T)
         for first, count, d in _blocks(wave.front.block, steps, reverse):
             wave.before(first)
             if xb is not x2:
@@ -404,7 +418,8 @@ def layer_forward(ctx, cells, xg, h0, c0, w_hh, b_hh, w_hr, *, mode, sizes, reve
                 xp.add(x2[lo:hi], b_hh, out=xb[lo:hi])
             loop.layer_fwd(
                 gru, xb, h, c, w_t, b2, w_p, out,
-                h_prev, acts, c_prev, tc_all, cell_h, hg_n, *table, first, count, d,
+                h_prev, acts, c_prev, tc_all, cell_h, hg_n, *table, first, count, d, chunks,
+                _intraop.parts(chunks),
             )  # fmt: skip
             wave.after(first + (count - 1) * d)
     for t in () if loop is not None else range(steps - 1, -1, -1) if reverse else range(steps):
@@ -462,11 +477,13 @@ def layer_backward(ctx, cells, gout, gh_n, gc_n=None, *, wave):
     if loop is not None:  # Note [Compiled step loop]
         go, w, w_p = (None if a is None else xp.ascontiguousarray(a) for a in (g_out, w_hh, w_hr))
         table = [xp.asarray(a, dtype=xp.intp) for a in (offsets, bs)]
+        chunks = wave.front.chunks if lstm and w_hr is None else 1  # Note [Hidden-unit split]
         for first, count, d in _blocks(wave.front.block, steps, not reverse):
             wave.before(first)
             loop.layer_bwd(
                 gru, go, gh, gc, w, w_p, h_prev, acts, c_prev, tc_all, hg_n, g_in,
-                g_hid if gru else None, g_hr, *table, first, count, d,
+                g_hid if gru else None, g_hr, *table, first, count, d, chunks,
+                _intraop.parts(chunks),
             )  # fmt: skip
             wave.after(first + (count - 1) * d)
     for t in () if loop is not None else range(steps) if reverse else range(steps - 1, -1, -1):
@@ -489,7 +506,8 @@ def layer_backward(ctx, cells, gout, gh_n, gc_n=None, *, wave):
             gh[:b] = gi @ w_hh
         wave.after(t)
     need = ctx.needs_input_grad
-    g_w = g_hid.T @ h_prev if need[3] else None  # every step's weight gradient: one GEMM
+    # every step's weight gradient: one GEMM
+    g_w = _mm(xp, g_hid.T, h_prev, wave.front.chunks) if need[3] else None
     g_b = g_hid.sum(axis=0) if b_hh is not None and need[4] else None
     g_whr = g_hr.T @ cell_h if g_hr is not None and need[5] else None
     g_x = g_in.reshape(xg.shape) if need[0] else None
@@ -543,6 +561,57 @@ def _groups(inputs):
     ]
 
 
+# Note [Hidden-unit split]: on two cores a LSTM layer's steps split by hidden units inside the
+# compiled step loop (recurrent_kernels.h): thread c computes the gate columns of ITS units, a
+# (B, H_out) @ (H_out, 4 H / 2) GEMM against a copy of weight_hh.T with those columns together
+# (_unit_order), and the cell of those units, then waits at one barrier a step (the next step's
+# GEMM reads all of h); backward, the gate gradients of its units, a barrier, and the columns of
+# its units of gates_grad @ weight_hh. The big GEMMs of the pass (the upper layers' input
+# projections, the gradients through weight_ih, the weight gradients) run in row blocks on the
+# same number of threads (_mm). OpenBLAS runs one thread a call throughout (its worker never
+# wakes, so never spins on the second core: docs/rnn.md). The chunks are fixed by the sizes
+# (_UNIT_CHUNKS from _UNIT_SPLIT_WORK multiply-adds a step), not by the thread count, so one
+# thread runs the same GEMMs one after another and the results do not depend on the threads; a
+# chunk's GEMM may round differently from the whole one (OpenBLAS takes other kernels for other
+# widths), so split and unsplit layers agree to rounding.
+_UNIT_CHUNKS = 2
+_UNIT_SPLIT_WORK = 1 << 20
+
+
+@functools.lru_cache(maxsize=16)
+def _unit_order(hidden, chunks):
+    """The gate columns (blocks i, f, g, o of ``hidden``) in chunk order: each chunk's units'
+    four blocks together, as recurrent_kernels.h's ferro_unit bounds them."""
+    bounds = [hidden * c // chunks for c in range(chunks + 1)]
+    return tuple(k * hidden + u for c in range(chunks) for k in range(4)
+                 for u in range(bounds[c], bounds[c + 1]))  # fmt: skip
+
+
+def _mm(xp, a, b, chunks, out=None):
+    """``a @ b`` (into ``out``) in ``chunks`` blocks of rows, on up to as many threads."""
+    if chunks == 1:
+        return xp.matmul(a, b, out=out)
+    out = xp.empty((a.shape[0], b.shape[1]), dtype=a.dtype) if out is None else out
+    rows = [a.shape[0] * c // chunks for c in range(chunks + 1)]
+    n = _intraop.parts(chunks)
+
+    def part(p):
+        for c in range(p, chunks, n):
+            xp.matmul(a[rows[c] : rows[c + 1]], b, out=out[rows[c] : rows[c + 1]])
+
+    _intraop.run(part, n)
+    return out
+
+
+def _bias_grad(mode, g_in, g_bias_hh):
+    """bias_ih's gradient, g_in's row sum: a LSTM's bias_hh's, copied (leaves share no array)."""
+    return g_bias_hh.copy() if mode == "LSTM" and g_bias_hh is not None else g_in.sum(axis=0)
+
+
+def _held(front):  # OpenBLAS at one thread for a split pass (Note [Hidden-unit split])
+    return _intraop.one_blas_thread() if front.threads > 1 else contextlib.nullcontext()
+
+
 _BLOCK = 4  # steps per block of a stack's wavefront (Note [Recurrent stack])
 # Multiply-adds of a step's GEMM from which the layers run as a two-thread wavefront: off (inf).
 # On the quiet 2-core machine it made the word-LM LSTM step slower, 33 ms against 22 in series
@@ -558,7 +627,7 @@ class _Front:
     done with it, the layer that reads it waits. A failing layer sets every event, and every
     waiter then raises its error, so no thread waits forever and the first error is raised."""
 
-    def __init__(self, xp, groups, sizes, steps):
+    def __init__(self, xp, groups, sizes, steps, mode):
         layers, batch = len(groups), groups[0][3].shape[0]
         offsets, bs = _layout(sizes, steps, batch)
         # Split where a step's GEMM (batch * w_hh.size multiply-adds) outweighs a handoff;
@@ -566,6 +635,11 @@ class _Front:
         split = xp.__name__ == "numpy" and batch * groups[0][5].size >= _SPLIT_WORK
         self.parts = _intraop.parts(layers) if split else 1
         self.steps, self.block = steps, _BLOCK if self.parts > 1 else max(steps, 1)
+        # Note [Hidden-unit split]: a LSTM's steps in chunks of hidden units, its GEMMs in
+        # blocks of rows, on up to as many threads, OpenBLAS at one thread meanwhile.
+        big = xp.__name__ == "numpy" and batch * groups[0][5].size >= _UNIT_SPLIT_WORK
+        self.chunks = _UNIT_CHUNKS if big and mode == "LSTM" else 1
+        self.threads = _intraop.parts(self.chunks) if self.chunks > 1 else 1
         self.bounds = [offsets[j] for j in range(0, steps, self.block)] + [sum(bs)]
         blocks = len(self.bounds) - 1
         self.events = [[threading.Event() for _ in range(blocks)] for _ in range(layers)]
@@ -628,14 +702,22 @@ def _split(front, work, layers, backward):
     _intraop.run(lambda p: [front.run(lambda lay=lay: work(lay)) for lay in groups[p]], n)
 
 
-def stack_forward(ctx, cells, *inputs, mode, sizes, reverse):
+def stack_forward(ctx, cells, *inputs, mode, sizes, reverse, project=False):
     """RecurrentLayer's forward with the cell math of ``cells`` (:class:`GenericCells` or a
-    backend's kernels): each layer's :func:`layer_forward`, an upper layer a block behind."""
+    backend's kernels): each layer's :func:`layer_forward`, an upper layer a block behind;
+    with ``project`` layer 0's input projection first (its weights the last two inputs)."""
     xp, xg = ctx.xp, inputs[0]
-    groups = _groups(inputs)
-    layers, dt = len(groups), xg.dtype
+    groups = _groups(inputs[:-2] if project else inputs)
     steps = len(sizes) if sizes is not None else xg.shape[0]
-    front = _Front(xp, groups, sizes, steps)
+    front = _Front(xp, groups, sizes, steps, mode)
+    if project:
+        w_ih, b_ih = inputs[-2:]
+        with _held(front):
+            xg = _mm(xp, xg.reshape(-1, xg.shape[-1]), w_ih.T, front.chunks)
+        if b_ih is not None:
+            xg += b_ih
+        xg = xg.reshape(*inputs[0].shape[:-1], w_ih.shape[0])
+    layers, dt = len(groups), xg.dtype
     subs = [types.SimpleNamespace(xp=xp) for _ in groups]
     xgs = [xg] + [xp.empty((*xg.shape[:-1], g[5].shape[0]), dtype=dt) for g in groups[1:]]
     layer_in = [None] * layers  # an upper layer's input: the output below (times the mask)
@@ -652,7 +734,7 @@ def stack_forward(ctx, cells, *inputs, mode, sizes, reverse):
             x = below.out[rows]
             if mask is not None:
                 x = xp.multiply(x, mask[rows], out=layer_in[layer][rows])
-            xp.matmul(x, w_t, out=x2[rows])
+            _mm(xp, x, w_t, front.chunks, out=x2[rows])
             if b_ih is not None:
                 x2[rows] += b_ih
 
@@ -671,12 +753,13 @@ def stack_forward(ctx, cells, *inputs, mode, sizes, reverse):
             mode=mode, sizes=sizes, reverse=reverse, wave=waves[layer],
         )  # fmt: skip
 
-    _split(front, work, layers, backward=False)
+    with _held(front):
+        _split(front, work, layers, backward=False)
     for layer in range(1, layers):
         if layer_in[layer] is None:
             layer_in[layer] = waves[layer - 1].out
     ctx.save(*inputs)
-    ctx.mode, ctx.sizes, ctx.reverse = mode, sizes, reverse
+    ctx.mode, ctx.sizes, ctx.reverse, ctx.project = mode, sizes, reverse, project
     ctx.layers = (subs, layer_in)  # Note [Cell activations]
     return (results[-1][0], *(a for r in results for a in r[1:]))
 
@@ -685,12 +768,12 @@ def stack_backward(ctx, cells, gout, *g_states):
     """RecurrentLayer's backward with the cell math of ``cells``: each layer's
     :func:`layer_backward`, the one below a block behind on its output's gradient
     (``gates_grad @ w_ih`` of the layer above, times the mask)."""
-    xp, inputs, need = ctx.xp, ctx.saved, ctx.needs_input_grad
-    groups = _groups(inputs)
+    xp, inputs, need, project = ctx.xp, ctx.saved, ctx.needs_input_grad, ctx.project
+    groups = _groups(inputs[:-2] if project else inputs)
     subs, layer_in = ctx.layers
     layers, per = len(groups), 2 if ctx.mode == "LSTM" else 1
     steps = len(ctx.sizes) if ctx.sizes is not None else inputs[0].shape[0]
-    front = _Front(xp, groups, ctx.sizes, steps)
+    front = _Front(xp, groups, ctx.sizes, steps, ctx.mode)
     n = subs[0].fast[0].shape[0]
     gouts = [xp.empty((n, g[3].shape[1]), dtype=gout.dtype) for g in groups[1:]] + [gout]
     waves = [_Wave(front, layer, backward=True) for layer in range(layers)]
@@ -702,7 +785,7 @@ def stack_backward(ctx, cells, gout, *g_states):
         mask = None if mask is None else mask.reshape(n, -1)
 
         def fill(rows):
-            xp.matmul(above.out[rows], w_ih, out=g[rows])
+            _mm(xp, above.out[rows], w_ih, front.chunks, out=g[rows])
             if mask is not None:
                 g[rows] *= mask[rows]
 
@@ -714,7 +797,7 @@ def stack_backward(ctx, cells, gout, *g_states):
 
     def work(layer):
         k = 8 * layer - 2  # where the layer's inputs start (_groups)
-        subs[layer].needs_input_grad = (layer > 0 or need[0], *need[k + 3 : k + 8])
+        subs[layer].needs_input_grad = (layer > 0 or need[0] or project, *need[k + 3 : k + 8])
         states = g_states[per * layer : per * layer + per]
         got = layer_backward(subs[layer], cells, gouts[layer], *states, wave=waves[layer])
         grads[k + 3 : k + 8] = got[1:]
@@ -722,10 +805,18 @@ def stack_backward(ctx, cells, gout, *g_states):
             grads[0] = got[0]
         else:  # the input weights: one GEMM over all steps
             g_in = waves[layer].out
-            grads[k] = g_in.T @ layer_in[layer] if need[k] else None
-            grads[k + 1] = g_in.sum(axis=0) if need[k + 1] else None
+            grads[k] = _mm(xp, g_in.T, layer_in[layer], front.chunks) if need[k] else None
+            grads[k + 1] = _bias_grad(ctx.mode, g_in, grads[k + 6]) if need[k + 1] else None
 
-    _split(front, work, layers, backward=True)
+    with _held(front):
+        _split(front, work, layers, backward=True)
+        if project:  # layer 0's input projection
+            x, (w_ih, b_ih), g_in = inputs[0], inputs[-2:], waves[0].out
+            grads[0] = _mm(xp, g_in, w_ih, front.chunks).reshape(x.shape) if need[0] else None
+            grads[-2] = _mm(xp, g_in.T, x.reshape(n, -1), front.chunks) if need[-2] else None
+            grads[-1] = (
+                _bias_grad(ctx.mode, g_in, grads[4]) if b_ih is not None and need[-1] else None
+            )
     return tuple(grads)
 
 
@@ -743,9 +834,11 @@ class RecurrentLayer:
     the layers a block of steps apart on two cores (:func:`_split`)."""
 
     @staticmethod
-    def forward(ctx, *inputs, mode, sizes, reverse):
+    def forward(ctx, *inputs, mode, sizes, reverse, project=False):
         cells = GenericCells(ctx.xp)
-        return stack_forward(ctx, cells, *inputs, mode=mode, sizes=sizes, reverse=reverse)
+        return stack_forward(
+            ctx, cells, *inputs, mode=mode, sizes=sizes, reverse=reverse, project=project
+        )
 
     @staticmethod
     def backward(ctx, *grads):
@@ -765,6 +858,7 @@ def recurrent_layer(
     batch_sizes=None,
     reverse: bool = False,
     upper=(),
+    input_weights=None,
 ):
     """One recurrent layer in one direction over a whole sequence, from its input projections:
     ``(output, h_n, c_n)`` for ``mode="LSTM"``, ``(output, h_n)`` for ``"GRU"``,
@@ -783,7 +877,9 @@ def recurrent_layer(
     weight_ih.T + bias_ih`` (``mask``, say dropout's, and ``bias_ih`` may be None; the mask is
     not differentiated); ``output`` is then the top layer's, followed by every layer's states
     (``h_n, c_n`` or ``h_n``). With two threads (``ferro._intraop``) the layers run a few
-    steps apart.
+    steps apart. ``input_weights``: layer 0's ``(weight_ih, bias_ih)`` (``bias_ih`` may be
+    None), and ``input_gates`` is then layer 0's input, ``(T, B, I)`` or ``(N, I)``, projected
+    in the node (which then holds every GEMM of the layers: Note [Hidden-unit split]).
 
     Gradient: back through the steps, each step's as in ``lstm_cell``/``gru_cell``; the weight
     gradients are one GEMM over all steps (gweight_hh = sum_t ggates_t^T h_{t-1}); below an
@@ -807,11 +903,16 @@ def recurrent_layer(
     if any(len(g) != 8 for g in upper) or (upper and reverse):
         raise ArgumentError("recurrent_layer: each upper layer is 8 arrays, and not reversed")
     flat = (input_gates, h0, c0, weight_hh, bias_hh, weight_hr, *(a for g in upper for a in g))
+    project = input_weights is not None
+    if project and (not isinstance(input_weights, (tuple, list)) or len(input_weights) != 2):
+        raise ArgumentError("recurrent_layer: input_weights is (weight_ih, bias_ih)")
     lstm, chunks = mode == "LSTM", _CHUNKS[mode]
     shape = lambda a: None if a is None else tuple(a.shape)  # noqa: E731
     rows = (sum(sizes),) if sizes is not None else tuple(input_gates.shape[:-1])[:2]
-    below = None
+    below = input_gates.shape[-1] if project and input_gates.ndim else None
     for layer, (w_ih, b_ih, mask, h, c, w_hh, b_hh, w_hr) in enumerate(_groups(flat)):
+        if layer == 0 and project:
+            w_ih, b_ih = input_weights
         g, hout = shape(w_hh) if w_hh is not None and w_hh.ndim == 2 else (0, 0)
         hidden, batch = g // chunks, rows[-1] if sizes is None else (sizes or (0,))[0]
         ok = g % chunks == 0 and shape(h) == (batch, hout) and shape(b_hh) in (None, (g,))
@@ -819,8 +920,9 @@ def recurrent_layer(
         want_hr = (hout, hidden) if lstm else None  # no projection: H_out == H
         ok = ok and (shape(w_hr) == want_hr if w_hr is not None else not lstm or hout == hidden)
         if layer == 0:
-            ok = ok and shape(input_gates) == (*rows, g) and len(rows) == (1 if sizes else 2)
-        else:
+            want = (*rows, below if project else g)
+            ok = ok and shape(input_gates) == want and len(rows) == (1 if sizes else 2)
+        if layer or project:
             ok = ok and shape(w_ih) == (g, below) and shape(b_ih) in (None, (g,))
             ok = ok and shape(mask) in (None, (*rows, below))
         if not ok:
@@ -835,7 +937,10 @@ def recurrent_layer(
                 "(T, B, H_out below))"
             )
         below = hout
-    return apply(RecurrentLayer, *flat, mode=mode, sizes=sizes, reverse=bool(reverse))
+    flat += tuple(input_weights) if project else ()
+    return apply(
+        RecurrentLayer, *flat, mode=mode, sizes=sizes, reverse=bool(reverse), project=project
+    )
 
 
 def recurrent_layer_override(backend):
@@ -851,13 +956,19 @@ def recurrent_layer_override(backend):
     fwd_modes = {m for m in ("LSTM", "GRU") if f"{m.lower()}_fwd" in have}
     bwd_modes = {m for m in ("LSTM", "GRU") if f"{m.lower()}_bwd" in have}
 
-    def forward(ctx, *arrays, mode, sizes, reverse):
-        if mode not in fwd_modes or not accepts(tuple(a for a in arrays if a is not None)):
+    def usable(arrays, project):  # a projected input need not be contiguous: only GEMMs read it
+        first = arrays[0].dtype == arrays[1].dtype if project else True
+        return first and accepts(tuple(a for a in arrays[project:] if a is not None))
+
+    def forward(ctx, *arrays, mode, sizes, reverse, project=False):
+        if mode not in fwd_modes or not usable(arrays, project):
             return NotImplemented
-        return stack_forward(ctx, backend, *arrays, mode=mode, sizes=sizes, reverse=reverse)
+        return stack_forward(
+            ctx, backend, *arrays, mode=mode, sizes=sizes, reverse=reverse, project=project
+        )
 
     def backward(ctx, *grads):
-        if ctx.mode not in bwd_modes or not accepts(tuple(a for a in ctx.saved if a is not None)):
+        if ctx.mode not in bwd_modes or not usable(ctx.saved, ctx.project):
             return NotImplemented
         return stack_backward(ctx, backend, *grads)
 

@@ -121,9 +121,19 @@ pytestmark = pytest.mark.skipif(
 # Merged (session 10, lead): ferro/_C to 7,430 (7,427 measured after the merge). Raised to 7,450
 # for the one BLAS thread count that gemm's products, the splits and the parallel walk share
 # (gemm.hold/release/give_back, 16 lines): 7,443 measured.
+# Raised for ferro/_C from 7,165 to 7,280 and for ferro/ops from 11,600 to 11,680 for issue 15's
+# LSTM on two cores (session 10, Note [Hidden-unit split]): the step loop's chunks of hidden
+# units on an OpenMP team with a spin-then-futex barrier, leading dimensions in the BLAS call,
+# the chunk and thread checks (+119 in ferro/_C after the single-step LSTM kernels became the
+# chunk kernels on all units: 48 lines of duplicate cell math gone; 7,276 measured), and in
+# recurrent.py the chunk order of the gate columns, the big GEMMs in row blocks (_mm), OpenBLAS
+# held at one thread for the pass, and layer 0's input projection in the node (input_weights,
+# its checks and gradients, the reference's: +80, 11,674 measured).
+# Merged (session 10, lead): ferro/_C to 7,565, ferro/ops to 11,825 (7,563 and 11,823
+# measured after the merge).
 BUDGETS = {
-    "ferro/_C": (7450, ("*.pyx", "*.pxd", "*.h", "*.py")),
-    "ferro/ops": (11745, ("*.py",)),
+    "ferro/_C": (7565, ("*.pyx", "*.pxd", "*.h", "*.py")),
+    "ferro/ops": (11825, ("*.py",)),
 }
 
 

@@ -215,9 +215,13 @@ def _op_call(name, tensors, kwargs):
     from opdb.recurrent import _stacked_groups
 
     masks = [None if m is None else ferro.tensor(m) for m in kwargs["masks"]]
+    weights = tuple(tensors[-2:]) if kwargs.get("project") else None  # layer 0's, last
+    tensors = tensors[:-2] if weights else tensors
     upper = _stacked_groups(tensors, masks)
-    outs = ferro.recurrent_layer(*tensors[:6], kwargs["mode"], kwargs["batch_sizes"], upper=upper)
-    return outs, [*tensors[:6], *(a for g in upper for a in g)]
+    outs = ferro.recurrent_layer(
+        *tensors[:6], kwargs["mode"], kwargs["batch_sizes"], upper=upper, input_weights=weights
+    )
+    return outs, [*tensors[:6], *(a for g in upper for a in g), *(weights or ())]
 
 
 @pytest.mark.parametrize("name", ["recurrent_layer", "recurrent_layer_stacked"])
@@ -239,6 +243,7 @@ def test_layer_differentiable_backward_matches_backward(name):
             mode=sample.kwargs["mode"],
             sizes=node.sizes,
             reverse=sample.kwargs.get("reverse"),
+            project=node.project,
         )
         got = op.differentiable_backward(ctx, *(ferro.tensor(g) for g in gys))
         for k, (w, g) in enumerate(zip(want, got, strict=True)):
@@ -1000,3 +1005,120 @@ def test_compiled_step_loop_takes_the_int_width_from_the_library(monkeypatch):
     assert not recurrent._find_blas(backend) and len(got) == 2
     monkeypatch.setattr(_intraop, "blas_library", lambda: None)
     assert not recurrent._find_blas(backend)
+
+
+# -- the hidden-unit split of a LSTM's steps (Note [Hidden-unit split]) -------------------------
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(
+    "layers,kw,packed",
+    [
+        (2, {}, False),
+        (3, {"dropout": 0.3}, True),
+        (1, {"bias": False, "batch_first": True}, False),
+        (2, {"proj_size": 3}, True),  # steps in one chunk, the big GEMMs in two
+    ],
+)
+def test_lstm_unit_split_is_independent_of_the_threads(monkeypatch, dtype, layers, kw, packed):
+    """The same bits on one, two and three threads (the chunks are fixed by the sizes), the
+    step loops run in two chunks on up to two threads, and the layers unsplit agree to
+    rounding (a chunk's GEMM may round differently from the whole one)."""
+    from ferro import _intraop
+    from ferro._C import recurrent_kernels as K
+    from ferro.ops import recurrent
+
+    if not K.have_blas() or _intraop._BLAS is None:
+        pytest.skip("no CBLAS, or the BLAS's threads cannot be controlled here")
+    seen, real = [], K.layer_fwd
+    monkeypatch.setattr(K, "layer_fwd", lambda *a: seen.append(a[-2:]) or real(*a))
+    rng = np.random.default_rng(3)
+    ferro.manual_seed(0)
+    module = nn.LSTM(3, 7, num_layers=layers, **kw).to(dtype)
+    if packed:
+        seqs = [ferro.tensor(rng.normal(size=(n, 3)).astype(dtype)) for n in (9, 4, 7, 1)]
+        x = rnn_utils.pack_sequence(seqs, enforce_sorted=False)
+        x.data.requires_grad_(True)
+        leaf = x.data
+    else:
+        shape = (4, 9, 3) if kw.get("batch_first") else (9, 4, 3)
+        x = leaf = ferro.tensor(rng.normal(size=shape).astype(dtype), requires_grad=True)
+    whole = _run_stack(module, x, leaf, 2)
+    assert all(chunks == 1 for chunks, _ in seen)  # these small layers do not split
+    monkeypatch.setattr(recurrent, "_UNIT_SPLIT_WORK", 0)  # split them
+    got = {}
+    for threads in (1, 2, 3):
+        del seen[:]
+        got[threads] = _run_stack(module, x, leaf, threads)
+        want = (1, 1) if "proj_size" in kw else (2, min(threads, 2))
+        assert seen and all(s == want for s in seen), seen
+    for threads in (2, 3):
+        for a, b in zip(got[1], got[threads], strict=True):
+            np.testing.assert_array_equal(a, b)
+    tol = dict(rtol=2e-5, atol=1e-6) if dtype == np.float32 else dict(rtol=1e-12, atol=1e-14)
+    for a, b in zip(got[1], whole, strict=True):
+        np.testing.assert_allclose(a, b, **tol)
+
+
+def test_lstm_unit_split_loop_direct_calls_and_refusals():
+    """layer_fwd/layer_bwd with more threads than chunks (a thread with no chunk still meets
+    every barrier) equal the one-thread call; more than one chunk only for a LSTM without
+    weight_hr, and at most one chunk a hidden unit."""
+    from ferro._C import recurrent_kernels as K
+    from ferro.ops import recurrent
+
+    if not K.have_blas():
+        pytest.skip("no CBLAS found in NumPy's BLAS")
+    rng = np.random.default_rng(0)
+    fwd, table = _loop_arrays(rows=6, batch=3, hout=4, hidden=4)
+    for name in ("x", "h", "c", "w_t"):
+        fwd[name] = rng.normal(size=fwd[name].shape)
+    results = []
+    for threads in (1, 3):
+        a = {k: None if v is None else v.copy() for k, v in fwd.items()}
+        a["w_t"] = np.ascontiguousarray(fwd["w_t"][:, recurrent._unit_order(4, 2)])
+        K.layer_fwd(False, *a.values(), *table, 0, 2, 1, 2, threads)
+        results.append(a)
+    for k in ("out", "h", "c", "acts", "tc", "c_prev", "h_prev"):
+        np.testing.assert_array_equal(results[0][k], results[1][k])
+    bwd = dict(
+        gout=rng.normal(size=(6, 4)), gh=rng.normal(size=(3, 4)), gc=rng.normal(size=(3, 4)),
+        w_hh=rng.normal(size=(16, 4)), w_hr=None, h_prev=results[0]["h_prev"],
+        acts=results[0]["acts"], c_prev=results[0]["c_prev"], tc=results[0]["tc"], hgn=None,
+        g_in=np.zeros((6, 16)), g_hid=None, g_hr=None,
+    )  # fmt: skip
+    back = []
+    for threads in (1, 3):
+        b = {k: None if v is None else v.copy() for k, v in bwd.items()}
+        K.layer_bwd(False, *b.values(), *table, 1, 2, -1, 2, threads)
+        back.append(b)
+    for k in ("gh", "gc", "g_in"):
+        np.testing.assert_array_equal(back[0][k], back[1][k])
+    with pytest.raises(ArgumentError, match="chunks"):
+        K.layer_fwd(False, *fwd.values(), *table, 0, 2, 1, 5, 1)  # more chunks than units
+    with pytest.raises(ArgumentError, match="chunks"):
+        K.layer_fwd(False, *fwd.values(), *table, 0, 2, 1, 2, 0)  # no thread
+    proj, t2 = _loop_arrays(hout=3, hidden=4, proj=True)
+    with pytest.raises(ArgumentError, match="weight_hr"):
+        K.layer_fwd(False, *proj.values(), *t2, 0, 2, 1, 2, 2)
+
+
+def test_recurrent_layer_input_weights_project_in_the_node():
+    """input_weights: layer 0's projection in the node equals linear + recurrent_layer, and
+    bad shapes are typed errors naming them."""
+    rng = np.random.default_rng(1)
+    t = lambda *s: ferro.tensor(rng.normal(size=s), requires_grad=True)  # noqa: E731
+    x, w_ih, b_ih, h0, c0, w_hh, b_hh = t(5, 2, 3), t(8, 3), t(8), t(2, 2), t(2, 2), t(8, 2), t(8)
+    got = ferro.recurrent_layer(x, h0, c0, w_hh, b_hh, None, "LSTM", input_weights=(w_ih, b_ih))
+    xg = ferro.nn.functional.linear(x.reshape(-1, 3), w_ih, b_ih).reshape(5, 2, 8)
+    want = ferro.recurrent_layer(xg, h0, c0, w_hh, b_hh, None, "LSTM")
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_allclose(_np(a), _np(b), rtol=1e-13)
+    gs = ferro.autograd.grad(sum(o.sum() for o in got), [x, w_ih, b_ih, w_hh])
+    ws = ferro.autograd.grad(sum(o.sum() for o in want), [x, w_ih, b_ih, w_hh])
+    for a, b in zip(gs, ws, strict=True):
+        np.testing.assert_allclose(_np(a), _np(b), rtol=1e-12)
+    with pytest.raises(ShapeError, match=r"layer 0's shapes.*weight_ih \(8, 4\)"):
+        ferro.recurrent_layer(x, h0, c0, w_hh, b_hh, None, "LSTM", input_weights=(t(8, 4), b_ih))
+    with pytest.raises(ArgumentError, match="input_weights"):
+        ferro.recurrent_layer(x, h0, c0, w_hh, b_hh, None, "LSTM", input_weights=(w_ih,))

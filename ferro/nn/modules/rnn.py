@@ -218,11 +218,8 @@ class RNNBase(Module):
             w_ih, w_hh, b_ih, b_hh, w_hr = self._layer_params(k, 0)
             upper.append((w_ih, b_ih, masks[k], h0s[k], c0s[k], w_hh, b_hh, w_hr))
         w_ih, w_hh, b_ih, b_hh, w_hr = self._layer_params(0, 0)
-        xg = linear(x.reshape(-1, x.shape[-1]), w_ih, b_ih)
-        if sizes is None:
-            xg = xg.reshape(x.shape[0], x.shape[1], w_ih.shape[0])
-        out, *states = recurrent_layer(
-            xg, h0s[0], c0s[0], w_hh, b_hh, w_hr, self.mode, sizes, False, upper
+        out, *states = recurrent_layer(  # layer 0's projection in the node too
+            x, h0s[0], c0s[0], w_hh, b_hh, w_hr, self.mode, sizes, False, upper, (w_ih, b_ih)
         )
         per = 2 if lstm else 1
         return out, stack(states[::per], 0), (stack(states[1::per], 0) if lstm else None)

@@ -160,9 +160,17 @@ def _stacked_groups(args, masks):
     return [(*u[:2], m, *u[2:]) for u, m in zip(upper, masks[1:], strict=True)]
 
 
-def _stacked_ref(xg, h0, c0, w_hh, b_hh, w_hr, *upper, mode, batch_sizes=None, masks=()):
+def _stacked_ref(
+    xg, h0, c0, w_hh, b_hh, w_hr, *upper, mode, batch_sizes=None, masks=(), project=False
+):
     """Layer by layer with ``_layer_ref``: an upper layer's input gates are
-    ``(out_below * mask) @ weight_ih.T + bias_ih``."""
+    ``(out_below * mask) @ weight_ih.T + bias_ih``; with ``project`` layer 0's too (its
+    weights the last two arguments, ``xg`` its input)."""
+    if project:
+        *upper, w0, b0 = upper
+        xg = (xg.reshape(-1, xg.shape[-1]) @ w0.T + (0 if b0 is None else b0)).reshape(
+            *xg.shape[:-1], -1
+        )
     rows = xg.reshape(-1, xg.shape[-1]).shape[0]
     layers = [(None, None, None, h0, c0, w_hh, b_hh, w_hr)]
     layers += _stacked_groups((xg, h0, c0, w_hh, b_hh, w_hr, *upper), masks)
@@ -177,10 +185,12 @@ def _stacked_ref(xg, h0, c0, w_hh, b_hh, w_hr, *upper, mode, batch_sizes=None, m
     return np.concatenate([out.reshape(-1), *parts])
 
 
-def _stacked_fn(*args, mode, batch_sizes=None, masks=()):
+def _stacked_fn(*args, mode, batch_sizes=None, masks=(), project=False):
     masks = [None if m is None else ferro.tensor(m, dtype=args[0].dtype) for m in masks]
+    weights = args[-2:] if project else None
+    args = args[:-2] if project else args
     upper = _stacked_groups(args, masks)
-    outs = ferro.recurrent_layer(*args[:6], mode, batch_sizes, upper=upper)
+    outs = ferro.recurrent_layer(*args[:6], mode, batch_sizes, upper=upper, input_weights=weights)
     return ferro.cat([o.reshape(-1) for o in outs], 0)
 
 
@@ -215,6 +225,14 @@ def _stacked_samples(rng):
         label = f"{mode}-{layers}{'-proj' if proj else ''}{'-packed' if sizes else ''}"
         out.append(Sample(tuple(args), kwargs, label=label + ("-dropout" if dropout else "")))
     out.append(Sample(out[0].args, out[0].kwargs, noncontig=True, label="LSTM-noncontig"))
+    # layer 0's projection in the node (input_weights): its input (rows, 3) and weights last
+    for k, bias in ((0, True), (3, False)):
+        args, kwargs, features = list(out[k].args), dict(out[k].kwargs), 3
+        gates = args[0].shape[-1]
+        args[0] = uniform(rng, (*args[0].shape[:-1], features))
+        args += [uniform(rng, (gates, features)), uniform(rng, (gates,)) if bias else None]
+        kwargs["project"] = True
+        out.append(Sample(tuple(args), kwargs, label=out[k].label + "-project"))
     return out
 
 

@@ -94,8 +94,12 @@ pytestmark = pytest.mark.skipif(
 # for bit. When the session's five branches met (ports, conv kernels, conv splits, recurrent
 # loop, direct ops) the sums measured ferro/_C 7,157 and ferro/ops 11,594 (each branch had
 # counted against an older main): ferro/_C to 7,165, ferro/ops to 11,600.
+# Raised for ferro/_C from 7,165 to 7,230 for issue 14's digits CNN (session 10, conv_kernels.h):
+# im2col/col2im's flat loops, one select loop over a whole plane per kernel offset and sample
+# where the rows were a memcpy and zeroing each (68 lines, 7,225 measured from main's 7,157): on
+# the CNN's 16 -> 32 layer (64, 16, 4, 4) they took 215 and 150 us of one core, now 25 and 31.
 BUDGETS = {
-    "ferro/_C": (7165, ("*.pyx", "*.pxd", "*.h", "*.py")),
+    "ferro/_C": (7230, ("*.pyx", "*.pxd", "*.h", "*.py")),
     "ferro/ops": (11600, ("*.py",)),
 }
 

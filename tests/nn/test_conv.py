@@ -432,6 +432,7 @@ def test_column_kernels_match_the_strided_views(dtype, nd):
 FLAT_GEOMETRIES = [
     ((5,), (3,), (1,), ((1, 1),), (1,)),
     ((2,), (5,), (1,), ((3, 1),), (1,)),
+    ((1,), (2,), (1,), ((0, 3),), (3,)),
     ((4, 4), (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1)),
     ((4, 4), (5, 5), (1, 1), ((2, 2), (2, 2)), (1, 1)),
     ((3, 3), (3, 3), (1, 1), ((2, 2), (2, 2)), (2, 2)),
@@ -445,10 +446,12 @@ FLAT_GEOMETRIES = [
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("batch", [1, 3])
 @pytest.mark.parametrize("geometry", FLAT_GEOMETRIES, ids=lambda g: f"{g[0]}k{g[1]}s{g[2]}")
-def test_column_kernels_flat_planes_match_the_strided_views_bit_for_bit(dtype, geometry):
+def test_column_kernels_flat_planes_match_the_strided_views_bit_for_bit(dtype, batch, geometry):
     # Every sample's and channel's plane (the first and last ones read past the array's ends
-    # unless checked); col2im's sums in the kernel offsets' order, as NumPy's scatter adds them.
+    # unless checked: im2col's first plane, col2im's at batch 1 by a dilated kernel); col2im's
+    # sums in the kernel offsets' order, as NumPy's scatter adds them.
     from ferro._C import conv_kernels as K
 
     size, kernel, stride, pads, dilation = geometry
@@ -459,7 +462,7 @@ def test_column_kernels_flat_planes_match_the_strided_views_bit_for_bit(dtype, g
     )
     assert out[-1] == size[-1]
     rng = np.random.default_rng(5)
-    x = rng.normal(size=(3, 4, *size)).astype(dtype)
+    x = rng.normal(size=(batch, 4, *size)).astype(dtype)
     want = conv_ops._columns(np, conv_ops._padded(np, x, pads), kernel, stride, dilation, out)
     col = np.full_like(want, np.nan)
     np.testing.assert_array_equal(K.im2col(x, stride, pads, dilation, col), want)

@@ -331,8 +331,8 @@ cdef extern from "conv_kernels.h" nogil:
 cdef void _im2col(floating_t* img, floating_t* col, Py_ssize_t nb, Py_ssize_t c,
                   const Py_ssize_t* g, bint add, int nt) noexcept nogil:
     # The columns (C, k0, k1, k2, nb, o0, o1, o2) of img (nb, C, s0, s1, s2) zero-padded by lo
-    # before each dim (add=False: col written, img only read), or their adjoint (add=True: col
-    # added into img, which the caller zeroed); g as _columns_geometry fills it. Split over
+    # before each dim (add=False: col written, img only read), or their adjoint (add=True: img
+    # set to the sums of col's entries); g as _columns_geometry fills it. Split over
     # the channels (each writes its own columns and its own image planes; the loops are C,
     # conv_kernels.h).
     cdef Py_ssize_t ci, per = g[3] * g[4] * g[5] * nb * g[6] * g[7] * g[8]
@@ -393,8 +393,6 @@ cdef object _columns_call(str who, cnp.ndarray img, cnp.ndarray col, tuple strid
     cdef Py_ssize_t g[20]
     _columns_geometry(who, img, col, stride, pads, dilation, g)
     cdef int nt = _team(col.size)
-    if add:
-        img.fill(0)
     if cnp.PyArray_TYPE(img) == cnp.NPY_FLOAT32:
         with nogil:
             _im2col(<float*>cnp.PyArray_DATA(img), <float*>cnp.PyArray_DATA(col), g[18], g[19],

@@ -166,9 +166,8 @@ def _add_product(xp, sums, run, a, b, prod):
     """Add ``a @ b`` to ``sums[run]`` (or start it); returns the reused product buffer."""
     if run not in sums:
         sums[run] = xp.matmul(a, b)
-        return prod
-    prod = xp.matmul(a, b, out=prod)
-    sums[run] += prod
+    else:
+        sums[run] += (prod := xp.matmul(a, b, out=prod))
     return prod
 
 
@@ -271,7 +270,7 @@ def _columns_pass(xp, x, w, gy, stride, pads, dilation, groups, kernel, out, ker
     ``cache``, a dict (a forward's ``ctx.columns``): where the whole batch's columns fit in
     :data:`CACHE_BYTES`, the forward leaves each chunk's there and the weight gradient takes
     them instead of building them again (on the digits CNN's training step, a third of each
-    convolution's backward)."""
+    convolution's backward), and the input gradient ``gy``'s chunks channel-major."""
     n, c = x.shape[:2]
     cg = c // groups
     kp, ell = math.prod(kernel), math.prod(out)
@@ -281,7 +280,7 @@ def _columns_pass(xp, x, w, gy, stride, pads, dilation, groups, kernel, out, ker
         wr = w.reshape(groups, o // groups, cg * kp)
         y = xp.empty((n, o) + tuple(out), dtype=x.dtype)
     step = _chunk(xp, n, c * kp * ell * x.itemsize, o * cg * kp * ell)
-    kept = {} if cache is None else cache.pop("columns", {})
+    kept, gys = (cache.pop("columns", {}), cache.pop("gy", {})) if cache is not None else ({}, {})
     keep = cache is not None and gy is None and n * c * kp * ell * x.itemsize <= CACHE_BYTES
 
     def part(chunks):  # each part its own column buffer; y's slices are disjoint
@@ -304,7 +303,9 @@ def _columns_pass(xp, x, w, gy, stride, pads, dilation, groups, kernel, out, ker
                 y[n0 : n0 + nb] = yc.reshape((o, nb) + tuple(out)).swapaxes(0, 1)
             if gy is not None:  # summed transposed: columns @ gyᵀ, whose long dimension
                 # (n * L) is the columns' contiguous one, 1.3x faster than gy @ columnsᵀ
-                gc = _channel_major(xp, gy[n0 : n0 + nb], groups).transpose(0, 2, 1)
+                gc = gys.get((n0, step))
+                gc = _channel_major(xp, gy[n0 : n0 + nb], groups) if gc is None else gc
+                gc = gc.transpose(0, 2, 1)
                 prod = _add_product(xp, sums, run, col, gc, prod)
         return sums
 
@@ -443,8 +444,9 @@ def _winograd_forward(xp, kernels, x, w, pads, out, y):
     return y
 
 
-def _conv_input_grad(xp, gy, w, stride, pads, dilation, groups, size, kernels=None):
-    """``gx`` ``(N, C_in, *size)`` of the convolution, from ``gy`` ``(N, C_out, *out)``.
+def _conv_input_grad(xp, gy, w, stride, pads, dilation, groups, size, kernels=None, cache=None):
+    """``gx`` ``(N, C_in, *size)`` of the convolution, from ``gy`` ``(N, C_out, *out)``; the
+    col2im path leaves ``gy``'s chunks in ``cache`` (see :func:`_columns_pass`).
 
     A stride-1 convolution whose padding is at most the kernel's span takes the input gradient
     as the convolution of ``gy`` by the flipped, transposed weight (im2col of ``gy``, which is
@@ -474,19 +476,19 @@ def _conv_input_grad(xp, gy, w, stride, pads, dilation, groups, size, kernels=No
     wt = w.reshape(groups, o // groups, cg * kp).transpose(0, 2, 1)
     gx = xp.empty((n, c) + tuple(size), dtype=gy.dtype)
     step = _chunk(xp, n, c * kp * ell * gy.itemsize, o * cg * kp * ell)
+    gys = cache.setdefault("gy", {}) if cache is not None and gy.nbytes <= CACHE_BYTES else {}
 
     def part(chunks):  # the chunks write disjoint slices of gx
         for _, n0 in chunks:
-            gc = _channel_major(xp, gy[n0 : n0 + step], groups)
-            nb = min(step, n - n0)
-            gcol = xp.matmul(wt, gc).reshape((c, *kernel, nb, *out))
+            gc = gys[n0, step] = _channel_major(xp, gy[n0 : n0 + step], groups)
+            gcol = xp.matmul(wt, gc).reshape((c, *kernel, min(step, n - n0), *out))
             if kernels is not None:
-                kernels.col2im(gcol, stride, pads, dilation, gx[n0 : n0 + nb])
+                kernels.col2im(gcol, stride, pads, dilation, gx[n0 : n0 + step])
                 continue
             # col2im in the columns' own (C, n) order, whose slices are contiguous runs, then
             # one transposing copy into gx.
             gcol = xp.moveaxis(gcol, 1 + len(kernel), 1)
-            gx[n0 : n0 + nb] = xp.moveaxis(_col2im(xp, gcol, size, stride, pads, dilation), 0, 1)
+            gx[n0 : n0 + step] = xp.moveaxis(_col2im(xp, gcol, size, stride, pads, dilation), 0, 1)
 
     _in_parts(xp, n, step, part)
     return gx
@@ -858,7 +860,7 @@ def conv_backward(transposed, kernels, ctx, gy):
     elif need_x and need_w and _winograd_adjoint(kernels, x, w, gy, stride, ctx.geom[2], groups):
         gx, gw = _winograd_weight_grad(xp, kernels, x, gy, pads, w)
     elif need_x:
-        gx = _conv_input_grad(xp, gy, w, *ctx.geom, ctx.in_size, kernels)
+        gx = _conv_input_grad(xp, gy, w, *ctx.geom, ctx.in_size, kernels, ctx.columns)
     if need_w and gw is None:
         a, b = (gy, x) if transposed else (x, gy)
         cache = None if transposed else ctx.columns

@@ -131,8 +131,13 @@ pytestmark = pytest.mark.skipif(
 # its checks and gradients, the reference's: +80, 11,674 measured).
 # Merged (session 10, lead): ferro/_C to 7,565, ferro/ops to 11,825 (7,563 and 11,823
 # measured after the merge).
+# Raised for ferro/_C from 7,165 to 7,230 for issue 14's digits CNN (session 10, conv_kernels.h):
+# im2col/col2im's flat loops, one select loop over a whole plane per kernel offset and sample
+# where the rows were a memcpy and zeroing each (68 lines, 7,225 measured from main's 7,157): on
+# the CNN's 16 -> 32 layer (64, 16, 4, 4) they took 215 and 150 us of one core, now 25 and 31.
+# Merged (session 10, lead): ferro/_C to 7,635 (7,631 measured after the merge).
 BUDGETS = {
-    "ferro/_C": (7565, ("*.pyx", "*.pxd", "*.h", "*.py")),
+    "ferro/_C": (7635, ("*.pyx", "*.pxd", "*.h", "*.py")),
     "ferro/ops": (11825, ("*.py",)),
 }
 

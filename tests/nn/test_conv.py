@@ -425,6 +425,54 @@ def test_column_kernels_match_the_strided_views(dtype, nd):
         np.testing.assert_allclose(gx, ref, rtol=tol, atol=tol)
 
 
+# Geometries of the flat loops (conv_kernels.h: stride 1 along the last two dims, the last dim's
+# output as long as its input): small maps, padding larger than the map, dilation, a kernel
+# larger than the map, more output rows than input rows, a 3-d stride and dilation along the
+# depth, and maps past FERRO_COLS_FLAT (the row loops). (size, kernel, stride, pads, dilation)
+FLAT_GEOMETRIES = [
+    ((5,), (3,), (1,), ((1, 1),), (1,)),
+    ((2,), (5,), (1,), ((3, 1),), (1,)),
+    ((1,), (2,), (1,), ((0, 3),), (3,)),
+    ((4, 4), (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1)),
+    ((4, 4), (5, 5), (1, 1), ((2, 2), (2, 2)), (1, 1)),
+    ((3, 3), (3, 3), (1, 1), ((2, 2), (2, 2)), (2, 2)),
+    ((2, 3), (5, 7), (1, 1), ((3, 1), (4, 2)), (1, 1)),
+    ((1, 1), (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1)),
+    ((3, 4), (2, 3), (1, 1), ((2, 2), (1, 1)), (1, 1)),
+    ((5, 3, 3), (3, 3, 3), (2, 1, 1), ((1, 1), (1, 1), (1, 1)), (1, 1, 1)),
+    ((6, 2, 4), (2, 3, 3), (1, 1, 1), ((0, 2), (1, 1), (2, 2)), (3, 1, 2)),
+    ((33, 33), (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1)),
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("batch", [1, 3])
+@pytest.mark.parametrize("geometry", FLAT_GEOMETRIES, ids=lambda g: f"{g[0]}k{g[1]}s{g[2]}")
+def test_column_kernels_flat_planes_match_the_strided_views_bit_for_bit(dtype, batch, geometry):
+    # Every sample's and channel's plane (the first and last ones read past the array's ends
+    # unless checked: im2col's first plane, col2im's at batch 1 by a dilated kernel); col2im's
+    # sums in the kernel offsets' order, as NumPy's scatter adds them.
+    from ferro._C import conv_kernels as K
+
+    size, kernel, stride, pads, dilation = geometry
+    nd = len(size)
+    out = tuple(
+        (size[i] + sum(pads[i]) - dilation[i] * (kernel[i] - 1) - 1) // stride[i] + 1
+        for i in range(nd)
+    )
+    assert out[-1] == size[-1]
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(batch, 4, *size)).astype(dtype)
+    want = conv_ops._columns(np, conv_ops._padded(np, x, pads), kernel, stride, dilation, out)
+    col = np.full_like(want, np.nan)
+    np.testing.assert_array_equal(K.im2col(x, stride, pads, dilation, col), want)
+    g = rng.normal(size=want.shape).astype(dtype)
+    gx = K.col2im(g, stride, pads, dilation, np.full_like(x, np.nan))
+    perm = (1 + nd, 0, *range(1, 1 + nd), *range(2 + nd, 2 + 2 * nd))
+    ref = conv_ops._col2im(np, g.transpose(perm), size, stride, pads, dilation)
+    np.testing.assert_array_equal(gx, ref)
+
+
 def test_column_kernels_refuse_what_they_cannot_read_or_write():
     from ferro._C import conv_kernels as K
 

@@ -97,7 +97,9 @@ cdef int _active = 0, _saved = 1  # products running; OpenBLAS's count before th
 # GEMM_MULTITHREAD_THRESHOLD): below it NumPy's matmul runs one BLAS thread, which wakes no
 # worker. From _least to _split the product runs in one part on the caller's thread, OpenBLAS
 # held at one thread (its worker stays asleep); from _split in PARTS parts. Tests lower both.
-cdef Py_ssize_t _least = 1 << 18, _split = 1 << 21
+# Off by default (both 2^62: NumPy's matmul runs every product; set_least(1 << 18, 1 << 21)
+# turns it on): on the quiet machine it made the MLP step slower (Note [Two-core GEMM]).
+cdef Py_ssize_t _least = 1 << 62, _split = 1 << 62
 cdef int PARTS = 2
 
 

@@ -139,13 +139,14 @@ def test_threshold(threads):
     """Too little work: NumPy's matmul; then one part (OpenBLAS held at one thread); then parts,
     the product either way."""
     ferro.set_num_threads(2)
-    a = np.ones((8, 8))
-    assert gemm.matmul(a, a) is NotImplemented
     rng = np.random.default_rng(6)
     a, b = rng.normal(size=(64, 512)), rng.normal(size=(512, 10))
-    one = gemm.matmul(a, b)  # 327,680: one part
-    before = gemm.set_least(0, 0)
+    assert gemm.matmul(a, b) is NotImplemented  # off by default: NumPy's matmul
+    before = gemm.set_least(1 << 18, 1 << 21)  # the thresholds it would run with
     try:
+        assert gemm.matmul(np.ones((8, 8)), np.ones((8, 8))) is NotImplemented
+        one = gemm.matmul(a, b)  # 327,680: one part
+        gemm.set_least(0, 0)
         parts = gemm.matmul(a, b)
     finally:
         gemm.set_least(*before)

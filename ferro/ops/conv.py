@@ -118,11 +118,11 @@ def _chunk(xp, n, row_bytes, work=0):
     return -(-n // min(n, -(-chunks // LANES) * LANES))
 
 
-#: The least work (multiply-adds) worth a part of its own (:func:`_chunk`): the handoff to the
-#: pool's thread costs ~15 us, and the digits CNN's 16 -> 32 convolution on 4x4 maps (4.7M
-#: multiply-adds forward, with its im2col 0.35 ms of one core) splits in 2, its 1 -> 16 layer
-#: (0.6M) does not.
-PART_MIN_WORK = 1 << 21
+#: The least work (multiply-adds) worth a part of its own (:func:`_chunk`). At 2^21 the digits
+#: CNN's 16 -> 32 convolution on 4x4 maps (4.7M multiply-adds forward) ran in two parts; on the
+#: quiet machine the whole step took 1.76-2.05 ms that way against 1.41-1.52 in one part
+#: (OpenBLAS's own split; same-process interleaved A/B, docs/conv.md), so it stays whole now.
+PART_MIN_WORK = 1 << 23
 
 
 #: A weight gradient sums its batch chunks' products in at most this many lanes (contiguous

@@ -282,8 +282,8 @@ class CrossEntropy:
         logits = ctx.saved[-1]
         m, c = logits.shape
         if hasattr(ctx, "lse"):  # the fused forward's state: class indices only
-            valid = ctx.target != ctx.ignore
-            t, wy, w, eps = xp.where(valid, ctx.target, 0), valid, None, 0.0
+            valid = ctx.target != ctx.ignore  # a float weight: a bool one made float64 grads
+            t, wy, w, eps = xp.where(valid, ctx.target, 0), valid.astype(logits.dtype), None, 0.0
         else:
             t, valid, wy, w, eps = ctx.t, ctx.valid, ctx.wy, ctx.w, ctx.smoothing
         p = softmax(logits, dim=1)

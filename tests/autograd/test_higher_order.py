@@ -409,3 +409,29 @@ def test_profiler_records_create_graph_backward():
         (g,) = ferro.autograd.grad(x.tanh().sum(), x, create_graph=True)
     names = [e.name for e in prof.events()]
     assert "TanhBackward" in names
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_float32_hvp_through_the_fused_cross_entropy_stays_float32(reduction):
+    # The fused forward (class indices, no weight or smoothing) keeps a bool validity mask;
+    # its differentiable backward once multiplied by it as a weight and gave float64 gradients
+    # (GradientError in bench_higher's Hessian-vector product).
+    from ferro.autograd import functional as F
+
+    rng = np.random.default_rng(0)
+    x32 = rng.normal(size=(6, 5)).astype(np.float32)
+    w32, v32 = (rng.normal(size=(5, 4)).astype(np.float32) for _ in range(2))
+    y = ferro.tensor(np.array([0, 3, 1, -100, 2, 3]))
+
+    def hvp(dtype):
+        x = ferro.tensor(x32.astype(dtype))
+
+        def loss(w):
+            out = ferro.nn.functional.cross_entropy(x @ w, y, reduction=reduction)
+            return out.sum() if reduction == "none" else out
+
+        return F.hvp(loss, ferro.tensor(w32.astype(dtype)), ferro.tensor(v32.astype(dtype)))[1]
+
+    got, want = hvp(np.float32), hvp(np.float64)
+    assert got.dtype == ferro.float32
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-4, atol=1e-5)

@@ -16,7 +16,6 @@ import warnings as _warnings
 
 from ferro import (  # noqa: F401  (submodules)
     _C,  # noqa: F401  (raises a friendly error when the core is not built)
-    _intraop,
     accelerator,
     autograd,
     backend,
@@ -155,8 +154,6 @@ _engine.set_gpu_backend(
     _cuda_kernels.owns, _cuda_kernels.accepts, _cuda_kernels.accumulate, _cuda_kernels.sum_to_shape
 )
 backend.register_dropout_mask(_cuda_kernels.dropout_mask)
-# Note [Parallel backward]: OpenBLAS at one thread while a walk's nodes run side by side.
-_engine.set_side_by_side(_intraop.one_blas_thread)
 # Note [Caching allocator] (ferro/_C/allocator.pyx): large NumPy buffers are reused, not
 # page-faulted in again; FERRO_CACHING_ALLOCATOR=0 keeps NumPy's own allocator.
 if _os.environ.get("FERRO_CACHING_ALLOCATOR", "1") != "0":

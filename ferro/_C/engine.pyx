@@ -85,8 +85,6 @@ from ferro._C.state cimport (
 )
 from ferro._C.tensor cimport TensorBase, VersionCounter, new_tensor, version_counter
 
-import contextlib
-
 import numpy as np
 
 from ferro._C.accumulate import (
@@ -1774,16 +1772,6 @@ def _join(_Walk w):
             w.cond.notify_all()
 
 
-_side_by_side = contextlib.nullcontext
-
-
-def set_side_by_side(context_manager_factory):
-    """What a parallel walk enters while its nodes run side by side: ``ferro._intraop``'s
-    ``one_blas_thread`` (set by the composition root; the core imports nothing above it)."""
-    global _side_by_side
-    _side_by_side = context_manager_factory
-
-
 cdef int _walk_parallel(dict table, list ready, list ran, list commits, list results,
                         bint selective, bint accumulate, Py_ssize_t n_threads,
                         Py_ssize_t first_rank) except -1:
@@ -1797,26 +1785,24 @@ cdef int _walk_parallel(dict table, list ready, list ran, list commits, list res
     w.width = _assign_ranks(table, ready, first_rank)
     w.cond = threading.Condition(threading.Lock())
     jobs = _pool(n_threads - 1)
-    # OpenBLAS at one thread while nodes run side by side (Note [Parallel backward]).
-    with _side_by_side():
-        context = contextvars.copy_context()
-        for _ in range(n_threads - 1):
-            jobs.put((context.copy(), w))
-        try:
-            _participate(w)
-        finally:
-            # Every worker leaves the walk before the caller goes on (to the commit, or to raise):
-            # none is running a node or touching the walk's state after this.
-            with w.cond:
-                w.finished = True
-                while w.active:
-                    try:
-                        w.cond.wait()
-                    except BaseException as exc:  # an interrupt while waiting: still wait
-                        if w.error is None:
-                            w.error = exc
-            # A join job still queued (every worker busy elsewhere) holds only this empty shell.
-            w.table = w.ready = w.ran = w.commits = w.results = None
+    context = contextvars.copy_context()
+    for _ in range(n_threads - 1):
+        jobs.put((context.copy(), w))
+    try:
+        _participate(w)
+    finally:
+        # Every worker leaves the walk before the caller goes on (to the commit, or to raise):
+        # none is running a node or touching the walk's state after this.
+        with w.cond:
+            w.finished = True
+            while w.active:
+                try:
+                    w.cond.wait()
+                except BaseException as exc:  # an interrupt while waiting: still wait
+                    if w.error is None:
+                        w.error = exc
+        # A join job still queued (every worker busy elsewhere) holds only this empty shell.
+        w.table = w.ready = w.ran = w.commits = w.results = None
     if w.error is not None:
         error = w.error
         _note_node(error, w.failed)

@@ -575,7 +575,12 @@ def _groups(inputs):
 # chunk's GEMM may round differently from the whole one (OpenBLAS takes other kernels for other
 # widths), so split and unsplit layers agree to rounding.
 _UNIT_CHUNKS = 2
-_UNIT_SPLIT_WORK = 1 << 20
+# Off (inf) by default: in the quiet benchmark the split step took 23.1 ms against 23.6 unsplit
+# (a wash), and since a split holds OpenBLAS's process-wide count at one thread, a parallel
+# backward walk's other node then ran its GEMMs at one thread too, whose bits OpenBLAS does not
+# promise equal to its two-thread ones (bench_parallel's bidirectional LSTM lost bit-equality
+# with serial backward). 1 << 20 turns it on.
+_UNIT_SPLIT_WORK = float("inf")
 
 
 @functools.lru_cache(maxsize=16)

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 import ferro
-from ferro import _intraop
 from ferro.autograd.graph import saved_tensors_hooks
 from ferro.errors import GraphError
 
@@ -263,28 +262,3 @@ def test_a_thread_carries_on_its_own_branch_while_the_other_is_busy():
     loss2 = sum(ferro.tanh(ferro.tanh(ferro.tanh(ferro.tanh(x * 1.0)))).sum() for _ in range(2))
     loss2.backward()
     np.testing.assert_array_equal(x.grad.numpy(), serial)
-
-
-@pytest.mark.skipif(
-    _intraop._BLAS is None, reason="NumPy's BLAS is not an OpenBLAS ferro can control"
-)
-def test_nodes_run_side_by_side_with_openblas_at_one_thread_and_it_is_given_back():
-    # Two 2-thread GEMMs from two walk threads would oversubscribe the cores, and OpenBLAS
-    # 0.3.31 can hang when a threaded LU runs beside another thread's GEMM (Note [Parallel
-    # backward]); the serial walk keeps the BLAS's own count.
-    get, put = _intraop._BLAS[0], _intraop._BLAS[1]
-    before = get()
-    put(2)
-    try:
-        for n, expected in ((1, {2}), (4, {1})):
-            seen = []
-
-            def hook(grad_inputs, grad_outputs, _seen=seen):
-                _seen.append(get())
-
-            loss, _ = _towers(5, jitter=hook)
-            loss.backward(num_threads=n)
-            assert set(seen[-8:]) == expected  # the walk goes parallel after its first nodes
-            assert get() == 2
-    finally:
-        put(before)

@@ -252,10 +252,10 @@ def _release(state) -> None:
 @contextlib.contextmanager
 def one_blas_thread():
     """OpenBLAS at one thread for the code inside, as during a split (nestable and shared
-    across threads: the count is given back when the last holder leaves). The parallel backward
-    walk holds it while its threads run nodes side by side (Note [Parallel backward]): two
-    2-thread GEMMs from two threads would oversubscribe the cores, and OpenBLAS 0.3.31 can hang
-    when a threaded LAPACK LU runs beside another thread's GEMM (docs/autograd.md)."""
+    across threads: the count is given back when the last holder leaves): for compiled code
+    that runs its own threads and calls the BLAS from each (ferro/ops/recurrent.py's hidden-unit
+    split). The count is process-wide, so another thread's GEMMs meanwhile run at
+    one thread too (Note [Parallel backward] says why the backward walk does not hold it)."""
     state = _state
     if _BLAS is None:
         yield

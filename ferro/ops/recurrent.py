@@ -575,8 +575,9 @@ def _groups(inputs):
 # chunk's GEMM may round differently from the whole one (OpenBLAS takes other kernels for other
 # widths), so split and unsplit layers agree to rounding.
 _UNIT_CHUNKS = 2
-# Off (inf) by default: in the quiet benchmark the split step took 23.1 ms against 23.6 unsplit
-# (a wash), and since a split holds OpenBLAS's process-wide count at one thread, a parallel
+# Off (inf) by default: it gains ~4.5% (the word-LM LSTM step, same-process A/B on the quiet
+# machine: 21.7-21.9 ms split against 22.7-22.8 unsplit), but a split holds OpenBLAS's
+# process-wide count at one thread, so in a parallel
 # backward walk's other node then ran its GEMMs at one thread too, whose bits OpenBLAS does not
 # promise equal to its two-thread ones (bench_parallel's bidirectional LSTM lost bit-equality
 # with serial backward). 1 << 20 turns it on.

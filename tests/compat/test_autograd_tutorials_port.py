@@ -27,6 +27,7 @@ import functools
 
 import numpy as np
 import pytest
+import test_mnist_cnn_port as mnist
 import test_resnet_port as resnet
 
 sklearn_datasets = pytest.importorskip("sklearn.datasets")
@@ -126,38 +127,16 @@ print(f"\\nCall after zeroing gradients\\n{inp.grad}")
 JACOBIAN.append(inp.grad.numpy().copy())
 """
 
-FGSM = """
+FGSM = (
+    """
 epsilons = [0, .05, .1, .2, .3]
 pretrained_model = PRETRAINED_PATH
 use_cuda = True
 torch.manual_seed(42)
 
-
-class Net(nn.Module):
-    def __init__(self):
-        super(Net, self).__init__()
-        self.conv1 = nn.Conv2d(1, 32, 3, 1)
-        self.conv2 = nn.Conv2d(32, 64, 3, 1)
-        self.dropout1 = nn.Dropout(0.25)
-        self.dropout2 = nn.Dropout(0.5)
-        self.fc1 = nn.Linear(9216, 128)
-        self.fc2 = nn.Linear(128, 10)
-
-    def forward(self, x):
-        x = self.conv1(x)
-        x = F.relu(x)
-        x = self.conv2(x)
-        x = F.relu(x)
-        x = F.max_pool2d(x, 2)
-        x = self.dropout1(x)
-        x = torch.flatten(x, 1)
-        x = self.fc1(x)
-        x = F.relu(x)
-        x = self.dropout2(x)
-        x = self.fc2(x)
-        output = F.log_softmax(x, dim=1)
-        return output
-
+"""
+    + mnist.NET
+    + """
 # MNIST Test dataset and dataloader declaration
 test_loader = torch.utils.data.DataLoader(TEST_SET, batch_size=1, shuffle=False)
 
@@ -269,6 +248,7 @@ for eps in epsilons:
     accuracies.append(acc)
     examples.append(ex)
 """
+)
 
 
 class transforms:

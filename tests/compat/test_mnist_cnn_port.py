@@ -106,6 +106,9 @@ for epoch in range(1, EPOCHS + 1):
 state = {k: v.detach().cpu().numpy().copy() for k, v in model.state_dict().items()}
 """
 
+# The model alone (the FGSM tutorial loads this program's trained Net).
+NET = PROGRAM[: PROGRAM.index("\ndef train(")]
+
 
 def _data(n_train=48, n_test=32):
     digits = sklearn_datasets.load_digits()

@@ -1670,7 +1670,9 @@ cdef class _Walk:
     cdef dict table
     cdef list ready, ran, commits, results
     cdef bint selective, accumulate, finished
+    cdef bint alone  # a node that runs alone (Note [Nodes that run alone]) waits or runs
     cdef Py_ssize_t width, running, active, idle
+    cdef object in_walk  # ferro._intraop.in_walk
     cdef object cond
     cdef object error
     cdef Node failed
@@ -1681,14 +1683,15 @@ cdef int _participate(_Walk w) except -1:
     failed. Any exception is recorded in ``w`` for the caller to raise, never raised here."""
     cdef _Entry e
     cdef Node node = None
-    cdef bint held = False, in_node = False
+    cdef bint held = False, in_node = False, alone = False
     cdef Py_ssize_t n_out, n_in, stage, rest, k
     cond = w.cond
     try:
+        w.in_walk(True)
         cond.acquire()
         held = True
         while w.error is None:
-            if not w.ready:
+            if not w.ready or w.alone:
                 if w.running == 0:
                     break
                 w.idle += 1
@@ -1711,7 +1714,14 @@ cdef int _participate(_Walk w) except -1:
             w.ran.append(node)
             w.running += 1
             in_node = True
-            if w.ready and w.idle:
+            if getattr(node, "_alone", False):  # Note [Nodes that run alone]
+                w.alone = alone = True
+                while w.running > 1 and w.error is None:
+                    cond.wait()
+                if w.error is not None:
+                    break
+                w.in_walk(False)
+            elif w.ready and w.idle:
                 cond.notify()  # more ready work than this thread is taking: wake a waiting one
             cond.release()
             held = False
@@ -1738,23 +1748,32 @@ cdef int _participate(_Walk w) except -1:
             held = True
             w.running -= 1
             in_node = False
+            if alone:
+                w.alone = alone = False
+                w.in_walk(True)
             _deliver(node, e.rank, w.width, grads, w.table, w.ready, stage)
             grads = None
-            if w.idle and (len(w.ready) > 1 or (not w.ready and w.running == 0)):
+            if w.alone or w.idle and (len(w.ready) > 1 or (not w.ready and w.running == 0)):
                 cond.notify_all()
+        if in_node:  # the walk failed while this node waited to run alone
+            w.running -= 1
+            w.alone = in_node = alone = False
     except BaseException as exc:
         if not held:
             cond.acquire()
             held = True
         if in_node:
             w.running -= 1
+        if alone:
+            w.alone = False
         if w.error is None:
             w.error, w.failed = exc, node
     finally:
         if held:
-            if w.idle:
+            if w.idle or w.alone:
                 cond.notify_all()
             cond.release()
+        w.in_walk(False)
     return 0
 
 
@@ -1784,6 +1803,8 @@ cdef int _walk_parallel(dict table, list ready, list ran, list commits, list res
     w.selective, w.accumulate = selective, accumulate
     w.width = _assign_ranks(table, ready, first_rank)
     w.cond = threading.Condition(threading.Lock())
+    from ferro._intraop import in_walk  # here: ferro._intraop imports ferro._C
+    w.in_walk = in_walk
     jobs = _pool(n_threads - 1)
     context = contextvars.copy_context()
     for _ in range(n_threads - 1):

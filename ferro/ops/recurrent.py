@@ -575,13 +575,12 @@ def _groups(inputs):
 # chunk's GEMM may round differently from the whole one (OpenBLAS takes other kernels for other
 # widths), so split and unsplit layers agree to rounding.
 _UNIT_CHUNKS = 2
-# Off (inf) by default: it gains ~4.5% (the word-LM LSTM step, same-process A/B on the quiet
-# machine: 21.7-21.9 ms split against 22.7-22.8 unsplit), but a split holds OpenBLAS's
-# process-wide count at one thread, so in a parallel
-# backward walk's other node then ran its GEMMs at one thread too, whose bits OpenBLAS does not
-# promise equal to its two-thread ones (bench_parallel's bidirectional LSTM lost bit-equality
-# with serial backward). 1 << 20 turns it on.
-_UNIT_SPLIT_WORK = float("inf")
+# On from 2^20 multiply-adds a step (the word-LM LSTM has 3.2 million): it gained ~4.5% there
+# (same-process A/B on a quiet machine, session 10: 21.7-21.9 ms split, 22.7-22.8 unsplit). A
+# split holds OpenBLAS's process-wide count at one thread, whose bits differ from two threads'
+# for some products, so in a parallel backward walk the node runs alone (ctx._alone, Note
+# [Nodes that run alone] in ferro/_intraop.py): serial and parallel walks stay bit-equal.
+_UNIT_SPLIT_WORK = 1 << 20
 
 
 @functools.lru_cache(maxsize=16)
@@ -761,12 +760,12 @@ def stack_forward(ctx, cells, *inputs, mode, sizes, reverse, project=False):
 
     with _held(front):
         _split(front, work, layers, backward=False)
-    for layer in range(1, layers):
-        if layer_in[layer] is None:
-            layer_in[layer] = waves[layer - 1].out
+    layer_in[1:] = [waves[k].out if a is None else a for k, a in enumerate(layer_in[1:])]
     ctx.save(*inputs)
     ctx.mode, ctx.sizes, ctx.reverse, ctx.project = mode, sizes, reverse, project
     ctx.layers = (subs, layer_in)  # Note [Cell activations]
+    # A backward that splits holds OpenBLAS's count: alone in a parallel walk (ferro._intraop).
+    ctx._alone = front.chunks > 1 or front.parts > 1
     return (results[-1][0], *(a for r in results for a in r[1:]))
 
 

@@ -262,3 +262,55 @@ def test_a_thread_carries_on_its_own_branch_while_the_other_is_busy():
     loss2 = sum(ferro.tanh(ferro.tanh(ferro.tanh(ferro.tanh(x * 1.0)))).sum() for _ in range(2))
     loss2.backward()
     np.testing.assert_array_equal(x.grad.numpy(), serial)
+
+
+def _split_branches(dtype):
+    """Branches whose nodes split on two cores (Note [Intra-op split]: a LSTM's hidden units,
+    a convolution's batch chunks, attention's heads) beside plain GEMMs with long sums, whose
+    bits OpenBLAS does not keep at one thread and two."""
+    rng = np.random.default_rng(0)
+
+    def leaf(*shape):
+        return ferro.tensor(rng.normal(size=shape).astype(dtype) * 0.3, requires_grad=True)
+
+    ferro.manual_seed(0)
+    lstm = ferro.nn.LSTM(200, 200, num_layers=2).to(dtype)  # the word-LM size: 35 x 20 steps
+    conv, q, k, v = leaf(16, 8, 3, 3), leaf(2, 4, 128, 32), leaf(2, 4, 128, 32), leaf(2, 4, 128, 32)
+    x, w1, w2 = leaf(35, 20, 200), leaf(200, 500), leaf(500, 200)
+    img = leaf(8, 8, 20, 20)
+    out, _ = lstm(x)
+    att = ferro.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    flat = x.reshape(-1, 200)
+    losses = [
+        out.sum(),
+        ferro.nn.functional.conv2d(img, conv, padding=1).square().sum(),
+        att.square().sum(),
+        ((flat @ w1).tanh() @ w2).square().sum(),
+        ((flat @ w1.detach()).relu() @ w2.detach() * flat).sum(),
+    ]
+    loss = losses[0]
+    for term in losses[1:]:
+        loss = loss + term
+    return loss, [x, img, conv, q, k, v, w1, w2, *lstm.parameters()]
+
+
+def test_splitting_nodes_keep_parallel_backward_bit_identical():
+    # Note [Nodes that run alone]: a split holds OpenBLAS's process-wide thread count at one;
+    # beside another walk thread's GEMMs that changed their bits, and a split answering "one
+    # part, no hold" in the walk changed its own. At two threads (BLAS, OpenMP, splits) the
+    # parallel walk must equal the serial one bit for bit.
+    from ferro import _intraop
+
+    before = _intraop.num_threads()
+    _intraop.set_num_threads(2)
+    try:
+        results = []
+        for n in (1, 2, 1, 2):
+            loss, leaves = _split_branches(np.float32)
+            loss.backward(num_threads=n)
+            results.append([leaf.grad.numpy().tobytes() for leaf in leaves])
+    finally:
+        _intraop.set_num_threads(before)
+    assert results[0] == results[2]  # serial is reproducible
+    for got in results[1::2]:
+        assert [i for i, (a, b) in enumerate(zip(got, results[0], strict=True)) if a != b] == []

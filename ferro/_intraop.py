@@ -114,18 +114,13 @@ def blas_threads():
     return tuple(ctypes.cast(f, ctypes.c_void_p).value for f in _BLAS[:2])
 
 
-class _Local(threading.local):
-    inside = False  # this thread runs a part
-    walk = False  # it runs a node of a parallel backward walk beside others (in_walk)
-
-
 class _State:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.pool: ThreadPoolExecutor | None = None
         self.workers = 0  # the pool's size
         self.active = 0  # splits running
-        self.local = _Local()
+        self.local = threading.local()  # .inside: this thread runs a part
         self.threads = (_BLAS or _GOMP or (lambda: 1,))[0]()
 
 
@@ -186,22 +181,21 @@ def parts(work: int, minimum: int = 1) -> int:
     """How many parts to cut ``work`` units into, each of at least ``minimum`` units: at most
     :func:`num_threads`, and 1 where a split cannot help (module docstring)."""
     n = min(_state.threads, work // max(minimum, 1))
-    local = _state.local
-    if n < 2 or _BLAS is None or local.inside or local.walk:
+    if n < 2 or _BLAS is None or getattr(_state.local, "inside", False) or _gemm.walk.on:
         return 1
     return n
 
 
-def in_walk(on: bool) -> None:
-    """The calling thread runs nodes of a parallel backward walk beside other threads (``on``),
-    or not: ferro._C.engine's walk says so. Note [Nodes that run alone]: OpenBLAS's thread count
-    is process-wide and its bits at one thread and two differ for some products (a sum over
-    more than ~450 float32 rows, ~150 float64: the K blocks differ), so a split there, which
-    holds the count at one, would change the bits of the GEMMs the other walk threads run. There
-    :func:`parts` is 1 and :func:`one_blas_thread` holds nothing; an op whose node sets
-    ``ctx._alone`` runs alone instead (the walk's other threads wait), splits as in a serial
-    walk, and gives the serial walk's bits."""
-    _state.local.walk = on
+# Note [Nodes that run alone]: ``ferro._C.gemm.walk.on`` is true in a thread that runs nodes
+# of a parallel backward walk beside other threads (ferro._C.engine sets it). OpenBLAS's thread
+# count is process-wide and its bits at one thread and two differ for some products (a sum over
+# more than ~450 float32 rows or ~150 float64 ones: its one-thread and threaded drivers cut K
+# differently), so a split there, which holds the count at one, would change the bits of the
+# GEMMs the other walk threads run. There :func:`parts` is 1 and :func:`one_blas_thread` holds
+# nothing. An op whose backward must split to give the serial walk's bits sets ``ctx._alone``
+# in forward (the recurrent layer when its steps split): the walk runs that node alone (the
+# other threads wait for it, and it waits for their nodes to end), with the flag off, so it
+# splits and holds as in a serial walk.
 
 
 def _part(fn, i):
@@ -275,7 +269,7 @@ def one_blas_thread():
     split). The count is process-wide, so another thread's GEMMs meanwhile run at
     one thread too (Note [Parallel backward] says why the backward walk does not hold it)."""
     state = _state
-    if _BLAS is None or state.local.walk:  # Note [Nodes that run alone]
+    if _BLAS is None or _gemm.walk.on:  # Note [Nodes that run alone]
         yield
         return
     with state.lock:

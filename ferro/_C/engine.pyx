@@ -1480,6 +1480,7 @@ cdef tuple _check_post_hook(object r, Node node, object fn, tuple res):
 # ---------------------------------------------------------------------------------------------
 
 cdef object _jobs = None          # queue.SimpleQueue of jobs, or None before first use
+from ferro._C.gemm import walk as _walk  # Note [Nodes that run alone] (ferro/_intraop.py)
 cdef list _workers = []
 
 
@@ -1672,7 +1673,6 @@ cdef class _Walk:
     cdef bint selective, accumulate, finished
     cdef bint alone  # a node that runs alone (Note [Nodes that run alone]) waits or runs
     cdef Py_ssize_t width, running, active, idle
-    cdef object in_walk  # ferro._intraop.in_walk
     cdef object cond
     cdef object error
     cdef Node failed
@@ -1687,7 +1687,7 @@ cdef int _participate(_Walk w) except -1:
     cdef Py_ssize_t n_out, n_in, stage, rest, k
     cond = w.cond
     try:
-        w.in_walk(True)
+        _walk.on = True
         cond.acquire()
         held = True
         while w.error is None:
@@ -1720,7 +1720,7 @@ cdef int _participate(_Walk w) except -1:
                     cond.wait()
                 if w.error is not None:
                     break
-                w.in_walk(False)
+                _walk.on = False
             elif w.ready and w.idle:
                 cond.notify()  # more ready work than this thread is taking: wake a waiting one
             cond.release()
@@ -1750,7 +1750,7 @@ cdef int _participate(_Walk w) except -1:
             in_node = False
             if alone:
                 w.alone = alone = False
-                w.in_walk(True)
+                _walk.on = True
             _deliver(node, e.rank, w.width, grads, w.table, w.ready, stage)
             grads = None
             if w.alone or w.idle and (len(w.ready) > 1 or (not w.ready and w.running == 0)):
@@ -1773,7 +1773,7 @@ cdef int _participate(_Walk w) except -1:
             if w.idle or w.alone:
                 cond.notify_all()
             cond.release()
-        w.in_walk(False)
+        _walk.on = False
     return 0
 
 
@@ -1803,8 +1803,6 @@ cdef int _walk_parallel(dict table, list ready, list ran, list commits, list res
     w.selective, w.accumulate = selective, accumulate
     w.width = _assign_ranks(table, ready, first_rank)
     w.cond = threading.Condition(threading.Lock())
-    from ferro._intraop import in_walk  # here: ferro._intraop imports ferro._C
-    w.in_walk = in_walk
     jobs = _pool(n_threads - 1)
     context = contextvars.copy_context()
     for _ in range(n_threads - 1):

@@ -1,4 +1,11 @@
+import threading
+
 import numpy as np
+
+class _Walk(threading.local):
+    on: bool
+
+walk: _Walk
 
 def set_blas(sgemm: int, dgemm: int, wide: bool, get_threads: int, set_threads: int) -> None: ...
 def have_blas() -> bool: ...

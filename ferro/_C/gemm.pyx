@@ -15,7 +15,18 @@ writeable array of the result's shape and dtype or that overlaps an operand.
 """
 
 cimport numpy as cnp
+import threading
+
 from ferro.errors import ArgumentError
+
+
+class _Walk(threading.local):
+    """Note [Nodes that run alone] (ferro/_intraop.py): ``on`` in a thread that runs nodes of a
+    parallel backward walk beside other threads (ferro._C.engine sets it)."""
+    on = False
+
+
+walk = _Walk()
 
 cnp.import_array()
 

@@ -575,12 +575,18 @@ def _groups(inputs):
 # chunk's GEMM may round differently from the whole one (OpenBLAS takes other kernels for other
 # widths), so split and unsplit layers agree to rounding.
 _UNIT_CHUNKS = 2
-# On from 2^20 multiply-adds a step (the word-LM LSTM has 3.2 million): it gained ~4.5% there
-# (same-process A/B on a quiet machine, session 10: 21.7-21.9 ms split, 22.7-22.8 unsplit). A
-# split holds OpenBLAS's process-wide count at one thread, whose bits differ from two threads'
-# for some products, so in a parallel backward walk the node runs alone (ctx._alone, Note
-# [Nodes that run alone] in ferro/_intraop.py): serial and parallel walks stay bit-equal.
-_UNIT_SPLIT_WORK = 1 << 20
+# Off (inf) by default; 1 << 20 (multiply-adds a step: the word-LM LSTM has 3.2 million) turns
+# it on. Alone it gains ~4% (session 11, separate processes at real-time priority, min of 25:
+# 20.8-21.3 ms split against 21.7-22.2 unsplit), but in a training step whose other GEMMs run
+# on OpenBLAS's two threads (the word-LM model: embedding, this LSTM, a 10000-word decoder,
+# cross-entropy, SGD) it loses: 126-140 ms a step against 112-113 (nice -10; 130 against 104
+# at real-time priority). After such a GEMM OpenBLAS's worker spins ~80 ms on a core, and the
+# split's two threads, a barrier a step, share the other one; with OPENBLAS_THREAD_TIMEOUT=4
+# the split won there (102.8 against 105.9 ms). A split holds OpenBLAS's process-wide count at
+# one thread, whose bits differ from two threads' for some products, so in a parallel
+# backward walk the node runs alone (ctx._alone, Note [Nodes that run alone] in
+# ferro/_intraop.py): serial and parallel walks stay bit-equal with it on.
+_UNIT_SPLIT_WORK = float("inf")
 
 
 @functools.lru_cache(maxsize=16)

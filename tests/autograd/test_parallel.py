@@ -294,13 +294,15 @@ def _split_branches(dtype):
     return loss, [x, img, conv, q, k, v, w1, w2, *lstm.parameters()]
 
 
-def test_splitting_nodes_keep_parallel_backward_bit_identical():
+def test_splitting_nodes_keep_parallel_backward_bit_identical(monkeypatch):
     # Note [Nodes that run alone]: a split holds OpenBLAS's process-wide thread count at one;
     # beside another walk thread's GEMMs that changed their bits, and a split answering "one
     # part, no hold" in the walk changed its own. At two threads (BLAS, OpenMP, splits) the
     # parallel walk must equal the serial one bit for bit.
     from ferro import _intraop
+    from ferro.ops import recurrent
 
+    monkeypatch.setattr(recurrent, "_UNIT_SPLIT_WORK", 1 << 20)  # on: the LSTM's steps split
     before = _intraop.num_threads()
     _intraop.set_num_threads(2)
     try:

@@ -11,7 +11,9 @@ of threads (the caller's thread takes part 0) while OpenBLAS runs one thread per
 ferro's OpenMP kernels called inside a part run one thread too. The BLAS thread count is
 process-wide (OpenBLAS has no per-thread setting: even ``openblas_set_num_threads_local`` sets
 the global count), so it is set to one while any split runs and given back when the last one
-ends; another thread's GEMM in that window runs on one thread, with the same result.
+ends; another thread's GEMM in that window runs on one thread too, whose bits may differ from
+two threads' (so no split runs beside a parallel backward walk's other nodes: Note [Nodes that
+run alone] below).
 
 :func:`parts` says how many parts to cut: 1 (run serially, as before) where the BLAS's
 thread count cannot be controlled (a BLAS other than OpenBLAS), where it is one

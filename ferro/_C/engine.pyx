@@ -92,6 +92,7 @@ from ferro._C.accumulate import (
     sum_to_shape,
     sum_to_shape_generic,
 )
+from ferro._C.gemm import walk as _walk  # Note [Nodes that run alone] (ferro/_intraop.py)
 from ferro._C.graph import (
     RemovableHandle,
     bump_version,
@@ -1480,7 +1481,6 @@ cdef tuple _check_post_hook(object r, Node node, object fn, tuple res):
 # ---------------------------------------------------------------------------------------------
 
 cdef object _jobs = None          # queue.SimpleQueue of jobs, or None before first use
-from ferro._C.gemm import walk as _walk  # Note [Nodes that run alone] (ferro/_intraop.py)
 cdef list _workers = []
 
 
@@ -1683,7 +1683,7 @@ cdef int _participate(_Walk w) except -1:
     failed. Any exception is recorded in ``w`` for the caller to raise, never raised here."""
     cdef _Entry e
     cdef Node node = None
-    cdef bint held = False, in_node = False, alone = False
+    cdef bint held = False, in_node = False, alone = False, outer = _walk.on
     cdef Py_ssize_t n_out, n_in, stage, rest, k
     cond = w.cond
     try:
@@ -1773,7 +1773,7 @@ cdef int _participate(_Walk w) except -1:
             if w.idle or w.alone:
                 cond.notify_all()
             cond.release()
-        _walk.on = False
+        _walk.on = outer  # a walk inside another's node (a nested backward) gives it back
     return 0
 
 

@@ -316,3 +316,44 @@ def test_splitting_nodes_keep_parallel_backward_bit_identical(monkeypatch):
     assert results[0] == results[2]  # serial is reproducible
     for got in results[1::2]:
         assert [i for i, (a, b) in enumerate(zip(got, results[0], strict=True)) if a != b] == []
+
+
+def test_a_node_that_runs_alone_overlaps_no_other_node():
+    # Note [Nodes that run alone]: a node with ctx._alone waits until the other threads' nodes
+    # end, and none starts beside it; the other nodes still run side by side.
+    from ferro._C import gemm
+
+    spans, lock = [], threading.Lock()
+
+    class Slow(ferro.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, alone):
+            ctx._alone = alone
+            return x * 2.0
+
+        @staticmethod
+        def backward(ctx, gy):
+            start = time.perf_counter()
+            flag = gemm.walk.on  # the flag: off in the node that runs alone, on beside others
+            time.sleep(0.01)
+            with lock:
+                spans.append((ctx._alone, flag, start, time.perf_counter()))
+            return gy * 2.0, None
+
+    x = ferro.ones(4, requires_grad=True)
+    towers = [x]
+    for k in range(4):
+        h = x
+        for depth in range(3):
+            h = Slow.apply(h, k == 1 and depth == 1)
+        towers.append(h)
+    sum(t.sum() for t in towers).backward(num_threads=2)
+    assert x.grad.tolist() == [1.0 + 4 * 8.0] * 4
+    alone = [s for s in spans if s[0]]
+    others = [s for s in spans if not s[0]]
+    assert len(alone) == 1 and len(others) == 11 and alone[0][1] is False
+    a, b = alone[0][2:]
+    assert all(end <= a or start >= b for _, _, start, end in others)
+    assert any(  # the walk did go parallel around it
+        s[2] < t[3] and t[2] < s[3] for i, s in enumerate(others) for t in others[i + 1 :]
+    )

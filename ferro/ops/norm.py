@@ -77,8 +77,11 @@ def _shaped(a, shape):
     backward) are reshaped."""
     if tuple(a.shape) == shape:
         return a
-    if not isinstance(a, TensorBase) and a.flags.c_contiguous:
-        a.shape = shape
+    if isinstance(a, np.ndarray) and a.flags.c_contiguous and a.flags.owndata:
+        a.resize(shape, refcheck=False)  # same size: no copy (NumPy 2.5 deprecates `a.shape =`)
+        return a
+    if not isinstance(a, (TensorBase, np.ndarray)) and a.flags.c_contiguous:
+        a.shape = shape  # CuPy's arrays have no resize; setting the shape is theirs
         return a
     return a.reshape(shape)
 

@@ -229,7 +229,7 @@ def _running_arrays(running_mean, running_var, fn: str):
     for name, t in (("running_mean", running_mean), ("running_var", running_var)):
         if t.dtype.kind != "f":
             raise DtypeError(f"{fn}: {name} must be floating point, got {t.dtype}")
-        if not t._data.flags.writeable:
+        if not getattr(t._data.flags, "writeable", True):  # CuPy's arrays are always writeable
             from ferro.errors import ReadOnlyError
 
             raise ReadOnlyError(f"{fn}: {name} is read-only and cannot be updated in place")

@@ -136,9 +136,12 @@ pytestmark = pytest.mark.skipif(
 # where the rows were a memcpy and zeroing each (68 lines, 7,225 measured from main's 7,157): on
 # the CNN's 16 -> 32 layer (64, 16, 4, 4) they took 215 and 150 us of one core, now 25 and 31.
 # Merged (session 10, lead): ferro/_C to 7,635 (7,631 measured after the merge).
+# Raised for ferro/ops from 11,825 to 11,830 after the first GPU run (session 11, lead): NumPy 2.5
+# deprecates setting an array's shape, so norm.py's fresh gradients take ndarray.resize and CuPy's
+# keep the shape setter (+3, 11,828 measured).
 BUDGETS = {
     "ferro/_C": (7635, ("*.pyx", "*.pxd", "*.h", "*.py")),
-    "ferro/ops": (11825, ("*.py",)),
+    "ferro/ops": (11830, ("*.py",)),
 }
 
 

@@ -13,6 +13,7 @@
 #ifndef FERRO_POOLING_KERNELS_H
 #define FERRO_POOLING_KERNELS_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -21,7 +22,9 @@
 /* g: input sizes D H W, output sizes, kernel, stride, padding, dilation (3 each); r: per
  * dimension the offsets [lo, hi) of each output's window inside the input (lo table, then hi),
  * then per kernel column q the outputs [qlo, qhi) of a row whose windows hold it. The bit
- * selects are there because gcc branched on `take ? v : b`. An empty window: 0, index -1. */
+ * selects are there because gcc branched on `take ? v : b`. A window with no element inside the
+ * input (dilation can skip it): -inf, and the offset of its first position at or past 0 in
+ * each dimension (PyTorch's index, the generic path's). */
 #define FERRO_MAX_POOL(T, U, S)                                                                 \
 FERRO_INLINE void ferro_max_pool_rows_##S(const T *restrict x, T *restrict y,                   \
                                           int64_t *restrict idx, const ptrdiff_t *g,            \
@@ -37,8 +40,8 @@ FERRO_INLINE void ferro_max_pool_rows_##S(const T *restrict x, T *restrict y,   
             ptrdiff_t row = ((d0 + dlo[od] * g[15]) * H + h0 + hlo[oh] * g[16]) * W - g[14];    \
             for (ptrdiff_t o = 0; o < OW; o++) {                                                \
                 int any = dlo[od] < dhi[od] && hlo[oh] < hhi[oh] && wlo[o] < whi[o];            \
-                ir[o] = any ? row + o * sw + wlo[o] * g[17] : -1;                               \
-                yr[o] = any ? x[ir[o]] : 0;                                                     \
+                ir[o] = row + o * sw + wlo[o] * g[17];                                          \
+                yr[o] = any ? x[ir[o]] : (T)-INFINITY;                                          \
             }                                                                                   \
             for (ptrdiff_t i = dlo[od]; i < dhi[od]; i++)                                       \
                 for (ptrdiff_t j = hlo[oh]; j < hhi[oh]; j++)                                   \

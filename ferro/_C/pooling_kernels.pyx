@@ -89,13 +89,15 @@ cdef tuple _three(str who, str what, tuple v, int nd, Py_ssize_t low):
 cdef inline void _ranges(Py_ssize_t* lo, Py_ssize_t* hi, Py_ssize_t n_out, Py_ssize_t n,
                          Py_ssize_t k, Py_ssize_t s, Py_ssize_t p, Py_ssize_t d) noexcept nogil:
     # For each output position o along one dimension: the offsets [lo, hi) of its window that
-    # fall inside the input (0 <= o*s - p + j*d < n), so the window loops need no bound tests.
+    # fall inside the input (0 <= o*s - p + j*d < n), so the window loops need no bound tests;
+    # lo is the first offset at or past 0 also where none is inside (lo >= hi: an empty window,
+    # whose index PyTorch and the generic path take from there).
     cdef Py_ssize_t o, start, j0, j1
     for o in range(n_out):
         start = o * s - p
         j0 = 0 if start >= 0 else (-start + d - 1) // d
         j1 = 0 if start >= n else min(k, (n - start + d - 1) // d)
-        lo[o] = min(j0, j1)
+        lo[o] = j0
         hi[o] = j1
 
 

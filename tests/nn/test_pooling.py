@@ -444,6 +444,27 @@ def test_max_pool_kernel_windows_ties_nan_and_inf_match_the_generic_path(shape, 
     np.testing.assert_allclose(g1, g0, rtol=tol, atol=tol)
 
 
+def test_max_pool_kernel_window_with_no_element_inside_is_minus_inf_as_the_generic_path():
+    # Dilation 2 over a width of 1 with padding 1: every window's two columns fall outside the
+    # input. PyTorch 2.13 gives -inf and indices 1, 3, 5, 7 here; the kernel gave 0 and -1.
+    from ferro.ops.fused import overrides
+
+    x = np.full((1, 1, 2, 7, 1), -5.0, np.float32)
+    args = ((4, 1, 2), (1, 2, 1), (1, 0, 1), (1, 1, 2))
+    results = []
+    for on in (True, False):
+        with overrides(on):
+            t = ferro.tensor(x, requires_grad=True)
+            y, idx = F.max_pool3d(t, *args, return_indices=True)
+            assert y.grad_fn.fused_forward == on
+            y.sum().backward()
+            results.append((y.detach().numpy(), idx.numpy(), t.grad.numpy()))
+    for a, b in zip(*results, strict=True):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(results[0][0].ravel(), [-np.inf] * 4)
+    np.testing.assert_array_equal(results[0][1].ravel(), [1, 3, 5, 7])
+
+
 def test_max_pool_kernels_refuse_bad_arrays():
     from ferro._C import pooling_kernels as K
 

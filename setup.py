@@ -58,6 +58,11 @@ def _extensions():
     # No errno from libm: ferro never reads it, and a loop calling sqrt/sqrtf that may set it
     # stays scalar (Adam's update ran 8x slower on float32 for that alone).
     compile_args = (["-O0", "-g"] if DEBUG else ["-O3"]) + ["-fno-math-errno"]
+    # GCC 14 rejects these by default; older compilers (CI's GCC 12) only warned, so a mismatch
+    # (int64_t* against long long*, seen on the first GPU machine's build) would break users'
+    # installs unseen. Make them errors everywhere.
+    compile_args += [f"-Werror={w}" for w in ("incompatible-pointer-types", "int-conversion")]
+    compile_args += ["-Werror=implicit-function-declaration"]
     return [
         Extension(
             f"ferro._C.{name}",

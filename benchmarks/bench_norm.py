@@ -11,19 +11,24 @@ backward with an explicit upstream gradient, with weight and bias requiring grad
 The floor is a measured ``np.copyto`` of as many bytes as the op must move at least: it reads
 x and writes y forward, reads gy and x and writes gx backward (five arrays of x's size; the
 parameters, their gradients and the saved mean and rstd are under 0.2% of those bytes), so a
-copy of 2.5 x-sized arrays (read once, written once). Both sides write warm memory: the floor a
-buffer it reuses, ferro fresh outputs that the caching allocator (Note [Caching allocator])
-serves from blocks freed by the previous step, without first-touch page faults.
+copy of 2.5 x-sized arrays (read once, written once). Both sides read data that was written
+once before, as the op's x and gy were, and write warm memory: the floor a buffer it reuses,
+ferro fresh outputs that the caching allocator (Note [Caching allocator]) serves from blocks
+freed by the previous step, without first-touch page faults. The copy's source must be written:
+an ``np.empty`` source of this size is fresh mmap'ed memory that was never touched, whose reads
+all hit the kernel's one zero page, so such a copy reads nothing from memory. Until session 11
+the floor did that (2.7-2.8 ms on the development machine, against 4.2-4.8 ms for the same copy
+of written data in the same process: docs/normalization.md, Performance). np.copyto is glibc's
+memmove, which on this size writes with plain stores (its non-temporal threshold, 3/4 of the
+shared cache it detects, is 240 MiB here: ``ld.so --list-diagnostics``), as the kernels do.
 
-The floor is one thread's copy (glibc's memmove, which streams the 63 MB past the caches); the
-kernels split rows over ferro's threads. ``floor2`` is the same copy cut in two halves run on
-two threads (``ferro._intraop``), the traffic floor of a 2-thread kernel: ``x floor2`` says how
-far the kernels are from what both cores can move, ``x floor`` is the goal's ratio. On the
-loaded 2-core development machine (load 6-8) one thread of layer_norm took 1.95x the floor's
-CPU time (5.5 against 2.8 ms; PyTorch at one thread 6.5 ms): the plain stores of y and gx read
-each output line first (docs/normalization.md, Performance), 175 MB moved against the copy's
-126 MB. Two threads at that load gained nothing for either (a core busy with another process);
-the row splits are dynamic so such a core takes fewer rows (norm_kernels.h).
+The floor is one thread's copy; the kernels split rows over ferro's threads. ``floor2`` is the
+same copy cut in two halves run on two threads (``ferro._intraop``), the traffic floor of a
+2-thread kernel: ``x floor2`` says how far the kernels are from what both cores can move,
+``x floor`` is the goal's ratio. Both the kernels and the copy store plainly, so each reads its
+output lines before writing them (read for ownership): 175 MB moved by layer_norm's step, 189 MB
+by the copy. Streaming stores, which skip that read, did not pay in the kernels (twice tried:
+docs/normalization.md, Performance).
 """
 
 from __future__ import annotations
@@ -109,8 +114,8 @@ def main() -> None:
             with overrides(False):
                 fused()
 
-        src = np.empty(int(2.5 * xa.size), dtype=np.float32)
-        dst = np.empty_like(src)
+        src = rng.standard_normal(int(2.5 * xa.size)).astype(np.float32)  # written: see above
+        dst = np.ones_like(src)
         halves = [(dst[: src.size // 2], src[: src.size // 2])]
         halves.append((dst[src.size // 2 :], src[src.size // 2 :]))
         cases = {

@@ -192,14 +192,14 @@ def main(argv=None) -> None:
 
     global _DEVICE
     _DEVICE = args.device
+    if _DEVICE == "cuda" and not ferro.cuda.is_available():
+        header("bench_resample")
+        print("skipped: no CUDA device (CuPy missing or no driver)")
+        return
     torch = optional_torch()
     header("bench_resample")
-    if _DEVICE == "cuda":
-        if not ferro.cuda.is_available():
-            print("skipped: no CUDA device (CuPy missing or no driver)")
-            return
-        if torch is not None and not torch.cuda.is_available():
-            torch = None
+    if _DEVICE == "cuda" and torch is not None and not torch.cuda.is_available():
+        torch = None
     rng = np.random.default_rng(0)
     n = max(1, round(16 * args.scale))
     runs = [

@@ -63,7 +63,7 @@ def peak_extra_bytes(step) -> int:
         tracemalloc.stop()
 
 
-def gpt(lib, vocab, block, embd, heads, layers):
+def gpt(lib, vocab, block, embd, heads, layers, device="cpu"):
     nn = lib.nn
 
     class GPT(nn.Module):
@@ -77,13 +77,13 @@ def gpt(lib, vocab, block, embd, heads, layers):
             self.blocks = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
             self.norm = nn.LayerNorm(embd)
             self.head = nn.Linear(embd, vocab)
-            self.mask = nn.Transformer.generate_square_subsequent_mask(block)
+            self.mask = nn.Transformer.generate_square_subsequent_mask(block, device=device)
 
         def forward(self, idx):
-            x = self.tok(idx) + self.pos(lib.arange(idx.shape[1]))
+            x = self.tok(idx) + self.pos(lib.arange(idx.shape[1], device=idx.device))
             return self.head(self.norm(self.blocks(x, mask=self.mask, is_causal=True)))
 
-    return GPT()
+    return GPT().to(device)
 
 
 def gpt_cases(ferro, torch, batch, block, embd, heads, layers, vocab=65):

@@ -18,6 +18,7 @@ is importable, so each one checks its arguments itself before it touches memory
 cimport numpy as cnp
 from libc.float cimport FLT_MAX
 from libc.math cimport fabs, isfinite
+from libc.stdint cimport int64_t
 
 from ferro._C.typedefs cimport floating_t
 
@@ -365,13 +366,13 @@ cdef extern from "kernels.h" nogil:
                            double, double, double, double, double, int)
     void ferro_adagrad_f32(float*, const float*, float*, Py_ssize_t, double, double, double)
     void ferro_adagrad_f64(double*, const double*, double*, Py_ssize_t, double, double, double)
-    void ferro_ce_fwd_f32(const float*, const long long*, float*, float*, Py_ssize_t,
+    void ferro_ce_fwd_f32(const float*, const int64_t*, float*, float*, Py_ssize_t,
                           Py_ssize_t, long long)
-    void ferro_ce_fwd_f64(const double*, const long long*, double*, double*, Py_ssize_t,
+    void ferro_ce_fwd_f64(const double*, const int64_t*, double*, double*, Py_ssize_t,
                           Py_ssize_t, long long)
-    void ferro_ce_bwd_f32(const float*, const long long*, const float*, const float*,
+    void ferro_ce_bwd_f32(const float*, const int64_t*, const float*, const float*,
                           Py_ssize_t, float, float*, Py_ssize_t, Py_ssize_t, long long)
-    void ferro_ce_bwd_f64(const double*, const long long*, const double*, const double*,
+    void ferro_ce_bwd_f64(const double*, const int64_t*, const double*, const double*,
                           Py_ssize_t, double, double*, Py_ssize_t, Py_ssize_t, long long)
     int ferro_all_finite_f32(const float*, Py_ssize_t)
     int ferro_all_finite_f64(const double*, Py_ssize_t)
@@ -553,7 +554,7 @@ def cross_entropy_fwd(object logits, object target, long long ignore_index=-100)
     cdef Py_ssize_t r, c
     x, r, c, t = _ce_args("cross_entropy_fwd", logits, target)
     loss, lse = np.empty(r, x.dtype), np.empty(r, x.dtype)
-    cdef const long long *tp = <const long long*>cnp.PyArray_DATA(t)
+    cdef const int64_t *tp = <const int64_t*>cnp.PyArray_DATA(t)
     with nogil:
         if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT32:
             ferro_ce_fwd_f32(<const float*>cnp.PyArray_DATA(x), tp, <float*>cnp.PyArray_DATA(loss),
@@ -581,7 +582,7 @@ def cross_entropy_bwd(object logits, object target, object lse_, object gy_, obj
                          f"{np.shape(denom)} for logits {np.shape(x)}")
     cdef cnp.ndarray out = _empty_as(x)
     cdef double den = float(np.asarray(denom).reshape(()))
-    cdef const long long *tp = <const long long*>cnp.PyArray_DATA(t)
+    cdef const int64_t *tp = <const int64_t*>cnp.PyArray_DATA(t)
     with nogil:
         if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT32:
             ferro_ce_bwd_f32(<const float*>cnp.PyArray_DATA(x), tp,

@@ -36,6 +36,12 @@ from ferro.errors import (
 
 cnp.import_array()
 
+cdef extern from "pooling_kernels.h" nogil:
+    void ferro_max_pool_plane_f32(const float*, float*, int64_t*, const Py_ssize_t*,
+                                  const Py_ssize_t*)
+    void ferro_max_pool_plane_f64(const double*, double*, int64_t*, const Py_ssize_t*,
+                                  const Py_ssize_t*)
+
 FUSED_KERNELS = frozenset({"max_pool_fwd", "max_pool_bwd"})
 
 __all__ = ["FUSED_KERNELS", "accepts", "accepts_grad", "max_pool_bwd", "max_pool_fwd", "supports"]
@@ -83,107 +89,43 @@ cdef tuple _three(str who, str what, tuple v, int nd, Py_ssize_t low):
 cdef inline void _ranges(Py_ssize_t* lo, Py_ssize_t* hi, Py_ssize_t n_out, Py_ssize_t n,
                          Py_ssize_t k, Py_ssize_t s, Py_ssize_t p, Py_ssize_t d) noexcept nogil:
     # For each output position o along one dimension: the offsets [lo, hi) of its window that
-    # fall inside the input (0 <= o*s - p + j*d < n), so the window loops need no bound tests.
+    # fall inside the input (0 <= o*s - p + j*d < n), so the window loops need no bound tests;
+    # lo is the first offset at or past 0 also where none is inside (lo >= hi: an empty window,
+    # whose index PyTorch and the generic path take from there).
     cdef Py_ssize_t o, start, j0, j1
     for o in range(n_out):
         start = o * s - p
         j0 = 0 if start >= 0 else (-start + d - 1) // d
         j1 = 0 if start >= n else min(k, (n - start + d - 1) // d)
-        lo[o] = min(j0, j1)
+        lo[o] = j0
         hi[o] = j1
 
 
-cdef inline bint _wins(floating_t v, floating_t best) noexcept nogil:
-    # Whether v replaces the running maximum: larger, or the first NaN (a NaN wins, as in
-    # PyTorch). Written without short-circuits so the compiler can select, not branch.
-    return (v > best) | ((v != v) & (best == best))
+cdef inline void _columns(Py_ssize_t* qlo, Py_ssize_t* qhi, const Py_ssize_t* wlo,
+                          Py_ssize_t n_out, Py_ssize_t k) noexcept nogil:
+    # For each kernel column q: the outputs [qlo, qhi) along the last dimension whose windows
+    # hold q (wlo[o] <= q < whi[o], whi = wlo + n_out; a contiguous run: the windows slide).
+    cdef Py_ssize_t q, o
+    for q in range(k):
+        qlo[q] = qhi[q] = 0
+        for o in range(n_out):
+            if wlo[o] <= q < wlo[n_out + o]:
+                if qhi[q] == 0:
+                    qlo[q] = o
+                qhi[q] = o + 1
 
 
 cdef void _max_pool_fwd(const floating_t* x, floating_t* y, int64_t* idx, Py_ssize_t planes,
                         const Py_ssize_t* g, const Py_ssize_t* rng) noexcept nogil:
-    # Each window's first maximum (a NaN wins, the first NaN), over its offsets inside the input
-    # (rng: lo/hi offset tables per dimension from _ranges); the flat index within the plane is
-    # the generic forward's argmax, mapped back to the input. The running maximum is updated by
-    # selects: on random data a compare-and-branch mispredicts about once a window.
-    # g: input sizes D H W, output sizes, kernel, stride, padding, dilation (3 each).
-    cdef Py_ssize_t D = g[0], H = g[1], W = g[2], OD = g[3], OH = g[4], OW = g[5]
-    cdef Py_ssize_t sd = g[9], sh = g[10], sw = g[11]
-    cdef Py_ssize_t pd = g[12], ph = g[13], pw = g[14], dd = g[15], dh = g[16], dw = g[17]
-    cdef const Py_ssize_t* dlo = rng
-    cdef const Py_ssize_t* dhi = rng + OD
-    cdef const Py_ssize_t* hlo = rng + 2 * OD
-    cdef const Py_ssize_t* hhi = rng + 2 * OD + OH
-    cdef const Py_ssize_t* wlo = rng + 2 * (OD + OH)
-    cdef const Py_ssize_t* whi = rng + 2 * (OD + OH) + OW
-    cdef Py_ssize_t b, od, oh, ow, i, j, q, d0, h0, w0, off, arg, row
-    cdef Py_ssize_t plane = D * H * W, per_plane = OD * OH * OW
-    cdef Py_ssize_t o
-    cdef floating_t v, best
-    cdef bint take
-    cdef const floating_t* xp
+    # The planes split over threads; each plane's loops are C (pooling_kernels.h), with g and
+    # rng as there (rng from _ranges and _columns).
+    cdef Py_ssize_t b, plane = g[0] * g[1] * g[2], per_plane = g[3] * g[4] * g[5]
     for b in prange(planes, schedule="static",
                     num_threads=1 if planes * plane < PARALLEL_MIN else omp_get_max_threads()):
-        xp = x + b * plane
-        o = b * per_plane
-        for od in range(OD):
-            d0 = od * sd - pd
-            for oh in range(OH):
-                h0 = oh * sh - ph
-                for ow in range(OW):
-                    w0 = ow * sw - pw
-                    arg = -1
-                    best = 0
-                    if dlo[od] < dhi[od] and hlo[oh] < hhi[oh] and wlo[ow] < whi[ow]:
-                        arg = ((d0 + dlo[od] * dd) * H + h0 + hlo[oh] * dh) * W + w0 + wlo[ow] * dw
-                        best = xp[arg]
-                    for i in range(dlo[od], dhi[od]):
-                        for j in range(hlo[oh], hhi[oh]):
-                            row = ((d0 + i * dd) * H + h0 + j * dh) * W + w0
-                            for q in range(wlo[ow], whi[ow]):
-                                off = row + q * dw
-                                v = xp[off]
-                                take = _wins(v, best)
-                                best = v if take else best
-                                arg = off if take else arg
-                    y[o] = best
-                    idx[o] = arg
-                    o = o + 1  # (not +=, which Cython would take for a reduction)
-
-
-cdef void _max_pool_fwd_2x2(const floating_t* x, floating_t* y, int64_t* idx, Py_ssize_t planes,
-                            Py_ssize_t H, Py_ssize_t W) noexcept nogil:
-    # The common 2x2 window, stride 2, no padding or dilation, in 2-d: the same selects as
-    # _max_pool_fwd with the four offsets unrolled. On the digits CNN's first pooling
-    # (64 x 16 x 8 x 8, loaded machine): 90 us, the general loop 320 us, the former branching
-    # loop with bound tests 600 us.
-    cdef Py_ssize_t OH = H // 2, OW = W // 2, b, oh, ow, o, base, arg
-    cdef floating_t best, v
-    cdef bint take
-    cdef const floating_t* r
-    for b in prange(planes, schedule="static",
-                    num_threads=1 if planes * H * W < PARALLEL_MIN else omp_get_max_threads()):
-        o = b * OH * OW
-        for oh in range(OH):
-            r = x + b * H * W + 2 * oh * W
-            base = 2 * oh * W
-            for ow in range(OW):
-                best = r[2 * ow]
-                arg = base + 2 * ow
-                v = r[2 * ow + 1]
-                take = _wins(v, best)
-                best = v if take else best
-                arg = base + 2 * ow + 1 if take else arg
-                v = r[W + 2 * ow]
-                take = _wins(v, best)
-                best = v if take else best
-                arg = base + W + 2 * ow if take else arg
-                v = r[W + 2 * ow + 1]
-                take = _wins(v, best)
-                best = v if take else best
-                arg = base + W + 2 * ow + 1 if take else arg
-                y[o] = best
-                idx[o] = arg
-                o = o + 1
+        if floating_t is float:
+            ferro_max_pool_plane_f32(x + b * plane, y + b * per_plane, idx + b * per_plane, g, rng)
+        else:
+            ferro_max_pool_plane_f64(x + b * plane, y + b * per_plane, idx + b * per_plane, g, rng)
 
 
 def max_pool_fwd(object x, tuple kernel_size, tuple stride, tuple padding, tuple dilation,
@@ -210,10 +152,9 @@ def max_pool_fwd(object x, tuple kernel_size, tuple stride, tuple padding, tuple
     for i, v in enumerate(sp + out + k + s + p + dl):
         g[i] = v
     cdef cnp.ndarray xa = x, ya = y, ia = idx
-    cdef bint two = (sp[0] == 1 and k == (1, 2, 2) and s == (1, 2, 2) and p == (0, 0, 0)
-                     and dl == (1, 1, 1) and out == (1, sp[1] // 2, sp[2] // 2))
-    # The per-dimension offset ranges (see _ranges), in one buffer.
-    ranges = np.empty(2 * (out[0] + out[1] + out[2]), dtype=np.intp)
+    # The per-dimension offset ranges (see _ranges), then the column runs (_columns), in one
+    # buffer.
+    ranges = np.empty(2 * (out[0] + out[1] + out[2] + k[2]), dtype=np.intp)
     cdef Py_ssize_t[::1] rv = ranges
     cdef Py_ssize_t* rp = &rv[0]
     cdef Py_ssize_t at = 0, t
@@ -221,27 +162,16 @@ def max_pool_fwd(object x, tuple kernel_size, tuple stride, tuple padding, tuple
         _ranges(rp + at, rp + at + g[3 + t], g[3 + t], g[t], g[6 + t], g[9 + t], g[12 + t],
                 g[15 + t])
         at += 2 * g[3 + t]
-    cdef Py_ssize_t H = g[1], W = g[2]
+    _columns(rp + at, rp + at + g[8], rp + at - 2 * g[5], g[5], g[8])
     if x.dtype.type is np.float32:
         with nogil:
-            if two:
-                _max_pool_fwd_2x2[float](<const float*>cnp.PyArray_DATA(xa),
-                                         <float*>cnp.PyArray_DATA(ya),
-                                         <int64_t*>cnp.PyArray_DATA(ia), planes, H, W)
-            else:
-                _max_pool_fwd[float](<const float*>cnp.PyArray_DATA(xa),
-                                     <float*>cnp.PyArray_DATA(ya),
-                                     <int64_t*>cnp.PyArray_DATA(ia), planes, g, rp)
+            _max_pool_fwd[float](<const float*>cnp.PyArray_DATA(xa), <float*>cnp.PyArray_DATA(ya),
+                                 <int64_t*>cnp.PyArray_DATA(ia), planes, g, rp)
     else:
         with nogil:
-            if two:
-                _max_pool_fwd_2x2[double](<const double*>cnp.PyArray_DATA(xa),
-                                          <double*>cnp.PyArray_DATA(ya),
-                                          <int64_t*>cnp.PyArray_DATA(ia), planes, H, W)
-            else:
-                _max_pool_fwd[double](<const double*>cnp.PyArray_DATA(xa),
-                                      <double*>cnp.PyArray_DATA(ya),
-                                      <int64_t*>cnp.PyArray_DATA(ia), planes, g, rp)
+            _max_pool_fwd[double](<const double*>cnp.PyArray_DATA(xa),
+                                  <double*>cnp.PyArray_DATA(ya),
+                                  <int64_t*>cnp.PyArray_DATA(ia), planes, g, rp)
     return y, idx
 
 

@@ -18,7 +18,7 @@ KERNEL_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels")
 
 # Options for every kernel (the target architecture is added per device by CuPy, per arch by
 # the compile test).
-COMPILE_OPTIONS = ("-std=c++14",)
+COMPILE_OPTIONS = ("-std=c++17",)
 
 # Threads per block for elementwise kernels.
 BLOCK = 256

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ferro.cuda.loader import ctype, grid_for, kernel, row_block
+from ferro.cuda.loader import ctype, kernel, row_block
 from ferro.errors import ArgumentError, DtypeError, ShapeError
 
 FUSED_KERNELS = frozenset(
@@ -115,20 +115,26 @@ def _rows_bwd(gy, x, weight, mean, rstd, s, groups, centered):
 
 
 def _cols_bwd(gy, x, mean, rstd, centered):
+    """Column sums of ``gy * xhat`` and ``gy``: ``ferro_norm_cols_bwd`` sums blocks of rows into
+    double partial rows (32 columns by at most ``rows_per`` rows a block), then the partial rows
+    are added in order (a fixed order: deterministic)."""
     import cupy
 
     r, k = x.shape
-    gw = cupy.zeros(k, dtype=x.dtype)
-    gb = cupy.zeros(k, dtype=x.dtype)
-    if r and k:
-        grid, block = grid_for(k)
-        kernel("norm", f"ferro_norm_cols_bwd<{ctype(x.dtype)}>")(
-            grid,
-            block,
-            (gy, x, x if mean is None else mean, rstd, gw, gb)
-            + (np.int64(r), np.int64(k), np.int32(centered)),
-        )
-    return gw, gb
+    if not (r and k):
+        return cupy.zeros(k, dtype=x.dtype), cupy.zeros(k, dtype=x.dtype)
+    # About 64 rows a block, at most 65535 blocks down and 2**21 partial values each.
+    rows_per = max(64, -(-r // 65535), -(-r // max(1, (1 << 21) // k)))
+    parts = -(-r // rows_per)
+    part_w = cupy.empty((parts, k), dtype=np.float64)
+    part_b = cupy.empty((parts, k), dtype=np.float64)
+    kernel("norm", f"ferro_norm_cols_bwd<{ctype(x.dtype)}>")(
+        (-(-k // 32), parts),
+        (32, 8),
+        (gy, x, x if mean is None else mean, rstd, part_w, part_b)
+        + (np.int64(r), np.int64(k), np.int64(rows_per), np.int32(centered)),
+    )
+    return part_w.sum(axis=0).astype(x.dtype), part_b.sum(axis=0).astype(x.dtype)
 
 
 def _two_d(who: str, x) -> tuple:

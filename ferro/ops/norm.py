@@ -77,8 +77,11 @@ def _shaped(a, shape):
     backward) are reshaped."""
     if tuple(a.shape) == shape:
         return a
-    if not isinstance(a, TensorBase) and a.flags.c_contiguous:
-        a.shape = shape
+    if isinstance(a, np.ndarray) and a.flags.c_contiguous and a.flags.owndata:
+        a.resize(shape, refcheck=False)  # same size: no copy (NumPy 2.5 deprecates `a.shape =`)
+        return a
+    if not isinstance(a, (TensorBase, np.ndarray)) and a.flags.c_contiguous:
+        a.shape = shape  # CuPy's arrays have no resize; setting the shape is theirs
         return a
     return a.reshape(shape)
 
@@ -226,7 +229,7 @@ def _running_arrays(running_mean, running_var, fn: str):
     for name, t in (("running_mean", running_mean), ("running_var", running_var)):
         if t.dtype.kind != "f":
             raise DtypeError(f"{fn}: {name} must be floating point, got {t.dtype}")
-        if not t._data.flags.writeable:
+        if not getattr(t._data.flags, "writeable", True):  # CuPy's arrays are always writeable
             from ferro.errors import ReadOnlyError
 
             raise ReadOnlyError(f"{fn}: {name} is read-only and cannot be updated in place")

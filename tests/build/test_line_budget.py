@@ -136,14 +136,17 @@ pytestmark = pytest.mark.skipif(
 # where the rows were a memcpy and zeroing each (68 lines, 7,225 measured from main's 7,157): on
 # the CNN's 16 -> 32 layer (64, 16, 4, 4) they took 215 and 150 us of one core, now 25 and 31.
 # Merged (session 10, lead): ferro/_C to 7,635 (7,631 measured after the merge).
-# Raised for ferro/_C from 7,635 to 7,650 for the parallel walk's nodes that run alone (session
-# 11, Note [Nodes that run alone] in ferro/_intraop.py): the walk's thread-local flag (in
-# gemm.pyx, where the BLAS count the splits hold lives), the wait until the others' nodes end
-# and the wake-ups (17 lines measured: 7,648), which make the LSTM hidden-unit split safe in
-# parallel backward.
+# Raised for ferro/ops from 11,825 to 11,830 after the first GPU run (session 11, lead): NumPy 2.5
+# deprecates setting an array's shape, so norm.py's fresh gradients take ndarray.resize and CuPy's
+# keep the shape setter (+3, 11,828 measured).
+# Raised for ferro/_C by 15 for the parallel walk's nodes that run alone (session 11, Note
+# [Nodes that run alone] in ferro/_intraop.py): the walk's thread-local flag (in gemm.pyx, where
+# the BLAS count the splits hold lives), the wait until the others' nodes end and the wake-ups
+# (17 lines measured: 7,648 against main's 7,631), which make the LSTM hidden-unit split safe
+# in parallel backward.
 BUDGETS = {
     "ferro/_C": (7650, ("*.pyx", "*.pxd", "*.h", "*.py")),
-    "ferro/ops": (11825, ("*.py",)),
+    "ferro/ops": (11830, ("*.py",)),
 }
 
 

@@ -42,7 +42,7 @@ def _arrays(rng, dtype, *shapes, offset=0.0):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("rows, cols", [(1, 1), (3, 5), (4, 300), (2, 1031)])
+@pytest.mark.parametrize("rows, cols", [(1, 1), (3, 5), (4, 300), (2, 1031), (200, 37)])
 @pytest.mark.parametrize("affine", [True, False])
 def test_layer_and_rms_norm_rows(xp, dtype, rows, cols, affine):
     rng = np.random.default_rng(cols)

@@ -407,18 +407,22 @@ def test_max_pool_kernels_run_and_match_the_generic_path():
 @pytest.mark.parametrize(
     "shape, args",
     [
-        ((3, 4, 8, 8), (2,)),  # the unrolled 2x2 / stride-2 loop
+        ((3, 4, 8, 8), (2,)),  # 2x2, stride 2
         ((2, 3, 7, 9), (2,)),  # ... on odd sizes (the last row and column dropped)
-        ((2, 3, 7, 9), (2, 2, 0, 1, True)),  # ceil_mode: the general loop
+        ((2, 3, 7, 9), (2, 2, 0, 1, True)),  # ceil_mode: a last window cut short
         ((2, 3, 8, 8), ((1, 2), (1, 2))),
         ((2, 3, 9, 9), (3, 2, 1, 2)),  # dilation with padding: ranges clipped both ends
+        ((2, 3, 11, 10), (3, 3, 1)),  # a stride the row loop takes at run time (not 1 or 2)
+        ((2, 3, 16, 40), (3, 2, 1)),  # rows longer than a vector, float32 and float64 alike
+        ((2, 3, 16, 40), (3, 1, 1)),
     ],
 )
-def test_max_pool_kernel_windows_ties_nan_and_inf_match_the_generic_path(shape, args):
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_max_pool_kernel_windows_ties_nan_and_inf_match_the_generic_path(shape, args, dtype):
     from ferro.ops.fused import overrides
 
     rng = np.random.default_rng(5)
-    x = rng.integers(0, 3, shape).astype(np.float64)  # many ties: the first maximum wins
+    x = rng.integers(0, 3, shape).astype(dtype)  # many ties: the first maximum wins
     x[0, 0, 1, 1:3] = np.nan
     x[0, 1, 2, 2] = np.nan
     x[1, 0] = -np.inf
@@ -428,11 +432,37 @@ def test_max_pool_kernel_windows_ties_nan_and_inf_match_the_generic_path(shape, 
         with overrides(on):
             t = ferro.tensor(x, requires_grad=True)
             y, idx = F.max_pool2d(t, *args, return_indices=True)
-            y.backward(ferro.tensor(np.random.default_rng(6).standard_normal(y.shape)))
+            gy = np.random.default_rng(6).standard_normal(y.shape).astype(dtype)
+            y.backward(ferro.tensor(gy))
             assert y.grad_fn.fused_forward == on
+            results.append((y.detach().numpy(), idx.numpy(), t.grad.numpy()))
+    (y1, i1, g1), (y0, i0, g0) = results
+    np.testing.assert_array_equal(y1, y0)
+    np.testing.assert_array_equal(i1, i0)
+    # Overlapping windows add their gradients in another order than the generic path's.
+    tol = 1e-6 if dtype == np.float32 else 1e-15
+    np.testing.assert_allclose(g1, g0, rtol=tol, atol=tol)
+
+
+def test_max_pool_kernel_window_with_no_element_inside_is_minus_inf_as_the_generic_path():
+    # Dilation 2 over a width of 1 with padding 1: every window's two columns fall outside the
+    # input. PyTorch 2.13 gives -inf and indices 1, 3, 5, 7 here; the kernel gave 0 and -1.
+    from ferro.ops.fused import overrides
+
+    x = np.full((1, 1, 2, 7, 1), -5.0, np.float32)
+    args = ((4, 1, 2), (1, 2, 1), (1, 0, 1), (1, 1, 2))
+    results = []
+    for on in (True, False):
+        with overrides(on):
+            t = ferro.tensor(x, requires_grad=True)
+            y, idx = F.max_pool3d(t, *args, return_indices=True)
+            assert y.grad_fn.fused_forward == on
+            y.sum().backward()
             results.append((y.detach().numpy(), idx.numpy(), t.grad.numpy()))
     for a, b in zip(*results, strict=True):
         np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(results[0][0].ravel(), [-np.inf] * 4)
+    np.testing.assert_array_equal(results[0][1].ravel(), [1, 3, 5, 7])
 
 
 def test_max_pool_kernels_refuse_bad_arrays():

@@ -79,25 +79,41 @@ __global__ void ferro_norm_rows_bwd(const T* __restrict__ gy, const T* __restric
     }
 }
 
-// Layer/RMS norm parameter gradients: one thread per column j of (R, K), summing over the rows
-// (neighbouring threads read neighbouring values): gw[j] = sum(gy * xhat), gb[j] = sum(gy).
+// Layer/RMS norm parameter gradients, gw[j] = sum(gy * xhat), gb[j] = sum(gy) over the rows of
+// (R, K), in two steps. Here block (bx, by), of 32 x 8 threads, sums rows [by * rows_per, ...) of
+// columns [32 * bx, 32 * bx + 32): threadIdx.x picks the column (a warp reads 32 neighbouring
+// values), threadIdx.y strides over the rows; part_w[by * K + j] and part_b[...] get the block's
+// sums in double. The wrapper then adds the gridDim.y partial rows in a fixed order, so results
+// are deterministic. (One thread per column summing all R rows left the GPU nearly idle: 3 ms for
+// (8192, 768) on an H200, where the whole backward moves 75 MB.)
 template <typename T>
 __global__ void ferro_norm_cols_bwd(const T* __restrict__ gy, const T* __restrict__ x,
                                     const T* __restrict__ mean, const T* __restrict__ rstd,
-                                    T* __restrict__ gw, T* __restrict__ gb, long long R,
-                                    long long K, int centered) {
-    typedef typename ferro_acc<T>::type A;
-    for (long long j = blockIdx.x * (long long)blockDim.x + threadIdx.x; j < K;
-         j += (long long)gridDim.x * blockDim.x) {
-        A sw = A(0), sb = A(0);
-        for (long long r = 0; r < R; r++) {
-            const A g = (A)gy[r * K + j];
-            const A m = centered ? (A)mean[r] : A(0);
-            sw += g * ((A)x[r * K + j] - m) * (A)rstd[r];
-            sb += g;
+                                    double* __restrict__ part_w, double* __restrict__ part_b,
+                                    long long R, long long K, long long rows_per, int centered) {
+    __shared__ double sw[8][32], sb[8][32];
+    const long long j = blockIdx.x * 32LL + threadIdx.x;
+    const long long r0 = blockIdx.y * rows_per;
+    const long long r1 = r0 + rows_per < R ? r0 + rows_per : R;
+    double aw = 0.0, ab = 0.0;
+    if (j < K) {
+        for (long long r = r0 + threadIdx.y; r < r1; r += blockDim.y) {
+            const double g = (double)gy[r * K + j];
+            const double m = centered ? (double)mean[r] : 0.0;
+            aw += g * ((double)x[r * K + j] - m) * (double)rstd[r];
+            ab += g;
         }
-        gw[j] = (T)sw;
-        gb[j] = (T)sb;
+    }
+    sw[threadIdx.y][threadIdx.x] = aw;
+    sb[threadIdx.y][threadIdx.x] = ab;
+    __syncthreads();
+    if (threadIdx.y == 0 && j < K) {
+        for (unsigned t = 1; t < blockDim.y; t++) {
+            aw += sw[t][threadIdx.x];
+            ab += sb[t][threadIdx.x];
+        }
+        part_w[blockIdx.y * K + j] = aw;
+        part_b[blockIdx.y * K + j] = ab;
     }
 }
 

@@ -52,6 +52,9 @@ class OpInfo:
         kink: ``kink(*arrays)``, the distance from the inputs to the nearest point where the op
             is not differentiable (a ReLU's 0, a tie of ``maximum``); the property tests keep
             their draws away from such points, where central differences are meaningless.
+        device_mask: on a GPU the op draws its mask from the device's own generator (dropout's
+            kernel), so the CuPy test checks that the output is the input masked and scaled by
+            ``1 / (1 - p)``, with the same mask in the gradient, instead of equal values.
     """
 
     name: str
@@ -67,6 +70,7 @@ class OpInfo:
     reduction: bool = False
     domain: tuple = ((-2.0, 2.0),)
     kink: Callable | None = None
+    device_mask: bool = False
 
     def __post_init__(self):
         self.func = self.func or self.name

@@ -25,7 +25,7 @@ def _shifted(f):
     def g(a, *rest):
         n = a.shape[-1]
         if isinstance(a, ferro.Tensor):
-            return f(a + 3 * ferro.eye(n, dtype=a.dtype), *rest)
+            return f(a + 3 * ferro.eye(n, dtype=a.dtype, device=a.device), *rest)
         return f(a + 3 * np.eye(n, dtype=a.dtype), *rest)
 
     return g
@@ -56,7 +56,9 @@ def _sym(a):
 def _spd(a):
     n = a.shape[-1]
     mt = a.mT if isinstance(a, ferro.Tensor) else np.swapaxes(a, -1, -2)
-    return a @ mt + n * (ferro.eye(n, dtype=a.dtype) if isinstance(a, ferro.Tensor) else np.eye(n))
+    if isinstance(a, ferro.Tensor):
+        return a @ mt + n * ferro.eye(n, dtype=a.dtype, device=a.device)
+    return a @ mt + n * np.eye(n)
 
 
 def _joined(*outs):

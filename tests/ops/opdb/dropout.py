@@ -79,6 +79,7 @@ ENTRIES = [
             Sample((uniform(rng, (4, 5)), 0.4), label="p=0.4"),
             Sample((uniform(rng, ()), 0.5), label="0-d"),
         ],
+        device_mask=True,
     ),
     OpInfo("dropout1d", _channel_fn("dropout1d"), _channel_ref(1), _channel_samples(1)),
     OpInfo(

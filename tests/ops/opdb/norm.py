@@ -21,10 +21,6 @@ def _affine_ref(y, w, b, shape):
     return y
 
 
-def _tensor(a):
-    return None if a is None else ferro.tensor(a)
-
-
 # batch_norm: running statistics are buffers, not differentiable inputs, so the samples pass
 # them as keyword arrays and the ferro call wraps them in fresh tensors.
 def _bn_ref(x, w, b, training=True, running=None, eps=1e-5):
@@ -37,7 +33,11 @@ def _bn_ref(x, w, b, training=True, running=None, eps=1e-5):
 
 
 def _bn_call(x, w, b, training=True, running=None, eps=1e-5):
-    rm, rv = (None, None) if running is None else (_tensor(r.copy()) for r in running)
+    rm, rv = (
+        (None, None)
+        if running is None
+        else (ferro.tensor(r.copy(), device=x.device) for r in running)
+    )
     return ferro.batch_norm(x, rm, rv, w, b, training=training, eps=eps)
 
 

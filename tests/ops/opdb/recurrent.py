@@ -186,7 +186,10 @@ def _stacked_ref(
 
 
 def _stacked_fn(*args, mode, batch_sizes=None, masks=(), project=False):
-    masks = [None if m is None else ferro.tensor(m, dtype=args[0].dtype) for m in masks]
+    masks = [
+        None if m is None else ferro.tensor(m, dtype=args[0].dtype, device=args[0].device)
+        for m in masks
+    ]
     weights = args[-2:] if project else None
     args = args[:-2] if project else args
     upper = _stacked_groups(args, masks)

@@ -136,8 +136,12 @@ pytestmark = pytest.mark.skipif(
 # where the rows were a memcpy and zeroing each (68 lines, 7,225 measured from main's 7,157): on
 # the CNN's 16 -> 32 layer (64, 16, 4, 4) they took 215 and 150 us of one core, now 25 and 31.
 # Merged (session 10, lead): ferro/_C to 7,635 (7,631 measured after the merge).
+# Raised for ferro/_C from 7,635 to 7,850 for issue 14's conv_transpose2d (session 11,
+# conv_kernels.h/.pyx): the 2-d Winograd F(4x4, 2x2) transforms (a matrix along both dims, one
+# channel of a chunk's samples at a time, and the input transform's adjoint), which a strided
+# convolution by space-to-depth runs forward and in both gradients (7,844 measured).
 BUDGETS = {
-    "ferro/_C": (7635, ("*.pyx", "*.pxd", "*.h", "*.py")),
+    "ferro/_C": (7850, ("*.pyx", "*.pxd", "*.h", "*.py")),
     "ferro/ops": (11825, ("*.py",)),
 }
 

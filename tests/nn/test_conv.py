@@ -3,6 +3,7 @@ padding modes), bad input, and the differentiable backward (issue 14)."""
 
 from __future__ import annotations
 
+import itertools
 import math
 import sys
 import types
@@ -705,6 +706,86 @@ def test_winograd_1d_matches_the_im2col_gemm(dtype, shape, k, pads, monkeypatch)
     want = conv_ops._conv_input_grad(np, gy, w, *geom, shape[2:])
     got = conv_ops._conv_input_grad(np, gy, w, *geom, shape[2:], K)
     np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(want).max())
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_winograd_2x2_and_strided_convolutions_match_the_im2col_gemm(dtype, monkeypatch):
+    # F(4x4, 2x2) on a stride-1 2x2 convolution, and strided 2-d convolutions whose kernel spans
+    # at most two strides by space-to-depth (forward, weight gradient alone and with the
+    # forward, input gradient by the adjoint): random strides, kernels, uneven paddings, sizes.
+    from ferro._C import conv_kernels as K
+
+    monkeypatch.setattr(conv_ops, "WINOGRAD_MIN_SIZE", 1)
+    monkeypatch.setattr(conv_ops, "WINOGRAD_MIN_CHANNELS", 1)
+    monkeypatch.setattr(conv_ops, "SUBPIXEL_MAX_WASTE", float("inf"))
+    rng = np.random.default_rng(21)
+    tol = 2e-5 if dtype == np.float32 else 1e-12
+    taken = 0
+    for i in range(30):
+        stride = (1, 1) if i < 4 else tuple(int(v) for v in rng.integers(2, 4, 2))
+        kernel = (2, 2) if i < 4 else tuple(int(rng.integers(s + 1, 2 * s + 1)) for s in stride)
+        pads = tuple((int(rng.integers(0, k)), int(rng.integers(0, k))) for k in kernel)
+        size = tuple(int(v) for v in rng.integers(max(kernel), 14, 2))
+        out = tuple((size[j] + sum(pads[j]) - kernel[j]) // stride[j] + 1 for j in range(2))
+        x = rng.normal(size=(2, 3, *size)).astype(dtype)
+        w = rng.normal(size=(5, 3, *kernel)).astype(dtype)
+        geom = (stride, pads, (1, 1), 1)
+        if i < 4:
+            taken += conv_ops._winograd(K, kernel, 3, 5, out, stride, (1, 1), 1)
+        else:
+            taken += conv_ops._subpixel_winograd(K, kernel, 3, 5, stride, (1, 1), 1, out)
+        want = conv_ops._conv_forward(np, x, w, *geom, out)
+        scale = np.abs(want).max()
+        np.testing.assert_allclose(
+            conv_ops._conv_forward(np, x, w, *geom, out, K), want, rtol=tol, atol=tol * scale
+        )
+        gy = rng.normal(size=want.shape).astype(dtype)
+        y, gw = conv_ops._conv_forward(np, x, w, *geom, out, K, gy)
+        np.testing.assert_allclose(y, want, rtol=tol, atol=tol * scale)
+        want = conv_ops._conv_weight_grad(np, x, gy, *geom, kernel)
+        scale = np.abs(want).max()
+        for got in (gw, conv_ops._conv_weight_grad(np, x, gy, *geom, kernel, K)):
+            assert got.flags.c_contiguous and got.dtype == dtype
+            np.testing.assert_allclose(got, want, rtol=tol, atol=tol * scale)
+        monkeypatch.setattr(conv_ops, "SUBPIXEL_MAX_WASTE", 0.0)
+        want = conv_ops._conv_input_grad(np, gy, w, *geom, size)
+        monkeypatch.setattr(conv_ops, "SUBPIXEL_MAX_WASTE", float("inf"))
+        got = conv_ops._conv_input_grad(np, gy, w, *geom, size, K)
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(want).max())
+    assert taken == 30
+
+
+def test_winograd_2d_kernels_are_the_transforms_they_say(dtype=np.float64):
+    from ferro._C import conv_kernels as K
+
+    at, _, bt = conv_ops._winograd1d_matrices(2)
+    rng = np.random.default_rng(22)
+    x = rng.normal(size=(2, 3, 9, 11))
+    lo, tiles = (1, 2), (3, 3)
+    v = K.winograd2d_gather(x, bt, 4, lo, tiles, np.empty((25, 3, 2 * 9)))
+    xp = np.zeros((2, 3, 4 * 3 + 1, 4 * 3 + 1))
+    xp[:, :, 1:10, 2:13] = x[:, :, :, :11]
+    want = np.empty((5, 5, 3, 2, 3, 3))
+    for i, j in itertools.product(range(3), range(3)):
+        d = xp[:, :, 4 * i : 4 * i + 5, 4 * j : 4 * j + 5]
+        want[..., i, j] = np.einsum("pa,qb,ncab->pqcn", bt, bt, d)
+    np.testing.assert_allclose(v, want.reshape(25, 3, -1), rtol=1e-12, atol=1e-12)
+    m = rng.normal(size=(25, 3, 2 * 9))
+    y = K.winograd2d_scatter(m, at, 4, (0, 0), tiles, np.empty((2, 3, 10, 11)))
+    full = np.einsum("ia,jb,abcnyt->ncyitj", at, at, m.reshape(5, 5, 3, 2, 3, 3))
+    np.testing.assert_allclose(y, full.reshape(2, 3, 12, 12)[:, :, :10, :11], rtol=1e-12)
+    # the adjoint of the gather: <gather(x), m> == <x, scatter(m, add)>
+    gx = K.winograd2d_scatter(m, bt.T, 4, lo, tiles, np.zeros(x.shape), add=True)
+    np.testing.assert_allclose((v * m).sum(), (x * gx).sum(), rtol=1e-12)
+    with pytest.raises(ShapeError, match="winograd2d_gather"):
+        K.winograd2d_gather(x, bt, 4, lo, (3, 2), np.empty((25, 3, 18)))
+    with pytest.raises(ShapeError, match="winograd2d_scatter"):
+        K.winograd2d_scatter(m, at, 4, (0, 0), (3, 3), np.empty((2, 3, 10)))
+    with pytest.raises(ArgumentError, match="dtype"):
+        K.winograd2d_gather(x, bt, 4, lo, tiles, np.empty((25, 3, 18), dtype=np.float32))
+    y.flags.writeable = False
+    with pytest.raises(ArgumentError, match="read-only"):
+        K.winograd2d_scatter(m, at, 4, (0, 0), tiles, y)
 
 
 def test_winograd_1d_matrices_compute_the_correlation():

@@ -604,28 +604,23 @@ def _phase_slices(r, stride, pads, size, zsize):
     return tuple(src), tuple(dst)
 
 
-def _space_to_depth(xp, x, stride, pads, out):
-    """``z`` ``(n, C * prod(stride), *(out + 1))`` of ``x`` ``(n, C, *size)`` (see above)."""
-    n, c = x.shape[:2]
-    zsize = tuple(v + 1 for v in out)
-    z = xp.zeros((n, c, *stride, *zsize), dtype=x.dtype)
-    for r in itertools.product(*(range(s) for s in stride)):
-        src, dst = _phase_slices(r, stride, pads, x.shape[2:], zsize)
-        z[(slice(None), slice(None), *r, *dst)] = x[(slice(None), slice(None), *src)]
-    return z.reshape(n, c * math.prod(stride), *zsize)
-
-
 class _SpaceToDepth:
-    """``z`` of :func:`_space_to_depth` as the Winograd passes read it, made a batch chunk at a
-    time (``z[n0:n1]``) inside their parts, so that its copies run on every core too."""
+    """``z`` ``(n, C * prod(stride), *(out + 1))`` of ``x`` ``(n, C, *size)`` (see above) as the
+    Winograd passes read it, made a batch chunk at a time (``z[n0:n1]``) inside their parts, so
+    that its copies run on every core too."""
 
     def __init__(self, xp, x, stride, pads, out):
-        self.xp, self.x, self.geom = xp, x, (stride, pads, out)
-        self.shape = (x.shape[0], x.shape[1] * math.prod(stride)) + tuple(v + 1 for v in out)
+        self.xp, self.x, self.geom = xp, x, (stride, pads, tuple(v + 1 for v in out))
+        self.shape = (x.shape[0], x.shape[1] * math.prod(stride)) + self.geom[2]
         self.ndim, self.dtype, self.itemsize = len(self.shape), x.dtype, x.itemsize
 
     def __getitem__(self, rows):
-        return _space_to_depth(self.xp, self.x[rows], *self.geom)
+        (stride, pads, zsize), x = self.geom, self.x[rows]
+        z = self.xp.zeros(x.shape[:2] + stride + zsize, dtype=x.dtype)
+        for r in itertools.product(*(range(s) for s in stride)):
+            src, dst = _phase_slices(r, stride, pads, x.shape[2:], zsize)
+            z[(slice(None), slice(None), *r, *dst)] = x[(slice(None), slice(None), *src)]
+        return z.reshape(x.shape[0], -1, *zsize)
 
 
 def _space_to_depth_weight(xp, w, stride):

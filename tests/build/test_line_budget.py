@@ -139,10 +139,15 @@ pytestmark = pytest.mark.skipif(
 # Raised for ferro/_C from 7,635 to 7,850 for issue 14's conv_transpose2d (session 11,
 # conv_kernels.h/.pyx): the 2-d Winograd F(4x4, 2x2) transforms (a matrix along both dims, one
 # channel of a chunk's samples at a time, and the input transform's adjoint), which a strided
-# convolution by space-to-depth runs forward and in both gradients (7,844 measured).
+# convolution by space-to-depth runs forward and in both gradients (7,844 measured). And for
+# ferro/ops from 11,825 to 11,945 for the same path in conv.py (11,942 measured): the test for
+# it, space-to-depth of the input (made a chunk at a time inside the parts) and of the weight,
+# the input gradient as the Winograd forward's adjoint, the weight gradient and forward from
+# one input transform (_winograd_weight_grad's wf), F(4x4, 2x2) in _winograd_scheme. The
+# stride-1 Winograd driver, its chunks and parts are reused, not copied.
 BUDGETS = {
     "ferro/_C": (7850, ("*.pyx", "*.pxd", "*.h", "*.py")),
-    "ferro/ops": (11825, ("*.py",)),
+    "ferro/ops": (11945, ("*.py",)),
 }
 
 

@@ -881,6 +881,32 @@ def test_winograd_conv2d_and_its_gradients_match_pytorch_in_float32():
     np.testing.assert_allclose(fw.grad.data, tw.grad.numpy(), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.torch
+@pytest.mark.parametrize("transposed", [True, False])
+def test_strided_winograd_and_its_gradients_match_pytorch_in_float32(transposed):
+    # conv_transpose2d k=4, s=2 (the benchmark's, smaller) and conv2d k=4, s=2 through the ops'
+    # CPU overrides, which take space-to-depth and Winograd F(4x4, 2x2) on these shapes.
+    import torch
+
+    from ferro._C import conv_kernels as K
+
+    rng = np.random.default_rng(14)
+    x = rng.normal(size=(3, 32, 9, 10) if transposed else (3, 16, 19, 18)).astype(np.float32)
+    w = (rng.normal(size=(32, 16, 4, 4)) / np.sqrt(16 * 16)).astype(np.float32)
+    assert conv_ops._subpixel_winograd(K, (4, 4), 16, 32, (2, 2), (1, 1), 1, (9, 9))
+    name = "conv_transpose2d" if transposed else "conv2d"
+    tx, tw = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
+    fx, fw = ferro.tensor(x, requires_grad=True), ferro.tensor(w, requires_grad=True)
+    ty = getattr(torch.nn.functional, name)(tx, tw, stride=2, padding=1)
+    fy = getattr(F, name)(fx, fw, stride=2, padding=1)
+    np.testing.assert_allclose(fy.data, ty.detach().numpy(), rtol=1e-4, atol=1e-4)
+    g = rng.normal(size=fy.shape).astype(np.float32)
+    ty.backward(torch.tensor(g))
+    fy.backward(ferro.tensor(g))
+    np.testing.assert_allclose(fx.grad.data, tx.grad.numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(fw.grad.data, tw.grad.numpy(), rtol=1e-4, atol=2e-4)
+
+
 def test_winograd_kernels_refuse_what_they_cannot_hold():
     from ferro._C import conv_kernels as K
 

@@ -251,7 +251,7 @@ def _conv_forward(
         z, wz = _SpaceToDepth(xp, x, stride, pads, out), _space_to_depth_weight(xp, w, stride)
         if gw_for is None:
             return _conv_forward(xp, z, wz, *_STRIDE1, out, kernels)
-        y, gw = _winograd_weight_grad(xp, kernels, z, gw_for, _STRIDE1[1], wf=wz)
+        y, gw = _winograd_weight_grad(xp, kernels, z, gw_for, _STRIDE1[1], wf=wz, cache=cache)
         return y, _depth_to_space_weight(xp, gw, stride, kernel)
     if cg == 1 and groups > 1 or _winograd(kernels, kernel, c, o, out, stride, dilation, groups):
         y = xp.empty((n, o) + tuple(out), dtype=x.dtype)
@@ -489,7 +489,7 @@ def _conv_input_grad(xp, gy, w, stride, pads, dilation, groups, size, kernels=No
         wt = _transposed_weight(xp, w, groups)
         return _conv_forward(xp, gy, wt, stride, flipped, dilation, groups, size, kernels)
     if _subpixel_winograd(kernels, kernel, c, o, stride, dilation, groups, out):
-        return _subpixel_winograd_input_grad(xp, kernels, gy, w, stride, pads, size)
+        return _subpixel_winograd_input_grad(xp, kernels, gy, w, stride, pads, size, cache)
     phases = _subpixel_phases(stride, pads, dilation, groups, kernel, size)
     if phases is not None:
         return _subpixel_input_grad(xp, gy, w, phases, size, kernels)
@@ -640,11 +640,13 @@ def _depth_to_space_weight(xp, gz, stride, kernel):
     return xp.ascontiguousarray(g)
 
 
-def _subpixel_winograd_input_grad(xp, kernels, gy, w, stride, pads, size):
+def _subpixel_winograd_input_grad(xp, kernels, gy, w, stride, pads, size, cache=None):
     """``gx`` of a strided convolution that :func:`_subpixel_winograd` takes: the input gradient
     of the stride-1 convolution over ``z``, as the adjoint of its Winograd forward (``B [Uᵀ
     (A g Aᵀ)] Bᵀ`` added over the tiles' overlapping windows: ``winograd2d_scatter`` with
-    ``add``), then ``z``'s phases copied to their strided positions."""
+    ``add``), then ``z``'s phases copied to their strided positions. ``gy``'s transform ``A g
+    Aᵀ`` is left in ``cache`` where it fits :data:`CACHE_BYTES`: a transposed convolution's
+    weight gradient (:func:`_winograd_weight_grad`) transforms the same array the same way."""
     n, out = gy.shape[0], gy.shape[2:]
     wz = _space_to_depth_weight(xp, w, stride)
     cz = wz.shape[1]
@@ -657,6 +659,8 @@ def _subpixel_winograd_input_grad(xp, kernels, gy, w, stride, pads, size):
         for r in itertools.product(*(range(s) for s in stride))
     ]
     gx = xp.zeros((n, c) + tuple(size), dtype=gy.dtype)
+    keep = cache is not None and p * gy.nbytes // 16 <= CACHE_BYTES
+    kept = cache.setdefault("winograd", {}) if keep else {}
 
     def part(chunks):  # each part its own buffers; the chunks write disjoint slices of gx
         m, v = (xp.empty(p * ch * step * blocks[0][1], dtype=gy.dtype) for ch in ut.shape[2:0:-1])
@@ -664,7 +668,8 @@ def _subpixel_winograd_input_grad(xp, kernels, gy, w, stride, pads, size):
         for _, n0 in chunks:
             gc = gy[n0 : n0 + step]
             nb, t = gc.shape[0], gc.shape[0] * blocks[0][1]
-            mc = outgrad(gc, m[: p * ut.shape[2] * t].reshape(p, -1, t), None)
+            mc = xp.empty((p, ut.shape[2], t), gy.dtype) if keep else m[: p * ut.shape[2] * t]
+            mc = kept[n0, step] = outgrad(gc, mc.reshape(p, -1, t), None)
             gv = xp.matmul(ut, mc, out=v[: p * cz * t].reshape(p, cz, t))
             gz[:nb] = 0
             kernels.winograd2d_scatter(gv, bt.T, len(at), (0, 0), tl, gz[:nb], True)
@@ -713,18 +718,20 @@ def _winograd_adjoint(kernels, x, w, gy, stride, dilation, groups):
     return win and x.ndim == 5 and "winograd_input_grad" in kernels.FUSED_KERNELS
 
 
-def _winograd_weight_grad(xp, kernels, x, gy, pads, w=None, wf=None):
+def _winograd_weight_grad(xp, kernels, x, gy, pads, w=None, wf=None, cache=None):
     """``gw`` of a stride-1 3x3 convolution by Winograd F(2x2, 3x3), the adjoint of
     :func:`_winograd_forward`: ``gw = Gᵀ [sum over tiles of (A g Aᵀ) (Bᵀ d B)ᵀ] G``, the sums
     16 GEMMs ``(C_out, tiles) @ (tiles, C_in)`` over the batch chunks; 3-d and 1-d alike.
 
     With ``w`` (3-d), ``(gx, gw)``: ``gx`` the forward's adjoint, ``B [Uᵀ (A g Aᵀ)] Bᵀ`` added
     over the tiles' windows, from the same transform of ``gy`` (docs/conv.md). With ``wf``,
-    ``(y, gw)``: ``y`` the convolution of ``x`` by ``wf``, from the same transform of ``x``."""
+    ``(y, gw)``: ``y`` the convolution of ``x`` by ``wf``, from the same transform of ``x``;
+    ``gy``'s from ``cache`` where a forward left them (:func:`_subpixel_winograd_input_grad`)."""
     (n, c), o, nd = x.shape[:2], gy.shape[1], x.ndim - 2
     k = x.shape[2] + sum(pads[0]) - gy.shape[2] + 1
     p, step, blocks, (inp, outp, outgrad) = _winograd_scheme(xp, kernels, x, o, k, gy.shape[2:])
     size = step * max(t for _, t in blocks)
+    kept = cache.pop("winograd", {}) if cache is not None else {}
 
     def part(chunks):  # each part its own buffers, one partial sum a run of chunks (LANES)
         v, m = (xp.empty(p * ch * size, dtype=x.dtype) for ch in (c, o))
@@ -738,7 +745,8 @@ def _winograd_weight_grad(xp, kernels, x, gy, pads, w=None, wf=None):
                 if uf is not None:
                     mfc = xp.matmul(uf, vc, out=mf[: p * uf.shape[1] * t].reshape(p, -1, t))
                     outp(mfc, y[n0 : n0 + step], block)
-                mc = outgrad(gc, m[: p * o * t].reshape(p, o, t), block)
+                mc = kept.get((n0, step))
+                mc = outgrad(gc, m[: p * o * t].reshape(p, o, t), block) if mc is None else mc
                 prod = _add_product(xp, sums, run, mc, vc.transpose(0, 2, 1), prod)
                 if ut is not None:  # vc is free: Uᵀ (A g Aᵀ) there
                     gv = xp.matmul(ut, mc, out=vc)
@@ -966,8 +974,9 @@ def conv_forward(transposed, kernels, ctx, x, w, b, stride, pads, dilation, grou
     ctx.geom = (stride, pads, dilation, groups)
     ctx.in_size, ctx.kernel = x.shape[2:], w.shape[2:]
     geom = (stride, pads, dilation, groups, size, kernels)
-    if transposed:
-        y = _conv_input_grad(ctx.xp, x, w, *geom)
+    if transposed:  # (the cache: x's transform for a Winograd weight gradient, see below)
+        ctx.columns = cache = {} if need_w else None
+        y = _conv_input_grad(ctx.xp, x, w, *geom, cache=cache)
     else:
         ctx.depthwise2d = is_depthwise2d(x, w, pads, groups)  # the override's choice
         # The columns of a one-chunk batch, kept for the weight gradient (_columns_pass).
@@ -994,7 +1003,9 @@ def conv_backward(transposed, kernels, ctx, gy):
         gw = _pointwise_weight_grad(xp, x, gy) if need_w else None
         return gx, gw, _bias_grad(gy) if need_b else None
     if need_x and transposed:  # gx and gw from gy's columns
-        gx = _conv_forward(xp, gy, w, *ctx.geom, ctx.in_size, kernels, x if need_w else None)
+        gx = _conv_forward(
+            xp, gy, w, *ctx.geom, ctx.in_size, kernels, x if need_w else None, ctx.columns
+        )
         gx, gw = gx if need_w else (gx, None)
     elif need_x and need_w and _winograd_adjoint(kernels, x, w, gy, stride, ctx.geom[2], groups):
         gx, gw = _winograd_weight_grad(xp, kernels, x, gy, pads, w)

@@ -458,12 +458,14 @@ static FERRO_CLONES void ferro_wino2_gather_##S(const T *src, ptrdiff_t ss, ptrd
     for (j = 0; j < p; j++) {                                                                   \
         for (b = nz = 0; b < q; b++)                                                            \
             if (mat[j * q + b] != 0) at[nz] = b * nt, c[nz++] = (T)mat[j * q + b];              \
-        for (a = 0; a < q; a++) ferro_wino2_axpys_##S(e + (a * p + j) * nt, d + a * q * nt, at, c, nz, nt); \
+        for (a = 0; a < q; a++)                                                                 \
+            ferro_wino2_axpys_##S(e + (a * p + j) * nt, d + a * q * nt, at, c, nz, nt);         \
     }                                                                                           \
     for (i = 0; i < p; i++) {                                                                   \
         for (a = nz = 0; a < q; a++)                                                            \
             if (mat[i * q + a] != 0) at[nz] = a * p * nt, c[nz++] = (T)mat[i * q + a];          \
-        for (j = 0; j < p; j++) ferro_wino2_axpys_##S(out + (i * p + j) * ps, e + j * nt, at, c, nz, nt); \
+        for (j = 0; j < p; j++)                                                                 \
+            ferro_wino2_axpys_##S(out + (i * p + j) * ps, e + j * nt, at, c, nz, nt);           \
     }                                                                                           \
 }                                                                                               \
 /* Scatter: each sample's plane y_s (h x wd, at y + s ys) = mat (r x p) along both dims times   \

@@ -64,6 +64,7 @@ def one_sample_chunks(monkeypatch):
     # small shapes take Winograd too.
     monkeypatch.setattr(conv_ops, "CACHE_BYTES", 1)
     monkeypatch.setattr(conv_ops, "WINOGRAD_MIN_SIZE", 1)
+    monkeypatch.setattr(conv_ops, "SUBPIXEL_WINOGRAD_MIN_SIZE", 1)
     old = _intraop.num_threads()
     yield
     _intraop.set_num_threads(old)

@@ -399,6 +399,126 @@ static FERRO_CLONES void ferro_wino1_scatter_##S(const T *src, ptrdiff_t ps, con
     for (t = 0; t < tiles && m * t + m <= n; t++)                                               \
         for (i = 0; i < m; i++) y[m * t + i] = s[i * tiles + t];                                \
     for (i = 0; t < tiles && m * t + i < n; i++) y[m * t + i] = s[i * tiles + t];               \
+}                                                                                               \
+/* o[k] = sum_e a[e] src[at[e] + k], k < n, straight into o (the passes' runs are short: a     \
+ * local block and its copy back cost more than the terms). */                                 \
+FERRO_INLINE void ferro_wino2_axpys_##S(T *restrict o, const T *src, const ptrdiff_t *at,       \
+                                        const T *a, ptrdiff_t nz, ptrdiff_t n) {                \
+    ptrdiff_t e, k;                                                                             \
+    const T *r = src + (nz ? at[0] : 0);                                                        \
+    T a0 = nz ? a[0] : 0;                                                                       \
+    _Pragma("omp simd")                                                                         \
+    for (k = 0; k < n; k++) o[k] = a0 * r[k];                                                   \
+    for (e = 1; e < nz; e++) {                                                                  \
+        const T *restrict re = src + at[e];                                                     \
+        T ae = a[e];                                                                            \
+        _Pragma("omp simd")                                                                     \
+        for (k = 0; k < n; k++) o[k] += ae * re[k];                                             \
+    }                                                                                           \
+}                                                                                               \
+/* 2-d F(m x m, r x r): the same matrix along both dims, one channel of nb samples at a time,  \
+ * so that every loop but the windows' copy runs over all nb x th x tw tiles (nt of them; a     \
+ * plane alone has few: 16 on a 16x16 output).                                                 \
+ *                                                                                             \
+ * Gather: out[(i p + j) ps + z] = sum_{a,b} mat[i q + a] mat[j q + b] x_s[m y - lo0 + a,      \
+ * m t - lo1 + b] for tile z = (s th + y) tw + t (zero outside each plane h x wd; sample s's    \
+ * plane at src + s ss). d: the windows, q q nt values; e: the column terms, q p nt. */         \
+static FERRO_CLONES void ferro_wino2_gather_##S(const T *src, ptrdiff_t ss, ptrdiff_t nb,       \
+                                                ptrdiff_t h, ptrdiff_t wd, const double *mat,   \
+                                                ptrdiff_t p, ptrdiff_t q, ptrdiff_t m,          \
+                                                ptrdiff_t lo0, ptrdiff_t lo1, ptrdiff_t th,     \
+                                                ptrdiff_t tw, T *out, ptrdiff_t ps, T *d,       \
+                                                T *e) {                                         \
+    ptrdiff_t nt = nb * th * tw, z0, k, a, b, i, j, nz, at[FERRO_WINO1_MAX], off[64];         \
+    ptrdiff_t ry[64], ct[64];                                                                   \
+    T c[FERRO_WINO1_MAX];                                                                       \
+    for (z0 = 0; z0 < nt; z0 += 64) { /* the windows, 64 tiles at a time by their offsets */    \
+        ptrdiff_t kn = nt - z0 < 64 ? nt - z0 : 64, r0 = h, r1 = -1, c0 = wd, c1 = -1;          \
+        for (k = 0; k < kn; k++) {                                                              \
+            ptrdiff_t z = z0 + k, t = z % tw, y = z / tw % th;                                  \
+            ry[k] = m * y - lo0, ct[k] = m * t - lo1;                                           \
+            off[k] = z / (tw * th) * ss + ry[k] * wd + ct[k];                                   \
+            r0 = ry[k] < r0 ? ry[k] : r0, r1 = ry[k] > r1 ? ry[k] : r1;                         \
+            c0 = ct[k] < c0 ? ct[k] : c0, c1 = ct[k] > c1 ? ct[k] : c1;                         \
+        }                                                                                       \
+        for (a = 0; a < q; a++)                                                                 \
+            for (b = 0; b < q; b++) {                                                           \
+                T *dr = d + (a * q + b) * nt + z0;                                              \
+                const T *sa = src + a * wd + b;                                                 \
+                if (r0 + a >= 0 && r1 + a < h && c0 + b >= 0 && c1 + b < wd) {                  \
+                    _Pragma("omp simd")                                                         \
+                    for (k = 0; k < kn; k++) dr[k] = sa[off[k]];                                \
+                } else {                                                                        \
+                    for (k = 0; k < kn; k++)                                                    \
+                        dr[k] = ry[k] + a >= 0 && ry[k] + a < h && ct[k] + b >= 0               \
+                                && ct[k] + b < wd ? sa[off[k]] : 0;                             \
+                }                                                                               \
+            }                                                                                   \
+    }                                                                                           \
+    for (j = 0; j < p; j++) {                                                                   \
+        for (b = nz = 0; b < q; b++)                                                            \
+            if (mat[j * q + b] != 0) at[nz] = b * nt, c[nz++] = (T)mat[j * q + b];              \
+        for (a = 0; a < q; a++)                                                                 \
+            ferro_wino2_axpys_##S(e + (a * p + j) * nt, d + a * q * nt, at, c, nz, nt);         \
+    }                                                                                           \
+    for (i = 0; i < p; i++) {                                                                   \
+        for (a = nz = 0; a < q; a++)                                                            \
+            if (mat[i * q + a] != 0) at[nz] = a * p * nt, c[nz++] = (T)mat[i * q + a];          \
+        for (j = 0; j < p; j++)                                                                 \
+            ferro_wino2_axpys_##S(out + (i * p + j) * ps, e + j * nt, at, c, nz, nt);           \
+    }                                                                                           \
+}                                                                                               \
+/* Scatter: each sample's plane y_s (h x wd, at y + s ys) = mat (r x p) along both dims times   \
+ * each tile's p x p values src[(a p + b) ps + z]: tile z = (s th + u) tw + t's r x r values at \
+ * (m u - lo0 + i, m t - lo1 + j), cropped to the plane, written (add = 0: an output transform, \
+ * r = m) or added (add = 1: the input transform's adjoint, r = q, windows overlapping). e: r p \
+ * nt values, f: r r nt. */                                                                    \
+static FERRO_CLONES void ferro_wino2_scatter_##S(const T *src, ptrdiff_t ps, const double *mat, \
+                                                 ptrdiff_t r, ptrdiff_t p, ptrdiff_t m,         \
+                                                 ptrdiff_t lo0, ptrdiff_t lo1, ptrdiff_t nb,    \
+                                                 ptrdiff_t th, ptrdiff_t tw, T *y, ptrdiff_t ys, \
+                                                 ptrdiff_t h, ptrdiff_t wd, int add, T *e,      \
+                                                 T *f) {                                        \
+    ptrdiff_t nt = nb * th * tw, z0, k, a, b, i, j, nz, at[FERRO_WINO1_MAX], off[64];         \
+    ptrdiff_t ry[64], ct[64];                                                                   \
+    T c[FERRO_WINO1_MAX];                                                                       \
+    for (i = 0; i < r; i++) {                                                                   \
+        for (a = nz = 0; a < p; a++)                                                            \
+            if (mat[i * p + a] != 0) at[nz] = a * p * ps, c[nz++] = (T)mat[i * p + a];          \
+        for (b = 0; b < p; b++)                                                                 \
+            ferro_wino2_axpys_##S(e + (i * p + b) * nt, src + b * ps, at, c, nz, nt);           \
+    }                                                                                           \
+    for (j = 0; j < r; j++) {                                                                   \
+        for (b = nz = 0; b < p; b++)                                                            \
+            if (mat[j * p + b] != 0) at[nz] = b * nt, c[nz++] = (T)mat[j * p + b];              \
+        for (i = 0; i < r; i++)                                                                 \
+            ferro_wino2_axpys_##S(f + (i * r + j) * nt, e + i * p * nt, at, c, nz, nt);         \
+    }                                                                                           \
+    for (z0 = 0; z0 < nt; z0 += 64) { /* placed 64 tiles at a time by their offsets */         \
+        ptrdiff_t kn = nt - z0 < 64 ? nt - z0 : 64, r0 = h, r1 = -1, c0 = wd, c1 = -1;          \
+        for (k = 0; k < kn; k++) {                                                              \
+            ptrdiff_t z = z0 + k, t = z % tw, u = z / tw % th;                                  \
+            ry[k] = m * u - lo0, ct[k] = m * t - lo1;                                           \
+            off[k] = z / (tw * th) * ys + ry[k] * wd + ct[k];                                   \
+            r0 = ry[k] < r0 ? ry[k] : r0, r1 = ry[k] > r1 ? ry[k] : r1;                         \
+            c0 = ct[k] < c0 ? ct[k] : c0, c1 = ct[k] > c1 ? ct[k] : c1;                         \
+        }                                                                                       \
+        for (i = 0; i < r; i++)                                                                 \
+            for (j = 0; j < r; j++) {                                                           \
+                const T *fr = f + (i * r + j) * nt + z0;                                        \
+                T *yi = y + i * wd + j;                                                         \
+                if (r0 + i >= 0 && r1 + i < h && c0 + j >= 0 && c1 + j < wd) {                  \
+                    if (add)                                                                    \
+                        for (k = 0; k < kn; k++) yi[off[k]] += fr[k];                           \
+                    else                                                                        \
+                        for (k = 0; k < kn; k++) yi[off[k]] = fr[k];                            \
+                } else {                                                                        \
+                    for (k = 0; k < kn; k++)                                                    \
+                        if (ry[k] + i >= 0 && ry[k] + i < h && ct[k] + j >= 0 && ct[k] + j < wd) \
+                            yi[off[k]] = add ? yi[off[k]] + fr[k] : fr[k];                      \
+                }                                                                               \
+            }                                                                                   \
+    }                                                                                           \
 }
 
 FERRO_WINO1(float, f32)

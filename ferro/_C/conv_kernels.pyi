@@ -58,3 +58,20 @@ def winograd1d_gather(
     x: np.ndarray, mat: np.ndarray, m: int, lo: int, v: np.ndarray
 ) -> np.ndarray: ...
 def winograd1d_scatter(m: np.ndarray, mat: np.ndarray, y: np.ndarray) -> np.ndarray: ...
+def winograd2d_gather(
+    x: np.ndarray,
+    mat: np.ndarray,
+    m: int,
+    lo: tuple[int, int],
+    tiles: tuple[int, int],
+    v: np.ndarray,
+) -> np.ndarray: ...
+def winograd2d_scatter(
+    m_: np.ndarray,
+    mat: np.ndarray,
+    m: int,
+    lo: tuple[int, int],
+    tiles: tuple[int, int],
+    y: np.ndarray,
+    add: bool = False,
+) -> np.ndarray: ...

@@ -48,6 +48,8 @@ FUSED_KERNELS = frozenset(
         "winograd_input_grad",
         "winograd1d_gather",
         "winograd1d_scatter",
+        "winograd2d_gather",
+        "winograd2d_scatter",
     }
 )
 
@@ -658,6 +660,22 @@ cdef extern from "conv_kernels.h" nogil:
                                  Py_ssize_t, float*, Py_ssize_t, float*)
     void ferro_wino1_scatter_f64(const double*, Py_ssize_t, const double*, Py_ssize_t,
                                  Py_ssize_t, Py_ssize_t, double*, Py_ssize_t, double*)
+    void ferro_wino2_gather_f32(const float*, Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t,
+                                const double*, Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t,
+                                Py_ssize_t, Py_ssize_t, Py_ssize_t, float*, Py_ssize_t, float*,
+                                float*)
+    void ferro_wino2_gather_f64(const double*, Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t,
+                                const double*, Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t,
+                                Py_ssize_t, Py_ssize_t, Py_ssize_t, double*, Py_ssize_t, double*,
+                                double*)
+    void ferro_wino2_scatter_f32(const float*, Py_ssize_t, const double*, Py_ssize_t, Py_ssize_t,
+                                 Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t,
+                                 Py_ssize_t, float*, Py_ssize_t, Py_ssize_t, Py_ssize_t, int,
+                                 float*, float*)
+    void ferro_wino2_scatter_f64(const double*, Py_ssize_t, const double*, Py_ssize_t,
+                                 Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t,
+                                 Py_ssize_t, Py_ssize_t, double*, Py_ssize_t, Py_ssize_t,
+                                 Py_ssize_t, int, double*, double*)
 
 
 @cython.cdivision(True)
@@ -754,4 +772,115 @@ def winograd1d_scatter(m_, mat_, y_):
         with nogil:
             _wino1_scatter(<const double*>cnp.PyArray_DATA(mm), a, <double*>cnp.PyArray_DATA(y),
                            <double*>cnp.PyArray_DATA(rows), nb, o, n, p, k, tiles, nt)
+    return y
+
+
+# --- 2-d Winograd F(m x m, r x r): one matrix along both dims (conv_kernels.h) -----------------
+
+@cython.cdivision(True)
+cdef void _wino2_gather(const floating_t* x, const double* mat, floating_t* v, floating_t* rows,
+                        Py_ssize_t nb, Py_ssize_t c, Py_ssize_t h, Py_ssize_t wd, Py_ssize_t p,
+                        Py_ssize_t q, Py_ssize_t m, Py_ssize_t lo0, Py_ssize_t lo1, Py_ssize_t th,
+                        Py_ssize_t tw, int nt) noexcept nogil:
+    # v (p*p, c, nb*th*tw) from the planes of x (nb, c, h, wd), one channel of the nb samples
+    # at a time; ``rows``: the windows then the column terms, q*(q + p)*nb*th*tw a thread.
+    cdef Py_ssize_t ci, t = nb * th * tw, per = q * (q + p) * nb * th * tw
+    for ci in prange(c, schedule="static", num_threads=nt):
+        if floating_t is float:
+            ferro_wino2_gather_f32(x + ci * h * wd, c * h * wd, nb, h, wd, mat, p, q, m, lo0,
+                                   lo1, th, tw, v + ci * t, c * t, rows + threadid() * per,
+                                   rows + threadid() * per + q * q * t)
+        else:
+            ferro_wino2_gather_f64(x + ci * h * wd, c * h * wd, nb, h, wd, mat, p, q, m, lo0,
+                                   lo1, th, tw, v + ci * t, c * t, rows + threadid() * per,
+                                   rows + threadid() * per + q * q * t)
+
+
+@cython.cdivision(True)
+cdef void _wino2_scatter(const floating_t* mm, const double* mat, floating_t* y, floating_t* rows,
+                         Py_ssize_t nb, Py_ssize_t o, Py_ssize_t h, Py_ssize_t wd, Py_ssize_t p,
+                         Py_ssize_t r, Py_ssize_t m, Py_ssize_t lo0, Py_ssize_t lo1, Py_ssize_t th,
+                         Py_ssize_t tw, int add, int nt) noexcept nogil:
+    cdef Py_ssize_t ci, t = nb * th * tw, per = r * (p + r) * nb * th * tw
+    for ci in prange(o, schedule="static", num_threads=nt):
+        if floating_t is float:
+            ferro_wino2_scatter_f32(mm + ci * t, o * t, mat, r, p, m, lo0, lo1, nb, th, tw,
+                                    y + ci * h * wd, o * h * wd, h, wd, add,
+                                    rows + threadid() * per, rows + threadid() * per + r * p * t)
+        else:
+            ferro_wino2_scatter_f64(mm + ci * t, o * t, mat, r, p, m, lo0, lo1, nb, th, tw,
+                                    y + ci * h * wd, o * h * wd, h, wd, add,
+                                    rows + threadid() * per, rows + threadid() * per + r * p * t)
+
+
+def winograd2d_gather(x_, mat_, Py_ssize_t m, tuple lo, tuple tiles, v_):
+    """Write ``mat`` ``(P, Q)`` along both dims times each ``Q x Q`` window ``x[..., m*i - lo[0]
+    + a, m*j - lo[1] + b]`` of ``x`` ``(N, C, H, W)`` (zero outside) into ``v`` ``(P*P, C, N *
+    tH * tW)``, ``tiles = (tH, tW)``: a 2-d Winograd input transform (``Q = P``), or the output
+    gradient's (``Q = m``, ``lo = (0, 0)``). Returns ``v``."""
+    _check_io("winograd2d_gather", ("x", "v"), x_, v_)
+    cdef cnp.ndarray x = <cnp.ndarray>x_, v = <cnp.ndarray>v_
+    cdef cnp.ndarray mat = np.ascontiguousarray(mat_, dtype=np.float64)
+    if (x.ndim != 4 or v.ndim != 3 or mat.ndim != 2 or m < 1 or len(lo) != 2
+            or len(tiles) != 2 or min(tiles) < 1 or mat.shape[1] > FERRO_WINO1_MAX
+            or v.shape[0] != mat.shape[0] ** 2 or v.shape[1] != x.shape[1]
+            or v.shape[2] != x.shape[0] * tiles[0] * tiles[1]):
+        raise ShapeError(
+            f"winograd2d_gather: expected x (N, C, H, W), mat (P, Q), v (P*P, C, N*tH*tW), "
+            f"m >= 1, lo and tiles pairs and Q <= {FERRO_WINO1_MAX}, got {_shape(x)}, "
+            f"{_shape(mat)}, {_shape(v)}, m={m}, lo={lo}, tiles={tiles}"
+        )
+    cdef Py_ssize_t nb = x.shape[0], c = x.shape[1], h = x.shape[2], wd = x.shape[3]
+    cdef Py_ssize_t p = mat.shape[0], q = mat.shape[1], th = tiles[0], tw = tiles[1]
+    cdef Py_ssize_t lo0 = lo[0], lo1 = lo[1]
+    cdef int nt = _team(p * p * c * nb * th * tw)
+    cdef cnp.ndarray rows = np.empty(nt * q * (q + p) * nb * th * tw, dtype=x_.dtype)
+    cdef const double* a = <const double*>cnp.PyArray_DATA(mat)
+    if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT32:
+        with nogil:
+            _wino2_gather(<const float*>cnp.PyArray_DATA(x), a, <float*>cnp.PyArray_DATA(v),
+                          <float*>cnp.PyArray_DATA(rows), nb, c, h, wd, p, q, m, lo0, lo1, th,
+                          tw, nt)
+    else:
+        with nogil:
+            _wino2_gather(<const double*>cnp.PyArray_DATA(x), a, <double*>cnp.PyArray_DATA(v),
+                          <double*>cnp.PyArray_DATA(rows), nb, c, h, wd, p, q, m, lo0, lo1, th,
+                          tw, nt)
+    return v
+
+
+def winograd2d_scatter(m_, mat_, Py_ssize_t m, tuple lo, tuple tiles, y_, bint add=False):
+    """Write ``mat`` ``(R, P)`` along both dims times each tile's ``P x P`` values of ``m_``
+    ``(P*P, C, N * tH * tW)`` into ``y`` ``(N, C, H, W)``, tile ``(i, j)``'s ``R x R`` values at
+    ``(m*i - lo[0] + a, m*j - lo[1] + b)`` (cropped), ``tiles = (tH, tW)``: a 2-d Winograd
+    output transform (``R = m``, ``lo = (0, 0)``); with ``add``, added into ``y`` instead (the
+    input transform's adjoint, ``R = Q``, the windows overlapping). Returns ``y``."""
+    _check_io("winograd2d_scatter", ("m", "y"), m_, y_)
+    cdef cnp.ndarray mm = <cnp.ndarray>m_, y = <cnp.ndarray>y_
+    cdef cnp.ndarray mat = np.ascontiguousarray(mat_, dtype=np.float64)
+    if (y.ndim != 4 or mm.ndim != 3 or mat.ndim != 2 or m < 1 or len(lo) != 2
+            or len(tiles) != 2 or min(tiles) < 1 or mat.shape[1] > FERRO_WINO1_MAX
+            or mm.shape[0] != mat.shape[1] ** 2 or mm.shape[1] != y.shape[1]
+            or mm.shape[2] != y.shape[0] * tiles[0] * tiles[1]):
+        raise ShapeError(
+            f"winograd2d_scatter: expected m (P*P, C, N*tH*tW), mat (R, P), y (N, C, H, W), "
+            f"m >= 1, lo and tiles pairs and P <= {FERRO_WINO1_MAX}, got {_shape(mm)}, "
+            f"{_shape(mat)}, {_shape(y)}, m={m}, lo={lo}, tiles={tiles}"
+        )
+    cdef Py_ssize_t nb = y.shape[0], o = y.shape[1], h = y.shape[2], wd = y.shape[3]
+    cdef Py_ssize_t p = mat.shape[1], r = mat.shape[0], th = tiles[0], tw = tiles[1]
+    cdef Py_ssize_t lo0 = lo[0], lo1 = lo[1]
+    cdef int nt = _team(p * p * o * nb * th * tw), a = add
+    cdef cnp.ndarray rows = np.empty(nt * r * (p + r) * nb * th * tw, dtype=y_.dtype)
+    cdef const double* ma = <const double*>cnp.PyArray_DATA(mat)
+    if cnp.PyArray_TYPE(y) == cnp.NPY_FLOAT32:
+        with nogil:
+            _wino2_scatter(<const float*>cnp.PyArray_DATA(mm), ma, <float*>cnp.PyArray_DATA(y),
+                           <float*>cnp.PyArray_DATA(rows), nb, o, h, wd, p, r, m, lo0, lo1, th,
+                           tw, a, nt)
+    else:
+        with nogil:
+            _wino2_scatter(<const double*>cnp.PyArray_DATA(mm), ma, <double*>cnp.PyArray_DATA(y),
+                           <double*>cnp.PyArray_DATA(rows), nb, o, h, wd, p, r, m, lo0, lo1, th,
+                           tw, a, nt)
     return y

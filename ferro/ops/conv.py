@@ -247,6 +247,13 @@ def _conv_forward(
     n, c = x.shape[:2]
     o, cg = w.shape[:2]
     kernel = w.shape[2:]
+    if _subpixel_winograd(kernels, kernel, c, o, stride, dilation, groups, out):
+        z, wz = _SpaceToDepth(xp, x, stride, pads, out), _space_to_depth_weight(xp, w, stride)
+        if gw_for is None:
+            y = xp.empty((n, o) + tuple(out), dtype=x.dtype)
+            return _winograd_forward(xp, kernels, z, wz, _STRIDE1[1], out, y)
+        y, gw = _winograd_weight_grad(xp, kernels, z, gw_for, _STRIDE1[1], wf=wz, cache=cache)
+        return y, _depth_to_space_weight(xp, gw, stride, kernel)
     if cg == 1 and groups > 1 or _winograd(kernels, kernel, c, o, out, stride, dilation, groups):
         y = xp.empty((n, o) + tuple(out), dtype=x.dtype)
         if groups > 1:
@@ -367,9 +374,20 @@ def _winograd_scheme(xp, kernels, x, o, k, out):
     # The step is a quarter of the im2col chunk: the 16 GEMMs over (C_in, tiles) ran at 82
     # GFLOPS on one core for one 32x32 sample of 64 channels (1 MB of tiles) and at 68 for four.
     n, c, nd = x.shape[0], x.shape[1], x.ndim - 2
-    if nd > 1:
+    if nd > 1 and k == 3:
         g, tiles = _WINOGRAD_G, math.prod((s + 1) // 2 for s in out)
         fns = (kernels.winograd_input, kernels.winograd_output, kernels.winograd_output_grad)
+    elif nd == 2:  # F(4x4, 2x2): the 1-d F(4, 2)'s matrices along both dims
+        at, g, bt = _winograd1d_matrices(k)
+        tl = tuple(-(-s // len(at)) for s in out)
+        tiles = math.prod(tl)
+        fns = (
+            lambda xc, pads, v, _: kernels.winograd2d_gather(
+                xc, bt, len(at), (pads[0][0], pads[1][0]), tl, v
+            ),
+            lambda m, y, _: kernels.winograd2d_scatter(m, at, len(at), (0, 0), tl, y),
+            lambda gy, m, _: kernels.winograd2d_gather(gy, at.T, len(at), (0, 0), tl, m),
+        )
     else:
         at, g, bt = _winograd1d_matrices(k)
         tiles = -(-out[0] // len(at))
@@ -401,7 +419,7 @@ WINOGRAD_BLOCK_BYTES = 4 << 20
 def _winograd_weight_matrix(k, nd):
     """The weight transform ``(P, k**nd)`` in float64: ``G`` along every kernel dim, the
     products in the transforms' order (3-d: height, width, then depth)."""
-    g = np.asarray(_WINOGRAD_G) if nd > 1 else _winograd1d_matrices(k)[1]
+    g = np.asarray(_WINOGRAD_G) if nd > 1 and k == 3 else _winograd1d_matrices(k)[1]
     if nd == 3:
         return np.einsum("ah,bw,cd->abcdhw", g, g, g).reshape(len(g) ** 3, k**3)
     return np.kron(g, g) if nd == 2 else g
@@ -469,6 +487,8 @@ def _conv_input_grad(xp, gy, w, stride, pads, dilation, groups, size, kernels=No
         flipped = tuple((t - lo, t - hi) for (lo, hi), t in zip(pads, span, strict=True))
         wt = _transposed_weight(xp, w, groups)
         return _conv_forward(xp, gy, wt, stride, flipped, dilation, groups, size, kernels)
+    if _subpixel_winograd(kernels, kernel, c, o, stride, dilation, groups, out):
+        return _subpixel_winograd_input_grad(xp, kernels, gy, w, stride, pads, size, cache)
     phases = _subpixel_phases(stride, pads, dilation, groups, kernel, size)
     if phases is not None:
         return _subpixel_input_grad(xp, gy, w, phases, size, kernels)
@@ -550,6 +570,129 @@ def _subpixel_input_grad(xp, gy, w, phases, size, kernels):
     return gx
 
 
+# A strided 2-d convolution whose kernel spans at most two strides is the stride-1 2x2
+# convolution of its input's sub-pixel phases stacked as channels (space-to-depth: ``z[(c, r),
+# u] = x[c, s*u + r - lo]``, ``out + 1`` positions a dim) by ``w``'s taps ``s*j + r`` (zero past
+# the kernel), so it runs Winograd F(4x4, 2x2) forward and in both gradients (docs/conv.md).
+_STRIDE1 = ((1, 1), ((0, 0), (0, 0)), (1, 1), 1)
+
+
+def _subpixel_winograd(kernels, kernel, c, o, stride, dilation, groups, out):
+    """Whether a strided convolution runs by space-to-depth and Winograd F(4x4, 2x2): 2-d,
+    undilated, no groups, each kernel dim ``k`` with ``ceil(k / s) == 2`` and the zero taps
+    adding at most ``SUBPIXEL_MAX_WASTE``, channels and sizes as :func:`_winograd` wants. (A
+    plain stride-1 2x2 convolution keeps im2col, 1.2-2.3x faster: docs/conv.md.)"""
+    if len(kernel) != 2 or groups != 1 or set(dilation) != {1} or set(stride) == {1}:
+        return False
+    if any(-(-k // s) != 2 for k, s in zip(kernel, stride, strict=True)):
+        return False
+    if math.prod(2 * s for s in stride) > SUBPIXEL_MAX_WASTE * math.prod(kernel):
+        return False
+    if min(c * math.prod(stride), o) < WINOGRAD_MIN_CHANNELS or kernels is None:
+        return False
+    return min(out) >= SUBPIXEL_WINOGRAD_MIN_SIZE and "winograd2d_gather" in kernels.FUSED_KERNELS
+
+
+#: The space-to-depth Winograd is taken from this output height and width on (16 tiles a
+#: plane): conv2d k=4 s=2 16->32 on 16x16 (an 8x8 output) took 3.05 ms forward+backward by it
+#: against 2.51 by the GEMM paths; at 16x16 outputs 13.3 against 13.2 (32->64) and 41.7
+#: against 43.1 (64->128), and conv_transpose2d's benchmark 11.0 against 11.7 (single-thread
+#: CPU time, same process, interleaved).
+SUBPIXEL_WINOGRAD_MIN_SIZE = 16
+
+
+def _phase_slices(r, stride, pads, size, zsize):
+    """The input positions ``s*u + r - lo`` (slices of ``x``) and their ``u`` (slices of ``z``)
+    of sub-pixel phase ``r``, per dim."""
+    src, dst = [], []
+    for q, s, (lo, _), n, nz in zip(r, stride, pads, size, zsize, strict=True):
+        u0 = max(0, -(-(lo - q) // s))
+        i0 = s * u0 + q - lo
+        cnt = max(0, min(nz - u0, -(-(n - i0) // s)))
+        src.append(slice(i0, i0 + s * (cnt - 1) + 1 if cnt else i0, s))
+        dst.append(slice(u0, u0 + cnt))
+    return tuple(src), tuple(dst)
+
+
+class _SpaceToDepth:
+    """``z`` ``(n, C * prod(stride), *(out + 1))`` of ``x`` ``(n, C, *size)`` (see above) as the
+    Winograd passes read it, made a batch chunk at a time (``z[n0:n1]``) inside their parts, so
+    that its copies run on every core too."""
+
+    def __init__(self, xp, x, stride, pads, out):
+        self.xp, self.x, self.geom = xp, x, (stride, pads, tuple(v + 1 for v in out))
+        self.shape = (x.shape[0], x.shape[1] * math.prod(stride)) + self.geom[2]
+        self.ndim, self.dtype, self.itemsize = len(self.shape), x.dtype, x.itemsize
+
+    def __getitem__(self, rows):
+        (stride, pads, zsize), x = self.geom, self.x[rows]
+        z = self.xp.zeros(x.shape[:2] + stride + zsize, dtype=x.dtype)
+        for r in itertools.product(*(range(s) for s in stride)):
+            src, dst = _phase_slices(r, stride, pads, x.shape[2:], zsize)
+            z[(slice(None), slice(None), *r, *dst)] = x[(slice(None), slice(None), *src)]
+        return z.reshape(x.shape[0], -1, *zsize)
+
+
+def _space_to_depth_weight(xp, w, stride):
+    """``w`` ``(O, C, *kernel)`` as the 2x2 weight ``(O, C * prod(stride), 2, 2)`` over ``z``:
+    ``[o, (c, r), j] = w[o, c, s*j + r]``, zero past the kernel."""
+    (o, c), (s0, s1) = w.shape[:2], stride
+    wp = xp.pad(w, ((0, 0), (0, 0), (0, 2 * s0 - w.shape[2]), (0, 2 * s1 - w.shape[3])))
+    wp = wp.reshape(o, c, 2, s0, 2, s1).transpose(0, 1, 3, 5, 2, 4)
+    return xp.ascontiguousarray(wp).reshape(o, c * s0 * s1, 2, 2)
+
+
+def _depth_to_space_weight(xp, gz, stride, kernel):
+    """The adjoint of :func:`_space_to_depth_weight`: ``gw`` ``(O, C, *kernel)``."""
+    (o, cz), (s0, s1) = gz.shape[:2], stride
+    g = gz.reshape(o, cz // (s0 * s1), s0, s1, 2, 2).transpose(0, 1, 4, 2, 5, 3)
+    g = g.reshape(o, cz // (s0 * s1), 2 * s0, 2 * s1)[:, :, : kernel[0], : kernel[1]]
+    return xp.ascontiguousarray(g)
+
+
+def _subpixel_winograd_input_grad(xp, kernels, gy, w, stride, pads, size, cache=None):
+    """``gx`` of a strided convolution that :func:`_subpixel_winograd` takes: the input gradient
+    of the stride-1 convolution over ``z``, as the adjoint of its Winograd forward (``B [Uᵀ
+    (A g Aᵀ)] Bᵀ`` added over the tiles' overlapping windows: ``winograd2d_scatter`` with
+    ``add``), then ``z``'s phases copied to their strided positions. ``gy``'s transform ``A g
+    Aᵀ`` is left in ``cache`` where it fits :data:`CACHE_BYTES`: a transposed convolution's
+    weight gradient (:func:`_winograd_weight_grad`) transforms the same array the same way."""
+    n, out = gy.shape[0], gy.shape[2:]
+    wz = _space_to_depth_weight(xp, w, stride)
+    cz = wz.shape[1]
+    at, _, bt = _winograd1d_matrices(2)
+    p, step, blocks, (_, _, outgrad) = _winograd_scheme(xp, kernels, gy, cz, 2, out)
+    ut = xp.ascontiguousarray(_winograd_weights(xp, wz).transpose(0, 2, 1))  # (P, Cz, O)
+    tl, zsize, c = tuple(-(-v // len(at)) for v in out), tuple(v + 1 for v in out), w.shape[1]
+    phases = [
+        (r, *_phase_slices(r, stride, pads, size, zsize))
+        for r in itertools.product(*(range(s) for s in stride))
+    ]
+    gx = xp.zeros((n, c) + tuple(size), dtype=gy.dtype)
+    keep = cache is not None and p * gy.nbytes // 16 <= CACHE_BYTES
+    kept = cache.setdefault("winograd", {}) if keep else {}
+
+    def part(chunks):  # each part its own buffers; the chunks write disjoint slices of gx
+        m, v = (xp.empty(p * ch * step * blocks[0][1], dtype=gy.dtype) for ch in ut.shape[2:0:-1])
+        gz = xp.empty((step, cz) + zsize, dtype=gy.dtype)
+        for _, n0 in chunks:
+            gc = gy[n0 : n0 + step]
+            nb, t = gc.shape[0], gc.shape[0] * blocks[0][1]
+            mc = xp.empty((p, ut.shape[2], t), gy.dtype) if keep else m[: p * ut.shape[2] * t]
+            mc = kept[n0, step] = outgrad(gc, mc.reshape(p, -1, t), None)
+            gv = xp.matmul(ut, mc, out=v[: p * cz * t].reshape(p, cz, t))
+            gz[:nb] = 0
+            kernels.winograd2d_scatter(gv, bt.T, len(at), (0, 0), tl, gz[:nb], True)
+            gzr = gz[:nb].reshape((nb, c, *stride) + zsize)
+            for r, src, dst in phases:
+                gx[(slice(n0, n0 + nb), slice(None), *src)] = gzr[
+                    (slice(None), slice(None), *r, *dst)
+                ]
+
+    _in_parts(xp, n, step, part)
+    return gx
+
+
 def _transposed_weight(xp, w, groups):
     """The weight of the convolution that is the input gradient of a stride-1 convolution by
     ``w`` ``(C_out, C_in/groups, *kernel)``: each group's channels exchanged and the kernel
@@ -568,6 +711,10 @@ def _conv_weight_grad(xp, x, gy, stride, pads, dilation, groups, kernel, kernels
     c, o, out = x.shape[1], gy.shape[1], gy.shape[2:]
     if c // groups == 1 and groups > 1:
         return _depthwise_weight_grad(xp, x, gy, stride, pads, dilation, groups, kernel)
+    if _subpixel_winograd(kernels, kernel, c, o, stride, dilation, groups, out):
+        z = _SpaceToDepth(xp, x, stride, pads, out)
+        gw = _winograd_weight_grad(xp, kernels, z, gy, _STRIDE1[1])
+        return _depth_to_space_weight(xp, gw, stride, kernel)
     if _winograd(kernels, kernel, c, o, out, stride, dilation, groups):
         return _winograd_weight_grad(xp, kernels, x, gy, pads)
     args = (stride, pads, dilation, groups, kernel, out, kernels, cache)
@@ -581,27 +728,35 @@ def _winograd_adjoint(kernels, x, w, gy, stride, dilation, groups):
     return win and x.ndim == 5 and "winograd_input_grad" in kernels.FUSED_KERNELS
 
 
-def _winograd_weight_grad(xp, kernels, x, gy, pads, w=None):
+def _winograd_weight_grad(xp, kernels, x, gy, pads, w=None, wf=None, cache=None):
     """``gw`` of a stride-1 3x3 convolution by Winograd F(2x2, 3x3), the adjoint of
     :func:`_winograd_forward`: ``gw = Gᵀ [sum over tiles of (A g Aᵀ) (Bᵀ d B)ᵀ] G``, the sums
     16 GEMMs ``(C_out, tiles) @ (tiles, C_in)`` over the batch chunks; 3-d and 1-d alike.
 
     With ``w`` (3-d), ``(gx, gw)``: ``gx`` the forward's adjoint, ``B [Uᵀ (A g Aᵀ)] Bᵀ`` added
-    over the tiles' windows, from the same transform of ``gy`` (docs/conv.md)."""
+    over the tiles' windows, from the same transform of ``gy`` (docs/conv.md). With ``wf``,
+    ``(y, gw)``: ``y`` the convolution of ``x`` by ``wf``, from the same transform of ``x``;
+    ``gy``'s from ``cache`` where a forward left them (:func:`_subpixel_winograd_input_grad`)."""
     (n, c), o, nd = x.shape[:2], gy.shape[1], x.ndim - 2
     k = x.shape[2] + sum(pads[0]) - gy.shape[2] + 1
-    p, step, blocks, (inp, _, outgrad) = _winograd_scheme(xp, kernels, x, o, k, gy.shape[2:])
+    p, step, blocks, (inp, outp, outgrad) = _winograd_scheme(xp, kernels, x, o, k, gy.shape[2:])
     size = step * max(t for _, t in blocks)
+    kept = cache.pop("winograd", {}) if cache is not None else {}
 
     def part(chunks):  # each part its own buffers, one partial sum a run of chunks (LANES)
         v, m = (xp.empty(p * ch * size, dtype=x.dtype) for ch in (c, o))
+        mf = None if wf is None else xp.empty(p * wf.shape[0] * size, dtype=x.dtype)
         sums, prod = {}, None
         for run, n0 in chunks:
             xc, gc = x[n0 : n0 + step], gy[n0 : n0 + step]
             for block, tiles in blocks:
                 t = xc.shape[0] * tiles
                 vc = inp(xc, pads, v[: p * c * t].reshape(p, c, t), block)
-                mc = outgrad(gc, m[: p * o * t].reshape(p, o, t), block)
+                if uf is not None:
+                    mfc = xp.matmul(uf, vc, out=mf[: p * uf.shape[1] * t].reshape(p, -1, t))
+                    outp(mfc, y[n0 : n0 + step], block)
+                mc = kept.get((n0, step))
+                mc = outgrad(gc, m[: p * o * t].reshape(p, o, t), block) if mc is None else mc
                 prod = _add_product(xp, sums, run, mc, vc.transpose(0, 2, 1), prod)
                 if ut is not None:  # vc is free: Uᵀ (A g Aᵀ) there
                     gv = xp.matmul(ut, mc, out=vc)
@@ -610,11 +765,13 @@ def _winograd_weight_grad(xp, kernels, x, gy, pads, w=None):
 
     ut = None if w is None else xp.ascontiguousarray(_winograd_weights(xp, w).transpose(0, 2, 1))
     gx = None if w is None else xp.zeros(x.shape, x.dtype)
+    uf = None if wf is None else _winograd_weights(xp, wf)
+    y = None if wf is None else xp.empty((n, wf.shape[0]) + gy.shape[2:], x.dtype)
     gu = _in_parts(xp, n, step, part, LANES)
     gu = xp.zeros((p, o, c), x.dtype) if gu is None else gu  # the weight transform's adjoint:
     gm = xp.asarray(_winograd_weight_matrix(k, nd), dtype=x.dtype)
     gw = xp.matmul(xp.ascontiguousarray(gu.transpose(1, 2, 0)), gm).reshape((o, c) + (k,) * nd)
-    return gw if w is None else (gx, gw)
+    return (y, gw) if wf is not None else gw if w is None else (gx, gw)
 
 
 # Depthwise (one input channel per group, C_out = multiplier * groups): a sum over the kernel
@@ -827,8 +984,9 @@ def conv_forward(transposed, kernels, ctx, x, w, b, stride, pads, dilation, grou
     ctx.geom = (stride, pads, dilation, groups)
     ctx.in_size, ctx.kernel = x.shape[2:], w.shape[2:]
     geom = (stride, pads, dilation, groups, size, kernels)
-    if transposed:
-        y = _conv_input_grad(ctx.xp, x, w, *geom)
+    if transposed:  # (the cache: x's transform for a Winograd weight gradient, see below)
+        ctx.columns = cache = {} if need_w else None
+        y = _conv_input_grad(ctx.xp, x, w, *geom, cache=cache)
     else:
         ctx.depthwise2d = is_depthwise2d(x, w, pads, groups)  # the override's choice
         # The columns of a one-chunk batch, kept for the weight gradient (_columns_pass).
@@ -855,7 +1013,9 @@ def conv_backward(transposed, kernels, ctx, gy):
         gw = _pointwise_weight_grad(xp, x, gy) if need_w else None
         return gx, gw, _bias_grad(gy) if need_b else None
     if need_x and transposed:  # gx and gw from gy's columns
-        gx = _conv_forward(xp, gy, w, *ctx.geom, ctx.in_size, kernels, x if need_w else None)
+        gx = _conv_forward(
+            xp, gy, w, *ctx.geom, ctx.in_size, kernels, x if need_w else None, ctx.columns
+        )
         gx, gw = gx if need_w else (gx, None)
     elif need_x and need_w and _winograd_adjoint(kernels, x, w, gy, stride, ctx.geom[2], groups):
         gx, gw = _winograd_weight_grad(xp, kernels, x, gy, pads, w)

@@ -3,6 +3,7 @@ padding modes), bad input, and the differentiable backward (issue 14)."""
 
 from __future__ import annotations
 
+import itertools
 import math
 import sys
 import types
@@ -707,6 +708,85 @@ def test_winograd_1d_matches_the_im2col_gemm(dtype, shape, k, pads, monkeypatch)
     np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(want).max())
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_strided_winograd_convolutions_match_the_im2col_gemm(dtype, monkeypatch):
+    # Strided 2-d convolutions whose kernel spans at most two strides, by space-to-depth and
+    # F(4x4, 2x2) (forward, weight gradient alone and with the forward, input gradient by the
+    # adjoint): random strides, kernels, uneven paddings, sizes.
+    from ferro._C import conv_kernels as K
+
+    monkeypatch.setattr(conv_ops, "WINOGRAD_MIN_SIZE", 1)
+    monkeypatch.setattr(conv_ops, "WINOGRAD_MIN_CHANNELS", 1)
+    monkeypatch.setattr(conv_ops, "SUBPIXEL_WINOGRAD_MIN_SIZE", 1)
+    monkeypatch.setattr(conv_ops, "SUBPIXEL_MAX_WASTE", float("inf"))
+    rng = np.random.default_rng(21)
+    tol = 2e-5 if dtype == np.float32 else 1e-12
+    taken = 0
+    for _ in range(30):
+        stride = tuple(int(v) for v in rng.integers(2, 4, 2))
+        kernel = tuple(int(rng.integers(s + 1, 2 * s + 1)) for s in stride)
+        pads = tuple((int(rng.integers(0, k)), int(rng.integers(0, k))) for k in kernel)
+        size = tuple(int(v) for v in rng.integers(max(kernel), 14, 2))
+        out = tuple((size[j] + sum(pads[j]) - kernel[j]) // stride[j] + 1 for j in range(2))
+        x = rng.normal(size=(2, 3, *size)).astype(dtype)
+        w = rng.normal(size=(5, 3, *kernel)).astype(dtype)
+        geom = (stride, pads, (1, 1), 1)
+        taken += conv_ops._subpixel_winograd(K, kernel, 3, 5, stride, (1, 1), 1, out)
+        assert not conv_ops._winograd(K, (2, 2), 15, 5, out, (1, 1), (1, 1), 1)  # im2col
+        want = conv_ops._conv_forward(np, x, w, *geom, out)
+        scale = np.abs(want).max()
+        np.testing.assert_allclose(
+            conv_ops._conv_forward(np, x, w, *geom, out, K), want, rtol=tol, atol=tol * scale
+        )
+        gy = rng.normal(size=want.shape).astype(dtype)
+        y, gw = conv_ops._conv_forward(np, x, w, *geom, out, K, gy)
+        np.testing.assert_allclose(y, want, rtol=tol, atol=tol * scale)
+        want = conv_ops._conv_weight_grad(np, x, gy, *geom, kernel)
+        scale = np.abs(want).max()
+        for got in (gw, conv_ops._conv_weight_grad(np, x, gy, *geom, kernel, K)):
+            assert got.flags.c_contiguous and got.dtype == dtype
+            np.testing.assert_allclose(got, want, rtol=tol, atol=tol * scale)
+        monkeypatch.setattr(conv_ops, "SUBPIXEL_MAX_WASTE", 0.0)
+        want = conv_ops._conv_input_grad(np, gy, w, *geom, size)
+        monkeypatch.setattr(conv_ops, "SUBPIXEL_MAX_WASTE", float("inf"))
+        got = conv_ops._conv_input_grad(np, gy, w, *geom, size, K)
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(want).max())
+    assert taken == 30
+
+
+def test_winograd_2d_kernels_are_the_transforms_they_say(dtype=np.float64):
+    from ferro._C import conv_kernels as K
+
+    at, _, bt = conv_ops._winograd1d_matrices(2)
+    rng = np.random.default_rng(22)
+    x = rng.normal(size=(2, 3, 9, 11))
+    lo, tiles = (1, 2), (3, 3)
+    v = K.winograd2d_gather(x, bt, 4, lo, tiles, np.empty((25, 3, 2 * 9)))
+    xp = np.zeros((2, 3, 4 * 3 + 1, 4 * 3 + 1))
+    xp[:, :, 1:10, 2:13] = x[:, :, :, :11]
+    want = np.empty((5, 5, 3, 2, 3, 3))
+    for i, j in itertools.product(range(3), range(3)):
+        d = xp[:, :, 4 * i : 4 * i + 5, 4 * j : 4 * j + 5]
+        want[..., i, j] = np.einsum("pa,qb,ncab->pqcn", bt, bt, d)
+    np.testing.assert_allclose(v, want.reshape(25, 3, -1), rtol=1e-12, atol=1e-12)
+    m = rng.normal(size=(25, 3, 2 * 9))
+    y = K.winograd2d_scatter(m, at, 4, (0, 0), tiles, np.empty((2, 3, 10, 11)))
+    full = np.einsum("ia,jb,abcnyt->ncyitj", at, at, m.reshape(5, 5, 3, 2, 3, 3))
+    np.testing.assert_allclose(y, full.reshape(2, 3, 12, 12)[:, :, :10, :11], rtol=1e-12)
+    # the adjoint of the gather: <gather(x), m> == <x, scatter(m, add)>
+    gx = K.winograd2d_scatter(m, bt.T, 4, lo, tiles, np.zeros(x.shape), add=True)
+    np.testing.assert_allclose((v * m).sum(), (x * gx).sum(), rtol=1e-12)
+    with pytest.raises(ShapeError, match="winograd2d_gather"):
+        K.winograd2d_gather(x, bt, 4, lo, (3, 2), np.empty((25, 3, 18)))
+    with pytest.raises(ShapeError, match="winograd2d_scatter"):
+        K.winograd2d_scatter(m, at, 4, (0, 0), (3, 3), np.empty((2, 3, 10)))
+    with pytest.raises(ArgumentError, match="dtype"):
+        K.winograd2d_gather(x, bt, 4, lo, tiles, np.empty((25, 3, 18), dtype=np.float32))
+    y.flags.writeable = False
+    with pytest.raises(ArgumentError, match="read-only"):
+        K.winograd2d_scatter(m, at, 4, (0, 0), tiles, y)
+
+
 def test_winograd_1d_matrices_compute_the_correlation():
     for k in conv_ops.WINOGRAD_1D_KERNELS:
         at, g, bt = conv_ops._winograd1d_matrices(k)
@@ -798,6 +878,32 @@ def test_winograd_conv2d_and_its_gradients_match_pytorch_in_float32():
     fy.backward(ferro.tensor(g))
     np.testing.assert_allclose(fx.grad.data, tx.grad.numpy(), rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(fw.grad.data, tw.grad.numpy(), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("transposed", [True, False])
+def test_strided_winograd_and_its_gradients_match_pytorch_in_float32(transposed):
+    # conv_transpose2d k=4, s=2 (the benchmark's, smaller) and conv2d k=4, s=2 through the ops'
+    # CPU overrides, which take space-to-depth and Winograd F(4x4, 2x2) on these shapes.
+    import torch
+
+    from ferro._C import conv_kernels as K
+
+    rng = np.random.default_rng(14)
+    x = rng.normal(size=(2, 32, 16, 16) if transposed else (2, 16, 32, 32)).astype(np.float32)
+    w = (rng.normal(size=(32, 16, 4, 4)) / np.sqrt(16 * 16)).astype(np.float32)
+    assert conv_ops._subpixel_winograd(K, (4, 4), 16, 32, (2, 2), (1, 1), 1, (16, 16))
+    name = "conv_transpose2d" if transposed else "conv2d"
+    tx, tw = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
+    fx, fw = ferro.tensor(x, requires_grad=True), ferro.tensor(w, requires_grad=True)
+    ty = getattr(torch.nn.functional, name)(tx, tw, stride=2, padding=1)
+    fy = getattr(F, name)(fx, fw, stride=2, padding=1)
+    np.testing.assert_allclose(fy.data, ty.detach().numpy(), rtol=1e-4, atol=1e-4)
+    g = rng.normal(size=fy.shape).astype(np.float32)
+    ty.backward(torch.tensor(g))
+    fy.backward(ferro.tensor(g))
+    np.testing.assert_allclose(fx.grad.data, tx.grad.numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(fw.grad.data, tw.grad.numpy(), rtol=1e-4, atol=2e-4)
 
 
 def test_winograd_kernels_refuse_what_they_cannot_hold():

@@ -35,6 +35,8 @@ CASES = [
     (F.conv2d, (6, 2, 7, 7), (5, 2, 3, 3), {"dilation": 2, "padding": 1}, "columns, col2im"),
     (F.conv2d, (6, 4, 7, 7), (6, 2, 3, 3), {"groups": 2}, "columns, groups"),
     (F.conv_transpose2d, (9, 4, 5, 6), (4, 3, 4, 4), {"stride": 2, "padding": 1}, "transposed"),
+    (F.conv_transpose2d, (5, 16, 6, 5), (16, 8, 4, 4), {"stride": 2, "padding": 1}, "sub-pixel"),
+    (F.conv2d, (5, 16, 11, 12), (16, 16, 4, 3), {"stride": 2, "padding": 1}, "winograd strided"),
     (F.conv2d, (9, 8, 5, 5), (6, 8, 1, 1), {}, "pointwise"),
 ]
 
@@ -62,6 +64,7 @@ def one_sample_chunks(monkeypatch):
     # small shapes take Winograd too.
     monkeypatch.setattr(conv_ops, "CACHE_BYTES", 1)
     monkeypatch.setattr(conv_ops, "WINOGRAD_MIN_SIZE", 1)
+    monkeypatch.setattr(conv_ops, "SUBPIXEL_WINOGRAD_MIN_SIZE", 1)
     old = _intraop.num_threads()
     yield
     _intraop.set_num_threads(old)

@@ -113,122 +113,160 @@ cdef inline Py_ssize_t _stop(Py_ssize_t a, Py_ssize_t size, Py_ssize_t s,
     return min(n, last // s + 1)
 
 
+# The depthwise loops, one plane at a time; the drivers below split planes over the OpenMP team
+# so that no two threads write the same element and each element's sum keeps its serial order
+# (the results are the same bits at any thread count).
 @cython.boundscheck(False)
 @cython.wraparound(False)
 @cython.cdivision(True)
+cdef inline void _fwd_plane(const floating_t* x, const floating_t* w, floating_t* y,
+                            Py_ssize_t b, Py_ssize_t co, Py_ssize_t c, Py_ssize_t m,
+                            Py_ssize_t h, Py_ssize_t wd, Py_ssize_t kh, Py_ssize_t kw,
+                            Py_ssize_t oh, Py_ssize_t ow, Py_ssize_t sh, Py_ssize_t sw,
+                            Py_ssize_t ph, Py_ssize_t pw, Py_ssize_t dh,
+                            Py_ssize_t dw) noexcept nogil:
+    cdef Py_ssize_t oy, ox, ki, kj, iy, off, o0, o1
+    cdef const floating_t* xp = x + (b * c + co // m) * h * wd
+    cdef const floating_t* xrow
+    cdef floating_t* yrow
+    cdef floating_t wv
+    for oy in range(oh):
+        yrow = y + ((b * c * m + co) * oh + oy) * ow
+        for ox in range(ow):
+            yrow[ox] = 0
+        for ki in range(kh):
+            iy = oy * sh - ph + ki * dh
+            if iy < 0 or iy >= h:
+                continue
+            xrow = xp + iy * wd
+            for kj in range(kw):
+                wv = w[(co * kh + ki) * kw + kj]
+                off = pw - kj * dw
+                o0 = _first(off, sw)
+                o1 = _stop(off, wd, sw, ow)
+                if sw == 1:
+                    for ox in range(o0, o1):
+                        yrow[ox] += wv * xrow[ox - off]
+                else:
+                    for ox in range(o0, o1):
+                        yrow[ox] += wv * xrow[ox * sw - off]
+
+
 cdef void _fwd(const floating_t* x, const floating_t* w, floating_t* y,
                Py_ssize_t n, Py_ssize_t c, Py_ssize_t m, Py_ssize_t h, Py_ssize_t wd,
                Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t oh, Py_ssize_t ow,
                Py_ssize_t sh, Py_ssize_t sw, Py_ssize_t ph, Py_ssize_t pw,
-               Py_ssize_t dh, Py_ssize_t dw) noexcept nogil:
-    cdef Py_ssize_t b, co, oy, ox, ki, kj, iy, off, o0, o1
-    cdef const floating_t* xp
-    cdef const floating_t* xrow
-    cdef floating_t* yrow
-    cdef floating_t wv
-    for b in range(n):
-        for co in range(c * m):
-            xp = x + (b * c + co // m) * h * wd
-            for oy in range(oh):
-                yrow = y + ((b * c * m + co) * oh + oy) * ow
-                for ox in range(ow):
-                    yrow[ox] = 0
-                for ki in range(kh):
-                    iy = oy * sh - ph + ki * dh
-                    if iy < 0 or iy >= h:
-                        continue
-                    xrow = xp + iy * wd
-                    for kj in range(kw):
-                        wv = w[(co * kh + ki) * kw + kj]
-                        off = pw - kj * dw
-                        o0 = _first(off, sw)
-                        o1 = _stop(off, wd, sw, ow)
-                        if sw == 1:
-                            for ox in range(o0, o1):
-                                yrow[ox] += wv * xrow[ox - off]
-                        else:
-                            for ox in range(o0, o1):
-                                yrow[ox] += wv * xrow[ox * sw - off]
+               Py_ssize_t dh, Py_ssize_t dw, int nt) noexcept nogil:
+    # Each (sample, output channel) plane of y by one thread.
+    cdef Py_ssize_t p
+    for p in prange(n * c * m, schedule="static", num_threads=nt):
+        _fwd_plane(x, w, y, p // (c * m), p % (c * m), c, m, h, wd, kh, kw, oh, ow, sh, sw,
+                   ph, pw, dh, dw)
 
 
 @cython.boundscheck(False)
 @cython.wraparound(False)
 @cython.cdivision(True)
+cdef inline void _bwd_x_plane(const floating_t* gy, const floating_t* w, floating_t* gx,
+                              Py_ssize_t b, Py_ssize_t co, Py_ssize_t c, Py_ssize_t m,
+                              Py_ssize_t h, Py_ssize_t wd, Py_ssize_t kh, Py_ssize_t kw,
+                              Py_ssize_t oh, Py_ssize_t ow, Py_ssize_t sh, Py_ssize_t sw,
+                              Py_ssize_t ph, Py_ssize_t pw, Py_ssize_t dh,
+                              Py_ssize_t dw) noexcept nogil:
+    # gx (zeroed) += the output plane's gradient times the weight, at the inputs it read.
+    cdef Py_ssize_t oy, ox, ki, kj, iy, off, o0, o1
+    cdef const floating_t* grow
+    cdef floating_t* gxrow
+    cdef floating_t wv
+    for oy in range(oh):
+        grow = gy + ((b * c * m + co) * oh + oy) * ow
+        for ki in range(kh):
+            iy = oy * sh - ph + ki * dh
+            if iy < 0 or iy >= h:
+                continue
+            gxrow = gx + ((b * c + co // m) * h + iy) * wd
+            for kj in range(kw):
+                wv = w[(co * kh + ki) * kw + kj]
+                off = pw - kj * dw
+                o0 = _first(off, sw)
+                o1 = _stop(off, wd, sw, ow)
+                if sw == 1:
+                    for ox in range(o0, o1):
+                        gxrow[ox - off] += wv * grow[ox]
+                else:
+                    for ox in range(o0, o1):
+                        gxrow[ox * sw - off] += wv * grow[ox]
+
+
 cdef void _bwd_x(const floating_t* gy, const floating_t* w, floating_t* gx,
                  Py_ssize_t n, Py_ssize_t c, Py_ssize_t m, Py_ssize_t h, Py_ssize_t wd,
                  Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t oh, Py_ssize_t ow,
                  Py_ssize_t sh, Py_ssize_t sw, Py_ssize_t ph, Py_ssize_t pw,
-                 Py_ssize_t dh, Py_ssize_t dw) noexcept nogil:
-    # gx (zeroed) += each output's gradient times the weight, at the inputs it read.
-    cdef Py_ssize_t b, co, oy, ox, ki, kj, iy, off, o0, o1
-    cdef const floating_t* grow
-    cdef floating_t* gxrow
-    cdef floating_t wv
-    for b in range(n):
-        for co in range(c * m):
-            for oy in range(oh):
-                grow = gy + ((b * c * m + co) * oh + oy) * ow
-                for ki in range(kh):
-                    iy = oy * sh - ph + ki * dh
-                    if iy < 0 or iy >= h:
-                        continue
-                    gxrow = gx + ((b * c + co // m) * h + iy) * wd
-                    for kj in range(kw):
-                        wv = w[(co * kh + ki) * kw + kj]
-                        off = pw - kj * dw
-                        o0 = _first(off, sw)
-                        o1 = _stop(off, wd, sw, ow)
-                        if sw == 1:
-                            for ox in range(o0, o1):
-                                gxrow[ox - off] += wv * grow[ox]
-                        else:
-                            for ox in range(o0, o1):
-                                gxrow[ox * sw - off] += wv * grow[ox]
+                 Py_ssize_t dh, Py_ssize_t dw, int nt) noexcept nogil:
+    # Each (sample, input channel) plane of gx by one thread, from its m output channels in
+    # ascending order (as the serial loop adds them).
+    cdef Py_ssize_t p, j
+    for p in prange(n * c, schedule="static", num_threads=nt):
+        for j in range(m):
+            _bwd_x_plane(gy, w, gx, p // c, (p % c) * m + j, c, m, h, wd, kh, kw, oh, ow, sh,
+                         sw, ph, pw, dh, dw)
 
 
 @cython.boundscheck(False)
 @cython.wraparound(False)
 @cython.cdivision(True)
-cdef void _bwd_w(const floating_t* gy, const floating_t* x, floating_t* gw, floating_t* acc,
-                 Py_ssize_t n, Py_ssize_t c, Py_ssize_t m, Py_ssize_t h, Py_ssize_t wd,
-                 Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t oh, Py_ssize_t ow,
-                 Py_ssize_t sh, Py_ssize_t sw, Py_ssize_t ph, Py_ssize_t pw,
-                 Py_ssize_t dh, Py_ssize_t dw) noexcept nogil:
-    # Per output channel, one row of partial products per kernel offset (``acc``, kh*kw*ow)
+cdef inline void _bwd_w_channel(const floating_t* gy, const floating_t* x, floating_t* gw,
+                                floating_t* acc, Py_ssize_t co, Py_ssize_t n, Py_ssize_t c,
+                                Py_ssize_t m, Py_ssize_t h, Py_ssize_t wd, Py_ssize_t kh,
+                                Py_ssize_t kw, Py_ssize_t oh, Py_ssize_t ow, Py_ssize_t sh,
+                                Py_ssize_t sw, Py_ssize_t ph, Py_ssize_t pw, Py_ssize_t dh,
+                                Py_ssize_t dw) noexcept nogil:
+    # One output channel: a row of partial products per kernel offset (``acc``, kh*kw*ow)
     # summed elementwise over the batch and the output rows (a loop the compiler vectorizes),
     # then each row reduced once, in double.
-    cdef Py_ssize_t b, co, oy, ox, ki, kj, iy, off, o0, o1, k
+    cdef Py_ssize_t b, oy, ox, ki, kj, iy, off, o0, o1, k
     cdef const floating_t* grow
     cdef const floating_t* xrow
     cdef floating_t* row
     cdef double total
-    for co in range(c * m):
-        for k in range(kh * kw * ow):
-            acc[k] = 0
-        for b in range(n):
-            for oy in range(oh):
-                grow = gy + ((b * c * m + co) * oh + oy) * ow
-                for ki in range(kh):
-                    iy = oy * sh - ph + ki * dh
-                    if iy < 0 or iy >= h:
-                        continue
-                    xrow = x + ((b * c + co // m) * h + iy) * wd
-                    for kj in range(kw):
-                        row = acc + (ki * kw + kj) * ow
-                        off = pw - kj * dw
-                        o0 = _first(off, sw)
-                        o1 = _stop(off, wd, sw, ow)
-                        if sw == 1:
-                            for ox in range(o0, o1):
-                                row[ox] += grow[ox] * xrow[ox - off]
-                        else:
-                            for ox in range(o0, o1):
-                                row[ox] += grow[ox] * xrow[ox * sw - off]
-        for k in range(kh * kw):
-            total = 0
-            for ox in range(ow):
-                total += acc[k * ow + ox]
-            gw[co * kh * kw + k] = <floating_t>total
+    for k in range(kh * kw * ow):
+        acc[k] = 0
+    for b in range(n):
+        for oy in range(oh):
+            grow = gy + ((b * c * m + co) * oh + oy) * ow
+            for ki in range(kh):
+                iy = oy * sh - ph + ki * dh
+                if iy < 0 or iy >= h:
+                    continue
+                xrow = x + ((b * c + co // m) * h + iy) * wd
+                for kj in range(kw):
+                    row = acc + (ki * kw + kj) * ow
+                    off = pw - kj * dw
+                    o0 = _first(off, sw)
+                    o1 = _stop(off, wd, sw, ow)
+                    if sw == 1:
+                        for ox in range(o0, o1):
+                            row[ox] += grow[ox] * xrow[ox - off]
+                    else:
+                        for ox in range(o0, o1):
+                            row[ox] += grow[ox] * xrow[ox * sw - off]
+    for k in range(kh * kw):
+        total = 0
+        for ox in range(ow):
+            total += acc[k * ow + ox]
+        gw[co * kh * kw + k] = <floating_t>total
+
+
+cdef void _bwd_w(const floating_t* gy, const floating_t* x, floating_t* gw, floating_t* acc,
+                 Py_ssize_t n, Py_ssize_t c, Py_ssize_t m, Py_ssize_t h, Py_ssize_t wd,
+                 Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t oh, Py_ssize_t ow,
+                 Py_ssize_t sh, Py_ssize_t sw, Py_ssize_t ph, Py_ssize_t pw,
+                 Py_ssize_t dh, Py_ssize_t dw, int nt) noexcept nogil:
+    # Each output channel by one thread, on its own rows of ``acc`` (nt * kh*kw*ow).
+    cdef Py_ssize_t co
+    for co in prange(c * m, schedule="static", num_threads=nt):
+        _bwd_w_channel(gy, x, gw, acc + threadid() * kh * kw * ow, co, n, c, m, h, wd, kh, kw,
+                       oh, ow, sh, sw, ph, pw, dh, dw)
 
 
 def _geometry(str who, object x, object w, tuple stride, tuple pads, tuple dilation,
@@ -264,16 +302,17 @@ def depthwise2d_fwd(object x_, object w_, tuple stride, tuple pads, tuple dilati
     cdef Py_ssize_t h = x.shape[2], wd = x.shape[3], kh = w.shape[2], kw = w.shape[3]
     cdef Py_ssize_t a0 = sh, a1 = sw, a2 = ph, a3 = pw, a4 = dh, a5 = dw, a6 = oh, a7 = ow
     cdef cnp.ndarray y = np.empty((n, c * m, oh, ow), dtype=x.dtype)
+    cdef int nt = _team(n * c * m * oh * ow * kh * kw)
     if x.dtype == np.float32:
         with nogil:
             _fwd(<const float*>cnp.PyArray_DATA(x), <const float*>cnp.PyArray_DATA(w),
                  <float*>cnp.PyArray_DATA(y), n, c, m, h, wd, kh, kw, a6, a7, a0, a1, a2, a3,
-                 a4, a5)
+                 a4, a5, nt)
     else:
         with nogil:
             _fwd(<const double*>cnp.PyArray_DATA(x), <const double*>cnp.PyArray_DATA(w),
                  <double*>cnp.PyArray_DATA(y), n, c, m, h, wd, kh, kw, a6, a7, a0, a1, a2, a3,
-                 a4, a5)
+                 a4, a5, nt)
     return y
 
 
@@ -296,27 +335,28 @@ def depthwise2d_bwd(object gy_, object x_, object w_, tuple stride, tuple pads, 
     # not wanted.
     cdef cnp.ndarray gx = np.zeros_like(x) if need_x else np.zeros(1, dtype=x.dtype)
     cdef cnp.ndarray gw = np.empty_like(w) if need_w else np.zeros(1, dtype=x.dtype)
-    cdef cnp.ndarray acc = np.empty(kh * kw * ow if need_w else 1, dtype=x.dtype)
+    cdef int nt = _team(n * c * m * oh * ow * kh * kw)
+    cdef cnp.ndarray acc = np.empty(nt * kh * kw * ow if need_w else 1, dtype=x.dtype)
     if x.dtype == np.float32:
         with nogil:
             if need_x:
                 _bwd_x(<const float*>cnp.PyArray_DATA(gy), <const float*>cnp.PyArray_DATA(w),
                        <float*>cnp.PyArray_DATA(gx), n, c, m, h, wd, kh, kw, a6, a7, a0, a1,
-                       a2, a3, a4, a5)
+                       a2, a3, a4, a5, nt)
             if need_w:
                 _bwd_w(<const float*>cnp.PyArray_DATA(gy), <const float*>cnp.PyArray_DATA(x),
                        <float*>cnp.PyArray_DATA(gw), <float*>cnp.PyArray_DATA(acc), n, c, m,
-                       h, wd, kh, kw, a6, a7, a0, a1, a2, a3, a4, a5)
+                       h, wd, kh, kw, a6, a7, a0, a1, a2, a3, a4, a5, nt)
     else:
         with nogil:
             if need_x:
                 _bwd_x(<const double*>cnp.PyArray_DATA(gy), <const double*>cnp.PyArray_DATA(w),
                        <double*>cnp.PyArray_DATA(gx), n, c, m, h, wd, kh, kw, a6, a7, a0, a1,
-                       a2, a3, a4, a5)
+                       a2, a3, a4, a5, nt)
             if need_w:
                 _bwd_w(<const double*>cnp.PyArray_DATA(gy), <const double*>cnp.PyArray_DATA(x),
                        <double*>cnp.PyArray_DATA(gw), <double*>cnp.PyArray_DATA(acc), n, c, m,
-                       h, wd, kh, kw, a6, a7, a0, a1, a2, a3, a4, a5)
+                       h, wd, kh, kw, a6, a7, a0, a1, a2, a3, a4, a5, nt)
     return (gx if need_x else None), (gw if need_w else None)
 
 

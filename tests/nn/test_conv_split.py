@@ -265,3 +265,29 @@ def test_the_pointwise_path_runs_in_one_part_by_default(monkeypatch):
             np.testing.assert_array_equal(a, b)
     finally:
         _intraop.set_num_threads(old)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(
+    "xshape, m, kw",
+    [
+        ((4, 8, 24, 24), 1, {"padding": 1}),  # the benchmark's kind: one output per channel
+        ((16, 8, 24, 24), 2, {"padding": 1, "stride": 2}),  # a multiplier: 2 planes per gx plane
+        ((4, 8, 24, 24), 2, {"padding": 2, "dilation": 2}),
+    ],
+)
+def test_depthwise_loops_give_the_same_bits_at_any_thread_count(dtype, xshape, m, kw):
+    # The direct depthwise loops split planes over ferro's OpenMP team (over 2^18 multiply-adds,
+    # which these shapes are): each element's sum keeps the serial order.
+    rng = np.random.default_rng(7)
+    c = xshape[1]
+    x = rng.standard_normal(xshape).astype(dtype)
+    w = rng.standard_normal((c * m, 1, 3, 3)).astype(dtype)
+    old = _intraop.num_threads()
+    try:
+        runs = [_run(F.conv2d, x, w, dict(kw, groups=c), t) for t in (1, 2, 3)]
+    finally:
+        _intraop.set_num_threads(old)
+    for other in runs[1:]:
+        for a, b in zip(runs[0], other, strict=True):
+            np.testing.assert_array_equal(a, b)

@@ -156,8 +156,11 @@ pytestmark = pytest.mark.skipif(
 # stride-1 Winograd driver, its chunks and parts are reused, not copied.
 # Merged (session 11, lead): ferro/_C to 7,859, ferro/ops to 11,960 (7,857 and 11,958 measured after
 # the merge).
+# Raised for ferro/_C from 7,859 to 7,886 for issue 14's depthwise convolution (session 11,
+# lead): its three direct loops split their planes over the OpenMP team, so each loop became a
+# per-plane body and a prange driver (+25, 7,884 measured): 34 -> 19-21 ms on two cores.
 BUDGETS = {
-    "ferro/_C": (7859, ("*.pyx", "*.pxd", "*.h", "*.py")),
+    "ferro/_C": (7886, ("*.pyx", "*.pxd", "*.h", "*.py")),
     "ferro/ops": (11960, ("*.py",)),
 }
 

@@ -13,6 +13,7 @@
 #define FERRO_CONV_KERNELS_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "simd.h"
@@ -324,6 +325,24 @@ FERRO_WINO(double, f64)
 /* 1-d Winograd F(m, r): a dense (small) matrix, given in float64, times strided windows. */
 #define FERRO_WINO1_MAX 16 /* the most rows and columns such a matrix may have */
 
+/* Tiles z0 .. z0 + kn - 1 (kn <= 64) of planes (nb, th, tw) whose tile (u, t) starts at
+ * (m u - lo0, m t - lo1): their first row ry, first column ct and flat offset off (planes ss
+ * apart, rows wd long), and the range [r0, r1] x [c0, c1] of those starts (the gather and
+ * scatter below test a kernel offset against it once, not each tile). */
+static inline void ferro_wino2_tiles(ptrdiff_t z0, ptrdiff_t kn, ptrdiff_t m, ptrdiff_t lo0,
+                                     ptrdiff_t lo1, ptrdiff_t th, ptrdiff_t tw, ptrdiff_t ss,
+                                     ptrdiff_t wd, ptrdiff_t *ry, ptrdiff_t *ct, ptrdiff_t *off,
+                                     ptrdiff_t *r0, ptrdiff_t *r1, ptrdiff_t *c0, ptrdiff_t *c1) {
+    *r0 = *c0 = PTRDIFF_MAX, *r1 = *c1 = PTRDIFF_MIN;
+    for (ptrdiff_t k = 0; k < kn; k++) {
+        ptrdiff_t z = z0 + k, t = z % tw, u = z / tw % th;
+        ry[k] = m * u - lo0, ct[k] = m * t - lo1;
+        off[k] = z / (tw * th) * ss + ry[k] * wd + ct[k];
+        *r0 = ry[k] < *r0 ? ry[k] : *r0, *r1 = ry[k] > *r1 ? ry[k] : *r1;
+        *c0 = ct[k] < *c0 ? ct[k] : *c0, *c1 = ct[k] > *c1 ? ct[k] : *c1;
+    }
+}
+
 #define FERRO_WINO1(T, S)                                                                       \
 /* o[t] = sum_e a[e] src[at[e] + t], t < n, the terms added in order to 0: blocks of 64 tiles   \
  * summed in a local array (one vectorized pass per term; o and src may not alias it). */       \
@@ -433,14 +452,8 @@ static FERRO_CLONES void ferro_wino2_gather_##S(const T *src, ptrdiff_t ss, ptrd
     ptrdiff_t ry[64], ct[64];                                                                   \
     T c[FERRO_WINO1_MAX];                                                                       \
     for (z0 = 0; z0 < nt; z0 += 64) { /* the windows, 64 tiles at a time by their offsets */    \
-        ptrdiff_t kn = nt - z0 < 64 ? nt - z0 : 64, r0 = h, r1 = -1, c0 = wd, c1 = -1;          \
-        for (k = 0; k < kn; k++) {                                                              \
-            ptrdiff_t z = z0 + k, t = z % tw, y = z / tw % th;                                  \
-            ry[k] = m * y - lo0, ct[k] = m * t - lo1;                                           \
-            off[k] = z / (tw * th) * ss + ry[k] * wd + ct[k];                                   \
-            r0 = ry[k] < r0 ? ry[k] : r0, r1 = ry[k] > r1 ? ry[k] : r1;                         \
-            c0 = ct[k] < c0 ? ct[k] : c0, c1 = ct[k] > c1 ? ct[k] : c1;                         \
-        }                                                                                       \
+        ptrdiff_t kn = nt - z0 < 64 ? nt - z0 : 64, r0, r1, c0, c1;                             \
+        ferro_wino2_tiles(z0, kn, m, lo0, lo1, th, tw, ss, wd, ry, ct, off, &r0, &r1, &c0, &c1); \
         for (a = 0; a < q; a++)                                                                 \
             for (b = 0; b < q; b++) {                                                           \
                 T *dr = d + (a * q + b) * nt + z0;                                              \
@@ -495,14 +508,8 @@ static FERRO_CLONES void ferro_wino2_scatter_##S(const T *src, ptrdiff_t ps, con
             ferro_wino2_axpys_##S(f + (i * r + j) * nt, e + i * p * nt, at, c, nz, nt);         \
     }                                                                                           \
     for (z0 = 0; z0 < nt; z0 += 64) { /* placed 64 tiles at a time by their offsets */         \
-        ptrdiff_t kn = nt - z0 < 64 ? nt - z0 : 64, r0 = h, r1 = -1, c0 = wd, c1 = -1;          \
-        for (k = 0; k < kn; k++) {                                                              \
-            ptrdiff_t z = z0 + k, t = z % tw, u = z / tw % th;                                  \
-            ry[k] = m * u - lo0, ct[k] = m * t - lo1;                                           \
-            off[k] = z / (tw * th) * ys + ry[k] * wd + ct[k];                                   \
-            r0 = ry[k] < r0 ? ry[k] : r0, r1 = ry[k] > r1 ? ry[k] : r1;                         \
-            c0 = ct[k] < c0 ? ct[k] : c0, c1 = ct[k] > c1 ? ct[k] : c1;                         \
-        }                                                                                       \
+        ptrdiff_t kn = nt - z0 < 64 ? nt - z0 : 64, r0, r1, c0, c1;                             \
+        ferro_wino2_tiles(z0, kn, m, lo0, lo1, th, tw, ys, wd, ry, ct, off, &r0, &r1, &c0, &c1); \
         for (i = 0; i < r; i++)                                                                 \
             for (j = 0; j < r; j++) {                                                           \
                 const T *fr = f + (i * r + j) * nt + z0;                                        \

@@ -251,8 +251,8 @@ def _conv_forward(
         z, wz = _SpaceToDepth(xp, x, stride, pads, out), _space_to_depth_weight(xp, w, stride)
         if gw_for is None:
             y = xp.empty((n, o) + tuple(out), dtype=x.dtype)
-            return _winograd_forward(xp, kernels, z, wz, _STRIDE1[1], out, y)
-        y, gw = _winograd_weight_grad(xp, kernels, z, gw_for, _STRIDE1[1], wf=wz, cache=cache)
+            return _winograd_forward(xp, kernels, z, wz, _UNPADDED, out, y)
+        y, gw = _winograd_weight_grad(xp, kernels, z, gw_for, _UNPADDED, wf=wz, cache=cache)
         return y, _depth_to_space_weight(xp, gw, stride, kernel)
     if cg == 1 and groups > 1 or _winograd(kernels, kernel, c, o, out, stride, dilation, groups):
         y = xp.empty((n, o) + tuple(out), dtype=x.dtype)
@@ -574,7 +574,7 @@ def _subpixel_input_grad(xp, gy, w, phases, size, kernels):
 # convolution of its input's sub-pixel phases stacked as channels (space-to-depth: ``z[(c, r),
 # u] = x[c, s*u + r - lo]``, ``out + 1`` positions a dim) by ``w``'s taps ``s*j + r`` (zero past
 # the kernel), so it runs Winograd F(4x4, 2x2) forward and in both gradients (docs/conv.md).
-_STRIDE1 = ((1, 1), ((0, 0), (0, 0)), (1, 1), 1)
+_UNPADDED = ((0, 0), (0, 0))  # the 2x2 convolution over z: its padding is in z already
 
 
 def _subpixel_winograd(kernels, kernel, c, o, stride, dilation, groups, out):
@@ -713,7 +713,7 @@ def _conv_weight_grad(xp, x, gy, stride, pads, dilation, groups, kernel, kernels
         return _depthwise_weight_grad(xp, x, gy, stride, pads, dilation, groups, kernel)
     if _subpixel_winograd(kernels, kernel, c, o, stride, dilation, groups, out):
         z = _SpaceToDepth(xp, x, stride, pads, out)
-        gw = _winograd_weight_grad(xp, kernels, z, gy, _STRIDE1[1])
+        gw = _winograd_weight_grad(xp, kernels, z, gy, _UNPADDED)
         return _depth_to_space_weight(xp, gw, stride, kernel)
     if _winograd(kernels, kernel, c, o, out, stride, dilation, groups):
         return _winograd_weight_grad(xp, kernels, x, gy, pads)

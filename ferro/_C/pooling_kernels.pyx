@@ -37,10 +37,10 @@ from ferro.errors import (
 cnp.import_array()
 
 cdef extern from "pooling_kernels.h" nogil:
-    void ferro_max_pool_plane_f32(const float*, float*, int64_t*, const Py_ssize_t*,
-                                  const Py_ssize_t*)
-    void ferro_max_pool_plane_f64(const double*, double*, int64_t*, const Py_ssize_t*,
-                                  const Py_ssize_t*)
+    void ferro_max_pool_planes_f32(const float*, float*, int64_t*, Py_ssize_t,
+                                   const Py_ssize_t*, const Py_ssize_t*)
+    void ferro_max_pool_planes_f64(const double*, double*, int64_t*, Py_ssize_t,
+                                   const Py_ssize_t*, const Py_ssize_t*)
 
 FUSED_KERNELS = frozenset({"max_pool_fwd", "max_pool_bwd"})
 
@@ -117,15 +117,19 @@ cdef inline void _columns(Py_ssize_t* qlo, Py_ssize_t* qhi, const Py_ssize_t* wl
 
 cdef void _max_pool_fwd(const floating_t* x, floating_t* y, int64_t* idx, Py_ssize_t planes,
                         const Py_ssize_t* g, const Py_ssize_t* rng) noexcept nogil:
-    # The planes split over threads; each plane's loops are C (pooling_kernels.h), with g and
-    # rng as there (rng from _ranges and _columns).
-    cdef Py_ssize_t b, plane = g[0] * g[1] * g[2], per_plane = g[3] * g[4] * g[5]
-    for b in prange(planes, schedule="static",
-                    num_threads=1 if planes * plane < PARALLEL_MIN else omp_get_max_threads()):
+    # The planes split in one contiguous run per thread; each run's loops are C
+    # (pooling_kernels.h), with g and rng as there (rng from _ranges and _columns).
+    cdef Py_ssize_t plane = g[0] * g[1] * g[2], per_plane = g[3] * g[4] * g[5], t, b0, b1
+    cdef int runs = 1 if planes * plane < PARALLEL_MIN else omp_get_max_threads()
+    for t in prange(runs, schedule="static", num_threads=runs):
+        b0 = planes * t // runs
+        b1 = planes * (t + 1) // runs
         if floating_t is float:
-            ferro_max_pool_plane_f32(x + b * plane, y + b * per_plane, idx + b * per_plane, g, rng)
+            ferro_max_pool_planes_f32(x + b0 * plane, y + b0 * per_plane, idx + b0 * per_plane,
+                                      b1 - b0, g, rng)
         else:
-            ferro_max_pool_plane_f64(x + b * plane, y + b * per_plane, idx + b * per_plane, g, rng)
+            ferro_max_pool_planes_f64(x + b0 * plane, y + b0 * per_plane, idx + b0 * per_plane,
+                                      b1 - b0, g, rng)
 
 
 def max_pool_fwd(object x, tuple kernel_size, tuple stride, tuple padding, tuple dilation,

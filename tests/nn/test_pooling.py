@@ -409,6 +409,9 @@ def test_max_pool_kernels_run_and_match_the_generic_path():
     [
         ((3, 4, 8, 8), (2,)),  # 2x2, stride 2
         ((2, 3, 7, 9), (2,)),  # ... on odd sizes (the last row and column dropped)
+        ((3, 5, 6, 6), (2,)),  # ... outputs not a multiple of the short-row loop's vector
+        ((2, 3, 7, 21), (2,)),  # ... rows of 8 outputs or more (the row loop)
+        ((4, 64, 64, 65), (2,)),  # ... planes split over threads (2^20 elements on)
         ((2, 3, 7, 9), (2, 2, 0, 1, True)),  # ceil_mode: a last window cut short
         ((2, 3, 8, 8), ((1, 2), (1, 2))),
         ((2, 3, 9, 9), (3, 2, 1, 2)),  # dilation with padding: ranges clipped both ends
@@ -427,6 +430,7 @@ def test_max_pool_kernel_windows_ties_nan_and_inf_match_the_generic_path(shape, 
     x[0, 1, 2, 2] = np.nan
     x[1, 0] = -np.inf
     x[1, 1, ::2] = -np.inf
+    x[rng.random(shape) < 0.05] = np.nan  # NaNs at every place in a window, some two in one
     results = []
     for on in (True, False):
         with overrides(on):

@@ -9,15 +9,26 @@ by whichever library came first: ferro's passive waiting (Note [OpenMP wait poli
 ferro/_C/__init__.py) or PyTorch's spinning, never each its own. Measured in one process, the
 GPT step of bench_seq ran ferro at 275 ms beside PyTorch's spinning team (it runs 112 ms alone),
 and PyTorch would run under ferro's setting the other way round. So where PyTorch is installed,
-``optional_torch()`` first runs the same script once more in a child process (the peer's pass,
+``optional_torch()`` starts the same script once more in a child process (the peer's pass,
 with ferro's passive setting off, PyTorch loaded first), where ``measure()`` times only
-PyTorch's cases and records their medians; in this process (ferro loaded first), ``measure()``
-times every other case and takes PyTorch's medians from the child, call by call. Each library
-is timed as its users run it, and every ratio still comes from one run of one script.
+PyTorch's cases; in this process (ferro loaded first), ``measure()`` times every other case.
+Each library is timed as its users run it, and every ratio still comes from one run of one
+script.
+
+Note [Peer pass in lockstep]: the two passes take turns, round by round, within each
+``measure()`` call: the child times one round of PyTorch's cases while this process waits on
+a pipe, then this process times one round of its own, and so on; the child sends its medians at
+the end of the call. Run one after the other (the child's whole script first, as before), the
+two libraries' timings of one case were a minute apart, and this machine's neighbours change
+its speed over minutes: the digits CNN's step measured 0.68, 1.01 and 1.53x PyTorch in three
+runs of the same code, each library's own median swinging 1.2-1.8 ms. A waiting process holds
+no core (its OpenMP threads sleep after their spin, which the next round's absorbing calls
+take, see ABSORB_SECONDS).
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import platform
@@ -36,6 +47,11 @@ from collections.abc import Callable
 # ABSORB_SECONDS (libgomp's spinning lasts a few milliseconds): whatever the previous case left
 # behind lands on those, and each library is timed in its own steady state.
 ABSORB_SECONDS = 0.025
+# The first case of a round that follows the other pass's round (Note [Peer pass in lockstep])
+# absorbs this long instead: OpenBLAS's worker threads, which NumPy's matmul wakes, spin for
+# about 80 ms after their last GEMM (Note [Two-core GEMM] in ferro/_C/gemm.pyx), and with 25 ms
+# PyTorch's digits-CNN step ran at 7.2 ms beside the spinning, 1.2 ms alone.
+HANDOVER_SECONDS = 0.15
 
 
 def thread_info() -> dict:
@@ -48,8 +64,8 @@ def thread_info() -> dict:
     if torch is not None:
         info["torch_threads"] = torch.get_num_threads()
     info["ferro_openmp_wait"] = __import__("ferro")._C.openmp_wait_policy
-    if os.environ.get(PEER_PASS_ENV) is None and _peer["medians"] is not None:
-        info["torch_timed_in"] = "its own process"
+    if os.environ.get(PEER_PASS_ENV) is None and _peer["proc"] is not None:
+        info["torch_timed_in"] = "its own process, in lockstep"
     return info
 
 
@@ -60,9 +76,10 @@ def header(name: str) -> None:
     print(f"# threads: {json.dumps(thread_info())}")
 
 
-# Set in the peer's pass (Note [One thread runtime per library]): the file its medians go to.
+# Set in the peer's pass (Note [One thread runtime per library]): "<read fd>,<write fd>", its
+# ends of the two pipes to the main pass (Note [Peer pass in lockstep]).
 PEER_PASS_ENV = "FERRO_BENCH_PEER_PASS"
-_peer = {"medians": None, "calls": 0, "log": []}
+_peer: dict = {"proc": None, "calls": 0, "send": None, "recv": None, "err": None}
 
 
 def is_peer_case(name: str) -> bool:
@@ -74,56 +91,112 @@ def optional_torch(peer_pass: bool = True):
     """PyTorch when installed, else None (its rows are then reported as skipped).
 
     With ``peer_pass`` (every CPU benchmark), PyTorch's cases are timed in a child process of
-    their own (Note [One thread runtime per library]); the child runs at the first call."""
-    if os.environ.get(PEER_PASS_ENV) is None:
+    their own (Note [One thread runtime per library]), started at the first call."""
+    in_peer = os.environ.get(PEER_PASS_ENV) is not None
+    if not in_peer:
         import ferro  # noqa: F401  (first, so that libgomp is set up as ferro sets it)
     try:
         import torch
     except ImportError:
         return None
-    if peer_pass and os.environ.get(PEER_PASS_ENV) is None and _peer["medians"] is None:
-        _peer["medians"] = _run_peer_pass()
+    if in_peer and _peer["send"] is None:
+        read_fd, write_fd = (int(f) for f in os.environ[PEER_PASS_ENV].split(","))
+        _peer["recv"], _peer["send"] = os.fdopen(read_fd, "r"), os.fdopen(write_fd, "w")
+    elif peer_pass and not in_peer and _peer["proc"] is None:
+        _start_peer_pass()
     return torch
 
 
-def _run_peer_pass() -> list[dict]:
-    fd, path = tempfile.mkstemp(suffix=".json", prefix="ferro-bench-peer-")
-    os.close(fd)
-    env = dict(os.environ, **{PEER_PASS_ENV: path, "FERRO_OMP_PASSIVE": "0"})
-    try:
-        proc = subprocess.run(
-            [sys.executable, *sys.argv], env=env, capture_output=True, text=True, check=False
-        )
-        if proc.returncode != 0:
-            raise RuntimeError(f"the peer's pass of {sys.argv[0]} failed:\n{proc.stderr[-3000:]}")
-        with open(path) as f:
-            text = f.read()
-        return json.loads(text) if text else []  # a pass that timed nothing writes nothing
-    finally:
-        os.unlink(path)
+def _start_peer_pass() -> None:
+    to_child, from_parent = os.pipe()[::-1]  # (write end, read end)
+    from_child, to_parent = os.pipe()
+    err = tempfile.TemporaryFile()
+    env = dict(
+        os.environ, **{PEER_PASS_ENV: f"{from_parent},{to_parent}", "FERRO_OMP_PASSIVE": "0"}
+    )
+    proc = subprocess.Popen(
+        [sys.executable, *sys.argv],
+        env=env,
+        pass_fds=(from_parent, to_parent),
+        stdout=subprocess.DEVNULL,
+        stderr=err,
+    )
+    os.close(from_parent)
+    os.close(to_parent)
+    _peer.update(proc=proc, send=os.fdopen(to_child, "w"), recv=os.fdopen(from_child), err=err)
+    atexit.register(_finish_peer_pass)
+
+
+def _finish_peer_pass() -> None:
+    """At exit: the child's pipe closed (a child still in the script leaves at its next call)
+    and the child waited for."""
+    proc, _peer["proc"] = _peer["proc"], None
+    if proc is not None:
+        _peer["send"].close()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def _talk(message: dict | None) -> dict:
+    """Send ``message`` to the other pass (None: send nothing) and read its next one."""
+    if message is not None:
+        _peer["send"].write(json.dumps(message) + "\n")
+        _peer["send"].flush()
+    line = _peer["recv"].readline()
+    if not line:
+        if os.environ.get(PEER_PASS_ENV) is not None:  # the main pass is gone: so are we
+            os._exit(0)
+        _peer["err"].seek(0)
+        tail = _peer["err"].read().decode(errors="replace")[-3000:]
+        raise RuntimeError(f"the peer's pass of {sys.argv[0]} stopped:\n{tail}")
+    return json.loads(line)
 
 
 def measure(cases: dict[str, Callable[[], object]], repeats: int, warmup: int = 1) -> dict:
     """Run each case ``warmup`` times, then ``repeats`` rounds interleaving the cases.
 
     Returns the median seconds per call of each case. Interleaving spreads machine noise over
-    every case instead of penalising whichever ran during a busy moment; the untimed call before
-    each timed one keeps one library's thread pools from slowing the next case. PyTorch's cases
-    are timed in the peer's pass when there is one (Note [One thread runtime per library]).
+    every case instead of penalising whichever ran during a busy moment; the untimed calls
+    before each timed one keep one library's thread pools from slowing the next case. PyTorch's
+    cases are timed in the peer's pass when there is one, its rounds taking turns with these
+    (Note [Peer pass in lockstep]).
     """
-    peer_out = os.environ.get(PEER_PASS_ENV)
-    if peer_out is None and _peer["medians"] is None:
+    in_peer = os.environ.get(PEER_PASS_ENV) is not None
+    if _peer["send"] is None:
         return _measure(cases, repeats, warmup)
-    mine = {k: f for k, f in cases.items() if is_peer_case(k) == (peer_out is not None)}
-    med = _measure(mine, repeats, warmup)
-    if peer_out is not None:  # the peer's pass: record, and give the other cases no time
-        _peer["log"].append(med)
-        with open(peer_out, "w") as f:
-            json.dump(_peer["log"], f)
-        return {k: med.get(k, float("nan")) for k in cases}
+    mine = {k: f for k, f in cases.items() if is_peer_case(k) == in_peer}
+    theirs = sorted(k for k in cases if is_peer_case(k) != in_peer)
     call, _peer["calls"] = _peer["calls"], _peer["calls"] + 1
-    peer = _peer["medians"][call] if call < len(_peer["medians"]) else {}
-    if set(peer) != {k for k in cases if is_peer_case(k)}:
+    if in_peer:
+        if not mine:
+            return {k: float("nan") for k in cases}
+        order = _talk(None)
+        if order != {"call": call, "cases": sorted(mine), "repeats": repeats}:
+            raise RuntimeError(f"peer pass: measure() call {call} of {sorted(mine)}, asked {order}")
+        rounds = _rounds(mine, repeats, warmup, turns=True)
+        next(rounds)  # the warmup
+        for r in range(repeats):
+            next(rounds)
+            if r < repeats - 1:
+                _talk({"done": r})  # the answer: the main pass's "go" after its round r
+        med = next(rounds)
+        _peer["send"].write(json.dumps({"medians": med}) + "\n")
+        _peer["send"].flush()
+        return {k: med.get(k, float("nan")) for k in cases}
+    if not theirs:
+        return _measure(mine, repeats, warmup)
+    rounds = _rounds(mine, repeats, warmup, turns=True)
+    next(rounds)  # the warmup
+    reply = _talk({"call": call, "cases": theirs, "repeats": repeats})
+    for r in range(repeats):  # the peer's round r is done
+        next(rounds)
+        if r < repeats - 1:
+            reply = _talk({"go": r + 1})
+    med = next(rounds)
+    peer = reply["medians"]
+    if set(peer) != set(theirs):
         raise RuntimeError(
             f"measure() call {call}: the peer's pass timed {sorted(peer)}, this pass has "
             f"{sorted(cases)}: the script must make the same calls in both passes"
@@ -131,21 +204,34 @@ def measure(cases: dict[str, Callable[[], object]], repeats: int, warmup: int = 
     return {k: med[k] if k in med else peer[k] for k in cases}
 
 
-def _measure(cases: dict[str, Callable[[], object]], repeats: int, warmup: int) -> dict:
+def _rounds(cases: dict[str, Callable[[], object]], repeats: int, warmup: int, turns=False):
+    """A generator: the warmup at the first ``next``, which gives None; each later ``next``
+    times one round (yields the round number), the last gives the medians. ``turns``: the
+    rounds take turns with the other pass's, so each round's first case absorbs for
+    HANDOVER_SECONDS."""
     for fn in cases.values():
         for _ in range(warmup):
             fn()
     samples: dict[str, list[float]] = {k: [] for k in cases}
-    for _ in range(repeats):
-        for name, fn in cases.items():
-            t_end = time.perf_counter() + ABSORB_SECONDS
+    yield None
+    for r in range(repeats):
+        for i, (name, fn) in enumerate(cases.items()):
+            t_end = time.perf_counter() + (HANDOVER_SECONDS if turns and i == 0 else ABSORB_SECONDS)
             fn()  # untimed: absorbs the previous case's thread pools (see above)
             while time.perf_counter() < t_end:
                 fn()
             t0 = time.perf_counter()
             fn()
             samples[name].append(time.perf_counter() - t0)
-    return {k: statistics.median(v) for k, v in samples.items()}
+        yield r
+    yield {k: statistics.median(v) for k, v in samples.items()}
+
+
+def _measure(cases: dict[str, Callable[[], object]], repeats: int, warmup: int) -> dict:
+    rounds = _rounds(cases, repeats, warmup)
+    for _ in range(repeats + 1):
+        next(rounds)
+    return next(rounds)
 
 
 def emit(bench: str, case: str, **fields) -> dict:

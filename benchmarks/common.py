@@ -21,9 +21,11 @@ a pipe, then this process times one round of its own, and so on; the child sends
 the end of the call. Run one after the other (the child's whole script first, as before), the
 two libraries' timings of one case were a minute apart, and this machine's neighbours change
 its speed over minutes: the digits CNN's step measured 0.68, 1.01 and 1.53x PyTorch in three
-runs of the same code, each library's own median swinging 1.2-1.8 ms. A waiting process holds
-no core (its OpenMP threads sleep after their spin, which the next round's absorbing calls
-take, see ABSORB_SECONDS).
+runs of the same code, each library's own median swinging 1.2-1.8 ms. Every ``measure()`` call
+is a meeting point, also one without PyTorch cases: the child announces it has reached the call
+and blocks until the main pass says "next", so the child's own script (inputs, checks) never
+runs while the main pass times. A waiting process holds no core; the threads it leaves
+spinning are absorbed by the next round's first untimed calls (HANDOVER_SECONDS).
 """
 
 from __future__ import annotations
@@ -139,11 +141,12 @@ def _finish_peer_pass() -> None:
             proc.kill()
 
 
-def _talk(message: dict | None) -> dict:
-    """Send ``message`` to the other pass (None: send nothing) and read its next one."""
-    if message is not None:
-        _peer["send"].write(json.dumps(message) + "\n")
-        _peer["send"].flush()
+def _send(message: dict) -> None:
+    _peer["send"].write(json.dumps(message) + "\n")
+    _peer["send"].flush()
+
+
+def _recv() -> dict:
     line = _peer["recv"].readline()
     if not line:
         if os.environ.get(PEER_PASS_ENV) is not None:  # the main pass is gone: so are we
@@ -163,45 +166,41 @@ def measure(cases: dict[str, Callable[[], object]], repeats: int, warmup: int = 
     cases are timed in the peer's pass when there is one, its rounds taking turns with these
     (Note [Peer pass in lockstep]).
     """
-    in_peer = os.environ.get(PEER_PASS_ENV) is not None
     if _peer["send"] is None:
         return _measure(cases, repeats, warmup)
+    in_peer = os.environ.get(PEER_PASS_ENV) is not None
     mine = {k: f for k, f in cases.items() if is_peer_case(k) == in_peer}
     theirs = sorted(k for k in cases if is_peer_case(k) != in_peer)
     call, _peer["calls"] = _peer["calls"], _peer["calls"] + 1
-    if in_peer:
-        if not mine:
-            return {k: float("nan") for k in cases}
-        order = _talk(None)
-        if order != {"call": call, "cases": sorted(mine), "repeats": repeats}:
-            raise RuntimeError(f"peer pass: measure() call {call} of {sorted(mine)}, asked {order}")
-        rounds = _rounds(mine, repeats, warmup, turns=True)
-        next(rounds)  # the warmup
-        for r in range(repeats):
-            next(rounds)
-            if r < repeats - 1:
-                _talk({"done": r})  # the answer: the main pass's "go" after its round r
-        med = next(rounds)
-        _peer["send"].write(json.dumps({"medians": med}) + "\n")
-        _peer["send"].flush()
+    rounds = _rounds(mine, repeats, warmup, turns=bool(mine) and bool(theirs))
+    if in_peer:  # arrive, then run the rounds the main pass asks for until it says "next"
+        _send({"call": call, "cases": sorted(mine), "repeats": repeats})
+        med = {}
+        while "next" not in (order := _recv()):
+            if order["round"] == 0:
+                next(rounds)  # the warmup
+            r = next(rounds)
+            if r == repeats - 1:
+                med = next(rounds)
+            _send({"done": r, "medians": med})
         return {k: med.get(k, float("nan")) for k in cases}
-    if not theirs:
-        return _measure(mine, repeats, warmup)
-    rounds = _rounds(mine, repeats, warmup, turns=True)
-    next(rounds)  # the warmup
-    reply = _talk({"call": call, "cases": theirs, "repeats": repeats})
-    for r in range(repeats):  # the peer's round r is done
-        next(rounds)
-        if r < repeats - 1:
-            reply = _talk({"go": r + 1})
-    med = next(rounds)
-    peer = reply["medians"]
-    if set(peer) != set(theirs):
+    arrival = _recv()  # the peer's pass has reached this call and waits
+    if arrival != {"call": call, "cases": theirs, "repeats": repeats}:
         raise RuntimeError(
-            f"measure() call {call}: the peer's pass timed {sorted(peer)}, this pass has "
-            f"{sorted(cases)}: the script must make the same calls in both passes"
+            f"measure() call {call}: the peer's pass has {arrival}, this pass has cases "
+            f"{sorted(cases)} and {repeats} repeats: the script must make the same calls in "
+            "both passes"
         )
-    return {k: med[k] if k in med else peer[k] for k in cases}
+    next(rounds)  # the warmup
+    reply = {}
+    for r in range(repeats):
+        if theirs:
+            _send({"round": r})
+            reply = _recv()
+        next(rounds)
+    med = next(rounds)
+    _send({"next": True})
+    return {k: med[k] if k in med else reply["medians"][k] for k in cases}
 
 
 def _rounds(cases: dict[str, Callable[[], object]], repeats: int, warmup: int, turns=False):

@@ -10,7 +10,7 @@ ferro/_C/__init__.py) or PyTorch's spinning, never each its own. Measured in one
 GPT step of bench_seq ran ferro at 275 ms beside PyTorch's spinning team (it runs 112 ms alone),
 and PyTorch would run under ferro's setting the other way round. So where PyTorch is installed,
 ``optional_torch()`` starts the same script once more in a child process (the peer's pass,
-with ferro's passive setting off, PyTorch loaded first), where ``measure()`` times only
+with ferro's process-wide settings off: FERRO_OFF), where ``measure()`` times only
 PyTorch's cases; in this process (ferro loaded first), ``measure()`` times every other case.
 Each library is timed as its users run it, and every ratio still comes from one run of one
 script.
@@ -109,13 +109,20 @@ def optional_torch(peer_pass: bool = True):
     return torch
 
 
+# ferro's process-wide settings, each made when ferro is imported, all off in the peer's pass
+# (the scripts import ferro there too): libgomp's wait policy (Note [OpenMP wait policy]), glibc
+# malloc's mmap and trim thresholds and NumPy's caching allocator (Note [Caching allocator]).
+# Until session 12 the peer's pass kept the last two (PyTorch's allocations went through
+# ferro's malloc thresholds). In bench_conv, three alternate runs each way showed no difference
+# beyond this machine's noise; the point is that PyTorch runs as its users run it.
+FERRO_OFF = {"FERRO_OMP_PASSIVE": "0", "FERRO_MALLOC_TUNING": "0", "FERRO_CACHING_ALLOCATOR": "0"}
+
+
 def _start_peer_pass() -> None:
     to_child, from_parent = os.pipe()[::-1]  # (write end, read end)
     from_child, to_parent = os.pipe()
     err = tempfile.TemporaryFile()
-    env = dict(
-        os.environ, **{PEER_PASS_ENV: f"{from_parent},{to_parent}", "FERRO_OMP_PASSIVE": "0"}
-    )
+    env = dict(os.environ, **{PEER_PASS_ENV: f"{from_parent},{to_parent}"}, **FERRO_OFF)
     proc = subprocess.Popen(
         [sys.executable, *sys.argv],
         env=env,

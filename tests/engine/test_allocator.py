@@ -7,7 +7,7 @@ import threading
 import numpy as np
 import pytest
 
-import ferro  # noqa: F401  (installs the allocator unless FERRO_CACHING_ALLOCATOR=0)
+import ferro  # (installs the allocator unless FERRO_CACHING_ALLOCATOR=0)
 from ferro._C import allocator
 
 N = (allocator.THRESHOLD // 4) * 3  # float32 elements: a 3 MiB buffer, above the threshold
@@ -49,6 +49,24 @@ def test_zeros_from_a_dirty_cached_block_are_zero(cache):
     z = np.zeros(N, np.float32)
     assert cache.cache_info()["hits"] >= 1
     assert not z.any()
+
+
+@pytest.mark.parametrize("nbytes", [1024, 4000, 400_000, allocator.THRESHOLD, 4 * N, 40 << 20])
+@pytest.mark.parametrize("make", ["empty", "zeros", "ones", "cached"])
+def test_blocks_of_a_kibibyte_or_more_start_on_64_bytes(cache, nbytes, make):
+    # (a fresh calloc above glibc's mmap threshold sat 16 bytes past a page; "cached": a block
+    # freed and handed back out)
+    n = nbytes // 4
+    if make == "cached":
+        a = np.zeros(n, np.float32)
+        del a
+        a = np.empty(n, np.float32)
+    else:
+        a = getattr(np, make)(n, np.float32)
+    assert a.ctypes.data % 64 == 0
+    assert make != "zeros" or not a.any()
+    t = ferro.ones(n) + ferro.zeros(n)
+    assert t.numpy().ctypes.data % 64 == 0 and t.numpy().min() == 1
 
 
 def test_a_much_smaller_request_does_not_take_a_large_block(cache):

@@ -159,8 +159,13 @@ pytestmark = pytest.mark.skipif(
 # Raised for ferro/_C from 7,859 to 7,886 for issue 14's depthwise convolution (session 11,
 # lead): its three direct loops split their planes over the OpenMP team, so each loop became a
 # per-plane body and a prange driver (+25, 7,884 measured): 34 -> 19-21 ms on two cores.
+# Raised for ferro/_C from 7,886 to 7,980 (session 12, lead): max_pool's 2x2/s2 forward, the
+# window in registers as a tournament, a row loop for rows of >= 8 outputs and GCC vector types
+# across rows and planes for shorter ones (the digits CNN's pooling 230 -> 57 us, its training
+# step 1.45 -> 1.19 ms), and the caching allocator's 64-byte alignment (bench_inplace's mul_
+# at 100K 1.29 -> 1.07 of NumPy), 7,977 measured.
 BUDGETS = {
-    "ferro/_C": (7886, ("*.pyx", "*.pxd", "*.h", "*.py")),
+    "ferro/_C": (7980, ("*.pyx", "*.pxd", "*.h", "*.py")),
     "ferro/ops": (11960, ("*.py",)),
 }
 

@@ -75,3 +75,9 @@ def winograd2d_scatter(
     y: np.ndarray,
     add: bool = False,
 ) -> np.ndarray: ...
+def space_to_depth2d(
+    x: np.ndarray, stride: tuple[int, int], lo: tuple[int, int], z: np.ndarray
+) -> np.ndarray: ...
+def depth_to_space2d(
+    z: np.ndarray, stride: tuple[int, int], lo: tuple[int, int], x: np.ndarray
+) -> np.ndarray: ...

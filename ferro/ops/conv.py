@@ -248,7 +248,10 @@ def _conv_forward(
     o, cg = w.shape[:2]
     kernel = w.shape[2:]
     if _subpixel_winograd(kernels, kernel, c, o, stride, dilation, groups, out):
-        z, wz = _SpaceToDepth(xp, x, stride, pads, out), _space_to_depth_weight(xp, w, stride)
+        z, wz = (
+            _SpaceToDepth(xp, x, stride, pads, out, kernels),
+            _space_to_depth_weight(xp, w, stride),
+        )
         if gw_for is None:
             y = xp.empty((n, o) + tuple(out), dtype=x.dtype)
             return _winograd_forward(xp, kernels, z, wz, _UNPADDED, out, y)
@@ -619,18 +622,28 @@ class _SpaceToDepth:
     Winograd passes read it, made a batch chunk at a time (``z[n0:n1]``) inside their parts, so
     that its copies run on every core too."""
 
-    def __init__(self, xp, x, stride, pads, out):
+    def __init__(self, xp, x, stride, pads, out, kernels=None):
         self.xp, self.x, self.geom = xp, x, (stride, pads, tuple(v + 1 for v in out))
         self.shape = (x.shape[0], x.shape[1] * math.prod(stride)) + self.geom[2]
         self.ndim, self.dtype, self.itemsize = len(self.shape), x.dtype, x.itemsize
+        self.kernels = kernels if _has(kernels, "space_to_depth2d") else None
 
     def __getitem__(self, rows):
         (stride, pads, zsize), x = self.geom, self.x[rows]
+        if self.kernels is not None and self.kernels.accepts((x,)):  # one pass, no zeroing
+            z = self.xp.empty(x.shape[:2] + stride + zsize, dtype=x.dtype)
+            self.kernels.space_to_depth2d(x, stride, tuple(lo for lo, _ in pads), z)
+            return z.reshape(x.shape[0], -1, *zsize)
         z = self.xp.zeros(x.shape[:2] + stride + zsize, dtype=x.dtype)
         for r in itertools.product(*(range(s) for s in stride)):
             src, dst = _phase_slices(r, stride, pads, x.shape[2:], zsize)
             z[(slice(None), slice(None), *r, *dst)] = x[(slice(None), slice(None), *src)]
         return z.reshape(x.shape[0], -1, *zsize)
+
+
+def _has(kernels, name):
+    """Whether the backend ``kernels`` (None on the generic path) has the kernel ``name``."""
+    return kernels is not None and name in kernels.FUSED_KERNELS
 
 
 def _space_to_depth_weight(xp, w, stride):
@@ -668,7 +681,8 @@ def _subpixel_winograd_input_grad(xp, kernels, gy, w, stride, pads, size, cache=
         (r, *_phase_slices(r, stride, pads, size, zsize))
         for r in itertools.product(*(range(s) for s in stride))
     ]
-    gx = xp.zeros((n, c) + tuple(size), dtype=gy.dtype)
+    d2s = _has(kernels, "depth_to_space2d")  # then every element of gx is written
+    gx = (xp.empty if d2s else xp.zeros)((n, c) + tuple(size), dtype=gy.dtype)
     keep = cache is not None and p * gy.nbytes // 16 <= CACHE_BYTES
     kept = cache.setdefault("winograd", {}) if keep else {}
 
@@ -684,6 +698,9 @@ def _subpixel_winograd_input_grad(xp, kernels, gy, w, stride, pads, size, cache=
             gz[:nb] = 0
             kernels.winograd2d_scatter(gv, bt.T, len(at), (0, 0), tl, gz[:nb], True)
             gzr = gz[:nb].reshape((nb, c, *stride) + zsize)
+            if d2s:
+                kernels.depth_to_space2d(gzr, stride, tuple(lo for lo, _ in pads), gx[n0 : n0 + nb])
+                continue
             for r, src, dst in phases:
                 gx[(slice(n0, n0 + nb), slice(None), *src)] = gzr[
                     (slice(None), slice(None), *r, *dst)
@@ -712,7 +729,7 @@ def _conv_weight_grad(xp, x, gy, stride, pads, dilation, groups, kernel, kernels
     if c // groups == 1 and groups > 1:
         return _depthwise_weight_grad(xp, x, gy, stride, pads, dilation, groups, kernel)
     if _subpixel_winograd(kernels, kernel, c, o, stride, dilation, groups, out):
-        z = _SpaceToDepth(xp, x, stride, pads, out)
+        z = _SpaceToDepth(xp, x, stride, pads, out, kernels)
         gw = _winograd_weight_grad(xp, kernels, z, gy, _UNPADDED)
         return _depth_to_space_weight(xp, gw, stride, kernel)
     if _winograd(kernels, kernel, c, o, out, stride, dilation, groups):

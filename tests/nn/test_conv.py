@@ -787,6 +787,51 @@ def test_winograd_2d_kernels_are_the_transforms_they_say(dtype=np.float64):
         K.winograd2d_scatter(m, at, 4, (0, 0), tiles, y)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_space_to_depth_kernels_match_the_strided_copies(dtype):
+    # ferro._C.conv_kernels.space_to_depth2d/depth_to_space2d against _SpaceToDepth's and the
+    # sub-pixel input gradient's NumPy phase copies: strides 1-3, paddings up to past a stride,
+    # z larger and smaller than x needs, every element written (the outputs start as NaN).
+    from ferro._C import conv_kernels as K
+
+    rng = np.random.default_rng(23)
+    for _ in range(40):
+        stride = tuple(int(v) for v in rng.integers(1, 4, 2))
+        size = tuple(int(v) for v in rng.integers(1, 12, 2))
+        pads = tuple((int(rng.integers(0, 2 * s + 1)), 0) for s in stride)
+        zsize = tuple(
+            int(-(-(n + lo) // s) + rng.integers(-1, 3))
+            for n, (lo, _), s in zip(size, pads, stride, strict=True)
+        )
+        zsize = tuple(max(1, v) for v in zsize)
+        lo = tuple(p for p, _ in pads)
+        x = rng.normal(size=(2, 3, *size)).astype(dtype)
+        want = conv_ops._SpaceToDepth(np, x, stride, pads, tuple(v - 1 for v in zsize))[0:2]
+        z = np.full((2, 3, *stride, *zsize), np.nan, dtype)
+        assert K.space_to_depth2d(x, stride, lo, z) is z
+        np.testing.assert_array_equal(z.reshape(want.shape), want)
+        gz = rng.normal(size=z.shape).astype(dtype)
+        want = np.zeros_like(x)
+        for r in itertools.product(*(range(s) for s in stride)):
+            src, dst = conv_ops._phase_slices(r, stride, pads, size, zsize)
+            want[(slice(None), slice(None), *src)] = gz[(slice(None), slice(None), *r, *dst)]
+        gx = np.full_like(x, np.nan)
+        assert K.depth_to_space2d(gz, stride, lo, gx) is gx
+        np.testing.assert_array_equal(gx, want)
+    x, z = np.ones((1, 2, 4, 4), dtype), np.empty((1, 2, 2, 2, 3, 3), dtype)
+    with pytest.raises(ShapeError, match="space_to_depth2d"):
+        K.space_to_depth2d(x, (2, 3), (1, 1), z)
+    with pytest.raises(ArgumentError, match="space_to_depth2d"):
+        K.space_to_depth2d(x, (2, 2), (-1, 1), z)
+    with pytest.raises(ArgumentError, match="C-contiguous"):
+        K.space_to_depth2d(x[..., ::2], (2, 2), (1, 1), z)
+    with pytest.raises(ArgumentError, match="dtype"):
+        K.depth_to_space2d(z, (2, 2), (1, 1), x.astype(np.float16))
+    x.flags.writeable = False
+    with pytest.raises(ArgumentError, match="read-only"):
+        K.depth_to_space2d(z, (2, 2), (1, 1), x)
+
+
 def test_winograd_1d_matrices_compute_the_correlation():
     for k in conv_ops.WINOGRAD_1D_KERNELS:
         at, g, bt = conv_ops._winograd1d_matrices(k)

@@ -1004,41 +1004,41 @@ cdef tuple _phases_geometry(str who, cnp.ndarray x, cnp.ndarray z, tuple stride,
             z.shape[4], z.shape[5])
 
 
+cdef object _phases(str who, object x_, object z_, tuple stride, tuple lo, bint to_depth):
+    # The one driver of both loops: x (N, C, H, W) read and z written, or the other way round.
+    src, dst = (x_, z_) if to_depth else (z_, x_)
+    _check_io(who, ("x", "z") if to_depth else ("z", "x"), src, dst)
+    cdef Py_ssize_t g[9]
+    for k, v in enumerate(_phases_geometry(who, x_, z_, stride, lo)):
+        g[k] = v
+    cdef char* xd = <char*>cnp.PyArray_DATA(<cnp.ndarray>x_)
+    cdef char* zd = <char*>cnp.PyArray_DATA(<cnp.ndarray>z_)
+    cdef bint f32 = cnp.PyArray_TYPE(<cnp.ndarray>x_) == cnp.NPY_FLOAT32
+    with nogil:
+        if to_depth and f32:
+            _space_to_depth(<const float*>xd, <float*>zd, g[0], g[1], g[2], g[3], g[4], g[5],
+                            g[6], g[7], g[8])
+        elif to_depth:
+            _space_to_depth(<const double*>xd, <double*>zd, g[0], g[1], g[2], g[3], g[4], g[5],
+                            g[6], g[7], g[8])
+        elif f32:
+            _depth_to_space(<const float*>zd, <float*>xd, g[0], g[1], g[2], g[3], g[4], g[5],
+                            g[6], g[7], g[8])
+        else:
+            _depth_to_space(<const double*>zd, <double*>xd, g[0], g[1], g[2], g[3], g[4], g[5],
+                            g[6], g[7], g[8])
+    return dst
+
+
 def space_to_depth2d(x_, tuple stride, tuple lo, z_):
     """Write ``z[n, c, r0, r1, u, v] = x[n, c, s0*u + r0 - lo[0], s1*v + r1 - lo[1]]`` (0 outside
     ``x``) for ``x`` ``(N, C, H, W)`` and ``z`` ``(N, C, s0, s1, Z0, Z1)``, ``stride = (s0,
     s1)``: every element of ``z``. Returns ``z``."""
-    _check_io("space_to_depth2d", ("x", "z"), x_, z_)
-    cdef Py_ssize_t g[9]
-    for k, v in enumerate(_phases_geometry("space_to_depth2d", x_, z_, stride, lo)):
-        g[k] = v
-    cdef cnp.ndarray x = <cnp.ndarray>x_, z = <cnp.ndarray>z_
-    if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT32:
-        with nogil:
-            _space_to_depth(<const float*>cnp.PyArray_DATA(x), <float*>cnp.PyArray_DATA(z), g[0],
-                            g[1], g[2], g[3], g[4], g[5], g[6], g[7], g[8])
-    else:
-        with nogil:
-            _space_to_depth(<const double*>cnp.PyArray_DATA(x), <double*>cnp.PyArray_DATA(z),
-                            g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7], g[8])
-    return z
+    return _phases("space_to_depth2d", x_, z_, stride, lo, True)
 
 
 def depth_to_space2d(z_, tuple stride, tuple lo, x_):
     """The inverse of :func:`space_to_depth2d` on ``x``'s positions: ``x[n, c, i, j] = z[n, c,
     (i + lo[0]) % s0, (j + lo[1]) % s1, (i + lo[0]) // s0, (j + lo[1]) // s1]`` (0 where that
     is past ``z``): every element of ``x``. Returns ``x``."""
-    _check_io("depth_to_space2d", ("z", "x"), z_, x_)
-    cdef Py_ssize_t g[9]
-    for k, v in enumerate(_phases_geometry("depth_to_space2d", x_, z_, stride, lo)):
-        g[k] = v
-    cdef cnp.ndarray x = <cnp.ndarray>x_, z = <cnp.ndarray>z_
-    if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT32:
-        with nogil:
-            _depth_to_space(<const float*>cnp.PyArray_DATA(z), <float*>cnp.PyArray_DATA(x), g[0],
-                            g[1], g[2], g[3], g[4], g[5], g[6], g[7], g[8])
-    else:
-        with nogil:
-            _depth_to_space(<const double*>cnp.PyArray_DATA(z), <double*>cnp.PyArray_DATA(x),
-                            g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7], g[8])
-    return x
+    return _phases("depth_to_space2d", x_, z_, stride, lo, False)

@@ -1,5 +1,5 @@
-/* Max pooling's forward over one plane, float32 and float64 (included by pooling_kernels.pyx,
- * which checks every array first and splits the planes over threads).
+/* Max pooling's forward over a run of planes, float32 and float64 (included by
+ * pooling_kernels.pyx, which checks every array first and splits the planes over threads).
  *
  * Each window's first maximum (a NaN wins, the first NaN, as in PyTorch) and its flat offset in
  * the plane. The windows of an output row advance together: for each offset (i, j, q) of the
@@ -7,8 +7,8 @@
  * sees its elements in the order it would alone, while the selects of different windows are
  * independent and vectorize (per ISA level: FERRO_CLONES, simd.h). One window at a time was a
  * chain of dependent compares that gcc compiled to a mispredicted branch per element: a ResNet
- * stem's 3x3/s2/p1 pooling of (32, 64, 32, 32) took 18 ms of one core, this 7, and the digits
- * CNN's 2x2 pooling of (64, 16, 8, 8) 51 us either way.
+ * stem's 3x3/s2/p1 pooling of (32, 64, 32, 32) took 18 ms of one core, this 7. The common 2x2
+ * window with stride 2 has loops of its own (below).
  */
 #ifndef FERRO_POOLING_KERNELS_H
 #define FERRO_POOLING_KERNELS_H
@@ -25,7 +25,7 @@
  * selects are there because gcc branched on `take ? v : b`. A window with no element inside the
  * input (dilation can skip it): -inf, and the offset of its first position at or past 0 in
  * each dimension (PyTorch's index, the generic path's). */
-#define FERRO_MAX_POOL(T, U, I, S)                                                                 \
+#define FERRO_MAX_POOL(T, U, I, S)                                                              \
 FERRO_INLINE void ferro_max_pool_rows_##S(const T *restrict x, T *restrict y,                   \
                                           int64_t *restrict idx, const ptrdiff_t *g,            \
                                           const ptrdiff_t *r, ptrdiff_t sw) {                   \

@@ -15,9 +15,11 @@ pytestmark = pytest.mark.skipif(
     reason=f"no benchmarks/ at {ROOT}: the protocol is the repository's",
 )
 
+# The repository goes last on the probes' path: benchmarks/ is found there, and ferro where the
+# suite found it (CI installs ferro and runs from outside the source tree, which has no build).
 SCRIPT = """
 import json, os, sys, time
-sys.path.insert(0, {root!r})
+sys.path.append({root!r})
 from benchmarks import common
 
 torch = common.optional_torch()
@@ -74,7 +76,7 @@ def test_a_peer_pass_that_fails_names_its_error(tmp_path):
     pytest.importorskip("torch")
     script = tmp_path / "bench_broken.py"
     script.write_text(
-        f"import os, sys\nsys.path.insert(0, {str(ROOT)!r})\nfrom benchmarks import common\n"
+        f"import os, sys\nsys.path.append({str(ROOT)!r})\nfrom benchmarks import common\n"
         "common.optional_torch()\n"
         "if os.environ.get(common.PEER_PASS_ENV):\n    raise ValueError('peer broke here')\n"
         "common.measure({'ferro': lambda: None, 'torch': lambda: None}, 2)\n"

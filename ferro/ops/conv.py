@@ -334,15 +334,20 @@ WINOGRAD_MIN_CHANNELS = 16
 WINOGRAD_MIN_SIZE = 8
 
 
+def _has(kernels, name):
+    """Whether the backend ``kernels`` (None on the generic path) has the kernel ``name``."""
+    return kernels is not None and name in kernels.FUSED_KERNELS
+
+
 def _winograd(kernels, kernel, c, o, out, stride, dilation, groups):
     """Whether a convolution runs Winograd (F(2x2, 3x3), F(2x2x2, 3x3x3), 1-d F(4, k)): a
     backend with the transforms (the CPU), undilated, stride 1, no groups, large enough."""
     big = min(c, o) >= WINOGRAD_MIN_CHANNELS and min(out) >= WINOGRAD_MIN_SIZE
-    if kernels is None or set(stride + dilation) != {1} or groups != 1 or not big:
+    if set(stride + dilation) != {1} or groups != 1 or not big:
         return False
     need = "winograd1d_scatter" if len(kernel) == 1 else "winograd_output_grad"
     ok = kernel[0] in WINOGRAD_1D_KERNELS if len(kernel) == 1 else set(kernel) == {3}
-    return ok and need in kernels.FUSED_KERNELS
+    return ok and _has(kernels, need)
 
 
 #: 1-d Winograd F(4, k) (Toom-Cook on the points 0, ±1, ±2, ±1/2, ∞): k + 3 products per 4
@@ -591,9 +596,9 @@ def _subpixel_winograd(kernels, kernel, c, o, stride, dilation, groups, out):
         return False
     if math.prod(2 * s for s in stride) > SUBPIXEL_MAX_WASTE * math.prod(kernel):
         return False
-    if min(c * math.prod(stride), o) < WINOGRAD_MIN_CHANNELS or kernels is None:
+    if min(c * math.prod(stride), o) < WINOGRAD_MIN_CHANNELS:
         return False
-    return min(out) >= SUBPIXEL_WINOGRAD_MIN_SIZE and "winograd2d_gather" in kernels.FUSED_KERNELS
+    return min(out) >= SUBPIXEL_WINOGRAD_MIN_SIZE and _has(kernels, "winograd2d_gather")
 
 
 #: The space-to-depth Winograd is taken from this output height and width on (16 tiles a
@@ -602,6 +607,11 @@ def _subpixel_winograd(kernels, kernel, c, o, stride, dilation, groups, out):
 #: against 43.1 (64->128), and conv_transpose2d's benchmark 11.0 against 11.7 (single-thread
 #: CPU time, same process, interleaved).
 SUBPIXEL_WINOGRAD_MIN_SIZE = 16
+
+
+def _phases(stride):
+    """The sub-pixel phases ``r`` (one offset per dim, below its stride) in order."""
+    return itertools.product(*(range(s) for s in stride))
 
 
 def _phase_slices(r, stride, pads, size, zsize):
@@ -635,15 +645,10 @@ class _SpaceToDepth:
             self.kernels.space_to_depth2d(x, stride, tuple(lo for lo, _ in pads), z)
             return z.reshape(x.shape[0], -1, *zsize)
         z = self.xp.zeros(x.shape[:2] + stride + zsize, dtype=x.dtype)
-        for r in itertools.product(*(range(s) for s in stride)):
+        for r in _phases(stride):
             src, dst = _phase_slices(r, stride, pads, x.shape[2:], zsize)
             z[(slice(None), slice(None), *r, *dst)] = x[(slice(None), slice(None), *src)]
         return z.reshape(x.shape[0], -1, *zsize)
-
-
-def _has(kernels, name):
-    """Whether the backend ``kernels`` (None on the generic path) has the kernel ``name``."""
-    return kernels is not None and name in kernels.FUSED_KERNELS
 
 
 def _space_to_depth_weight(xp, w, stride):
@@ -677,12 +682,10 @@ def _subpixel_winograd_input_grad(xp, kernels, gy, w, stride, pads, size, cache=
     p, step, blocks, (_, _, outgrad) = _winograd_scheme(xp, kernels, gy, cz, 2, out)
     ut = xp.ascontiguousarray(_winograd_weights(xp, wz).transpose(0, 2, 1))  # (P, Cz, O)
     tl, zsize, c = tuple(-(-v // len(at)) for v in out), tuple(v + 1 for v in out), w.shape[1]
-    phases = [
-        (r, *_phase_slices(r, stride, pads, size, zsize))
-        for r in itertools.product(*(range(s) for s in stride))
-    ]
-    d2s = _has(kernels, "depth_to_space2d")  # then every element of gx is written
-    gx = (xp.empty if d2s else xp.zeros)((n, c) + tuple(size), dtype=gy.dtype)
+    lo, phases = tuple(v for v, _ in pads), None  # the kernel writes every element of gx
+    if not _has(kernels, "depth_to_space2d"):  # NumPy copies each phase into zeros
+        phases = [(r, *_phase_slices(r, stride, pads, size, zsize)) for r in _phases(stride)]
+    gx = (xp.zeros if phases else xp.empty)((n, c) + tuple(size), dtype=gy.dtype)
     keep = cache is not None and p * gy.nbytes // 16 <= CACHE_BYTES
     kept = cache.setdefault("winograd", {}) if keep else {}
 
@@ -698,10 +701,9 @@ def _subpixel_winograd_input_grad(xp, kernels, gy, w, stride, pads, size, cache=
             gz[:nb] = 0
             kernels.winograd2d_scatter(gv, bt.T, len(at), (0, 0), tl, gz[:nb], True)
             gzr = gz[:nb].reshape((nb, c, *stride) + zsize)
-            if d2s:
-                kernels.depth_to_space2d(gzr, stride, tuple(lo for lo, _ in pads), gx[n0 : n0 + nb])
-                continue
-            for r, src, dst in phases:
+            if phases is None:
+                kernels.depth_to_space2d(gzr, stride, lo, gx[n0 : n0 + nb])
+            for r, src, dst in phases or ():
                 gx[(slice(n0, n0 + nb), slice(None), *src)] = gzr[
                     (slice(None), slice(None), *r, *dst)
                 ]

@@ -678,4 +678,78 @@ static FERRO_CLONES void ferro_im2col_##S(T *img, T *col, ptrdiff_t nb, ptrdiff_
 FERRO_COLS(float, f32)
 FERRO_COLS(double, f64)
 
+/* Space-to-depth of a strided 2-d convolution's input and its inverse (conv_kernels.pyx:
+ * space_to_depth2d, depth_to_space2d), over `planes` planes (N C) of x (h, w) and z (s0, s1,
+ * z0, z1): z[r0, r1, u, v] = x[s0 u + r0 - lo0, s1 v + r1 - lo1] (0 outside x), and back.
+ * Stride 2 along the rows, the common case, is its own loop (a constant stride: gcc
+ * vectorizes its loads, and the inverse's stores, with lane permutes); other strides take a
+ * loop over the phases of each row. Compiled per ISA level. */
+#define FERRO_PHASES(T, S)                                                                      \
+static FERRO_CLONES void ferro_space_to_depth_##S(const T *x, T *z, ptrdiff_t planes,          \
+        ptrdiff_t h, ptrdiff_t w, ptrdiff_t s0, ptrdiff_t s1, ptrdiff_t lo0, ptrdiff_t lo1,   \
+        ptrdiff_t z0, ptrdiff_t z1) {                                                         \
+    ptrdiff_t p, r0, r1, u, v;                                                                \
+    for (p = 0; p < planes; p++)                                                              \
+        for (r0 = 0; r0 < s0; r0++)                                                           \
+            for (r1 = 0; r1 < s1; r1++) {                                                     \
+                /* the columns v in [a, b) of phase r1 are inside x */                        \
+                const ptrdiff_t c = r1 - lo1;                                                 \
+                ptrdiff_t a = c >= 0 ? 0 : (s1 - 1 - c) / s1;                                 \
+                ptrdiff_t b = w - c <= 0 ? 0 : (w - c + s1 - 1) / s1;                         \
+                a = a < z1 ? a : z1;                                                          \
+                b = b < z1 ? b : z1;                                                          \
+                b = b < a ? a : b;                                                            \
+                T *d = z + ((p * s0 + r0) * s1 + r1) * z0 * z1;                               \
+                for (u = 0; u < z0; u++, d += z1) {                                           \
+                    const ptrdiff_t i = s0 * u + r0 - lo0;                                    \
+                    const ptrdiff_t va = a, vb = i < 0 || i >= h ? a : b; /* padding rows */  \
+                    for (v = 0; v < va; v++) d[v] = 0;                                        \
+                    if (vb > va) {                                                            \
+                        const T *row = x + (p * h + i) * w + c;                               \
+                        if (s1 == 2)                                                          \
+                            for (v = va; v < vb; v++) d[v] = row[2 * v];                      \
+                        else                                                                  \
+                            for (v = va; v < vb; v++) d[v] = row[s1 * v];                     \
+                    }                                                                         \
+                    for (v = vb; v < z1; v++) d[v] = 0;                                       \
+                }                                                                             \
+            }                                                                                 \
+}                                                                                             \
+static FERRO_CLONES void ferro_depth_to_space_##S(const T *z, T *x, ptrdiff_t planes,          \
+        ptrdiff_t h, ptrdiff_t w, ptrdiff_t s0, ptrdiff_t s1, ptrdiff_t lo0, ptrdiff_t lo1,   \
+        ptrdiff_t z0, ptrdiff_t z1) {                                                         \
+    ptrdiff_t p, i, j, k, m;                                                                  \
+    const ptrdiff_t ph = z0 * z1; /* one phase's plane */                                     \
+    for (p = 0; p < planes; p++)                                                              \
+        for (i = 0; i < h; i++) {                                                             \
+            T *d = x + (p * h + i) * w;                                                       \
+            const ptrdiff_t u = (i + lo0) / s0, r0 = (i + lo0) % s0;                          \
+            if (u >= z0) {                                                                    \
+                for (j = 0; j < w; j++) d[j] = 0;                                             \
+                continue;                                                                     \
+            }                                                                                 \
+            const T *zr = z + ((p * s0 + r0) * s1 * z0 + u) * z1; /* phase r1: + r1 ph */     \
+            j = 0;                                                                            \
+            if (s1 == 2) { /* d[2k] = ze[k], d[2k + 1] = zo[k] while both are inside z */     \
+                const ptrdiff_t ve = lo1 / 2, vo = (lo1 + 1) / 2;                             \
+                const T *ze = zr + (lo1 % 2) * ph + ve, *zo = zr + ((lo1 + 1) % 2) * ph + vo; \
+                m = w / 2;                                                                    \
+                if (m > z1 - ve) m = z1 - ve;                                                 \
+                if (m > z1 - vo) m = z1 - vo;                                                 \
+                for (k = 0; k < m; k++) {                                                     \
+                    d[2 * k] = ze[k];                                                         \
+                    d[2 * k + 1] = zo[k];                                                     \
+                }                                                                             \
+                j = m > 0 ? 2 * m : 0;                                                        \
+            }                                                                                 \
+            for (; j < w; j++) { /* the rest, each element's phase and column */              \
+                const ptrdiff_t q = j + lo1, v = q / s1;                                      \
+                d[j] = v < z1 ? zr[(q % s1) * ph + v] : 0;                                    \
+            }                                                                                 \
+        }                                                                                     \
+}
+
+FERRO_PHASES(float, f32)
+FERRO_PHASES(double, f64)
+
 #endif

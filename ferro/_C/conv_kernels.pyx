@@ -930,62 +930,26 @@ def winograd2d_scatter(m_, mat_, Py_ssize_t m, tuple lo, tuple tiles, y_, bint a
 
 # ---------------------------------------------------------------------------------------------
 # Space-to-depth of a strided 2-d convolution's input (ferro.ops.conv._SpaceToDepth) and its
-# inverse, the phase gather of the sub-pixel input gradient, one pass each. NumPy's strided
-# copies of the phases (plus a zeroed buffer) took 0.29 and 0.27 ms of one core on
-# conv_transpose2d's benchmark batch, about 9% of its step with the zeroing.
+# inverse, the phase gather of the sub-pixel input gradient, one pass each (the loops are C,
+# conv_kernels.h, compiled per ISA level, stride 2 its own loop). NumPy's strided copies of the
+# phases (plus a zeroed buffer) took 0.29 and 0.27 ms of one core on conv_transpose2d's
+# benchmark batch, about 9% of its step with the zeroing; these loops written in Cython 0.26
+# and 0.35; in C 0.21 and 0.13 (a 2 MB copy: 0.045).
 # ---------------------------------------------------------------------------------------------
 
-@cython.cdivision(True)
-cdef void _space_to_depth(const floating_t* x, floating_t* z, Py_ssize_t planes, Py_ssize_t h,
-                          Py_ssize_t w, Py_ssize_t s0, Py_ssize_t s1, Py_ssize_t lo0,
-                          Py_ssize_t lo1, Py_ssize_t z0, Py_ssize_t z1) noexcept nogil:
-    # z[p, r0, r1, u, v] = x[p, s0 u + r0 - lo0, s1 v + r1 - lo1], 0 outside x: the columns v
-    # in [a, b) of phase r1 are inside.
-    cdef Py_ssize_t p, r0, r1, u, v, i, a, b, va, vb
-    cdef floating_t* d
-    cdef const floating_t* row
-    for p in range(planes):
-        for r0 in range(s0):
-            for r1 in range(s1):
-                a = min(z1, _first(lo1 - r1, s1))
-                b = max(a, min(z1, _first(w + lo1 - r1, s1)))
-                for u in range(z0):
-                    d = z + (((p * s0 + r0) * s1 + r1) * z0 + u) * z1
-                    i = s0 * u + r0 - lo0
-                    va, vb, row = a, b, x + (p * h + i) * w + r1 - lo1
-                    if i < 0 or i >= h:  # a row of the padding
-                        va, vb, row = 0, 0, x
-                    for v in range(va):
-                        d[v] = 0
-                    for v in range(va, vb):
-                        d[v] = row[s1 * v]
-                    for v in range(vb, z1):
-                        d[v] = 0
-
-
-@cython.cdivision(True)
-cdef void _depth_to_space(const floating_t* z, floating_t* x, Py_ssize_t planes, Py_ssize_t h,
-                          Py_ssize_t w, Py_ssize_t s0, Py_ssize_t s1, Py_ssize_t lo0,
-                          Py_ssize_t lo1, Py_ssize_t z0, Py_ssize_t z1) noexcept nogil:
-    # x[p, i, j] = z[p, (i + lo0) % s0, (j + lo1) % s1, (i + lo0) // s0, (j + lo1) // s1], 0
-    # where that is past z: every element of x written.
-    cdef Py_ssize_t p, i, j, u, r0, r1, v
-    cdef floating_t* d
-    cdef const floating_t* row
-    for p in range(planes):
-        for i in range(h):
-            d = x + (p * h + i) * w
-            u, r0 = (i + lo0) // s0, (i + lo0) % s0
-            for r1 in range(s1):
-                j = (r1 - lo1) % s1  # the first column of phase r1 (C's %: may be negative)
-                if j < 0:
-                    j = j + s1
-                v = (j + lo1) // s1
-                row = z + (((p * s0 + r0) * s1 + r1) * z0 + u) * z1
-                while j < w:
-                    d[j] = row[v] if u < z0 and v < z1 else 0
-                    j = j + s1
-                    v = v + 1
+cdef extern from "conv_kernels.h" nogil:
+    void ferro_space_to_depth_f32(const float*, float*, Py_ssize_t, Py_ssize_t, Py_ssize_t,
+                                  Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t,
+                                  Py_ssize_t)
+    void ferro_space_to_depth_f64(const double*, double*, Py_ssize_t, Py_ssize_t, Py_ssize_t,
+                                  Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t,
+                                  Py_ssize_t)
+    void ferro_depth_to_space_f32(const float*, float*, Py_ssize_t, Py_ssize_t, Py_ssize_t,
+                                  Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t,
+                                  Py_ssize_t)
+    void ferro_depth_to_space_f64(const double*, double*, Py_ssize_t, Py_ssize_t, Py_ssize_t,
+                                  Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t,
+                                  Py_ssize_t)
 
 
 cdef tuple _phases_geometry(str who, cnp.ndarray x, cnp.ndarray z, tuple stride, tuple lo):
@@ -1016,17 +980,17 @@ cdef object _phases(str who, object x_, object z_, tuple stride, tuple lo, bint 
     cdef bint f32 = cnp.PyArray_TYPE(<cnp.ndarray>x_) == cnp.NPY_FLOAT32
     with nogil:
         if to_depth and f32:
-            _space_to_depth(<const float*>xd, <float*>zd, g[0], g[1], g[2], g[3], g[4], g[5],
-                            g[6], g[7], g[8])
+            ferro_space_to_depth_f32(<const float*>xd, <float*>zd, g[0], g[1], g[2], g[3], g[4],
+                                     g[5], g[6], g[7], g[8])
         elif to_depth:
-            _space_to_depth(<const double*>xd, <double*>zd, g[0], g[1], g[2], g[3], g[4], g[5],
-                            g[6], g[7], g[8])
+            ferro_space_to_depth_f64(<const double*>xd, <double*>zd, g[0], g[1], g[2], g[3],
+                                     g[4], g[5], g[6], g[7], g[8])
         elif f32:
-            _depth_to_space(<const float*>zd, <float*>xd, g[0], g[1], g[2], g[3], g[4], g[5],
-                            g[6], g[7], g[8])
+            ferro_depth_to_space_f32(<const float*>zd, <float*>xd, g[0], g[1], g[2], g[3], g[4],
+                                     g[5], g[6], g[7], g[8])
         else:
-            _depth_to_space(<const double*>zd, <double*>xd, g[0], g[1], g[2], g[3], g[4], g[5],
-                            g[6], g[7], g[8])
+            ferro_depth_to_space_f64(<const double*>zd, <double*>xd, g[0], g[1], g[2], g[3],
+                                     g[4], g[5], g[6], g[7], g[8])
     return dst
 
 

@@ -433,18 +433,34 @@ def _winograd_weight_matrix(k, nd):
     return np.kron(g, g) if nd == 2 else g
 
 
-# The weight transforms multiply by _winograd_weight_matrix as a stack of one small GEMM per output
-# channel (m*n*k under 2^18, which OpenBLAS runs on one thread, while C_in * K * P stays under
-# it: up to 150 input channels in 3-d, 1800 in 2-d). As one GEMM (a tensordot) conv1d's
-# (8, 5) @ (5, 16384) ran on two BLAS threads, 10 ms against 0.07 on one at load 4, and left
-# OpenBLAS's worker spinning on the second core into the parts that followed (24 ms of its CPU
-# a conv1d step). Here 0.06-0.12 ms a call on one thread, the tensordots' 0.06-0.08.
-def _winograd_weights(xp, w):
-    """``G w Gᵀ`` of the weight ``(C_out, C_in, *kernel)`` as ``(P, C_out, C_in)``."""
+# The weight transform and its adjoint are each one GEMM whose result is already in the layout its
+# user wants: ``(P, K) @ (K, C_out C_in)`` over a transposed copy of the weight (the small array:
+# as a transposed view, OpenBLAS's (25, 4) @ (4, 8192) took 102 us on one thread against 10 + 26
+# for the copy and the plain GEMM), not a stack of one small GEMM per output channel and a
+# transposing copy of the (P, C_out, C_in) result (on conv_transpose2d's benchmark, weight (64,
+# 32, 4, 4), the stack and its copies were 1.2 ms of a 7.5 ms step on one core; the GEMMs and
+# copies now 0.2). They run with OpenBLAS held at one thread (_intraop.one_blas_thread): as one
+# split GEMM, conv1d's (8, 5) @ (5, 16384) ran on two BLAS threads, 10 ms against 0.07 on one at
+# load 4, and left OpenBLAS's worker spinning on the second core into the parts that followed.
+def _winograd_weights(xp, w, transposed=False):
+    """``G w Gᵀ`` of the weight ``(C_out, C_in, *kernel)`` as ``(P, C_out, C_in)``, or as
+    ``(P, C_in, C_out)`` with ``transposed``."""
     (o, c), k, nd = w.shape[:2], w.shape[2], w.ndim - 2
-    gm = xp.asarray(_winograd_weight_matrix(k, nd).T, dtype=w.dtype)
-    u = xp.matmul(xp.ascontiguousarray(w).reshape(o, c, -1), gm)
-    return xp.ascontiguousarray(u.transpose(2, 0, 1))
+    gm = xp.asarray(_winograd_weight_matrix(k, nd), dtype=w.dtype)
+    w = w.reshape(o, c, -1).transpose(2, 0, 1)  # (K, C_out, C_in): a copy, then a plain GEMM
+    w = xp.ascontiguousarray(w.transpose(0, 2, 1) if transposed else w).reshape(len(w), -1)
+    with _intraop.one_blas_thread():
+        u = xp.matmul(gm, w)
+    return u.reshape((len(gm),) + ((c, o) if transposed else (o, c)))
+
+
+def _winograd_weights_adjoint(xp, gu, k, nd):
+    """The adjoint of :func:`_winograd_weights`: ``gw`` ``(C_out, C_in, *kernel)`` of ``gu``
+    ``(P, C_out, C_in)``."""
+    (p, o, c), gm = gu.shape, xp.asarray(_winograd_weight_matrix(k, nd), dtype=gu.dtype)
+    with _intraop.one_blas_thread():
+        gw = xp.matmul(gu.reshape(p, o * c).T, gm)
+    return gw.reshape((o, c) + (k,) * nd)
 
 
 def _winograd_forward(xp, kernels, x, w, pads, out, y):
@@ -680,7 +696,7 @@ def _subpixel_winograd_input_grad(xp, kernels, gy, w, stride, pads, size, cache=
     cz = wz.shape[1]
     at, _, bt = _winograd1d_matrices(2)
     p, step, blocks, (_, _, outgrad) = _winograd_scheme(xp, kernels, gy, cz, 2, out)
-    ut = xp.ascontiguousarray(_winograd_weights(xp, wz).transpose(0, 2, 1))  # (P, Cz, O)
+    ut = _winograd_weights(xp, wz, transposed=True)  # (P, Cz, O)
     tl, zsize, c = tuple(-(-v // len(at)) for v in out), tuple(v + 1 for v in out), w.shape[1]
     lo, phases = tuple(v for v, _ in pads), None  # the kernel writes every element of gx
     if not _has(kernels, "depth_to_space2d"):  # NumPy copies each phase into zeros
@@ -782,14 +798,13 @@ def _winograd_weight_grad(xp, kernels, x, gy, pads, w=None, wf=None, cache=None)
                     kernels.winograd_input_grad(gv, pads, gx[n0 : n0 + step], block)
         return sums
 
-    ut = None if w is None else xp.ascontiguousarray(_winograd_weights(xp, w).transpose(0, 2, 1))
+    ut = None if w is None else _winograd_weights(xp, w, transposed=True)
     gx = None if w is None else xp.zeros(x.shape, x.dtype)
     uf = None if wf is None else _winograd_weights(xp, wf)
     y = None if wf is None else xp.empty((n, wf.shape[0]) + gy.shape[2:], x.dtype)
     gu = _in_parts(xp, n, step, part, LANES)
     gu = xp.zeros((p, o, c), x.dtype) if gu is None else gu  # the weight transform's adjoint:
-    gm = xp.asarray(_winograd_weight_matrix(k, nd), dtype=x.dtype)
-    gw = xp.matmul(xp.ascontiguousarray(gu.transpose(1, 2, 0)), gm).reshape((o, c) + (k,) * nd)
+    gw = _winograd_weights_adjoint(xp, gu, k, nd)
     return (y, gw) if wf is not None else gw if w is None else (gx, gw)
 
 

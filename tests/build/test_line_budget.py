@@ -167,9 +167,14 @@ pytestmark = pytest.mark.skipif(
 # 11,975 for the strided Winograd path's space-to-depth and its inverse as one-pass kernels
 # (conv_kernels.pyx, and their use in conv.py): conv_transpose2d's step 6% less CPU (8,073 and
 # 11,973 measured).
+# Raised for ferro/_C from 8,075 to 8,105 and ferro/ops from 11,975 to 11,985 (session 13, lead):
+# the phase copies moved from Cython to C per ISA level with a stride-2 loop gcc vectorizes
+# (0.26 + 0.35 -> 0.21 + 0.13 ms of one core; 8,103 measured), and the Winograd weight
+# transform and its adjoint as one GEMM each in their users' layouts (1.2 -> 0.2 ms of
+# conv_transpose2d's 7.5 ms step on the main thread; the adjoint its own helper, 11,983).
 BUDGETS = {
-    "ferro/_C": (8075, ("*.pyx", "*.pxd", "*.h", "*.py")),
-    "ferro/ops": (11975, ("*.py",)),
+    "ferro/_C": (8105, ("*.pyx", "*.pxd", "*.h", "*.py")),
+    "ferro/ops": (11985, ("*.py",)),
 }
 
 

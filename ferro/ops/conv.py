@@ -433,15 +433,31 @@ def _winograd_weight_matrix(k, nd):
     return np.kron(g, g) if nd == 2 else g
 
 
-# The weight transform and its adjoint are each one GEMM whose result is already in the layout its
-# user wants: ``(P, K) @ (K, C_out C_in)`` over a transposed copy of the weight (the small array:
-# as a transposed view, OpenBLAS's (25, 4) @ (4, 8192) took 102 us on one thread against 10 + 26
-# for the copy and the plain GEMM), not a stack of one small GEMM per output channel and a
-# transposing copy of the (P, C_out, C_in) result (on conv_transpose2d's benchmark, weight (64,
-# 32, 4, 4), the stack and its copies were 1.2 ms of a 7.5 ms step on one core; the GEMMs and
-# copies now 0.2). They run with OpenBLAS held at one thread (_intraop.one_blas_thread): as one
-# split GEMM, conv1d's (8, 5) @ (5, 16384) ran on two BLAS threads, 10 ms against 0.07 on one at
-# load 4, and left OpenBLAS's worker spinning on the second core into the parts that followed.
+# The weight transform and its adjoint are each one GEMM whose result is in the layout its user
+# reads: ``(P, K) @ (K, C_out C_in)`` over a transposed copy of the (small) weight (as a transposed
+# view, OpenBLAS's (25, 4) @ (4, 8192) took 102 us on one thread against 10 + 26 for the copy and
+# the plain GEMM), not a stack of one small GEMM per output channel and a transposing copy of
+# the (P, C_out, C_in) result (on conv_transpose2d's benchmark, weight (64, 32, 4, 4), the stack
+# and its copies were 1.2 ms of a 7.5 ms step on the main thread; the GEMMs and copies now 0.2).
+# Each GEMM runs in blocks below OpenBLAS's threading threshold (_one_thread_gemm), so on the
+# calling thread, also in a parallel backward walk (where nothing holds OpenBLAS at one thread):
+# as one split GEMM, conv1d's (8, 5) @ (5, 16384) ran on two BLAS threads, 10 ms against 0.07 on
+# one at load 4, and left OpenBLAS's worker spinning on the second core into the parts after.
+_BLAS_SPLIT = 1 << 18  # OpenBLAS splits a GEMM from m n k = SMP_THRESHOLD_MIN * 4
+
+
+def _one_thread_gemm(xp, a, b):
+    """``a @ b`` of matrices in blocks of ``a``'s rows or ``b``'s columns below _BLAS_SPLIT."""
+    (m, k), n = a.shape, b.shape[1]
+    y = xp.empty((m, n), dtype=a.dtype)
+    step = max(1, (_BLAS_SPLIT - 1) // (k * min(m, n)))
+    for i in range(0, max(m, n), step):
+        part = slice(i, i + step)
+        rows, cols = (part, slice(None)) if m > n else (slice(None), part)
+        xp.matmul(a[rows], b[:, cols], out=y[rows, cols])
+    return y
+
+
 def _winograd_weights(xp, w, transposed=False):
     """``G w Gᵀ`` of the weight ``(C_out, C_in, *kernel)`` as ``(P, C_out, C_in)``, or as
     ``(P, C_in, C_out)`` with ``transposed``."""
@@ -449,18 +465,14 @@ def _winograd_weights(xp, w, transposed=False):
     gm = xp.asarray(_winograd_weight_matrix(k, nd), dtype=w.dtype)
     w = w.reshape(o, c, -1).transpose(2, 0, 1)  # (K, C_out, C_in): a copy, then a plain GEMM
     w = xp.ascontiguousarray(w.transpose(0, 2, 1) if transposed else w).reshape(len(w), -1)
-    with _intraop.one_blas_thread():
-        u = xp.matmul(gm, w)
-    return u.reshape((len(gm),) + ((c, o) if transposed else (o, c)))
+    return _one_thread_gemm(xp, gm, w).reshape((len(gm),) + ((c, o) if transposed else (o, c)))
 
 
 def _winograd_weights_adjoint(xp, gu, k, nd):
     """The adjoint of :func:`_winograd_weights`: ``gw`` ``(C_out, C_in, *kernel)`` of ``gu``
     ``(P, C_out, C_in)``."""
     (p, o, c), gm = gu.shape, xp.asarray(_winograd_weight_matrix(k, nd), dtype=gu.dtype)
-    with _intraop.one_blas_thread():
-        gw = xp.matmul(gu.reshape(p, o * c).T, gm)
-    return gw.reshape((o, c) + (k,) * nd)
+    return _one_thread_gemm(xp, gu.reshape(p, o * c).T, gm).reshape((o, c) + (k,) * nd)
 
 
 def _winograd_forward(xp, kernels, x, w, pads, out, y):

@@ -787,6 +787,33 @@ def test_winograd_2d_kernels_are_the_transforms_they_say(dtype=np.float64):
         K.winograd2d_scatter(m, at, 4, (0, 0), tiles, y)
 
 
+def test_weight_transform_gemms_stay_below_openblas_threading():
+    # conv._one_thread_gemm: a @ b in blocks whose m n k stays below OpenBLAS's split, so the
+    # Winograd weight transforms run on the calling thread wherever they are called.
+    calls = []
+
+    def matmul(a, b, out):
+        calls.append(a.shape[0] * a.shape[1] * b.shape[1])
+        return np.matmul(a, b, out=out)
+
+    xp = types.SimpleNamespace(empty=np.empty, matmul=matmul)
+    rng = np.random.default_rng(5)
+    for m, k, n in [(25, 4, 8192), (8192, 25, 4), (64, 27, 512), (3, 2, 5), (1, 1, 1)]:
+        a, b = rng.normal(size=(m, k)), rng.normal(size=(k, n))
+        calls.clear()
+        np.testing.assert_allclose(conv_ops._one_thread_gemm(xp, a, b), a @ b, atol=1e-12)
+        assert calls and max(calls) < conv_ops._BLAS_SPLIT
+        assert len(calls) == -(-m * n * k // max(calls))  # no more blocks than needed
+    w = rng.normal(size=(6, 5, 3, 3))  # both layouts of the transform, and its adjoint
+    u = conv_ops._winograd_weights(np, w)
+    np.testing.assert_allclose(conv_ops._winograd_weights(np, w, True), u.transpose(0, 2, 1))
+    gm = conv_ops._winograd_weight_matrix(3, 2)
+    np.testing.assert_allclose(u, np.einsum("pk,ock->poc", gm, w.reshape(6, 5, 9)), atol=1e-12)
+    gu = rng.normal(size=u.shape)
+    want = np.einsum("poc,pk->ock", gu, gm).reshape(w.shape)
+    np.testing.assert_allclose(conv_ops._winograd_weights_adjoint(np, gu, 3, 2), want, atol=1e-12)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_space_to_depth_kernels_match_the_strided_copies(dtype):
     # ferro._C.conv_kernels.space_to_depth2d/depth_to_space2d against _SpaceToDepth's and the

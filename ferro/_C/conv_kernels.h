@@ -435,13 +435,17 @@ FERRO_INLINE void ferro_wino2_axpys_##S(T *restrict o, const T *src, const ptrdi
         for (k = 0; k < n; k++) o[k] += ae * re[k];                                             \
     }                                                                                           \
 }                                                                                               \
-/* 2-d F(m x m, r x r): the same matrix along both dims, one channel of nb samples at a time,  \
- * so that every loop but the windows' copy runs over all nb x th x tw tiles (nt of them; a     \
- * plane alone has few: 16 on a 16x16 output).                                                 \
- *                                                                                             \
- * Gather: out[(i p + j) ps + z] = sum_{a,b} mat[i q + a] mat[j q + b] x_s[m y - lo0 + a,      \
+/* 2-d F(m x m, r x r): the same matrix along both dims, one channel of nb samples at a time,   \
+ * so that the loops run over the tiles of all nb planes (nt = nb th tw of them; a plane alone  \
+ * has few: 16 on a 16x16 output), 64 tiles at a time: a block's windows and row and column     \
+ * terms stay in L1 (as passes over all nt tiles they went through L2: the benchmark's          \
+ * conv_transpose2d gathers took 276 and 134 us, now 198 and 77, its scatters 363 and 123 ->    \
+ * 256 and 97; the same bits, each element's terms added in the same order).                    \
+ *                                                                                              \
+ * Gather: out[(i p + j) ps + z] = sum_{a,b} mat[i q + a] mat[j q + b] x_s[m y - lo0 + a,       \
  * m t - lo1 + b] for tile z = (s th + y) tw + t (zero outside each plane h x wd; sample s's    \
- * plane at src + s ss). d: the windows, q q nt values; e: the column terms, q p nt. */         \
+ * plane at src + s ss). d: a block's windows, q q bs values (bs = min(nt, 64)); e: its column  \
+ * terms, q p bs. */                                                                            \
 static FERRO_CLONES void ferro_wino2_gather_##S(const T *src, ptrdiff_t ss, ptrdiff_t nb,       \
                                                 ptrdiff_t h, ptrdiff_t wd, const double *mat,   \
                                                 ptrdiff_t p, ptrdiff_t q, ptrdiff_t m,          \
@@ -449,14 +453,14 @@ static FERRO_CLONES void ferro_wino2_gather_##S(const T *src, ptrdiff_t ss, ptrd
                                                 ptrdiff_t tw, T *out, ptrdiff_t ps, T *d,       \
                                                 T *e) {                                         \
     ptrdiff_t nt = nb * th * tw, z0, k, a, b, i, j, nz, at[FERRO_WINO1_MAX], off[64];         \
-    ptrdiff_t ry[64], ct[64];                                                                   \
+    ptrdiff_t ry[64], ct[64], bs = nt < 64 ? nt : 64; /* a block's stride in d, e, f */       \
     T c[FERRO_WINO1_MAX];                                                                       \
-    for (z0 = 0; z0 < nt; z0 += 64) { /* the windows, 64 tiles at a time by their offsets */    \
+    for (z0 = 0; z0 < nt; z0 += 64) { /* 64 tiles at a time: windows, rows, columns */      \
         ptrdiff_t kn = nt - z0 < 64 ? nt - z0 : 64, r0, r1, c0, c1;                             \
         ferro_wino2_tiles(z0, kn, m, lo0, lo1, th, tw, ss, wd, ry, ct, off, &r0, &r1, &c0, &c1); \
         for (a = 0; a < q; a++)                                                                 \
             for (b = 0; b < q; b++) {                                                           \
-                T *dr = d + (a * q + b) * nt + z0;                                              \
+                T *dr = d + (a * q + b) * bs;                                                   \
                 const T *sa = src + a * wd + b;                                                 \
                 if (r0 + a >= 0 && r1 + a < h && c0 + b >= 0 && c1 + b < wd) {                  \
                     _Pragma("omp simd")                                                         \
@@ -467,25 +471,25 @@ static FERRO_CLONES void ferro_wino2_gather_##S(const T *src, ptrdiff_t ss, ptrd
                                 && ct[k] + b < wd ? sa[off[k]] : 0;                             \
                 }                                                                               \
             }                                                                                   \
-    }                                                                                           \
-    for (j = 0; j < p; j++) {                                                                   \
-        for (b = nz = 0; b < q; b++)                                                            \
-            if (mat[j * q + b] != 0) at[nz] = b * nt, c[nz++] = (T)mat[j * q + b];              \
-        for (a = 0; a < q; a++)                                                                 \
-            ferro_wino2_axpys_##S(e + (a * p + j) * nt, d + a * q * nt, at, c, nz, nt);         \
-    }                                                                                           \
-    for (i = 0; i < p; i++) {                                                                   \
-        for (a = nz = 0; a < q; a++)                                                            \
-            if (mat[i * q + a] != 0) at[nz] = a * p * nt, c[nz++] = (T)mat[i * q + a];          \
-        for (j = 0; j < p; j++)                                                                 \
-            ferro_wino2_axpys_##S(out + (i * p + j) * ps, e + j * nt, at, c, nz, nt);           \
+        for (j = 0; j < p; j++) {                                                               \
+            for (b = nz = 0; b < q; b++)                                                        \
+                if (mat[j * q + b] != 0) at[nz] = b * bs, c[nz++] = (T)mat[j * q + b];          \
+            for (a = 0; a < q; a++)                                                             \
+                ferro_wino2_axpys_##S(e + (a * p + j) * bs, d + a * q * bs, at, c, nz, kn);     \
+        }                                                                                       \
+        for (i = 0; i < p; i++) {                                                               \
+            for (a = nz = 0; a < q; a++)                                                        \
+                if (mat[i * q + a] != 0) at[nz] = a * p * bs, c[nz++] = (T)mat[i * q + a];      \
+            for (j = 0; j < p; j++)                                                             \
+                ferro_wino2_axpys_##S(out + (i * p + j) * ps + z0, e + j * bs, at, c, nz, kn);  \
+        }                                                                                       \
     }                                                                                           \
 }                                                                                               \
 /* Scatter: each sample's plane y_s (h x wd, at y + s ys) = mat (r x p) along both dims times   \
  * each tile's p x p values src[(a p + b) ps + z]: tile z = (s th + u) tw + t's r x r values at \
  * (m u - lo0 + i, m t - lo1 + j), cropped to the plane, written (add = 0: an output transform, \
- * r = m) or added (add = 1: the input transform's adjoint, r = q, windows overlapping). e: r p \
- * nt values, f: r r nt. */                                                                    \
+ * r = m) or added (add = 1: the input transform's adjoint, r = q, windows overlapping), 64     \
+ * tiles at a time as the gather. e: r p bs values, f: r r bs. */                               \
 static FERRO_CLONES void ferro_wino2_scatter_##S(const T *src, ptrdiff_t ps, const double *mat, \
                                                  ptrdiff_t r, ptrdiff_t p, ptrdiff_t m,         \
                                                  ptrdiff_t lo0, ptrdiff_t lo1, ptrdiff_t nb,    \
@@ -493,26 +497,26 @@ static FERRO_CLONES void ferro_wino2_scatter_##S(const T *src, ptrdiff_t ps, con
                                                  ptrdiff_t h, ptrdiff_t wd, int add, T *e,      \
                                                  T *f) {                                        \
     ptrdiff_t nt = nb * th * tw, z0, k, a, b, i, j, nz, at[FERRO_WINO1_MAX], off[64];         \
-    ptrdiff_t ry[64], ct[64];                                                                   \
+    ptrdiff_t ry[64], ct[64], bs = nt < 64 ? nt : 64; /* a block's stride in d, e, f */       \
     T c[FERRO_WINO1_MAX];                                                                       \
-    for (i = 0; i < r; i++) {                                                                   \
-        for (a = nz = 0; a < p; a++)                                                            \
-            if (mat[i * p + a] != 0) at[nz] = a * p * ps, c[nz++] = (T)mat[i * p + a];          \
-        for (b = 0; b < p; b++)                                                                 \
-            ferro_wino2_axpys_##S(e + (i * p + b) * nt, src + b * ps, at, c, nz, nt);           \
-    }                                                                                           \
-    for (j = 0; j < r; j++) {                                                                   \
-        for (b = nz = 0; b < p; b++)                                                            \
-            if (mat[j * p + b] != 0) at[nz] = b * nt, c[nz++] = (T)mat[j * p + b];              \
-        for (i = 0; i < r; i++)                                                                 \
-            ferro_wino2_axpys_##S(f + (i * r + j) * nt, e + i * p * nt, at, c, nz, nt);         \
-    }                                                                                           \
-    for (z0 = 0; z0 < nt; z0 += 64) { /* placed 64 tiles at a time by their offsets */         \
+    for (z0 = 0; z0 < nt; z0 += 64) { /* 64 tiles at a time: rows, columns, placed */         \
         ptrdiff_t kn = nt - z0 < 64 ? nt - z0 : 64, r0, r1, c0, c1;                             \
+        for (i = 0; i < r; i++) {                                                               \
+            for (a = nz = 0; a < p; a++)                                                        \
+                if (mat[i * p + a] != 0) at[nz] = a * p * ps, c[nz++] = (T)mat[i * p + a];      \
+            for (b = 0; b < p; b++)                                                             \
+                ferro_wino2_axpys_##S(e + (i * p + b) * bs, src + b * ps + z0, at, c, nz, kn);  \
+        }                                                                                       \
+        for (j = 0; j < r; j++) {                                                               \
+            for (b = nz = 0; b < p; b++)                                                        \
+                if (mat[j * p + b] != 0) at[nz] = b * bs, c[nz++] = (T)mat[j * p + b];          \
+            for (i = 0; i < r; i++)                                                             \
+                ferro_wino2_axpys_##S(f + (i * r + j) * bs, e + i * p * bs, at, c, nz, kn);     \
+        }                                                                                       \
         ferro_wino2_tiles(z0, kn, m, lo0, lo1, th, tw, ys, wd, ry, ct, off, &r0, &r1, &c0, &c1); \
         for (i = 0; i < r; i++)                                                                 \
             for (j = 0; j < r; j++) {                                                           \
-                const T *fr = f + (i * r + j) * nt + z0;                                        \
+                const T *fr = f + (i * r + j) * bs;                                             \
                 T *yi = y + i * wd + j;                                                         \
                 if (r0 + i >= 0 && r1 + i < h && c0 + j >= 0 && c1 + j < wd) {                  \
                     if (add)                                                                    \

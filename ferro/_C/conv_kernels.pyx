@@ -819,23 +819,28 @@ def winograd1d_scatter(m_, mat_, y_):
 
 # --- 2-d Winograd F(m x m, r x r): one matrix along both dims (conv_kernels.h) -----------------
 
+cdef inline Py_ssize_t _blk(Py_ssize_t t) noexcept nogil:
+    # the tiles of one block of the 2-d transforms (conv_kernels.h): at most 64
+    return t if t < 64 else 64
+
+
 @cython.cdivision(True)
 cdef void _wino2_gather(const floating_t* x, const double* mat, floating_t* v, floating_t* rows,
                         Py_ssize_t nb, Py_ssize_t c, Py_ssize_t h, Py_ssize_t wd, Py_ssize_t p,
                         Py_ssize_t q, Py_ssize_t m, Py_ssize_t lo0, Py_ssize_t lo1, Py_ssize_t th,
                         Py_ssize_t tw, int nt) noexcept nogil:
     # v (p*p, c, nb*th*tw) from the planes of x (nb, c, h, wd), one channel of the nb samples
-    # at a time; ``rows``: the windows then the column terms, q*(q + p)*nb*th*tw a thread.
-    cdef Py_ssize_t ci, t = nb * th * tw, per = q * (q + p) * nb * th * tw
+    # at a time; ``rows``: a block of tiles' windows then column terms, q*(q + p)*_blk(t) a thread.
+    cdef Py_ssize_t ci, t = nb * th * tw, b = _blk(t), per = q * (q + p) * b
     for ci in prange(c, schedule="static", num_threads=nt):
         if floating_t is float:
             ferro_wino2_gather_f32(x + ci * h * wd, c * h * wd, nb, h, wd, mat, p, q, m, lo0,
                                    lo1, th, tw, v + ci * t, c * t, rows + threadid() * per,
-                                   rows + threadid() * per + q * q * t)
+                                   rows + threadid() * per + q * q * b)
         else:
             ferro_wino2_gather_f64(x + ci * h * wd, c * h * wd, nb, h, wd, mat, p, q, m, lo0,
                                    lo1, th, tw, v + ci * t, c * t, rows + threadid() * per,
-                                   rows + threadid() * per + q * q * t)
+                                   rows + threadid() * per + q * q * b)
 
 
 @cython.cdivision(True)
@@ -843,16 +848,16 @@ cdef void _wino2_scatter(const floating_t* mm, const double* mat, floating_t* y,
                          Py_ssize_t nb, Py_ssize_t o, Py_ssize_t h, Py_ssize_t wd, Py_ssize_t p,
                          Py_ssize_t r, Py_ssize_t m, Py_ssize_t lo0, Py_ssize_t lo1, Py_ssize_t th,
                          Py_ssize_t tw, int add, int nt) noexcept nogil:
-    cdef Py_ssize_t ci, t = nb * th * tw, per = r * (p + r) * nb * th * tw
+    cdef Py_ssize_t ci, t = nb * th * tw, b = _blk(t), per = r * (p + r) * b
     for ci in prange(o, schedule="static", num_threads=nt):
         if floating_t is float:
             ferro_wino2_scatter_f32(mm + ci * t, o * t, mat, r, p, m, lo0, lo1, nb, th, tw,
                                     y + ci * h * wd, o * h * wd, h, wd, add,
-                                    rows + threadid() * per, rows + threadid() * per + r * p * t)
+                                    rows + threadid() * per, rows + threadid() * per + r * p * b)
         else:
             ferro_wino2_scatter_f64(mm + ci * t, o * t, mat, r, p, m, lo0, lo1, nb, th, tw,
                                     y + ci * h * wd, o * h * wd, h, wd, add,
-                                    rows + threadid() * per, rows + threadid() * per + r * p * t)
+                                    rows + threadid() * per, rows + threadid() * per + r * p * b)
 
 
 def winograd2d_gather(x_, mat_, Py_ssize_t m, tuple lo, tuple tiles, v_):
@@ -876,7 +881,7 @@ def winograd2d_gather(x_, mat_, Py_ssize_t m, tuple lo, tuple tiles, v_):
     cdef Py_ssize_t p = mat.shape[0], q = mat.shape[1], th = tiles[0], tw = tiles[1]
     cdef Py_ssize_t lo0 = lo[0], lo1 = lo[1]
     cdef int nt = _team(p * p * c * nb * th * tw)
-    cdef cnp.ndarray rows = np.empty(nt * q * (q + p) * nb * th * tw, dtype=x_.dtype)
+    cdef cnp.ndarray rows = np.empty(nt * q * (q + p) * _blk(nb * th * tw), dtype=x_.dtype)
     cdef const double* a = <const double*>cnp.PyArray_DATA(mat)
     if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT32:
         with nogil:
@@ -913,7 +918,7 @@ def winograd2d_scatter(m_, mat_, Py_ssize_t m, tuple lo, tuple tiles, y_, bint a
     cdef Py_ssize_t p = mat.shape[1], r = mat.shape[0], th = tiles[0], tw = tiles[1]
     cdef Py_ssize_t lo0 = lo[0], lo1 = lo[1]
     cdef int nt = _team(p * p * o * nb * th * tw), a = add
-    cdef cnp.ndarray rows = np.empty(nt * r * (p + r) * nb * th * tw, dtype=y_.dtype)
+    cdef cnp.ndarray rows = np.empty(nt * r * (p + r) * _blk(nb * th * tw), dtype=y_.dtype)
     cdef const double* ma = <const double*>cnp.PyArray_DATA(mat)
     if cnp.PyArray_TYPE(y) == cnp.NPY_FLOAT32:
         with nogil:

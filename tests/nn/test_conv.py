@@ -754,28 +754,36 @@ def test_strided_winograd_convolutions_match_the_im2col_gemm(dtype, monkeypatch)
     assert taken == 30
 
 
-def test_winograd_2d_kernels_are_the_transforms_they_say(dtype=np.float64):
+@pytest.mark.parametrize(
+    "shape, lo, tiles",
+    [((2, 3, 9, 11), (1, 2), (3, 3)), ((3, 2, 19, 27), (1, 2), (5, 7))],  # 18 tiles; 64 + 41
+)
+def test_winograd_2d_kernels_are_the_transforms_they_say(shape, lo, tiles):
     from ferro._C import conv_kernels as K
 
     at, _, bt = conv_ops._winograd1d_matrices(2)
     rng = np.random.default_rng(22)
-    x = rng.normal(size=(2, 3, 9, 11))
-    lo, tiles = (1, 2), (3, 3)
-    v = K.winograd2d_gather(x, bt, 4, lo, tiles, np.empty((25, 3, 2 * 9)))
-    xp = np.zeros((2, 3, 4 * 3 + 1, 4 * 3 + 1))
-    xp[:, :, 1:10, 2:13] = x[:, :, :, :11]
-    want = np.empty((5, 5, 3, 2, 3, 3))
-    for i, j in itertools.product(range(3), range(3)):
+    x = rng.normal(size=shape)
+    (n, c, h, w), (th, tw) = shape, tiles
+    v = K.winograd2d_gather(x, bt, 4, lo, tiles, np.empty((25, c, n * th * tw)))
+    xp = np.zeros((n, c, 4 * th + 1, 4 * tw + 1))
+    rows, cols = min(h, 4 * th + 1 - lo[0]), min(w, 4 * tw + 1 - lo[1])
+    xp[:, :, lo[0] : lo[0] + rows, lo[1] : lo[1] + cols] = x[:, :, :rows, :cols]
+    want = np.empty((5, 5, c, n, th, tw))
+    for i, j in itertools.product(range(th), range(tw)):
         d = xp[:, :, 4 * i : 4 * i + 5, 4 * j : 4 * j + 5]
         want[..., i, j] = np.einsum("pa,qb,ncab->pqcn", bt, bt, d)
-    np.testing.assert_allclose(v, want.reshape(25, 3, -1), rtol=1e-12, atol=1e-12)
-    m = rng.normal(size=(25, 3, 2 * 9))
-    y = K.winograd2d_scatter(m, at, 4, (0, 0), tiles, np.empty((2, 3, 10, 11)))
-    full = np.einsum("ia,jb,abcnyt->ncyitj", at, at, m.reshape(5, 5, 3, 2, 3, 3))
-    np.testing.assert_allclose(y, full.reshape(2, 3, 12, 12)[:, :, :10, :11], rtol=1e-12)
+    np.testing.assert_allclose(v, want.reshape(25, c, -1), rtol=1e-12, atol=1e-12)
+    m = rng.normal(size=(25, c, n * th * tw))
+    oh, ow = 4 * th - 2, 4 * tw - 1  # cropped
+    y = K.winograd2d_scatter(m, at, 4, (0, 0), tiles, np.empty((n, c, oh, ow)))
+    full = np.einsum("ia,jb,abcnyt->ncyitj", at, at, m.reshape(5, 5, c, n, th, tw))
+    np.testing.assert_allclose(y, full.reshape(n, c, 4 * th, 4 * tw)[:, :, :oh, :ow], rtol=1e-12)
     # the adjoint of the gather: <gather(x), m> == <x, scatter(m, add)>
     gx = K.winograd2d_scatter(m, bt.T, 4, lo, tiles, np.zeros(x.shape), add=True)
     np.testing.assert_allclose((v * m).sum(), (x * gx).sum(), rtol=1e-12)
+    if shape != (2, 3, 9, 11):
+        return
     with pytest.raises(ShapeError, match="winograd2d_gather"):
         K.winograd2d_gather(x, bt, 4, lo, (3, 2), np.empty((25, 3, 18)))
     with pytest.raises(ShapeError, match="winograd2d_scatter"):

@@ -756,4 +756,24 @@ static FERRO_CLONES void ferro_depth_to_space_##S(const T *z, T *x, ptrdiff_t pl
 FERRO_PHASES(float, f32)
 FERRO_PHASES(double, f64)
 
+/* out (b, n, m) = src (b, m, n) with its last two axes swapped: 32 x 32 blocks, each read
+ * along src's rows and written along out's, so that both stay in L1 (NumPy's copy of a
+ * transposed view walks one of them a column at a time: a (4608, 512) float32 weight
+ * gradient took 10.2 ms, against 0.34 for a plain copy). Blocks of rows of src split over
+ * the threads of the caller's region. */
+#define FERRO_SWAP(T, S)                                                                        \
+static FERRO_CLONES void ferro_swap_last2_##S(const T *src, T *out, ptrdiff_t m, ptrdiff_t n,  \
+                                              ptrdiff_t i0, ptrdiff_t i1) {                    \
+    ptrdiff_t ib, jb, i, j;                                                                     \
+    for (ib = i0; ib < i1; ib += 32)                                                            \
+        for (jb = 0; jb < n; jb += 32) {                                                        \
+            const ptrdiff_t ie = ib + 32 < i1 ? ib + 32 : i1, je = jb + 32 < n ? jb + 32 : n;  \
+            for (j = jb; j < je; j++)                                                           \
+                for (i = ib; i < ie; i++) out[j * m + i] = src[i * n + j];                      \
+        }                                                                                       \
+}
+
+FERRO_SWAP(float, f32)
+FERRO_SWAP(double, f64)
+
 #endif

@@ -52,6 +52,7 @@ FUSED_KERNELS = frozenset(
         "winograd2d_scatter",
         "space_to_depth2d",
         "depth_to_space2d",
+        "swap_last2",
     }
 )
 
@@ -1011,3 +1012,48 @@ def depth_to_space2d(z_, tuple stride, tuple lo, x_):
     (i + lo[0]) % s0, (j + lo[1]) % s1, (i + lo[0]) // s0, (j + lo[1]) // s1]`` (0 where that
     is past ``z``): every element of ``x``. Returns ``x``."""
     return _phases("depth_to_space2d", x_, z_, stride, lo, False)
+
+
+# ---------------------------------------------------------------------------------------------
+# The last two axes of an array swapped into a fresh C-contiguous one (conv.py's weight
+# gradients, summed transposed; conv_kernels.h: blocks of 32 x 32).
+# ---------------------------------------------------------------------------------------------
+
+cdef extern from "conv_kernels.h" nogil:
+    void ferro_swap_last2_f32(const float*, float*, Py_ssize_t, Py_ssize_t, Py_ssize_t,
+                              Py_ssize_t)
+    void ferro_swap_last2_f64(const double*, double*, Py_ssize_t, Py_ssize_t, Py_ssize_t,
+                              Py_ssize_t)
+
+
+cdef inline void _swap_block(char *src, char *dst, Py_ssize_t m, Py_ssize_t n, Py_ssize_t k,
+                             Py_ssize_t per, Py_ssize_t item, bint f32) noexcept nogil:
+    # Rows 32 j .. 32 j + 31 (cut at m) of matrix k // per, j = k % per (per blocks a matrix).
+    cdef Py_ssize_t mat = k // per, i0 = 32 * (k % per)
+    cdef Py_ssize_t i1 = i0 + 32 if i0 + 32 < m else m
+    cdef char *s = src + mat * m * n * item
+    cdef char *d = dst + mat * m * n * item
+    if f32:
+        ferro_swap_last2_f32(<const float*>s, <float*>d, m, n, i0, i1)
+    else:
+        ferro_swap_last2_f64(<const double*>s, <double*>d, m, n, i0, i1)
+
+
+def swap_last2(x_):
+    """``x`` ``(..., M, N)`` with its last two axes swapped, as a fresh C-contiguous ``(..., N,
+    M)`` array: ``np.ascontiguousarray(np.swapaxes(x, -1, -2))``, the same values."""
+    _check("swap_last2", ("x",), (x_,))
+    cdef cnp.ndarray x = <cnp.ndarray>x_
+    if x.ndim < 2:
+        raise ShapeError(f"swap_last2: expected x (..., M, N), got {_shape(x)}")
+    cdef Py_ssize_t m = x.shape[x.ndim - 2], n = x.shape[x.ndim - 1], k
+    cdef Py_ssize_t per = (m + 31) // 32, blocks = x.size // (m * n) * per if m * n else 0
+    cdef cnp.ndarray out = np.empty(_shape(x)[: x.ndim - 2] + (n, m), dtype=x.dtype)
+    cdef int nt = _team(x.size)
+    cdef char *src = <char*>cnp.PyArray_DATA(x)
+    cdef char *dst = <char*>cnp.PyArray_DATA(out)
+    cdef Py_ssize_t item = x.itemsize
+    cdef bint f32 = cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT32
+    for k in prange(blocks, nogil=True, num_threads=nt, schedule="static"):
+        _swap_block(src, dst, m, n, k, per, item, f32)
+    return out

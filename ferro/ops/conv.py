@@ -272,6 +272,15 @@ def _conv_forward(
     return y if gw_for is None else (y, gw)
 
 
+def _swap_last2(xp, kernels, a):
+    """``a`` ``(..., M, N)`` as a C-contiguous ``(..., N, M)``: the backend's blocked kernel where
+    it has one (NumPy's copy of the transposed view walks one side a column at a time: ResNet-18's
+    512 -> 512 3x3 weight gradient, (4608, 512), took 10.2 ms against 0.34 for a plain copy)."""
+    if _has(kernels, "swap_last2") and kernels.accepts((a,)):
+        return kernels.swap_last2(a)
+    return xp.ascontiguousarray(xp.swapaxes(a, -1, -2))
+
+
 def _columns_pass(xp, x, w, gy, stride, pads, dilation, groups, kernel, out, kernels, cache=None):
     """One pass over the columns of ``x``'s batch chunks: ``y``, the product by ``w`` (None if
     ``w`` is), and ``gw``, the weight gradient of a convolution of ``x`` with output gradient
@@ -322,8 +331,7 @@ def _columns_pass(xp, x, w, gy, stride, pads, dilation, groups, kernel, out, ker
     gwt = _in_parts(xp, n, step, part, LANES if gy is not None else None)
     if gy is not None:
         gwt = xp.zeros((groups, cg * kp, gy.shape[1] // groups), x.dtype) if gwt is None else gwt
-        gwt = xp.ascontiguousarray(gwt.transpose(0, 2, 1))
-        gwt = gwt.reshape((gy.shape[1], cg) + tuple(kernel))
+        gwt = _swap_last2(xp, kernels, gwt).reshape((gy.shape[1], cg) + tuple(kernel))
     return y, gwt
 
 

@@ -823,6 +823,26 @@ def test_weight_transform_gemms_stay_below_openblas_threading():
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_swap_last2_is_the_transposed_copy(dtype):
+    # conv_kernels.swap_last2 (the im2col weight gradient's transpose): 32 x 32 blocks split
+    # over the team, shapes off the block size, batched, empty, and its argument checks.
+    from ferro._C import conv_kernels as K
+
+    rng = np.random.default_rng(31)
+    for shape in [(1, 1), (5, 7), (33, 65), (3, 64, 96), (2, 4608, 70), (0, 3), (2, 0, 5)]:
+        x = rng.normal(size=shape).astype(dtype)
+        got = K.swap_last2(x)
+        assert got.flags.c_contiguous and got.dtype == dtype and got is not x
+        np.testing.assert_array_equal(got, np.swapaxes(x, -1, -2))
+    with pytest.raises(ShapeError, match="swap_last2"):
+        K.swap_last2(np.ones(3, dtype))
+    with pytest.raises(ArgumentError, match="swap_last2"):
+        K.swap_last2(np.ones((4, 6), dtype)[:, ::2])
+    with pytest.raises(ArgumentError, match="swap_last2"):
+        K.swap_last2(np.ones((4, 6), np.float16))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_space_to_depth_kernels_match_the_strided_copies(dtype):
     # ferro._C.conv_kernels.space_to_depth2d/depth_to_space2d against _SpaceToDepth's and the
     # sub-pixel input gradient's NumPy phase copies: strides 1-3, paddings up to past a stride,

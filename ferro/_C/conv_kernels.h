@@ -756,6 +756,19 @@ static FERRO_CLONES void ferro_depth_to_space_##S(const T *z, T *x, ptrdiff_t pl
 FERRO_PHASES(float, f32)
 FERRO_PHASES(double, f64)
 
+/* One entry per dtype: x (planes, h, w) to z (to_depth = 1), or z back to x. */
+#define FERRO_PHASES_CALL(T, S)                                                                 \
+static void ferro_phases_##S(T *x, T *z, int to_depth, ptrdiff_t planes, ptrdiff_t h,          \
+                             ptrdiff_t w, ptrdiff_t s0, ptrdiff_t s1, ptrdiff_t lo0,            \
+                             ptrdiff_t lo1, ptrdiff_t z0, ptrdiff_t z1) {                       \
+    if (to_depth)                                                                               \
+        ferro_space_to_depth_##S(x, z, planes, h, w, s0, s1, lo0, lo1, z0, z1);                 \
+    else                                                                                        \
+        ferro_depth_to_space_##S(z, x, planes, h, w, s0, s1, lo0, lo1, z0, z1);                 \
+}
+FERRO_PHASES_CALL(float, f32)
+FERRO_PHASES_CALL(double, f64)
+
 /* out (b, n, m) = src (b, m, n) with its last two axes swapped: 32 x 32 blocks, each read
  * along src's rows and written along out's, so that both stay in L1 (NumPy's copy of a
  * transposed view walks one of them a column at a time: a (4608, 512) float32 weight

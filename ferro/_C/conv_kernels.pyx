@@ -944,18 +944,10 @@ def winograd2d_scatter(m_, mat_, Py_ssize_t m, tuple lo, tuple tiles, y_, bint a
 # ---------------------------------------------------------------------------------------------
 
 cdef extern from "conv_kernels.h" nogil:
-    void ferro_space_to_depth_f32(const float*, float*, Py_ssize_t, Py_ssize_t, Py_ssize_t,
-                                  Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t,
-                                  Py_ssize_t)
-    void ferro_space_to_depth_f64(const double*, double*, Py_ssize_t, Py_ssize_t, Py_ssize_t,
-                                  Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t,
-                                  Py_ssize_t)
-    void ferro_depth_to_space_f32(const float*, float*, Py_ssize_t, Py_ssize_t, Py_ssize_t,
-                                  Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t,
-                                  Py_ssize_t)
-    void ferro_depth_to_space_f64(const double*, double*, Py_ssize_t, Py_ssize_t, Py_ssize_t,
-                                  Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t,
-                                  Py_ssize_t)
+    void ferro_phases_f32(float*, float*, int, Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t,
+                          Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t)
+    void ferro_phases_f64(double*, double*, int, Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t,
+                          Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t)
 
 
 cdef tuple _phases_geometry(str who, cnp.ndarray x, cnp.ndarray z, tuple stride, tuple lo):
@@ -985,18 +977,12 @@ cdef object _phases(str who, object x_, object z_, tuple stride, tuple lo, bint 
     cdef char* zd = <char*>cnp.PyArray_DATA(<cnp.ndarray>z_)
     cdef bint f32 = cnp.PyArray_TYPE(<cnp.ndarray>x_) == cnp.NPY_FLOAT32
     with nogil:
-        if to_depth and f32:
-            ferro_space_to_depth_f32(<const float*>xd, <float*>zd, g[0], g[1], g[2], g[3], g[4],
-                                     g[5], g[6], g[7], g[8])
-        elif to_depth:
-            ferro_space_to_depth_f64(<const double*>xd, <double*>zd, g[0], g[1], g[2], g[3],
-                                     g[4], g[5], g[6], g[7], g[8])
-        elif f32:
-            ferro_depth_to_space_f32(<const float*>zd, <float*>xd, g[0], g[1], g[2], g[3], g[4],
-                                     g[5], g[6], g[7], g[8])
+        if f32:
+            ferro_phases_f32(<float*>xd, <float*>zd, to_depth, g[0], g[1], g[2], g[3], g[4],
+                             g[5], g[6], g[7], g[8])
         else:
-            ferro_depth_to_space_f64(<const double*>zd, <double*>xd, g[0], g[1], g[2], g[3],
-                                     g[4], g[5], g[6], g[7], g[8])
+            ferro_phases_f64(<double*>xd, <double*>zd, to_depth, g[0], g[1], g[2], g[3], g[4],
+                             g[5], g[6], g[7], g[8])
     return dst
 
 

@@ -471,9 +471,9 @@ def _winograd_weights(xp, w, transposed=False):
     ``(P, C_in, C_out)`` with ``transposed``."""
     (o, c), k, nd = w.shape[:2], w.shape[2], w.ndim - 2
     gm = xp.asarray(_winograd_weight_matrix(k, nd), dtype=w.dtype)
-    w = w.reshape(o, c, -1).transpose(2, 0, 1)  # (K, C_out, C_in): a copy, then a plain GEMM
-    w = xp.ascontiguousarray(w.transpose(0, 2, 1) if transposed else w).reshape(len(w), -1)
-    return _one_thread_gemm(xp, gm, w).reshape((len(gm),) + ((c, o) if transposed else (o, c)))
+    # (K, C_out, C_in) or (K, C_in, C_out): a copy, then a plain GEMM
+    w = xp.ascontiguousarray(w.reshape(o, c, -1).transpose((2, 1, 0) if transposed else (2, 0, 1)))
+    return _one_thread_gemm(xp, gm, w.reshape(len(w), -1)).reshape(gm.shape[:1] + w.shape[1:])
 
 
 def _winograd_weights_adjoint(xp, gu, k, nd):

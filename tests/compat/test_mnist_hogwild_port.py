@@ -63,7 +63,11 @@ def test_hogwild_processes_train_the_shared_model():
     after = model.state_dict()
     assert all(not np.allclose(after[k].numpy(), v) for k, v in before.items())
     loss_after, correct = test(args, model, device, dataset2, kwargs)
-    assert loss_after < 0.7 * loss_before and correct > 20
+    # The two processes' updates race (Hogwild), so the result depends on how they interleave:
+    # 1.35 of 2.31 (0.58) where they ran one after the other, 1.53-1.63 (0.66-0.71) interleaved
+    # (installed builds of this session's start and end alike; 0.70 failed a CI run). Chance is
+    # about 6 of the 64 test digits.
+    assert loss_after < 0.8 * loss_before and correct > 20
 
 
 def _write_through_queue(q, done):

@@ -11,7 +11,10 @@ results are the same bits on one thread and two (each part runs the same call ei
 ``matmul`` answers NotImplemented where NumPy must run: no CBLAS found (``set_blas``), too little
 work, any operand that is not an exact aligned native-order 2-D float32/float64 ndarray with
 one axis contiguous, mixed dtypes, an ``out`` that is not a fresh-looking C-contiguous
-writeable array of the result's shape and dtype or that overlaps an operand.
+writeable array of the result's shape and dtype or that overlaps an operand. ``batched`` runs
+a stack of such products (a 1x1 convolution's per-sample GEMMs) the same way, runs of
+consecutive samples on the team, and is on whatever the sizes (Note [Pointwise products] in
+ferro/ops/conv.py).
 """
 
 cimport numpy as cnp
@@ -50,10 +53,32 @@ cdef extern from *:
                                      const float *, int, float, float *, int);
     typedef void (*ferro_gemm32_f64)(int, int, int, int, int, int, double, const double *, int,
                                      const double *, int, double, double *, int);
-    /* c (m, n), row-major with leading dimension n, = op(a) @ op(b) in `parts` blocks: of
-     * columns (rows_split 0) or rows, block edges on multiples of 16 elements. op(a) is a
+    /* c (m, n) with leading dimension ldc = op(a) @ op(b) + beta c, one CBLAS call: op(a) is a
      * row-major (m, k) with leading dimension lda, or with ta the transpose of one (k, m);
-     * likewise b. The blocks run on up to `threads` OpenMP threads, one CBLAS call each. */
+     * likewise b. */
+    static inline void ferro_gemm_call(void *fn, int wide, int f64, int ta, int tb, ptrdiff_t m,
+                                       ptrdiff_t n, ptrdiff_t k, const char *a, ptrdiff_t lda,
+                                       const char *b, ptrdiff_t ldb, int beta, char *c,
+                                       ptrdiff_t ldc) {
+        const int oa = ta ? 112 : 111, ob = tb ? 112 : 111;
+        if (wide && f64)
+            ((ferro_gemm64_f64)fn)(101, oa, ob, m, n, k, 1.0, (const double *)a, lda,
+                                   (const double *)b, ldb, beta, (double *)c, ldc);
+        else if (wide)
+            ((ferro_gemm64_f32)fn)(101, oa, ob, m, n, k, 1.0f, (const float *)a, lda,
+                                   (const float *)b, ldb, (float)beta, (float *)c, ldc);
+        else if (f64)
+            ((ferro_gemm32_f64)fn)(101, oa, ob, (int)m, (int)n, (int)k, 1.0, (const double *)a,
+                                   (int)lda, (const double *)b, (int)ldb, beta, (double *)c,
+                                   (int)ldc);
+        else
+            ((ferro_gemm32_f32)fn)(101, oa, ob, (int)m, (int)n, (int)k, 1.0f, (const float *)a,
+                                   (int)lda, (const float *)b, (int)ldb, (float)beta,
+                                   (float *)c, (int)ldc);
+    }
+    /* c (m, n), row-major with leading dimension n, = op(a) @ op(b) in `parts` blocks: of
+     * columns (rows_split 0) or rows, block edges on multiples of 16 elements. The blocks run
+     * on up to `threads` OpenMP threads, one CBLAS call each. */
     static void ferro_gemm(void *fn, int wide, int f64, int ta, int tb, ptrdiff_t m,
                            ptrdiff_t n, ptrdiff_t k, const char *a, ptrdiff_t lda,
                            const char *b, ptrdiff_t ldb, char *c, int rows_split, int parts,
@@ -71,29 +96,35 @@ cdef extern from *:
                 ap += (ta ? lo : lo * lda) * size;
             else
                 bp += (tb ? lo * ldb : lo) * size;
-            if (mm <= 0 || nn <= 0)
-                continue;
-            const int oa = ta ? 112 : 111, ob = tb ? 112 : 111;
-            if (wide && f64)
-                ((ferro_gemm64_f64)fn)(101, oa, ob, mm, nn, k, 1.0, (const double *)ap, lda,
-                                       (const double *)bp, ldb, 0.0, (double *)cp, n);
-            else if (wide)
-                ((ferro_gemm64_f32)fn)(101, oa, ob, mm, nn, k, 1.0f, (const float *)ap, lda,
-                                       (const float *)bp, ldb, 0.0f, (float *)cp, n);
-            else if (f64)
-                ((ferro_gemm32_f64)fn)(101, oa, ob, (int)mm, (int)nn, (int)k, 1.0,
-                                       (const double *)ap, (int)lda, (const double *)bp,
-                                       (int)ldb, 0.0, (double *)cp, (int)n);
-            else
-                ((ferro_gemm32_f32)fn)(101, oa, ob, (int)mm, (int)nn, (int)k, 1.0f,
-                                       (const float *)ap, (int)lda, (const float *)bp,
-                                       (int)ldb, 0.0f, (float *)cp, (int)n);
+            if (mm > 0 && nn > 0)
+                ferro_gemm_call(fn, wide, f64, ta, tb, mm, nn, k, ap, lda, bp, ldb, 0, cp, n);
+        }
+    }
+    /* The stacked products op(a_i) @ op(b_i), i < n, with x_i = x + i * sx (bytes; 0 for a
+     * matrix every product shares), as `parts` runs of consecutive samples on up to `threads`
+     * OpenMP threads, one CBLAS call a sample. c_i (m, n2), row-major: at c + i m n2 when not
+     * `reduce`, else run p sums its samples' products, in order, into c + p m n2. */
+    static void ferro_gemm_batch(void *fn, int wide, int f64, int ta, int tb, ptrdiff_t n,
+                                 ptrdiff_t m, ptrdiff_t n2, ptrdiff_t k, const char *a,
+                                 ptrdiff_t lda, ptrdiff_t sa, const char *b, ptrdiff_t ldb,
+                                 ptrdiff_t sb, char *c, int reduce, int parts, int threads) {
+        const ptrdiff_t csize = m * n2 * (f64 ? 8 : 4);
+        ptrdiff_t p;
+        #pragma omp parallel for num_threads(threads) schedule(static, 1) if (threads > 1)
+        for (p = 0; p < parts; p++) {
+            ptrdiff_t lo = n * p / parts, hi = n * (p + 1) / parts, i;
+            for (i = lo; i < hi; i++)
+                ferro_gemm_call(fn, wide, f64, ta, tb, m, n2, k, a + i * sa, lda, b + i * sb,
+                                ldb, reduce && i > lo, c + (reduce ? p : i) * csize, n2);
         }
     }
     """
     int FERRO_GEMM_THREADS() nogil
     void ferro_gemm(void*, int, int, int, int, Py_ssize_t, Py_ssize_t, Py_ssize_t, const char*,
                     Py_ssize_t, const char*, Py_ssize_t, char*, int, int, int) nogil
+    void ferro_gemm_batch(void*, int, int, int, int, Py_ssize_t, Py_ssize_t, Py_ssize_t,
+                          Py_ssize_t, const char*, Py_ssize_t, Py_ssize_t, const char*,
+                          Py_ssize_t, Py_ssize_t, char*, int, int, int) nogil
 
 
 ctypedef int (*get_threads_t)() noexcept nogil
@@ -163,13 +194,14 @@ def set_least(Py_ssize_t least, Py_ssize_t split):
 
 
 cdef inline int _layout(cnp.ndarray x, int dtype, Py_ssize_t *ld) noexcept:
-    # 0: x is row-major with leading dimension ld, 1: the transpose of one, -1: neither (or not
-    # an aligned native-order array of dtype).
+    # Of x's last two axes (x 2-D or 3-D), 0: row-major with leading dimension ld, 1: the
+    # transpose of one, -1: neither (or not an aligned native-order array of dtype).
+    cdef int nd = cnp.PyArray_NDIM(x)
     if (cnp.PyArray_TYPE(x) != dtype or not cnp.PyArray_ISNOTSWAPPED(x)
-            or not cnp.PyArray_ISALIGNED(x) or cnp.PyArray_NDIM(x) != 2):
+            or not cnp.PyArray_ISALIGNED(x) or nd < 2 or nd > 3):
         return -1
-    cdef Py_ssize_t s0 = cnp.PyArray_STRIDES(x)[0], s1 = cnp.PyArray_STRIDES(x)[1]
-    cdef Py_ssize_t r = cnp.PyArray_DIMS(x)[0], c = cnp.PyArray_DIMS(x)[1]
+    cdef Py_ssize_t s0 = cnp.PyArray_STRIDES(x)[nd - 2], s1 = cnp.PyArray_STRIDES(x)[nd - 1]
+    cdef Py_ssize_t r = cnp.PyArray_DIMS(x)[nd - 2], c = cnp.PyArray_DIMS(x)[nd - 1]
     cdef Py_ssize_t size = cnp.PyArray_ITEMSIZE(x)
     if s1 == size and s0 > 0 and s0 % size == 0 and s0 // size >= c:
         ld[0] = s0 // size
@@ -181,11 +213,18 @@ cdef inline int _layout(cnp.ndarray x, int dtype, Py_ssize_t *ld) noexcept:
 
 
 cdef inline bint _overlap(cnp.ndarray x, char *lo, char *hi) noexcept:
+    # whether the bytes x spans meet [lo, hi) (x of any strides, not empty)
     cdef char *p = <char*>cnp.PyArray_DATA(x)
-    cdef Py_ssize_t span = ((cnp.PyArray_DIMS(x)[0] - 1) * cnp.PyArray_STRIDES(x)[0]
-                            + (cnp.PyArray_DIMS(x)[1] - 1) * cnp.PyArray_STRIDES(x)[1]
-                            + cnp.PyArray_ITEMSIZE(x))
-    return p < hi and lo < p + span
+    cdef char *first = p
+    cdef char *last = p + cnp.PyArray_ITEMSIZE(x)
+    cdef Py_ssize_t d, reach
+    for d in range(cnp.PyArray_NDIM(x)):
+        reach = (cnp.PyArray_DIMS(x)[d] - 1) * cnp.PyArray_STRIDES(x)[d]
+        if reach < 0:
+            first += reach
+        else:
+            last += reach
+    return first < hi and lo < last
 
 
 cpdef object matmul(object a, object b, object out=None):
@@ -235,6 +274,68 @@ cpdef object matmul(object a, object b, object out=None):
                    rows, parts, threads)
     _release()
     return c
+
+
+cpdef object batched(object a, object b, object out=None, bint reduce=False):
+    """The stacked products ``a[i] @ b[i]`` (``a`` or ``b`` 3-D, the other 3-D with the same
+    length or a 2-D matrix every product shares; of each 3-D operand, the last two axes laid out
+    as :func:`matmul` takes a matrix) on ferro's team, runs of consecutive samples in parts, one
+    one-thread CBLAS call a sample (Note [Two-core GEMM]): into ``out`` (a C-contiguous ``(n, m,
+    p)`` array that meets no operand) or a fresh one; with ``reduce``, their sum ``(m, p)``,
+    each of ``min(n, 2)`` fixed runs summed in order and then the runs (the same bits on any
+    number of threads). NotImplemented where NumPy must run (as :func:`matmul`, and for an
+    empty stack or product)."""
+    if type(a) is not cnp.ndarray or type(b) is not cnp.ndarray or _gemm[0] == NULL:
+        return NotImplemented
+    cdef cnp.ndarray x = <cnp.ndarray>a, y = <cnp.ndarray>b, c
+    cdef char *lo
+    cdef int ndx = cnp.PyArray_NDIM(x), ndy = cnp.PyArray_NDIM(y), dtype = cnp.PyArray_TYPE(x)
+    if ndx < 2 or ndy < 2 or ndx > 3 or ndy > 3 or ndx + ndy < 5:
+        return NotImplemented
+    cdef Py_ssize_t n = cnp.PyArray_DIMS(x if ndx == 3 else y)[0]
+    cdef Py_ssize_t m = cnp.PyArray_DIMS(x)[ndx - 2], k = cnp.PyArray_DIMS(x)[ndx - 1]
+    cdef Py_ssize_t p = cnp.PyArray_DIMS(y)[ndy - 1], lda = 0, ldb = 0
+    cdef Py_ssize_t sa = cnp.PyArray_STRIDES(x)[0] if ndx == 3 else 0
+    cdef Py_ssize_t sb = cnp.PyArray_STRIDES(y)[0] if ndy == 3 else 0
+    cdef bint lengths = ndx == 2 or ndy == 2 or cnp.PyArray_DIMS(y)[0] == n
+    if (cnp.PyArray_DIMS(y)[ndy - 2] != k or not lengths or n < 1 or m < 1 or p < 1 or k < 1
+            or sa < 0 or sb < 0 or (dtype != cnp.NPY_FLOAT32 and dtype != cnp.NPY_FLOAT64)):
+        return NotImplemented
+    cdef int ta = _layout(x, dtype, &lda), tb = _layout(y, dtype, &ldb)
+    if ta < 0 or tb < 0 or (not _wide and max(m, p, k, lda, ldb) >= 1 << 31):
+        return NotImplemented
+    cdef int parts = <int>min(n, PARTS if reduce else FERRO_GEMM_THREADS())
+    cdef cnp.npy_intp dims[3]
+    dims[0], dims[1], dims[2] = (parts if reduce else n), m, p
+    if out is None or reduce:
+        c = <cnp.ndarray>cnp.PyArray_EMPTY(3, dims, dtype, 0)
+    elif type(out) is not cnp.ndarray:
+        return NotImplemented
+    else:
+        c = <cnp.ndarray>out
+        if (cnp.PyArray_TYPE(c) != dtype or not cnp.PyArray_ISCARRAY(c)
+                or not cnp.PyArray_ISNOTSWAPPED(c) or cnp.PyArray_NDIM(c) != 3
+                or cnp.PyArray_DIMS(c)[0] != n or cnp.PyArray_DIMS(c)[1] != m
+                or cnp.PyArray_DIMS(c)[2] != p):
+            return NotImplemented
+        lo = <char*>cnp.PyArray_DATA(c)
+        if _overlap(x, lo, lo + n * m * p * cnp.PyArray_ITEMSIZE(c)) or _overlap(
+                y, lo, lo + n * m * p * cnp.PyArray_ITEMSIZE(c)):
+            return NotImplemented
+    cdef int f64 = dtype == cnp.NPY_FLOAT64, threads = FERRO_GEMM_THREADS()
+    threads = 1 if threads < 1 else min(threads, parts)
+    _hold()
+    with nogil:
+        ferro_gemm_batch(_gemm[f64], _wide, f64, ta, tb, n, m, p, k,
+                         <const char*>cnp.PyArray_DATA(x), lda, sa,
+                         <const char*>cnp.PyArray_DATA(y), ldb, sb, <char*>cnp.PyArray_DATA(c),
+                         reduce, parts, threads)
+    _release()
+    if not reduce:
+        return c
+    for i in range(1, parts):
+        c[0] += c[i]
+    return c[0]
 
 
 cdef inline void _hold() noexcept:

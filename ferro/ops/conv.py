@@ -48,6 +48,7 @@ import threading
 import numpy as np
 
 from ferro import _intraop
+from ferro._C import gemm
 from ferro.errors import ArgumentError, ArgumentTypeError, DtypeError, ShapeError
 from ferro.ops.registry import apply, register
 
@@ -968,16 +969,20 @@ def _fold_differentiable_backward(ctx, gy):
     return (apply(Unfold, gy, kernel=ctx.kernel, **geom, out=ctx.out),)
 
 
-def _pointwise(kernel, stride, pads, groups):
-    """Whether a convolution is 1x1 (any number of dims), stride 1, unpadded, ungrouped: then
-    it is one GEMM per sample on the input as it lies, ``(C_out, C_in) @ (C_in, L)``, and so are
-    its gradients (:func:`_pointwise_weight_grad`), with no column or transposing copies."""
-    return (
-        groups == 1
-        and all(k == 1 for k in kernel)
-        and all(s == 1 for s in stride)
-        and not any(lo or hi for lo, hi in pads)
-    )
+def _pointwise(kernel, pads, groups):
+    """Whether a convolution is 1x1 (any number of dims, any stride), unpadded, ungrouped: then
+    it is one GEMM per sample on the input as it lies (at stride 1; else on its strided
+    samples, :func:`_strided`), ``(C_out, C_in) @ (C_in, L)``, and so are its gradients
+    (:func:`_pointwise_weight_grad`), with no column or transposing copies."""
+    return groups == 1 and all(k == 1 for k in kernel) and not any(lo or hi for lo, hi in pads)
+
+
+def _strided(xp, x, stride):
+    """The points of ``x`` ``(n, C, *s)`` a 1x1 convolution of ``stride`` reads, contiguous
+    (``x`` itself at stride 1)."""
+    if all(s == 1 for s in stride):
+        return x
+    return xp.ascontiguousarray(x[(slice(None),) * 2 + tuple(slice(None, None, s) for s in stride)])
 
 
 def _per_sample(a):
@@ -985,48 +990,40 @@ def _per_sample(a):
     return a.reshape(a.shape[0], a.shape[1], math.prod(a.shape[2:]))
 
 
-#: Whether the 1x1 path's chunks run as parts of a split. Off: its per-sample GEMMs ((64, 256)
-#: @ (256, 256) in conv2d_1x1) are large enough for OpenBLAS's own 2-thread split, and as parts
-#: they share the second core with OpenBLAS's spinning worker (docs/conv.md, session 9: quiet
-#: medians 11.6-12.5 ms as parts against 7.1 in one part, same process). The chunks, and so the
-#: bits, do not depend on it.
-POINTWISE_PARTS = False
+# Note [Pointwise products]: a 1x1 convolution's three passes are stacks of per-sample GEMMs,
+# ((64, 256) @ (256, 256) in conv2d_1x1): too small for OpenBLAS's own 2-thread split to pay
+# (150 GFLOP/s of a 275 peak; 95 at one thread), and as parts of a Python split (_in_parts)
+# they shared the second core with OpenBLAS's spinning worker (docs/conv.md). On the CPU they
+# run as ferro._C.gemm.batched: runs of consecutive samples on ferro's team, each product one
+# call at one OpenBLAS thread. The weight gradient sums its products in two fixed runs, so the
+# bits do not depend on the thread count; the forward's and the input gradient's products are
+# independent. In a parallel backward walk the node runs alone (ctx._alone), which holds
+# OpenBLAS as a serial walk does; elsewhere (the GPU, or a forward inside a walk) NumPy's or
+# CuPy's stacked matmul runs.
 
 
 def _pointwise_products(xp, m, a, shape):
     """``m @ a[i]`` for every sample ``a[i]`` ``(K, *s)`` of ``a``, ``shape`` ``(n, M, *s)``:
-    a pointwise convolution's forward and input gradient, in one part (:data:`POINTWISE_PARTS`)."""
-    (n, k, ell), y = _per_sample(a).shape, xp.empty(shape, dtype=a.dtype)
-    a, r, step = _per_sample(a), _per_sample(y), _chunk(xp, n, 0, m.shape[0] * k * ell)
-
-    def part(chunks):  # the chunks write disjoint slices of r
-        for _, n0 in chunks:
-            xp.matmul(m, a[n0 : n0 + step], out=r[n0 : n0 + step])
-
-    _in_parts(xp, n, step, part, split=POINTWISE_PARTS)
+    a pointwise convolution's forward and input gradient (Note [Pointwise products])."""
+    y = xp.empty(shape, dtype=a.dtype)
+    a, r = _per_sample(a), _per_sample(y)
+    if xp is not np or gemm.walk.on or gemm.batched(m, a, r) is NotImplemented:
+        xp.matmul(m, a, out=r)
     return y
 
 
 def _pointwise_weight_grad(xp, x, gy):
-    """``gw`` of a pointwise convolution: the sum over samples of ``x[n] @ gy[n]ᵀ`` (then
-    transposed: that product's long dimension is both operands' contiguous one, 1.3x faster
-    than ``gy[n] @ x[n]ᵀ``), batch chunks of stacked GEMMs whose products stay within
-    :data:`CACHE_BYTES`, each run of chunks (:data:`LANES`) summed in order (as parts where
-    :data:`POINTWISE_PARTS`)."""
+    """``gw`` of a pointwise convolution: the sum over samples of ``x[n] @ gy[n]ᵀ``, then
+    transposed (that product's long dimension is both operands' contiguous one, 1.3x faster
+    than ``gy[n] @ x[n]ᵀ``; Note [Pointwise products])."""
     n, c, o = x.shape[0], x.shape[1], gy.shape[1]
-    xs, gs = _per_sample(x), _per_sample(gy)
-    step = _chunk(xp, n, c * o * x.itemsize, c * o * xs.shape[2])
-
-    def part(chunks):  # each part its own product buffer
-        sums, prod = {}, None
-        for run, n0 in chunks:
-            xc, gc = xs[n0 : n0 + step], gs[n0 : n0 + step]
-            fits = prod is not None and prod.shape[0] == xc.shape[0]
-            prod = xp.matmul(xc, gc.transpose(0, 2, 1), out=prod if fits else None)
-            sums[run] = sums.get(run, 0) + prod.sum(axis=0)
-        return sums
-
-    acc = _in_parts(xp, n, step, part, LANES, POINTWISE_PARTS) if n else xp.zeros((c, o), x.dtype)
+    xs, gs = _per_sample(x), _per_sample(gy).transpose(0, 2, 1)
+    on_team = xp is np and n and not gemm.walk.on
+    if not on_team or (acc := gemm.batched(xs, gs, reduce=True)) is NotImplemented:
+        acc = xp.zeros((c, o), x.dtype)  # chunks whose stacked products fit the workspace
+        step = _chunk(xp, n, c * o * x.itemsize)
+        for n0 in range(0, n, step):
+            acc += xp.matmul(xs[n0 : n0 + step], gs[n0 : n0 + step]).sum(axis=0)
     return acc.T.reshape(gy.shape[1:2] + x.shape[1:2] + (1,) * (x.ndim - 2))
 
 
@@ -1045,9 +1042,10 @@ def conv_forward(transposed, kernels, ctx, x, w, b, stride, pads, dilation, grou
         ctx.depthwise2d = is_depthwise2d(x, w, pads, groups)  # the override's choice
         # The columns of a one-chunk batch, kept for the weight gradient (_columns_pass).
         ctx.columns = cache = {} if need_w else None
-        if _pointwise(w.shape[2:], stride, pads, groups):
-            wm = w.reshape(w.shape[0], w.shape[1])
-            y = _pointwise_products(ctx.xp, wm, x, x.shape[:1] + w.shape[:1] + size)
+        if _pointwise(w.shape[2:], pads, groups):
+            ctx._alone = True  # Note [Pointwise products]
+            wm, xs = w.reshape(w.shape[0], w.shape[1]), _strided(ctx.xp, x, stride)
+            y = _pointwise_products(ctx.xp, wm, xs, x.shape[:1] + w.shape[:1] + size)
         else:
             y = _conv_forward(ctx.xp, x, w, *geom, cache=cache)
     return y if b is None else _add_bias(y, b)
@@ -1060,11 +1058,14 @@ def conv_backward(transposed, kernels, ctx, gy):
     need_x, need_w, need_b = ctx.needs_input_grad
     gx = gw = None
     stride, pads, _, groups = ctx.geom
-    if not transposed and _pointwise(ctx.kernel, stride, pads, groups):
+    if not transposed and _pointwise(ctx.kernel, pads, groups):
         if need_x:
             wt = w.reshape(w.shape[0], w.shape[1]).T
-            gx = _pointwise_products(xp, wt, gy, gy.shape[:1] + w.shape[1:2] + ctx.in_size)
-        gw = _pointwise_weight_grad(xp, x, gy) if need_w else None
+            gx = _pointwise_products(xp, wt, gy, gy.shape[:1] + w.shape[1:2] + gy.shape[2:])
+            if gx.shape[2:] != tuple(ctx.in_size):  # strided: the points read, zeros between
+                g, gx = gx, xp.zeros(gy.shape[:1] + w.shape[1:2] + tuple(ctx.in_size), gy.dtype)
+                gx[(slice(None),) * 2 + tuple(slice(None, None, s) for s in stride)] = g
+        gw = _pointwise_weight_grad(xp, _strided(xp, x, stride), gy) if need_w else None
         return gx, gw, _bias_grad(gy) if need_b else None
     if need_x and transposed:  # gx and gw from gy's columns
         gx = _conv_forward(

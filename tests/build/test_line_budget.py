@@ -178,8 +178,12 @@ pytestmark = pytest.mark.skipif(
 # (ResNet-18's 512 -> 512 3x3 layer: NumPy's transposing copy 10.2 ms, the kernel 0.4-1.3; the
 # ResNet-18 step 267-280 -> 242-249 ms), and the 2-d transforms' 64-tile blocks (_blk): 8,152
 # and 11,996 measured.
+# Then ferro/_C to 8,250 (session 14, lead): gemm.batched, a 1x1 convolution's stacked
+# per-sample GEMMs on ferro's team at one OpenBLAS thread each (conv2d_1x1 7.2 -> 5.0 ms,
+# 1.44x -> 1.0x PyTorch; the ResNet-18 step 280 -> 181 ms, its 1x1 stride-2 downsample
+# products no longer waking OpenBLAS's spinning worker): 8,243 measured.
 BUDGETS = {
-    "ferro/_C": (8155, ("*.pyx", "*.pxd", "*.h", "*.py")),
+    "ferro/_C": (8250, ("*.pyx", "*.pxd", "*.h", "*.py")),
     "ferro/ops": (12000, ("*.py",)),
 }
 

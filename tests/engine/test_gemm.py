@@ -188,3 +188,83 @@ def test_ops_route_through_it(small):
     np.testing.assert_array_equal(y.detach().numpy(), gemm.matmul(an, bn))
     np.testing.assert_array_equal(x.grad.numpy(), gemm.matmul(gn, bn.T))
     np.testing.assert_array_equal(w.grad.numpy(), gemm.matmul(gn.T, an))
+
+
+def _stack(rng, n, shape, dtype, layout):
+    """``n`` matrices ``shape`` as a 3-D stack: C-ordered, each a transpose, or column slices."""
+    if layout == "F":
+        return rng.normal(size=(n, *shape[::-1])).astype(dtype).transpose(0, 2, 1)
+    if layout == "slice":
+        return rng.normal(size=(n, shape[0], shape[1] + 5)).astype(dtype)[:, :, 2 : 2 + shape[1]]
+    return rng.normal(size=(n, *shape)).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shared", ["a", "b", None])
+@pytest.mark.parametrize("layout", ["C", "F", "slice"])
+@pytest.mark.parametrize("n", [1, 2, 5])
+def test_batched_products_and_sums_are_the_same_bits_on_any_thread_count(
+    threads, dtype, shared, layout, n
+):
+    """Note [Pointwise products] (ferro/ops/conv.py): each product one call, the sum in two
+    fixed runs, so the bits do not depend on the thread count."""
+    rng = np.random.default_rng(n)
+    m, k, p = 48, 600, 40  # a sum over more than ~450 rows: OpenBLAS's 1- and 2-thread bits differ
+    a = (
+        _operand(rng, (m, k), dtype, layout)
+        if shared == "a"
+        else _stack(rng, n, (m, k), dtype, layout)
+    )
+    b = (
+        _operand(rng, (k, p), dtype, layout)
+        if shared == "b"
+        else _stack(rng, n, (k, p), dtype, layout)
+    )
+    runs = []
+    for t in (1, 2, 3):
+        ferro.set_num_threads(t)
+        runs.append((gemm.batched(a, b), gemm.batched(a, b, reduce=True)))
+        assert _intraop._BLAS[0]() == t  # the hold given back
+    for stack, total in runs[1:]:
+        np.testing.assert_array_equal(_bits(stack), _bits(runs[0][0]))
+        np.testing.assert_array_equal(_bits(total), _bits(runs[0][1]))
+    stack, total = runs[0]
+    want = np.matmul(a.astype(np.float64), b.astype(np.float64))
+    tol = 1e-4 if dtype == np.float32 else 1e-12
+    assert stack.shape == (n, m, p) and stack.dtype == dtype and stack.flags.c_contiguous
+    np.testing.assert_allclose(stack, want, rtol=tol, atol=tol * np.sqrt(k))
+    np.testing.assert_allclose(total, want.sum(axis=0), rtol=tol, atol=tol * np.sqrt(k * n))
+    out = np.full((n, m, p), np.nan, dtype)
+    assert gemm.batched(a, b, out) is out
+    np.testing.assert_array_equal(_bits(out), _bits(stack))
+
+
+def test_batched_refusals_go_to_numpy():
+    """Whatever gemm.batched does not take is NotImplemented, and no out is written."""
+    rng = np.random.default_rng(8)
+    a, b = rng.normal(size=(3, 20, 30)), rng.normal(size=(3, 30, 10))
+    refused = [
+        (a[0], b[0]),  # no stack
+        (a[None], b),  # 4-D
+        (a, b[:2]),  # stacks of different lengths
+        (a, b[:, :20]),  # shapes that do not align
+        (a.astype(np.float32), b),  # mixed dtypes
+        (a.astype(np.int64), b.astype(np.int64)),
+        (a.astype(">f8"), b.astype(">f8")),
+        (a[::-1], b),  # a negative batch stride
+        (a[:, :, ::2], b[:, :15]),  # no contiguous axis
+        (a[:0], b[:0]),  # empty
+        (a, b.tolist()),
+    ]
+    for x, y in refused:
+        assert gemm.batched(x, y) is NotImplemented
+        assert gemm.batched(x, y, reduce=True) is NotImplemented
+    ro = np.zeros((3, 20, 10))
+    ro.flags.writeable = False
+    wide = np.zeros((3, 20, 12))
+    for out in (ro, np.zeros((3, 20, 10), np.float32), np.zeros((3, 10, 20)), wide[:, :, :10]):
+        assert gemm.batched(a, b, out) is NotImplemented
+        assert not out.any()
+    square = rng.normal(size=(3, 16, 16))
+    assert gemm.batched(square, square.copy(), square) is NotImplemented  # out overlaps a
+    assert gemm.batched(square[0], square.copy(), square) is NotImplemented  # and shared a

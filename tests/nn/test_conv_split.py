@@ -4,6 +4,7 @@ bits with one thread or several, a float64 check of the split, and an error insi
 from __future__ import annotations
 
 import threading
+import types
 
 import numpy as np
 import pytest
@@ -11,16 +12,9 @@ import pytest
 import ferro
 from ferro import _intraop
 from ferro._C import conv_kernels as K
+from ferro._C import gemm
 from ferro.nn import functional as F
 from ferro.ops import conv as conv_ops
-
-
-@pytest.fixture(autouse=True)
-def pointwise_parts(monkeypatch):
-    # The 1x1 path's chunks run in one part by default (conv_ops.POINTWISE_PARTS, docs/conv.md);
-    # these tests hold its split, which the switch turns on, to the same bits.
-    monkeypatch.setattr(conv_ops, "POINTWISE_PARTS", True)
-
 
 needs_blas = pytest.mark.skipif(
     _intraop._BLAS is None, reason="NumPy's BLAS is not an OpenBLAS ferro can control"
@@ -37,16 +31,15 @@ CASES = [
     (F.conv_transpose2d, (9, 4, 5, 6), (4, 3, 4, 4), {"stride": 2, "padding": 1}, "transposed"),
     (F.conv_transpose2d, (5, 16, 6, 5), (16, 8, 4, 4), {"stride": 2, "padding": 1}, "sub-pixel"),
     (F.conv2d, (5, 16, 11, 12), (16, 16, 4, 3), {"stride": 2, "padding": 1}, "winograd strided"),
-    (F.conv2d, (9, 8, 5, 5), (6, 8, 1, 1), {}, "pointwise"),
 ]
 
 # Batches that are one cache-sized chunk, cut by their work (_chunk's PART_MIN_WORK): the
 # digits CNN's 16 -> 32 layer on 4x4 maps (columns kept per chunk, col2im input gradient), the
-# other column paths and the pointwise one.
+# other column paths.
 SMALL_BATCH_CASES = [
     (F.conv2d, (8, 16, 4, 4), (32, 16, 3, 3), {"padding": 1}, "digits cnn layer 3"),
     (F.conv2d, (7, 16, 4, 4), (8, 16, 3, 3), {"padding": 1}, "columns, flipped input grad"),
-    *(c for c in CASES if c[-1].startswith(("columns", "pointwise", "transposed"))),
+    *(c for c in CASES if c[-1].startswith(("columns", "transposed"))),
 ]
 
 
@@ -247,24 +240,49 @@ def test_two_threads_splitting_at_once_get_the_bits_of_one_part(one_sample_chunk
             np.testing.assert_array_equal(a, b)
 
 
-def test_the_pointwise_path_runs_in_one_part_by_default(monkeypatch):
-    monkeypatch.setattr(conv_ops, "POINTWISE_PARTS", False)
-    monkeypatch.setattr(conv_ops, "PART_MIN_WORK", 1)
-    counts = []
-    run = _intraop.run
-    monkeypatch.setattr(_intraop, "run", lambda f, n: counts.append(n) or run(f, n))
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(
+    "fn, xshape, cout",
+    [
+        (F.conv2d, (9, 8, 5, 5), 6),
+        (F.conv2d, (1, 500, 3, 4), 7),  # one sample; sums over more than ~450 channels
+        (F.conv1d, (5, 16, 33), 12),
+        (F.conv3d, (3, 6, 4, 3, 5), 4),
+    ],
+)
+def test_the_pointwise_path_runs_on_the_team_with_the_same_bits_at_any_thread_count(
+    fn, xshape, cout, dtype, monkeypatch
+):
+    # Note [Pointwise products]: every pass is one gemm.batched call (no Python split); its
+    # products are independent and its sum runs in two fixed runs, so the bits do not depend on
+    # the thread count; the values are the float64 product's.
+    calls = []
+    real = conv_ops.gemm.batched
+
+    def batched(*args, **kwargs):
+        calls.append(kwargs.get("reduce", False))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(conv_ops, "gemm", types.SimpleNamespace(batched=batched, walk=gemm.walk))
     rng = np.random.default_rng(7)
-    x = rng.normal(size=(9, 8, 5, 5)).astype(np.float32)
-    w = rng.normal(size=(6, 8, 1, 1)).astype(np.float32)
+    x = rng.normal(size=xshape).astype(dtype)
+    w = (rng.normal(size=(cout, xshape[1]) + (1,) * (len(xshape) - 2)) / 8).astype(dtype)
     old = _intraop.num_threads()
     try:
-        got = _run(F.conv2d, x, w, {}, 2)
-        assert counts == []
-        monkeypatch.setattr(conv_ops, "POINTWISE_PARTS", True)
-        for a, b in zip(got, _run(F.conv2d, x, w, {}, 1), strict=True):
-            np.testing.assert_array_equal(a, b)
+        runs = [_run(fn, x, w, {}, t) for t in (1, 2, 3)]
     finally:
         _intraop.set_num_threads(old)
+    if gemm.have_blas():
+        assert calls == [False, False, True] * 3  # forward, input gradient, weight gradient
+    for got in runs[1:]:
+        for a, b in zip(got, runs[0], strict=True):
+            np.testing.assert_array_equal(a, b)
+    xs, ws = x.reshape(*xshape[:2], -1).astype(np.float64), w.reshape(cout, -1).astype(np.float64)
+    y = np.einsum("oc,ncl->nol", ws, xs)
+    tol = 1e-4 if dtype == np.float32 else 1e-12
+    want = (y, np.einsum("oc,nol->ncl", ws, 2 * y), np.einsum("ncl,nol->oc", xs, 2 * y))
+    for a, b in zip(runs[0], want, strict=True):
+        np.testing.assert_allclose(a.reshape(b.shape), b, rtol=tol, atol=tol * np.abs(b).max())
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

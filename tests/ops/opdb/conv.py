@@ -154,8 +154,11 @@ def conv_samples(rng):
         ((2, 4, 5, 5), (4, 3), True, {"groups": 4, "padding": 1}, "2d depthwise"),
         ((2, 3, 6, 6), (6, 3), True, {"groups": 3, "stride": 2}, "2d depthwise x2"),
         ((2, 4, 5, 6), (6, 1), True, {"groups": 2}, "2d 1x1 grouped"),
+        # 1x1, unpadded: one GEMM per sample (conv.py's _pointwise; strided: on the points
+        # read), any dims.
         ((2, 4, 5, 6), (3, 1), True, {"stride": 2}, "2d 1x1 strided"),
-        # 1x1, stride 1, unpadded: one GEMM per sample (conv.py's _pointwise), any dims.
+        ((2, 3, 5, 4, 7), (2, 1), True, {"stride": (2, 1, 3)}, "3d 1x1 strided"),
+        ((1, 2, 6), (3, 1), False, {"stride": 4}, "1d 1x1 strided"),
         ((2, 4, 5, 6), (3, 1), True, {}, "2d 1x1"),
         ((2, 3, 2, 3, 2), (2, 1), False, {"dilation": 2}, "3d 1x1 dilated"),
         ((4, 7), (3, 1), True, {"padding": "same"}, "1d 1x1 same unbatched"),

@@ -1,6 +1,6 @@
 # Contract of ferro._C.gemm: Note [Two-core GEMM] (gemm.pyx).
 
-cpdef object matmul(object a, object b, object out=*)
+cpdef object matmul(object a, object b, object out=*, bint parts=*)
 
 
 cdef inline object mm(object a, object b, object xp_matmul):

@@ -227,9 +227,10 @@ cdef inline bint _overlap(cnp.ndarray x, char *lo, char *hi) noexcept:
     return first < hi and lo < last
 
 
-cpdef object matmul(object a, object b, object out=None):
+cpdef object matmul(object a, object b, object out=None, bint parts=False):
     """``a @ b`` of two matrices as Note [Two-core GEMM] says, into ``out`` or a fresh
-    C-contiguous array; NotImplemented where NumPy's matmul must run."""
+    C-contiguous array; NotImplemented where NumPy's matmul must run. With ``parts``, whatever
+    the thresholds (:func:`set_least`): in parts wherever the product is wide enough."""
     if type(a) is not cnp.ndarray or type(b) is not cnp.ndarray or _gemm[0] == NULL:
         return NotImplemented
     cdef cnp.ndarray x = <cnp.ndarray>a, y = <cnp.ndarray>b, c
@@ -240,7 +241,8 @@ cpdef object matmul(object a, object b, object out=None):
     cdef Py_ssize_t m = cnp.PyArray_DIMS(x)[0], k = cnp.PyArray_DIMS(x)[1]
     cdef Py_ssize_t n = cnp.PyArray_DIMS(y)[1], lda = 0, ldb = 0
     cdef int dtype = cnp.PyArray_TYPE(x)
-    if (cnp.PyArray_DIMS(y)[0] != k or m < 2 or n < 2 or k < 2 or m * n * k < _least
+    cdef bint small = m * n * k < _least and not parts
+    if (cnp.PyArray_DIMS(y)[0] != k or m < 2 or n < 2 or k < 2 or small
             or (dtype != cnp.NPY_FLOAT32 and dtype != cnp.NPY_FLOAT64)):
         return NotImplemented
     cdef int ta = _layout(x, dtype, &lda), tb = _layout(y, dtype, &ldb)
@@ -265,13 +267,14 @@ cpdef object matmul(object a, object b, object out=None):
     cdef int f64 = dtype == cnp.NPY_FLOAT64, threads = FERRO_GEMM_THREADS()
     # rows when op(a) is the larger operand: each part then reads half of it
     cdef int rows = m > n
-    cdef int parts = PARTS if m * n * k >= _split and (m if rows else n) >= 32 * PARTS else 1
-    threads = 1 if threads < 1 or parts == 1 else min(threads, parts)
+    cdef bint broad = (m if rows else n) >= 32 * PARTS
+    cdef int cut = PARTS if broad and (parts or m * n * k >= _split) else 1
+    threads = 1 if threads < 1 or cut == 1 else min(threads, cut)
     _hold()
     with nogil:
         ferro_gemm(_gemm[f64], _wide, f64, ta, tb, m, n, k, <const char*>cnp.PyArray_DATA(x),
                    lda, <const char*>cnp.PyArray_DATA(y), ldb, <char*>cnp.PyArray_DATA(c),
-                   rows, parts, threads)
+                   rows, cut, threads)
     _release()
     return c
 

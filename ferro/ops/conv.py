@@ -163,13 +163,46 @@ def _locked_next(lock, it):
         return next(it, None)
 
 
-def _add_product(xp, sums, run, a, b, prod):
+def _add_product(xp, sums, run, a, b, prod, whole=False):
     """Add ``a @ b`` to ``sums[run]`` (or start it); returns the reused product buffer."""
     if run not in sums:
-        sums[run] = xp.matmul(a, b)
+        sums[run] = _product(xp, a, b, whole)
     else:
         sums[run] += (prod := xp.matmul(a, b, out=prod))
     return prod
+
+
+# Note [Weight-bound convolutions]: where a convolution's weight is at least as large as its
+# whole batch's columns (C_out >= n * L: ResNet-18's deep layers, 512 -> 512 on 2x2 maps at
+# batch 16), cutting the batch into parts makes each part read the whole weight (9.4 MB for
+# each of 4 chunks) and the weight gradient sum 4 lanes of weight-sized products (3 adds of
+# 9.4 MB, 2.2 ms of a 16 ms step). There the batch is one chunk and each GEMM splits over its
+# rows on ferro's team instead (ferro._C.gemm.matmul with ``parts``: each thread half of the
+# weight, no partial sums; the same bits on any thread count); in a parallel backward walk the
+# node runs alone (ctx._alone), as a split's does. The same rule sends such a layer's input
+# gradient through col2im (the weight's transpose times gy) rather than the convolution of gy
+# by a flipped copy of the weight.
+
+
+def _weight_bound(xp, n, c, o, kp, ell, groups, itemsize):
+    """Whether a convolution's column passes run whole (Note [Weight-bound convolutions])."""
+    return (
+        xp is np
+        and groups == 1
+        and 0 < n * ell <= o
+        and n * c * kp * ell * itemsize <= WORKSPACE_BYTES
+        and gemm.have_blas()
+    )
+
+
+def _product(xp, a, b, whole, out=None):
+    """``a @ b`` of one-group stacks ``(1, m, k) @ (1, k, p)``: split over the rows on ferro's
+    team where ``whole`` (Note [Weight-bound convolutions]), else the array module's matmul."""
+    if whole and not gemm.walk.on:
+        y = gemm.matmul(a[0], b[0], None if out is None else out[0], parts=True)
+        if y is not NotImplemented:
+            return y[None]
+    return xp.matmul(a, b, out=out)
 
 
 def _im2col(xp, x, kernel, stride, pads, dilation, out, buf=None):
@@ -299,7 +332,8 @@ def _columns_pass(xp, x, w, gy, stride, pads, dilation, groups, kernel, out, ker
     if w is not None:
         wr = w.reshape(groups, o // groups, cg * kp)
         y = xp.empty((n, o) + tuple(out), dtype=x.dtype)
-    step = _chunk(xp, n, c * kp * ell * x.itemsize, o * cg * kp * ell)
+    whole = _weight_bound(xp, n, c, o, kp, ell, groups, x.itemsize)
+    step = n if whole else _chunk(xp, n, c * kp * ell * x.itemsize, o * cg * kp * ell)
     kept, gys = (cache.pop("columns", {}), cache.pop("gy", {})) if cache is not None else ({}, {})
     keep = cache is not None and gy is None and n * c * kp * ell * x.itemsize <= CACHE_BYTES
 
@@ -319,17 +353,17 @@ def _columns_pass(xp, x, w, gy, stride, pads, dilation, groups, kernel, out, ker
             if w is not None and nb == 1:  # the sample's output is the product: no copy
                 xp.matmul(wr, col, out=y[n0].reshape(groups, o // groups, ell))
             elif w is not None:
-                yc = xp.matmul(wr, col)
+                yc = _product(xp, wr, col, whole)
                 y[n0 : n0 + nb] = yc.reshape((o, nb) + tuple(out)).swapaxes(0, 1)
             if gy is not None:  # summed transposed: columns @ gyᵀ, whose long dimension
                 # (n * L) is the columns' contiguous one, 1.3x faster than gy @ columnsᵀ
                 gc = gys.get((n0, step))
                 gc = _channel_major(xp, gy[n0 : n0 + nb], groups) if gc is None else gc
                 gc = gc.transpose(0, 2, 1)
-                prod = _add_product(xp, sums, run, col, gc, prod)
+                prod = _add_product(xp, sums, run, col, gc, prod, whole)
         return sums
 
-    gwt = _in_parts(xp, n, step, part, LANES if gy is not None else None)
+    gwt = _in_parts(xp, n, step, part, LANES if gy is not None else None, not whole)
     if gy is not None:
         gwt = xp.zeros((groups, cg * kp, gy.shape[1] // groups), x.dtype) if gwt is None else gwt
         gwt = _swap_last2(xp, kernels, gwt).reshape((gy.shape[1], cg) + tuple(kernel))
@@ -524,8 +558,10 @@ def _conv_input_grad(xp, gy, w, stride, pads, dilation, groups, size, kernels=No
     if cg == 1 and groups > 1:
         return _depthwise_input_grad(xp, gy, w, stride, pads, dilation, groups, size)
     span = [d * (k - 1) for d, k in zip(dilation, kernel, strict=True)]
+    kp, ell = math.prod(kernel), math.prod(out)
+    whole = _weight_bound(xp, n, c, o, kp, ell, groups, gy.itemsize)
     if (
-        (o <= c or _winograd(kernels, kernel, o, c, size, stride, dilation, groups))
+        (o <= c and not whole or _winograd(kernels, kernel, o, c, size, stride, dilation, groups))
         and all(s == 1 for s in stride)
         and all(0 <= lo <= t and 0 <= hi <= t for (lo, hi), t in zip(pads, span, strict=True))
     ):
@@ -537,16 +573,15 @@ def _conv_input_grad(xp, gy, w, stride, pads, dilation, groups, size, kernels=No
     phases = _subpixel_phases(stride, pads, dilation, groups, kernel, size)
     if phases is not None:
         return _subpixel_input_grad(xp, gy, w, phases, size, kernels)
-    kp, ell = math.prod(kernel), math.prod(out)
     wt = w.reshape(groups, o // groups, cg * kp).transpose(0, 2, 1)
     gx = xp.empty((n, c) + tuple(size), dtype=gy.dtype)
-    step = _chunk(xp, n, c * kp * ell * gy.itemsize, o * cg * kp * ell)
+    step = n if whole else _chunk(xp, n, c * kp * ell * gy.itemsize, o * cg * kp * ell)
     gys = cache.setdefault("gy", {}) if cache is not None and gy.nbytes <= CACHE_BYTES else {}
 
     def part(chunks):  # the chunks write disjoint slices of gx
         for _, n0 in chunks:
             gc = gys[n0, step] = _channel_major(xp, gy[n0 : n0 + step], groups)
-            gcol = xp.matmul(wt, gc).reshape((c, *kernel, min(step, n - n0), *out))
+            gcol = _product(xp, wt, gc, whole).reshape((c, *kernel, min(step, n - n0), *out))
             if kernels is not None:
                 kernels.col2im(gcol, stride, pads, dilation, gx[n0 : n0 + step])
                 continue
@@ -555,7 +590,7 @@ def _conv_input_grad(xp, gy, w, stride, pads, dilation, groups, size, kernels=No
             gcol = xp.moveaxis(gcol, 1 + len(kernel), 1)
             gx[n0 : n0 + step] = xp.moveaxis(_col2im(xp, gcol, size, stride, pads, dilation), 0, 1)
 
-    _in_parts(xp, n, step, part)
+    _in_parts(xp, n, step, part, split=not whole)
     return gx
 
 
@@ -1035,6 +1070,10 @@ def conv_forward(transposed, kernels, ctx, x, w, b, stride, pads, dilation, grou
     ctx.geom = (stride, pads, dilation, groups)
     ctx.in_size, ctx.kernel = x.shape[2:], w.shape[2:]
     geom = (stride, pads, dilation, groups, size, kernels)
+    # Note [Weight-bound convolutions]: a split of each GEMM runs alone in a parallel walk.
+    c, ell = (w.shape[1] * groups, x.shape[2:]) if transposed else (x.shape[1], size)
+    kp, n = math.prod(w.shape[2:]), x.shape[0]
+    ctx._alone = _weight_bound(ctx.xp, n, c, w.shape[0], kp, math.prod(ell), groups, x.itemsize)
     if transposed:  # (the cache: x's transform for a Winograd weight gradient, see below)
         ctx.columns = cache = {} if need_w else None
         y = _conv_input_grad(ctx.xp, x, w, *geom, cache=cache)

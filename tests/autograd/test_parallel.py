@@ -278,6 +278,7 @@ def _split_branches(dtype):
     conv, q, k, v = leaf(16, 8, 3, 3), leaf(2, 4, 128, 32), leaf(2, 4, 128, 32), leaf(2, 4, 128, 32)
     x, w1, w2 = leaf(35, 20, 200), leaf(200, 500), leaf(500, 200)
     img, wide, pointwise = leaf(8, 8, 20, 20), leaf(4, 512, 6, 6), leaf(32, 512, 1, 1)
+    deep, heavy = leaf(4, 64, 2, 2), leaf(512, 64, 3, 3)  # Note [Weight-bound convolutions]
     out, _ = lstm(x)
     att = ferro.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
     flat = x.reshape(-1, 200)
@@ -285,6 +286,7 @@ def _split_branches(dtype):
         out.sum(),
         ferro.nn.functional.conv2d(img, conv, padding=1).square().sum(),
         ferro.nn.functional.conv2d(wide, pointwise).square().sum(),  # Note [Pointwise products]
+        ferro.nn.functional.conv2d(deep, heavy, padding=1).square().sum(),
         att.square().sum(),
         ((flat @ w1).tanh() @ w2).square().sum(),
         ((flat @ w1.detach()).relu() @ w2.detach() * flat).sum(),
@@ -292,7 +294,7 @@ def _split_branches(dtype):
     loss = losses[0]
     for term in losses[1:]:
         loss = loss + term
-    return loss, [x, img, conv, wide, pointwise, q, k, v, w1, w2, *lstm.parameters()]
+    return loss, [x, img, conv, wide, pointwise, deep, heavy, q, k, v, w1, w2, *lstm.parameters()]
 
 
 def test_splitting_nodes_keep_parallel_backward_bit_identical(monkeypatch):

@@ -181,10 +181,13 @@ pytestmark = pytest.mark.skipif(
 # Then ferro/_C to 8,250 (session 14, lead): gemm.batched, a 1x1 convolution's stacked
 # per-sample GEMMs on ferro's team at one OpenBLAS thread each (conv2d_1x1 7.2 -> 5.0 ms,
 # 1.44x -> 1.0x PyTorch; the ResNet-18 step 280 -> 181 ms, its 1x1 stride-2 downsample
-# products no longer waking OpenBLAS's spinning worker): 8,243 measured.
+# products no longer waking OpenBLAS's spinning worker): 8,243 measured. And ferro/ops to
+# 12,050: weight-bound convolutions' GEMMs split by rows on ferro's team instead of batch parts
+# that each read the whole weight and sum weight-sized partials (ResNet-18's 512 -> 512 layer
+# on 2x2 maps 16.2 -> 6.6 ms, PyTorch 7.4; the step 181 -> 144 ms): 12,015 measured.
 BUDGETS = {
     "ferro/_C": (8250, ("*.pyx", "*.pxd", "*.h", "*.py")),
-    "ferro/ops": (12000, ("*.py",)),
+    "ferro/ops": (12050, ("*.py",)),
 }
 
 

@@ -268,3 +268,19 @@ def test_batched_refusals_go_to_numpy():
     square = rng.normal(size=(3, 16, 16))
     assert gemm.batched(square, square.copy(), square) is NotImplemented  # out overlaps a
     assert gemm.batched(square[0], square.copy(), square) is NotImplemented  # and shared a
+
+
+def test_parts_split_whatever_the_thresholds(threads):
+    """Note [Weight-bound convolutions] (ferro/ops/conv.py): ``parts=True`` runs the product in
+    parts with the thresholds off (the default), the same bits on one thread and two."""
+    rng = np.random.default_rng(9)
+    a, b = rng.normal(size=(576, 512)).astype(np.float32), rng.normal(size=(512, 8))
+    b = b.astype(np.float32)
+    assert gemm.matmul(a, b) is NotImplemented  # off by default
+    ferro.set_num_threads(1)
+    one = gemm.matmul(a, b, parts=True)
+    ferro.set_num_threads(2)
+    two = gemm.matmul(a, b, None, True)
+    np.testing.assert_array_equal(_bits(one), _bits(two))
+    np.testing.assert_allclose(two, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4 * np.sqrt(512))
+    assert _intraop._BLAS[0]() == 2

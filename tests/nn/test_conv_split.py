@@ -309,3 +309,45 @@ def test_depthwise_loops_give_the_same_bits_at_any_thread_count(dtype, xshape, m
     for other in runs[1:]:
         for a, b in zip(runs[0], other, strict=True):
             np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(
+    "fn, xshape, wshape, kw",
+    [
+        (F.conv2d, (4, 64, 2, 2), (512, 64, 3, 3), {"padding": 1}),  # ResNet-18's deep layers
+        (F.conv2d, (4, 32, 4, 4), (256, 32, 3, 3), {"padding": 1, "stride": 2}),
+        (F.conv_transpose2d, (2, 256, 2, 2), (256, 16, 3, 3), {"padding": 1}),
+    ],
+)
+def test_weight_bound_layers_split_their_gemms_with_the_same_bits_at_any_thread_count(
+    fn, xshape, wshape, kw, dtype, monkeypatch
+):
+    # Note [Weight-bound convolutions]: C_out >= n * L, so the batch is one chunk and its GEMMs
+    # run through gemm.matmul's split (no Python parts, no partial sums).
+    calls = []
+    real = conv_ops.gemm.matmul
+
+    def matmul(*args, **kwargs):
+        calls.append(kwargs.get("parts", False))
+        return real(*args, **kwargs)
+
+    space = types.SimpleNamespace(matmul=matmul, walk=gemm.walk, have_blas=gemm.have_blas)
+    monkeypatch.setattr(conv_ops, "gemm", space)
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=xshape).astype(dtype)
+    w = (rng.normal(size=wshape) / np.sqrt(np.prod(wshape[1:]))).astype(dtype)
+    old = _intraop.num_threads()
+    try:
+        runs = [_run(fn, x, w, kw, t) for t in (1, 2, 3)]
+    finally:
+        _intraop.set_num_threads(old)
+    if gemm.have_blas():
+        assert calls and all(calls)
+    for got in runs[1:]:
+        for a, b in zip(got, runs[0], strict=True):
+            np.testing.assert_array_equal(a, b)
+    want = _run(fn, x.astype(np.float64), w.astype(np.float64), kw, 1)
+    tol = 1e-4 if dtype == np.float32 else 1e-12
+    for a, b in zip(runs[0], want, strict=True):
+        np.testing.assert_allclose(a, b, rtol=tol, atol=tol * np.abs(b).max())

@@ -163,6 +163,10 @@ def conv_samples(rng):
         ((2, 3, 2, 3, 2), (2, 1), False, {"dilation": 2}, "3d 1x1 dilated"),
         ((4, 7), (3, 1), True, {"padding": "same"}, "1d 1x1 same unbatched"),
         ((0, 3, 4, 4), (2, 1), True, {}, "2d 1x1 empty batch"),
+        # C_out >= n * L: one chunk, each GEMM split by rows (conv.py, Note [Weight-bound
+        # convolutions]; the input gradient through col2im).
+        ((2, 3, 2, 2), (8, 3), True, {"padding": 1}, "2d weight-bound"),
+        ((2, 3, 3, 3), (8, 3), False, {"padding": 1, "stride": 2}, "2d weight-bound strided"),
         ((2, 3, 6, 5), (2, 4), True, {"padding": "same"}, "2d same even kernel"),
         ((2, 3, 6, 5), (2, 3), True, {"padding": "same", "dilation": 2}, "2d same dil"),
         ((2, 3, 4, 4), (2, 4), True, {"padding": "valid"}, "2d valid"),
@@ -227,6 +231,7 @@ def conv_transpose_samples(rng):
         ((2, 4, 3, 4), (4, 3, 1, 1), True, {}, "2d 1x1"),
         ((1, 2, 2, 3, 2), (2, 2, 2, 3, 2), True, {"stride": (2, 1, 2), "padding": (0, 1, 0)}, "3d"),
         ((0, 2, 3, 3), (2, 2, 2, 2), True, {}, "2d empty batch"),
+        ((2, 8, 2, 2), (8, 3, 3, 3), True, {"padding": 1}, "2d weight-bound"),
         ((1, 16, 8, 9), (16, 16, 3, 3), True, {"padding": 1}, "2d winograd"),
     ]
     out = []

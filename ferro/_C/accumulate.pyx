@@ -260,8 +260,9 @@ cdef int _commit_grad(_Entry s, TensorBase t) except -1:
         if _can_write(s):
             t._grad = new_tensor(s.grad)
             _F.n_steals += 1
-        else:
-            t._grad = new_tensor(s.grad.copy())
+        else:  # (a large NumPy view copied on both cores: Note [Two-core elementwise ops])
+            g = cpu_kernels.materialize(s.grad)
+            t._grad = new_tensor(s.grad.copy() if g is NotImplemented else g)
             _F.n_grad_copies += 1
     elif not _add_inplace((<TensorBase>cur)._data, s.grad):
         t._grad = new_tensor(_as_array((<TensorBase>cur)._data + s.grad))

@@ -30,3 +30,5 @@ cdef inline bint _large(object x) noexcept:
 cdef inline bint big(object a, object b) noexcept:
     # The callers' first test, inline: binary() can only apply when an operand is that large
     return _large(a) or _large(b)
+cpdef object row_sums(object x, double scale)
+cpdef object materialize(object x)

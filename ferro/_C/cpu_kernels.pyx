@@ -383,6 +383,10 @@ cdef extern from "kernels.h" nogil:
     enum: SUM_BLOCK "FERRO_SUM_BLOCK"
     void ferro_sum_all_f32(const float*, Py_ssize_t, double*, float*)
     void ferro_sum_all_f64(const double*, Py_ssize_t, double*, double*)
+    void ferro_row_sums_f32(const float*, Py_ssize_t, Py_ssize_t, double, float*)
+    void ferro_row_sums_f64(const double*, Py_ssize_t, Py_ssize_t, double, double*)
+    void ferro_expand_f32(const float*, float*, int, const Py_ssize_t*, const Py_ssize_t*)
+    void ferro_expand_f64(const double*, double*, int, const Py_ssize_t*, const Py_ssize_t*)
 
 
 cdef object _grad_refusal(str who, tuple names, object gy, tuple saved):
@@ -710,10 +714,11 @@ def adagrad_update(object p_, object g_, object acc_, double clr, double eps,
 
 # ---------------------------------------------------------------------------------------------
 # Large-array arithmetic on two cores. Note [Two-core elementwise ops]: from BIG_MIN elements
-# (cpu_kernels.pxd) add, sub, mul and div, their in-place forms and the gradients of mul, and
-# the sum of all elements, run as OpenMP loops (kernels.h) instead of NumPy's single-threaded
-# ufuncs. ``binary`` is the one place that decides: the engine's direct ops, the op classes in
-# ferro.ops.elementwise and the in-place ops all ask it first, and it answers NotImplemented
+# (cpu_kernels.pxd) add, sub, mul and div, their in-place forms and the gradients of mul, the
+# sum of all elements, row sums and copies of views, run as OpenMP loops (kernels.h) instead
+# of NumPy's single-threaded ufuncs. ``binary`` is the one place that decides: the engine's
+# direct ops, the op classes in ferro.ops.elementwise and the in-place ops all ask it first, and
+# it answers NotImplemented
 # wherever NumPy must run (small, another dtype or layout, broadcasting other than one value,
 # out overlapping an input other than exactly). Its results are NumPy's bit for bit (the same
 # IEEE operations in the same precision); it leaves the floating-point status alone, so it
@@ -823,4 +828,64 @@ cpdef object sum_all(object x):
         else:
             ferro_sum_all_f64(<const double*>cnp.PyArray_DATA(a), n, part,
                               <double*>cnp.PyArray_DATA(out))
+    return out
+
+
+cpdef object row_sums(object x, double scale):
+    """``x.sum(axis=1) * scale`` of a C-contiguous 2-D float array of at least BIG_MIN elements
+    (a global average pool: scale 1/c), rows on both cores, each pairwise in double (the same
+    bits on any number of threads); NotImplemented for anything else."""
+    if type(x) is not cnp.ndarray:
+        return NotImplemented
+    cdef cnp.ndarray a = <cnp.ndarray>x
+    if (cnp.PyArray_SIZE(a) < BIG_MIN or cnp.PyArray_NDIM(a) != 2 or not _is_float(a)
+            or not cnp.PyArray_ISCARRAY_RO(a) or not cnp.PyArray_ISNOTSWAPPED(a)):
+        return NotImplemented
+    cdef cnp.npy_intp r = cnp.PyArray_DIMS(a)[0], c = cnp.PyArray_DIMS(a)[1]
+    cdef cnp.ndarray out = <cnp.ndarray>cnp.PyArray_EMPTY(1, &r, cnp.PyArray_TYPE(a), 0)
+    with nogil:
+        if cnp.PyArray_TYPE(a) == cnp.NPY_FLOAT32:
+            ferro_row_sums_f32(<const float*>cnp.PyArray_DATA(a), r, c, scale,
+                               <float*>cnp.PyArray_DATA(out))
+        else:
+            ferro_row_sums_f64(<const double*>cnp.PyArray_DATA(a), r, c, scale,
+                               <double*>cnp.PyArray_DATA(out))
+    return out
+
+
+cpdef object materialize(object x):
+    """A C-contiguous copy of a float array of at least BIG_MIN elements of any strides (a
+    broadcast gradient, a transposed view) on both cores; NotImplemented for anything else
+    (NumPy's copy runs). Its bits are the source's."""
+    if type(x) is not cnp.ndarray:
+        return NotImplemented
+    cdef cnp.ndarray a = <cnp.ndarray>x
+    cdef int nd = cnp.PyArray_NDIM(a), d, k = 0
+    cdef Py_ssize_t size = cnp.PyArray_ITEMSIZE(a), step
+    cdef Py_ssize_t shape[64]
+    cdef Py_ssize_t st[64]
+    if (cnp.PyArray_SIZE(a) < BIG_MIN or nd < 1 or nd > MAX_DIMS or not _is_float(a)
+            or not cnp.PyArray_ISALIGNED(a) or not cnp.PyArray_ISNOTSWAPPED(a)):
+        return NotImplemented
+    for d in range(nd):  # drop size-1 dims; merge a dim into the one before where they chain
+        if cnp.PyArray_DIMS(a)[d] == 1:
+            continue
+        if cnp.PyArray_STRIDES(a)[d] % size:
+            return NotImplemented
+        step = cnp.PyArray_STRIDES(a)[d] // size
+        if k and st[k - 1] == step * cnp.PyArray_DIMS(a)[d]:
+            shape[k - 1] *= cnp.PyArray_DIMS(a)[d]
+            st[k - 1] = step
+        else:
+            shape[k], st[k] = cnp.PyArray_DIMS(a)[d], step
+            k += 1
+    cdef cnp.ndarray out = <cnp.ndarray>cnp.PyArray_EMPTY(nd, cnp.PyArray_DIMS(a),
+                                                          cnp.PyArray_TYPE(a), 0)
+    with nogil:
+        if cnp.PyArray_TYPE(a) == cnp.NPY_FLOAT32:
+            ferro_expand_f32(<const float*>cnp.PyArray_DATA(a), <float*>cnp.PyArray_DATA(out), k,
+                             shape, st)
+        else:
+            ferro_expand_f64(<const double*>cnp.PyArray_DATA(a), <double*>cnp.PyArray_DATA(out),
+                             k, shape, st)
     return out

@@ -351,6 +351,18 @@ FERRO_BINARY(double, f64)
     }
 FERRO_SUM(double, f64)
 FERRO_SUM(float, f32)
+/* The r sums of a C-contiguous (r, c), each pairwise in double as ferro_sum_all's blocks, times
+ * scale, into out (a mean with scale 1/c); rows over the team, so the bits do not depend on
+ * the thread count. */
+#define FERRO_ROW_SUMS(T, S)                                                         \
+    static void ferro_row_sums_##S(const T *a, ptrdiff_t r, ptrdiff_t c, double scale, T *out) { \
+        ptrdiff_t i;                                                                 \
+        _Pragma("omp parallel for schedule(static)")                                 \
+        for (i = 0; i < r; i++)                                                      \
+            out[i] = (T)(ferro_pairwise_##S(a + i * c, c) * scale);                  \
+    }
+FERRO_ROW_SUMS(double, f64)
+FERRO_ROW_SUMS(float, f32)
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC pop_options
 #endif
@@ -398,3 +410,38 @@ FERRO_ALL_FINITE(ferro_all_finite_f64, double, uint64_t, 0x7FF0000000000000ull)
 #endif
 
 #endif
+
+#include <string.h>
+/* dst, C-contiguous of shape[0..nd), = src read with element strides st (any sign; 0 along a
+ * broadcast dim): a copy of any view on the team, in tasks of up to FERRO_CHUNK elements of one
+ * row of the last dim, each task's source offset found from its index. */
+#define FERRO_EXPAND(T, S)                                                           \
+    static void ferro_expand_##S(const T *src, T *dst, int nd, const ptrdiff_t *shape, \
+                                 const ptrdiff_t *st) {                              \
+        ptrdiff_t rows = 1, len = shape[nd - 1], s = st[nd - 1], t, parts;           \
+        int d;                                                                       \
+        for (d = 0; d < nd - 1; d++) rows *= shape[d];                               \
+        parts = (len + FERRO_CHUNK - 1) / FERRO_CHUNK;                               \
+        _Pragma("omp parallel for schedule(static)")                                 \
+        for (t = 0; t < rows * parts; t++) {                                         \
+            ptrdiff_t i = t / parts, j0 = (t % parts) * FERRO_CHUNK, rem = i, off = 0, j; \
+            ptrdiff_t j1 = len - j0 < FERRO_CHUNK ? len : j0 + FERRO_CHUNK;          \
+            int e;                                                                   \
+            for (e = nd - 2; e >= 0; e--) {                                          \
+                off += (rem % shape[e]) * st[e];                                     \
+                rem /= shape[e];                                                     \
+            }                                                                        \
+            const T *p = src + off;                                                  \
+            T *q = dst + i * len;                                                    \
+            if (s == 0) {                                                            \
+                const T v = *p;                                                      \
+                for (j = j0; j < j1; j++) q[j] = v;                                  \
+            } else if (s == 1) {                                                     \
+                memcpy(q + j0, p + j0, (size_t)(j1 - j0) * sizeof(T));               \
+            } else {                                                                 \
+                for (j = j0; j < j1; j++) q[j] = p[j * s];                           \
+            }                                                                        \
+        }                                                                            \
+    }
+FERRO_EXPAND(float, f32)
+FERRO_EXPAND(double, f64)

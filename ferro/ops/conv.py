@@ -1070,10 +1070,15 @@ def conv_forward(transposed, kernels, ctx, x, w, b, stride, pads, dilation, grou
     ctx.geom = (stride, pads, dilation, groups)
     ctx.in_size, ctx.kernel = x.shape[2:], w.shape[2:]
     geom = (stride, pads, dilation, groups, size, kernels)
-    # Note [Weight-bound convolutions]: a split of each GEMM runs alone in a parallel walk.
+    # Where the CPU's GEMMs split on ferro's team, the node runs alone in a parallel walk (Notes
+    # [Weight-bound convolutions], [Pointwise products]).
     c, ell = (w.shape[1] * groups, x.shape[2:]) if transposed else (x.shape[1], size)
     kp, n = math.prod(w.shape[2:]), x.shape[0]
-    ctx._alone = _weight_bound(ctx.xp, n, c, w.shape[0], kp, math.prod(ell), groups, x.itemsize)
+    pointwise = not transposed and _pointwise(w.shape[2:], pads, groups)
+    if _weight_bound(ctx.xp, n, c, w.shape[0], kp, math.prod(ell), groups, x.itemsize) or (
+        pointwise and ctx.xp is np
+    ):
+        ctx._alone = True
     if transposed:  # (the cache: x's transform for a Winograd weight gradient, see below)
         ctx.columns = cache = {} if need_w else None
         y = _conv_input_grad(ctx.xp, x, w, *geom, cache=cache)
@@ -1081,8 +1086,7 @@ def conv_forward(transposed, kernels, ctx, x, w, b, stride, pads, dilation, grou
         ctx.depthwise2d = is_depthwise2d(x, w, pads, groups)  # the override's choice
         # The columns of a one-chunk batch, kept for the weight gradient (_columns_pass).
         ctx.columns = cache = {} if need_w else None
-        if _pointwise(w.shape[2:], pads, groups):
-            ctx._alone = True  # Note [Pointwise products]
+        if pointwise:
             wm, xs = w.reshape(w.shape[0], w.shape[1]), _strided(ctx.xp, x, stride)
             y = _pointwise_products(ctx.xp, wm, xs, x.shape[:1] + w.shape[:1] + size)
         else:

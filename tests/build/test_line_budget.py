@@ -184,9 +184,12 @@ pytestmark = pytest.mark.skipif(
 # products no longer waking OpenBLAS's spinning worker): 8,243 measured. And ferro/ops to
 # 12,050: weight-bound convolutions' GEMMs split by rows on ferro's team instead of batch parts
 # that each read the whole weight and sum weight-sized partials (ResNet-18's 512 -> 512 layer
-# on 2x2 maps 16.2 -> 6.6 ms, PyTorch 7.4; the step 181 -> 144 ms): 12,015 measured.
+# on 2x2 maps 16.2 -> 6.6 ms, PyTorch 7.4; the step 181 -> 144 ms): 12,015 measured. Then
+# ferro/_C to 8,360: cpu_kernels.row_sums and materialize, two-core row means (a global average
+# pool 1.0 -> 0.66 ms, PyTorch 0.87) and copies of views (a broadcast gradient that becomes a
+# .grad): 8,352 measured.
 BUDGETS = {
-    "ferro/_C": (8250, ("*.pyx", "*.pxd", "*.h", "*.py")),
+    "ferro/_C": (8360, ("*.pyx", "*.pxd", "*.h", "*.py")),
     "ferro/ops": (12050, ("*.py",)),
 }
 

@@ -1,5 +1,6 @@
 """Note [Two-core elementwise ops]: from TWO_CORE_MIN elements add, sub, mul, div (and their
-in-place forms, mul's gradients, the sum of all elements) run as OpenMP loops. Their results
+in-place forms, mul's gradients, the sum of all elements, row means, copies of views) run as
+OpenMP loops. Their results
 must be NumPy's bit for bit, and everything they do not take must still go to NumPy."""
 
 import os
@@ -212,3 +213,76 @@ def test_sum_all_does_not_depend_on_the_thread_count():
         )
         outs.add(run.stdout)
     assert len(outs) == 1
+
+
+def _views(dtype):
+    """Views of every kind a gradient arrives as: broadcast (one value, one row, one column),
+    transposed, strided, reversed, with size-1 dims, and plain."""
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(16, 8, 96, 96)).astype(dtype)  # 1.2M elements
+    yield x
+    yield np.broadcast_to(dtype(2.5), (1200, 1000))
+    yield np.broadcast_to(x[:, :, :1], x.shape)
+    yield np.broadcast_to(x[:1, :1, :, :1], (16, 8, 96, 96))
+    yield x.transpose(0, 3, 1, 2)
+    yield x[:, ::2, :, ::-1].repeat(2, axis=0)[..., None, :]
+    yield x[::-1, :, 1:-1]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_materialize_copies_any_view_bit_for_bit(dtype):
+    for v in _views(dtype):
+        got = K.materialize(v)
+        assert got.flags.c_contiguous and got.flags.writeable and got.shape == v.shape
+        _same_bits(got, np.ascontiguousarray(v))
+        assert not np.shares_memory(got, v)
+    x = np.zeros(N, dtype)
+    for refused in (x[: K.TWO_CORE_MIN - 1], x.astype(np.float16), x.astype(">f8"), [0.0]):
+        assert K.materialize(refused) is NotImplemented
+    raw = np.zeros(N * 8 + 1, np.uint8)[1:].view(np.float64)
+    assert K.materialize(raw) is NotImplemented  # misaligned
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_row_sums_are_accurate_means(dtype):
+    rng = np.random.default_rng(6)
+    x = (rng.normal(size=(2048, 600)) + 1e3 * (rng.random((2048, 600)) > 0.999)).astype(dtype)
+    got = K.row_sums(x, 1 / 600)
+    exact = x.astype(np.longdouble).sum(axis=1) / 600
+    ref = x.mean(axis=1)
+    eps = np.finfo(dtype).eps
+    err, ref_err = np.abs(got - exact), np.abs(ref.astype(np.longdouble) - exact)
+    assert got.dtype == dtype and got.shape == (2048,)
+    assert (err <= np.maximum(ref_err, 2 * eps * np.abs(exact) + eps)).all()
+    for refused in (x[:, ::2], x[:100], x.ravel(), x.astype(np.float16)):
+        assert K.row_sums(refused, 1.0) is NotImplemented
+
+
+def test_row_sums_and_materialize_do_not_depend_on_the_thread_count():
+    code = (
+        "import numpy as np, ferro; from ferro._C import cpu_kernels as K;"
+        "x = np.random.default_rng(5).normal(size=(3000, 700)).astype(np.float32);"
+        "print(K.row_sums(x, 0.25).tobytes().hex()[:4000],"
+        " K.materialize(x.T).tobytes().hex()[-4000:])"
+    )
+    outs = set()
+    for threads in ("1", "2", "3"):
+        env = dict(os.environ, OMP_NUM_THREADS=threads)
+        run = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+        )
+        outs.add(run.stdout)
+    assert len(outs) == 1
+
+
+def test_a_large_broadcast_gradient_becomes_an_array_of_its_own():
+    # Note [Two-core elementwise ops]: the gradient of a sum, a view of one value, becomes the
+    # leaf's .grad through cpu_kernels.materialize (a fresh C-contiguous array).
+    x = ferro.zeros(N, requires_grad=True)
+    x.sum().backward()
+    g = x.grad.numpy()
+    assert g.flags.c_contiguous and g.flags.writeable and (g == 1).all()
+    g[0] = 5.0  # its own memory
+    y = ferro.zeros(N, requires_grad=True)
+    y.sum().backward()
+    assert float(y.grad[0]) == 1.0

@@ -492,3 +492,23 @@ def test_max_pool_kernels_refuse_bad_arrays():
     np.testing.assert_array_equal(idx, [[1, 3, 5, 7]])
     g = K.max_pool_bwd(np.ones((1, 4)), np.array([[1, 1, 5, 7]]), (1, 8), (3,), (2,), (1,), (1,))
     np.testing.assert_array_equal(g, [[0, 2, 0, 0, 0, 1, 0, 1]])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_large_global_average_pool_takes_the_two_core_row_means(dtype):
+    # From TWO_CORE_MIN elements the global pool is cpu_kernels.row_sums (Note [Two-core
+    # elementwise ops]): the mean of each plane, accumulated in double; its gradient is 1/L.
+    from ferro._C import cpu_kernels
+
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(16, 64, 33, 32)).astype(dtype) + 3
+    t = ferro.tensor(x, requires_grad=True)
+    y = F.adaptive_avg_pool2d(t, 1)
+    want = x.astype(np.longdouble).mean(axis=(2, 3), keepdims=True)
+    assert y.shape == (16, 64, 1, 1) and y.dtype == t.dtype
+    np.testing.assert_allclose(y.detach().numpy(), want.astype(dtype), rtol=4 * np.finfo(dtype).eps)
+    got = cpu_kernels.row_sums(x.reshape(16 * 64, -1), 1 / (33 * 32)).reshape(y.shape)
+    np.testing.assert_array_equal(y.detach().numpy(), got)
+    g = rng.normal(size=y.shape).astype(dtype)
+    y.backward(ferro.tensor(g))
+    np.testing.assert_allclose(t.grad.numpy(), np.broadcast_to(g / (33 * 32), x.shape), rtol=1e-6)

@@ -318,6 +318,8 @@ def test_depthwise_loops_give_the_same_bits_at_any_thread_count(dtype, xshape, m
         (F.conv2d, (4, 64, 2, 2), (512, 64, 3, 3), {"padding": 1}),  # ResNet-18's deep layers
         (F.conv2d, (4, 32, 4, 4), (256, 32, 3, 3), {"padding": 1, "stride": 2}),
         (F.conv_transpose2d, (2, 256, 2, 2), (256, 16, 3, 3), {"padding": 1}),
+        (F.conv2d, (2, 32, 8, 8), (256, 32, 4, 4), {"stride": 2, "padding": 1}),  # DCGAN's
+        (F.conv_transpose2d, (2, 256, 4, 4), (256, 32, 4, 4), {"stride": 2, "padding": 1}),
     ],
 )
 def test_weight_bound_layers_split_their_gemms_with_the_same_bits_at_any_thread_count(

@@ -232,6 +232,7 @@ def conv_transpose_samples(rng):
         ((1, 2, 2, 3, 2), (2, 2, 2, 3, 2), True, {"stride": (2, 1, 2), "padding": (0, 1, 0)}, "3d"),
         ((0, 2, 3, 3), (2, 2, 2, 2), True, {}, "2d empty batch"),
         ((2, 8, 2, 2), (8, 3, 3, 3), True, {"padding": 1}, "2d weight-bound"),
+        ((2, 8, 2, 2), (8, 3, 4, 4), False, {"stride": 2, "padding": 1}, "2d weight-bound x2"),
         ((1, 16, 8, 9), (16, 16, 3, 3), True, {"padding": 1}, "2d winograd"),
     ]
     out = []

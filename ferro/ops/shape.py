@@ -954,7 +954,6 @@ class Pad:
 
     @staticmethod
     def backward(ctx, gy):
-        xp = ctx.xp
         g = gy
         for d, (lo, hi) in enumerate(ctx.widths):
             if lo == 0 and hi == 0:
@@ -963,10 +962,13 @@ class Pad:
             if ctx.mode == "constant":
                 g = g[(slice(None),) * d + (slice(lo, lo + n),)]
                 continue
-            src = _pad_source_index(xp, n, lo, hi, ctx.mode)
-            shape = g.shape[:d] + (n,) + g.shape[d + 1 :]
-            folded = xp.zeros(shape, dtype=g.dtype)
-            add_at(xp, folded, (slice(None),) * d + (src,), g, "pad backward")
+            # The central part, then each padded slice added onto the one it copies (a few
+            # slice adds: NumPy's add.at over the whole array took 4 ms a call on the style
+            # transfer example's 64x64 maps, a third of its step).
+            src, at = _pad_source_index(np, n, lo, hi, ctx.mode), (slice(None),) * d
+            folded = g[at + (slice(lo, lo + n),)].copy()
+            for j in (*range(lo), *range(lo + n, lo + n + hi)):
+                folded[at + (int(src[j]),)] += g[at + (j,)]
             g = folded
         return g
 

@@ -254,13 +254,21 @@ def _masked_scatter_ref(x, src, mask):
 
 def _pad_samples(rng):
     out = []
-    for mode in ("constant", "reflect", "replicate"):
+    for mode in ("constant", "reflect", "replicate", "circular"):
         out.append(
             Sample((uniform(rng, (2, 3, 4)),), {"pad": (1, 2), "mode": mode}, label=f"{mode} 1d")
         )
         out.append(
             Sample((uniform(rng, (3, 4)),), {"pad": (2, 1, 1, 2), "mode": mode}, label=f"{mode} 2d")
         )
+    # Several padded slices folding onto one element: the edge (replicate) and a whole period
+    # each side (circular).
+    out.append(
+        Sample((uniform(rng, (2, 2)),), {"pad": (3, 2), "mode": "replicate"}, label="edge x3")
+    )
+    out.append(
+        Sample((uniform(rng, (3, 3)),), {"pad": (3, 3), "mode": "circular"}, label="wrap x2")
+    )
     return out
 
 
@@ -268,7 +276,13 @@ def _pad_ref(x, pad, mode="constant", value=0.0):
     widths = [(0, 0)] * x.ndim
     for k in range(len(pad) // 2):
         widths[x.ndim - 1 - k] = (pad[2 * k], pad[2 * k + 1])
-    np_mode = {"constant": "constant", "reflect": "reflect", "replicate": "edge"}[mode]
+    np_mode = {
+        "constant": "constant",
+        "reflect": "reflect",
+        "replicate": "edge",
+        "circular": "wrap",
+    }
+    np_mode = np_mode[mode]
     return np.pad(x, widths, mode=np_mode)
 
 

@@ -167,6 +167,13 @@ def conv_samples(rng):
         # convolutions]; the input gradient through col2im).
         ((2, 3, 2, 2), (8, 3), True, {"padding": 1}, "2d weight-bound"),
         ((2, 3, 3, 3), (8, 3), False, {"padding": 1, "stride": 2}, "2d weight-bound strided"),
+        # C_out <= C_in / 4, stride 1, a large kernel: the forward from the output side (col2im
+        # of the weight's transpose times x) and the weight gradient from gy's columns
+        # (conv.py's _output_side).
+        ((2, 8, 6, 5), (2, 3), True, {"padding": 1}, "2d output-side"),
+        ((1, 8, 7, 6), (2, (3, 4)), False, {"padding": "same", "dilation": (2, 1)}, "2d out-side"),
+        ((2, 12, 11), (3, 9), True, {"padding": 4}, "1d output-side"),
+        ((1, 4, 4, 3, 4), (1, 3), True, {"padding": (1, 0, 2)}, "3d output-side"),
         ((2, 3, 6, 5), (2, 4), True, {"padding": "same"}, "2d same even kernel"),
         ((2, 3, 6, 5), (2, 3), True, {"padding": "same", "dilation": 2}, "2d same dil"),
         ((2, 3, 4, 4), (2, 4), True, {"padding": "valid"}, "2d valid"),

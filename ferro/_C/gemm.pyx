@@ -227,6 +227,28 @@ cdef inline bint _overlap(cnp.ndarray x, char *lo, char *hi) noexcept:
     return first < hi and lo < last
 
 
+cdef object _result(object out, int dtype, int nd, cnp.npy_intp *dims, cnp.ndarray x,
+                    cnp.ndarray y):
+    # The array a product writes: a fresh C-contiguous one of dims (out None), else out where
+    # it is a writeable C-contiguous native array of dtype and dims that meets neither operand;
+    # None where it is not.
+    if out is None:
+        return cnp.PyArray_EMPTY(nd, dims, dtype, 0)
+    if type(out) is not cnp.ndarray:
+        return None
+    cdef cnp.ndarray c = <cnp.ndarray>out
+    cdef int d
+    if (cnp.PyArray_TYPE(c) != dtype or not cnp.PyArray_ISCARRAY(c)
+            or not cnp.PyArray_ISNOTSWAPPED(c) or cnp.PyArray_NDIM(c) != nd):
+        return None
+    for d in range(nd):
+        if cnp.PyArray_DIMS(c)[d] != dims[d]:
+            return None
+    cdef char *lo = <char*>cnp.PyArray_DATA(c)
+    cdef char *hi = lo + cnp.PyArray_NBYTES(c)
+    return None if _overlap(x, lo, hi) or _overlap(y, lo, hi) else c
+
+
 cpdef object matmul(object a, object b, object out=None, bint parts=False):
     """``a @ b`` of two matrices as Note [Two-core GEMM] says, into ``out`` or a fresh
     C-contiguous array; NotImplemented where NumPy's matmul must run. With ``parts``, whatever
@@ -234,8 +256,6 @@ cpdef object matmul(object a, object b, object out=None, bint parts=False):
     if type(a) is not cnp.ndarray or type(b) is not cnp.ndarray or _gemm[0] == NULL:
         return NotImplemented
     cdef cnp.ndarray x = <cnp.ndarray>a, y = <cnp.ndarray>b, c
-    cdef char *lo
-    cdef char *hi
     if cnp.PyArray_NDIM(x) != 2 or cnp.PyArray_NDIM(y) != 2:
         return NotImplemented
     cdef Py_ssize_t m = cnp.PyArray_DIMS(x)[0], k = cnp.PyArray_DIMS(x)[1]
@@ -249,21 +269,11 @@ cpdef object matmul(object a, object b, object out=None, bint parts=False):
     if ta < 0 or tb < 0 or (not _wide and max(m, n, k, lda, ldb) >= 1 << 31):
         return NotImplemented
     cdef cnp.npy_intp dims[2]
-    if out is None:
-        dims[0], dims[1] = m, n
-        c = <cnp.ndarray>cnp.PyArray_EMPTY(2, dims, dtype, 0)
-    elif type(out) is not cnp.ndarray:
+    dims[0], dims[1] = m, n
+    r = _result(out, dtype, 2, dims, x, y)
+    if r is None:
         return NotImplemented
-    else:
-        c = <cnp.ndarray>out
-        if (cnp.PyArray_TYPE(c) != dtype or not cnp.PyArray_ISCARRAY(c)
-                or not cnp.PyArray_ISNOTSWAPPED(c) or cnp.PyArray_NDIM(c) != 2
-                or cnp.PyArray_DIMS(c)[0] != m or cnp.PyArray_DIMS(c)[1] != n):
-            return NotImplemented
-        lo = <char*>cnp.PyArray_DATA(c)
-        hi = lo + m * n * cnp.PyArray_ITEMSIZE(c)
-        if _overlap(x, lo, hi) or _overlap(y, lo, hi):
-            return NotImplemented
+    c = <cnp.ndarray>r
     cdef int f64 = dtype == cnp.NPY_FLOAT64, threads = FERRO_GEMM_THREADS()
     # rows when op(a) is the larger operand: each part then reads half of it
     cdef int rows = m > n
@@ -291,7 +301,6 @@ cpdef object batched(object a, object b, object out=None, bint reduce=False):
     if type(a) is not cnp.ndarray or type(b) is not cnp.ndarray or _gemm[0] == NULL:
         return NotImplemented
     cdef cnp.ndarray x = <cnp.ndarray>a, y = <cnp.ndarray>b, c
-    cdef char *lo
     cdef int ndx = cnp.PyArray_NDIM(x), ndy = cnp.PyArray_NDIM(y), dtype = cnp.PyArray_TYPE(x)
     if ndx < 2 or ndy < 2 or ndx > 3 or ndy > 3 or ndx + ndy < 5:
         return NotImplemented
@@ -310,21 +319,10 @@ cpdef object batched(object a, object b, object out=None, bint reduce=False):
     cdef int parts = <int>min(n, PARTS if reduce else FERRO_GEMM_THREADS())
     cdef cnp.npy_intp dims[3]
     dims[0], dims[1], dims[2] = (parts if reduce else n), m, p
-    if out is None or reduce:
-        c = <cnp.ndarray>cnp.PyArray_EMPTY(3, dims, dtype, 0)
-    elif type(out) is not cnp.ndarray:
+    r = _result(None if reduce else out, dtype, 3, dims, x, y)
+    if r is None:
         return NotImplemented
-    else:
-        c = <cnp.ndarray>out
-        if (cnp.PyArray_TYPE(c) != dtype or not cnp.PyArray_ISCARRAY(c)
-                or not cnp.PyArray_ISNOTSWAPPED(c) or cnp.PyArray_NDIM(c) != 3
-                or cnp.PyArray_DIMS(c)[0] != n or cnp.PyArray_DIMS(c)[1] != m
-                or cnp.PyArray_DIMS(c)[2] != p):
-            return NotImplemented
-        lo = <char*>cnp.PyArray_DATA(c)
-        if _overlap(x, lo, lo + n * m * p * cnp.PyArray_ITEMSIZE(c)) or _overlap(
-                y, lo, lo + n * m * p * cnp.PyArray_ITEMSIZE(c)):
-            return NotImplemented
+    c = <cnp.ndarray>r
     cdef int f64 = dtype == cnp.NPY_FLOAT64, threads = FERRO_GEMM_THREADS()
     threads = 1 if threads < 1 else min(threads, parts)
     _hold()

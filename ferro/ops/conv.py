@@ -303,9 +303,7 @@ def _conv_forward(
             return y
         return y, _conv_weight_grad(xp, x, gw_for, stride, pads, dilation, groups, kernel, kernels)
     if gw_for is None and _output_side(c, o, kernel, stride, pads, dilation, groups):
-        span = [d * (k - 1) for d, k in zip(dilation, kernel, strict=True)]
-        flipped = tuple((t - lo, t - hi) for (lo, hi), t in zip(pads, span, strict=True))
-        wt = _transposed_weight(xp, w, groups)
+        flipped, wt = _flipped(stride, pads, kernel, dilation), _transposed_weight(xp, w, groups)
         return _conv_input_grad(xp, x, wt, stride, flipped, dilation, groups, out, kernels)
     y, gw = _columns_pass(
         xp, x, w, gw_for, stride, pads, dilation, groups, kernel, out, kernels, cache
@@ -319,15 +317,25 @@ def _output_side(c, o, kernel, stride, pads, dilation, groups):
     flipped weight (:func:`_conv_input_grad`), whose columns are ``C_out * prod(k)`` rows, not
     ``C_in * prod(k)``. Where ``C_out`` is at most a quarter of ``C_in`` and the kernel large
     (the style transfer example's last 32 -> 3 9x9 layer on 64x64 maps: im2col's columns 42 MB
-    a sample, its GEMM 3 rows tall; forward 32 -> 7 ms, PyTorch's whole step 14.5)."""
-    span = [d * (k - 1) for d, k in zip(dilation, kernel, strict=True)]
+    a sample, its GEMM 3 rows tall; forward 32 -> 2.7 ms, PyTorch's whole step 15.5)."""
     return (
         groups == 1
         and 4 * o <= c
         and math.prod(kernel) >= 9
-        and all(s == 1 for s in stride)
-        and all(0 <= lo <= t and 0 <= hi <= t for (lo, hi), t in zip(pads, span, strict=True))
+        and _flipped(stride, pads, kernel, dilation) is not None
     )
+
+
+def _flipped(stride, pads, kernel, dilation):
+    """The padding of the convolution by the flipped weight that gives a stride-1
+    convolution's input gradient (from the output side, its forward): the kernel's span less
+    each pad; None for a stride above 1 or a pad beyond the span."""
+    span = [d * (k - 1) for d, k in zip(dilation, kernel, strict=True)]
+    if any(s != 1 for s in stride) or not all(
+        0 <= lo <= t and 0 <= hi <= t for (lo, hi), t in zip(pads, span, strict=True)
+    ):
+        return None
+    return tuple((t - lo, t - hi) for (lo, hi), t in zip(pads, span, strict=True))
 
 
 def _swap_last2(xp, kernels, a):
@@ -581,15 +589,12 @@ def _conv_input_grad(xp, gy, w, stride, pads, dilation, groups, size, kernels=No
     c = cg * groups
     if cg == 1 and groups > 1:
         return _depthwise_input_grad(xp, gy, w, stride, pads, dilation, groups, size)
-    span = [d * (k - 1) for d, k in zip(dilation, kernel, strict=True)]
     kp, ell = math.prod(kernel), math.prod(out)
     whole = _weight_bound(xp, n, c, o, kp, ell, groups, gy.itemsize)
-    if (
-        (o <= c and not whole or _winograd(kernels, kernel, o, c, size, stride, dilation, groups))
-        and all(s == 1 for s in stride)
-        and all(0 <= lo <= t and 0 <= hi <= t for (lo, hi), t in zip(pads, span, strict=True))
+    flipped = _flipped(stride, pads, kernel, dilation)
+    if flipped is not None and (
+        o <= c and not whole or _winograd(kernels, kernel, o, c, size, stride, dilation, groups)
     ):
-        flipped = tuple((t - lo, t - hi) for (lo, hi), t in zip(pads, span, strict=True))
         wt = _transposed_weight(xp, w, groups)
         return _conv_forward(xp, gy, wt, stride, flipped, dilation, groups, size, kernels)
     if _subpixel_winograd(kernels, kernel, c, o, stride, dilation, groups, out):
@@ -1143,11 +1148,11 @@ def conv_backward(transposed, kernels, ctx, gy):
         gx, gw = _winograd_weight_grad(xp, kernels, x, gy, pads, w)
     elif need_x:
         gx = _conv_input_grad(xp, gy, w, *ctx.geom, ctx.in_size, kernels, ctx.columns)
-    dilation, pending = ctx.geom[2], need_w and gw is None and not transposed
+    pending = need_w and gw is None and not transposed
     if pending and _output_side(x.shape[1], gy.shape[1], ctx.kernel, *ctx.geom):
-        # (as its forward: _output_side) from gy's columns
-        span = [d * (k - 1) for d, k in zip(dilation, ctx.kernel, strict=True)]
-        flipped = tuple((t - lo, t - hi) for (lo, hi), t in zip(pads, span, strict=True))
+        # (as its forward, _output_side) from gy's columns: the flipped convolution's, flipped
+        dilation = ctx.geom[2]
+        flipped = _flipped(stride, pads, ctx.kernel, dilation)
         geom = (stride, flipped, dilation, groups, ctx.kernel, kernels)
         gw = _transposed_weight(xp, _conv_weight_grad(xp, gy, x, *geom), groups)
     if need_w and gw is None:

@@ -187,10 +187,12 @@ pytestmark = pytest.mark.skipif(
 # on 2x2 maps 16.2 -> 6.6 ms, PyTorch 7.4; the step 181 -> 144 ms): 12,015 measured. Then
 # ferro/_C to 8,360: cpu_kernels.row_sums and materialize, two-core row means (a global average
 # pool 1.0 -> 0.66 ms, PyTorch 0.87) and copies of views (a broadcast gradient that becomes a
-# .grad): 8,352 measured.
+# .grad): 8,352 measured. And ferro/ops to 12,060: narrow-output convolutions from the output
+# side (fast_neural_style's 32 -> 3 9x9 layer 53 -> 8 ms) and the flipped-padding helper they
+# share with the input gradient: 12,052 measured.
 BUDGETS = {
     "ferro/_C": (8360, ("*.pyx", "*.pxd", "*.h", "*.py")),
-    "ferro/ops": (12050, ("*.py",)),
+    "ferro/ops": (12060, ("*.py",)),
 }
 
 

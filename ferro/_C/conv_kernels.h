@@ -344,6 +344,15 @@ static inline void ferro_wino2_tiles(ptrdiff_t z0, ptrdiff_t kn, ptrdiff_t m, pt
 }
 
 #define FERRO_WINO1(T, S)                                                                       \
+/* The nonzero entries of a matrix row (n values, in double) as coefficients c and offsets at   \
+ * (entry x at x stride), for the axpys below; returns how many. */                             \
+FERRO_INLINE ptrdiff_t ferro_nonzeros_##S(const double *row, ptrdiff_t n, ptrdiff_t stride,     \
+                                         ptrdiff_t *at, T *c) {                                 \
+    ptrdiff_t x, nz = 0;                                                                        \
+    for (x = 0; x < n; x++)                                                                     \
+        if (row[x] != 0) at[nz] = x * stride, c[nz++] = (T)row[x];                              \
+    return nz;                                                                                  \
+}                                                                                               \
 /* o[t] = sum_e a[e] src[at[e] + t], t < n, the terms added in order to 0: blocks of 64 tiles   \
  * summed in a local array (one vectorized pass per term; o and src may not alias it). */       \
 FERRO_INLINE void ferro_wino1_axpys_##S(T *o, const T *src, const ptrdiff_t *at, const T *a,    \
@@ -407,12 +416,11 @@ static FERRO_CLONES void ferro_wino1_gather_##S(const T *src, ptrdiff_t n, const
 static FERRO_CLONES void ferro_wino1_scatter_##S(const T *src, ptrdiff_t ps, const double *mat, \
                                                  ptrdiff_t m, ptrdiff_t p, ptrdiff_t tiles,     \
                                                  T *y, ptrdiff_t n, T *s) {                     \
-    ptrdiff_t i, k, t, nz, at[FERRO_WINO1_MAX];                                                 \
+    ptrdiff_t i, t, nz, at[FERRO_WINO1_MAX];                                                    \
     T a[FERRO_WINO1_MAX];                                                                       \
     for (i = 0; i < m; i++) {                                                                   \
         T *si = s + i * tiles;                                                                  \
-        for (k = nz = 0; k < p; k++)                                                            \
-            if (mat[i * p + k] != 0) at[nz] = k * ps, a[nz++] = (T)mat[i * p + k];              \
+        nz = ferro_nonzeros_##S(mat + i * p, p, ps, at, a);                                     \
         ferro_wino1_axpys_##S(si, src, at, a, nz, tiles);                                       \
     }                                                                                           \
     for (t = 0; t < tiles && m * t + m <= n; t++)                                               \
@@ -472,14 +480,12 @@ static FERRO_CLONES void ferro_wino2_gather_##S(const T *src, ptrdiff_t ss, ptrd
                 }                                                                               \
             }                                                                                   \
         for (j = 0; j < p; j++) {                                                               \
-            for (b = nz = 0; b < q; b++)                                                        \
-                if (mat[j * q + b] != 0) at[nz] = b * bs, c[nz++] = (T)mat[j * q + b];          \
+            nz = ferro_nonzeros_##S(mat + j * q, q, bs, at, c);                                 \
             for (a = 0; a < q; a++)                                                             \
                 ferro_wino2_axpys_##S(e + (a * p + j) * bs, d + a * q * bs, at, c, nz, kn);     \
         }                                                                                       \
         for (i = 0; i < p; i++) {                                                               \
-            for (a = nz = 0; a < q; a++)                                                        \
-                if (mat[i * q + a] != 0) at[nz] = a * p * bs, c[nz++] = (T)mat[i * q + a];      \
+            nz = ferro_nonzeros_##S(mat + i * q, q, p * bs, at, c);                             \
             for (j = 0; j < p; j++)                                                             \
                 ferro_wino2_axpys_##S(out + (i * p + j) * ps + z0, e + j * bs, at, c, nz, kn);  \
         }                                                                                       \
@@ -496,20 +502,18 @@ static FERRO_CLONES void ferro_wino2_scatter_##S(const T *src, ptrdiff_t ps, con
                                                  ptrdiff_t th, ptrdiff_t tw, T *y, ptrdiff_t ys, \
                                                  ptrdiff_t h, ptrdiff_t wd, int add, T *e,      \
                                                  T *f) {                                        \
-    ptrdiff_t nt = nb * th * tw, z0, k, a, b, i, j, nz, at[FERRO_WINO1_MAX], off[64];         \
+    ptrdiff_t nt = nb * th * tw, z0, k, b, i, j, nz,    at[FERRO_WINO1_MAX], off[64];           \
     ptrdiff_t ry[64], ct[64], bs = nt < 64 ? nt : 64; /* a block's stride in d, e, f */       \
     T c[FERRO_WINO1_MAX];                                                                       \
     for (z0 = 0; z0 < nt; z0 += 64) { /* 64 tiles at a time: rows, columns, placed */         \
         ptrdiff_t kn = nt - z0 < 64 ? nt - z0 : 64, r0, r1, c0, c1;                             \
         for (i = 0; i < r; i++) {                                                               \
-            for (a = nz = 0; a < p; a++)                                                        \
-                if (mat[i * p + a] != 0) at[nz] = a * p * ps, c[nz++] = (T)mat[i * p + a];      \
+            nz = ferro_nonzeros_##S(mat + i * p, p, p * ps, at, c);                             \
             for (b = 0; b < p; b++)                                                             \
                 ferro_wino2_axpys_##S(e + (i * p + b) * bs, src + b * ps + z0, at, c, nz, kn);  \
         }                                                                                       \
         for (j = 0; j < r; j++) {                                                               \
-            for (b = nz = 0; b < p; b++)                                                        \
-                if (mat[j * p + b] != 0) at[nz] = b * bs, c[nz++] = (T)mat[j * p + b];          \
+            nz = ferro_nonzeros_##S(mat + j * p, p, bs, at, c);                                 \
             for (i = 0; i < r; i++)                                                             \
                 ferro_wino2_axpys_##S(f + (i * r + j) * bs, e + i * p * bs, at, c, nz, kn);     \
         }                                                                                       \

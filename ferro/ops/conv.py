@@ -490,12 +490,13 @@ def _winograd_scheme(xp, kernels, x, o, k, out):
 
 #: A 3-d Winograd pass transforms, multiplies and transforms back a chunk's tiles a block of
 #: depth tiles at a time, the block's transformed input and products within this many bytes,
-#: so that a large volume's stay in cache from the transform to the GEMM (a 32^3 sample of
-#: 16 -> 32 channels makes 50 MB of them). Not smaller: the weight gradient's GEMMs sum over
-#: a block's tiles, and at one depth tile a block (64 tiles, 0.8 MB on the benchmark's conv3d)
-#: a sample's weight gradient took 1.03 ms against 0.79 at four and 0.74 at eight (the
-#: forward: the same at all three; single-thread CPU time).
-WINOGRAD_BLOCK_BYTES = 4 << 20
+#: so that they stay in a core's L2 (2 MB here) from the transform to the GEMM (a 32^3 sample
+#: of 16 -> 32 channels makes 50 MB of them). On the benchmark's conv3d (one sample a chunk, a
+#: chunk a core) 2 MB makes blocks of two depth tiles (1.5 MB): forward+backward took 6.8-7.1
+#: ms against 8.4-8.6 at 4 MB (four depth tiles, 3 MB: the transforms' stores went to L3;
+#: bench_conv, builds alternating), and one depth tile a block (64 tiles) was 5-10% slower than
+#: two (the GEMMs, which sum over a block's tiles, ran slower).
+WINOGRAD_BLOCK_BYTES = 2 << 20
 
 
 @functools.cache

@@ -1,6 +1,7 @@
 """ferro._intraop: the intra-op split's pool, its BLAS/OpenMP thread settings, nesting, errors
 and fork safety (Note [Intra-op split])."""
 
+import contextvars
 import multiprocessing
 import threading
 
@@ -41,6 +42,35 @@ def test_run_returns_the_parts_in_order_with_one_blas_thread_inside(two_threads)
     # (Which thread ran part 1 is the scheduler's: one the pool has not started by the time
     # the caller's part ends runs on the caller.)
     assert _blas_threads() == before  # given back
+
+
+_VAR = contextvars.ContextVar("test_intraop_var", default="unset")
+
+
+@needs_blas
+def test_a_pool_thread_runs_its_part_in_a_copy_of_the_callers_context(two_threads):
+    # NumPy's memory handler lives in a context variable: a part on a pool thread allocates
+    # with ferro's (64-byte aligned) handler, as the caller does, only in the caller's context.
+    started = threading.Event()
+    token = _VAR.set("caller")
+    try:
+
+        def part(i):
+            if i == 0:  # hold the caller's thread until the pool has run part 1
+                assert started.wait(30)
+            else:
+                started.set()
+            buf = np.empty(1 << 16, np.float32)
+            name = np._core.multiarray.get_handler_name(buf)
+            return _VAR.get(), threading.current_thread().name, name, buf.ctypes.data % 64
+
+        (v0, t0, h0, a0), (v1, t1, h1, a1) = intraop.run(part, 2)
+    finally:
+        _VAR.reset(token)
+    assert t0 != t1 and v0 == v1 == "caller"
+    assert h1 == h0 == np._core.multiarray.get_handler_name()
+    if h0 == "ferro_caching_allocator":
+        assert a0 == a1 == 0
 
 
 @needs_blas

@@ -81,38 +81,29 @@ FERRO_INLINE void ferro_wino_rows_out_##S(const T *restrict d, T *restrict y0, T
  * the 4 column terms' planes of even rows E_j and of odd rows O_j (th + 1 rows of tw each);    \
  * then Bᵀ across the rows over whole planes of tiles: tile row ty's 4 rows are E[ty], O[ty],   \
  * E[ty + 1], O[ty + 1], a row (tw) apart, so each loop runs over all th tw tiles. Every row is \
- * split into its even and odd columns before B reads any (Note [Scratch read after write]).    \
- * d: 8 (th + 1) tw + 4 (th + 1) (tw + 1). */                                                   \
+ * copied zero-padded (2 (tw + 1) columns), then split into its even and odd columns in one     \
+ * run over all rows, before B reads any (Note [Scratch read after write]).                     \
+ * d: 8 (th + 1) tw + 8 (th + 1) (tw + 1). */                                                   \
 FERRO_INLINE void ferro_wino_in_plane_##S(const T *restrict src, T *restrict out,               \
                                           T *restrict d, ptrdiff_t h, ptrdiff_t wd,             \
                                           ptrdiff_t ph, ptrdiff_t pw, ptrdiff_t th,             \
                                           ptrdiff_t tw, ptrdiff_t ps) {                         \
-    ptrdiff_t n = tw + 1, sz = (th + 1) * tw, nt = th * tw, rows = 2 * th + 2, y, k, t, j, ka,  \
-              kb;                                                                               \
-    T *evens = d + 8 * sz, *odds = evens + rows * n;                                            \
-    ferro_wino_pairs(wd, pw, n, &ka, &kb);                                                      \
-    for (y = 0; y < rows; y++) {                                                                \
+    ptrdiff_t n = tw + 1, sz = (th + 1) * tw, nt = th * tw, rows = 2 * th + 2, y, k, t, j;      \
+    ptrdiff_t cols = wd < 2 * n - pw ? wd : 2 * n - pw; /* the columns windows read */          \
+    T *evens = d + 8 * sz, *odds = evens + rows * n, *pad = odds + rows * n;                    \
+    for (y = 0; y < rows; y++) { /* the padded rows, 2n columns each */                         \
         ptrdiff_t iy = y - ph;                                                                  \
-        T *le = evens + y * n, *lo = odds + y * n;                                              \
-        const T *row = src + iy * wd;                                                           \
-        if (iy < 0 || iy >= h) {                                                                \
-            for (k = 0; k < n; k++) le[k] = lo[k] = 0;                                          \
+        T *pr = pad + y * 2 * n;                                                                \
+        if (iy < 0 || iy >= h || cols <= 0) {                                                   \
+            memset(pr, 0, 2 * n * sizeof(T));                                                   \
             continue;                                                                           \
         }                                                                                       \
-        for (k = 0; k < ka; k++) {                                                              \
-            le[k] = 2 * k - pw >= 0 && 2 * k - pw < wd ? row[2 * k - pw] : 0;                   \
-            lo[k] = 2 * k + 1 - pw >= 0 && 2 * k + 1 - pw < wd ? row[2 * k + 1 - pw] : 0;       \
-        }                                                                                       \
-        _Pragma("omp simd")                                                                     \
-        for (k = ka; k < kb; k++) {                                                             \
-            le[k] = row[2 * k - pw];                                                            \
-            lo[k] = row[2 * k + 1 - pw];                                                        \
-        }                                                                                       \
-        for (k = kb; k < n; k++) {                                                              \
-            le[k] = 2 * k - pw >= 0 && 2 * k - pw < wd ? row[2 * k - pw] : 0;                   \
-            lo[k] = 2 * k + 1 - pw >= 0 && 2 * k + 1 - pw < wd ? row[2 * k + 1 - pw] : 0;       \
-        }                                                                                       \
+        _Pragma("omp simd") /* a select, not calls to memcpy and memset for a row of 2n */     \
+        for (k = 0; k < 2 * n; k++) pr[k] = k >= pw && k < pw + cols ? src[iy * wd + k - pw] : 0; \
     }                                                                                           \
+    _Pragma("omp simd")                                                                         \
+    for (k = 0; k < rows * n; k++) /* even and odd columns, all rows in one run */             \
+        evens[k] = pad[2 * k], odds[k] = pad[2 * k + 1];                                        \
     for (y = 0; y < rows; y++) {                                                                \
         T *c = d + (y & 1) * 4 * sz + (y >> 1) * tw;                                            \
         const T *le = evens + y * n, *lo = odds + y * n;                                        \
@@ -208,14 +199,16 @@ FERRO_INLINE void ferro_wino_out_grad_plane_##S(const T *restrict src, T *restri
 /* The adjoint of in_plane: the plane g (h, wd) from the 16 values of each tile of src (value  \
  * 4i + j at src + (4i + j) ps), every element written (zero where no window reads it). Bᵀ's   \
  * adjoint across the rows first, into the even and odd rows' planes E_j, O_j, then B's along  \
- * each row into its even and odd columns, then the rows from those (Note [Scratch read after  \
+ * each row into its even and odd columns, then those interleaved into padded rows in one run   \
+ * over all rows, whose columns read by windows are copied to g (Note [Scratch read after      \
  * write]). d: as in_plane's. */                                                                \
 FERRO_INLINE void ferro_wino_in_grad_plane_##S(const T *restrict src, T *restrict g,            \
                                                T *restrict d, ptrdiff_t h, ptrdiff_t wd,        \
                                                ptrdiff_t ph, ptrdiff_t pw, ptrdiff_t th,        \
                                                ptrdiff_t tw, ptrdiff_t ps) {                    \
     ptrdiff_t n = tw + 1, sz = (th + 1) * tw, nt = th * tw, rows = 2 * th + 2, iy, y, k, t, j;  \
-    T *evens = d + 8 * sz, *odds = evens + rows * n;                                            \
+    ptrdiff_t cols = wd < 2 * n - pw ? wd : 2 * n - pw; /* the columns windows read */          \
+    T *evens = d + 8 * sz, *odds = evens + rows * n, *pad = odds + rows * n;                    \
     for (j = 0; j < 4; j++) { /* E[t] = g0[t] + (g1 + g2 - g0)[t - tw], O likewise */          \
         const T *g0 = src + j * ps, *g1 = g0 + 4 * ps, *g2 = g1 + 4 * ps, *g3 = g2 + 4 * ps;    \
         T *E = d + j * sz, *O = d + (4 + j) * sz;                                               \
@@ -225,7 +218,7 @@ FERRO_INLINE void ferro_wino_in_grad_plane_##S(const T *restrict src, T *restric
         _Pragma("omp simd")                                                                     \
         for (t = 0; t < nt; t++) E[t + tw] += g1[t] + g2[t] - g0[t], O[t + tw] -= g3[t];        \
     }                                                                                           \
-    for (y = ph; y < rows && y < h + ph; y++) { /* B's adjoint: column k from tiles k, k - 1 */  \
+    for (y = 0; y < rows; y++) { /* B's adjoint: column k from tiles k, k - 1 */               \
         const T *c = d + (y & 1) * 4 * sz + (y >> 1) * tw;                                      \
         T *le = evens + y * n, *lo = odds + y * n;                                              \
         le[0] = c[0], lo[0] = c[sz] - c[2 * sz] + c[3 * sz];                                    \
@@ -237,19 +230,21 @@ FERRO_INLINE void ferro_wino_in_grad_plane_##S(const T *restrict src, T *restric
         le[tw] = (T)0 + (c[sz + tw - 1] + c[2 * sz + tw - 1] - c[tw - 1]);                      \
         lo[tw] = (T)0 - c[3 * sz + tw - 1];                                                     \
     }                                                                                           \
+    _Pragma("omp simd")                                                                         \
+    for (k = 0; k < rows * n; k++) /* the padded rows from their even and odd columns */       \
+        pad[2 * k] = evens[k], pad[2 * k + 1] = odds[k];                                        \
     for (iy = 0; iy < h; iy++) {                                                                \
         T *row = g + iy * wd;                                                                   \
-        const T *le = evens + (iy + ph) * n, *lo = odds + (iy + ph) * n;                        \
-        if (iy + ph >= rows) { /* a row no window reads */                                      \
+        if (iy + ph >= rows || cols <= 0) { /* a row no window reads */                         \
             memset(row, 0, wd * sizeof(T));                                                     \
             continue;                                                                           \
         }                                                                                       \
-        for (k = 0; k < wd; k++) /* column k + pw of the padded row: le or lo by its parity */  \
-            row[k] = (k + pw) / 2 < n ? ((k + pw) & 1 ? lo : le)[(k + pw) / 2] : 0;             \
+        memcpy(row, pad + (iy + ph) * 2 * n + pw, cols * sizeof(T));                            \
+        if (cols < wd) memset(row + cols, 0, (wd - cols) * sizeof(T)); /* no window reads */    \
     }                                                                                           \
 }                                                                                               \
                                                                                                 \
-/* 2-d: one plane each (scratch: 8 (th + 1) tw + 4 (th + 1) (tw + 1)). */                       \
+/* 2-d: one plane each (scratch: 8 (th + 1) tw + 8 (th + 1) (tw + 1)). */                       \
 static FERRO_CLONES void ferro_wino_in2_##S(const T *src, T *out, T *d, ptrdiff_t h,            \
                                             ptrdiff_t wd, ptrdiff_t ph, ptrdiff_t pw,           \
                                             ptrdiff_t th, ptrdiff_t tw, ptrdiff_t ps) {         \

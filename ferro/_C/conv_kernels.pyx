@@ -628,7 +628,7 @@ def _winograd(str who, int which, src_, dst_, tuple pads, object depth):
     cdef Py_ssize_t ph = pads[nd - 2][0] if which in (0, 3) else 0
     cdef Py_ssize_t pw = pads[nd - 1][0] if which in (0, 3) else 0
     cdef Py_ssize_t th = tiles[nd - 2], tw = tiles[nd - 1], a0 = t0, a1 = blk
-    cdef Py_ssize_t per = 8 * (th + 1) * tw + 4 * (th + 1) * (tw + 1)
+    cdef Py_ssize_t per = 8 * (th + 1) * tw + 8 * (th + 1) * (tw + 1)
     if nd == 3:  # the depth's 8 planes
         per += 8 * max(h * wd, oh * ow)
     cdef int nt = _team(c * blk * nb * th * tw << 2 * nd)

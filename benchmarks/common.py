@@ -49,10 +49,13 @@ from collections.abc import Callable
 # ABSORB_SECONDS (libgomp's spinning lasts a few milliseconds): whatever the previous case left
 # behind lands on those, and each library is timed in its own steady state.
 ABSORB_SECONDS = 0.025
-# The first case of a round that follows the other pass's round (Note [Peer pass in lockstep])
-# absorbs this long instead: OpenBLAS's worker threads, which NumPy's matmul wakes, spin for
-# about 80 ms after their last GEMM (Note [Two-core GEMM] in ferro/_C/gemm.pyx), and with 25 ms
-# PyTorch's digits-CNN step ran at 7.2 ms beside the spinning, 1.2 ms alone.
+# The first case of a round that follows the other pass's round (Note [Peer pass in lockstep]),
+# and a case that follows one on NumPy's matmul ("numpy...", "..._blas"), absorb this long:
+# OpenBLAS's worker threads, which NumPy's matmul wakes, spin for about 0.1 s after their last
+# GEMM (Note [Two-core GEMM] in ferro/_C/gemm.pyx). With 25 ms PyTorch's digits-CNN step ran
+# at 7.2 ms beside the spinning, 1.2 ms alone; and ferro's MLP step, whose products wake no
+# OpenBLAS worker since session 15, 2.9 ms after the NumPy case against 2.1 after 0.25 s of
+# its own.
 HANDOVER_SECONDS = 0.15
 
 
@@ -220,9 +223,14 @@ def _rounds(cases: dict[str, Callable[[], object]], repeats: int, warmup: int, t
             fn()
     samples: dict[str, list[float]] = {k: [] for k in cases}
     yield None
+    names = list(cases)
     for r in range(repeats):
         for i, (name, fn) in enumerate(cases.items()):
-            t_end = time.perf_counter() + (HANDOVER_SECONDS if turns and i == 0 else ABSORB_SECONDS)
+            # after the other pass's round, or after a case on NumPy's matmul ("numpy...",
+            # "..._blas": it wakes OpenBLAS's worker, which then spins for ~0.1 s)
+            prev = names[i - 1]
+            long = turns and i == 0 or prev.startswith("numpy") or prev.endswith("_blas")
+            t_end = time.perf_counter() + (HANDOVER_SECONDS if long else ABSORB_SECONDS)
             fn()  # untimed: absorbs the previous case's thread pools (see above)
             while time.perf_counter() < t_end:
                 fn()

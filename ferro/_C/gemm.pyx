@@ -1,11 +1,13 @@
 """ferro's two-core GEMM: ``C = A @ B`` of float32/float64 matrices as a fixed number of
-independent parts (column or row blocks of C), run on ferro's OpenMP threads, each part one call
-of the CBLAS gemm of the OpenBLAS NumPy loaded, with OpenBLAS held at one thread meanwhile.
+independent parts (column or row blocks of C), the second of two on this module's helper thread
+(``matmul``) or runs of a stack on ferro's OpenMP threads (``batched``), each part one call of
+the CBLAS gemm of the OpenBLAS NumPy loaded, with OpenBLAS held at one thread meanwhile.
 
 Note [Two-core GEMM]: after each GEMM it splits over its own threads, OpenBLAS's worker spins
 for about 80 ms on the other core, so a step made of GEMMs and elementwise ops keeps the second
 core busy spinning while ferro's own two-thread loops and intra-op splits want it. Run as two
-parts on ferro's team (which sleeps, Note [OpenMP wait policy]), OpenBLAS's worker never runs.
+parts here, OpenBLAS's worker never runs; the helper spins only briefly between products and
+gives way to any thread that wants its core (Note [GEMM helper thread] below).
 How many parts a product is cut into depends only on its shape, never on the thread count, so
 results are the same bits on one thread and two (each part runs the same call either way).
 ``matmul`` answers NotImplemented where NumPy must run: no CBLAS found (``set_blas``), too little
@@ -37,6 +39,11 @@ cdef extern from *:
     """
     #include <stdint.h>
     #include <stddef.h>
+    #include <pthread.h>
+    #include <sched.h>
+    #include <signal.h>
+    #include <stdatomic.h>
+    #include <time.h>
     #ifdef _OPENMP
     #include <omp.h>
     #define FERRO_GEMM_THREADS() omp_get_max_threads()
@@ -76,29 +83,160 @@ cdef extern from *:
                                    (int)lda, (const float *)b, (int)ldb, (float)beta,
                                    (float *)c, (int)ldc);
     }
-    /* c (m, n), row-major with leading dimension n, = op(a) @ op(b) in `parts` blocks: of
-     * columns (rows_split 0) or rows, block edges on multiples of 16 elements. The blocks run
-     * on up to `threads` OpenMP threads, one CBLAS call each. */
+    /* One product cut into blocks of C: of columns (rows_split 0) or rows, block edges on
+     * multiples of 16 elements. */
+    typedef struct {
+        void *fn;
+        int wide, f64, ta, tb, rows_split, parts;
+        ptrdiff_t m, n, k, lda, ldb;
+        const char *a, *b;
+        char *c;
+    } ferro_gemm_job;
+    static void ferro_gemm_part(const ferro_gemm_job *g, int p) {
+        const ptrdiff_t size = g->f64 ? 8 : 4, extent = g->rows_split ? g->m : g->n;
+        ptrdiff_t lo = (extent * p / g->parts) & ~(ptrdiff_t)15;
+        ptrdiff_t hi = p == g->parts - 1 ? extent
+                                         : (extent * (p + 1) / g->parts) & ~(ptrdiff_t)15;
+        ptrdiff_t mm = g->rows_split ? hi - lo : g->m, nn = g->rows_split ? g->n : hi - lo;
+        const char *ap = g->a, *bp = g->b;
+        char *cp = g->c + (g->rows_split ? lo * g->n : lo) * size;
+        if (g->rows_split)
+            ap += (g->ta ? lo : lo * g->lda) * size;
+        else
+            bp += (g->tb ? lo * g->ldb : lo) * size;
+        if (mm > 0 && nn > 0)
+            ferro_gemm_call(g->fn, g->wide, g->f64, g->ta, g->tb, mm, nn, g->k, ap, g->lda, bp,
+                            g->ldb, 0, cp, g->n);
+    }
+    /* Note [GEMM helper thread]: the second of two parts runs on one helper thread of this
+     * module's own, which after each part waits FERRO_HELPER_SPIN_NS for the next, yielding its
+     * core to any thread that wants it (sched_yield), before it sleeps on a condition
+     * variable: a step's products come tens of microseconds apart, and waking a sleeping
+     * thread (ferro's OpenMP team waits passively) cost about 30 us a product. The
+     * caller runs the first part, then the second too if the helper has not claimed it by
+     * then (asleep, or its core taken by another process), so a product never waits for the
+     * helper to be scheduled; a caller finding the helper taken (another thread's product)
+     * runs both parts itself. */
+    #define FERRO_HELPER_SPIN_NS 200000L
+    static struct {
+        pthread_mutex_t lock;
+        pthread_cond_t wake;
+        atomic_long posted, claimed, done, by_helper, by_caller;
+        atomic_int sleeping, busy, started;
+        ferro_gemm_job job;
+    } ferro_helper = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER};
+    static inline void ferro_pause(void) {
+    #if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+    #endif
+    }
+    static long ferro_now_ns(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return ts.tv_sec * 1000000000L + ts.tv_nsec;
+    }
+    /* Whether this thread runs job `want`'s second part (the helper and the caller race). */
+    static inline int ferro_claim(long want) {
+        long expected = want - 1;
+        return atomic_compare_exchange_strong(&ferro_helper.claimed, &expected, want);
+    }
+    static void *ferro_helper_main(void *unused) {
+        sigset_t all;
+        long want;
+        (void)unused;
+        sigfillset(&all);
+        pthread_sigmask(SIG_BLOCK, &all, NULL); /* signals go to the interpreter's threads */
+        for (want = atomic_load(&ferro_helper.done) + 1;; want++) {
+            if (atomic_load(&ferro_helper.posted) < want) {
+                long until = ferro_now_ns() + FERRO_HELPER_SPIN_NS, i;
+                for (i = 1; atomic_load(&ferro_helper.posted) < want; i++) {
+                    if ((i & 15) == 0 && ferro_now_ns() > until)
+                        break;
+                    sched_yield(); /* the core to any thread that wants it */
+                }
+                pthread_mutex_lock(&ferro_helper.lock);
+                atomic_store(&ferro_helper.sleeping, 1);
+                while (atomic_load(&ferro_helper.posted) < want)
+                    pthread_cond_wait(&ferro_helper.wake, &ferro_helper.lock);
+                atomic_store(&ferro_helper.sleeping, 0);
+                pthread_mutex_unlock(&ferro_helper.lock);
+            }
+            if (ferro_claim(want)) { /* else the caller ran it */
+                ferro_gemm_part(&ferro_helper.job, 1);
+                atomic_fetch_add(&ferro_helper.by_helper, 1);
+                atomic_store(&ferro_helper.done, want);
+            }
+        }
+        return NULL;
+    }
+    static void ferro_helper_after_fork(void) { /* the child has no helper thread */
+        pthread_mutex_init(&ferro_helper.lock, NULL);
+        pthread_cond_init(&ferro_helper.wake, NULL);
+        atomic_store(&ferro_helper.posted, 0);
+        atomic_store(&ferro_helper.claimed, 0);
+        atomic_store(&ferro_helper.done, 0);
+        atomic_store(&ferro_helper.sleeping, 0);
+        atomic_store(&ferro_helper.busy, 0);
+        atomic_store(&ferro_helper.started, 0);
+        atomic_store(&ferro_helper.by_helper, 0);
+        atomic_store(&ferro_helper.by_caller, 0);
+    }
+    /* Whether the helper runs (started here on first use, by the caller that owns it). */
+    static int ferro_helper_ready(void) {
+        static int forks_handled = 0;
+        pthread_t t;
+        pthread_attr_t attr;
+        int ok;
+        if (atomic_load(&ferro_helper.started))
+            return 1;
+        if (!forks_handled && pthread_atfork(NULL, NULL, ferro_helper_after_fork) != 0)
+            return 0;
+        forks_handled = 1;
+        if (pthread_attr_init(&attr) != 0)
+            return 0;
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        ok = pthread_create(&t, &attr, ferro_helper_main, NULL) == 0;
+        pthread_attr_destroy(&attr);
+        if (ok)
+            atomic_store(&ferro_helper.started, 1);
+        return ok;
+    }
+    /* c (m, n), row-major with leading dimension n, = op(a) @ op(b) in `parts` blocks (1 or
+     * 2): the second on the helper thread where `threads` > 1 and the helper is free, else
+     * after the first on the caller's. */
     static void ferro_gemm(void *fn, int wide, int f64, int ta, int tb, ptrdiff_t m,
                            ptrdiff_t n, ptrdiff_t k, const char *a, ptrdiff_t lda,
                            const char *b, ptrdiff_t ldb, char *c, int rows_split, int parts,
                            int threads) {
-        const ptrdiff_t size = f64 ? 8 : 4, extent = rows_split ? m : n;
-        ptrdiff_t p;
-        #pragma omp parallel for num_threads(threads) schedule(static, 1) if (threads > 1)
-        for (p = 0; p < parts; p++) {
-            ptrdiff_t lo = (extent * p / parts) & ~(ptrdiff_t)15;
-            ptrdiff_t hi = p == parts - 1 ? extent : (extent * (p + 1) / parts) & ~(ptrdiff_t)15;
-            ptrdiff_t mm = rows_split ? hi - lo : m, nn = rows_split ? n : hi - lo;
-            const char *ap = a, *bp = b;
-            char *cp = c + (rows_split ? lo * n : lo) * size;
-            if (rows_split)
-                ap += (ta ? lo : lo * lda) * size;
-            else
-                bp += (tb ? lo * ldb : lo) * size;
-            if (mm > 0 && nn > 0)
-                ferro_gemm_call(fn, wide, f64, ta, tb, mm, nn, k, ap, lda, bp, ldb, 0, cp, n);
+        ferro_gemm_job g = {fn, wide, f64, ta, tb, rows_split, parts, m, n, k, lda, ldb, a, b, c};
+        int p, free_ = 0;
+        long want;
+        if (parts == 2 && threads > 1
+                && atomic_compare_exchange_strong(&ferro_helper.busy, &free_, 1)) {
+            if (ferro_helper_ready()) {
+                ferro_helper.job = g;
+                want = atomic_load(&ferro_helper.posted) + 1;
+                atomic_store(&ferro_helper.posted, want);
+                if (atomic_load(&ferro_helper.sleeping)) {
+                    pthread_mutex_lock(&ferro_helper.lock);
+                    pthread_cond_signal(&ferro_helper.wake);
+                    pthread_mutex_unlock(&ferro_helper.lock);
+                }
+                ferro_gemm_part(&g, 0);
+                if (ferro_claim(want)) { /* the helper has not started it: run it here */
+                    ferro_gemm_part(&g, 1);
+                    atomic_fetch_add(&ferro_helper.by_caller, 1);
+                    atomic_store(&ferro_helper.done, want);
+                }
+                for (p = 1; atomic_load(&ferro_helper.done) < want; p++)
+                    if (p % 4096 == 0) sched_yield(); else ferro_pause();
+                atomic_store(&ferro_helper.busy, 0);
+                return;
+            }
+            atomic_store(&ferro_helper.busy, 0);
         }
+        for (p = 0; p < parts; p++)
+            ferro_gemm_part(&g, p);
     }
     /* The stacked products op(a_i) @ op(b_i), i < n, with x_i = x + i * sx (bytes; 0 for a
      * matrix every product shares), as `parts` runs of consecutive samples on up to `threads`
@@ -120,6 +258,10 @@ cdef extern from *:
     }
     """
     int FERRO_GEMM_THREADS() nogil
+    int ferro_helper_started "atomic_load(&ferro_helper.started)"
+    long ferro_helper_posted "atomic_load(&ferro_helper.posted)"
+    long ferro_helper_by_helper "atomic_load(&ferro_helper.by_helper)"
+    long ferro_helper_by_caller "atomic_load(&ferro_helper.by_caller)"
     void ferro_gemm(void*, int, int, int, int, Py_ssize_t, Py_ssize_t, Py_ssize_t, const char*,
                     Py_ssize_t, const char*, Py_ssize_t, char*, int, int, int) nogil
     void ferro_gemm_batch(void*, int, int, int, int, Py_ssize_t, Py_ssize_t, Py_ssize_t,
@@ -139,9 +281,9 @@ cdef int _active = 0, _saved = 1  # products running; OpenBLAS's count before th
 # GEMM_MULTITHREAD_THRESHOLD): below it NumPy's matmul runs one BLAS thread, which wakes no
 # worker. From _least to _split the product runs in one part on the caller's thread, OpenBLAS
 # held at one thread (its worker stays asleep); from _split in PARTS parts. Tests lower both.
-# Off by default (both 2^62: NumPy's matmul runs every product; set_least(1 << 18, 1 << 21)
-# turns it on): on the quiet machine it made the MLP step slower (Note [Two-core GEMM]).
-cdef Py_ssize_t _least = 1 << 62, _split = 1 << 62
+# On by default since the helper thread (Note [GEMM helper thread]; set_least(1 << 62, 1 << 62)
+# sends every product to NumPy's matmul, as sessions 10-14 did: Note [Two-core GEMM]).
+cdef Py_ssize_t _least = 1 << 18, _split = 1 << 21
 cdef int PARTS = 2
 
 
@@ -183,6 +325,14 @@ def give_back(int n):
         _saved = n
     elif _set_threads != NULL:
         _set_threads(n)
+
+
+def helper_stats():
+    """Note [GEMM helper thread]: ``(started, products, second parts the helper ran, second
+    parts their callers ran)`` since the process (or its fork) began: a two-part product whose
+    caller finds the helper free counts once, by whichever thread ran its second part."""
+    return (bool(ferro_helper_started), ferro_helper_posted, ferro_helper_by_helper,
+            ferro_helper_by_caller)
 
 
 def set_least(Py_ssize_t least, Py_ssize_t split):

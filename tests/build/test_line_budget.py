@@ -190,8 +190,12 @@ pytestmark = pytest.mark.skipif(
 # .grad): 8,352 measured. And ferro/ops to 12,060: narrow-output convolutions from the output
 # side (fast_neural_style's 32 -> 3 9x9 layer 53 -> 8 ms) and the flipped-padding helper they
 # share with the input gradient: 12,052 measured.
+# Raised for ferro/_C from 8,360 to 8,500 (session 15, lead): the two-core GEMM's helper thread
+# (Note [GEMM helper thread]: the products on by default, the GPT step 113-118 -> 91-94 ms) and
+# the plane transforms' whole-plane row passes (in_grad3 2.2 -> 1.45 us a depth tile): 8,491
+# measured.
 BUDGETS = {
-    "ferro/_C": (8360, ("*.pyx", "*.pxd", "*.h", "*.py")),
+    "ferro/_C": (8500, ("*.pyx", "*.pxd", "*.h", "*.py")),
     "ferro/ops": (12060, ("*.py",)),
 }
 

@@ -3,6 +3,7 @@ parts on ferro's threads, each one CBLAS call with OpenBLAS at one thread. Its r
 depend on the thread count, must be the product (NumPy's to rounding), and whatever it does not
 take must go to NumPy's matmul."""
 
+import multiprocessing
 import threading
 
 import numpy as np
@@ -141,9 +142,11 @@ def test_threshold(threads):
     ferro.set_num_threads(2)
     rng = np.random.default_rng(6)
     a, b = rng.normal(size=(64, 512)), rng.normal(size=(512, 10))
-    assert gemm.matmul(a, b) is NotImplemented  # off by default: NumPy's matmul
-    before = gemm.set_least(1 << 18, 1 << 21)  # the thresholds it would run with
+    before = gemm.set_least(1 << 62, 1 << 62)  # off: NumPy's matmul
     try:
+        assert gemm.matmul(a, b) is NotImplemented
+        assert gemm.set_least(1 << 18, 1 << 21) == (1 << 62, 1 << 62)
+        assert before == (1 << 18, 1 << 21)  # the defaults (Note [GEMM helper thread])
         assert gemm.matmul(np.ones((8, 8)), np.ones((8, 8))) is NotImplemented
         one = gemm.matmul(a, b)  # 327,680: one part
         gemm.set_least(0, 0)
@@ -151,6 +154,48 @@ def test_threshold(threads):
     finally:
         gemm.set_least(*before)
     np.testing.assert_allclose(one, parts, rtol=1e-12)
+
+
+def test_the_helper_thread_runs_second_parts_with_one_threads_bits(threads):
+    """Note [GEMM helper thread]: each two-part product's second part runs on the helper or,
+    where the helper has not claimed it, on the caller; the bits are one thread's."""
+    rng = np.random.default_rng(7)
+    a, b = rng.normal(size=(96, 300)).astype(np.float32), rng.normal(size=(300, 400))
+    b = b.astype(np.float32)
+    ferro.set_num_threads(1)
+    want = gemm.matmul(a, b, parts=True)  # both parts on this thread
+    ferro.set_num_threads(2)
+    _, posted, by_helper, by_caller = gemm.helper_stats()
+    got = [gemm.matmul(a, b, parts=True) for _ in range(40)]
+    started, posted2, by_helper2, by_caller2 = gemm.helper_stats()
+    assert started and posted2 - posted == 40
+    assert (by_helper2 - by_helper) + (by_caller2 - by_caller) == 40
+    assert all(np.array_equal(g, want) for g in got)
+
+
+def _child_product(queue):
+    rng = np.random.default_rng(8)
+    a, b = rng.normal(size=(128, 64)), rng.normal(size=(64, 256))
+    before = gemm.helper_stats()
+    y = gemm.matmul(a, b, parts=True)
+    queue.put((before, gemm.helper_stats(), y))
+
+
+def test_a_forked_child_starts_its_own_helper(threads):
+    ferro.set_num_threads(2)
+    rng = np.random.default_rng(8)
+    a, b = rng.normal(size=(128, 64)), rng.normal(size=(64, 256))
+    want = gemm.matmul(a, b, parts=True)  # the parent's helper runs
+    assert gemm.helper_stats()[0]
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_child_product, args=(queue,))
+    child.start()
+    before, after, y = queue.get(timeout=60)
+    child.join(60)
+    assert child.exitcode == 0
+    assert before == (False, 0, 0, 0) and after[0] and after[1] == 1
+    assert np.array_equal(y, want)
 
 
 def test_fallback_without_blas(small):
@@ -272,15 +317,19 @@ def test_batched_refusals_go_to_numpy():
 
 def test_parts_split_whatever_the_thresholds(threads):
     """Note [Weight-bound convolutions] (ferro/ops/conv.py): ``parts=True`` runs the product in
-    parts with the thresholds off (the default), the same bits on one thread and two."""
+    parts with the thresholds off, the same bits on one thread and two."""
     rng = np.random.default_rng(9)
     a, b = rng.normal(size=(576, 512)).astype(np.float32), rng.normal(size=(512, 8))
     b = b.astype(np.float32)
-    assert gemm.matmul(a, b) is NotImplemented  # off by default
-    ferro.set_num_threads(1)
-    one = gemm.matmul(a, b, parts=True)
-    ferro.set_num_threads(2)
-    two = gemm.matmul(a, b, None, True)
+    before = gemm.set_least(1 << 62, 1 << 62)
+    try:
+        assert gemm.matmul(a, b) is NotImplemented  # off
+        ferro.set_num_threads(1)
+        one = gemm.matmul(a, b, parts=True)
+        ferro.set_num_threads(2)
+        two = gemm.matmul(a, b, None, True)
+    finally:
+        gemm.set_least(*before)
     np.testing.assert_array_equal(_bits(one), _bits(two))
     np.testing.assert_allclose(two, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4 * np.sqrt(512))
     assert _intraop._BLAS[0]() == 2

@@ -284,6 +284,9 @@ cdef int _active = 0, _saved = 1  # products running; OpenBLAS's count before th
 # On by default since the helper thread (Note [GEMM helper thread]; set_least(1 << 62, 1 << 62)
 # sends every product to NumPy's matmul, as sessions 10-14 did: Note [Two-core GEMM]).
 cdef Py_ssize_t _least = 1 << 18, _split = 1 << 21
+#: OpenBLAS threads a product from this m * n * k (SMP_THRESHOLD_MIN * GEMM_MULTITHREAD_THRESHOLD)
+#: on: below it NumPy's matmul runs one BLAS thread (the same bits whatever holds the count).
+BLAS_THREADED = 1 << 18
 cdef int PARTS = 2
 
 

@@ -519,14 +519,14 @@ def _winograd_weight_matrix(k, nd):
 # calling thread, also in a parallel backward walk (where nothing holds OpenBLAS at one thread):
 # as one split GEMM, conv1d's (8, 5) @ (5, 16384) ran on two BLAS threads, 10 ms against 0.07 on
 # one at load 4, and left OpenBLAS's worker spinning on the second core into the parts after.
-_BLAS_SPLIT = 1 << 18  # OpenBLAS splits a GEMM from m n k = SMP_THRESHOLD_MIN * 4
 
 
 def _one_thread_gemm(xp, a, b):
-    """``a @ b`` of matrices in blocks of ``a``'s rows or ``b``'s columns below _BLAS_SPLIT."""
+    """``a @ b`` of matrices in blocks of ``a``'s rows or ``b``'s columns below OpenBLAS's
+    threading threshold (``gemm.BLAS_THREADED``)."""
     (m, k), n = a.shape, b.shape[1]
     y = xp.empty((m, n), dtype=a.dtype)
-    step = max(1, (_BLAS_SPLIT - 1) // (k * min(m, n)))
+    step = max(1, (gemm.BLAS_THREADED - 1) // (k * min(m, n)))
     for i in range(0, max(m, n), step):
         part = slice(i, i + step)
         rows, cols = (part, slice(None)) if m > n else (slice(None), part)

@@ -171,6 +171,7 @@ def _inv_grad(ns, ctx, gy):
 class Inv:
     @staticmethod
     def forward(ctx, a):
+        ctx._alone = True  # Note [Nodes that run alone]: LAPACK on OpenBLAS's threads
         y = _lapack("inv", ctx.xp.linalg.inv, a)
         ctx.save(y)
         return y
@@ -197,6 +198,7 @@ def _det_grad(ns, ctx, gd):
 class Det:
     @staticmethod
     def forward(ctx, a):
+        ctx._alone = True
         d = ctx.xp.linalg.det(a)
         ctx.save(a, d)
         return d
@@ -226,6 +228,7 @@ def _slogdet_grad(ns, ctx, gsign, glog):
 class Slogdet:
     @staticmethod
     def forward(ctx, a):
+        ctx._alone = True
         sign, log = ctx.xp.linalg.slogdet(a)
         ctx.save(a)
         return sign, log
@@ -263,6 +266,7 @@ def _solve_grad(ns, ctx, gx):
 class Solve:
     @staticmethod
     def forward(ctx, a, b):
+        ctx._alone = True
         x = _lapack("solve", ctx.xp.linalg.solve, a, b)
         ctx.save(a, x)
         return x
@@ -313,6 +317,7 @@ def _cholesky_grad(ns, ctx, gl):
 class Cholesky:
     @staticmethod
     def forward(ctx, a):
+        ctx._alone = True
         low = _lapack("cholesky", ctx.xp.linalg.cholesky, a, what="not positive-definite")
         ctx.save(low)
         return low
@@ -363,6 +368,7 @@ def _qr_grad(ns, ctx, gq, gr):
 class QR:
     @staticmethod
     def forward(ctx, a, *, mode):
+        ctx._alone = True
         ctx.mode = mode
         if mode == "r":
             r = ctx.xp.linalg.qr(a, mode="r")
@@ -404,6 +410,7 @@ def _eigh_grad(ns, ctx, gw, gv):
 class Eigh:
     @staticmethod
     def forward(ctx, a, *, uplo):
+        ctx._alone = True
         w, v = _lapack("eigh", ctx.xp.linalg.eigh, a, uplo, what="not convergent")
         ctx.save(w, v)
         return w, v
@@ -464,6 +471,7 @@ def _svd_grad(ns, ctx, gu, gs, gvh):
 class SVD:
     @staticmethod
     def forward(ctx, a, *, full_matrices):
+        ctx._alone = True
         u, s, vh = _lapack("svd", ctx.xp.linalg.svd, a, full_matrices, what="not convergent")
         ctx.save(u, s, vh)
         return u, s, vh

@@ -48,7 +48,13 @@ class Matmul:
         ctx.save(a, b)
         if a.ndim > 2 and b.ndim == 2:  # one GEMM over the folded rows (see Linear)
             return _mm(_rows(a), b).reshape(a.shape[:-1] + (b.shape[1],))
-        return _mm(a, b) if a.ndim == 2 and b.ndim == 2 else a @ b
+        if a.ndim == 2 and b.ndim == 2:
+            return _mm(a, b)
+        # NumPy's stacked products, on OpenBLAS's threads from this much work a matrix: in a
+        # parallel walk the node runs alone (Note [Nodes that run alone] in ferro/_intraop.py)
+        m, n = a.shape[-2] if a.ndim > 1 else 1, b.shape[-1] if b.ndim > 1 else 1
+        ctx._alone = m * a.shape[-1] * n >= gemm.BLAS_THREADED
+        return a @ b
 
     @staticmethod
     def backward(ctx, gy):

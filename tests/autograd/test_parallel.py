@@ -360,3 +360,38 @@ def test_a_node_that_runs_alone_overlaps_no_other_node():
     assert any(  # the walk did go parallel around it
         s[2] < t[3] and t[2] < s[3] for i, s in enumerate(others) for t in others[i + 1 :]
     )
+
+
+def test_numpys_threaded_blas_runs_alone_beside_products_that_hold_the_count():
+    # Note [Nodes that run alone]: the two-core GEMM holds OpenBLAS at one thread in walk
+    # threads too, so a node whose backward runs NumPy's threaded BLAS itself (stacked matmul
+    # from OpenBLAS's threshold, the decompositions) runs alone; the bits stay the serial walk's.
+    from ferro._C import gemm
+
+    rng = np.random.default_rng(5)
+    q = ferro.tensor(rng.normal(size=(3, 64, 64)).astype(np.float32), requires_grad=True)
+    k = ferro.tensor(rng.normal(size=(3, 64, 64)).astype(np.float32), requires_grad=True)
+    a = ferro.tensor(rng.normal(size=(24, 24)) + 24 * np.eye(24), requires_grad=True)
+    w = ferro.tensor(rng.normal(size=(512, 512)).astype(np.float32), requires_grad=True)
+    x = ferro.tensor(rng.normal(size=(64, 512)).astype(np.float32), requires_grad=True)
+    small = q[:, :8, :8] @ k[:, :8, :8]  # 512 multiply-adds a matrix: NumPy's one thread
+    big = q @ k.transpose(1, 2)  # 64^3 = OpenBLAS's threshold
+    assert getattr(big.grad_fn, "_alone", False) and not getattr(small.grad_fn, "_alone", False)
+    assert ferro.linalg.inv(a).grad_fn._alone
+    assert 64 * 512 * 512 >= gemm.BLAS_THREADED
+
+    def grads(n):
+        for t in (q, k, a, w, x):
+            t.grad = None
+        towers = [
+            (q @ k.transpose(1, 2)).tanh().sum(),
+            ferro.linalg.inv(a).sum().float(),
+            ferro.tanh(x @ w).sum(),
+            ferro.tanh(ferro.tanh(x @ w) @ w).sum(),
+        ]
+        sum(towers).backward(num_threads=n)
+        return [t.grad.numpy().tobytes() for t in (q, k, a, w, x)]
+
+    serial = grads(1)
+    for _ in range(3):
+        assert grads(2) == serial

@@ -810,7 +810,7 @@ def test_weight_transform_gemms_stay_below_openblas_threading():
         a, b = rng.normal(size=(m, k)), rng.normal(size=(k, n))
         calls.clear()
         np.testing.assert_allclose(conv_ops._one_thread_gemm(xp, a, b), a @ b, atol=1e-12)
-        assert calls and max(calls) < conv_ops._BLAS_SPLIT
+        assert calls and max(calls) < conv_ops.gemm.BLAS_THREADED
         assert len(calls) == -(-m * n * k // max(calls))  # no more blocks than needed
     w = rng.normal(size=(6, 5, 3, 3))  # both layouts of the transform, and its adjoint
     u = conv_ops._winograd_weights(np, w)

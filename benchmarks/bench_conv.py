@@ -135,7 +135,7 @@ def bench_conv_case(name, ferro, torch, repeats):
         conv = getattr(ferro.nn.functional, fn)
         fx, fw, fb = (ferro.from_numpy(a) for a in (x, w, b))
         cases["ferro_fwd"] = lambda: conv(fx, fw, fb, **kw)
-    med = measure(cases, repeats, warmup=1)
+    med = measure(cases, repeats, warmup=1, blas_cases=("numpy",))
     t, f, npf = med.get("torch"), med["ferro"], med.get("numpy")
     return emit(
         "bench_conv",

@@ -172,7 +172,7 @@ def main(argv=None) -> list[dict]:
     }
     if torch is not None:
         cases["torch"] = bench_mlp.make_torch_step(torch, bench_mlp.init(), x, y)[0]
-    med = measure(cases, args.repeats * 2, warmup=3)
+    med = measure(cases, args.repeats * 2, warmup=3, blas_cases=("numpy",))
     t = med.get("torch")
     upd = measure(update_cases(ferro, torch), args.repeats * 4, warmup=3)
     rows = []

@@ -196,7 +196,7 @@ def main(argv=None) -> list[dict]:
             gemm.set_least(*before)
 
     cases["ferro_blas"] = blas_split_step
-    med = measure(cases, args.repeats, warmup=3)
+    med = measure(cases, args.repeats, warmup=3, blas_cases=("numpy", "ferro_blas"))
     t = med.get("torch")
     rec = emit(
         "bench_mlp",

@@ -50,7 +50,7 @@ from collections.abc import Callable
 # behind lands on those, and each library is timed in its own steady state.
 ABSORB_SECONDS = 0.025
 # The first case of a round that follows the other pass's round (Note [Peer pass in lockstep]),
-# and a case that follows one on NumPy's matmul ("numpy...", "..._blas"), absorb this long:
+# and a case that follows one on NumPy's matmul (``measure``'s ``blas_cases``), absorb this long:
 # OpenBLAS's worker threads, which NumPy's matmul wakes, spin for about 0.1 s after their last
 # GEMM (Note [Two-core GEMM] in ferro/_C/gemm.pyx). With 25 ms PyTorch's digits-CNN step ran
 # at 7.2 ms beside the spinning, 1.2 ms alone; and ferro's MLP step, whose products wake no
@@ -167,7 +167,9 @@ def _recv() -> dict:
     return json.loads(line)
 
 
-def measure(cases: dict[str, Callable[[], object]], repeats: int, warmup: int = 1) -> dict:
+def measure(
+    cases: dict[str, Callable[[], object]], repeats: int, warmup: int = 1, blas_cases=()
+) -> dict:
     """Run each case ``warmup`` times, then ``repeats`` rounds interleaving the cases.
 
     Returns the median seconds per call of each case. Interleaving spreads machine noise over
@@ -177,12 +179,12 @@ def measure(cases: dict[str, Callable[[], object]], repeats: int, warmup: int = 
     (Note [Peer pass in lockstep]).
     """
     if _peer["send"] is None:
-        return _measure(cases, repeats, warmup)
+        return _measure(cases, repeats, warmup, blas_cases)
     in_peer = os.environ.get(PEER_PASS_ENV) is not None
     mine = {k: f for k, f in cases.items() if is_peer_case(k) == in_peer}
     theirs = sorted(k for k in cases if is_peer_case(k) != in_peer)
     call, _peer["calls"] = _peer["calls"], _peer["calls"] + 1
-    rounds = _rounds(mine, repeats, warmup, turns=bool(mine) and bool(theirs))
+    rounds = _rounds(mine, repeats, warmup, bool(mine) and bool(theirs), blas_cases)
     if in_peer:  # arrive, then run the rounds the main pass asks for until it says "next"
         _send({"call": call, "cases": sorted(mine), "repeats": repeats})
         med = {}
@@ -213,11 +215,12 @@ def measure(cases: dict[str, Callable[[], object]], repeats: int, warmup: int = 
     return {k: med[k] if k in med else reply["medians"][k] for k in cases}
 
 
-def _rounds(cases: dict[str, Callable[[], object]], repeats: int, warmup: int, turns=False):
+def _rounds(cases, repeats: int, warmup: int, turns=False, blas_cases=()):
     """A generator: the warmup at the first ``next``, which gives None; each later ``next``
     times one round (yields the round number), the last gives the medians. ``turns``: the
     rounds take turns with the other pass's, so each round's first case absorbs for
-    HANDOVER_SECONDS."""
+    HANDOVER_SECONDS; so does each case that follows one of ``blas_cases`` (cases on NumPy's
+    matmul)."""
     for fn in cases.values():
         for _ in range(warmup):
             fn()
@@ -226,10 +229,9 @@ def _rounds(cases: dict[str, Callable[[], object]], repeats: int, warmup: int, t
     names = list(cases)
     for r in range(repeats):
         for i, (name, fn) in enumerate(cases.items()):
-            # after the other pass's round, or after a case on NumPy's matmul ("numpy...",
-            # "..._blas": it wakes OpenBLAS's worker, which then spins for ~0.1 s)
-            prev = names[i - 1]
-            long = turns and i == 0 or prev.startswith("numpy") or prev.endswith("_blas")
+            # after the other pass's round, or after a case on NumPy's matmul (it wakes
+            # OpenBLAS's worker, which then spins for ~0.1 s)
+            long = turns and i == 0 or names[i - 1] in blas_cases
             t_end = time.perf_counter() + (HANDOVER_SECONDS if long else ABSORB_SECONDS)
             fn()  # untimed: absorbs the previous case's thread pools (see above)
             while time.perf_counter() < t_end:
@@ -241,8 +243,8 @@ def _rounds(cases: dict[str, Callable[[], object]], repeats: int, warmup: int, t
     yield {k: statistics.median(v) for k, v in samples.items()}
 
 
-def _measure(cases: dict[str, Callable[[], object]], repeats: int, warmup: int) -> dict:
-    rounds = _rounds(cases, repeats, warmup)
+def _measure(cases, repeats: int, warmup: int, blas_cases=()) -> dict:
+    rounds = _rounds(cases, repeats, warmup, blas_cases=blas_cases)
     for _ in range(repeats + 1):
         next(rounds)
     return next(rounds)

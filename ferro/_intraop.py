@@ -198,11 +198,12 @@ def parts(work: int, minimum: int = 1) -> int:
 # nothing. An op whose backward must split to give the serial walk's bits sets ``ctx._alone``
 # in forward (the recurrent layer when its steps split): the walk runs that node alone (the
 # other threads wait for it, and it waits for their nodes to end), with the flag off, so it
-# splits and holds as in a serial walk. Since the two-core GEMM is on (session 15), a walk
-# thread's product holds the count too (its parts are one-thread calls, the serial walk's bits),
-# so an op whose backward runs NumPy's threaded BLAS itself sets ``ctx._alone`` as well: the
-# stacked products of ``matmul`` from OpenBLAS's threading threshold, and the decompositions
-# (LAPACK), so that no other thread's hold changes their bits.
+# splits and holds as in a serial walk. Where the two-core GEMM is on (``gemm.set_least``), a
+# walk thread's product holds the count too (its parts are one-thread calls, the serial walk's
+# bits), so an op whose backward runs NumPy's threaded BLAS itself sets ``ctx._alone`` as well:
+# the stacked products of ``matmul`` from OpenBLAS's threading threshold, and the
+# decompositions (LAPACK). The recurrent layer's own products do not yet, which is one reason
+# the two-core GEMM stays off by default (Note [Two-core GEMM] in docs/design.md).
 
 
 def _part(fn, i):

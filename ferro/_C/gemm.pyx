@@ -281,9 +281,10 @@ cdef int _active = 0, _saved = 1  # products running; OpenBLAS's count before th
 # GEMM_MULTITHREAD_THRESHOLD): below it NumPy's matmul runs one BLAS thread, which wakes no
 # worker. From _least to _split the product runs in one part on the caller's thread, OpenBLAS
 # held at one thread (its worker stays asleep); from _split in PARTS parts. Tests lower both.
-# On by default since the helper thread (Note [GEMM helper thread]; set_least(1 << 62, 1 << 62)
-# sends every product to NumPy's matmul, as sessions 10-14 did: Note [Two-core GEMM]).
-cdef Py_ssize_t _least = 1 << 18, _split = 1 << 21
+# Off by default (both 2^62: NumPy's matmul runs every product; set_least(1 << 18, 1 << 21)
+# turns it on): on, a backward walk's products hold OpenBLAS at one thread, which changes the
+# bits of the NumPy GEMMs other walk threads run (Note [Two-core GEMM], session 15).
+cdef Py_ssize_t _least = 1 << 62, _split = 1 << 62
 #: OpenBLAS threads a product from this m * n * k (SMP_THRESHOLD_MIN * GEMM_MULTITHREAD_THRESHOLD)
 #: on: below it NumPy's matmul runs one BLAS thread (the same bits whatever holds the count).
 BLAS_THREADED = 1 << 18
@@ -433,6 +434,8 @@ cpdef object matmul(object a, object b, object out=None, bint parts=False):
     cdef bint broad = (m if rows else n) >= 32 * PARTS
     cdef int cut = PARTS if broad and (parts or m * n * k >= _split) else 1
     threads = 1 if threads < 1 or cut == 1 else min(threads, cut)
+    if walk.on:  # a parallel walk's threads are the parallelism: both parts on this one
+        threads = 1
     _hold()
     with nogil:
         ferro_gemm(_gemm[f64], _wide, f64, ta, tb, m, n, k, <const char*>cnp.PyArray_DATA(x),

@@ -363,11 +363,20 @@ def test_a_node_that_runs_alone_overlaps_no_other_node():
 
 
 def test_numpys_threaded_blas_runs_alone_beside_products_that_hold_the_count():
-    # Note [Nodes that run alone]: the two-core GEMM holds OpenBLAS at one thread in walk
-    # threads too, so a node whose backward runs NumPy's threaded BLAS itself (stacked matmul
-    # from OpenBLAS's threshold, the decompositions) runs alone; the bits stay the serial walk's.
+    # Note [Nodes that run alone]: the two-core GEMM, where it is on, holds OpenBLAS at one
+    # thread in walk threads too, so a node whose backward runs NumPy's threaded BLAS itself
+    # (stacked matmul from OpenBLAS's threshold, the decompositions) runs alone; the bits stay
+    # the serial walk's.
     from ferro._C import gemm
 
+    before = gemm.set_least(1 << 18, 1 << 21)  # the products on
+    try:
+        _alone_beside_held_products(gemm)
+    finally:
+        gemm.set_least(*before)
+
+
+def _alone_beside_held_products(gemm):
     rng = np.random.default_rng(5)
     q = ferro.tensor(rng.normal(size=(3, 64, 64)).astype(np.float32), requires_grad=True)
     k = ferro.tensor(rng.normal(size=(3, 64, 64)).astype(np.float32), requires_grad=True)

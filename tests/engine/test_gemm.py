@@ -146,7 +146,7 @@ def test_threshold(threads):
     try:
         assert gemm.matmul(a, b) is NotImplemented
         assert gemm.set_least(1 << 18, 1 << 21) == (1 << 62, 1 << 62)
-        assert before == (1 << 18, 1 << 21)  # the defaults (Note [GEMM helper thread])
+        assert before == (1 << 62, 1 << 62)  # off by default (Note [Two-core GEMM])
         assert gemm.matmul(np.ones((8, 8)), np.ones((8, 8))) is NotImplemented
         one = gemm.matmul(a, b)  # 327,680: one part
         gemm.set_least(0, 0)

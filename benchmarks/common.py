@@ -53,9 +53,9 @@ ABSORB_SECONDS = 0.025
 # and a case that follows one on NumPy's matmul (``measure``'s ``blas_cases``), absorb this long:
 # OpenBLAS's worker threads, which NumPy's matmul wakes, spin for about 0.1 s after their last
 # GEMM (Note [Two-core GEMM] in ferro/_C/gemm.pyx). With 25 ms PyTorch's digits-CNN step ran
-# at 7.2 ms beside the spinning, 1.2 ms alone; and ferro's MLP step, whose products wake no
-# OpenBLAS worker since session 15, 2.9 ms after the NumPy case against 2.1 after 0.25 s of
-# its own.
+# at 7.2 ms beside the spinning, 1.2 ms alone; and ferro's MLP step with its two-core GEMM on
+# (whose products wake no OpenBLAS worker), 2.9 ms after the NumPy case against 2.1 after
+# 0.25 s of its own.
 HANDOVER_SECONDS = 0.15
 
 

@@ -25,15 +25,6 @@
 
 #include "simd.h"
 
-/* ka, kb: the pairs k whose columns 2k - pw and 2k + 1 - pw both lie in [0, wd) are [ka, kb). */
-FERRO_INLINE void ferro_wino_pairs(ptrdiff_t wd, ptrdiff_t pw, ptrdiff_t n, ptrdiff_t *ka,
-                                   ptrdiff_t *kb) {
-    ptrdiff_t a = (pw + 1) / 2, b = wd + pw - 2 < 0 ? 0 : (wd + pw - 2) / 2 + 1;
-    *ka = a < n ? a : n;
-    b = b < n ? b : n;
-    *kb = b > *ka ? b : *ka;
-}
-
 #define FERRO_WINO(T, S)                                                                        \
 /* Bᵀ over 4 rows of n: d0 - d2, d1 + d2, d2 - d1, d1 - d3 (the depth's too, rows = planes). */ \
 FERRO_INLINE void ferro_wino_rows_in_##S(const T *restrict d, T *restrict r, ptrdiff_t n) {     \
@@ -518,7 +509,7 @@ static FERRO_CLONES void ferro_wino2_scatter_##S(const T *src, ptrdiff_t ps, con
                                                  ptrdiff_t th, ptrdiff_t tw, T *y, ptrdiff_t ys, \
                                                  ptrdiff_t h, ptrdiff_t wd, int add, T *e,      \
                                                  T *f) {                                        \
-    ptrdiff_t nt = nb * th * tw, z0, k, b, i, j, nz,    at[FERRO_WINO1_MAX], off[64];           \
+    ptrdiff_t nt = nb * th * tw, z0, k, b, i, j, nz, at[FERRO_WINO1_MAX], off[64];              \
     ptrdiff_t ry[64], ct[64], bs = nt < 64 ? nt : 64; /* a block's stride in d, e, f */       \
     T c[FERRO_WINO1_MAX];                                                                       \
     for (z0 = 0; z0 < nt; z0 += 64) { /* 64 tiles at a time: rows, columns, placed */         \

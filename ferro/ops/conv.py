@@ -273,16 +273,20 @@ class _Columns:
 
 
 def _conv_forward(
-    xp, x, w, stride, pads, dilation, groups, out, kernels=None, gw_for=None, cache=None
+    xp, x, w, stride, pads, dilation, groups, out, kernels=None, gw_for=None, cache=None, b=None
 ):
     """``y`` ``(N, C_out, *out)`` of the convolution of ``x`` ``(N, C_in, *size)`` by ``w``
-    ``(C_out, C_in/groups, *kernel)``; ``kernels``: see :class:`_Columns`. With ``gw_for``, the
-    output gradient of another convolution of ``x`` (a transposed convolution's backward),
-    returns ``(y, gw)``: that convolution's weight gradient too, from the same columns.
-    ``cache``: see :func:`_columns_pass`."""
+    ``(C_out, C_in/groups, *kernel)``, plus the bias ``b`` if given; ``kernels``: see
+    :class:`_Columns`. With ``gw_for``, the output gradient of another convolution of ``x`` (a
+    transposed convolution's backward), returns ``(y, gw)``: that convolution's weight gradient
+    too, from the same columns. ``cache``: see :func:`_columns_pass`."""
     n, c = x.shape[:2]
     o, cg = w.shape[:2]
     kernel = w.shape[2:]
+    win = _winograd(kernels, kernel, c, o, out, stride, dilation, groups)
+    if b is not None and not (win and gw_for is None):  # (Winograd's parts add it themselves)
+        y = _conv_forward(xp, x, w, stride, pads, dilation, groups, out, kernels, gw_for, cache)
+        return _add_bias(y, b)
     if _subpixel_winograd(kernels, kernel, c, o, stride, dilation, groups, out):
         z, wz = (
             _SpaceToDepth(xp, x, stride, pads, out, kernels),
@@ -293,12 +297,13 @@ def _conv_forward(
             return _winograd_forward(xp, kernels, z, wz, _UNPADDED, out, y)
         y, gw = _winograd_weight_grad(xp, kernels, z, gw_for, _UNPADDED, wf=wz, cache=cache)
         return y, _depth_to_space_weight(xp, gw, stride, kernel)
-    if cg == 1 and groups > 1 or _winograd(kernels, kernel, c, o, out, stride, dilation, groups):
+    if cg == 1 and groups > 1 or win:
         y = xp.empty((n, o) + tuple(out), dtype=x.dtype)
         if groups > 1:
             y = _depthwise_forward(xp, x, w, stride, pads, dilation, groups, out, y)
         else:
-            y = _winograd_forward(xp, kernels, x, w, pads, out, y)
+            keep = None if gw_for is not None else cache  # (a cache of this x's convolution)
+            y = _winograd_forward(xp, kernels, x, w, pads, out, y, b, keep)
         if gw_for is None:
             return y
         return y, _conv_weight_grad(xp, x, gw_for, stride, pads, dilation, groups, kernel, kernels)
@@ -498,6 +503,24 @@ def _winograd_scheme(xp, kernels, x, o, k, out):
 #: two (the GEMMs, which sum over a block's tiles, ran slower).
 WINOGRAD_BLOCK_BYTES = 2 << 20
 
+# Note [Kept transforms]: a Winograd weight gradient sums products of gy's transform and x's,
+# Bᵀ d B, which the forward computed too. Where a weight gradient will follow (the forward's
+# ctx.columns exists) and x's transform of the whole batch takes at most KEEP_BYTES, the forward
+# writes it into one buffer left in ctx.columns instead of a scratch block reused, and the
+# backward reads it there (popped: a retained graph's second backward computes it again, with
+# the same bits). The transform is 2x the input in 1-d F(4, 5), 4x in 2-d, 8x in 3-d, so this
+# spends memory for time, within a bound: on the benchmark's conv3d (16 -> 32 channels, 16^3,
+# batch 4: 8 MiB kept, 1 MiB input) forward+backward took 6.6-6.8 ms against 6.9-7.5 without
+# (processes alternating), the input transform being ~1/6 of the backward's work on each core.
+# The 3-d forward leaves its weight transform U too (within CACHE_BYTES, ~2.4x the weight),
+# whose transposed view is the input gradient's Uᵀ; and the parts add the bias to their chunks
+# of y, and sum its gradient from gy's chunks (in lanes, as gw), rather than one pass each over
+# the whole output after or before them.
+
+#: A Winograd forward whose input's transform takes at most this many bytes keeps it for the
+#: weight gradient, which would otherwise compute it again (Note [Kept transforms]).
+KEEP_BYTES = 16 << 20
+
 
 @functools.cache
 def _winograd_weight_matrix(k, nd):
@@ -551,24 +574,42 @@ def _winograd_weights_adjoint(xp, gu, k, nd):
     return _one_thread_gemm(xp, gu.reshape(p, o * c).T, gm).reshape((o, c) + (k,) * nd)
 
 
-def _winograd_forward(xp, kernels, x, w, pads, out, y):
+def _winograd_forward(xp, kernels, x, w, pads, out, y, b=None, cache=None):
     """``y`` of a stride-1 3x3 convolution by Winograd F(2x2, 3x3): per 2x2 output tile,
     ``y = Aᵀ [(G w Gᵀ) ⊙ (Bᵀ d B)] A`` (``d`` the tile's 4x4 input window), the 16 elementwise
     products summed over the input channels as 16 GEMMs ``(C_out, C_in) @ (C_in, tiles)``;
-    the backend's transforms (:func:`_winograd_scheme`); 64 products in 3-d, k + 3 in 1-d."""
+    the backend's transforms (:func:`_winograd_scheme`); 64 products in 3-d, k + 3 in 1-d.
+    The bias ``b``, if given, is added to each chunk of ``y`` as its part finishes it. With
+    ``cache`` (the forward's ``ctx.columns``: a weight gradient will follow), the input's
+    transform is written there, where it fits :data:`KEEP_BYTES`, for the weight gradient
+    (:func:`_winograd_weight_grad`), and in 3-d the weight's ``U`` for the input gradient's
+    ``Uᵀ``, where it fits :data:`CACHE_BYTES` (Note [Kept transforms])."""
     (n, c), o = x.shape[:2], w.shape[0]
     p, step, blocks, (inp, outp, _) = _winograd_scheme(xp, kernels, x, o, w.shape[2], out)
     u = _winograd_weights(xp, w)
+    if cache is not None and x.ndim == 5 and u.nbytes <= CACHE_BYTES:
+        cache["winograd_u"] = u
     size = step * max(t for _, t in blocks)
+    bias = None if b is None else b.reshape((1, -1) + (1,) * (y.ndim - 2))
+
+    total, kept = sum(t for _, t in blocks), None  # tiles a sample; the kept transform
+    if cache is not None and p * c * n * total * x.itemsize <= KEEP_BYTES:
+        kept = xp.empty(p * c * n * total, dtype=x.dtype)
+        cache["winograd_v"] = (kept, step, blocks)  # (as the backward's scheme must cut it)
 
     def part(chunks):  # each part its own buffers; the chunks write disjoint slices of y
         v, m = (xp.empty(p * ch * size, dtype=x.dtype) for ch in (c, o))
         for _, n0 in chunks:
             xc, yc = x[n0 : n0 + step], y[n0 : n0 + step]
+            at = p * c * n0 * total
             for block, tiles in blocks:
                 t = xc.shape[0] * tiles
+                if kept is not None:  # the chunk's blocks one after another
+                    v, at = kept[at:], at + p * c * t
                 vc = inp(xc, pads, v[: p * c * t].reshape(p, c, t), block)
                 outp(xp.matmul(u, vc, out=m[: p * o * t].reshape(p, o, t)), yc, block)
+            if bias is not None:
+                yc += bias
 
     _in_parts(xp, n, step, part)
     return y
@@ -837,7 +878,7 @@ def _conv_weight_grad(xp, x, gy, stride, pads, dilation, groups, kernel, kernels
         gw = _winograd_weight_grad(xp, kernels, z, gy, _UNPADDED)
         return _depth_to_space_weight(xp, gw, stride, kernel)
     if _winograd(kernels, kernel, c, o, out, stride, dilation, groups):
-        return _winograd_weight_grad(xp, kernels, x, gy, pads)
+        return _winograd_weight_grad(xp, kernels, x, gy, pads, cache=cache)
     args = (stride, pads, dilation, groups, kernel, out, kernels, cache)
     return _columns_pass(xp, x, None, gy, *args)[1]
 
@@ -849,20 +890,27 @@ def _winograd_adjoint(kernels, x, w, gy, stride, dilation, groups):
     return win and x.ndim == 5 and "winograd_input_grad" in kernels.FUSED_KERNELS
 
 
-def _winograd_weight_grad(xp, kernels, x, gy, pads, w=None, wf=None, cache=None):
+def _winograd_weight_grad(xp, kernels, x, gy, pads, w=None, wf=None, cache=None, gb=None):
     """``gw`` of a stride-1 3x3 convolution by Winograd F(2x2, 3x3), the adjoint of
     :func:`_winograd_forward`: ``gw = Gᵀ [sum over tiles of (A g Aᵀ) (Bᵀ d B)ᵀ] G``, the sums
     16 GEMMs ``(C_out, tiles) @ (tiles, C_in)`` over the batch chunks; 3-d and 1-d alike.
 
     With ``w`` (3-d), ``(gx, gw)``: ``gx`` the forward's adjoint, ``B [Uᵀ (A g Aᵀ)] Bᵀ`` added
-    over the tiles' windows, from the same transform of ``gy`` (docs/conv.md). With ``wf``,
-    ``(y, gw)``: ``y`` the convolution of ``x`` by ``wf``, from the same transform of ``x``;
-    ``gy``'s from ``cache`` where a forward left them (:func:`_subpixel_winograd_input_grad`)."""
+    over the tiles' windows, from the same transform of ``gy`` (docs/conv.md), ``U`` the
+    forward's where it left it in ``cache``. With ``wf``, ``(y, gw)``: ``y`` the convolution of
+    ``x`` by ``wf``, from the same transform of ``x``; ``gy``'s from ``cache`` where a forward
+    left them (:func:`_subpixel_winograd_input_grad`). With ``gb``, a list, the bias gradient
+    is appended to it, summed as the parts read ``gy``'s chunks (in lanes, as ``gw``)."""
     (n, c), o, nd = x.shape[:2], gy.shape[1], x.ndim - 2
     k = x.shape[2] + sum(pads[0]) - gy.shape[2] + 1
     p, step, blocks, (inp, outp, outgrad) = _winograd_scheme(xp, kernels, x, o, k, gy.shape[2:])
     size = step * max(t for _, t in blocks)
     kept = cache.pop("winograd", {}) if cache is not None else {}
+    u = cache.pop("winograd_u", None) if cache is not None else None
+    bsums = {}  # each run's bias gradient, written by the part that runs it
+    keptv = cache.pop("winograd_v", None) if cache is not None else None
+    keptv = keptv[0] if keptv and keptv[1:] == (step, blocks) else None  # if cut alike
+    total = sum(t for _, t in blocks)
 
     def part(chunks):  # each part its own buffers, one partial sum a run of chunks (LANES)
         v, m = (xp.empty(p * ch * size, dtype=x.dtype) for ch in (c, o))
@@ -870,9 +918,16 @@ def _winograd_weight_grad(xp, kernels, x, gy, pads, w=None, wf=None, cache=None)
         sums, prod = {}, None
         for run, n0 in chunks:
             xc, gc = x[n0 : n0 + step], gy[n0 : n0 + step]
+            at = p * c * n0 * total
+            if gb is not None:  # each channel's planes first: the chunk's a sample or two
+                s = gc.reshape(gc.shape[0], o, -1).sum(axis=2).sum(axis=0)
+                bsums[run] = bsums[run] + s if run in bsums else s
             for block, tiles in blocks:
                 t = xc.shape[0] * tiles
-                vc = inp(xc, pads, v[: p * c * t].reshape(p, c, t), block)
+                if keptv is not None:  # the forward's
+                    vc, at = keptv[at : at + p * c * t].reshape(p, c, t), at + p * c * t
+                else:
+                    vc = inp(xc, pads, v[: p * c * t].reshape(p, c, t), block)
                 if uf is not None:
                     mfc = xp.matmul(uf, vc, out=mf[: p * uf.shape[1] * t].reshape(p, -1, t))
                     outp(mfc, y[n0 : n0 + step], block)
@@ -884,11 +939,15 @@ def _winograd_weight_grad(xp, kernels, x, gy, pads, w=None, wf=None, cache=None)
                     kernels.winograd_input_grad(gv, pads, gx[n0 : n0 + step], block)
         return sums
 
-    ut = None if w is None else _winograd_weights(xp, w, transposed=True)
+    ut = None  # Uᵀ: U (the forward's) as a transposed view, which OpenBLAS takes as fast and
+    if w is not None:  # whose products have the same bits, kept or not
+        ut = (_winograd_weights(xp, w) if u is None else u).transpose(0, 2, 1)
     gx = None if w is None else xp.zeros(x.shape, x.dtype)
     uf = None if wf is None else _winograd_weights(xp, wf)
     y = None if wf is None else xp.empty((n, wf.shape[0]) + gy.shape[2:], x.dtype)
     gu = _in_parts(xp, n, step, part, LANES)
+    if gb is not None:  # the runs' sums in run order
+        gb.append(functools.reduce(operator.add, (bsums[j] for j in range(len(bsums))), 0))
     gu = xp.zeros((p, o, c), x.dtype) if gu is None else gu  # the weight transform's adjoint:
     gw = _winograd_weights_adjoint(xp, gu, k, nd)
     return (y, gw) if wf is not None else gw if w is None else (gx, gw)
@@ -1120,7 +1179,7 @@ def conv_forward(transposed, kernels, ctx, x, w, b, stride, pads, dilation, grou
             wm, xs = w.reshape(w.shape[0], w.shape[1]), _strided(ctx.xp, x, stride)
             y = _pointwise_products(ctx.xp, wm, xs, x.shape[:1] + w.shape[:1] + size)
         else:
-            y = _conv_forward(ctx.xp, x, w, *geom, cache=cache)
+            return _conv_forward(ctx.xp, x, w, *geom, cache=cache, b=b)
     return y if b is None else _add_bias(y, b)
 
 
@@ -1146,7 +1205,9 @@ def conv_backward(transposed, kernels, ctx, gy):
         )
         gx, gw = gx if need_w else (gx, None)
     elif need_x and need_w and _winograd_adjoint(kernels, x, w, gy, stride, ctx.geom[2], groups):
-        gx, gw = _winograd_weight_grad(xp, kernels, x, gy, pads, w)
+        gb = [] if need_b and x.shape[0] else None  # summed by the parts as they read gy
+        gx, gw = _winograd_weight_grad(xp, kernels, x, gy, pads, w, cache=ctx.columns, gb=gb)
+        return gx, gw, gb[0] if gb else _bias_grad(gy) if need_b else None
     elif need_x:
         gx = _conv_input_grad(xp, gy, w, *ctx.geom, ctx.in_size, kernels, ctx.columns)
     pending = need_w and gw is None and not transposed

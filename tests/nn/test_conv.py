@@ -568,6 +568,60 @@ def test_winograd_3d_matches_the_im2col_gemm(dtype, shape, pads, blocks, monkeyp
     np.testing.assert_allclose(gw, want, rtol=tol["rtol"], atol=tol["atol"] * scale)
 
 
+@pytest.mark.parametrize(
+    "fn, shape, k, blocks",
+    [
+        ("conv3d", (3, 16, 8, 9, 10), 3, 1),  # a depth tile a block
+        ("conv3d", (2, 16, 9, 8, 8), 3, 1 << 21),
+        ("conv2d", (3, 16, 9, 11), 3, 1 << 21),
+        ("conv1d", (3, 16, 21), 5, 1 << 21),
+    ],
+)
+def test_kept_winograd_transforms_give_the_recomputed_bits(fn, shape, k, blocks, monkeypatch):
+    # Note [Kept transforms]: the forward's input transform (and in 3-d its U), kept for the
+    # backward, and the bias added and summed by the parts: the same bits as computing them
+    # again; gradients equal to the serial bias pass's to rounding; a retained graph's second
+    # backward (the cache popped) equal to its first; every gradient subset.
+    from ferro._C import conv_kernels as K
+
+    monkeypatch.setattr(conv_ops, "WINOGRAD_BLOCK_BYTES", blocks)
+    nd, o = len(shape) - 2, 24
+    out = tuple(s for s in shape[2:])
+    assert conv_ops._winograd(K, (k,) * nd, shape[1], o, out, (1,) * nd, (1,) * nd, 1)
+    rng = np.random.default_rng(16)
+    x = rng.normal(size=shape)
+    w = rng.normal(size=(o, shape[1]) + (k,) * nd) / np.sqrt(shape[1] * k**nd)
+    b, gy = rng.normal(size=o), rng.normal(size=(shape[0], o) + out)
+
+    def grads(need, keep):
+        monkeypatch.setattr(conv_ops, "KEEP_BYTES", keep)
+        ts = [ferro.tensor(a, requires_grad=n) for a, n in zip((x, w, b), need, strict=True)]
+        y = getattr(F, fn)(*ts, padding=k // 2)
+        y.backward(ferro.tensor(gy), retain_graph=True)
+        first = [t.grad.numpy().copy() if t.grad is not None else None for t in ts]
+        for t in ts:
+            t.grad = None
+        y.backward(ferro.tensor(gy))
+        for a, t in zip(first, ts, strict=True):
+            assert a is None and t.grad is None or np.array_equal(a, t.grad.numpy())
+        return y.detach().numpy(), first
+
+    for need in itertools.product((True, False), repeat=3):
+        if not any(need):
+            continue
+        y0, g0 = grads(need, 0)
+        y1, g1 = grads(need, 16 << 20)
+        assert np.array_equal(y0, y1)
+        for a, c, n in zip(g0, g1, need, strict=True):
+            assert n or a is None and c is None
+            if n:
+                np.testing.assert_allclose(c, a, rtol=1e-12, atol=1e-12)
+        if need[1]:
+            assert np.array_equal(g0[1], g1[1]) and (not need[0] or np.array_equal(g0[0], g1[0]))
+        if need[2]:  # the parts' bias sum against one pass over gy
+            np.testing.assert_allclose(g1[2], gy.sum(axis=(0, *range(2, 2 + nd))), rtol=1e-12)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize(
     "shape, pads, depth",

@@ -43,12 +43,15 @@ SMALL_BATCH_CASES = [
 ]
 
 
-def _run(fn, x, w, kw, threads):
+def _run(fn, x, w, kw, threads, bias=False):
+    # A bias: the Winograd parts add it and sum its gradient (Note [Kept transforms]).
     _intraop.set_num_threads(threads)
     tx, tw = ferro.tensor(x, requires_grad=True), ferro.tensor(w, requires_grad=True)
-    y = fn(tx, tw, **kw)
+    o = w.shape[1] if fn is F.conv_transpose2d else w.shape[0]
+    tb = ferro.tensor(np.linspace(-1, 1, o, dtype=x.dtype), requires_grad=True) if bias else None
+    y = fn(tx, tw, tb, **kw)
     (y * y).sum().backward()
-    return y.data, tx.grad.data, tw.grad.data
+    return (y.data, tx.grad.data, tw.grad.data) + ((tb.grad.data,) if bias else ())
 
 
 @pytest.fixture
@@ -74,11 +77,11 @@ def test_a_split_gives_the_bits_of_one_part(case, dtype, one_sample_chunks, monk
     counts = []
     run = _intraop.run
     monkeypatch.setattr(_intraop, "run", lambda f, n: counts.append(n) or run(f, n))
-    one = _run(fn, x, w, kw, 1)
+    one = _run(fn, x, w, kw, 1, bias=True)
     assert set(counts) <= {1}  # one thread: no split (one part runs without the pool)
     for threads in (2, 3):
         counts.clear()
-        got = _run(fn, x, w, kw, threads)
+        got = _run(fn, x, w, kw, threads, bias=True)
         assert max(counts) == threads  # the chunks did run as parts
         for a, b in zip(got, one, strict=True):
             np.testing.assert_array_equal(a, b)

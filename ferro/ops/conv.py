@@ -513,9 +513,10 @@ WINOGRAD_BLOCK_BYTES = 2 << 20
 # batch 4: 8 MiB kept, 1 MiB input) forward+backward took 6.6-6.8 ms against 6.9-7.5 without
 # (processes alternating), the input transform being ~1/6 of the backward's work on each core.
 # The 3-d forward leaves its weight transform U too (within CACHE_BYTES, ~2.4x the weight),
-# whose transposed view is the input gradient's Uᵀ; and the parts add the bias to their chunks
-# of y, and sum its gradient from gy's chunks (in lanes, as gw), rather than one pass each over
-# the whole output after or before them.
+# whose transposed view is the input gradient's Uᵀ (a view of U recomputed otherwise: the same
+# bits); and the parts add the bias b to their chunks of y and sum its gradient (appended to
+# the list gb) from gy's chunks (in lanes, as gw), rather than one pass each over the whole
+# output after or before them.
 
 #: A Winograd forward whose input's transform takes at most this many bytes keeps it for the
 #: weight gradient, which would otherwise compute it again (Note [Kept transforms]).
@@ -579,11 +580,7 @@ def _winograd_forward(xp, kernels, x, w, pads, out, y, b=None, cache=None):
     ``y = Aᵀ [(G w Gᵀ) ⊙ (Bᵀ d B)] A`` (``d`` the tile's 4x4 input window), the 16 elementwise
     products summed over the input channels as 16 GEMMs ``(C_out, C_in) @ (C_in, tiles)``;
     the backend's transforms (:func:`_winograd_scheme`); 64 products in 3-d, k + 3 in 1-d.
-    The bias ``b``, if given, is added to each chunk of ``y`` as its part finishes it. With
-    ``cache`` (the forward's ``ctx.columns``: a weight gradient will follow), the input's
-    transform is written there, where it fits :data:`KEEP_BYTES`, for the weight gradient
-    (:func:`_winograd_weight_grad`), and in 3-d the weight's ``U`` for the input gradient's
-    ``Uᵀ``, where it fits :data:`CACHE_BYTES` (Note [Kept transforms])."""
+    The bias ``b`` and the transforms kept in ``cache``: Note [Kept transforms]."""
     (n, c), o = x.shape[:2], w.shape[0]
     p, step, blocks, (inp, outp, _) = _winograd_scheme(xp, kernels, x, o, w.shape[2], out)
     u = _winograd_weights(xp, w)
@@ -896,11 +893,10 @@ def _winograd_weight_grad(xp, kernels, x, gy, pads, w=None, wf=None, cache=None,
     16 GEMMs ``(C_out, tiles) @ (tiles, C_in)`` over the batch chunks; 3-d and 1-d alike.
 
     With ``w`` (3-d), ``(gx, gw)``: ``gx`` the forward's adjoint, ``B [Uᵀ (A g Aᵀ)] Bᵀ`` added
-    over the tiles' windows, from the same transform of ``gy`` (docs/conv.md), ``U`` the
-    forward's where it left it in ``cache``. With ``wf``, ``(y, gw)``: ``y`` the convolution of
-    ``x`` by ``wf``, from the same transform of ``x``; ``gy``'s from ``cache`` where a forward
-    left them (:func:`_subpixel_winograd_input_grad`). With ``gb``, a list, the bias gradient
-    is appended to it, summed as the parts read ``gy``'s chunks (in lanes, as ``gw``)."""
+    over the tiles' windows, from the same transform of ``gy`` (docs/conv.md). With ``wf``,
+    ``(y, gw)``: ``y`` the convolution of ``x`` by ``wf``, from the same transform of ``x``;
+    ``gy``'s from ``cache`` where a forward left them (:func:`_subpixel_winograd_input_grad`);
+    ``x``'s, ``U`` and (into ``gb``) the bias gradient: Note [Kept transforms]."""
     (n, c), o, nd = x.shape[:2], gy.shape[1], x.ndim - 2
     k = x.shape[2] + sum(pads[0]) - gy.shape[2] + 1
     p, step, blocks, (inp, outp, outgrad) = _winograd_scheme(xp, kernels, x, o, k, gy.shape[2:])

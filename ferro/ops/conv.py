@@ -494,14 +494,15 @@ def _winograd_scheme(xp, kernels, x, o, k, out):
 
 
 #: A 3-d Winograd pass transforms, multiplies and transforms back a chunk's tiles a block of
-#: depth tiles at a time, the block's transformed input and products within this many bytes,
-#: so that they stay in a core's L2 (2 MB here) from the transform to the GEMM (a 32^3 sample
-#: of 16 -> 32 channels makes 50 MB of them). On the benchmark's conv3d (one sample a chunk, a
-#: chunk a core) 2 MB makes blocks of two depth tiles (1.5 MB): forward+backward took 6.8-7.1
-#: ms against 8.4-8.6 at 4 MB (four depth tiles, 3 MB: the transforms' stores went to L3;
-#: bench_conv, builds alternating), and one depth tile a block (64 tiles) was 5-10% slower than
-#: two (the GEMMs, which sum over a block's tiles, ran slower).
-WINOGRAD_BLOCK_BYTES = 2 << 20
+#: depth tiles at a time, the block's transformed input and products within this many bytes
+#: (a 32^3 sample of 16 -> 32 channels makes 50 MB of them; each part holds a block's buffers).
+#: Session 15 set 2 MB, two depth tiles (1.5 MB) on the benchmark's conv3d, to keep them in a
+#: core's L2 (2 MB here) from the transform to the GEMMs: 6.8-7.1 ms against 8.4-8.6 at 4 MB.
+#: Since the parts' buffers are 64-byte aligned and the forward keeps x's transform (Note
+#: [Kept transforms]) the whole sample as one block (6 MB, 8 MB allowed) is faster: medians of
+#: 14 same-process alternations 7.09 ms against 7.49 at 2 MB and 7.47 at 4 (without the kept
+#: transform, 7.69 against 8.06): a fourth of the kernel calls, and GEMMs 4x wider.
+WINOGRAD_BLOCK_BYTES = 8 << 20
 
 # Note [Kept transforms]: a Winograd weight gradient sums products of gy's transform and x's,
 # Bᵀ d B, which the forward computed too. Where a weight gradient will follow (the forward's

@@ -195,13 +195,14 @@ pytestmark = pytest.mark.skipif(
 # the plane transforms' whole-plane row passes (in_grad3 2.2 -> 1.45 us a depth tile): 8,491
 # measured. And ferro/ops to 12,070: matmul's stacked products and the decompositions run
 # alone in a parallel walk, where other threads' products may hold OpenBLAS's count: 12,064.
-# And ferro/ops to 12,110 (session 16, issue 14's conv3d goal, met by one pass's margin until
+# And ferro/ops to 12,115 (session 16, issue 14's conv3d goal, met by one pass's margin until
 # then): a Winograd forward keeps its input transform and U for the backward and its parts add
 # the bias and sum its gradient (Note [Kept transforms]): 12,104 measured, the docstrings
-# pointing at the note rather than repeating it.
+# pointing at the note rather than repeating it; then the space-to-depth weight transforms as
+# gathers (conv_transpose2d, _phase_gather): 12,111.
 BUDGETS = {
     "ferro/_C": (8500, ("*.pyx", "*.pxd", "*.h", "*.py")),
-    "ferro/ops": (12110, ("*.py",)),
+    "ferro/ops": (12115, ("*.py",)),
 }
 
 

@@ -568,6 +568,24 @@ def test_winograd_3d_matches_the_im2col_gemm(dtype, shape, pads, blocks, monkeyp
     np.testing.assert_allclose(gw, want, rtol=tol["rtol"], atol=tol["atol"] * scale)
 
 
+@pytest.mark.parametrize("kernel, stride", [((4, 4), (2, 2)), ((3, 3), (2, 2)), ((3, 5), (2, 3))])
+def test_space_to_depth_weight_is_its_definition_and_its_adjoint(kernel, stride):
+    # [o, (c, r0, r1), j0, j1] = w[o, c, s0 j0 + r0, s1 j1 + r1], zero past the kernel; the
+    # adjoint gathers each kernel offset back (the gathers of _phase_gather).
+    rng = np.random.default_rng(5)
+    w = rng.normal(size=(3, 2) + kernel)
+    z = conv_ops._space_to_depth_weight(np, w, stride)
+    (s0, s1), want = stride, np.zeros((3, 2) + stride + (2, 2))
+    for r0, r1, j0, j1 in itertools.product(range(s0), range(s1), range(2), range(2)):
+        if s0 * j0 + r0 < kernel[0] and s1 * j1 + r1 < kernel[1]:
+            want[:, :, r0, r1, j0, j1] = w[:, :, s0 * j0 + r0, s1 * j1 + r1]
+    np.testing.assert_array_equal(z, want.reshape(z.shape))
+    g = rng.normal(size=z.shape)
+    gw = conv_ops._depth_to_space_weight(np, g, stride, kernel)
+    assert gw.flags.c_contiguous and gw.shape == w.shape
+    np.testing.assert_allclose(np.vdot(gw, w), np.vdot(g, z), rtol=1e-13)  # <A*g, w> = <g, Aw>
+
+
 @pytest.mark.parametrize(
     "fn, shape, k, blocks",
     [

@@ -9,9 +9,11 @@ into an existing buffer, and about half of ``(a*b + c).sum()`` fwd+bwd on 10M fl
 faults. This handler (NumPy's ``PyDataMem_SetHandler``, installed by ``ferro/__init__.py`` in the
 importing context unless ``FERRO_CACHING_ALLOCATOR=0``) keeps freed blocks of at least
 ``THRESHOLD`` bytes (1 MiB), up to a total of ``limit`` bytes (1/8 of the memory, 2 GiB at
-most), and hands one back for a request it fits (not more than 1/4 larger than asked). Smaller
+most), and hands one back for a request it fits (not more than 1/4 larger than asked); a full
+cache (64 blocks, or the limit) drops the blocks it has held longest for the one freed, so that
+sizes a program no longer asks for do not fill it for good (session 16: they did). Smaller
 blocks go to the handler that was current before (NumPy's default, with its small-block cache);
-large blocks above the limit are freed. Fresh large blocks are rounded up to 1/8 of their power
+a block larger than the limit is freed. Fresh large blocks are rounded up to 1/8 of their power
 of two (so slightly different sizes share blocks) and advised as huge pages, as NumPy's own
 handler does.
 
@@ -80,6 +82,12 @@ cdef extern from *:
         return (size + step - 1) / step * step;
     }
 
+    static void ferro_drop(int i) {  /* slot i out (lock held), the rest in order: oldest first */
+        ferro_cache.bytes -= ferro_cache.cap[i];
+        ferro_cache.n--;
+        memmove(ferro_cache.ptr + i, ferro_cache.ptr + i + 1, (ferro_cache.n - i) * sizeof(void *));
+        memmove(ferro_cache.cap + i, ferro_cache.cap + i + 1, (ferro_cache.n - i) * sizeof(size_t));
+    }
     static void *ferro_take(size_t size) {
         /* The smallest cached block that holds size and is at most 1/4 larger. */
         int i, best = -1;
@@ -92,10 +100,7 @@ cdef extern from *:
         }
         if (best >= 0) {
             p = ferro_cache.ptr[best];
-            ferro_cache.bytes -= ferro_cache.cap[best];
-            ferro_cache.n--;
-            ferro_cache.ptr[best] = ferro_cache.ptr[ferro_cache.n];
-            ferro_cache.cap[best] = ferro_cache.cap[ferro_cache.n];
+            ferro_drop(best);
             ferro_cache.hits++;
         } else {
             ferro_cache.misses++;
@@ -163,6 +168,11 @@ cdef extern from *:
         {
             cap = malloc_usable_size(ptr);
             pthread_mutex_lock(&ferro_cache.lock);
+            while (cap >= size && cap <= ferro_cache.limit && ferro_cache.n > 0 && (ferro_cache.n
+                   == FERRO_CACHE_SLOTS || ferro_cache.bytes + cap > ferro_cache.limit)) {
+                free(ferro_cache.ptr[0]);  /* full: the block cached longest makes room */
+                ferro_drop(0);
+            }
             if (cap >= size && ferro_cache.n < FERRO_CACHE_SLOTS
                     && ferro_cache.bytes + cap <= ferro_cache.limit) {
                 ferro_cache.ptr[ferro_cache.n] = ptr;
@@ -307,7 +317,7 @@ def empty_cache():
 
 def set_cache_limit(size_t limit):
     """Cache at most ``limit`` bytes of freed blocks (0: cache nothing); returns the previous
-    limit. Blocks cached above a lowered limit stay until :func:`empty_cache`."""
+    limit. Blocks cached above a lowered limit stay until frees or :func:`empty_cache` drop them."""
     return ferro_set_limit(limit)
 
 

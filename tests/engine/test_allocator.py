@@ -77,6 +77,31 @@ def test_a_much_smaller_request_does_not_take_a_large_block(cache):
     del b
 
 
+def test_a_full_cache_drops_its_oldest_blocks_for_the_sizes_now_in_use(cache):
+    # 64 blocks of sizes no longer asked for, then a new size: its block takes the place of
+    # the oldest and is handed back (before session 16 a full cache freed every new block).
+    stale = [np.empty(N + 4096 * (3 * i + 1), np.float32) for i in range(64)]
+    del stale
+    assert cache.cache_info()["blocks"] == 64
+    a = np.ones(3 * N, np.float32)
+    addr = a.ctypes.data
+    del a
+    hits = cache.cache_info()["hits"]
+    assert np.empty(3 * N, np.float32).ctypes.data == addr
+    assert cache.cache_info()["hits"] == hits + 1 and cache.cache_info()["blocks"] == 64
+    # At the byte limit too: a block freed into a full cache makes room by the oldest.
+    cache.empty_cache()
+    cache.set_cache_limit(int(N * 4 * 2.5))
+    b, c = np.ones(N, np.float32), np.ones(N, np.float32)
+    cc = c.ctypes.data
+    del b, c  # two of the 2.5 blocks the limit holds, b first
+    d = np.ones(N + 100, np.float32)  # fits neither: a fresh, larger block
+    del d  # cached in b's place
+    info = cache.cache_info()
+    assert info["blocks"] == 2 and info["bytes"] <= info["limit"]
+    assert np.empty(N, np.float32).ctypes.data == cc  # c stayed
+
+
 def test_resize_keeps_the_data_and_limit_zero_caches_nothing(cache):
     a = np.arange(N, dtype=np.float32)
     a.resize(2 * N, refcheck=False)  # realloc of a block of ours

@@ -596,15 +596,15 @@ def _winograd_forward(xp, kernels, x, w, pads, out, y, b=None, cache=None):
         cache["winograd_v"] = (kept, step, blocks)  # (as the backward's scheme must cut it)
 
     def part(chunks):  # each part its own buffers; the chunks write disjoint slices of y
-        v, m = (xp.empty(p * ch * size, dtype=x.dtype) for ch in (c, o))
+        v = xp.empty(p * c * size, dtype=x.dtype) if kept is None else None
+        m = xp.empty(p * o * size, dtype=x.dtype)
         for _, n0 in chunks:
             xc, yc = x[n0 : n0 + step], y[n0 : n0 + step]
-            at = p * c * n0 * total
+            at = p * c * n0 * total  # the chunk's blocks one after another in kept
             for block, tiles in blocks:
                 t = xc.shape[0] * tiles
-                if kept is not None:  # the chunk's blocks one after another
-                    v, at = kept[at:], at + p * c * t
-                vc = inp(xc, pads, v[: p * c * t].reshape(p, c, t), block)
+                vb = v[: p * c * t] if kept is None else kept[at : at + p * c * t]
+                vc, at = inp(xc, pads, vb.reshape(p, c, t), block), at + p * c * t
                 outp(xp.matmul(u, vc, out=m[: p * o * t].reshape(p, o, t)), yc, block)
             if bias is not None:
                 yc += bias
@@ -925,7 +925,8 @@ def _winograd_weight_grad(xp, kernels, x, gy, pads, w=None, wf=None, cache=None,
     total = sum(t for _, t in blocks)
 
     def part(chunks):  # each part its own buffers, one partial sum a run of chunks (LANES)
-        v, m = (xp.empty(p * ch * size, dtype=x.dtype) for ch in (c, o))
+        v = xp.empty(p * c * size, dtype=x.dtype) if keptv is None else None
+        m = xp.empty(p * o * size, dtype=x.dtype)
         mf = None if wf is None else xp.empty(p * wf.shape[0] * size, dtype=x.dtype)
         sums, prod = {}, None
         for run, n0 in chunks:
@@ -959,7 +960,7 @@ def _winograd_weight_grad(xp, kernels, x, gy, pads, w=None, wf=None, cache=None,
     y = None if wf is None else xp.empty((n, wf.shape[0]) + gy.shape[2:], x.dtype)
     gu = _in_parts(xp, n, step, part, LANES)
     if gb is not None:  # the runs' sums in run order
-        gb.append(functools.reduce(operator.add, (bsums[j] for j in range(len(bsums))), 0))
+        gb.append(sum(bsums[j] for j in range(len(bsums))))
     gu = xp.zeros((p, o, c), x.dtype) if gu is None else gu  # the weight transform's adjoint:
     gw = _winograd_weights_adjoint(xp, gu, k, nd)
     return (y, gw) if wf is not None else gw if w is None else (gx, gw)
@@ -1211,15 +1212,14 @@ def conv_backward(transposed, kernels, ctx, gy):
                 gx[(slice(None),) * 2 + tuple(slice(None, None, s) for s in stride)] = g
         gw = _pointwise_weight_grad(xp, _strided(xp, x, stride), gy) if need_w else None
         return gx, gw, _bias_grad(gy) if need_b else None
+    gb = [] if need_b and gy.shape[0] else None  # the 3-d Winograd parts sum it as they read gy
     if need_x and transposed:  # gx and gw from gy's columns
         gx = _conv_forward(
             xp, gy, w, *ctx.geom, ctx.in_size, kernels, x if need_w else None, ctx.columns
         )
         gx, gw = gx if need_w else (gx, None)
     elif need_x and need_w and _winograd_adjoint(kernels, x, w, gy, stride, ctx.geom[2], groups):
-        gb = [] if need_b and x.shape[0] else None  # summed by the parts as they read gy
         gx, gw = _winograd_weight_grad(xp, kernels, x, gy, pads, w, cache=ctx.columns, gb=gb)
-        return gx, gw, gb[0] if gb else _bias_grad(gy) if need_b else None
     elif need_x:
         gx = _conv_input_grad(xp, gy, w, *ctx.geom, ctx.in_size, kernels, ctx.columns)
     pending = need_w and gw is None and not transposed
@@ -1233,7 +1233,7 @@ def conv_backward(transposed, kernels, ctx, gy):
         a, b = (gy, x) if transposed else (x, gy)
         cache = None if transposed else ctx.columns
         gw = _conv_weight_grad(xp, a, b, *ctx.geom, ctx.kernel, kernels, cache)
-    return gx, gw, _bias_grad(gy) if need_b else None
+    return gx, gw, gb[0] if gb else _bias_grad(gy) if need_b else None
 
 
 @register("conv", early=1)

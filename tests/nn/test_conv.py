@@ -604,7 +604,7 @@ def test_kept_winograd_transforms_give_the_recomputed_bits(fn, shape, k, blocks,
 
     monkeypatch.setattr(conv_ops, "WINOGRAD_BLOCK_BYTES", blocks)
     nd, o = len(shape) - 2, 24
-    out = tuple(s for s in shape[2:])
+    out = tuple(shape[2:])
     assert conv_ops._winograd(K, (k,) * nd, shape[1], o, out, (1,) * nd, (1,) * nd, 1)
     rng = np.random.default_rng(16)
     x = rng.normal(size=shape)

@@ -75,6 +75,23 @@ def winograd2d_scatter(
     y: np.ndarray,
     add: bool = False,
 ) -> np.ndarray: ...
+def winograd3d_gather(
+    x: np.ndarray,
+    mat: np.ndarray,
+    m: int,
+    lo: tuple[int, int, int],
+    tiles: tuple[int, int, int],
+    v: np.ndarray,
+) -> np.ndarray: ...
+def winograd3d_scatter(
+    m_: np.ndarray,
+    mat: np.ndarray,
+    m: int,
+    lo: tuple[int, int, int],
+    tiles: tuple[int, int, int],
+    y: np.ndarray,
+    add: bool = False,
+) -> np.ndarray: ...
 def space_to_depth2d(
     x: np.ndarray, stride: tuple[int, int], lo: tuple[int, int], z: np.ndarray
 ) -> np.ndarray: ...

@@ -440,7 +440,8 @@ WINOGRAD_1D_KERNELS = (3, 5)
 def _winograd1d_matrices(k, m=4):
     """``(Aᵀ, G, Bᵀ)`` of F(m, k) in float64, Bᵀ solved from ``y[i] = sum_j g[j] d[i + j]``."""
     p = m + k - 1
-    points = (0, 1, -1, 2, -2, 0.5, -0.5)[: p - 1]
+    # F(4, 3) takes -1/2, not -2: Note [Channels-last 3-d Winograd]
+    points = (0, 1, -1, 2, -0.5, -2, 0.5)[: p - 1]
     at, g = np.zeros((m, p)), np.zeros((p, k))
     for i, a in enumerate(points):
         at[:, i] = [a**e for e in range(m)]
@@ -462,9 +463,12 @@ def _winograd_scheme(xp, kernels, x, o, k, out):
     # The step is a quarter of the im2col chunk: the 16 GEMMs over (C_in, tiles) ran at 82
     # GFLOPS on one core for one 32x32 sample of 64 channels (1 MB of tiles) and at 68 for four.
     n, c, nd = x.shape[0], x.shape[1], x.ndim - 2
+    if (cl := _channels_last(kernels, x, o, k, out)) is not None:
+        return cl
     if nd > 1 and k == 3:
         g, tiles = _WINOGRAD_G, math.prod((s + 1) // 2 for s in out)
         fns = (kernels.winograd_input, kernels.winograd_output, kernels.winograd_output_grad)
+        fns += (kernels.winograd_input_grad,) if nd == 3 else ()
     elif nd == 2:  # F(4x4, 2x2): the 1-d F(4, 2)'s matrices along both dims
         at, g, bt = _winograd1d_matrices(k)
         tl = tuple(-(-s // len(at)) for s in out)
@@ -490,7 +494,62 @@ def _winograd_scheme(xp, kernels, x, o, k, out):
     b = max(1, WINOGRAD_BLOCK_BYTES * td // (p * (c + o) * tiles * step * x.itemsize))
     ranges = [(t, min(t + b, td)) for t in range(0, td, b)]
     blocks = [((t0, t1) if nd == 3 else None, tiles // td * (t1 - t0)) for t0, t1 in ranges]
-    return p, step, blocks, fns
+    return p, step, blocks, fns, False
+
+
+# Note [Channels-last 3-d Winograd]: F(2x2x2, 3x3x3) makes 64 products of every 8 outputs, so
+# its transforms and GEMMs move 8x the output's data, and on the conv3d benchmark (16 -> 32
+# channels, 16^3) they were memory-bound: the kernels ran 2x slower inside the step than alone,
+# and the GEMMs (K = C_in = 16) at ~75 GFLOP/s. F(4x4x4, 3x3x3) makes 216 products of every
+# 64 outputs (3.4x): 2.4x less data and 2.4x fewer multiplies. Its 1-d matrices are F(4, 3)'s
+# on the points 0, ±1, 2, -1/2 (_winograd1d_matrices): float32 results within ~4e-6 of the
+# output's scale, against 1.6e-5 on 0, ±1, ±2 (whose spread, 8x a dim, compounds over three);
+# ~1e-5 for a constant gradient's input gradient (im2col: ~1e-7).
+# A 16^3 volume has only 4 tiles a row, so the transforms run channels-last, vectorized over the
+# channels: each of the three separable passes is a sum of runs of (4 tiles x C) values
+# (winograd3d_gather / winograd3d_scatter, C), on volumes (N, D, H, W, C) that NumPy transposes
+# a chunk at a time (x and gy in, y and gx out), and the buffers are (P, tiles, C), so the GEMMs
+# take their operands the other way round: y = V U (U as (P, C_in, C_out)), gw = Mᵀ V,
+# gx's products M Uᵀ (U's transposed view, as in the other layout). It runs where a sample's
+# transforms fit WINOGRAD_BLOCK_BYTES (one block a chunk); larger volumes keep F(2x2x2, 3x3x3)
+# by depth blocks.
+
+
+def _channels_last(kernels, x, o, k, out):
+    """The 3-d F(4x4x4, 3x3x3) scheme of :func:`_winograd_scheme` (Note [Channels-last 3-d
+    Winograd]) where the backend has it and a sample's transforms take at most
+    WINOGRAD_BLOCK_BYTES, else None. Its buffers are ``(P, tiles, C)``; ``True`` last."""
+    n, c, nd = x.shape[0], x.shape[1], x.ndim - 2
+    if nd != 3 or k != 3 or not _has(kernels, "winograd3d_gather"):
+        return None
+    tl = tuple(-(-s // 4) for s in out)
+    tiles, p = math.prod(tl), 216
+    if p * (c + o) * tiles * x.itemsize > WINOGRAD_BLOCK_BYTES:
+        return None
+    at, _, bt = _winograd1d_matrices(3)
+    last = (0, 2, 3, 4, 1)
+
+    def lows(pads):
+        return tuple(lo for lo, _ in pads)
+
+    def gather(a, mat, lo, v):  # a channels-last copy of a, then its windows
+        return kernels.winograd3d_gather(np.ascontiguousarray(a.transpose(last)), mat, 4, lo, tl, v)
+
+    def scatter(m, mat, lo, y, add):  # a channels-last volume, then y set or added from it
+        yl = np.zeros if add else np.empty
+        yl = yl((y.shape[0],) + y.shape[2:] + y.shape[1:2], dtype=y.dtype)
+        kernels.winograd3d_scatter(m, mat, 4, lo, tl, yl, add)
+        yt = yl.transpose(0, 4, 1, 2, 3)
+        return np.add(y, yt, out=y) if add else np.copyto(y, yt)
+
+    fns = (
+        lambda xc, pads, v, _: gather(xc, bt, lows(pads), v),
+        lambda m, y, _: scatter(m, at, (0, 0, 0), y, False),
+        lambda gy, m, _: gather(gy, at.T, (0, 0, 0), m),
+        lambda gv, pads, gx, _: scatter(gv, bt.T, lows(pads), gx, True),
+    )
+    step = _chunk(np, n, 4 * p * max(c, o) * tiles * x.itemsize)
+    return p, step, [(None, tiles)], fns, True
 
 
 #: A 3-d Winograd pass transforms, multiplies and transforms back a chunk's tiles a block of
@@ -525,10 +584,11 @@ KEEP_BYTES = 16 << 20
 
 
 @functools.cache
-def _winograd_weight_matrix(k, nd):
+def _winograd_weight_matrix(k, nd, p):
     """The weight transform ``(P, k**nd)`` in float64: ``G`` along every kernel dim, the
-    products in the transforms' order (3-d: height, width, then depth)."""
-    g = np.asarray(_WINOGRAD_G) if nd > 1 and k == 3 else _winograd1d_matrices(k)[1]
+    products in the transforms' order (3-d: height, width, then depth); F(2, 3)'s ``G`` where
+    ``P = 4**nd`` (2-d, 3-d), F(4, k)'s otherwise."""
+    g = np.asarray(_WINOGRAD_G) if p == 4**nd and k == 3 else _winograd1d_matrices(k)[1]
     if nd == 3:
         return np.einsum("ah,bw,cd->abcdhw", g, g, g).reshape(len(g) ** 3, k**3)
     return np.kron(g, g) if nd == 2 else g
@@ -559,11 +619,11 @@ def _one_thread_gemm(xp, a, b):
     return y
 
 
-def _winograd_weights(xp, w, transposed=False):
+def _winograd_weights(xp, w, p, transposed=False):
     """``G w Gᵀ`` of the weight ``(C_out, C_in, *kernel)`` as ``(P, C_out, C_in)``, or as
     ``(P, C_in, C_out)`` with ``transposed``."""
     (o, c), k, nd = w.shape[:2], w.shape[2], w.ndim - 2
-    gm = xp.asarray(_winograd_weight_matrix(k, nd), dtype=w.dtype)
+    gm = xp.asarray(_winograd_weight_matrix(k, nd, p), dtype=w.dtype)
     # (K, C_out, C_in) or (K, C_in, C_out): a copy, then a plain GEMM
     w = xp.ascontiguousarray(w.reshape(o, c, -1).transpose((2, 1, 0) if transposed else (2, 0, 1)))
     return _one_thread_gemm(xp, gm, w.reshape(len(w), -1)).reshape(gm.shape[:1] + w.shape[1:])
@@ -572,7 +632,8 @@ def _winograd_weights(xp, w, transposed=False):
 def _winograd_weights_adjoint(xp, gu, k, nd):
     """The adjoint of :func:`_winograd_weights`: ``gw`` ``(C_out, C_in, *kernel)`` of ``gu``
     ``(P, C_out, C_in)``."""
-    (p, o, c), gm = gu.shape, xp.asarray(_winograd_weight_matrix(k, nd), dtype=gu.dtype)
+    p, o, c = gu.shape
+    gm = xp.asarray(_winograd_weight_matrix(k, nd, p), dtype=gu.dtype)
     return _one_thread_gemm(xp, gu.reshape(p, o * c).T, gm).reshape((o, c) + (k,) * nd)
 
 
@@ -583,8 +644,8 @@ def _winograd_forward(xp, kernels, x, w, pads, out, y, b=None, cache=None):
     the backend's transforms (:func:`_winograd_scheme`); 64 products in 3-d, k + 3 in 1-d.
     The bias ``b`` and the transforms kept in ``cache``: Note [Kept transforms]."""
     (n, c), o = x.shape[:2], w.shape[0]
-    p, step, blocks, (inp, outp, _) = _winograd_scheme(xp, kernels, x, o, w.shape[2], out)
-    u = _winograd_weights(xp, w)
+    p, step, blocks, (inp, outp, *_), cl = _winograd_scheme(xp, kernels, x, o, w.shape[2], out)
+    u = _winograd_weights(xp, w, p, transposed=cl)  # (P, C_in, C_out) channels-last
     if cache is not None and x.ndim == 5 and u.nbytes <= CACHE_BYTES:
         cache["winograd_u"] = u
     size = step * max(t for _, t in blocks)
@@ -604,8 +665,12 @@ def _winograd_forward(xp, kernels, x, w, pads, out, y, b=None, cache=None):
             for block, tiles in blocks:
                 t = xc.shape[0] * tiles
                 vb = v[: p * c * t] if kept is None else kept[at : at + p * c * t]
-                vc, at = inp(xc, pads, vb.reshape(p, c, t), block), at + p * c * t
-                outp(xp.matmul(u, vc, out=m[: p * o * t].reshape(p, o, t)), yc, block)
+                vc, at = (
+                    inp(xc, pads, vb.reshape((p, t, c) if cl else (p, c, t)), block),
+                    at + p * c * t,
+                )
+                mc = m[: p * o * t].reshape((p, t, o) if cl else (p, o, t))
+                outp(xp.matmul(vc, u, out=mc) if cl else xp.matmul(u, vc, out=mc), yc, block)
             if bias is not None:
                 yc += bias
 
@@ -835,8 +900,8 @@ def _subpixel_winograd_input_grad(xp, kernels, gy, w, stride, pads, size, cache=
     wz = _space_to_depth_weight(xp, w, stride)
     cz = wz.shape[1]
     at, _, bt = _winograd1d_matrices(2)
-    p, step, blocks, (_, _, outgrad) = _winograd_scheme(xp, kernels, gy, cz, 2, out)
-    ut = _winograd_weights(xp, wz, transposed=True)  # (P, Cz, O)
+    p, step, blocks, (_, _, outgrad, *_), _ = _winograd_scheme(xp, kernels, gy, cz, 2, out)
+    ut = _winograd_weights(xp, wz, p, transposed=True)  # (P, Cz, O)
     tl, zsize, c = tuple(-(-v // len(at)) for v in out), tuple(v + 1 for v in out), w.shape[1]
     lo, phases = tuple(v for v, _ in pads), None  # the kernel writes every element of gx
     if not _has(kernels, "depth_to_space2d"):  # NumPy copies each phase into zeros
@@ -915,7 +980,9 @@ def _winograd_weight_grad(xp, kernels, x, gy, pads, w=None, wf=None, cache=None,
     ``x``'s, ``U`` and (into ``gb``) the bias gradient: Note [Kept transforms]."""
     (n, c), o, nd = x.shape[:2], gy.shape[1], x.ndim - 2
     k = x.shape[2] + sum(pads[0]) - gy.shape[2] + 1
-    p, step, blocks, (inp, outp, outgrad) = _winograd_scheme(xp, kernels, x, o, k, gy.shape[2:])
+    p, step, blocks, (inp, outp, outgrad, *ingrad), cl = _winograd_scheme(
+        xp, kernels, x, o, k, gy.shape[2:]
+    )
     size = step * max(t for _, t in blocks)
     kept = cache.pop("winograd", {}) if cache is not None else {}
     u = cache.pop("winograd_u", None) if cache is not None else None
@@ -937,26 +1004,29 @@ def _winograd_weight_grad(xp, kernels, x, gy, pads, w=None, wf=None, cache=None,
                 bsums[run] = bsums[run] + s if run in bsums else s
             for block, tiles in blocks:
                 t = xc.shape[0] * tiles
+                vs = (p, t, c) if cl else (p, c, t)
                 if keptv is not None:  # the forward's
-                    vc, at = keptv[at : at + p * c * t].reshape(p, c, t), at + p * c * t
+                    vc, at = keptv[at : at + p * c * t].reshape(vs), at + p * c * t
                 else:
-                    vc = inp(xc, pads, v[: p * c * t].reshape(p, c, t), block)
+                    vc = inp(xc, pads, v[: p * c * t].reshape(vs), block)
                 if uf is not None:
                     mfc = xp.matmul(uf, vc, out=mf[: p * uf.shape[1] * t].reshape(p, -1, t))
                     outp(mfc, y[n0 : n0 + step], block)
                 mc = kept.get((n0, step))
-                mc = outgrad(gc, m[: p * o * t].reshape(p, o, t), block) if mc is None else mc
-                prod = _add_product(xp, sums, run, mc, vc.transpose(0, 2, 1), prod)
+                ms = (p, t, o) if cl else (p, o, t)
+                mc = outgrad(gc, m[: p * o * t].reshape(ms), block) if mc is None else mc
+                ab = (mc.transpose(0, 2, 1), vc) if cl else (mc, vc.transpose(0, 2, 1))
+                prod = _add_product(xp, sums, run, *ab, prod)
                 if ut is not None:  # vc is free: Uᵀ (A g Aᵀ) there
-                    gv = xp.matmul(ut, mc, out=vc)
-                    kernels.winograd_input_grad(gv, pads, gx[n0 : n0 + step], block)
+                    gv = xp.matmul(mc, ut, out=vc) if cl else xp.matmul(ut, mc, out=vc)
+                    ingrad[0](gv, pads, gx[n0 : n0 + step], block)
         return sums
 
     ut = None  # Uᵀ: U (the forward's) as a transposed view, which OpenBLAS takes as fast and
     if w is not None:  # whose products have the same bits, kept or not
-        ut = (_winograd_weights(xp, w) if u is None else u).transpose(0, 2, 1)
+        ut = (_winograd_weights(xp, w, p, transposed=cl) if u is None else u).transpose(0, 2, 1)
     gx = None if w is None else xp.zeros(x.shape, x.dtype)
-    uf = None if wf is None else _winograd_weights(xp, wf)
+    uf = None if wf is None else _winograd_weights(xp, wf, p)
     y = None if wf is None else xp.empty((n, wf.shape[0]) + gy.shape[2:], x.dtype)
     gu = _in_parts(xp, n, step, part, LANES)
     if gb is not None:  # the runs' sums in run order

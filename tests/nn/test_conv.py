@@ -534,10 +534,12 @@ def test_winograd_forward_and_weight_grad_match_the_im2col_gemm(dtype, shape, pa
     "shape, pads",
     [((2, 16, 6, 7, 5), ((1, 1),) * 3), ((3, 17, 5, 6, 8), ((2, 0), (1, 2), (0, 1)))],
 )
-@pytest.mark.parametrize("blocks", [1, 1 << 20])
+@pytest.mark.parametrize("blocks", [1, 8 << 20])
 def test_winograd_3d_matches_the_im2col_gemm(dtype, shape, pads, blocks, monkeypatch):
-    # F(2x2x2, 3x3x3): forward, input gradient (the flipped convolution of gy, also Winograd)
-    # and weight gradient, odd sizes (cropped tiles) and uneven padding included.
+    # Forward, input gradient (the flipped convolution of gy, also Winograd) and weight
+    # gradient, odd sizes (cropped tiles) and uneven padding included: F(2x2x2, 3x3x3) a depth
+    # tile a block (blocks=1), and the channels-last F(4x4x4, 3x3x3), whose float32 rounding is
+    # within ~1e-5 of each result's scale (the transforms spread values by up to 8x a dim).
     from ferro._C import conv_kernels as K
 
     rng = np.random.default_rng(14)
@@ -548,24 +550,26 @@ def test_winograd_3d_matches_the_im2col_gemm(dtype, shape, pads, blocks, monkeyp
     assert conv_ops._winograd(K, (3, 3, 3), shape[1], 20, (8, 8, 8), (1, 1, 1), (1, 1, 1), 1)
     monkeypatch.setattr(conv_ops, "WINOGRAD_MIN_SIZE", 1)
     monkeypatch.setattr(conv_ops, "WINOGRAD_BLOCK_BYTES", blocks)  # 1: a depth tile a block
-    tol = dict(rtol=1e-5, atol=1e-5) if dtype == np.float32 else dict(rtol=1e-12, atol=1e-12)
+    assert (conv_ops._channels_last(K, x, 20, 3, out) is not None) == (blocks > 1)
+    eps = 1e-12 if dtype == np.float64 else 1e-5 if blocks > 1 else 1e-6
+
+    def close(got, want):  # within eps of the result's scale (sums over many terms)
+        np.testing.assert_allclose(got, want, rtol=eps, atol=eps * np.abs(want).max())
+
     want = conv_ops._conv_forward(np, x, w, *geom, out)
-    np.testing.assert_allclose(conv_ops._conv_forward(np, x, w, *geom, out, K), want, **tol)
+    close(conv_ops._conv_forward(np, x, w, *geom, out, K), want)
     gy = rng.normal(size=want.shape).astype(dtype)
     want = conv_ops._conv_weight_grad(np, x, gy, *geom, (3, 3, 3))
     got = conv_ops._conv_weight_grad(np, x, gy, *geom, (3, 3, 3), K)
     assert got.flags.c_contiguous
-    scale = np.abs(want).max()  # sums over every output: float32 rounds on that scale
-    np.testing.assert_allclose(got, want, rtol=tol["rtol"], atol=tol["atol"] * scale)
+    close(got, want)
     want = conv_ops._conv_input_grad(np, gy, w, *geom, shape[2:])
-    got = conv_ops._conv_input_grad(np, gy, w, *geom, shape[2:], K)
-    np.testing.assert_allclose(got, want, **tol)
+    close(conv_ops._conv_input_grad(np, gy, w, *geom, shape[2:], K), want)
     # Both gradients from one pass: the input gradient as the forward's adjoint.
     assert conv_ops._winograd_adjoint(K, x, w, gy, (1, 1, 1), (1, 1, 1), 1)
     gx, gw = conv_ops._winograd_weight_grad(np, K, x, gy, pads, w)
-    np.testing.assert_allclose(gx, want, **tol)
-    want = conv_ops._conv_weight_grad(np, x, gy, *geom, (3, 3, 3))
-    np.testing.assert_allclose(gw, want, rtol=tol["rtol"], atol=tol["atol"] * scale)
+    close(gx, want)
+    close(gw, conv_ops._conv_weight_grad(np, x, gy, *geom, (3, 3, 3)))
 
 
 @pytest.mark.parametrize("kernel, stride", [((4, 4), (2, 2)), ((3, 3), (2, 2)), ((3, 5), (2, 3))])
@@ -885,9 +889,9 @@ def test_weight_transform_gemms_stay_below_openblas_threading():
         assert calls and max(calls) < conv_ops.gemm.BLAS_THREADED
         assert len(calls) == -(-m * n * k // max(calls))  # no more blocks than needed
     w = rng.normal(size=(6, 5, 3, 3))  # both layouts of the transform, and its adjoint
-    u = conv_ops._winograd_weights(np, w)
-    np.testing.assert_allclose(conv_ops._winograd_weights(np, w, True), u.transpose(0, 2, 1))
-    gm = conv_ops._winograd_weight_matrix(3, 2)
+    u = conv_ops._winograd_weights(np, w, 16)
+    np.testing.assert_allclose(conv_ops._winograd_weights(np, w, 16, True), u.transpose(0, 2, 1))
+    gm = conv_ops._winograd_weight_matrix(3, 2, 16)
     np.testing.assert_allclose(u, np.einsum("pk,ock->poc", gm, w.reshape(6, 5, 9)), atol=1e-12)
     gu = rng.normal(size=u.shape)
     want = np.einsum("poc,pk->ock", gu, gm).reshape(w.shape)
@@ -1004,6 +1008,77 @@ def test_winograd_3d_kernels_refuse_what_they_cannot_hold():
     with pytest.raises(ShapeError, match="does not hold"):  # one depth tile holds 4 tiles
         K.winograd_input(x, ((1, 1),) * 3, np.empty((64, 2, 8)), (1, 2))
     assert K.winograd_input(x, ((1, 1),) * 3, np.empty((64, 2, 8))).shape == (64, 2, 8)
+
+
+def _windows_reference(a, mat, m, lo, tl):
+    # winograd3d_gather's definition, in float64: mat along (depth, height, width) of every
+    # window of the zero-padded channels-last a, products ordered (height, width, depth).
+    p, q = mat.shape
+    pad = [(0, 0)] + [(lo[i], max(0, m * tl[i] + q)) for i in range(3)] + [(0, 0)]
+    ap = np.pad(a.astype(np.float64), pad)
+    win = np.lib.stride_tricks.sliding_window_view(ap, (q, q, q), axis=(1, 2, 3))
+    win = win[:, : m * tl[0] : m, : m * tl[1] : m, : m * tl[2] : m]  # n tz ty tx c a b e
+    v = np.einsum("ka,ib,je,nzyxcabe->ijknzyxc", mat, mat, mat, win)
+    return v.reshape(p**3, -1, a.shape[-1])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(
+    "shape, lo", [((2, 16, 16, 16, 5), (1, 1, 1)), ((1, 7, 9, 5, 3), (1, 2, 0))]
+)
+def test_winograd_3d_channels_last_kernels_are_their_definition(dtype, shape, lo):
+    # The gather against its definition (input windows by Bᵀ, gy's by A); the scatter as its
+    # adjoint (<gather(x), m> = <x, scatter_add(m)>) and as the output transform (Aᵀ, cropped);
+    # blocks of 4 tiles with a partial last one (5 x 3 x 2 tiles), odd channel counts.
+    from ferro._C import conv_kernels as K
+
+    at, _, bt = conv_ops._winograd1d_matrices(3)
+    rng = np.random.default_rng(16)
+    out = tuple(s + 2 * p - 2 for s, p in zip(shape[1:4], lo, strict=True))
+    tl = tuple(-(-s // 4) for s in out)
+    x = rng.normal(size=shape).astype(dtype)
+    v = np.empty((216, shape[0] * math.prod(tl), shape[4]), dtype)
+    tol = dict(rtol=1e-5, atol=1e-4) if dtype == np.float32 else dict(rtol=1e-12, atol=1e-11)
+    np.testing.assert_allclose(
+        K.winograd3d_gather(x, bt, 4, lo, tl, v), _windows_reference(x, bt, 4, lo, tl), **tol
+    )
+    gy = rng.normal(size=(shape[0],) + out + (shape[4],)).astype(dtype)
+    want = _windows_reference(gy, at.T, 4, (0, 0, 0), tl)
+    np.testing.assert_allclose(K.winograd3d_gather(gy, at.T, 4, (0, 0, 0), tl, v), want, **tol)
+    m = rng.normal(size=v.shape)
+    gx = np.ones(shape)  # added into
+    K.winograd3d_scatter(m, bt.T, 4, lo, tl, gx, add=True)
+    v64 = K.winograd3d_gather(x.astype(np.float64), bt, 4, lo, tl, np.empty(m.shape))
+    assert abs((v64 * m).sum() - (x * (gx - 1)).sum()) < 1e-9 * np.abs(v64 * m).sum()
+    y = np.full(gy.shape, np.nan)  # every output written
+    K.winograd3d_scatter(m, at, 4, (0, 0, 0), tl, y)
+    g = rng.normal(size=y.shape)
+    mg = K.winograd3d_gather(g, at.T, 4, (0, 0, 0), tl, np.empty(m.shape))
+    assert abs((y * g).sum() - (m * mg).sum()) < 1e-9 * np.abs(m * mg).sum()
+
+
+def test_winograd_3d_channels_last_kernels_refuse_what_they_cannot_hold():
+    from ferro._C import conv_kernels as K
+
+    at, _, bt = conv_ops._winograd1d_matrices(3)
+    x, v = np.zeros((1, 4, 4, 4, 2)), np.empty((216, 1, 2))
+    with pytest.raises(ShapeError, match="winograd3d_gather"):
+        K.winograd3d_gather(x, bt, 4, (1, 1, 1), (1, 1, 2), v)  # v holds 1 tile, not 2
+    with pytest.raises(ShapeError, match="winograd3d_scatter"):
+        K.winograd3d_scatter(
+            v, bt, 4, (1, 1, 1), (1, 1, 1), np.zeros((1, 4, 4, 4, 1))
+        )  # C 1, not 2
+    with pytest.raises(ShapeError, match="winograd3d_gather"):
+        K.winograd3d_gather(x, np.zeros((6, 17)), 4, (1, 1, 1), (1, 1, 1), v)  # Q > 16
+    with pytest.raises(ShapeError, match="winograd3d_gather"):
+        K.winograd3d_gather(x, bt, 0, (1, 1, 1), (1, 1, 1), v)
+    with pytest.raises(ArgumentError, match="C-contiguous"):
+        K.winograd3d_gather(x[..., ::2], bt, 4, (1, 1, 1), (1, 1, 1), v[..., :1])
+    with pytest.raises(ArgumentError, match="dtype"):
+        K.winograd3d_scatter(v.astype(np.float32), at, 4, (0, 0, 0), (1, 1, 1), x)
+    x.flags.writeable = False
+    with pytest.raises(ArgumentError, match="read-only"):
+        K.winograd3d_scatter(v, at, 4, (0, 0, 0), (1, 1, 1), x)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

@@ -150,6 +150,10 @@ def _kernels_hold(node) -> bool:
 def test_override_matches_generic_on_every_layout(info, i, reached, dtype):
     sample = info.samples(np.random.default_rng(0))[i]
     tol = dict(rtol=2e-5, atol=2e-6) if dtype == np.float32 else dict(rtol=1e-12, atol=1e-12)
+    if dtype == np.float32 and "3d winograd" in sample.label:
+        # F(4x4x4, 3x3x3) rounds within ~1e-5 of the result's scale (here ~2), a constant
+        # gradient (the "sum" one) the worst case; random ones within ~4e-6 (docs/conv.md)
+        tol["atol"] = 3e-5
     for layout in LAYOUTS:
         if layout == "transposed" and not any(
             isinstance(a, np.ndarray) and a.ndim >= 2 for a in sample.args

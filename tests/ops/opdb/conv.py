@@ -184,7 +184,7 @@ def conv_samples(rng):
         # sizes: cropped tiles), forward and both gradients.
         ((1, 16, 9, 8), (16, 3), True, {"padding": 1}, "2d winograd odd"),
         ((1, 16, 10, 11), (18, 3), False, {}, "2d winograd valid"),
-        # F(2x2x2, 3x3x3): outputs >= 8 in every dim, odd depth.
+        # 3-d Winograd (channels-last F(4x4x4, 3x3x3)): outputs >= 8 in every dim, odd depth.
         ((1, 16, 9, 8, 8), (16, 3), True, {"padding": 1}, "3d winograd odd"),
     ]
     out = []

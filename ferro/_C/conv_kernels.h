@@ -326,25 +326,6 @@ FERRO_WINO(double, f64)
 /* 1-d Winograd F(m, r): a dense (small) matrix, given in float64, times strided windows. */
 #define FERRO_WINO1_MAX 16 /* the most rows and columns such a matrix may have */
 #define FERRO_WINO3_BLOCK 4 /* the tiles a 3-d channels-last pass takes at a time */
-/* The runs of ferro_wino3_terms, 16 values at a time and u of them together (independent       \
- * chains of vector FMAs): o, src, at, a, nz, n, k, e, j its. */                                \
-#define FERRO_WINO3_TERMS(T, u)                                                                 \
-    for (; k + 16 * u <= n; k += 16 * u) {                                                      \
-        T acc[u][16];                                                                           \
-        int b;                                                                                  \
-        for (b = 0; b < u; b++)                                                                 \
-            for (j = 0; j < 16; j++) acc[b][j] = 0;                                             \
-        for (e = 0; e < nz; e++) {                                                              \
-            const T *r = src + at[e] + k;                                                       \
-            T ae = a[e];                                                                        \
-            for (b = 0; b < u; b++) {                                                           \
-                _Pragma("omp simd")                                                             \
-                for (j = 0; j < 16; j++) acc[b][j] += ae * r[16 * b + j];                       \
-            }                                                                                   \
-        }                                                                                       \
-        for (b = 0; b < u; b++)                                                                 \
-            for (j = 0; j < 16; j++) o[k + 16 * b + j] = acc[b][j];                             \
-    }
 
 /* Tiles z0 .. z0 + kn - 1 (kn <= 64) of planes (nb, th, tw) whose tile (u, t) starts at
  * (m u - lo0, m t - lo1): their first row ry, first column ct and flat offset off (planes ss
@@ -562,39 +543,54 @@ static FERRO_CLONES void ferro_wino2_scatter_##S(const T *src, ptrdiff_t ps, con
             }                                                                                   \
     }                                                                                           \
 }                                                                                               \
-/* o[k] = sum_e a[e] src[at[e] + k], k < n, the terms added in order to 0, w values at a time   \
- * summed in a local array: a constant trip count, so the loop is vectorized (with n the bound, \
- * as in wino2_axpys, gcc ran the 3-d passes' runs of 16 to 64 values as scalar code, 3x        \
- * slower), and 64 values are 4 independent chains of vector FMAs (16 values were one, 2x slower). */ \
-FERRO_INLINE void ferro_wino3_terms_##S(T *restrict o, const T *restrict src, const ptrdiff_t *at, \
-                                        const T *a, ptrdiff_t nz, ptrdiff_t n) {                \
-    ptrdiff_t k = 0, e, j;                                                                      \
-    FERRO_WINO3_TERMS(T, 4)                                                                      \
-    FERRO_WINO3_TERMS(T, 1)                                                                      \
-    for (; k < n; k++) {                                                                        \
-        T v = 0;                                                                                \
-        for (e = 0; e < nz; e++) v += a[e] * src[at[e] + k];                                    \
-        o[k] = v;                                                                               \
+/* out[i os + j] = sum_e m[6 i + e] in[e is + j], i, e < 6, j < n: the six rows of a 6 x 6      \
+ * matrix (zero-padded) at once, each input run read once and six independent sums per value    \
+ * (a sum of a row's nonzero terms at a time, as wino2_axpys, ran 3x slower: short runs, one    \
+ * chain of dependent FMAs each). */                                                            \
+FERRO_INLINE void ferro_wino3_mat6_##S(T *restrict out, ptrdiff_t os, const T *restrict in,     \
+                                       ptrdiff_t is, const T *restrict m, ptrdiff_t n) {        \
+    ptrdiff_t j;                                                                                \
+    _Pragma("omp simd")                                                                         \
+    for (j = 0; j < n; j++) {                                                                   \
+        T v0 = in[j], v1 = in[is + j], v2 = in[2 * is + j], v3 = in[3 * is + j];                \
+        T v4 = in[4 * is + j], v5 = in[5 * is + j];                                             \
+        out[j] = m[0] * v0 + m[1] * v1 + m[2] * v2 + m[3] * v3 + m[4] * v4 + m[5] * v5;         \
+        out[os + j] = m[6] * v0 + m[7] * v1 + m[8] * v2 + m[9] * v3 + m[10] * v4 + m[11] * v5;  \
+        out[2 * os + j] = m[12] * v0 + m[13] * v1 + m[14] * v2 + m[15] * v3 + m[16] * v4        \
+                          + m[17] * v5;                                                         \
+        out[3 * os + j] = m[18] * v0 + m[19] * v1 + m[20] * v2 + m[21] * v3 + m[22] * v4        \
+                          + m[23] * v5;                                                         \
+        out[4 * os + j] = m[24] * v0 + m[25] * v1 + m[26] * v2 + m[27] * v3 + m[28] * v4        \
+                          + m[29] * v5;                                                         \
+        out[5 * os + j] = m[30] * v0 + m[31] * v1 + m[32] * v2 + m[33] * v3 + m[34] * v4        \
+                          + m[35] * v5;                                                         \
     }                                                                                           \
 }                                                                                               \
-/* 3-d F(m^3, r^3) on channels-last volumes (dd, h, wd, c) (conv.py's channels-last scheme), a  \
- * block of up to FERRO_WINO3_BLOCK consecutive tiles at a time: their windows side by side     \
- * (scratch [...][tile][c]), so each of the matrix's three separable passes is axpys over runs  \
- * of (tiles x c) values, vectorized over the channels and the block whatever the volume's size \
- * (per tile, the runs were c = 16 values and the loops ran 3x slower). The p^3 products are    \
+/* The 6 x 6 zero-padded copy m6 of mat (rows x cols, in float64). */                           \
+FERRO_INLINE void ferro_wino3_pad6_##S(const double *mat, ptrdiff_t rows, ptrdiff_t cols,       \
+                                       T *m6) {                                                 \
+    ptrdiff_t i;                                                                                \
+    for (i = 0; i < 36; i++)                                                                    \
+        m6[i] = i / 6 < rows && i % 6 < cols ? (T)mat[i / 6 * cols + i % 6] : 0;                \
+}                                                                                               \
+/* 3-d F(4^3, r^3) (6 products a dim) on channels-last volumes (dd, h, wd, c) (conv.py's        \
+ * channels-last scheme), a block of up to FERRO_WINO3_BLOCK consecutive tiles at a time: their \
+ * windows side by side (scratch [a][b][e][tile][c], 6 a dim, zeroed by the caller: rows past a \
+ * window of q < 6 stay zero), so each separable pass is 6 x 6 sums over runs of (tiles x c),   \
+ * vectorized over the channels and the block whatever the volume's size. The 216 products are  \
  * rows ps apart, ordered (height, width, depth) as _winograd_weight_matrix's; tile t = t0 +    \
- * (tz th + ty) tw + tx holds a row's c values at t c. Gather: out[((i p + j) p + k) ps + t c + \
+ * (tz th + ty) tw + tx holds a row's c values at t c. Gather: out[((i 6 + j) 6 + k) ps + t c + \
  * ch] = sum_{a,b,e} mat[k q + a] mat[i q + b] mat[j q + e] x[m tz - lo0 + a, m ty - lo1 + b,   \
- * m tx - lo2 + e, ch] (zero outside). s: (q q q + q q p + q p p) B c values (B the block). */  \
+ * m tx - lo2 + e, ch] (zero outside), mat (6 x q). s: 3 * 216 B c values. */                   \
 static FERRO_CLONES void ferro_wino3_gather_##S(const T *x, ptrdiff_t dd, ptrdiff_t h,          \
                                                 ptrdiff_t wd, ptrdiff_t c, const double *mat,   \
-                                                ptrdiff_t p, ptrdiff_t q, ptrdiff_t m,          \
-                                                const ptrdiff_t *lo, const ptrdiff_t *tl, T *out, \
-                                                ptrdiff_t ps, ptrdiff_t t0, T *s) {             \
-    ptrdiff_t nt = tl[0] * tl[1] * tl[2], bc = FERRO_WINO3_BLOCK * c, u, a, i, k, j, nz, kn;    \
-    ptrdiff_t at[FERRO_WINO1_MAX];                                                              \
+                                                ptrdiff_t q, ptrdiff_t m, const ptrdiff_t *lo,  \
+                                                const ptrdiff_t *tl, T *out, ptrdiff_t ps,      \
+                                                ptrdiff_t t0, T *s) {                           \
+    ptrdiff_t nt = tl[0] * tl[1] * tl[2], bc = FERRO_WINO3_BLOCK * c, u, a, k, j, kn;           \
+    T m6[36], *win = s, *s1 = win + 216 * bc, *s2 = s1 + 216 * bc;                              \
     const T *x1;                                                                                \
-    T co[FERRO_WINO1_MAX], *win = s, *s1 = win + q * q * q * bc, *s2 = s1 + q * q * p * bc;     \
+    ferro_wino3_pad6_##S(mat, 6, q, m6);                                                        \
     for (u = 0; u < nt; u += FERRO_WINO3_BLOCK) {                                               \
         kn = nt - u < FERRO_WINO3_BLOCK ? nt - u : FERRO_WINO3_BLOCK;                           \
         for (k = 0; k < kn; k++) { /* the windows, zero outside the volume */                   \
@@ -603,7 +599,7 @@ static FERRO_CLONES void ferro_wino3_gather_##S(const T *x, ptrdiff_t dd, ptrdif
             ptrdiff_t x0 = m * ((u + k) % tl[2]) - lo[2];                                       \
             for (a = 0; a < q * q; a++) { /* row (z, y) of the window: q positions of c */      \
                 ptrdiff_t z = z0 + a / q, y = y0 + a % q, e;                                    \
-                T *o = win + a * q * bc + k * c;                                                \
+                T *o = win + (a / q * 6 + a % q) * 6 * bc + k * c;                              \
                 for (e = 0; e < q; e++, o += bc) {                                              \
                     if (z < 0 || z >= dd || y < 0 || y >= h || x0 + e < 0 || x0 + e >= wd) {    \
                         for (j = 0; j < c; j++) o[j] = 0;                                       \
@@ -614,66 +610,46 @@ static FERRO_CLONES void ferro_wino3_gather_##S(const T *x, ptrdiff_t dd, ptrdif
                 }                                                                               \
             }                                                                                   \
         }                                                                                       \
-        for (i = 0; i < p; i++) { /* along the width: s1 (a, b, i) */                           \
-            nz = ferro_nonzeros_##S(mat + i * q, q, bc, at, co);                                \
-            for (a = 0; a < q * q; a++)                                                         \
-                ferro_wino3_terms_##S(s1 + (a * p + i) * bc, win + a * q * bc, at, co, nz,      \
-                                      kn * c);                                                  \
-        }                                                                                       \
-        for (i = 0; i < p; i++) { /* along the height: s2 (a, i, j) */                          \
-            nz = ferro_nonzeros_##S(mat + i * q, q, p * bc, at, co);                            \
-            for (a = 0; a < q; a++)                                                             \
-                ferro_wino3_terms_##S(s2 + (a * p + i) * p * bc, s1 + a * q * p * bc, at, co, nz, \
-                                      p * bc);                                                  \
-        }                                                                                       \
-        for (i = 0; i < p; i++) { /* along the depth, into product (a, i) */                    \
-            nz = ferro_nonzeros_##S(mat + i * q, q, p * p * bc, at, co);                        \
-            for (a = 0; a < p * p; a++)                                                         \
-                ferro_wino3_terms_##S(out + (a * p + i) * ps + (t0 + u) * c, s2 + a * bc, at, co, \
-                                      nz, kn * c);                                              \
-        }                                                                                       \
+        for (a = 0; a < 36; a++) /* along the width: s1 (a, b, i) */                            \
+            if (a / 6 < q && a % 6 < q)                                                         \
+                ferro_wino3_mat6_##S(s1 + a * 6 * bc, bc, win + a * 6 * bc, bc, m6, kn * c);    \
+        for (a = 0; a < q; a++) /* along the height: s2 (a, i, j) */                            \
+            ferro_wino3_mat6_##S(s2 + a * 36 * bc, 6 * bc, s1 + a * 36 * bc, 6 * bc, m6, 6 * bc); \
+        for (a = 0; a < 36; a++) /* along the depth, into products (a, 0..5) */                 \
+            ferro_wino3_mat6_##S(out + a * 6 * ps + (t0 + u) * c, ps, s2 + a * bc, 36 * bc, m6, \
+                                 kn * c);                                                       \
     }                                                                                           \
 }                                                                                               \
-/* Scatter: mat (r x p) along the depth, the height and the width of each tile's p^3 products   \
- * (rows ps apart, as the gather's), its r^3 values placed at (m tz - lo0 + a, m ty - lo1 + b,  \
- * m tx - lo2 + e) of y (dd, h, wd, c), cropped: written (add = 0: an output transform, r = m)  \
- * or added (add = 1: the input transform's adjoint, r = q, the windows overlapping: a volume's \
- * tiles in order, on one thread). s: (r p p + r r p + r r r) B c values. */                    \
+/* Scatter: mat (r x 6, r <= 6) along the depth, the height and the width of each tile's 216    \
+ * products (rows ps apart, as the gather's), its r^3 values placed at (m tz - lo0 + a,         \
+ * m ty - lo1 + b, m tx - lo2 + e) of y (dd, h, wd, c), cropped: written (add = 0: an output    \
+ * transform, r = m) or added (add = 1: the input transform's adjoint, r = q, the windows       \
+ * overlapping: a volume's tiles in order, on one thread). s: 3 * 216 B c values. */            \
 static FERRO_CLONES void ferro_wino3_scatter_##S(const T *src, ptrdiff_t ps, ptrdiff_t t0,      \
-                                                 const double *mat, ptrdiff_t r, ptrdiff_t p,   \
-                                                 ptrdiff_t m, const ptrdiff_t *lo,              \
-                                                 const ptrdiff_t *tl, T *y, ptrdiff_t dd,       \
-                                                 ptrdiff_t h, ptrdiff_t wd, ptrdiff_t c, int add, \
-                                                 T *s) {                                        \
-    ptrdiff_t nt = tl[0] * tl[1] * tl[2], bc = FERRO_WINO3_BLOCK * c, u, a, i, k, j, nz, kn;    \
-    ptrdiff_t at[FERRO_WINO1_MAX];                                                              \
-    T co[FERRO_WINO1_MAX], *o, *s2 = s, *s1 = s2 + r * p * p * bc, *f = s1 + r * r * p * bc;    \
+                                                 const double *mat, ptrdiff_t r, ptrdiff_t m,   \
+                                                 const ptrdiff_t *lo, const ptrdiff_t *tl, T *y, \
+                                                 ptrdiff_t dd, ptrdiff_t h, ptrdiff_t wd,       \
+                                                 ptrdiff_t c, int add, T *s) {                  \
+    ptrdiff_t nt = tl[0] * tl[1] * tl[2], bc = FERRO_WINO3_BLOCK * c, u, a, k, j, kn;           \
+    T m6[36], *o, *s2 = s, *s1 = s2 + 216 * bc, *f = s1 + 216 * bc;                             \
+    ferro_wino3_pad6_##S(mat, r, 6, m6);                                                        \
     for (u = 0; u < nt; u += FERRO_WINO3_BLOCK) {                                               \
         kn = nt - u < FERRO_WINO3_BLOCK ? nt - u : FERRO_WINO3_BLOCK;                           \
-        for (i = 0; i < r; i++) { /* along the depth: s2 (i, a) */                              \
-            nz = ferro_nonzeros_##S(mat + i * p, p, ps, at, co);                                \
-            for (a = 0; a < p * p; a++)                                                         \
-                ferro_wino3_terms_##S(s2 + (i * p * p + a) * bc,                                \
-                                      src + a * p * ps + (t0 + u) * c, at, co, nz, kn * c);     \
-        }                                                                                       \
-        for (i = 0; i < r; i++) { /* along the height: s1 (a, i, j) */                          \
-            nz = ferro_nonzeros_##S(mat + i * p, p, p * bc, at, co);                            \
-            for (a = 0; a < r; a++)                                                             \
-                ferro_wino3_terms_##S(s1 + (a * r + i) * p * bc, s2 + a * p * p * bc, at, co, nz, \
-                                      p * bc);                                                  \
-        }                                                                                       \
-        for (i = 0; i < r; i++) { /* along the width: f (a, b, i) */                            \
-            nz = ferro_nonzeros_##S(mat + i * p, p, bc, at, co);                                \
-            for (a = 0; a < r * r; a++)                                                         \
-                ferro_wino3_terms_##S(f + (a * r + i) * bc, s1 + a * p * bc, at, co, nz, kn * c); \
-        }                                                                                       \
+        for (a = 0; a < 36; a++) /* along the depth: s2 (i, a) */                               \
+            ferro_wino3_mat6_##S(s2 + a * bc, 36 * bc, src + a * 6 * ps + (t0 + u) * c, ps, m6, \
+                                 kn * c);                                                       \
+        for (a = 0; a < r; a++) /* along the height: s1 (a, i, j) */                            \
+            ferro_wino3_mat6_##S(s1 + a * 36 * bc, 6 * bc, s2 + a * 36 * bc, 6 * bc, m6, 6 * bc); \
+        for (a = 0; a < 36; a++) /* along the width: f (a, b, i) */                             \
+            if (a / 6 < r && a % 6 < r)                                                         \
+                ferro_wino3_mat6_##S(f + a * 6 * bc, bc, s1 + a * 6 * bc, bc, m6, kn * c);      \
         for (k = 0; k < kn; k++) { /* placed, cropped to the volume */                          \
             ptrdiff_t z0 = m * ((u + k) / (tl[1] * tl[2])) - lo[0];                             \
             ptrdiff_t y0 = m * ((u + k) / tl[2] % tl[1]) - lo[1];                               \
             ptrdiff_t x0 = m * ((u + k) % tl[2]) - lo[2];                                       \
             for (a = 0; a < r * r; a++) { /* row (z, y): r positions of c */                    \
                 ptrdiff_t z = z0 + a / r, yy = y0 + a % r, e;                                   \
-                const T *v = f + a * r * bc + k * c;                                            \
+                const T *v = f + (a / r * 6 + a % r) * 6 * bc + k * c;                          \
                 if (z < 0 || z >= dd || yy < 0 || yy >= h)                                      \
                     continue;                                                                   \
                 for (e = 0; e < r; e++, v += bc) {                                              \

@@ -941,21 +941,18 @@ def winograd2d_scatter(m_, mat_, Py_ssize_t m, tuple lo, tuple tiles, y_, bint a
 cdef extern from "conv_kernels.h" nogil:
     int FERRO_WINO3_BLOCK
     void ferro_wino3_gather_f32(const float*, Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t,
-                                const double*, Py_ssize_t, Py_ssize_t, Py_ssize_t,
-                                const Py_ssize_t*, const Py_ssize_t*, float*, Py_ssize_t,
-                                Py_ssize_t, float*)
+                                const double*, Py_ssize_t, Py_ssize_t, const Py_ssize_t*,
+                                const Py_ssize_t*, float*, Py_ssize_t, Py_ssize_t, float*)
     void ferro_wino3_gather_f64(const double*, Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t,
-                                const double*, Py_ssize_t, Py_ssize_t, Py_ssize_t,
-                                const Py_ssize_t*, const Py_ssize_t*, double*, Py_ssize_t,
-                                Py_ssize_t, double*)
+                                const double*, Py_ssize_t, Py_ssize_t, const Py_ssize_t*,
+                                const Py_ssize_t*, double*, Py_ssize_t, Py_ssize_t, double*)
     void ferro_wino3_scatter_f32(const float*, Py_ssize_t, Py_ssize_t, const double*, Py_ssize_t,
-                                 Py_ssize_t, Py_ssize_t, const Py_ssize_t*, const Py_ssize_t*,
-                                 float*, Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t, int,
-                                 float*)
+                                 Py_ssize_t, const Py_ssize_t*, const Py_ssize_t*, float*,
+                                 Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t, int, float*)
     void ferro_wino3_scatter_f64(const double*, Py_ssize_t, Py_ssize_t, const double*,
-                                 Py_ssize_t, Py_ssize_t, Py_ssize_t, const Py_ssize_t*,
-                                 const Py_ssize_t*, double*, Py_ssize_t, Py_ssize_t, Py_ssize_t,
-                                 Py_ssize_t, int, double*)
+                                 Py_ssize_t, Py_ssize_t, const Py_ssize_t*, const Py_ssize_t*,
+                                 double*, Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t, int,
+                                 double*)
 
 
 @cython.cdivision(True)
@@ -963,50 +960,46 @@ cdef void _wino3cl(bint gather, const floating_t* src, const double* mat, floati
                    floating_t* rows, Py_ssize_t nb, const Py_ssize_t* g, int add,
                    int nt) noexcept nogil:
     # One sample's volume a thread at a time (an adjoint's windows overlap). g: dd, h, wd, c,
-    # p, q (or r), m, scratch a thread, lo[3], tiles[3].
-    cdef Py_ssize_t s, vol = g[0] * g[1] * g[2] * g[3], t = g[11] * g[12] * g[13]
+    # q (or r), m, scratch a thread, lo[3], tiles[3].
+    cdef Py_ssize_t s, vol = g[0] * g[1] * g[2] * g[3], t = g[10] * g[11] * g[12]
     cdef Py_ssize_t ps = nb * t * g[3]
     for s in prange(nb, schedule="static", num_threads=nt):
         if floating_t is float and gather:
-            ferro_wino3_gather_f32(src + s * vol, g[0], g[1], g[2], g[3], mat, g[4], g[5], g[6],
-                                   g + 8, g + 11, dst, ps, s * t, rows + threadid() * g[7])
+            ferro_wino3_gather_f32(src + s * vol, g[0], g[1], g[2], g[3], mat, g[4], g[5], g + 7,
+                                   g + 10, dst, ps, s * t, rows + threadid() * g[6])
         elif floating_t is float:
-            ferro_wino3_scatter_f32(src, ps, s * t, mat, g[5], g[4], g[6], g + 8, g + 11,
-                                    dst + s * vol, g[0], g[1], g[2], g[3], add,
-                                    rows + threadid() * g[7])
+            ferro_wino3_scatter_f32(src, ps, s * t, mat, g[4], g[5], g + 7, g + 10, dst + s * vol,
+                                    g[0], g[1], g[2], g[3], add, rows + threadid() * g[6])
         elif gather:
-            ferro_wino3_gather_f64(src + s * vol, g[0], g[1], g[2], g[3], mat, g[4], g[5], g[6],
-                                   g + 8, g + 11, dst, ps, s * t, rows + threadid() * g[7])
+            ferro_wino3_gather_f64(src + s * vol, g[0], g[1], g[2], g[3], mat, g[4], g[5], g + 7,
+                                   g + 10, dst, ps, s * t, rows + threadid() * g[6])
         else:
-            ferro_wino3_scatter_f64(src, ps, s * t, mat, g[5], g[4], g[6], g + 8, g + 11,
-                                    dst + s * vol, g[0], g[1], g[2], g[3], add,
-                                    rows + threadid() * g[7])
+            ferro_wino3_scatter_f64(src, ps, s * t, mat, g[4], g[5], g + 7, g + 10, dst + s * vol,
+                                    g[0], g[1], g[2], g[3], add, rows + threadid() * g[6])
 
 
 def _winograd3d(str who, bint gather, src_, mat_, Py_ssize_t m, tuple lo, tuple tiles, dst_,
                 bint add):
-    # vol (N, D, H, W, C) channels-last and its tiles' products (P**3, N*tD*tH*tW, C): gather
-    # reads the volume, scatter writes it; _check_io has checked both arrays.
+    # vol (N, D, H, W, C) channels-last and its tiles' 216 products (216, N*tD*tH*tW, C):
+    # gather reads the volume, scatter writes it; _check_io has checked both arrays.
     vol, buf = (src_, dst_) if gather else (dst_, src_)
     mat = np.ascontiguousarray(mat_, dtype=np.float64)
-    cdef Py_ssize_t g[14]
+    cdef Py_ssize_t g[13]
     if (vol.ndim != 5 or buf.ndim != 3 or mat.ndim != 2 or m < 1 or len(lo) != 3
-            or len(tiles) != 3 or min(tiles) < 1 or max(mat.shape) > FERRO_WINO1_MAX
-            or buf.shape != (mat.shape[0 if gather else 1] ** 3,
-                             vol.shape[0] * tiles[0] * tiles[1] * tiles[2], vol.shape[4])):
+            or len(tiles) != 3 or min(tiles) < 1 or max(mat.shape) != 6
+            or mat.shape[0 if gather else 1] != 6 or min(mat.shape) < 1
+            or buf.shape != (216, vol.shape[0] * tiles[0] * tiles[1] * tiles[2], vol.shape[4])):
         raise ShapeError(
-            f"{who}: expected a volume (N, D, H, W, C), mat (P, Q) (a scatter's (R, P)) of at "
-            f"most {FERRO_WINO1_MAX} a side, products (P**3, N*tD*tH*tW, C), m >= 1, lo and "
-            f"tiles triples, got {_shape(vol)}, {_shape(mat)}, {_shape(buf)}, m={m}, lo={lo}, "
-            f"tiles={tiles}"
+            f"{who}: expected a volume (N, D, H, W, C), mat (6, Q) (a scatter's (R, 6)), Q and "
+            f"R at most 6, products (216, N*tD*tH*tW, C), m >= 1, lo and tiles triples, got "
+            f"{_shape(vol)}, {_shape(mat)}, {_shape(buf)}, m={m}, lo={lo}, tiles={tiles}"
         )
-    p, q = mat.shape if gather else mat.shape[::-1]  # q: the window (r for a scatter)
-    per = (q * q * q + q * q * p + q * p * p) * FERRO_WINO3_BLOCK * vol.shape[4]
-    for i, v in enumerate(vol.shape[1:] + (p, q, m, per) + lo + tiles):
+    per = 3 * 216 * FERRO_WINO3_BLOCK * vol.shape[4]
+    for i, v in enumerate(vol.shape[1:] + (mat.shape[1 if gather else 0], m, per) + lo + tiles):
         g[i] = v
-    cdef int nt = _team(buf.size * q), a = add
+    cdef int nt = _team(buf.size * 6), a = add
     cdef cnp.ndarray src = <cnp.ndarray>src_, dst = <cnp.ndarray>dst_, mt = <cnp.ndarray>mat
-    cdef cnp.ndarray rows = np.zeros(nt * per, dtype=vol.dtype)  # (a partial block's runs)
+    cdef cnp.ndarray rows = np.zeros(nt * per, dtype=vol.dtype)  # (rows past a window: zero)
     cdef const double* ma = <const double*>cnp.PyArray_DATA(mt)
     cdef Py_ssize_t nb = vol.shape[0]
     if cnp.PyArray_TYPE(src) == cnp.NPY_FLOAT32:
@@ -1022,21 +1015,21 @@ def _winograd3d(str who, bint gather, src_, mat_, Py_ssize_t m, tuple lo, tuple 
 
 
 def winograd3d_gather(x_, mat_, Py_ssize_t m, tuple lo, tuple tiles, v_):
-    """Write ``mat`` ``(P, Q)`` along the depth, height and width times each ``Q**3`` window at
+    """Write ``mat`` ``(6, Q)`` along the depth, height and width times each ``Q**3`` window at
     ``(m*tz - lo[0], m*ty - lo[1], m*tx - lo[2])`` of the channels-last ``x`` ``(N, D, H, W,
-    C)`` (zero outside) into ``v`` ``(P**3, N * tD * tH * tW, C)``, the products ordered
-    (height, width, depth), ``tiles = (tD, tH, tW)``: a 3-d Winograd input transform (``Q =
-    P``), or the output gradient's (``Q = m``, ``lo = (0, 0, 0)``). Returns ``v``."""
+    C)`` (zero outside) into ``v`` ``(216, N * tD * tH * tW, C)``, the products ordered
+    (height, width, depth), ``tiles = (tD, tH, tW)``: the input transform of F(4x4x4, 3x3x3)
+    (``Q = 6``), or its output gradient's (``Q = m = 4``, ``lo = (0, 0, 0)``). Returns ``v``."""
     _check_io("winograd3d_gather", ("x", "v"), x_, v_)
     return _winograd3d("winograd3d_gather", True, x_, mat_, m, lo, tiles, v_, False)
 
 
 def winograd3d_scatter(m_, mat_, Py_ssize_t m, tuple lo, tuple tiles, y_, bint add=False):
-    """Write ``mat`` ``(R, P)`` along the three dims times each tile's ``P**3`` products in
-    ``m_`` ``(P**3, N * tD * tH * tW, C)`` into the channels-last ``y`` ``(N, D, H, W, C)``,
+    """Write ``mat`` ``(R, 6)`` along the three dims times each tile's 216 products in
+    ``m_`` ``(216, N * tD * tH * tW, C)`` into the channels-last ``y`` ``(N, D, H, W, C)``,
     the tile's ``R**3`` values at ``(m*tz - lo[0], ...)`` (cropped): an output transform
-    (``R = m``, ``lo = (0, 0, 0)``); with ``add``, added into ``y`` instead (the input
-    transform's adjoint, ``R = Q``, the windows overlapping). Returns ``y``."""
+    (``R = m = 4``, ``lo = (0, 0, 0)``); with ``add``, added into ``y`` instead (the input
+    transform's adjoint, ``R = 6``, the windows overlapping). Returns ``y``."""
     _check_io("winograd3d_scatter", ("m", "y"), m_, y_)
     return _winograd3d("winograd3d_scatter", False, m_, mat_, m, lo, tiles, y_, add)
 

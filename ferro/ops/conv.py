@@ -506,13 +506,13 @@ def _winograd_scheme(xp, kernels, x, o, k, out):
 # output's scale, against 1.6e-5 on 0, ±1, ±2 (whose spread, 8x a dim, compounds over three);
 # ~1e-5 for a constant gradient's input gradient (im2col: ~1e-7).
 # A 16^3 volume has only 4 tiles a row, so the transforms run channels-last, vectorized over the
-# channels: each of the three separable passes is a sum of runs of (4 tiles x C) values
-# (winograd3d_gather / winograd3d_scatter, C), on volumes (N, D, H, W, C) that NumPy transposes
-# a chunk at a time (x and gy in, y and gx out), and the buffers are (P, tiles, C), so the GEMMs
-# take their operands the other way round: y = V U (U as (P, C_in, C_out)), gw = Mᵀ V,
-# gx's products M Uᵀ (U's transposed view, as in the other layout). It runs where a sample's
-# transforms fit WINOGRAD_BLOCK_BYTES (one block a chunk); larger volumes keep F(2x2x2, 3x3x3)
-# by depth blocks.
+# channels: each of the three separable passes computes 6 products at once over runs of (4 tiles
+# x C) values (winograd3d_gather / winograd3d_scatter, C), on volumes (N, D, H, W, C) that NumPy
+# transposes a chunk at a time (x and gy in, y and gx out), and the buffers are (P, tiles, C),
+# so the GEMMs take their operands the other way round: y = V U (U as (P, C_in, C_out)),
+# gw = Mᵀ V, gx's products M Uᵀ (U's transposed view, as in the other layout). It runs where
+# a sample's transforms fit WINOGRAD_BLOCK_BYTES (one block a chunk: y's and gx's chunks are
+# written once, the bias added as y's is); larger volumes keep F(2x2x2, 3x3x3) by depth blocks.
 
 
 def _channels_last(kernels, x, o, k, out):
@@ -535,16 +535,16 @@ def _channels_last(kernels, x, o, k, out):
     def gather(a, mat, lo, v):  # a channels-last copy of a, then its windows
         return kernels.winograd3d_gather(np.ascontiguousarray(a.transpose(last)), mat, 4, lo, tl, v)
 
-    def scatter(m, mat, lo, y, add):  # a channels-last volume, then y set or added from it
+    def scatter(m, mat, lo, y, add, b=None):  # a channels-last volume, then y (+ b) from it
         yl = np.zeros if add else np.empty
         yl = yl((y.shape[0],) + y.shape[2:] + y.shape[1:2], dtype=y.dtype)
         kernels.winograd3d_scatter(m, mat, 4, lo, tl, yl, add)
-        yt = yl.transpose(0, 4, 1, 2, 3)
-        return np.add(y, yt, out=y) if add else np.copyto(y, yt)
+        yt = yl.transpose(0, 4, 1, 2, 3)  # y's chunk written once: one block a chunk
+        return np.copyto(y, yt) if b is None else np.add(yt, b, out=y)
 
     fns = (
         lambda xc, pads, v, _: gather(xc, bt, lows(pads), v),
-        lambda m, y, _: scatter(m, at, (0, 0, 0), y, False),
+        lambda m, y, _, b=None: scatter(m, at, (0, 0, 0), y, False, b),
         lambda gy, m, _: gather(gy, at.T, (0, 0, 0), m),
         lambda gv, pads, gx, _: scatter(gv, bt.T, lows(pads), gx, True),
     )
@@ -665,13 +665,13 @@ def _winograd_forward(xp, kernels, x, w, pads, out, y, b=None, cache=None):
             for block, tiles in blocks:
                 t = xc.shape[0] * tiles
                 vb = v[: p * c * t] if kept is None else kept[at : at + p * c * t]
-                vc, at = (
-                    inp(xc, pads, vb.reshape((p, t, c) if cl else (p, c, t)), block),
-                    at + p * c * t,
-                )
-                mc = m[: p * o * t].reshape((p, t, o) if cl else (p, o, t))
-                outp(xp.matmul(vc, u, out=mc) if cl else xp.matmul(u, vc, out=mc), yc, block)
-            if bias is not None:
+                vc = inp(xc, pads, vb.reshape((p, t, c) if cl else (p, c, t)), block)
+                mc, at = m[: p * o * t].reshape((p, t, o) if cl else (p, o, t)), at + p * c * t
+                if cl:  # (one block a chunk: the bias added as y's chunk is written)
+                    outp(xp.matmul(vc, u, out=mc), yc, block, bias)
+                else:
+                    outp(xp.matmul(u, vc, out=mc), yc, block)
+            if bias is not None and not cl:
                 yc += bias
 
     _in_parts(xp, n, step, part)
@@ -1025,7 +1025,7 @@ def _winograd_weight_grad(xp, kernels, x, gy, pads, w=None, wf=None, cache=None,
     ut = None  # Uᵀ: U (the forward's) as a transposed view, which OpenBLAS takes as fast and
     if w is not None:  # whose products have the same bits, kept or not
         ut = (_winograd_weights(xp, w, p, transposed=cl) if u is None else u).transpose(0, 2, 1)
-    gx = None if w is None else xp.zeros(x.shape, x.dtype)
+    gx = None if w is None else (xp.empty if cl else xp.zeros)(x.shape, x.dtype)  # cl: written once
     uf = None if wf is None else _winograd_weights(xp, wf, p)
     y = None if wf is None else xp.empty((n, wf.shape[0]) + gy.shape[2:], x.dtype)
     gu = _in_parts(xp, n, step, part, LANES)

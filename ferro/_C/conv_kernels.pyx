@@ -997,7 +997,7 @@ def _winograd3d(str who, bint gather, src_, mat_, Py_ssize_t m, tuple lo, tuple 
     per = 3 * 216 * FERRO_WINO3_BLOCK * vol.shape[4]
     for i, v in enumerate(vol.shape[1:] + (mat.shape[1 if gather else 0], m, per) + lo + tiles):
         g[i] = v
-    cdef int nt = min(_team(buf.size * 6), vol.shape[0]), a = add  # (a team only for >1 sample)
+    cdef int nt = max(1, min(_team(buf.size * 6), vol.shape[0])), a = add  # (a team: >1 sample)
     cdef cnp.ndarray src = <cnp.ndarray>src_, dst = <cnp.ndarray>dst_, mt = <cnp.ndarray>mat
     cdef cnp.ndarray rows = np.zeros(nt * per, dtype=vol.dtype)  # (rows past a window: zero)
     cdef const double* ma = <const double*>cnp.PyArray_DATA(mt)

@@ -986,6 +986,7 @@ def _winograd_weight_grad(xp, kernels, x, gy, pads, w=None, wf=None, cache=None,
     size = step * max(t for _, t in blocks)
     kept = cache.pop("winograd", {}) if cache is not None else {}
     u = cache.pop("winograd_u", None) if cache is not None else None
+    u = u if u is not None and len(u) == p else None  # (the forward's scheme, if the same)
     bsums = {}  # each run's bias gradient, written by the part that runs it
     keptv = cache.pop("winograd_v", None) if cache is not None else None
     keptv = keptv[0] if keptv and keptv[1:] == (step, blocks) else None  # if cut alike

@@ -1057,6 +1057,24 @@ def test_winograd_3d_channels_last_kernels_are_their_definition(dtype, shape, lo
     assert abs((y * g).sum() - (m * mg).sum()) < 1e-9 * np.abs(m * mg).sum()
 
 
+def test_a_3d_backward_takes_its_own_scheme_when_the_forwards_differs(monkeypatch):
+    # The forward keeps U (and x's transform) for the backward; if the scheme changes between
+    # them (WINOGRAD_BLOCK_BYTES: channels-last F(4x4x4) forward, F(2x2x2) by depth blocks
+    # backward), the backward computes its own rather than read the other's.
+    rng = np.random.default_rng(17)
+    x = ferro.tensor(rng.normal(size=(2, 16, 8, 8, 8)), requires_grad=True)
+    w = ferro.tensor(rng.normal(size=(16, 16, 3, 3, 3)) / 12, requires_grad=True)
+    y = F.conv3d(x, w, padding=1)
+    monkeypatch.setattr(conv_ops, "WINOGRAD_BLOCK_BYTES", 1)
+    y.backward(ferro.ones_like(y))
+    gx, gw = x.grad.numpy(), w.grad.numpy()
+    x.grad = w.grad = None
+    monkeypatch.setattr(conv_ops, "WINOGRAD_MIN_CHANNELS", 10**6)  # the im2col GEMM
+    F.conv3d(x, w, padding=1).backward(ferro.ones_like(y))
+    np.testing.assert_allclose(gx, x.grad.numpy(), rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(gw, w.grad.numpy(), rtol=1e-10, atol=1e-10)
+
+
 def test_winograd_3d_channels_last_kernels_refuse_what_they_cannot_hold():
     from ferro._C import conv_kernels as K
 

@@ -326,6 +326,14 @@ FERRO_WINO(double, f64)
 /* 1-d Winograd F(m, r): a dense (small) matrix, given in float64, times strided windows. */
 #define FERRO_WINO1_MAX 16 /* the most rows and columns such a matrix may have */
 #define FERRO_WINO3_BLOCK 4 /* the tiles a 3-d channels-last pass takes at a time */
+/* Where tile t of a volume's tiles tl (tD, tH, tW) starts: (m tz - lo0, m ty - lo1, m tx - lo2). */
+static inline void ferro_wino3_origin(ptrdiff_t t, ptrdiff_t m, const ptrdiff_t *lo,
+                                      const ptrdiff_t *tl, ptrdiff_t *z0, ptrdiff_t *y0,
+                                      ptrdiff_t *x0) {
+    *z0 = m * (t / (tl[1] * tl[2])) - lo[0];
+    *y0 = m * (t / tl[2] % tl[1]) - lo[1];
+    *x0 = m * (t % tl[2]) - lo[2];
+}
 
 /* Tiles z0 .. z0 + kn - 1 (kn <= 64) of planes (nb, th, tw) whose tile (u, t) starts at
  * (m u - lo0, m t - lo1): their first row ry, first column ct and flat offset off (planes ss
@@ -594,9 +602,8 @@ static FERRO_CLONES void ferro_wino3_gather_##S(const T *x, ptrdiff_t dd, ptrdif
     for (u = 0; u < nt; u += FERRO_WINO3_BLOCK) {                                               \
         kn = nt - u < FERRO_WINO3_BLOCK ? nt - u : FERRO_WINO3_BLOCK;                           \
         for (k = 0; k < kn; k++) { /* the windows, zero outside the volume */                   \
-            ptrdiff_t z0 = m * ((u + k) / (tl[1] * tl[2])) - lo[0];                             \
-            ptrdiff_t y0 = m * ((u + k) / tl[2] % tl[1]) - lo[1];                               \
-            ptrdiff_t x0 = m * ((u + k) % tl[2]) - lo[2];                                       \
+            ptrdiff_t z0, y0, x0;                                                               \
+            ferro_wino3_origin(u + k, m, lo, tl, &z0, &y0, &x0);                                \
             for (a = 0; a < q * q; a++) { /* row (z, y) of the window: q positions of c */      \
                 ptrdiff_t z = z0 + a / q, y = y0 + a % q, e;                                    \
                 T *o = win + (a / q * 6 + a % q) * 6 * bc + k * c;                              \
@@ -623,7 +630,7 @@ static FERRO_CLONES void ferro_wino3_gather_##S(const T *x, ptrdiff_t dd, ptrdif
 /* Scatter: mat (r x 6, r <= 6) along the depth, the height and the width of each tile's 216    \
  * products (rows ps apart, as the gather's), its r^3 values placed at (m tz - lo0 + a,         \
  * m ty - lo1 + b, m tx - lo2 + e) of y (dd, h, wd, c), cropped: written (add = 0: an output    \
- * transform, r = m) or added (add = 1: the input transform's adjoint, r = q, the windows       \
+ * transform, r = m) or added (add = 1: the input transform's adjoint, r = 6, the windows       \
  * overlapping: a volume's tiles in order, on one thread). s: 3 * 216 B c values. */            \
 static FERRO_CLONES void ferro_wino3_scatter_##S(const T *src, ptrdiff_t ps, ptrdiff_t t0,      \
                                                  const double *mat, ptrdiff_t r, ptrdiff_t m,   \
@@ -644,9 +651,8 @@ static FERRO_CLONES void ferro_wino3_scatter_##S(const T *src, ptrdiff_t ps, ptr
             if (a / 6 < r && a % 6 < r)                                                         \
                 ferro_wino3_mat6_##S(f + a * 6 * bc, bc, s1 + a * 6 * bc, bc, m6, kn * c);      \
         for (k = 0; k < kn; k++) { /* placed, cropped to the volume */                          \
-            ptrdiff_t z0 = m * ((u + k) / (tl[1] * tl[2])) - lo[0];                             \
-            ptrdiff_t y0 = m * ((u + k) / tl[2] % tl[1]) - lo[1];                               \
-            ptrdiff_t x0 = m * ((u + k) % tl[2]) - lo[2];                                       \
+            ptrdiff_t z0, y0, x0;                                                               \
+            ferro_wino3_origin(u + k, m, lo, tl, &z0, &y0, &x0);                                \
             for (a = 0; a < r * r; a++) { /* row (z, y): r positions of c */                    \
                 ptrdiff_t z = z0 + a / r, yy = y0 + a % r, e;                                   \
                 const T *v = f + (a / r * 6 + a % r) * 6 * bc + k * c;                          \

@@ -463,9 +463,9 @@ def _winograd_scheme(xp, kernels, x, o, k, out):
     # The step is a quarter of the im2col chunk: the 16 GEMMs over (C_in, tiles) ran at 82
     # GFLOPS on one core for one 32x32 sample of 64 channels (1 MB of tiles) and at 68 for four.
     n, c, nd = x.shape[0], x.shape[1], x.ndim - 2
-    if (cl := _channels_last(kernels, x, o, k, out)) is not None:
-        return cl
-    if nd > 1 and k == 3:
+    if cl := _channels_last(kernels, x, o, k, out):
+        (_, g, _), tiles, fns = _winograd1d_matrices(3), *cl
+    elif nd > 1 and k == 3:
         g, tiles = _WINOGRAD_G, math.prod((s + 1) // 2 for s in out)
         fns = (kernels.winograd_input, kernels.winograd_output, kernels.winograd_output_grad)
         fns += (kernels.winograd_input_grad,) if nd == 3 else ()
@@ -490,6 +490,8 @@ def _winograd_scheme(xp, kernels, x, o, k, out):
         )
     p = len(g) ** nd
     step = _chunk(xp, n, 4 * p * max(c, o) * tiles * x.itemsize)
+    if cl:  # a sample's transforms fit a block
+        return p, step, [(None, tiles)], fns, True
     td = (out[0] + 1) // 2 if nd == 3 else 1  # depth tiles, blocks of b
     b = max(1, WINOGRAD_BLOCK_BYTES * td // (p * (c + o) * tiles * step * x.itemsize))
     ranges = [(t, min(t + b, td)) for t in range(0, td, b)]
@@ -516,15 +518,14 @@ def _winograd_scheme(xp, kernels, x, o, k, out):
 
 
 def _channels_last(kernels, x, o, k, out):
-    """The 3-d F(4x4x4, 3x3x3) scheme of :func:`_winograd_scheme` (Note [Channels-last 3-d
-    Winograd]) where the backend has it and a sample's transforms take at most
-    WINOGRAD_BLOCK_BYTES, else None. Its buffers are ``(P, tiles, C)``; ``True`` last."""
-    n, c, nd = x.shape[0], x.shape[1], x.ndim - 2
+    """``(tiles a sample, transforms)`` of the 3-d F(4x4x4, 3x3x3) for :func:`_winograd_scheme`
+    (Note [Channels-last 3-d Winograd]), whose buffers are ``(P, tiles, C)``, where the backend
+    has it and a sample's transforms take at most WINOGRAD_BLOCK_BYTES; else None."""
+    c, nd = x.shape[1], x.ndim - 2
     if nd != 3 or k != 3 or not _has(kernels, "winograd3d_gather"):
         return None
     tl = tuple(-(-s // 4) for s in out)
-    tiles, p = math.prod(tl), 216
-    if p * (c + o) * tiles * x.itemsize > WINOGRAD_BLOCK_BYTES:
+    if 216 * (c + o) * math.prod(tl) * x.itemsize > WINOGRAD_BLOCK_BYTES:
         return None
     at, _, bt = _winograd1d_matrices(3)
     last = (0, 2, 3, 4, 1)
@@ -542,14 +543,22 @@ def _channels_last(kernels, x, o, k, out):
         yt = yl.transpose(0, 4, 1, 2, 3)  # y's chunk written once: one block a chunk
         return np.copyto(y, yt) if b is None else np.add(yt, b, out=y)
 
-    fns = (
+    return math.prod(tl), (
         lambda xc, pads, v, _: gather(xc, bt, lows(pads), v),
         lambda m, y, _, b=None: scatter(m, at, (0, 0, 0), y, False, b),
         lambda gy, m, _: gather(gy, at.T, (0, 0, 0), m),
         lambda gv, pads, gx, _: scatter(gv, bt.T, lows(pads), gx, True),
     )
-    step = _chunk(np, n, 4 * p * max(c, o) * tiles * x.itemsize)
-    return p, step, [(None, tiles)], fns, True
+
+
+def _layout(cl, p, rows, t):
+    """A Winograd buffer's shape: ``(P, rows, tiles)``, or ``(P, tiles, rows)`` channels-last."""
+    return (p, t, rows) if cl else (p, rows, t)
+
+
+def _by_weight(xp, cl, u, d, out):
+    """Weight side ``u`` times data side ``d`` into ``out``: ``u @ d``, channels-last ``d @ u``."""
+    return xp.matmul(d, u, out=out) if cl else xp.matmul(u, d, out=out)
 
 
 #: A 3-d Winograd pass transforms, multiplies and transforms back a chunk's tiles a block of
@@ -665,12 +674,11 @@ def _winograd_forward(xp, kernels, x, w, pads, out, y, b=None, cache=None):
             for block, tiles in blocks:
                 t = xc.shape[0] * tiles
                 vb = v[: p * c * t] if kept is None else kept[at : at + p * c * t]
-                vc = inp(xc, pads, vb.reshape((p, t, c) if cl else (p, c, t)), block)
-                mc, at = m[: p * o * t].reshape((p, t, o) if cl else (p, o, t)), at + p * c * t
-                if cl:  # (one block a chunk: the bias added as y's chunk is written)
-                    outp(xp.matmul(vc, u, out=mc), yc, block, bias)
-                else:
-                    outp(xp.matmul(u, vc, out=mc), yc, block)
+                vc = inp(xc, pads, vb.reshape(_layout(cl, p, c, t)), block)
+                mc = _by_weight(xp, cl, u, vc, m[: p * o * t].reshape(_layout(cl, p, o, t)))
+                # (channels-last: one block a chunk, the bias added as y's chunk is written)
+                outp(mc, yc, block, *(bias,) if cl else ())
+                at += p * c * t
             if bias is not None and not cl:
                 yc += bias
 
@@ -1005,7 +1013,7 @@ def _winograd_weight_grad(xp, kernels, x, gy, pads, w=None, wf=None, cache=None,
                 bsums[run] = bsums[run] + s if run in bsums else s
             for block, tiles in blocks:
                 t = xc.shape[0] * tiles
-                vs = (p, t, c) if cl else (p, c, t)
+                vs = _layout(cl, p, c, t)
                 if keptv is not None:  # the forward's
                     vc, at = keptv[at : at + p * c * t].reshape(vs), at + p * c * t
                 else:
@@ -1014,12 +1022,12 @@ def _winograd_weight_grad(xp, kernels, x, gy, pads, w=None, wf=None, cache=None,
                     mfc = xp.matmul(uf, vc, out=mf[: p * uf.shape[1] * t].reshape(p, -1, t))
                     outp(mfc, y[n0 : n0 + step], block)
                 mc = kept.get((n0, step))
-                ms = (p, t, o) if cl else (p, o, t)
+                ms = _layout(cl, p, o, t)
                 mc = outgrad(gc, m[: p * o * t].reshape(ms), block) if mc is None else mc
                 ab = (mc.transpose(0, 2, 1), vc) if cl else (mc, vc.transpose(0, 2, 1))
                 prod = _add_product(xp, sums, run, *ab, prod)
                 if ut is not None:  # vc is free: Uᵀ (A g Aᵀ) there
-                    gv = xp.matmul(mc, ut, out=vc) if cl else xp.matmul(ut, mc, out=vc)
+                    gv = _by_weight(xp, cl, ut, mc, vc)
                     ingrad[0](gv, pads, gx[n0 : n0 + step], block)
         return sums
 

@@ -576,7 +576,7 @@ class Tensor(TensorBase):
     @property
     def shape(self) -> Size:
         """The shape, as a :class:`ferro.Size` (a tuple)."""
-        return Size(self._data.shape)
+        return Size(self._meta.shape)
 
     @property
     def mH(self) -> Tensor:
@@ -596,7 +596,7 @@ class Tensor(TensorBase):
     @property
     def itemsize(self) -> int:
         """Bytes per element."""
-        return self._data.dtype.itemsize
+        return self._meta.dtype.itemsize
 
     @property
     def nbytes(self) -> int:
@@ -605,7 +605,7 @@ class Tensor(TensorBase):
 
     def element_size(self) -> int:
         """Bytes per element."""
-        return self._data.dtype.itemsize
+        return self._meta.dtype.itemsize
 
     def stride(self, dim=None):
         """The step between elements of each dimension, in elements (not bytes, as PyTorch)."""
@@ -621,7 +621,7 @@ class Tensor(TensorBase):
 
     def is_floating_point(self) -> bool:
         """True for float32 and float64 tensors."""
-        return self._data.dtype.kind == "f"
+        return self._meta.dtype.kind == "f"
 
     def is_complex(self) -> bool:
         """Always False: ferro's tensors hold real numbers."""
@@ -633,7 +633,7 @@ class Tensor(TensorBase):
 
     def ndimension(self) -> int:
         """Number of dimensions (``dim()``)."""
-        return self._data.ndim
+        return self._meta.ndim
 
     def type_as(self, other) -> Tensor:
         """This tensor converted to ``other``'s dtype."""
@@ -654,7 +654,7 @@ class Tensor(TensorBase):
 
     def nelement(self) -> int:
         """Number of elements (``numel()``)."""
-        return self._data.size
+        return self._meta.size
 
     def size(self, dim=None):
         """The shape, or the length of dimension ``dim`` (negative counts from the end).
@@ -662,7 +662,7 @@ class Tensor(TensorBase):
         Raises:
             IndexOutOfRangeError: ``dim`` outside ``[-ndim, ndim)``.
         """
-        shape = self._data.shape
+        shape = self._meta.shape
         if dim is None:
             return Size(shape)
         if isinstance(dim, bool) or not isinstance(dim, int):
@@ -743,7 +743,7 @@ class Tensor(TensorBase):
     def dtype(self) -> _dtypes.dtype:
         """The element type: ``ferro.float32``, ``ferro.float64``, ``ferro.int64`` or
         ``ferro.bool`` (each equal to its NumPy dtype too: ``t.dtype == np.float32``)."""
-        dt = self._data.dtype
+        dt = self._meta.dtype
         return _FROM_NUMPY.get(dt, dt)  # dtypes.of_numpy, inlined
 
     @property

@@ -25,7 +25,7 @@ from cpython.pythread cimport (
 from ferro._C cimport cpu_kernels
 from ferro._C.graph cimport _as_array, _same_dtype, _shape_is
 from ferro._C.state cimport Flags, flags
-from ferro._C.tensor cimport TensorBase, new_tensor
+from ferro._C.tensor cimport TensorBase, data_of, new_tensor
 
 import numpy as np
 
@@ -231,10 +231,10 @@ cdef int _check_commit(_Entry s, TensorBase t) except -1:
     cur = t._grad
     if cur is None:
         return 0
-    arr = (<TensorBase>cur)._data
+    arr = data_of(<TensorBase>cur)
     if type(arr) is not type(s.grad):
         raise DeviceError(
-            f"backward: the existing .grad of a tensor of shape {tuple(t._data.shape)} is a "
+            f"backward: the existing .grad of a tensor of shape {tuple(t._arr.shape)} is a "
             f"{type(arr).__module__}.{type(arr).__name__}, the new gradient a "
             f"{type(s.grad).__module__}.{type(s.grad).__name__}"
         )
@@ -264,8 +264,8 @@ cdef int _commit_grad(_Entry s, TensorBase t) except -1:
             g = cpu_kernels.materialize(s.grad)
             t._grad = new_tensor(s.grad.copy() if g is NotImplemented else g)
             _F.n_grad_copies += 1
-    elif not _add_inplace((<TensorBase>cur)._data, s.grad):
-        t._grad = new_tensor(_as_array((<TensorBase>cur)._data + s.grad))
+    elif not _add_inplace(data_of(<TensorBase>cur), s.grad):
+        t._grad = new_tensor(_as_array(data_of(<TensorBase>cur) + s.grad))
         _F.n_outofplace_adds += 1
     (<TensorBase>t._grad)._is_grad = True
     s.grad = None

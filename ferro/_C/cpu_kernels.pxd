@@ -18,6 +18,19 @@ cpdef object binary(int op, object a, object b, object out, double alpha,
 cpdef object sum_all(object x)
 
 
+# Note [Lazy elementwise chains] (cpu_kernels.pyx)
+cdef class Pending:
+    cdef cnp.ndarray like      # an array leaf: the result's shape and dtype
+    cdef list leaves           # ndarrays and Python floats; None once realized
+    cdef signed char code[16]  # the postfix program (LAZY_CODE)
+    cdef int ncode, nops, depth
+    cdef object result         # the realized array, or None
+
+cdef Py_ssize_t lazy_least() noexcept
+cpdef object lazy(int op, object a, object b, bint own_a, bint own_b)
+cpdef object realize(Pending p)
+
+
 cdef inline bint _large(object x) noexcept:
     if type(x) is not cnp.ndarray:
         return False

@@ -22,6 +22,8 @@ from libc.stdint cimport int64_t
 
 from ferro._C.typedefs cimport floating_t
 
+import os
+
 import numpy as np
 
 from ferro.errors import (
@@ -385,6 +387,16 @@ cdef extern from "kernels.h" nogil:
     void ferro_sum_all_f64(const double*, Py_ssize_t, double*, double*)
     void ferro_row_sums_f32(const float*, Py_ssize_t, Py_ssize_t, double, float*)
     void ferro_row_sums_f64(const double*, Py_ssize_t, Py_ssize_t, double, double*)
+    enum: EVAL_DEPTH "FERRO_EVAL_DEPTH"
+    int FERRO_MAX_THREADS()
+    void ferro_fused_f32(const signed char*, int, const float* const*, const Py_ssize_t*,
+                         Py_ssize_t, float*)
+    void ferro_fused_f64(const signed char*, int, const double* const*, const Py_ssize_t*,
+                         Py_ssize_t, double*)
+    void ferro_fused_sum_f32(const signed char*, int, const float* const*, const Py_ssize_t*,
+                             Py_ssize_t, float*, int, double*, float*)
+    void ferro_fused_sum_f64(const signed char*, int, const double* const*, const Py_ssize_t*,
+                             Py_ssize_t, double*, int, double*, double*)
     void ferro_expand_f32(const float*, float*, int, const Py_ssize_t*, const Py_ssize_t*)
     void ferro_expand_f64(const double*, double*, int, const Py_ssize_t*, const Py_ssize_t*)
 
@@ -809,7 +821,13 @@ cpdef object binary(int op, object a, object b, object out, double alpha,
 cpdef object sum_all(object x):
     """The sum of every element of a C-contiguous float array of at least BIG_MIN elements, on
     both cores, as a 0-d array (kernels.h: fixed blocks, pairwise in double, so the same result
-    on any number of threads); NotImplemented for anything else (NumPy's add.reduce runs)."""
+    on any number of threads); NotImplemented for anything else (NumPy's add.reduce runs). Of a
+    Pending chain of as many elements, the same sum of its values, which it never stores (Note
+    [Lazy elementwise chains])."""
+    if type(x) is Pending:
+        if cnp.PyArray_SIZE((<Pending>x).like) < BIG_MIN:
+            return NotImplemented
+        return _fused(<Pending>x, True)
     if type(x) is not cnp.ndarray:
         return NotImplemented
     cdef cnp.ndarray a = <cnp.ndarray>x
@@ -889,3 +907,197 @@ cpdef object materialize(object x):
             ferro_expand_f64(<const double*>cnp.PyArray_DATA(a), <double*>cnp.PyArray_DATA(out),
                              k, shape, st)
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Note [Lazy elementwise chains]: from ``lazy_min()`` elements, the engine's add, sub and mul of
+# float arrays of one shape (or an array and a number) return a Pending, the op as a postfix
+# program over its leaves, instead of computing it; an op on Pendings merges their programs.
+# The chain runs as one two-core loop (kernels.h: ferro_fused) when its value is first needed
+# (realize), and ``.sum()`` of a Pending sums the program's values without storing them: in
+# ``(a*b + c).sum()`` on 10M floats the forward reads a, b and c once and writes nothing, where
+# the ops one at a time moved 280 MB. Each op is the same IEEE operation as binary()'s, in the
+# same order, and the sum the same blocks as sum_all()'s: the bits are those of fusion off.
+#
+# A leaf is read when the chain runs, not when the op was called, so the engine makes a Pending
+# only of arrays that nothing can change in between: each array leaf is referenced by its
+# tensor alone (the engine checks the reference count, so no NumPy view, from_numpy source or
+# buffer export of it exists) and owns its memory; and ferro runs every pending chain before it
+# hands any tensor's array to anything that could write it or give it away (``_data``,
+# numpy(), in-place ops, backward: ferro._C.tensor.flush).
+# ---------------------------------------------------------------------------------------------
+
+cdef enum:
+    LAZY_LEAVES = 8
+    LAZY_CODE = 16
+
+cdef Py_ssize_t _lazy_min = int(os.environ.get("FERRO_LAZY_MIN", BIG_MIN))
+
+
+def set_lazy_min(Py_ssize_t n):
+    """Make the engine's add, sub and mul lazy from ``n`` elements (0: never; FERRO_LAZY_MIN in
+    the environment sets it at import, BIG_MIN by default); returns the previous value."""
+    global _lazy_min
+    old = _lazy_min
+    _lazy_min = n
+    return old
+
+
+def lazy_min():
+    """The size from which the engine's add, sub and mul are lazy (0: never)."""
+    return _lazy_min
+
+
+cdef Py_ssize_t lazy_least() noexcept:
+    return _lazy_min
+
+
+cdef class Pending:
+    """An elementwise chain not computed yet (Note [Lazy elementwise chains]): ``shape``,
+    ``dtype``, ``ndim`` and ``size`` of its result; realize() computes it."""
+
+    @property
+    def shape(self):
+        return (<object>self.like).shape
+
+    @property
+    def dtype(self):
+        return (<object>self.like).dtype
+
+    @property
+    def ndim(self):
+        return cnp.PyArray_NDIM(self.like)
+
+    @property
+    def size(self):
+        return cnp.PyArray_SIZE(self.like)
+
+    def __repr__(self):
+        return f"Pending(shape={self.shape}, dtype={self.dtype}, ops={self.nops})"
+
+
+cdef inline int _leaf_class(object x, cnp.ndarray like, bint own, double *v) except -2:
+    # How lazy() takes x next to like: 1 an array of like's shape and dtype (a Pending, or a
+    # C-contiguous ndarray that its tensor alone references: own), 2 a number (into v), -1 not
+    if type(x) is Pending:
+        return 1 if (<Pending>x).result is None and cnp.PyArray_TYPE((<Pending>x).like) == (
+            cnp.PyArray_TYPE(like)) and cnp.PyArray_SAMESHAPE((<Pending>x).like, like) else -1
+    if type(x) is cnp.ndarray:
+        return 1 if own and cnp.PyArray_BASE(<cnp.ndarray>x) == NULL and _grad_stride(
+            x, like) == 1 else -1
+    return _operand(x, like, v)
+
+
+cdef int _append(Pending p, object x, int cls) except -1:
+    # x's leaves and code after p's: a Pending's with its leaf numbers moved, else one leaf
+    cdef Pending q
+    cdef Py_ssize_t k, base = len(p.leaves)
+    if type(x) is Pending:
+        q = <Pending>x
+        p.leaves.extend(q.leaves)
+        for k in range(q.ncode):
+            p.code[p.ncode + k] = q.code[k] + base if q.code[k] >= 0 else q.code[k]
+        p.ncode += q.ncode
+        p.nops += q.nops
+    else:
+        p.leaves.append(x if cls == 1 else float(x))
+        p.code[p.ncode] = base
+        p.ncode += 1
+    return 0
+
+
+cpdef object lazy(int op, object a, object b, bint own_a, bint own_b):
+    """``a + b``, ``a - b`` or ``a * b`` (``op`` 0-2) as a Pending, or NotImplemented where the
+    op must run now: fewer than lazy_min() elements, another dtype, layout or shape, an array
+    another object references (``own_a``/``own_b`` False), or a program past its limits."""
+    cdef cnp.ndarray like
+    cdef double va = 0.0, vb = 0.0
+    cdef int ca, cb, da, db
+    if op < 0 or op > 2 or _lazy_min <= 0:
+        return NotImplemented
+    if type(a) is Pending:
+        like = (<Pending>a).like
+    elif type(a) is cnp.ndarray:
+        like = <cnp.ndarray>a
+    elif type(b) is Pending:
+        like = (<Pending>b).like
+    elif type(b) is cnp.ndarray:
+        like = <cnp.ndarray>b
+    else:
+        return NotImplemented
+    if cnp.PyArray_SIZE(like) < _lazy_min or not _is_float(like):
+        return NotImplemented
+    ca = _leaf_class(a, like, own_a, &va)
+    cb = _leaf_class(b, like, own_b, &vb)
+    if ca != 1 and op != 1:  # x + y is y + x, bit for bit (* too): the array first
+        a, b, ca, cb = b, a, cb, ca
+    if ca != 1 or cb < 0:
+        return NotImplemented
+    cdef int na = (<Pending>a).ncode if type(a) is Pending else 1
+    cdef int nb = (<Pending>b).ncode if type(b) is Pending else 1
+    cdef int la = len((<Pending>a).leaves) if type(a) is Pending else 1
+    cdef int lb = len((<Pending>b).leaves) if type(b) is Pending else 1
+    da = (<Pending>a).depth if type(a) is Pending else 1
+    db = (<Pending>b).depth if type(b) is Pending else 1
+    if na + nb + 1 > LAZY_CODE or la + lb > LAZY_LEAVES or max(da, db + 1) > EVAL_DEPTH:
+        return NotImplemented
+    cdef Pending p = Pending.__new__(Pending)
+    p.like = (<Pending>a).like if type(a) is Pending else <cnp.ndarray>a
+    p.leaves = []
+    _append(p, a, ca)
+    _append(p, b, cb)
+    p.code[p.ncode] = -1 - op
+    p.ncode += 1
+    p.nops += 1
+    p.depth = max(da, db + 1)
+    return p
+
+
+cdef object _fused(Pending p, bint total):
+    # realize (total False: the values, into a fresh array) or sum_all (total True) of p
+    cdef Py_ssize_t k, n = cnp.PyArray_SIZE(p.like), nl = len(p.leaves)
+    cdef Py_ssize_t ls[LAZY_LEAVES]
+    cdef const void *ptr[LAZY_LEAVES]
+    cdef float f32[LAZY_LEAVES]
+    cdef double f64[LAZY_LEAVES]
+    cdef bint single = cnp.PyArray_TYPE(p.like) == cnp.NPY_FLOAT32
+    cdef int nt = FERRO_MAX_THREADS()
+    for k in range(nl):
+        x = p.leaves[k]
+        if type(x) is cnp.ndarray:
+            ptr[k], ls[k] = cnp.PyArray_DATA(<cnp.ndarray>x), 1
+        else:
+            f32[k], f64[k], ls[k] = <float><double>x, <double>x, 0
+            ptr[k] = &f32[k] if single else <void*>&f64[k]
+    if total:
+        out = cnp.PyArray_EMPTY(0, NULL, cnp.PyArray_TYPE(p.like), 0)
+        nb = (n + SUM_BLOCK - 1) // SUM_BLOCK
+        parts = np.empty(nb, np.float64)
+        scratch = np.empty(nt * SUM_BLOCK, (<object>p.like).dtype)
+        if single:
+            ferro_fused_sum_f32(p.code, p.ncode, <const float* const*>ptr, ls, n,
+                                <float*>cnp.PyArray_DATA(scratch), nt,
+                                <double*>cnp.PyArray_DATA(parts), <float*>cnp.PyArray_DATA(out))
+        else:
+            ferro_fused_sum_f64(p.code, p.ncode, <const double* const*>ptr, ls, n,
+                                <double*>cnp.PyArray_DATA(scratch), nt,
+                                <double*>cnp.PyArray_DATA(parts), <double*>cnp.PyArray_DATA(out))
+        return out
+    out = _empty_as(p.like)
+    if single:
+        ferro_fused_f32(p.code, p.ncode, <const float* const*>ptr, ls, n,
+                        <float*>cnp.PyArray_DATA(out))
+    else:
+        ferro_fused_f64(p.code, p.ncode, <const double* const*>ptr, ls, n,
+                        <double*>cnp.PyArray_DATA(out))
+    return out
+
+
+cpdef object realize(Pending p):
+    """p's values as a fresh C-contiguous array, computed once (then p lets its leaves go).
+    Runs holding the GIL, so that no other thread realizes p meanwhile (its loop is on both
+    cores all the same)."""
+    if p.result is None:
+        p.result = _fused(p, False)
+        p.leaves = None
+    return p.result

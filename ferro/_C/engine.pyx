@@ -24,7 +24,7 @@ module is the core's one Python face (``ferro._C.engine``).
 """
 
 cimport numpy as cnp
-from cpython.ref cimport Py_INCREF
+from cpython.ref cimport Py_INCREF, Py_REFCNT
 from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 
 
@@ -33,6 +33,7 @@ cdef extern from "Python.h":
     int PyObject_GenericSetDict(object o, object value, void *context) except -1
 
 from ferro._C cimport cpu_kernels, gemm
+from ferro._C.cpu_kernels cimport Pending
 from ferro._C.accumulate cimport (
     _add_to,
     _check_commit,
@@ -83,7 +84,8 @@ from ferro._C.state cimport (
     flags,
     grad_mode,
 )
-from ferro._C.tensor cimport TensorBase, VersionCounter, new_tensor, version_counter
+from ferro._C.tensor cimport (TensorBase, VersionCounter, data_of, new_tensor, register_pending,
+                              version_counter)
 
 import numpy as np
 
@@ -210,6 +212,8 @@ cdef object _user_site():
 
 cdef TensorBase _wrap(object arr, Node node, Py_ssize_t nr, bint inference):
     cdef TensorBase t = new_tensor(arr)
+    if type(arr) is Pending:  # Note [Lazy elementwise chains]
+        register_pending(t)
     t._is_inference = inference
     if node is not None:
         t._grad_fn = node
@@ -234,7 +238,7 @@ def arith(OpDef op, slow, bint reverse=False):
     the engine: ``h * w`` on small tensors spent a tenth of its time in the wrapper's."""
 
     def method(self, other):
-        if isinstance(self, TensorBase) and _is_float_array((<TensorBase>self)._data):
+        if isinstance(self, TensorBase) and _is_float_array((<TensorBase>self)._arr):
             return _apply(op, (other, self) if reverse else (self, other), None)
         return slow(other, self) if reverse else slow(self, other)
 
@@ -257,13 +261,13 @@ def compiled(OpDef op, slow):
 
     def fn(x, *args, **kwargs):
         if not kwargs and isinstance(x, TensorBase):
-            a = (<TensorBase>x)._data
+            a = (<TensorBase>x)._arr  # a Pending answers the tests below as an array would
             if kind >= DIRECT_SUM:
                 if not args and _is_float_array(a):
                     return _apply(op, (x,), _ALL)
             elif kind == DIRECT_MATMUL:
                 if len(args) == 1 and isinstance(args[0], TensorBase) and _aligned(
-                        a, (<TensorBase>args[0])._data):
+                        a, (<TensorBase>args[0])._arr):
                     return _apply(op, (x, args[0]), None)
             elif not args:
                 return _apply(op, (x,), None)
@@ -286,13 +290,32 @@ cdef object _apply(OpDef op, tuple args, dict params):
     cdef bint is_array, fused = False, raw = False, mixed = False
     cdef tuple call = PyTuple_New(n + 1)
     cdef type atype = None
+    # Note [Lazy elementwise chains] (ferro/_C/cpu_kernels.pyx): the ops that take Pendings,
+    # where nothing watches; own >= 0 once an operand is one or has least elements (a bit per
+    # argument whose array its tensor alone references)
+    cdef Py_ssize_t least = cpu_kernels.lazy_least() if (
+        ((DIRECT_ADD <= op.direct <= DIRECT_MUL and not params)
+         or (op.direct == DIRECT_SUM and params is _ALL))
+        and op.cpu_forward is None and _F.profiler is None and not _F.anomaly
+        and _F.n_hook_contexts == 0) else 0
+    cdef int own = 0
+    cdef bint lazy = False
 
     # call = (ctx, *arrays); slot 0 is filled below, once we know whether a Node is needed.
     for i in range(n):
         a = args[i]
         if isinstance(a, TensorBase):
             t = <TensorBase>a
-            arr = t._data
+            if least <= 0:
+                arr = t._arr if not _F.n_pending else data_of(t)
+            else:
+                arr = t._arr  # these ops write no input: other chains may stay pending
+                if type(arr) is cnp.ndarray:
+                    lazy = lazy or cnp.PyArray_SIZE(<cnp.ndarray>arr) >= least
+                    if i < 2 and Py_REFCNT(arr) == 2:  # t._arr and arr alone
+                        own |= 1 << i
+                else:
+                    lazy = lazy or type(arr) is Pending
             is_array = True
             if t._requires_grad and mode == MODE_GRAD:
                 record = True
@@ -311,10 +334,10 @@ cdef object _apply(OpDef op, tuple args, dict params):
             is_array = _is_array(a)
         if is_array:
             if atype is None:
-                atype = type(arr)
+                atype = cnp.ndarray if type(arr) is Pending else type(arr)
                 first_arr = arr
             else:
-                if type(arr) is not atype or (
+                if (cnp.ndarray if type(arr) is Pending else type(arr)) is not atype or (
                     atype is not cnp.ndarray and arr.device != first_arr.device
                 ):
                     raise DeviceError(
@@ -327,7 +350,7 @@ cdef object _apply(OpDef op, tuple args, dict params):
         PyTuple_SET_ITEM(call, i + 1, arr)
     if atype is None:
         raise ArgumentTypeError(f"{op.name}: expected at least one tensor argument")
-    xp = _xp_of(first_arr)
+    xp = np if atype is cnp.ndarray else _xp_of(first_arr)
     record = record and op.differentiable
     if record or op.private_ctx:
         node = Node.__new__(Node)
@@ -348,7 +371,11 @@ cdef object _apply(OpDef op, tuple args, dict params):
     PyTuple_SET_ITEM(call, 0, ctx)
     if record and raw:
         call = _copy_raw_arrays(call)  # after slot 0 is set: the tuple is complete
+    if not lazy:
+        own = -1
     if mixed:
+        if own >= 0:
+            call = tuple([cpu_kernels.realize(x) if type(x) is Pending else x for x in call])
         call = _promote(op, call)
         if node is not None:
             node._promoted = True
@@ -369,7 +396,7 @@ cdef object _apply(OpDef op, tuple args, dict params):
             fused = out is not NotImplemented
         if not fused:
             if op.direct and (not params or params is _ALL):
-                out = _direct_forward(op, node, xp, call)
+                out = _direct_forward(op, node, xp, call, own)
             else:
                 out = op.forward(*call, **params) if params else op.forward(*call)
     except ValueError:
@@ -445,7 +472,9 @@ cdef object _apply(OpDef op, tuple args, dict params):
 # the array expressions of their classes in ferro.ops.elementwise (which stay the reference, and
 # run under create_graph), without a Python frame per op. A chain of small ops spent a fifth of
 # its time in those frames.
-cdef object _direct_forward(OpDef op, Node node, object xp, tuple call):
+cdef object _direct_forward(OpDef op, Node node, object xp, tuple call, int own):
+    # own >= 0: the operands may be Pendings, and the result may be one (Note [Lazy
+    # elementwise chains]); bit i set when operand i's array is referenced by its tensor alone
     cdef int kind = op.direct
     a = call[1]
     if kind >= DIRECT_SUM:
@@ -464,8 +493,19 @@ cdef object _direct_forward(OpDef op, Node node, object xp, tuple call):
         return y
     b = call[2]
     if kind == DIRECT_MUL and node is not None:  # save only what backward reads
+        if own >= 0:  # a saved array is computed (and no longer lazy() 's leaf to take)
+            if node._next[1] is not None and type(a) is Pending:
+                a = cpu_kernels.realize(a)
+            if node._next[0] is not None and type(b) is Pending:
+                b = cpu_kernels.realize(b)
         node_save(node, (a if node._next[1] is not None else None,
                          b if node._next[0] is not None else None))
+    if own >= 0:
+        y = cpu_kernels.lazy(kind - DIRECT_ADD, a, b, own & 1, own & 2)
+        if y is not NotImplemented:
+            return y
+        a = cpu_kernels.realize(a) if type(a) is Pending else a
+        b = cpu_kernels.realize(b) if type(b) is Pending else b
     if cpu_kernels.big(a, b):  # Note [Two-core elementwise ops]
         y = cpu_kernels.binary(kind - DIRECT_ADD, a, b, None, 1.0)
         if y is not NotImplemented:
@@ -498,6 +538,14 @@ cdef object _reduce_forward(OpDef op, Node node, tuple call):
     # anything else (a CuPy array, an empty mean, float16).
     cdef cnp.ndarray a
     cdef Py_ssize_t n
+    if type(call[1]) is Pending:  # Note [Lazy elementwise chains]
+        y = cpu_kernels.sum_all(call[1]) if op.direct == DIRECT_SUM else NotImplemented
+        if y is not NotImplemented:  # the chain's values are never stored
+            if node is not None:
+                PyObject_GenericSetDict(node, {"shape": call[1].shape, "axes": None,
+                                               "keepdims": False}, NULL)
+            return y
+        call = (call[0], cpu_kernels.realize(call[1]))
     if type(call[1]) is not cnp.ndarray:
         return op.forward(*call, **_ALL)
     a = <cnp.ndarray>call[1]
@@ -680,7 +728,7 @@ cdef int _link(Node node, tuple args, Py_ssize_t n, OpDef op) except -1:
             if t._requires_grad:
                 if t._vc is not None and t._grad_fn is not None and t._vc.value != t._birth:
                     raise GraphError(
-                        f"{op.name}: an input of shape {tuple(t._data.shape)} was modified in "
+                        f"{op.name}: an input of shape {tuple(t._arr.shape)} was modified in "
                         "place through a view or its base after it was computed, so its "
                         "autograd history is stale; clone before modifying in place"
                     )
@@ -726,24 +774,25 @@ def commit_inplace(TensorBase t, TensorBase out, str op_name):
             f"{op_name}: a leaf tensor that requires grad cannot be modified in place; "
             "wrap the update in ferro.no_grad() or work on a clone"
         )
-    if tuple(out._data.shape) != tuple(t._data.shape):
+    td, od = data_of(t), data_of(out)  # any pending chain runs before t is written
+    if tuple(od.shape) != tuple(td.shape):
         raise ShapeError(
-            f"{op_name}: the result has shape {tuple(out._data.shape)} but the tensor modified in "
-            f"place has shape {tuple(t._data.shape)}"
+            f"{op_name}: the result has shape {tuple(od.shape)} but the tensor modified in "
+            f"place has shape {tuple(td.shape)}"
         )
-    if not _same_dtype(out._data, t._data):
+    if not _same_dtype(od, td):
         raise DtypeError(
-            f"{op_name}: the result has dtype {out._data.dtype} but the tensor modified in place "
-            f"has dtype {t._data.dtype}"
+            f"{op_name}: the result has dtype {od.dtype} but the tensor modified in place "
+            f"has dtype {td.dtype}"
         )
-    if type(t._data) is cnp.ndarray and not cnp.PyArray_ISWRITEABLE(<cnp.ndarray>t._data):
+    if type(td) is cnp.ndarray and not cnp.PyArray_ISWRITEABLE(<cnp.ndarray>td):
         raise ReadOnlyError(
-            f"{op_name}: the tensor modified in place (shape {tuple(t._data.shape)}, dtype "
-            f"{t._data.dtype}) wraps read-only memory (a read-only memory map, np.frombuffer of "
+            f"{op_name}: the tensor modified in place (shape {tuple(td.shape)}, dtype "
+            f"{td.dtype}) wraps read-only memory (a read-only memory map, np.frombuffer of "
             "bytes, ...); copy it first (t.clone()) or make the array writeable"
         )
-    if out._data is not t._data:
-        t._data[...] = out._data
+    if od is not td:
+        td[...] = od
     cdef VersionCounter vc = version_counter(t)
     vc.value += 1
     if out._grad_fn is not None:
@@ -753,7 +802,7 @@ def commit_inplace(TensorBase t, TensorBase out, str op_name):
         t._birth = t._vc.value
         # The recorded output is now t: later in-place changes to t must be seen by the node.
         if (<Node>out._grad_fn)._saved is not None:
-            _retarget_version(<Node>out._grad_fn, out._data, vc)
+            _retarget_version(<Node>out._grad_fn, od, vc)
     return t
 
 
@@ -814,7 +863,7 @@ cdef object _run_tensor_hooks(dict hooks, object g, str who, tuple shape, object
         if r is None:
             continue
         if isinstance(r, TensorBase):
-            r = (<TensorBase>r)._data
+            r = data_of(<TensorBase>r)
         name = getattr(fn, "__qualname__", repr(fn))
         g = _check_grad(r, f"hook {name} on {who}", 0, shape, dtype, False)
     return g
@@ -915,39 +964,40 @@ cdef object _run_backward(tuple roots, tuple root_grads, bint retain_graph, tupl
                 f"backward: element {k} is a {type(roots[k]).__name__}, not a Tensor"
             )
         t = <TensorBase>roots[k]
+        arr = data_of(t)  # any pending chain runs before backward reads or writes arrays
         if not t._requires_grad:
             raise GraphError(
                 f"backward: element {k} of tensors does not require grad and has no grad_fn"
             )
         g = root_grads[k]
         if g is None:
-            if t._data.size != 1:
+            if arr.size != 1:
                 raise GraphError(
                     f"backward: grad can be implicitly created only for 1-element outputs; "
-                    f"got shape {tuple(t._data.shape)}. Pass gradient= of that shape"
+                    f"got shape {tuple(arr.shape)}. Pass gradient= of that shape"
                 )
             # empty + fill: xp.ones is the same two steps behind Python frames (numeric.ones,
             # copyto's dispatcher), once per backward of every small step.
-            g = _xp_of(t._data).empty(t._data.shape, dtype=t._data.dtype)
+            g = _xp_of(arr).empty(arr.shape, dtype=arr.dtype)
             g.fill(1)
             owned = True
         else:
             if isinstance(g, TensorBase):
-                g = (<TensorBase>g)._data
-            if type(g) is not type(t._data):
+                g = data_of(<TensorBase>g)
+            if type(g) is not type(arr):
                 raise DeviceError(
                     f"backward: gradient {k} is a {type(g).__module__}.{type(g).__name__}, the "
-                    f"tensor's data a {type(t._data).__module__}.{type(t._data).__name__}"
+                    f"tensor's data a {type(arr).__module__}.{type(arr).__name__}"
                 )
-            if not _shape_is(g, t._data.shape):
+            if not _shape_is(g, arr.shape):
                 raise ShapeError(
                     f"backward: gradient {k} has shape {tuple(g.shape)}, expected the tensor's "
-                    f"shape {tuple(t._data.shape)}"
+                    f"shape {tuple(arr.shape)}"
                 )
-            if not _same_dtype(g, t._data):
+            if not _same_dtype(g, arr):
                 raise DtypeError(
                     f"backward: gradient {k} has dtype {g.dtype}, expected the tensor's dtype "
-                    f"{t._data.dtype}"
+                    f"{arr.dtype}"
                 )
             owned = False
         target, nr = _target_of(t)
@@ -1006,7 +1056,7 @@ cdef object _run_backward(tuple roots, tuple root_grads, bint retain_graph, tupl
             if e is None:
                 if not accumulate and not allow_unused:
                     raise GraphError(
-                        f"grad: input {k} (shape {tuple(t._data.shape)}) was not used in the "
+                        f"grad: input {k} (shape {tuple(t._arr.shape)}) was not used in the "
                         "graph of the outputs; pass allow_unused=True to get None for it"
                     )
                 continue
@@ -1082,8 +1132,8 @@ cdef object _run_backward(tuple roots, tuple root_grads, bint retain_graph, tupl
                         _add_to(_slot(child, nr, (<Node>target)._n_out), g)
                     else:
                         t = <TensorBase>target
-                        if not _fits(g, t._data):
-                            g = _check_grad(g, node, i, t._data.shape, t._data.dtype,
+                        if not _fits(g, data_of(t)):
+                            g = _check_grad(g, node, i, t._arr.shape, t._arr.dtype,
                                             node.op.broadcasts)
                         _add_to(child, g)
                 g = None
@@ -1213,7 +1263,7 @@ cdef int _finish_leaf(_Entry e, TensorBase t, bint selective, bint accumulate, l
     if selective and not e.wanted:
         return 0
     if t._hooks:
-        g = _run_tensor_hooks(t._hooks, e.grad, "a leaf tensor", t._data.shape, t._data.dtype)
+        g = _run_tensor_hooks(t._hooks, e.grad, "a leaf tensor", t._arr.shape, t._arr.dtype)
         if g is not e.grad:
             e.grad = g
             e.owned = False
@@ -1408,7 +1458,7 @@ cdef int _deliver_leaf(Node node, Py_ssize_t i, object g, _Entry child) except -
     """Serial walk: add input ``i``'s early gradient into its leaf's entry; the entry is ready."""
     cdef TensorBase t = <TensorBase>node._next[i]
     if g is not None and child.needed | child.wanted:
-        _add_to(child, _check_grad(g, node, i, t._data.shape, t._data.dtype, node.op.broadcasts))
+        _add_to(child, _check_grad(g, node, i, t._arr.shape, t._arr.dtype, node.op.broadcasts))
     child.deps -= 1
     return 0
 
@@ -1442,7 +1492,7 @@ cdef list _check_hook_grads(object r, Node node, object fn, list gys):
     out = []
     for nr, g in enumerate(r):
         if isinstance(g, TensorBase):
-            g = (<TensorBase>g)._data
+            g = data_of(<TensorBase>g)
         out.append(_check_grad(g, f"pre-hook {name} on {node.name()}", nr, _out_shape(node, nr),
                                _out_dtype(node, nr), False))
     return out
@@ -1454,7 +1504,7 @@ cdef tuple _check_post_hook(object r, Node node, object fn, tuple res):
         raise GradientError(
             f"hook {name} on {node.name()} must return None or a tuple of {len(res)} gradients"
         )
-    return tuple([(<TensorBase>g)._data if isinstance(g, TensorBase) else g for g in r])
+    return tuple([data_of(<TensorBase>g) if isinstance(g, TensorBase) else g for g in r])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1632,7 +1682,7 @@ cdef list _checked(Node node, object grads, dict table):
                                  _out_dtype(<Node>target, nr), node.op.broadcasts)
         else:
             t = <TensorBase>target
-            out[i] = _check_grad(g, node, i, t._data.shape, t._data.dtype, node.op.broadcasts)
+            out[i] = _check_grad(g, node, i, t._arr.shape, t._arr.dtype, node.op.broadcasts)
     return out
 
 

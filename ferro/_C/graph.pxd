@@ -2,6 +2,7 @@
 # array helpers every core module shares.
 cimport numpy as cnp
 
+from ferro._C.cpu_kernels cimport Pending
 from ferro._C.tensor cimport TensorBase, VersionCounter
 
 
@@ -122,7 +123,7 @@ cdef int _check_versions(Node node) except -1
 
 cdef inline object _as_array(object x):
     # NumPy turns 0-d results into scalars; the engine only ever holds arrays.
-    if type(x) is cnp.ndarray or x is None:
+    if type(x) is cnp.ndarray or x is None or type(x) is Pending:
         return x
     return _scalar_to_array(x)
 

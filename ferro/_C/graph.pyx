@@ -12,7 +12,7 @@ cimport numpy as cnp
 
 from ferro._C cimport cpu_kernels
 from ferro._C.state cimport MODE_GRAD, Flags, flags, grad_mode, saved_hooks
-from ferro._C.tensor cimport TensorBase, VersionCounter, new_tensor, version_counter
+from ferro._C.tensor cimport TensorBase, VersionCounter, data_of, new_tensor, version_counter
 
 import weakref
 
@@ -280,14 +280,14 @@ cdef class Node:
                 out.append(p)
                 continue
             r = self._unpack((<_Packed>p).value)
-            out.append((<TensorBase>r)._data if isinstance(r, TensorBase) else r)
+            out.append(data_of(<TensorBase>r) if isinstance(r, TensorBase) else r)
         return tuple(out)
 
     # The torch.autograd.Function face of ctx, for ferro.autograd.Function.
 
     def save_for_backward(self, *tensors):
         """Save tensors (or None) for backward; read them back with ``saved_tensors``."""
-        self.save(*[None if t is None else (<TensorBase>t)._data for t in tensors])
+        self.save(*[None if t is None else data_of(<TensorBase>t) for t in tensors])
 
     @property
     def saved_tensors(self):
@@ -296,7 +296,7 @@ cdef class Node:
 
     def mark_non_differentiable(self, *outputs):
         """Declare outputs (tensors returned by forward) that never require grad."""
-        self._nondiff = tuple([(<TensorBase>o)._data if isinstance(o, TensorBase) else o
+        self._nondiff = tuple([data_of(<TensorBase>o) if isinstance(o, TensorBase) else o
                                for o in outputs])
 
     def set_materialize_grads(self, bint value):
@@ -434,6 +434,13 @@ cdef int node_save(Node node, tuple arrays) except -1:
 # gradient.
 # ---------------------------------------------------------------------------------------------
 
+cdef inline bint _holds(TensorBase t, object s) noexcept:
+    # t's array is s, or t's Pending was computed into s for this op (Note [Lazy elementwise
+    # chains]: an operand saved for backward is computed first)
+    x = t._arr
+    return x is s or (type(x) is Pending and (<Pending>x).result is s)
+
+
 # Note [Version counters] (docs/design.md).
 cdef int _record_saved_versions(Node node, tuple args, Py_ssize_t n, object outputs,
                                 tuple call) except -1:
@@ -456,19 +463,19 @@ cdef int _record_saved_versions(Node node, tuple args, Py_ssize_t n, object outp
         t = None
         for i in range(n):
             a = args[i]
-            if isinstance(a, TensorBase) and ((<TensorBase>a)._data is s or (
+            if isinstance(a, TensorBase) and (_holds(<TensorBase>a, s) or (
                     node._promoted and call[i + 1] is s)):
                 t = <TensorBase>a
                 k = i
                 break
         if t is None:
             if isinstance(outputs, TensorBase):
-                if (<TensorBase>outputs)._data is s:
+                if _holds(<TensorBase>outputs, s):
                     t = <TensorBase>outputs
                     k = -1
             else:
                 for i in range(len(outputs)):
-                    if (<TensorBase>outputs[i])._data is s:
+                    if _holds(<TensorBase>outputs[i], s):
                         t = <TensorBase>outputs[i]
                         k = -1 - i
                         break
@@ -576,7 +583,7 @@ def inplace_method(int op, slow):
 
 
 cdef object _inplace_direct(TensorBase t, object other, int op, object alpha):
-    cdef object data = t._data
+    cdef object data = data_of(t)  # pending chains run before t is written
     cdef object o
     cdef TensorBase ot
     cdef bint nd = type(data) is cnp.ndarray
@@ -591,7 +598,7 @@ cdef object _inplace_direct(TensorBase t, object other, int op, object alpha):
         ot = <TensorBase>other
         if ot._requires_grad and grad_mode() == MODE_GRAD:
             return None
-        o = ot._data
+        o = data_of(ot)
         if type(o) is not type(data):
             return None
         if nd:

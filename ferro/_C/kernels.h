@@ -330,7 +330,7 @@ FERRO_BINARY(double, f64)
  * float32 too (NumPy accumulates float32 in float32), so it is at least as accurate. */
 #define FERRO_SUM_BLOCK 65536
 #define FERRO_SUM(T, S)                                                              \
-    static double ferro_pairwise_##S(const T *a, ptrdiff_t n) {                      \
+    static FERRO_CLONES double ferro_pairwise_##S(const T *a, ptrdiff_t n) {                    \
         ptrdiff_t i, j, h = n / 2 - (n / 2) % 8;                                     \
         if (n > 128) return ferro_pairwise_##S(a, h) + ferro_pairwise_##S(a + h, n - h); \
         double r[8] = {0, 0, 0, 0, 0, 0, 0, 0}, res;                                 \
@@ -363,6 +363,85 @@ FERRO_SUM(float, f32)
     }
 FERRO_ROW_SUMS(double, f64)
 FERRO_ROW_SUMS(float, f32)
+
+/* Note [Lazy elementwise chains] (cpu_kernels.pyx): a chain of +, - and * over arrays of one
+ * shape, as a postfix program. code[k] >= 0 pushes leaf code[k], read with element stride
+ * ls[code[k]] (1: an array, 0: one value); code[k] < 0 pops y, then x, and pushes x op y, op
+ * -1 - code[k] (0-2: + - *). x is always read with stride 1 (the program is built so), each op
+ * is one IEEE operation in T without contraction, as ferro_binary computes it: the same bits
+ * as the ops run one at a time. Evaluates elements [start, start + len) into out, a sub-chunk
+ * of FERRO_EVAL_CHUNK at a time through registers that stay in L1. */
+#define FERRO_EVAL_CHUNK 512
+#define FERRO_EVAL_DEPTH 8
+#define FERRO_EVAL_OP(T, EXPR)                                                       \
+    if (sy) { for (i = 0; i < m; i++) { const T a_ = x[i], b_ = y[i]; r[i] = (EXPR); } } \
+    else { const T b_ = y[0]; for (i = 0; i < m; i++) { const T a_ = x[i]; r[i] = (EXPR); } } \
+    break;
+#define FERRO_FUSED(T, S)                                                            \
+    static FERRO_CLONES void ferro_eval_##S(const signed char *code, int ncode,      \
+                                            const T *const *leaf, const ptrdiff_t *ls, \
+                                            ptrdiff_t start, ptrdiff_t len, T *out) { \
+        T reg[FERRO_EVAL_DEPTH][FERRO_EVAL_CHUNK] __attribute__((aligned(64)));      \
+        const T *src[FERRO_EVAL_DEPTH + 1];                                          \
+        ptrdiff_t st[FERRO_EVAL_DEPTH + 1], c, i, m;                                 \
+        int k, sp;                                                                   \
+        for (c = 0; c < len; c += FERRO_EVAL_CHUNK) {                                \
+            m = len - c < FERRO_EVAL_CHUNK ? len - c : FERRO_EVAL_CHUNK;             \
+            for (k = 0, sp = 0; k < ncode; k++) {                                    \
+                const int o = code[k];                                               \
+                if (o >= 0) {                                                        \
+                    src[sp] = leaf[o] + (start + c) * ls[o];                         \
+                    st[sp++] = ls[o];                                                \
+                    continue;                                                        \
+                }                                                                    \
+                sp--;                                                                \
+                const T *x = src[sp - 1], *y = src[sp];                              \
+                const ptrdiff_t sy = st[sp];                                         \
+                T *r = k == ncode - 1 ? out + c : reg[sp - 1];                       \
+                switch (-1 - o) {                                                    \
+                case 0: FERRO_EVAL_OP(T, a_ + b_)                                    \
+                case 1: FERRO_EVAL_OP(T, a_ - b_)                                    \
+                default: FERRO_EVAL_OP(T, a_ * b_)                                   \
+                }                                                                    \
+                src[sp - 1] = r;                                                     \
+                st[sp - 1] = 1;                                                      \
+            }                                                                        \
+        }                                                                            \
+    }                                                                                \
+    static void ferro_fused_##S(const signed char *code, int ncode, const T *const *leaf, \
+                                const ptrdiff_t *ls, ptrdiff_t n, T *out) {          \
+        ptrdiff_t i;                                                                 \
+        _Pragma("omp parallel for schedule(static)")                                 \
+        for (i = 0; i < n; i += FERRO_CHUNK)                                         \
+            ferro_eval_##S(code, ncode, leaf, ls, i, n - i < FERRO_CHUNK ? n - i : FERRO_CHUNK, \
+                           out + i);                                                 \
+    }                                                                                \
+    /* ferro_sum_all of the program's values without storing them: each block evaluated into \
+     * scratch[thread], then summed as ferro_sum_all sums it (the same bits). */      \
+    static void ferro_fused_sum_##S(const signed char *code, int ncode, const T *const *leaf, \
+                                    const ptrdiff_t *ls, ptrdiff_t n, T *scratch,    \
+                                    int nscratch, double *part, T *res) {            \
+        const ptrdiff_t nb = (n + FERRO_SUM_BLOCK - 1) / FERRO_SUM_BLOCK;            \
+        ptrdiff_t k;                                                                 \
+        _Pragma("omp parallel for schedule(static) num_threads(nscratch)")           \
+        for (k = 0; k < nb; k++) {                                                   \
+            T *buf = scratch + (ptrdiff_t)FERRO_THREAD() * FERRO_SUM_BLOCK;          \
+            const ptrdiff_t len = k + 1 < nb ? FERRO_SUM_BLOCK : n - k * FERRO_SUM_BLOCK; \
+            ferro_eval_##S(code, ncode, leaf, ls, k * FERRO_SUM_BLOCK, len, buf);    \
+            part[k] = ferro_pairwise_##S(buf, len);                                  \
+        }                                                                            \
+        *res = (T)ferro_pairwise_f64(part, nb);                                      \
+    }
+#ifdef _OPENMP
+#include <omp.h>
+#define FERRO_THREAD() omp_get_thread_num()
+#define FERRO_MAX_THREADS() omp_get_max_threads()
+#else
+#define FERRO_THREAD() 0
+#define FERRO_MAX_THREADS() 1
+#endif
+FERRO_FUSED(float, f32)
+FERRO_FUSED(double, f64)
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC pop_options
 #endif

@@ -21,6 +21,7 @@ cdef class Flags:
     cdef bint overrides            # fused backend overrides (ops, accumulation, optimizers) on
     cdef Py_ssize_t n_hook_contexts  # saved-tensor hook contexts open in any thread
     cdef object profiler           # the profiler's recorder, or None
+    cdef Py_ssize_t n_pending      # tensors registered with a pending chain (ferro._C.tensor)
     # Accumulation counters (tests read them to check Note [Grad ownership]).
     cdef Py_ssize_t n_inplace_adds
     cdef Py_ssize_t n_outofplace_adds

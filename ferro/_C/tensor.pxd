@@ -6,10 +6,13 @@ cdef class VersionCounter:
 
 
 cdef class TensorBase:
-    # numpy.ndarray (CPU) or cupy.ndarray (GPU). Readable from Python as ``t._data``: ferro's
-    # own raw-array accessor (no allocation); users reach the array through numpy(),
-    # __array__ or __dlpack__ (``t.data`` is a Tensor, as in PyTorch).
-    cdef readonly object _data
+    # numpy.ndarray (CPU) or cupy.ndarray (GPU), or a cpu_kernels.Pending not computed yet
+    # (Note [Lazy elementwise chains]): read it with data_of(t), never as t._arr, unless the
+    # code takes a Pending (the engine's lazy ops) or only reads shape, dtype or identity.
+    # Readable from Python as ``t._data`` (data_of): ferro's own raw-array accessor (no
+    # allocation); users reach the array through numpy(), __array__ or __dlpack__ (``t.data``
+    # is a Tensor, as in PyTorch).
+    cdef object _arr
     cdef object _grad            # TensorBase or None
     cdef object _grad_fn         # ferro._C.engine.Node or None (leaf)
     cdef Py_ssize_t _output_nr   # which output of _grad_fn this tensor is
@@ -26,3 +29,9 @@ cdef class TensorBase:
 
 cdef TensorBase new_tensor(object data)
 cdef VersionCounter version_counter(TensorBase t)
+cdef int register_pending(TensorBase t) except -1
+cpdef int flush() except -1
+# t's array, every pending chain computed first (Note [Lazy elementwise chains]): what any code
+# that writes an array, keeps it or hands it on must read. Hot paths inline its test:
+# ``t._arr if not _F.n_pending else data_of(t)``.
+cdef object data_of(TensorBase t)

@@ -8,10 +8,19 @@ of that type without going through Python.
 
 from cpython.object cimport PyObject, PyTypeObject
 
+from ferro._C.cpu_kernels cimport Pending, realize
+from ferro._C.state cimport Flags, flags
+
+import weakref
+
 from ferro.errors import ArgumentTypeError, DeviceError, DtypeError, GraphError, ShapeError
 
 cdef type _tensor_type = TensorBase
 cdef tuple _EMPTY = ()
+cdef Flags _F = flags()
+# Note [Lazy elementwise chains] (ferro/_C/cpu_kernels.pyx): weak references to the tensors
+# made with a Pending; _F.n_pending counts them (dead ones too, until the next flush).
+cdef list _pending = []
 
 # The dtypes a tensor may hold; only the floating ones may require grad.
 _FLOAT_KINDS = frozenset("f")
@@ -42,8 +51,50 @@ cdef TensorBase new_tensor(object data):
     # tp_new directly: no __init__, no argument parsing.
     cdef TensorBase t = <TensorBase>(<PyTypeObject*>_tensor_type).tp_new(
         _tensor_type, <PyObject*>_EMPTY, NULL)
-    t._data = data
+    t._arr = data
     return t
+
+
+cdef int register_pending(TensorBase t) except -1:
+    # t holds a Pending: flush() computes it before any array leaves ferro's hands. The list
+    # drops the tensors that died before it grows past 64 (chains made and never read).
+    global _pending
+    if len(_pending) >= 64:
+        _pending = [r for r in _pending if r() is not None]
+        if len(_pending) >= 64:
+            flush()
+        _F.n_pending = len(_pending)
+    _pending.append(weakref.ref(t))
+    _F.n_pending += 1
+    return 0
+
+
+cpdef int flush() except -1:
+    """Compute every pending chain (Note [Lazy elementwise chains]) and put each result in its
+    tensor: after this, no tensor holds a Pending."""
+    cdef TensorBase t
+    while _pending:
+        ref = _pending.pop()
+        t = ref()
+        if t is not None and type(t._arr) is Pending:
+            try:
+                t._arr = realize(<Pending>t._arr)
+            except BaseException:  # (out of memory) t stays pending, and registered
+                _pending.append(ref)
+                raise
+    _F.n_pending = 0
+    return 0
+
+
+def is_pending(TensorBase t):
+    """True while ``t`` holds a chain not computed yet (Note [Lazy elementwise chains])."""
+    return type(t._arr) is Pending
+
+
+cdef object data_of(TensorBase t):
+    if _F.n_pending:
+        flush()
+    return t._arr
 
 
 cdef int _check_array(object value, str who) except -1:
@@ -66,6 +117,17 @@ cdef class TensorBase:
     """Compiled core of :class:`ferro.Tensor`. Use ``ferro.tensor`` and friends to create one."""
 
     @property
+    def _data(self):
+        """The array (ferro's own raw accessor): every pending chain is computed first."""
+        return data_of(self)
+
+    @property
+    def _meta(self):
+        """The array, or the Pending that stands for it (Note [Lazy elementwise chains]): read
+        its shape, dtype, ndim and size only. Nothing is computed."""
+        return self._arr
+
+    @property
     def data(self):
         """A tensor sharing this one's memory, without history, as PyTorch's ``.data``.
 
@@ -75,28 +137,29 @@ cdef class TensorBase:
         is ``t.numpy()`` (CPU), ``numpy.asarray(t)`` or ``t.__dlpack__()``; ``t.data = value``
         replaces the memory (a Tensor or an array of a floating dtype when grad is required).
         """
-        return new_tensor(self._data)
+        return new_tensor(data_of(self))
 
     @data.setter
     def data(self, value):
         if isinstance(value, TensorBase):
-            value = (<TensorBase>value)._data
+            value = data_of(<TensorBase>value)
+        cur = data_of(self)
         _check_array(value, "Tensor.data")
         if self._requires_grad and value.dtype.kind not in _FLOAT_KINDS:
             raise DtypeError(
                 f"Tensor.data: a tensor that requires grad needs floating point data, got dtype "
                 f"{value.dtype}"
             )
-        if self._is_grad and (value.shape != self._data.shape or value.dtype != self._data.dtype
-                              or type(value) is not type(self._data)):
+        if self._is_grad and (value.shape != cur.shape or value.dtype != cur.dtype
+                              or type(value) is not type(cur)):
             # A .grad's data must keep fitting the tensor it belongs to; the next backward would
             # otherwise fail halfway through (or broadcast silently).
             raise ShapeError(
-                f"Tensor.data: this tensor is a .grad of shape {self._data.shape} and dtype "
-                f"{self._data.dtype}; got an array of shape {value.shape} and dtype {value.dtype}. "
+                f"Tensor.data: this tensor is a .grad of shape {cur.shape} and dtype "
+                f"{cur.dtype}; got an array of shape {value.shape} and dtype {value.dtype}. "
                 "Assign the tensor's .grad instead (or set it to None)"
             )
-        self._data = value
+        self._arr = value
 
     @property
     def requires_grad(self):
@@ -113,10 +176,10 @@ cdef class TensorBase:
                 "requires_grad: only leaf tensors can change requires_grad; "
                 "use .detach() to get a tensor that does not require grad"
             )
-        if value and self._data.dtype.kind not in _FLOAT_KINDS:
+        if value and self._arr.dtype.kind not in _FLOAT_KINDS:
             raise DtypeError(
                 f"requires_grad: only floating point tensors can require gradients, "
-                f"got dtype {self._data.dtype}"
+                f"got dtype {self._arr.dtype}"
             )
         self._requires_grad = value
         return 0
@@ -138,22 +201,23 @@ cdef class TensorBase:
                 raise ArgumentTypeError(
                     f"Tensor.grad: expected a Tensor or None, got {type(value).__name__}"
                 )
-            g = (<TensorBase>value)._data
-            if type(g) is not type(self._data):
+            g = data_of(<TensorBase>value)
+            cur = data_of(self)
+            if type(g) is not type(cur):
                 raise DeviceError(
                     f"Tensor.grad: the gradient is a {type(g).__module__}.{type(g).__name__}, "
-                    f"the tensor's data a {type(self._data).__module__}."
-                    f"{type(self._data).__name__}; move it to the tensor's device first"
+                    f"the tensor's data a {type(cur).__module__}."
+                    f"{type(cur).__name__}; move it to the tensor's device first"
                 )
-            if g.shape != self._data.shape:
+            if g.shape != cur.shape:
                 raise ShapeError(
                     f"Tensor.grad: gradient shape {g.shape} does not match tensor shape "
-                    f"{self._data.shape}"
+                    f"{cur.shape}"
                 )
-            if g.dtype != self._data.dtype:
+            if g.dtype != cur.dtype:
                 raise DtypeError(
                     f"Tensor.grad: gradient dtype {g.dtype} does not match tensor dtype "
-                    f"{self._data.dtype}"
+                    f"{cur.dtype}"
                 )
             (<TensorBase>value)._is_grad = True
         self._grad = value
@@ -187,31 +251,31 @@ cdef class TensorBase:
     @property
     def shape(self):
         """The shape as a tuple of ints."""
-        return self._data.shape
+        return self._arr.shape
 
     @property
     def dtype(self):
         """The NumPy dtype of the data."""
-        return self._data.dtype
+        return self._arr.dtype
 
     @property
     def ndim(self):
         """Number of dimensions."""
-        return self._data.ndim
+        return self._arr.ndim
 
     def dim(self):
         """Number of dimensions."""
-        return self._data.ndim
+        return self._arr.ndim
 
     def numel(self):
         """Number of elements."""
-        return self._data.size
+        return self._arr.size
 
     def size(self, dim=None):
         """The shape, or the length of dimension ``dim``."""
         if dim is None:
-            return self._data.shape
-        return self._data.shape[dim]
+            return self._arr.shape
+        return self._arr.shape[dim]
 
     def _accept_view_write(self):
         """Take the current version as this tensor's own (internal, for ``t[i] op= v``).
@@ -225,9 +289,9 @@ cdef class TensorBase:
             self._birth = self._vc.value
 
     def __len__(self):
-        if self._data.ndim == 0:
+        if self._arr.ndim == 0:
             raise ArgumentTypeError("len() of a 0-d tensor")
-        return self._data.shape[0]
+        return self._arr.shape[0]
 
 
 def wrap(data):

@@ -208,8 +208,14 @@ pytestmark = pytest.mark.skipif(
 # GEMMs' operands swapped (conv.py, 12,160). It takes 2.4x less memory traffic and 2.4x fewer
 # multiplies than F(2x2x2, 3x3x3), which stays for volumes whose transforms pass
 # WINOGRAD_BLOCK_BYTES a sample (its depth blocks).
+# Raised for ferro/_C from 8,690 to 9,040 (session 18, issue 16's bandwidth goal): lazy
+# elementwise chains (Note [Lazy elementwise chains] in cpu_kernels.pyx): the Pending program
+# and its two-core loops, realize and the fused sum (kernels.h, cpu_kernels: 240 lines), the
+# tensor's array behind data_of() with the registry that computes every chain before an array
+# leaves ferro's hands (tensor, +51), and the engine's lazy add/sub/mul/sum (+44). The
+# forward of (a*b + c).sum() on 10M float32 went from 7.9-8.6 ms to 3.5-4.0. 9,030 measured.
 BUDGETS = {
-    "ferro/_C": (8690, ("*.pyx", "*.pxd", "*.h", "*.py")),
+    "ferro/_C": (9040, ("*.pyx", "*.pxd", "*.h", "*.py")),
     "ferro/ops": (12160, ("*.py",)),
 }
 

@@ -825,7 +825,7 @@ cpdef object sum_all(object x):
     Pending chain of as many elements, the same sum of its values, which it never stores (Note
     [Lazy elementwise chains])."""
     if type(x) is Pending:
-        if cnp.PyArray_SIZE((<Pending>x).like) < BIG_MIN:
+        if not _valid(<Pending>x) or cnp.PyArray_SIZE((<Pending>x).like) < BIG_MIN:
             return NotImplemented
         return _fused(<Pending>x, True)
     if type(x) is not cnp.ndarray:
@@ -972,15 +972,23 @@ cdef class Pending:
     def size(self):
         return cnp.PyArray_SIZE(self.like)
 
+    def __init__(self):
+        raise ArgumentTypeError("Pending: made by the engine's lazy ops, not directly")
+
     def __repr__(self):
         return f"Pending(shape={self.shape}, dtype={self.dtype}, ops={self.nops})"
+
+
+cdef inline bint _valid(Pending p) noexcept:
+    # made by lazy() and not computed yet (Pending.__new__ from Python makes an empty one)
+    return p.like is not None and p.result is None and p.leaves is not None
 
 
 cdef inline int _leaf_class(object x, cnp.ndarray like, bint own, double *v) except -2:
     # How lazy() takes x next to like: 1 an array of like's shape and dtype (a Pending, or a
     # C-contiguous ndarray that its tensor alone references: own), 2 a number (into v), -1 not
     if type(x) is Pending:
-        return 1 if (<Pending>x).result is None and cnp.PyArray_TYPE((<Pending>x).like) == (
+        return 1 if _valid(<Pending>x) and cnp.PyArray_TYPE((<Pending>x).like) == (
             cnp.PyArray_TYPE(like)) and cnp.PyArray_SAMESHAPE((<Pending>x).like, like) else -1
     if type(x) is cnp.ndarray:
         return 1 if own and cnp.PyArray_BASE(<cnp.ndarray>x) == NULL and _grad_stride(
@@ -1098,6 +1106,8 @@ cpdef object realize(Pending p):
     Runs holding the GIL, so that no other thread realizes p meanwhile (its loop is on both
     cores all the same)."""
     if p.result is None:
+        if not _valid(p):
+            raise ArgumentError("realize: an empty Pending (made by lazy() only)")
         p.result = _fused(p, False)
         p.leaves = None
     return p.result

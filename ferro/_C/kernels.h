@@ -411,6 +411,10 @@ FERRO_ROW_SUMS(float, f32)
     static void ferro_fused_##S(const signed char *code, int ncode, const T *const *leaf, \
                                 const ptrdiff_t *ls, ptrdiff_t n, T *out) {          \
         ptrdiff_t i;                                                                 \
+        if (n < FERRO_PARALLEL_MIN) {                                                \
+            ferro_eval_##S(code, ncode, leaf, ls, 0, n, out);                        \
+            return;                                                                  \
+        }                                                                            \
         _Pragma("omp parallel for schedule(static)")                                 \
         for (i = 0; i < n; i += FERRO_CHUNK)                                         \
             ferro_eval_##S(code, ncode, leaf, ls, i, n - i < FERRO_CHUNK ? n - i : FERRO_CHUNK, \

@@ -179,3 +179,13 @@ def test_chains_never_read_do_not_pile_up(lazy):
     c = a * b
     assert is_pending(c)
     np.testing.assert_array_equal(c.numpy(), a.numpy() * b.numpy())
+
+
+def test_a_pending_made_outside_the_engine_is_refused_not_read():
+    with pytest.raises(ferro.errors.ArgumentTypeError, match="Pending"):
+        cpu_kernels.Pending()
+    empty = cpu_kernels.Pending.__new__(cpu_kernels.Pending)
+    with pytest.raises(ferro.errors.ArgumentError, match="empty Pending"):
+        cpu_kernels.realize(empty)
+    assert cpu_kernels.sum_all(empty) is NotImplemented
+    assert cpu_kernels.lazy(0, empty, 1.0, False, False) is NotImplemented

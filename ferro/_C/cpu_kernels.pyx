@@ -306,6 +306,9 @@ cpdef object sum_to_shape(object src, tuple shape):
     if ndim == 0:
         dst[...] = s
         return dst
+    if cnp.PyArray_SIZE(dst) == 1 and cnp.PyArray_ISCARRAY_RO(s):
+        _sum_into(s, dst)  # to one value: sum_all's blocks, not one chain of dependent adds
+        return dst
     if cnp.PyArray_TYPE(s) == cnp.NPY_FLOAT32:
         with nogil:
             _sum_to(<const float*>cnp.PyArray_DATA(s), <float*>cnp.PyArray_DATA(dst),
@@ -818,6 +821,23 @@ cpdef object binary(int op, object a, object b, object out, double alpha,
     return o
 
 
+cdef int _sum_into(cnp.ndarray a, cnp.ndarray out) except -1:
+    # out[0] = the sum of a (C-contiguous, native, n > 0) as sum_all computes it: pairwise in
+    # double by fixed blocks, on both cores from FERRO_PARALLEL_MIN elements
+    cdef Py_ssize_t n = cnp.PyArray_SIZE(a)
+    cdef cnp.npy_intp nb = (n + SUM_BLOCK - 1) // SUM_BLOCK
+    cdef cnp.ndarray parts = <cnp.ndarray>cnp.PyArray_EMPTY(1, &nb, cnp.NPY_FLOAT64, 0)
+    cdef double *part = <double*>cnp.PyArray_DATA(parts)
+    with nogil:
+        if cnp.PyArray_TYPE(a) == cnp.NPY_FLOAT32:
+            ferro_sum_all_f32(<const float*>cnp.PyArray_DATA(a), n, part,
+                              <float*>cnp.PyArray_DATA(out))
+        else:
+            ferro_sum_all_f64(<const double*>cnp.PyArray_DATA(a), n, part,
+                              <double*>cnp.PyArray_DATA(out))
+    return 0
+
+
 cpdef object sum_all(object x):
     """The sum of every element of a C-contiguous float array of at least BIG_MIN elements, on
     both cores, as a 0-d array (kernels.h: fixed blocks, pairwise in double, so the same result
@@ -836,16 +856,7 @@ cpdef object sum_all(object x):
             cnp.PyArray_ISNOTSWAPPED(a)):
         return NotImplemented
     cdef cnp.ndarray out = <cnp.ndarray>cnp.PyArray_EMPTY(0, NULL, cnp.PyArray_TYPE(a), 0)
-    cdef cnp.npy_intp nb = (n + SUM_BLOCK - 1) // SUM_BLOCK
-    cdef cnp.ndarray parts = <cnp.ndarray>cnp.PyArray_EMPTY(1, &nb, cnp.NPY_FLOAT64, 0)
-    cdef double *part = <double*>cnp.PyArray_DATA(parts)
-    with nogil:
-        if cnp.PyArray_TYPE(a) == cnp.NPY_FLOAT32:
-            ferro_sum_all_f32(<const float*>cnp.PyArray_DATA(a), n, part,
-                              <float*>cnp.PyArray_DATA(out))
-        else:
-            ferro_sum_all_f64(<const double*>cnp.PyArray_DATA(a), n, part,
-                              <double*>cnp.PyArray_DATA(out))
+    _sum_into(a, out)
     return out
 
 

@@ -343,7 +343,7 @@ FERRO_BINARY(double, f64)
     static void ferro_sum_all_##S(const T *a, ptrdiff_t n, double *part, T *res) {   \
         const ptrdiff_t nb = (n + FERRO_SUM_BLOCK - 1) / FERRO_SUM_BLOCK;            \
         ptrdiff_t k;                                                                 \
-        _Pragma("omp parallel for schedule(static)")                                 \
+        _Pragma("omp parallel for schedule(static) if(n >= FERRO_PARALLEL_MIN)")     \
         for (k = 0; k < nb; k++)                                                     \
             part[k] = ferro_pairwise_##S(a + k * FERRO_SUM_BLOCK,                    \
                                          k + 1 < nb ? FERRO_SUM_BLOCK : n - k * FERRO_SUM_BLOCK); \

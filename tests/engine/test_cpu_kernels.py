@@ -39,6 +39,21 @@ def test_sum_to_shape_matches_generic(big, data, dtype, transpose):
     np.testing.assert_allclose(got, want, rtol=1e-5 if dtype == np.float32 else 1e-12, atol=1e-5)
 
 
+@pytest.mark.parametrize("n", [3, 65536 * 2 + 5, 1 << 20])
+@pytest.mark.parametrize("target", [(), (1,), (1, 1)])
+def test_sum_to_one_value_is_sum_alls_blocked_pairwise_sum(n, target):
+    # a gradient reduced to one value (a 0-d parameter times a large tensor): sum_all's blocks
+    # and bits at any size, not a chain of n dependent float32 adds (which also rounds worse)
+    rng = np.random.default_rng(n)
+    src = rng.normal(size=(n,) if len(target) < 2 else (n, 1)).astype(np.float32)
+    got = cpu_kernels.sum_to_shape(src, target)
+    exact = np.sum(src, dtype=np.float64)
+    assert got.shape == target
+    assert abs(float(got.ravel()[0]) - exact) <= 2 * np.spacing(np.float32(abs(exact)))
+    if n >= cpu_kernels.TWO_CORE_MIN:
+        assert got.ravel()[0] == cpu_kernels.sum_all(src.ravel())
+
+
 def test_sum_to_shape_same_shape_is_identity():
     a = np.ones((2, 3))
     assert sum_to_shape(a, (2, 3)) is a

@@ -71,10 +71,10 @@ def _floated(a, b, true_div=False):
     division of integers: the result has the default float dtype (NumPy would give float64).
     Returns ``(a, b)`` with such integer tensors cast to the default dtype."""
     ta, tb = isinstance(a, TensorBase), isinstance(b, TensorBase)
-    if ta and a._data.dtype.kind in "biu":
+    if ta and a._meta.dtype.kind in "biu":
         if type(b) is float or (true_div and _not_float(b)):
             a = cast(a, default_float())
-    if tb and b._data.dtype.kind in "biu":
+    if tb and b._meta.dtype.kind in "biu":
         if type(a) is float or (true_div and _not_float(a)):
             b = cast(b, default_float())
     return a, b
@@ -82,7 +82,7 @@ def _floated(a, b, true_div=False):
 
 def _not_float(v) -> bool:
     if isinstance(v, TensorBase):
-        return v._data.dtype.kind in "biu"
+        return v._meta.dtype.kind in "biu"
     return isinstance(v, (int, float)) and type(v) is not float
 
 

@@ -189,3 +189,16 @@ def test_a_pending_made_outside_the_engine_is_refused_not_read():
         cpu_kernels.realize(empty)
     assert cpu_kernels.sum_all(empty) is NotImplemented
     assert cpu_kernels.lazy(0, empty, 1.0, False, False) is NotImplemented
+
+
+def test_the_function_and_method_forms_chain_too(lazy):
+    # ferro.mul / Tensor.add with a Python number read only the dtype of their tensors
+    rng = np.random.default_rng(9)
+    x, y = _fresh(rng, 40), _fresh(rng, 40)
+
+    def chain():
+        return ferro.sub(x.mul(0.5).add(y), 0.25)
+
+    z = chain()
+    assert is_pending(z)
+    assert z.numpy().tobytes() == _eager(chain).numpy().tobytes()

@@ -23,7 +23,7 @@ cdef class Pending:
     cdef cnp.ndarray like      # an array leaf: the result's shape and dtype
     cdef list leaves           # ndarrays and Python floats; None once realized
     cdef signed char code[16]  # the postfix program (LAZY_CODE)
-    cdef int ncode, nops, depth
+    cdef int ncode, depth      # (ncode - 1) / 2 ops
     cdef object result         # the realized array, or None
 
 cdef Py_ssize_t lazy_least() noexcept

@@ -987,7 +987,7 @@ cdef class Pending:
         raise ArgumentTypeError("Pending: made by the engine's lazy ops, not directly")
 
     def __repr__(self):
-        return f"Pending(shape={self.shape}, dtype={self.dtype}, ops={self.nops})"
+        return f"Pending(shape={self.shape}, dtype={self.dtype}, ops={(self.ncode - 1) // 2})"
 
 
 cdef inline bint _valid(Pending p) noexcept:
@@ -1007,6 +1007,13 @@ cdef inline int _leaf_class(object x, cnp.ndarray like, bint own, double *v) exc
     return _operand(x, like, v)
 
 
+cdef inline (int, int, int) _size(object x):
+    # (codes, leaves, stack depth) of x's program: a leaf's is (1, 1, 1)
+    if type(x) is Pending:
+        return (<Pending>x).ncode, len((<Pending>x).leaves), (<Pending>x).depth
+    return 1, 1, 1
+
+
 cdef int _append(Pending p, object x, int cls) except -1:
     # x's leaves and code after p's: a Pending's with its leaf numbers moved, else one leaf
     cdef Pending q
@@ -1017,7 +1024,6 @@ cdef int _append(Pending p, object x, int cls) except -1:
         for k in range(q.ncode):
             p.code[p.ncode + k] = q.code[k] + base if q.code[k] >= 0 else q.code[k]
         p.ncode += q.ncode
-        p.nops += q.nops
     else:
         p.leaves.append(x if cls == 1 else float(x))
         p.code[p.ncode] = base
@@ -1031,7 +1037,7 @@ cpdef object lazy(int op, object a, object b, bint own_a, bint own_b):
     another object references (``own_a``/``own_b`` False), or a program past its limits."""
     cdef cnp.ndarray like
     cdef double va = 0.0, vb = 0.0
-    cdef int ca, cb, da, db
+    cdef int ca, cb, na, nb, la, lb, da, db
     if op < 0 or op > 2 or _lazy_min <= 0:
         return NotImplemented
     if type(a) is Pending:
@@ -1052,12 +1058,8 @@ cpdef object lazy(int op, object a, object b, bint own_a, bint own_b):
         a, b, ca, cb = b, a, cb, ca
     if ca != 1 or cb < 0:
         return NotImplemented
-    cdef int na = (<Pending>a).ncode if type(a) is Pending else 1
-    cdef int nb = (<Pending>b).ncode if type(b) is Pending else 1
-    cdef int la = len((<Pending>a).leaves) if type(a) is Pending else 1
-    cdef int lb = len((<Pending>b).leaves) if type(b) is Pending else 1
-    da = (<Pending>a).depth if type(a) is Pending else 1
-    db = (<Pending>b).depth if type(b) is Pending else 1
+    na, la, da = _size(a)
+    nb, lb, db = _size(b)
     if na + nb + 1 > LAZY_CODE or la + lb > LAZY_LEAVES or max(da, db + 1) > EVAL_DEPTH:
         return NotImplemented
     cdef Pending p = Pending.__new__(Pending)
@@ -1067,7 +1069,6 @@ cpdef object lazy(int op, object a, object b, bint own_a, bint own_b):
     _append(p, b, cb)
     p.code[p.ncode] = -1 - op
     p.ncode += 1
-    p.nops += 1
     p.depth = max(da, db + 1)
     return p
 

@@ -289,7 +289,7 @@ cdef object _apply(OpDef op, tuple args, dict params):
     cdef object arr, first_arr = None, a, ctx
     cdef bint is_array, fused = False, raw = False, mixed = False
     cdef tuple call = PyTuple_New(n + 1)
-    cdef type atype = None
+    cdef type atype = None, at
     # Note [Lazy elementwise chains] (ferro/_C/cpu_kernels.pyx): the ops that take Pendings,
     # where nothing watches; own >= 0 once an operand is one or has least elements (a bit per
     # argument whose array its tensor alone references)
@@ -333,11 +333,12 @@ cdef object _apply(OpDef op, tuple args, dict params):
             arr = a
             is_array = _is_array(a)
         if is_array:
+            at = cnp.ndarray if type(arr) is Pending else type(arr)  # a Pending: NumPy's
             if atype is None:
-                atype = cnp.ndarray if type(arr) is Pending else type(arr)
+                atype = at
                 first_arr = arr
             else:
-                if (cnp.ndarray if type(arr) is Pending else type(arr)) is not atype or (
+                if at is not atype or (
                     atype is not cnp.ndarray and arr.device != first_arr.device
                 ):
                     raise DeviceError(
@@ -538,26 +539,23 @@ cdef object _reduce_forward(OpDef op, Node node, tuple call):
     # anything else (a CuPy array, an empty mean, float16).
     cdef cnp.ndarray a
     cdef Py_ssize_t n
-    if type(call[1]) is Pending:  # Note [Lazy elementwise chains]
-        y = cpu_kernels.sum_all(call[1]) if op.direct == DIRECT_SUM else NotImplemented
-        if y is not NotImplemented:  # the chain's values are never stored
-            if node is not None:
-                PyObject_GenericSetDict(node, {"shape": call[1].shape, "axes": None,
-                                               "keepdims": False}, NULL)
-            return y
-        call = (call[0], cpu_kernels.realize(call[1]))
+    x = call[1]
+    if op.direct == DIRECT_SUM and (type(x) is cnp.ndarray or type(x) is Pending):
+        # a Pending's values are summed, never stored (Note [Lazy elementwise chains])
+        y = cpu_kernels.sum_all(x)
+        if y is NotImplemented:  # Note [Two-core elementwise ops]
+            y = _add_reduce(cpu_kernels.realize(x) if type(x) is Pending else x,
+                            None, None, None, False)
+        if node is not None:
+            PyObject_GenericSetDict(node, {"shape": x.shape, "axes": None,
+                                           "keepdims": False}, NULL)
+        return y
+    if type(x) is Pending:
+        call = (call[0], cpu_kernels.realize(x))
     if type(call[1]) is not cnp.ndarray:
         return op.forward(*call, **_ALL)
     a = <cnp.ndarray>call[1]
     n = cnp.PyArray_SIZE(a)
-    if op.direct == DIRECT_SUM:
-        y = cpu_kernels.sum_all(a)
-        if y is NotImplemented:  # Note [Two-core elementwise ops]
-            y = _add_reduce(a, None, None, None, False)
-        if node is not None:
-            PyObject_GenericSetDict(node, {"shape": (<object>a).shape, "axes": None,
-                                           "keepdims": False}, NULL)
-        return y
     if not n or cnp.PyArray_ITEMSIZE(a) < 4:
         return op.forward(*call, **_ALL)
     y = _add_reduce(a, None, None, None, False)  # a NumPy scalar: Mean.forward's division

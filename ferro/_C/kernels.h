@@ -330,7 +330,7 @@ FERRO_BINARY(double, f64)
  * float32 too (NumPy accumulates float32 in float32), so it is at least as accurate. */
 #define FERRO_SUM_BLOCK 65536
 #define FERRO_SUM(T, S)                                                              \
-    static FERRO_CLONES double ferro_pairwise_##S(const T *a, ptrdiff_t n) {                    \
+    static FERRO_CLONES double ferro_pairwise_##S(const T *a, ptrdiff_t n) {         \
         ptrdiff_t i, j, h = n / 2 - (n / 2) % 8;                                     \
         if (n > 128) return ferro_pairwise_##S(a, h) + ferro_pairwise_##S(a + h, n - h); \
         double r[8] = {0, 0, 0, 0, 0, 0, 0, 0}, res;                                 \
@@ -377,6 +377,15 @@ FERRO_ROW_SUMS(float, f32)
     if (sy) { for (i = 0; i < m; i++) { const T a_ = x[i], b_ = y[i]; r[i] = (EXPR); } } \
     else { const T b_ = y[0]; for (i = 0; i < m; i++) { const T a_ = x[i]; r[i] = (EXPR); } } \
     break;
+#define FERRO_EVAL_CALL(SPAN, c, m) SPAN(code, ncode, leaf, ls, (c), (m), out + (c))
+#ifdef _OPENMP
+#include <omp.h>
+#define FERRO_THREAD() omp_get_thread_num()
+#define FERRO_MAX_THREADS() omp_get_max_threads()
+#else
+#define FERRO_THREAD() 0
+#define FERRO_MAX_THREADS() 1
+#endif
 #define FERRO_FUSED(T, S)                                                            \
     static FERRO_CLONES void ferro_eval_##S(const signed char *code, int ncode,      \
                                             const T *const *leaf, const ptrdiff_t *ls, \
@@ -411,14 +420,7 @@ FERRO_ROW_SUMS(float, f32)
     static void ferro_fused_##S(const signed char *code, int ncode, const T *const *leaf, \
                                 const ptrdiff_t *ls, ptrdiff_t n, T *out) {          \
         ptrdiff_t i;                                                                 \
-        if (n < FERRO_PARALLEL_MIN) {                                                \
-            ferro_eval_##S(code, ncode, leaf, ls, 0, n, out);                        \
-            return;                                                                  \
-        }                                                                            \
-        _Pragma("omp parallel for schedule(static)")                                 \
-        for (i = 0; i < n; i += FERRO_CHUNK)                                         \
-            ferro_eval_##S(code, ncode, leaf, ls, i, n - i < FERRO_CHUNK ? n - i : FERRO_CHUNK, \
-                           out + i);                                                 \
+        FERRO_FOR_CHUNKS(FERRO_PARALLEL_MIN, FERRO_EVAL_CALL, ferro_eval_##S)        \
     }                                                                                \
     /* ferro_sum_all of the program's values without storing them: each block evaluated into \
      * scratch[thread], then summed as ferro_sum_all sums it (the same bits). */      \
@@ -436,14 +438,6 @@ FERRO_ROW_SUMS(float, f32)
         }                                                                            \
         *res = (T)ferro_pairwise_f64(part, nb);                                      \
     }
-#ifdef _OPENMP
-#include <omp.h>
-#define FERRO_THREAD() omp_get_thread_num()
-#define FERRO_MAX_THREADS() omp_get_max_threads()
-#else
-#define FERRO_THREAD() 0
-#define FERRO_MAX_THREADS() 1
-#endif
 FERRO_FUSED(float, f32)
 FERRO_FUSED(double, f64)
 #if defined(__GNUC__) && !defined(__clang__)

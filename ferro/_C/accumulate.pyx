@@ -261,7 +261,7 @@ cdef int _commit_grad(_Entry s, TensorBase t) except -1:
             t._grad = new_tensor(s.grad)
             _F.n_steals += 1
         else:  # (a large NumPy view copied on both cores: Note [Two-core elementwise ops])
-            g = cpu_kernels.materialize(s.grad)
+            g = cpu_kernels.materialize(s.grad, True)
             t._grad = new_tensor(s.grad.copy() if g is NotImplemented else g)
             _F.n_grad_copies += 1
     elif not _add_inplace(data_of(<TensorBase>cur), s.grad):

@@ -14,7 +14,7 @@ cpdef int add_inplace(object dst, object src) except -1
 cpdef object sum_to_shape(object src, tuple shape)
 cpdef bint all_finite(object x)
 cpdef object binary(int op, object a, object b, object out, double alpha,
-                    Py_ssize_t least=*)
+                    Py_ssize_t least=*, bint stream=*)
 cpdef object sum_all(object x)
 
 
@@ -44,4 +44,4 @@ cdef inline bint big(object a, object b) noexcept:
     # The callers' first test, inline: binary() can only apply when an operand is that large
     return _large(a) or _large(b)
 cpdef object row_sums(object x, double scale)
-cpdef object materialize(object x)
+cpdef object materialize(object x, bint stream=*)

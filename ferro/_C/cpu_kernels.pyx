@@ -382,9 +382,9 @@ cdef extern from "kernels.h" nogil:
     int ferro_all_finite_f32(const float*, Py_ssize_t)
     int ferro_all_finite_f64(const double*, Py_ssize_t)
     void ferro_binary_f32(int, const float*, const float*, Py_ssize_t, float*, Py_ssize_t,
-                          double)
+                          double, int)
     void ferro_binary_f64(int, const double*, const double*, Py_ssize_t, double*, Py_ssize_t,
-                          double)
+                          double, int)
     enum: SUM_BLOCK "FERRO_SUM_BLOCK"
     void ferro_sum_all_f32(const float*, Py_ssize_t, double*, float*)
     void ferro_sum_all_f64(const double*, Py_ssize_t, double*, double*)
@@ -400,8 +400,8 @@ cdef extern from "kernels.h" nogil:
                              Py_ssize_t, float*, int, double*, float*)
     void ferro_fused_sum_f64(const signed char*, int, const double* const*, const Py_ssize_t*,
                              Py_ssize_t, double*, int, double*, double*)
-    void ferro_expand_f32(const float*, float*, int, const Py_ssize_t*, const Py_ssize_t*)
-    void ferro_expand_f64(const double*, double*, int, const Py_ssize_t*, const Py_ssize_t*)
+    void ferro_expand_f32(const float*, float*, int, const Py_ssize_t*, const Py_ssize_t*, int)
+    void ferro_expand_f64(const double*, double*, int, const Py_ssize_t*, const Py_ssize_t*, int)
 
 
 cdef object _grad_refusal(str who, tuple names, object gy, tuple saved):
@@ -742,6 +742,22 @@ def adagrad_update(object p_, object g_, object acc_, double clr, double eps,
 
 TWO_CORE_MIN = BIG_MIN  # the size from which binary() and sum_all() apply, for Python
 
+# Note [Streaming stores] in docs/design.md: a leaf's gradient of at least _stream_min bytes is
+# written with non-temporal stores (FERRO_STREAM_MIN at import; 0 never).
+cdef Py_ssize_t _stream_min = int(os.environ.get("FERRO_STREAM_MIN", 32 << 20))
+
+
+cdef inline int _streams(cnp.ndarray out) noexcept:
+    return _stream_min > 0 and cnp.PyArray_NBYTES(out) >= _stream_min
+
+
+def set_stream_min(Py_ssize_t nbytes):
+    """Write the outputs asked for with ``stream=True`` (leaf gradients) with non-temporal
+    stores from ``nbytes`` bytes (0: never); returns the previous value."""
+    global _stream_min
+    prev, _stream_min = _stream_min, nbytes
+    return prev
+
 
 cdef int _operand(object x, cnp.ndarray like, double *v) except -2:
     # How ``binary`` reads x next to ``like`` (the array that gives the shape and dtype): 1 for a
@@ -768,9 +784,10 @@ cdef inline bint _overlaps(char *o, Py_ssize_t nbytes, object x, int cls) noexce
 
 
 cpdef object binary(int op, object a, object b, object out, double alpha,
-                    Py_ssize_t least=BIG_MIN):
+                    Py_ssize_t least=BIG_MIN, bint stream=False):
     """``a + alpha b``, ``a - alpha b``, ``a * b`` or ``a / b`` (``op`` 0-3) on both cores, of
-    float32/float64 arrays and numbers, into ``out`` (may be ``a``) or a fresh array when None.
+    float32/float64 arrays and numbers, into ``out`` (may be ``a``) or a fresh array when None
+    (with ``stream``, a leaf's gradient, written by streaming stores from ``stream_min`` bytes).
     NotImplemented where NumPy must run (Note [Two-core elementwise ops]). ``least``, the size
     from which it applies, is lowered only by benchmarks/bench_two_core.py, which measures it."""
     cdef cnp.ndarray like, o
@@ -794,8 +811,10 @@ cpdef object binary(int op, object a, object b, object out, double alpha,
     if ca != 1 or cb < 0 or (alpha != 1.0 and (op > 1 or cb == 2)):
         return NotImplemented
     cdef Py_ssize_t nbytes = n * cnp.PyArray_ITEMSIZE(like)
+    cdef int streams = 0
     if out is None:
         o = _empty_as(like)
+        streams = stream and _streams(o)
     elif type(out) is not cnp.ndarray:
         return NotImplemented
     else:
@@ -813,11 +832,11 @@ cpdef object binary(int op, object a, object b, object out, double alpha,
         bp = &fb if cb == 2 else bp
         with nogil:
             ferro_binary_f32(op, <const float*>ap, <const float*>bp, cb == 1,
-                             <float*>cnp.PyArray_DATA(o), n, alpha)
+                             <float*>cnp.PyArray_DATA(o), n, alpha, streams)
     else:
         with nogil:
             ferro_binary_f64(op, <const double*>ap, <const double*>bp, cb == 1,
-                             <double*>cnp.PyArray_DATA(o), n, alpha)
+                             <double*>cnp.PyArray_DATA(o), n, alpha, streams)
     return o
 
 
@@ -882,10 +901,10 @@ cpdef object row_sums(object x, double scale):
     return out
 
 
-cpdef object materialize(object x):
+cpdef object materialize(object x, bint stream=False):
     """A C-contiguous copy of a float array of at least BIG_MIN elements of any strides (a
     broadcast gradient, a transposed view) on both cores; NotImplemented for anything else
-    (NumPy's copy runs). Its bits are the source's."""
+    (NumPy's copy runs). Its bits are the source's. ``stream``: as binary()'s."""
     if type(x) is not cnp.ndarray:
         return NotImplemented
     cdef cnp.ndarray a = <cnp.ndarray>x
@@ -910,13 +929,14 @@ cpdef object materialize(object x):
             k += 1
     cdef cnp.ndarray out = <cnp.ndarray>cnp.PyArray_EMPTY(nd, cnp.PyArray_DIMS(a),
                                                           cnp.PyArray_TYPE(a), 0)
+    cdef int streams = stream and _streams(out)
     with nogil:
         if cnp.PyArray_TYPE(a) == cnp.NPY_FLOAT32:
             ferro_expand_f32(<const float*>cnp.PyArray_DATA(a), <float*>cnp.PyArray_DATA(out), k,
-                             shape, st)
+                             shape, st, streams)
         else:
             ferro_expand_f64(<const double*>cnp.PyArray_DATA(a), <double*>cnp.PyArray_DATA(out),
-                             k, shape, st)
+                             k, shape, st, streams)
     return out
 
 

@@ -573,8 +573,8 @@ cdef tuple _direct_backward(int kind, Node node, object gy):
         return (gy, -gy if node._next[1] is not None else None)
     if kind == DIRECT_MUL:
         a, b = <tuple>node._saved
-        return (_mul(gy, b) if node._next[0] is not None else None,
-                _mul(gy, a) if node._next[1] is not None else None)
+        return (_mul(gy, b, node._next[0]) if node._next[0] is not None else None,
+                _mul(gy, a, node._next[1]) if node._next[1] is not None else None)
     if kind == DIRECT_MATMUL:  # Matmul.backward's common case
         a, b = <tuple>node._saved
         if not _matrices(a, b):
@@ -610,9 +610,9 @@ cdef object _broadcast_scalar(cnp.ndarray g, tuple shape):
     return out
 
 
-cdef inline object _mul(object g, object v):
-    if cpu_kernels.big(g, v):  # Note [Two-core elementwise ops]
-        r = cpu_kernels.binary(2, g, v, None, 1.0)
+cdef inline object _mul(object g, object v, object target):
+    if cpu_kernels.big(g, v):  # Note [Two-core elementwise ops]; [Streaming stores]: a leaf's
+        r = cpu_kernels.binary(2, g, v, None, 1.0, cpu_kernels.BIG_MIN, type(target) is not Node)
         if r is not NotImplemented:
             return r
     return g * v

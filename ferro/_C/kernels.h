@@ -11,6 +11,7 @@
 
 #include <math.h>
 #include <stddef.h>
+#include <string.h>
 
 #include "simd.h"
 
@@ -299,6 +300,43 @@ FERRO_OPTIM(double, f64, sqrt)
     if (bs) { for (i = 0; i < n; i++) { const T x = a[i], y = b[i]; out[i] = (EXPR); } } \
     else { const T y = b[0]; for (i = 0; i < n; i++) { const T x = a[i]; out[i] = (EXPR); } } \
     break;
+/* Note [Streaming stores] (docs/design.md): out[0..bytes) = buf (a piece in L1) by SSE2's
+ * non-temporal stores (x86-64's baseline) where out is 16-byte aligned, so a leaf gradient's
+ * lines are not read from memory before they are written, and do not take the cache. */
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#define FERRO_SFENCE() _mm_sfence()
+static inline void ferro_stream(void *out, const void *buf, size_t bytes) {
+    char *o = (char *)out;
+    const char *b = (const char *)buf;
+    size_t head = (16 - ((size_t)o & 15)) & 15, k;
+    if (head > bytes) head = bytes;
+    memcpy(o, b, head);
+    for (k = head; k + 16 <= bytes; k += 16)
+        _mm_stream_si128((__m128i *)(o + k), _mm_loadu_si128((const __m128i *)(b + k)));
+    memcpy(o + k, b + k, bytes - k);
+}
+#else
+#define FERRO_SFENCE() ((void)0)
+static inline void ferro_stream(void *out, const void *buf, size_t bytes) {
+    memcpy(out, buf, bytes);
+}
+#endif
+#define FERRO_STREAM_PIECE 1024
+/* CALL(SPAN, buf, j, m) computes elements [j, j + m) of OUT into buf: run it over [c, c + len)
+ * piece by piece and stream each piece to OUT + j. */
+#define FERRO_STREAMED(OUT, c, len, CALL, SPAN)                                       \
+    do {                                                                             \
+        __typeof__(*(OUT)) buf_[FERRO_STREAM_PIECE] __attribute__((aligned(64)));    \
+        ptrdiff_t j_, m_;                                                            \
+        for (j_ = (c); j_ < (c) + (len); j_ += FERRO_STREAM_PIECE) {                 \
+            m_ = (c) + (len) - j_ < FERRO_STREAM_PIECE ? (c) + (len) - j_ : FERRO_STREAM_PIECE; \
+            CALL(SPAN, buf_, j_, m_);                                                 \
+            ferro_stream((OUT) + j_, buf_, (size_t)m_ * sizeof(buf_[0]));            \
+        }                                                                            \
+        FERRO_SFENCE();                                                              \
+    } while (0)
+#define FERRO_BINARY_PIECE(SPAN, buf, j, m) SPAN(op, a + (j), b + (j) * bs, bs, buf, (m), s)
 #define FERRO_BINARY(T, S)                                                           \
     static FERRO_CLONES void ferro_binary_span_##S(int op, const T *a, const T *b,  \
                                                    ptrdiff_t bs, T *out, ptrdiff_t n, T s) { \
@@ -313,12 +351,17 @@ FERRO_OPTIM(double, f64, sqrt)
         }                                                                            \
     }                                                                                \
     static void ferro_binary_##S(int op, const T *a, const T *b, ptrdiff_t bs, T *out, \
-                                 ptrdiff_t n, double s) {                            \
+                                 ptrdiff_t n, double s, int stream) {                \
         ptrdiff_t i;                                                                 \
         _Pragma("omp parallel for schedule(static)")                                 \
-        for (i = 0; i < n; i += FERRO_CHUNK)                                         \
-            ferro_binary_span_##S(op, a + i, b + i * bs, bs, out + i,                \
-                                  n - i < FERRO_CHUNK ? n - i : FERRO_CHUNK, (T)s);  \
+        for (i = 0; i < n; i += FERRO_CHUNK) {                                       \
+            const ptrdiff_t len = n - i < FERRO_CHUNK ? n - i : FERRO_CHUNK;         \
+            if (stream) {                                                            \
+                FERRO_STREAMED(out, i, len, FERRO_BINARY_PIECE, ferro_binary_span_##S); \
+            } else {                                                                 \
+                ferro_binary_span_##S(op, a + i, b + i * bs, bs, out + i, len, (T)s); \
+            }                                                                        \
+        }                                                                            \
     }
 FERRO_BINARY(float, f32)
 FERRO_BINARY(double, f64)
@@ -488,13 +531,16 @@ FERRO_ALL_FINITE(ferro_all_finite_f64, double, uint64_t, 0x7FF0000000000000ull)
 
 #endif
 
-#include <string.h>
 /* dst, C-contiguous of shape[0..nd), = src read with element strides st (any sign; 0 along a
  * broadcast dim): a copy of any view on the team, in tasks of up to FERRO_CHUNK elements of one
  * row of the last dim, each task's source offset found from its index. */
+#define FERRO_GATHER_PIECE(P, buf, j, m)                                             \
+    if (s == 0) { for (ptrdiff_t k_ = 0; k_ < (m); k_++) (buf)[k_] = *(P); }          \
+    else if (s == 1) { memcpy(buf, (P) + (j), (size_t)(m) * sizeof(*(P))); }          \
+    else { for (ptrdiff_t k_ = 0; k_ < (m); k_++) (buf)[k_] = (P)[((j) + k_) * s]; }
 #define FERRO_EXPAND(T, S)                                                           \
     static void ferro_expand_##S(const T *src, T *dst, int nd, const ptrdiff_t *shape, \
-                                 const ptrdiff_t *st) {                              \
+                                 const ptrdiff_t *st, int stream) {                  \
         ptrdiff_t rows = 1, len = shape[nd - 1], s = st[nd - 1], t, parts;           \
         int d;                                                                       \
         for (d = 0; d < nd - 1; d++) rows *= shape[d];                               \
@@ -510,7 +556,9 @@ FERRO_ALL_FINITE(ferro_all_finite_f64, double, uint64_t, 0x7FF0000000000000ull)
             }                                                                        \
             const T *p = src + off;                                                  \
             T *q = dst + i * len;                                                    \
-            if (s == 0) {                                                            \
+            if (stream) {                                                            \
+                FERRO_STREAMED(q, j0, j1 - j0, FERRO_GATHER_PIECE, p);               \
+            } else if (s == 0) {                                                     \
                 const T v = *p;                                                      \
                 for (j = j0; j < j1; j++) q[j] = v;                                  \
             } else if (s == 1) {                                                     \

@@ -217,8 +217,13 @@ pytestmark = pytest.mark.skipif(
 # Then to 9,050: sum_to_shape to one value by sum_all's blocks, one shared helper (_sum_into),
 # instead of one chain of dependent adds (2M float32 1.16 -> 0.24 ms; PyTorch's polynomial-fit
 # tutorial on 2M points 0.49-0.55 -> 0.36-0.42 s): 9,047 measured (9,036 after the mend).
+# Raised for ferro/_C from 9,050 to 9,100 (session 19, issue 16's bandwidth goal): streaming
+# stores for leaf gradients (Note [Streaming stores] in docs/design.md): the SSE2 piece copy and
+# the piece loop (kernels.h), the stream flag through binary, materialize and their two
+# loops, the threshold and its setter (cpu_kernels.pyx). (a*b + c).sum()'s backward on 10M
+# float32 went from 7.5-8.2 to 4.8-5.1 ms. 9,092 measured.
 BUDGETS = {
-    "ferro/_C": (9050, ("*.pyx", "*.pxd", "*.h", "*.py")),
+    "ferro/_C": (9100, ("*.pyx", "*.pxd", "*.h", "*.py")),
     "ferro/ops": (12160, ("*.py",)),
 }
 

@@ -283,3 +283,57 @@ def test_a_large_broadcast_gradient_becomes_an_array_of_its_own():
     y = ferro.zeros(N, requires_grad=True)
     y.sum().backward()
     assert float(y.grad[0]) == 1.0
+
+
+@pytest.fixture
+def streaming():
+    # Note [Streaming stores]: every output the caller marks as a leaf's gradient streamed
+    prev = K.set_stream_min(1)
+    yield
+    K.set_stream_min(prev)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_streamed_outputs_are_the_same_bits(dtype, streaming):
+    a, b = _data(dtype)
+    g = np.broadcast_to(dtype(1.5), a.shape)
+    with np.errstate(all="ignore"):
+        for op in range(4):
+            _same_bits(K.binary(op, a, b, None, 1.0, stream=True), UFUNCS[op](a, b))
+            _same_bits(K.binary(op, a, 0.1, None, 1.0, stream=True), UFUNCS[op](a, 0.1))
+        _same_bits(K.binary(2, g, b, None, 1.0, stream=True), g * b)
+        _same_bits(K.binary(1, a, b, None, 0.5, stream=True), a - 0.5 * b)
+    for v in _views(dtype):
+        _same_bits(K.materialize(v, True), np.ascontiguousarray(v))
+    # a size that is no multiple of a vector, a piece or a chunk: the unaligned tail
+    n = K.TWO_CORE_MIN + 1027
+    x = np.arange(n, dtype=dtype)
+    _same_bits(K.binary(0, x, 1.0, None, 1.0, stream=True), x + 1.0)
+    _same_bits(K.materialize(x[::-1], True), x[::-1].copy())
+
+
+def test_streamed_leaf_gradients_are_the_same_bits(streaming):
+    # (a*b + c).sum(): a's and b's gradients (mul's, for leaves) and c's (a broadcast view made
+    # the leaf's .grad) are streamed; the same bits as with streaming off
+    rng = np.random.default_rng(9)
+    vals = [rng.normal(size=N).astype(np.float32) for _ in range(3)]
+
+    def grads():
+        a, b, c = (ferro.from_numpy(v.copy()).requires_grad_() for v in vals)
+        (a * b + c).sum().backward()
+        return [t.grad.numpy().copy() for t in (a, b, c)]
+
+    on = grads()
+    K.set_stream_min(0)
+    off = grads()
+    for x, y in zip(on, off, strict=True):
+        _same_bits(x, y)
+    _same_bits(on[0], vals[1])
+    assert (on[2] == 1).all()
+
+
+def test_stream_min_comes_from_the_environment():
+    code = "from ferro._C import cpu_kernels as K; print(K.set_stream_min(0))"
+    env = dict(os.environ, FERRO_STREAM_MIN="12345")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.stdout.split() == ["12345"], out.stderr

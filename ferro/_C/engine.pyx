@@ -83,6 +83,7 @@ from ferro._C.state cimport (
     clock_ns,
     flags,
     grad_mode,
+    op_depth,
 )
 from ferro._C.tensor cimport (TensorBase, VersionCounter, data_of, new_tensor, register_pending,
                               version_counter)
@@ -390,6 +391,8 @@ cdef object _apply(OpDef op, tuple args, dict params):
     cdef long long t0 = 0
     if _F.profiler is not None:
         t0 = clock_ns()
+    cdef int *depth = op_depth()  # Note [Floating-point warnings]
+    depth[0] += 1
     try:
         out = NotImplemented
         if fwd is not None:
@@ -404,6 +407,8 @@ cdef object _apply(OpDef op, tuple args, dict params):
         if op.broadcasts:
             _check_broadcast(op, call)
         raise
+    finally:
+        depth[0] -= 1
 
     if type(out) is tuple:
         outs = tuple([_as_array(o) for o in out])

@@ -11,7 +11,7 @@ cimport cython
 cimport numpy as cnp
 
 from ferro._C cimport cpu_kernels
-from ferro._C.state cimport MODE_GRAD, Flags, flags, grad_mode, saved_hooks
+from ferro._C.state cimport MODE_GRAD, Flags, flags, grad_mode, op_depth, saved_hooks
 from ferro._C.tensor cimport TensorBase, VersionCounter, data_of, new_tensor, version_counter
 
 import weakref
@@ -588,6 +588,7 @@ cdef object _inplace_direct(TensorBase t, object other, int op, object alpha):
     cdef TensorBase ot
     cdef bint nd = type(data) is cnp.ndarray
     cdef Py_ssize_t i, k, n_o, n_d
+    cdef int *depth
     if op < 0 or op > 3:
         raise ArgumentError(f"inplace_direct: invalid op code {op}; expected 0-3")
     if t._requires_grad and grad_mode() == MODE_GRAD:
@@ -632,12 +633,17 @@ cdef object _inplace_direct(TensorBase t, object other, int op, object alpha):
     ):  # Note [Two-core elementwise ops]: t -= alpha * other in one pass
         pass
     else:
-        if not unit:
-            o = o * alpha
-        if nd:
-            (<object>_NP_INPLACE[op])(data, o, data)
-        else:
-            getattr(_xp_of(data), _INPLACE_UFUNCS[op])(data, o, out=data)
+        depth = op_depth()  # Note [Floating-point warnings]
+        depth[0] += 1
+        try:
+            if not unit:
+                o = o * alpha
+            if nd:
+                (<object>_NP_INPLACE[op])(data, o, data)
+            else:
+                getattr(_xp_of(data), _INPLACE_UFUNCS[op])(data, o, out=data)
+        finally:
+            depth[0] -= 1
     cdef VersionCounter vc = version_counter(t)
     vc.value += 1
     return t

@@ -47,6 +47,7 @@ cdef Flags flags()
 cdef long grad_mode() except -1
 cdef object saved_hooks()
 cdef Py_ssize_t backward_threads() except -1
+cdef int *op_depth() noexcept nogil
 
 
 cdef inline long long clock_ns() noexcept nogil:

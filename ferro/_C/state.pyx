@@ -280,6 +280,26 @@ def _pop_threads(token):
     _THREADS.reset(token)
 
 
+# Note [Floating-point warnings] (ferro/__init__.py): how many ops this thread is inside (the
+# engine's apply, the in-place ops), read by the warnings filter that ignores NumPy's
+# floating-point warnings raised by ferro's compiled code, which are attributed to the caller.
+cdef extern from *:
+    """
+    static _Thread_local int ferro_op_depth = 0;
+    static int *ferro_op_depth_ptr(void) { return &ferro_op_depth; }
+    """
+    int *ferro_op_depth_ptr() noexcept nogil
+
+
+cdef int *op_depth() noexcept nogil:
+    return ferro_op_depth_ptr()
+
+
+def in_op():
+    """True while this thread runs a ferro op (Note [Floating-point warnings])."""
+    return ferro_op_depth_ptr()[0] > 0
+
+
 def stats():
     """Accumulation counters since the last :func:`reset_stats` (for tests and profiling)."""
     return {

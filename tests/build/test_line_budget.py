@@ -222,8 +222,12 @@ pytestmark = pytest.mark.skipif(
 # the piece loop (kernels.h), the stream flag through binary, materialize and their two
 # loops, the threshold and its setter (cpu_kernels.pyx). (a*b + c).sum()'s backward on 10M
 # float32 went from 7.5-8.2 to 4.8-5.1 ms. 9,092 measured.
+# Then to 9,120: the op depth the floating-point warnings filter reads (state.pyx's thread-local
+# counter, its accessor and in_op(); the engine's apply and the in-place ops count themselves
+# in), so that NumPy's warnings from the compiled engine's ops, attributed to the user's line,
+# are ignored as those of ferro's Python code are (Note [Floating-point warnings]): 9,115.
 BUDGETS = {
-    "ferro/_C": (9100, ("*.pyx", "*.pxd", "*.h", "*.py")),
+    "ferro/_C": (9120, ("*.pyx", "*.pxd", "*.h", "*.py")),
     "ferro/ops": (12160, ("*.py",)),
 }
 

@@ -18,6 +18,15 @@ assert np.isnan(y.detach().numpy()).any() and np.isinf(x.grad.numpy()).any()
 # pytorch/examples word_language_model's TransformerModel: log(tril(ones)) as a float mask.
 mask = ferro.log(ferro.tril(ferro.ones(3, 3)))
 assert mask[0, 1].item() == float("-inf") and mask[1, 0].item() == 0.0
+# The compiled engine's own ops (operators on tensors, in-place ops) call NumPy from compiled
+# code, so NumPy attributes their warnings to this line: filtered by the op depth.
+inf = ferro.tensor([1.0, float("inf")], requires_grad=True)
+assert np.isnan((inf - inf).detach().numpy()[1]) and np.isnan((inf * 0).detach().numpy()[1])
+z = ferro.tensor([float("inf"), 1.0])
+with ferro.no_grad():
+    z -= z
+    z.mul_(ferro.tensor([0.0, 1e38])).mul_(1e38)
+assert np.isnan(z.numpy()[0])
 print("ferro done", flush=True)
 np.log(np.zeros(1))  # the user's own NumPy call
 """

@@ -534,10 +534,16 @@ FERRO_ALL_FINITE(ferro_all_finite_f64, double, uint64_t, 0x7FF0000000000000ull)
 /* dst, C-contiguous of shape[0..nd), = src read with element strides st (any sign; 0 along a
  * broadcast dim): a copy of any view on the team, in tasks of up to FERRO_CHUNK elements of one
  * row of the last dim, each task's source offset found from its index. */
+/* buf[0..m) = elements [j, j + m) of the row at P, read with stride s (0: one value) */
 #define FERRO_GATHER_PIECE(P, buf, j, m)                                             \
-    if (s == 0) { for (ptrdiff_t k_ = 0; k_ < (m); k_++) (buf)[k_] = *(P); }          \
-    else if (s == 1) { memcpy(buf, (P) + (j), (size_t)(m) * sizeof(*(P))); }          \
-    else { for (ptrdiff_t k_ = 0; k_ < (m); k_++) (buf)[k_] = (P)[((j) + k_) * s]; }
+    if (s == 0) {                                                                    \
+        const __typeof__(*(P)) v_ = *(P);                                            \
+        for (ptrdiff_t k_ = 0; k_ < (m); k_++) (buf)[k_] = v_;                       \
+    } else if (s == 1) {                                                             \
+        memcpy(buf, (P) + (j), (size_t)(m) * sizeof(*(P)));                          \
+    } else {                                                                         \
+        for (ptrdiff_t k_ = 0; k_ < (m); k_++) (buf)[k_] = (P)[((j) + k_) * s];      \
+    }
 #define FERRO_EXPAND(T, S)                                                           \
     static void ferro_expand_##S(const T *src, T *dst, int nd, const ptrdiff_t *shape, \
                                  const ptrdiff_t *st, int stream) {                  \
@@ -547,7 +553,7 @@ FERRO_ALL_FINITE(ferro_all_finite_f64, double, uint64_t, 0x7FF0000000000000ull)
         parts = (len + FERRO_CHUNK - 1) / FERRO_CHUNK;                               \
         _Pragma("omp parallel for schedule(static)")                                 \
         for (t = 0; t < rows * parts; t++) {                                         \
-            ptrdiff_t i = t / parts, j0 = (t % parts) * FERRO_CHUNK, rem = i, off = 0, j; \
+            ptrdiff_t i = t / parts, j0 = (t % parts) * FERRO_CHUNK, rem = i, off = 0;   \
             ptrdiff_t j1 = len - j0 < FERRO_CHUNK ? len : j0 + FERRO_CHUNK;          \
             int e;                                                                   \
             for (e = nd - 2; e >= 0; e--) {                                          \
@@ -558,13 +564,8 @@ FERRO_ALL_FINITE(ferro_all_finite_f64, double, uint64_t, 0x7FF0000000000000ull)
             T *q = dst + i * len;                                                    \
             if (stream) {                                                            \
                 FERRO_STREAMED(q, j0, j1 - j0, FERRO_GATHER_PIECE, p);               \
-            } else if (s == 0) {                                                     \
-                const T v = *p;                                                      \
-                for (j = j0; j < j1; j++) q[j] = v;                                  \
-            } else if (s == 1) {                                                     \
-                memcpy(q + j0, p + j0, (size_t)(j1 - j0) * sizeof(T));               \
             } else {                                                                 \
-                for (j = j0; j < j1; j++) q[j] = p[j * s];                           \
+                FERRO_GATHER_PIECE(p, q + j0, j0, j1 - j0)                           \
             }                                                                        \
         }                                                                            \
     }

@@ -6,6 +6,9 @@ cimport numpy as cnp
 # run on both cores
 cdef enum:
     BIG_MIN = 1 << 20
+    # Note [Fused update] (graph.pyx): from this many elements ``number * array``, nothing
+    # recorded, is a Pending below lazy_min() too
+    SCALE_MIN = 1 << 15
 
 cpdef bint supports(object arr)
 cpdef bint accepts(tuple arrays)
@@ -14,7 +17,7 @@ cpdef int add_inplace(object dst, object src) except -1
 cpdef object sum_to_shape(object src, tuple shape)
 cpdef bint all_finite(object x)
 cpdef object binary(int op, object a, object b, object out, double alpha,
-                    Py_ssize_t least=*, bint stream=*)
+                    Py_ssize_t least=*, bint stream=*, bint one=*)
 cpdef object sum_all(object x)
 
 
@@ -27,6 +30,8 @@ cdef class Pending:
     cdef object result         # the realized array, or None
 
 cdef Py_ssize_t lazy_least() noexcept
+cdef bint scale_lazy(object a, object b) noexcept
+cpdef object scaled(Pending p)
 cpdef object lazy(int op, object a, object b, bint own_a, bint own_b)
 cpdef object realize(Pending p)
 

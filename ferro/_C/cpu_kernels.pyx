@@ -382,9 +382,9 @@ cdef extern from "kernels.h" nogil:
     int ferro_all_finite_f32(const float*, Py_ssize_t)
     int ferro_all_finite_f64(const double*, Py_ssize_t)
     void ferro_binary_f32(int, const float*, const float*, Py_ssize_t, float*, Py_ssize_t,
-                          double, int)
+                          double, int, int)
     void ferro_binary_f64(int, const double*, const double*, Py_ssize_t, double*, Py_ssize_t,
-                          double, int)
+                          double, int, int)
     enum: SUM_BLOCK "FERRO_SUM_BLOCK"
     void ferro_sum_all_f32(const float*, Py_ssize_t, double*, float*)
     void ferro_sum_all_f64(const double*, Py_ssize_t, double*, double*)
@@ -784,12 +784,13 @@ cdef inline bint _overlaps(char *o, Py_ssize_t nbytes, object x, int cls) noexce
 
 
 cpdef object binary(int op, object a, object b, object out, double alpha,
-                    Py_ssize_t least=BIG_MIN, bint stream=False):
+                    Py_ssize_t least=BIG_MIN, bint stream=False, bint one=False):
     """``a + alpha b``, ``a - alpha b``, ``a * b`` or ``a / b`` (``op`` 0-3) on both cores, of
     float32/float64 arrays and numbers, into ``out`` (may be ``a``) or a fresh array when None
     (with ``stream``, a leaf's gradient, written by streaming stores from ``stream_min`` bytes).
     NotImplemented where NumPy must run (Note [Two-core elementwise ops]). ``least``, the size
-    from which it applies, is lowered only by benchmarks/bench_two_core.py, which measures it."""
+    from which it applies, is lowered by benchmarks/bench_two_core.py, which measures it, and
+    with ``one`` (the loop on this thread alone) by the fused update (Note [Fused update])."""
     cdef cnp.ndarray like, o
     cdef double va = 0.0, vb = 0.0
     cdef float fb
@@ -832,11 +833,11 @@ cpdef object binary(int op, object a, object b, object out, double alpha,
         bp = &fb if cb == 2 else bp
         with nogil:
             ferro_binary_f32(op, <const float*>ap, <const float*>bp, cb == 1,
-                             <float*>cnp.PyArray_DATA(o), n, alpha, streams)
+                             <float*>cnp.PyArray_DATA(o), n, alpha, streams, one)
     else:
         with nogil:
             ferro_binary_f64(op, <const double*>ap, <const double*>bp, cb == 1,
-                             <double*>cnp.PyArray_DATA(o), n, alpha, streams)
+                             <double*>cnp.PyArray_DATA(o), n, alpha, streams, one)
     return o
 
 
@@ -983,6 +984,26 @@ cdef Py_ssize_t lazy_least() noexcept:
     return _lazy_min
 
 
+cdef bint scale_lazy(object a, object b) noexcept:
+    # Note [Fused update]: whether the engine makes ``a * b``, nothing recorded, a Pending below
+    # lazy_min(): an array of SCALE_MIN elements or more times a Python number (lr * g)
+    if type(b) is cnp.ndarray:
+        a, b = b, a
+    return (_lazy_min > 0 and type(a) is cnp.ndarray and (type(b) is float or type(b) is int)
+            and cnp.PyArray_SIZE(<cnp.ndarray>a) >= SCALE_MIN)
+
+
+cpdef object scaled(Pending p):
+    """``(array, number)`` when ``p`` is exactly ``array * number`` and not computed yet (the
+    fused update takes the two, Note [Fused update]); else None."""
+    if not _valid(p) or p.ncode != 3 or p.code[2] != -3 or len(p.leaves) != 2:
+        return None
+    x, s = p.leaves[0], p.leaves[1]
+    if type(x) is not cnp.ndarray or type(s) is not float:
+        return None
+    return x, s
+
+
 cdef class Pending:
     """An elementwise chain not computed yet (Note [Lazy elementwise chains]): ``shape``,
     ``dtype``, ``ndim`` and ``size`` of its result; realize() computes it."""
@@ -1070,7 +1091,8 @@ cpdef object lazy(int op, object a, object b, bint own_a, bint own_b):
         like = <cnp.ndarray>b
     else:
         return NotImplemented
-    if cnp.PyArray_SIZE(like) < _lazy_min or not _is_float(like):
+    cdef Py_ssize_t size = cnp.PyArray_SIZE(like)
+    if size < min(_lazy_min, SCALE_MIN) or not _is_float(like):
         return NotImplemented
     ca = _leaf_class(a, like, own_a, &va)
     cb = _leaf_class(b, like, own_b, &vb)
@@ -1078,6 +1100,10 @@ cpdef object lazy(int op, object a, object b, bint own_a, bint own_b):
         a, b, ca, cb = b, a, cb, ca
     if ca != 1 or cb < 0:
         return NotImplemented
+    if size < _lazy_min and not (type(a) is Pending or type(b) is Pending or (
+            op == 2 and cb == 2)):
+        return NotImplemented  # below lazy_min(): an array times a number (scale_lazy), and
+        # the ops on such a product, which join its chain
     na, la, da = _size(a)
     nb, lb, db = _size(b)
     if na + nb + 1 > LAZY_CODE or la + lb > LAZY_LEAVES or max(da, db + 1) > EVAL_DEPTH:

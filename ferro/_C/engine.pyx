@@ -373,6 +373,8 @@ cdef object _apply(OpDef op, tuple args, dict params):
     PyTuple_SET_ITEM(call, 0, ctx)
     if record and raw:
         call = _copy_raw_arrays(call)  # after slot 0 is set: the tuple is complete
+    if not lazy and least > 0 and op.direct == DIRECT_MUL and node is None and n == 2:
+        lazy = cpu_kernels.scale_lazy(call[1], call[2])  # Note [Fused update]: lr * g
     if not lazy:
         own = -1
     if mixed:

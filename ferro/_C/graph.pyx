@@ -12,7 +12,9 @@ cimport numpy as cnp
 
 from ferro._C cimport cpu_kernels
 from ferro._C.state cimport MODE_GRAD, Flags, flags, grad_mode, op_depth, saved_hooks
-from ferro._C.tensor cimport TensorBase, VersionCounter, data_of, new_tensor, version_counter
+from ferro._C.tensor cimport (
+    TensorBase, VersionCounter, data_of, flush_except, new_tensor, version_counter
+)
 
 import weakref
 
@@ -582,7 +584,40 @@ def inplace_method(int op, slow):
     return method
 
 
+# Note [Fused update]: the update loop most tutorials write, ``p -= lr * p.grad`` under no_grad,
+# is two passes in NumPy and PyTorch: ``lr * g`` into a fresh array, then the subtraction. Here
+# the engine makes ``lr * g`` (an array of SCALE_MIN elements or more times a Python number,
+# nothing recorded) a Pending (Note [Lazy elementwise chains] in cpu_kernels.pyx), and add_/sub_
+# with alpha 1 of such a Pending take its array and number and run ``t - lr * g`` as one pass
+# (binary() with alpha: the same two IEEE operations per element, so the same bits), on one
+# core below BIG_MIN. Every other pending chain is computed first (one may read t); the Pending
+# itself stays pending and registered, so the product is still there for anyone who asks. Not
+# where g is t's own array (``p -= lr * p``: the product must read p before it changes).
+cdef object _fused_update(TensorBase t, TensorBase ot, int op):
+    if grad_mode() == MODE_GRAD and (t._requires_grad or ot._requires_grad):
+        return None
+    pair = cpu_kernels.scaled(<Pending>ot._arr)
+    if pair is None:
+        return None
+    flush_except(ot)
+    data = t._arr
+    if type(data) is not cnp.ndarray or data is pair[0] or not cnp.PyArray_ISWRITEABLE(data):
+        return None
+    cdef bint one = cnp.PyArray_SIZE(<cnp.ndarray>data) < cpu_kernels.BIG_MIN
+    if cpu_kernels.binary(op, data, pair[0], data, <double>pair[1], 0, False, one) is (
+            NotImplemented):
+        return None
+    cdef VersionCounter vc = version_counter(t)
+    vc.value += 1
+    return t
+
+
 cdef object _inplace_direct(TensorBase t, object other, int op, object alpha):
+    if (op <= 1 and type(alpha) is int and <object>alpha == 1 and isinstance(other, TensorBase)
+            and type((<TensorBase>other)._arr) is Pending):
+        done = _fused_update(t, <TensorBase>other, op)
+        if done is not None:
+            return done
     cdef object data = data_of(t)  # pending chains run before t is written
     cdef object o
     cdef TensorBase ot

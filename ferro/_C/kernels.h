@@ -351,9 +351,9 @@ static inline void ferro_stream(void *out, const void *buf, size_t bytes) {
         }                                                                            \
     }                                                                                \
     static void ferro_binary_##S(int op, const T *a, const T *b, ptrdiff_t bs, T *out, \
-                                 ptrdiff_t n, double s, int stream) {                \
+                                 ptrdiff_t n, double s, int stream, int one) {       \
         ptrdiff_t i;                                                                 \
-        _Pragma("omp parallel for schedule(static)")                                 \
+        _Pragma("omp parallel for schedule(static) if(!one)")                        \
         for (i = 0; i < n; i += FERRO_CHUNK) {                                       \
             const ptrdiff_t len = n - i < FERRO_CHUNK ? n - i : FERRO_CHUNK;         \
             if (stream) {                                                            \

@@ -31,6 +31,7 @@ cdef TensorBase new_tensor(object data)
 cdef VersionCounter version_counter(TensorBase t)
 cdef int register_pending(TensorBase t) except -1
 cpdef int flush() except -1
+cpdef int flush_except(TensorBase keep) except -1
 # t's array, every pending chain computed first (Note [Lazy elementwise chains]): what any code
 # that writes an array, keeps it or hands it on must read. Hot paths inline its test:
 # ``t._arr if not _F.n_pending else data_of(t)``.

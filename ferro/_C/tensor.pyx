@@ -72,17 +72,31 @@ cdef int register_pending(TensorBase t) except -1:
 cpdef int flush() except -1:
     """Compute every pending chain (Note [Lazy elementwise chains]) and put each result in its
     tensor: after this, no tensor holds a Pending."""
+    return flush_except(None)
+
+
+cpdef int flush_except(TensorBase keep) except -1:
+    """:func:`flush`, but ``keep`` (None: none) stays pending and registered: the fused update
+    reads its program's leaves itself (Note [Fused update] in ferro/_C/graph.pyx)."""
     cdef TensorBase t
+    cdef object kept = None
     while _pending:
         ref = _pending.pop()
         t = ref()
-        if t is not None and type(t._arr) is Pending:
+        if t is keep and keep is not None:
+            kept = ref
+        elif t is not None and type(t._arr) is Pending:
             try:
                 t._arr = realize(<Pending>t._arr)
             except BaseException:  # (out of memory) t stays pending, and registered
                 _pending.append(ref)
+                if kept is not None:
+                    _pending.append(kept)
+                _F.n_pending = len(_pending)
                 raise
-    _F.n_pending = 0
+    if kept is not None:
+        _pending.append(kept)
+    _F.n_pending = len(_pending)
     return 0
 
 

@@ -226,8 +226,11 @@ pytestmark = pytest.mark.skipif(
 # counter, its accessor and in_op(); the engine's apply and the in-place ops count themselves
 # in), so that NumPy's warnings from the compiled engine's ops, attributed to the user's line,
 # are ignored as those of ferro's Python code are (Note [Floating-point warnings]): 9,115.
+# Then to 9,180: the fused update (session 20, Note [Fused update] in graph.pyx): ``lr * g`` a
+# Pending below lazy_min(), flush_except(), scaled() and the one-pass add_/sub_ of such a
+# product, the one-thread form of binary(): 9,175.
 BUDGETS = {
-    "ferro/_C": (9120, ("*.pyx", "*.pxd", "*.h", "*.py")),
+    "ferro/_C": (9180, ("*.pyx", "*.pxd", "*.h", "*.py")),
     "ferro/ops": (12160, ("*.py",)),
 }
 

@@ -50,6 +50,8 @@ PLAN = {
     # that 10 rounds / 12 steps left 0.1 apart between runs of the same code (docs/benchmarks.md)
     "bench_higher": (["--repeats", "30"], ["--repeats", "3"]),
     "bench_distributed": (["--steps", "24"], ["--steps", "4"]),
+    # ferro's own float32 GEMM against NumPy's BLAS and PyTorch's (Note [Own SGEMM])
+    "bench_gemm": (["--repeats", "15"], ["--repeats", "3", "--quick"]),
     # where cpu_kernels.TWO_CORE_MIN should be (Note [Two-core elementwise ops])
     "bench_two_core": (["--repeats", "400"], ["--repeats", "60"]),
 }

@@ -1,7 +1,9 @@
 """ferro's two-core GEMM: ``C = A @ B`` of float32/float64 matrices as a fixed number of
 independent parts (column or row blocks of C), the second of two on this module's helper thread
 (``matmul``) or runs of a stack on ferro's OpenMP threads (``batched``), each part one call of
-the CBLAS gemm of the OpenBLAS NumPy loaded, with OpenBLAS held at one thread meanwhile.
+the CBLAS gemm of the OpenBLAS NumPy loaded, with OpenBLAS held at one thread meanwhile, or,
+for ``matmul``'s float32 products on AVX-512 machines, of ferro's own kernel (sgemm.h, Note
+[Own SGEMM] in docs/design.md: on by default, where the BLAS path is off by default).
 
 Note [Two-core GEMM]: after each GEMM it splits over its own threads, OpenBLAS's worker spins
 for about 80 ms on the other core, so a step made of GEMMs and elementwise ops keeps the second
@@ -20,6 +22,9 @@ ferro/ops/conv.py).
 """
 
 cimport numpy as cnp
+from libc.stdint cimport int64_t
+
+import os
 import threading
 
 from ferro.errors import ArgumentError
@@ -112,12 +117,14 @@ cdef extern from *:
      * module's own, which after each part waits FERRO_HELPER_SPIN_NS for the next, yielding its
      * core to any thread that wants it (sched_yield), before it sleeps on a condition
      * variable: a step's products come tens of microseconds apart, and waking a sleeping
-     * thread (ferro's OpenMP team waits passively) cost about 30 us a product. The
+     * thread (ferro's OpenMP team waits passively) cost about 30 us a product. 1 ms, not the
+     * 200 us of session 15: an MLP step's update (about 210 us) came between one step's last
+     * product and the next one's first, whose helper then woke 60-100 us late. The
      * caller runs the first part, then the second too if the helper has not claimed it by
      * then (asleep, or its core taken by another process), so a product never waits for the
      * helper to be scheduled; a caller finding the helper taken (another thread's product)
      * runs both parts itself. */
-    #define FERRO_HELPER_SPIN_NS 200000L
+    #define FERRO_HELPER_SPIN_NS 1000000L
     static struct {
         pthread_mutex_t lock;
         pthread_cond_t wake;
@@ -269,6 +276,12 @@ cdef extern from *:
                           Py_ssize_t, Py_ssize_t, char*, int, int, int) nogil
 
 
+cdef extern from "sgemm.h":
+    int ferro_sgemm_usable()
+    void ferro_sgemm(int, int, int, int64_t, int64_t, int64_t, float, const float*, int64_t,
+                     const float*, int64_t, float, float*, int64_t) nogil
+
+
 ctypedef int (*get_threads_t)() noexcept nogil
 ctypedef void (*set_threads_t)(int) noexcept nogil
 
@@ -285,6 +298,12 @@ cdef int _active = 0, _saved = 1  # products running; OpenBLAS's count before th
 # turns it on): on, a backward walk's products hold OpenBLAS at one thread, which changes the
 # bits of the NumPy GEMMs other walk threads run (Note [Two-core GEMM], session 15).
 cdef Py_ssize_t _least = 1 << 62, _split = 1 << 62
+# Note [Own SGEMM]: float32 products run ferro's own kernel (sgemm.h) where the CPU has AVX-512
+# (FERRO_SGEMM=0 in the environment, or set_own(False), keeps the BLAS's), from _own_least
+# multiply-adds and where n fills 85% of the kernel's 48-column panels (elsewhere NumPy's
+# matmul: its BLAS has small-matrix paths), in two parts from _own_split.
+cdef bint _own = ferro_sgemm_usable() and os.environ.get("FERRO_SGEMM", "1") != "0"
+cdef Py_ssize_t _own_least = 1 << 19, _own_split = 1 << 19
 #: OpenBLAS threads a product from this m * n * k (SMP_THRESHOLD_MIN * GEMM_MULTITHREAD_THRESHOLD)
 #: on: below it NumPy's matmul runs one BLAS thread (the same bits whatever holds the count).
 BLAS_THREADED = 1 << 18
@@ -337,6 +356,24 @@ def helper_stats():
     caller finds the helper free counts once, by whichever thread ran its second part."""
     return (bool(ferro_helper_started), ferro_helper_posted, ferro_helper_by_helper,
             ferro_helper_by_caller)
+
+
+def set_own(bint on, Py_ssize_t least=-1, Py_ssize_t split=-1):
+    """Whether float32 products run ferro's own kernel (Note [Own SGEMM]; only where the CPU
+    can: :func:`own_usable`), and from which ``m * n * k`` (``least``; 0 takes every product,
+    however narrow) and in parts (``split``), -1 keeping each; returns the previous ``(on,
+    least, split)`` (tests and benchmarks)."""
+    global _own, _own_least, _own_split
+    previous = (_own, _own_least, _own_split)
+    _own = on and ferro_sgemm_usable()
+    _own_least = _own_least if least < 0 else least
+    _own_split = _own_split if split < 0 else split
+    return previous
+
+
+def own_usable():
+    """Whether this CPU runs ferro's own float32 kernel (AVX-512 F/VL/BW/DQ and FMA)."""
+    return bool(ferro_sgemm_usable())
 
 
 def set_least(Py_ssize_t least, Py_ssize_t split):
@@ -407,7 +444,7 @@ cpdef object matmul(object a, object b, object out=None, bint parts=False):
     """``a @ b`` of two matrices as Note [Two-core GEMM] says, into ``out`` or a fresh
     C-contiguous array; NotImplemented where NumPy's matmul must run. With ``parts``, whatever
     the thresholds (:func:`set_least`): in parts wherever the product is wide enough."""
-    if type(a) is not cnp.ndarray or type(b) is not cnp.ndarray or _gemm[0] == NULL:
+    if type(a) is not cnp.ndarray or type(b) is not cnp.ndarray:
         return NotImplemented
     cdef cnp.ndarray x = <cnp.ndarray>a, y = <cnp.ndarray>b, c
     if cnp.PyArray_NDIM(x) != 2 or cnp.PyArray_NDIM(y) != 2:
@@ -415,12 +452,17 @@ cpdef object matmul(object a, object b, object out=None, bint parts=False):
     cdef Py_ssize_t m = cnp.PyArray_DIMS(x)[0], k = cnp.PyArray_DIMS(x)[1]
     cdef Py_ssize_t n = cnp.PyArray_DIMS(y)[1], lda = 0, ldb = 0
     cdef int dtype = cnp.PyArray_TYPE(x)
-    cdef bint small = m * n * k < _least and not parts
+    cdef bint own = _own and dtype == cnp.NPY_FLOAT32  # Note [Own SGEMM]
+    # own: from _own_least, and where C's rows fill most of the kernel's 48-column panels
+    cdef bint small = (m * n * k < _own_least or (
+        _own_least > 0 and 100 * n < 85 * ((n + 47) // 48 * 48)) if own
+        else m * n * k < _least) and not parts
     if (cnp.PyArray_DIMS(y)[0] != k or m < 2 or n < 2 or k < 2 or small
-            or (dtype != cnp.NPY_FLOAT32 and dtype != cnp.NPY_FLOAT64)):
+            or (dtype != cnp.NPY_FLOAT32 and dtype != cnp.NPY_FLOAT64)
+            or (_gemm[0] == NULL and not own)):
         return NotImplemented
     cdef int ta = _layout(x, dtype, &lda), tb = _layout(y, dtype, &ldb)
-    if ta < 0 or tb < 0 or (not _wide and max(m, n, k, lda, ldb) >= 1 << 31):
+    if ta < 0 or tb < 0 or (not _wide and not own and max(m, n, k, lda, ldb) >= 1 << 31):
         return NotImplemented
     cdef cnp.npy_intp dims[2]
     dims[0], dims[1] = m, n
@@ -432,16 +474,19 @@ cpdef object matmul(object a, object b, object out=None, bint parts=False):
     # rows when op(a) is the larger operand: each part then reads half of it
     cdef int rows = m > n
     cdef bint broad = (m if rows else n) >= 32 * PARTS
-    cdef int cut = PARTS if broad and (parts or m * n * k >= _split) else 1
+    cdef int cut = PARTS if broad and (parts or m * n * k >= (_own_split if own else _split)) else 1
     threads = 1 if threads < 1 or cut == 1 else min(threads, cut)
     if walk.on:  # a parallel walk's threads are the parallelism: both parts on this one
         threads = 1
-    _hold()
+    cdef void *fn = <void*>ferro_sgemm if own else _gemm[f64]
+    if not own:
+        _hold()
     with nogil:
-        ferro_gemm(_gemm[f64], _wide, f64, ta, tb, m, n, k, <const char*>cnp.PyArray_DATA(x),
+        ferro_gemm(fn, own or _wide, f64, ta, tb, m, n, k, <const char*>cnp.PyArray_DATA(x),
                    lda, <const char*>cnp.PyArray_DATA(y), ldb, <char*>cnp.PyArray_DATA(c),
                    rows, cut, threads)
-    _release()
+    if not own:
+        _release()
     return c
 
 

@@ -17,11 +17,14 @@ from ferro.ops import linalg
 pytestmark = pytest.mark.skipif(not gemm.have_blas(), reason="no CBLAS found in NumPy's BLAS")
 
 
-@pytest.fixture
-def small():
-    """Products of any size through the parts (the work threshold lowered)."""
+@pytest.fixture(params=["own", "blas"])
+def small(request):
+    """Products of any size through the parts (the work thresholds lowered), float32 ones by
+    ferro's own kernel (Note [Own SGEMM]; where the CPU runs it) or by the BLAS's sgemm."""
     before = gemm.set_least(0, 0)
-    yield
+    own_before = gemm.set_own(request.param == "own", 0, 0)
+    yield request.param
+    gemm.set_own(*own_before)
     gemm.set_least(*before)
 
 

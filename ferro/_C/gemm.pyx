@@ -300,8 +300,8 @@ cdef int _active = 0, _saved = 1  # products running; OpenBLAS's count before th
 cdef Py_ssize_t _least = 1 << 62, _split = 1 << 62
 # Note [Own SGEMM]: float32 products run ferro's own kernel (sgemm.h) where the CPU has AVX-512
 # (FERRO_SGEMM=0 in the environment, or set_own(False), keeps the BLAS's), from _own_least
-# multiply-adds and where n fills 85% of the kernel's 48-column panels (elsewhere NumPy's
-# matmul: its BLAS has small-matrix paths), in two parts from _own_split.
+# multiply-adds (below it NumPy's matmul, whose BLAS runs them on one thread, small-matrix
+# kernels), in two parts from _own_split.
 cdef bint _own = ferro_sgemm_usable() and os.environ.get("FERRO_SGEMM", "1") != "0"
 cdef Py_ssize_t _own_least = 1 << 19, _own_split = 1 << 19
 #: OpenBLAS threads a product from this m * n * k (SMP_THRESHOLD_MIN * GEMM_MULTITHREAD_THRESHOLD)
@@ -360,9 +360,9 @@ def helper_stats():
 
 def set_own(bint on, Py_ssize_t least=-1, Py_ssize_t split=-1):
     """Whether float32 products run ferro's own kernel (Note [Own SGEMM]; only where the CPU
-    can: :func:`own_usable`), and from which ``m * n * k`` (``least``; 0 takes every product,
-    however narrow) and in parts (``split``), -1 keeping each; returns the previous ``(on,
-    least, split)`` (tests and benchmarks)."""
+    can: :func:`own_usable`), and from which ``m * n * k`` (``least``) and in parts
+    (``split``), -1 keeping each; returns the previous ``(on, least, split)`` (tests and
+    benchmarks)."""
     global _own, _own_least, _own_split
     previous = (_own, _own_least, _own_split)
     _own = on and ferro_sgemm_usable()
@@ -453,10 +453,7 @@ cpdef object matmul(object a, object b, object out=None, bint parts=False):
     cdef Py_ssize_t n = cnp.PyArray_DIMS(y)[1], lda = 0, ldb = 0
     cdef int dtype = cnp.PyArray_TYPE(x)
     cdef bint own = _own and dtype == cnp.NPY_FLOAT32  # Note [Own SGEMM]
-    # own: from _own_least, and where C's rows fill most of the kernel's 48-column panels
-    cdef bint small = (m * n * k < _own_least or (
-        _own_least > 0 and 100 * n < 85 * ((n + 47) // 48 * 48)) if own
-        else m * n * k < _least) and not parts
+    cdef bint small = m * n * k < (_own_least if own else _least) and not parts
     if (cnp.PyArray_DIMS(y)[0] != k or m < 2 or n < 2 or k < 2 or small
             or (dtype != cnp.NPY_FLOAT32 and dtype != cnp.NPY_FLOAT64)
             or (_gemm[0] == NULL and not own)):

@@ -200,23 +200,41 @@ FERRO_SOFTMAX_BWD(double, f64)
     SPAN(p + (c), g + (c), m + (c), v + (c), (len), b1, b2, eps, wd, decoupled, step_size, \
          inv_sqrt_bc2, shrink)
 
+/* FERRO_FOR_CHUNKS' CALL for SGD */
+#define FERRO_SGD_CHUNK(SPAN, c, len)                                                    \
+    SPAN(p + (c), g + (c), buf + (c), (len), lr, momentum, damp, wd, nesterov, first)
+
 /* Optimizer updates: one pass over param, grad and state, following PyTorch's formulas, in the
  * parameters' own precision (as PyTorch computes them), so float32 loops vectorize. */
 #define FERRO_OPTIM(T, SFX, SQRT)                                                        \
-static void ferro_sgd_##SFX(T *p, const T *g, T *buf, ptrdiff_t n, double lr_,       \
-                            double momentum_, double dampening_, double wd_, int nesterov, \
-                            int first) {                                             \
+/* SGD's loop over [0, n), per ISA level (simd.h); weight decay only where it is not 0, as      \
+ * PyTorch adds it (an infinite parameter stays infinite), and with neither momentum nor decay  \
+ * the one pass p -= lr g that the hand-written update loop runs too (Note [Fused update]) */   \
+static FERRO_CLONES void ferro_sgd_span_##SFX(T *p, const T *g, T *buf, ptrdiff_t n, T lr,      \
+                                              T momentum, T damp, T wd, int nesterov,          \
+                                              int first) {                                     \
     ptrdiff_t i;                                                                     \
-    const T lr = (T)lr_, momentum = (T)momentum_, damp = (T)(1.0 - dampening_), wd = (T)wd_; \
-    FERRO_FOR(FERRO_PARALLEL_MIN,                                                    \
-        T d = g[i] + wd * p[i];                                                      \
+    if (momentum == 0 && wd == 0) {                                                  \
+        for (i = 0; i < n; i++)                                                      \
+            p[i] -= lr * g[i];                                                       \
+        return;                                                                      \
+    }                                                                                \
+    for (i = 0; i < n; i++) {                                                        \
+        T d = wd != 0 ? g[i] + wd * p[i] : g[i];                                     \
         if (momentum != 0) {                                                         \
             T b = first ? d : momentum * buf[i] + damp * d;                          \
             buf[i] = b;                                                              \
             d = nesterov ? d + momentum * b : b;                                     \
         }                                                                            \
         p[i] -= lr * d;                                                              \
-    )                                                                                \
+    }                                                                                \
+}                                                                                    \
+static void ferro_sgd_##SFX(T *p, const T *g, T *buf, ptrdiff_t n, double lr_,       \
+                            double momentum_, double dampening_, double wd_, int nesterov, \
+                            int first) {                                             \
+    ptrdiff_t i;                                                                     \
+    const T lr = (T)lr_, momentum = (T)momentum_, damp = (T)(1.0 - dampening_), wd = (T)wd_; \
+    FERRO_FOR_CHUNKS(FERRO_PARALLEL_MIN, FERRO_SGD_CHUNK, ferro_sgd_span_##SFX)      \
 }                                                                                    \
 /* Adam's loop over [0, n) of its arrays, per ISA level (simd.h): the sqrt and divide per \
  * element are most of its time, 4-16 lanes at once in AVX2/AVX-512 */               \

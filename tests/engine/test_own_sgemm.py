@@ -97,9 +97,13 @@ def test_out_and_refusals():
     out = np.full((64, 512), np.nan, np.float32)
     assert gemm.matmul(a, b, out) is out
     _check(a, b, out)
-    # default thresholds: narrow results and small products go to NumPy's matmul
-    assert gemm.matmul(a, _matrix(rng, 512, 10, "C")) is NotImplemented
+    # default thresholds: small products go to NumPy's matmul, narrow large ones do not (they
+    # would wake OpenBLAS's spinning worker)
     assert gemm.matmul(a[:8, :64], b[:64, :64]) is NotImplemented
+    narrow = _matrix(rng, 512, 10, "C")
+    assert gemm.matmul(a[:, :500], narrow[:500]) is NotImplemented  # 320,000 < 2^19
+    wide_a = _matrix(rng, 1024, 512, "C")
+    _check(wide_a, narrow, gemm.matmul(wide_a, narrow))
     # another dtype is the BLAS's (or NumPy's), never the float32 kernel's
     assert gemm.matmul(a.astype(np.float16), b.astype(np.float16)) is NotImplemented
 

@@ -460,3 +460,14 @@ def test_frozen_leaves_are_accepted_and_left_alone(make):
     assert not ferro.equal(model[0].weight, frozen[0])
     with pytest.raises(ArgumentError, match="can only optimize leaf tensors, got a non-leaf"):
         make([model[1].weight * 2])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("overrides", [True, False])
+def test_sgd_without_decay_leaves_an_infinite_parameter_infinite(dtype, overrides):
+    # PyTorch adds weight_decay * p only where weight_decay != 0; 0 * inf would be NaN
+    p = ferro.from_numpy(np.array([np.inf, -np.inf, 1.0], dtype)).requires_grad_()
+    p.grad = ferro.from_numpy(np.array([1.0, 2.0, 1.0], dtype))
+    with _fused(overrides):
+        SGD([p], lr=0.5).step()
+    np.testing.assert_array_equal(p.detach().numpy(), np.array([np.inf, -np.inf, 0.5], dtype))

@@ -3,15 +3,15 @@
  * C (m x n, row-major, leading dimension ldc) = alpha op(A) op(B) + beta C, with CBLAS's
  * row-major signature so that ferro/_C/gemm.pyx runs it where it runs the BLAS's sgemm: op(A)
  * is a row-major (m, k) with leading dimension lda, or with ta its transpose given as a (k, m);
- * likewise B. The loops are the usual blocked ones (Goto, BLIS): k in blocks of FERRO_SG_KC;
- * for each, A's rows packed in panels of FERRO_SG_MR rows (k-major), B's columns in panels of
+ * likewise B. The loops are the usual blocked ones (Goto, BLIS): k in equal blocks of at most
+ * FERRO_SG_KC (multiples of 8; they depend on k alone); for each, A's rows packed in panels of FERRO_SG_MR rows (k-major), B's columns in panels of
  * FERRO_SG_NR columns, each packed when first used while the next one's source is prefetched;
  * the micro-kernel keeps an 8 x 48 block of C in 24 zmm registers, three loads of B and eight
  * broadcasts of A per k (embedded broadcasts), and stores it with masks at the edges.
  *
  * Each element of C is the same sum in the same order whatever part of C a call computes (k in
  * order within a block, the blocks added in order): the two-part split of gemm.pyx gives the
- * bits of one call, on one thread or two.
+ * bits of one call, on one thread or two, and so does any row or column block of the product.
  *
  * ferro_sgemm_usable() says whether the CPU runs it (AVX-512 F/VL/BW/DQ); elsewhere, and on
  * compilers without GCC's target attribute, gemm.pyx keeps the BLAS's sgemm. Packing buffers

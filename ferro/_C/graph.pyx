@@ -593,32 +593,16 @@ def inplace_method(int op, slow):
 # core below BIG_MIN. Every other pending chain is computed first (one may read t); the Pending
 # itself stays pending and registered, so the product is still there for anyone who asks. Not
 # where g is t's own array (``p -= lr * p``: the product must read p before it changes).
-cdef object _fused_update(TensorBase t, TensorBase ot, int op):
-    if grad_mode() == MODE_GRAD and (t._requires_grad or ot._requires_grad):
-        return None
-    pair = cpu_kernels.scaled(<Pending>ot._arr)
-    if pair is None:
-        return None
-    flush_except(ot)
-    data = t._arr
-    if type(data) is not cnp.ndarray or data is pair[0] or not cnp.PyArray_ISWRITEABLE(data):
-        return None
-    cdef bint one = cnp.PyArray_SIZE(<cnp.ndarray>data) < cpu_kernels.BIG_MIN
-    if cpu_kernels.binary(op, data, pair[0], data, <double>pair[1], 0, False, one) is (
-            NotImplemented):
-        return None
-    cdef VersionCounter vc = version_counter(t)
-    vc.value += 1
-    return t
-
-
 cdef object _inplace_direct(TensorBase t, object other, int op, object alpha):
+    cdef object pair = None  # Note [Fused update]: other holds exactly array * number
     if (op <= 1 and type(alpha) is int and <object>alpha == 1 and isinstance(other, TensorBase)
             and type((<TensorBase>other)._arr) is Pending):
-        done = _fused_update(t, <TensorBase>other, op)
-        if done is not None:
-            return done
-    cdef object data = data_of(t)  # pending chains run before t is written
+        pair = cpu_kernels.scaled(<Pending>(<TensorBase>other)._arr)
+    if pair is not None:
+        flush_except(<TensorBase>other)  # every other chain runs before t is written
+    cdef object data = t._arr if pair is not None else data_of(t)
+    if pair is not None and data is pair[0]:
+        pair = None  # p -= lr * p: the product reads p before it changes
     cdef object o
     cdef TensorBase ot
     cdef bint nd = type(data) is cnp.ndarray
@@ -634,7 +618,7 @@ cdef object _inplace_direct(TensorBase t, object other, int op, object alpha):
         ot = <TensorBase>other
         if ot._requires_grad and grad_mode() == MODE_GRAD:
             return None
-        o = data_of(ot)
+        o = data_of(ot) if pair is None else pair[0]
         if type(o) is not type(data):
             return None
         if nd:
@@ -656,16 +640,21 @@ cdef object _inplace_direct(TensorBase t, object other, int op, object alpha):
         o = other
     else:
         return None
+    if pair is not None:
+        alpha = pair[1]  # t -= number * array, the product never made
     cdef bint unit = type(alpha) is int and <object>alpha == 1
     if not unit and type(alpha) is not int and type(alpha) is not float:
         return None
     if not unit and (type(o) is float or type(o) is int):
         o = o * alpha  # a number: scaled here, as before
         unit = True
-    if nd and cpu_kernels.big(data, o) and (
-        cpu_kernels.binary(op, data, o, data, 1.0 if unit else <double>alpha)
+    # Note [Two-core elementwise ops]: t -= alpha * other in one pass, on one core below BIG_MIN
+    # (only the fused update runs it there)
+    if nd and (pair is not None or cpu_kernels.big(data, o)) and (
+        cpu_kernels.binary(op, data, o, data, 1.0 if unit else <double>alpha, 0, False,
+                           cnp.PyArray_SIZE(<cnp.ndarray>data) < cpu_kernels.BIG_MIN)
         is not NotImplemented
-    ):  # Note [Two-core elementwise ops]: t -= alpha * other in one pass
+    ):
         pass
     else:
         depth = op_depth()  # Note [Floating-point warnings]

@@ -549,9 +549,6 @@ FERRO_ALL_FINITE(ferro_all_finite_f64, double, uint64_t, 0x7FF0000000000000ull)
 
 #endif
 
-/* dst, C-contiguous of shape[0..nd), = src read with element strides st (any sign; 0 along a
- * broadcast dim): a copy of any view on the team, in tasks of up to FERRO_CHUNK elements of one
- * row of the last dim, each task's source offset found from its index. */
 /* buf[0..m) = elements [j, j + m) of the row at P, read with stride s (0: one value) */
 #define FERRO_GATHER_PIECE(P, buf, j, m)                                             \
     if (s == 0) {                                                                    \
@@ -562,6 +559,9 @@ FERRO_ALL_FINITE(ferro_all_finite_f64, double, uint64_t, 0x7FF0000000000000ull)
     } else {                                                                         \
         for (ptrdiff_t k_ = 0; k_ < (m); k_++) (buf)[k_] = (P)[((j) + k_) * s];      \
     }
+/* dst, C-contiguous of shape[0..nd), = src read with element strides st (any sign; 0 along a
+ * broadcast dim): a copy of any view on the team, in tasks of up to FERRO_CHUNK elements of one
+ * row of the last dim, each task's source offset found from its index. */
 #define FERRO_EXPAND(T, S)                                                           \
     static void ferro_expand_##S(const T *src, T *dst, int nd, const ptrdiff_t *shape, \
                                  const ptrdiff_t *st, int stream) {                  \
